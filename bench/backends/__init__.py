@@ -1,0 +1,1 @@
+"""GPU backends. Importing anything here imports torch (and, for ``te``, Transformer Engine)."""

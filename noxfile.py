@@ -1,0 +1,39 @@
+"""Sessions: ``docs`` builds the site, ``tests`` runs the CPU test-suite, ``lint`` runs ruff.
+
+Extra arguments pass through: ``nox -s tests -- -k shapes``, ``nox -s docs -- -E``.
+"""
+
+import nox
+
+nox.options.sessions = ["docs", "tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+# System site-packages: on a GPU box (NVIDIA's PyTorch containers) the image's own torch and
+# Transformer Engine are then importable, and the build measures what the cache lacks.
+@nox.session(venv_params=["--system-site-packages"])
+def docs(session: nox.Session) -> None:
+    session.install("-e", ".[docs]")
+    session.run(
+        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs
+    )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[docs,test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", "--diff", "bench/shapes.py", "noxfile.py")
+
+
+@nox.session(venv_params=["--system-site-packages"])
+def readme_figure(session: nox.Session) -> None:
+    """Regenerate docs/_static/readme-speedups.svg (the README's picture) from the cache."""
+    session.install("-e", ".[docs]")
+    session.run("python", "-m", "sphinxext.gemm_benchmark.readme_figure", *session.posargs)
