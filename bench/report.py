@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS
-from bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from bench.results import document_gemms
+from bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 
 Key = tuple[str, str]  # (mode, precision)
 

@@ -94,7 +94,7 @@ class Runner:
                 fn(lambda region, edge: None)
                 torch.cuda.synchronize()
                 competitors[name] = fn
-            except Exception as exc:  # noqa: BLE001 - any TE/CUDA error becomes a failed cell
+            except Exception as exc:
                 failures[name] = _short(exc)
                 competitors.pop(name, None)
                 _release()
@@ -102,7 +102,7 @@ class Runner:
             return {}, failures
         try:
             samples = self.timer.run(competitors)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             message = _short(exc)
             samples = {}
             failures.update({name: message for name in competitors})

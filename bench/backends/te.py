@@ -17,7 +17,8 @@ Pre-quantized
     Operands quantized once, before timing, with TE's quantizers; the timed region is TE's GEMM
     entry point alone (``general_gemm``; ``general_grouped_gemm`` for MoE experts) in the TN
     layout Hopper's FP8 tensor cores use, on the pass's own ``m x k x n``. Gradients (the
-    ``B`` operand of Dgrad and Wgrad) use E5M2 for per-tensor FP8, as TE's HYBRID format does.
+    ``B`` operand of Dgrad and Wgrad) use E5M2 for per-tensor FP8, as TE's HYBRID format does;
+    fast or split accumulation follows the recipe's ``fp8_gemm_<pass>`` setting.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def autocast_competitor(precision_id: str, fprop: GemmShape) -> Competitor:
         layer = te.GroupedLinear(groups, k, n, bias=False, params_dtype=torch.bfloat16,
                                  device="cuda", delay_wgrad_compute=True)
         m_splits = [m] * groups
-        forward: Callable[[torch.Tensor], torch.Tensor] = lambda x: layer(x, m_splits)  # noqa: E731
+        forward: Callable[[torch.Tensor], torch.Tensor] = lambda x: layer(x, m_splits)
     else:
         layer = te.Linear(k, n, bias=False, params_dtype=torch.bfloat16, device="cuda",
                           delay_wgrad_compute=True)
@@ -131,18 +132,22 @@ def prequant_competitor(precision_id: str, gemm: GemmShape) -> Competitor:
         a_q = [qa(t) for t in a_hp]
         b_q = [qb(t) for t in b_hp]
     del a_hp, b_hp
+    # Fast vs split accumulation exactly as the precision's TE recipe sets it for this pass
+    # (block scaling requires split accumulation on Hopper; per-tensor FP8 splits Dgrad/Wgrad).
+    recipe = make_recipe(precision_id)
+    split = bool(recipe is not None and getattr(recipe, f"fp8_gemm_{gemm.pass_}").use_split_accumulator)
     if groups == 1:
         a0, b0 = a_q[0], b_q[0]
 
         def run() -> None:
-            general_gemm(a0, b0, out_dtype=torch.bfloat16)
+            general_gemm(a0, b0, out_dtype=torch.bfloat16, use_split_accumulator=split)
     else:
         out = torch.empty(m * groups, n, device="cuda", dtype=torch.bfloat16)
         m_splits = [m] * groups
 
         def run() -> None:
             general_grouped_gemm(a_q, b_q, [out], [None] * groups, torch.bfloat16,
-                                 m_splits=m_splits, single_output=True)
+                                 m_splits=m_splits, single_output=True, use_split_accumulator=split)
 
     def iteration(mark: Mark) -> None:
         mark(gemm.pass_, "start")
