@@ -41,7 +41,8 @@ def _nvidia_smi(index: int) -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {}
     values = [v.strip() for v in out.split(",")]
-    return {k: v for k, v in zip(_SMI_FIELDS, values) if v and "N/A" not in v and "Not Supported" not in v}
+    unusable = ("N/A", "Not Supported")
+    return {k: v for k, v in zip(_SMI_FIELDS, values, strict=False) if v and not any(u in v for u in unusable)}
 
 
 def cublas_version() -> str:

@@ -84,7 +84,9 @@ class Runner:
         self.nvtx = nvtx
         self.timer = Interleaver(settings)
 
-    def _time_group(self, builders: dict[str, Callable[[], Competitor]]) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
+    def _time_group(
+        self, builders: dict[str, Callable[[], Competitor]]
+    ) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
         """Build and probe each competitor; time the ones that work, interleaved."""
         competitors: dict[str, Competitor] = {}
         failures: dict[str, str] = {}
@@ -134,7 +136,11 @@ class Runner:
             self.progress(done, total, f"autocast {op}")
             wanted = [c for c in autocast if c.gemm.op == op]
             chosen = list(dict.fromkeys(c.precision for c in wanted))
-            builders = {p: (lambda p=p: te_backend.autocast_competitor(p, fprop_of[op])) for p in chosen}
+            fprop = fprop_of[op]
+            backward = any(c.gemm.pass_ != "fprop" for c in wanted)
+            builders = {
+                p: (lambda p=p, f=fprop, b=backward: te_backend.autocast_competitor(p, f, b)) for p in chosen
+            }
             with _nvtx(f"autocast {op}", self.nvtx):
                 samples, failures = self._time_group(builders)
             for c in wanted:
@@ -148,10 +154,12 @@ class Runner:
         for gemm in prequant_gemms:
             self.progress(done, total, f"prequant {gemm.op}/{gemm.pass_}")
             wanted = [c for c in prequant if c.gemm == gemm]
-            builders = {c.precision: (lambda p=c.precision: te_backend.prequant_competitor(p, gemm)) for c in wanted}
+            builders = {
+                c.precision: (lambda p=c.precision, g=gemm: te_backend.prequant_competitor(p, g)) for c in wanted
+            }
             if gemm in peer_gemms and gemm.groups == 1:
                 for peer in torch_native.PEERS:
-                    builders[peer] = lambda peer=peer: torch_native.peer_competitor(peer, gemm)
+                    builders[peer] = lambda peer=peer, g=gemm: torch_native.peer_competitor(peer, g)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
                 samples, failures = self._time_group(builders)
             for c in wanted:
@@ -169,7 +177,9 @@ class Runner:
         return doc
 
 
-def _peer(peer: str, gemm: GemmShape, samples: dict[str, dict[str, Samples]], failures: dict[str, str]) -> dict[str, Any]:
+def _peer(
+    peer: str, gemm: GemmShape, samples: dict[str, dict[str, Samples]], failures: dict[str, str]
+) -> dict[str, Any]:
     out: dict[str, Any] = {"backend": peer, "op": gemm.op, "pass": gemm.pass_,
                            "m": gemm.m, "k": gemm.k, "n": gemm.n, "groups": gemm.groups}
     if gemm.groups != 1:

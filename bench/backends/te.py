@@ -59,8 +59,12 @@ def make_recipe(precision_id: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- autocast
-def autocast_competitor(precision_id: str, fprop: GemmShape) -> Competitor:
-    """One training iteration of the Linear whose Fprop is ``fprop`` (three timed regions)."""
+def autocast_competitor(precision_id: str, fprop: GemmShape, backward: bool = True) -> Competitor:
+    """One training iteration of the Linear whose Fprop is ``fprop`` (three timed regions).
+
+    Without ``backward`` (a question made of Fprop shapes alone, like a square sweep) only the
+    forward region runs and is timed.
+    """
     m, k, n, groups = fprop.m, fprop.k, fprop.n, fprop.groups
     recipe = make_recipe(precision_id)
     if groups > 1:
@@ -72,7 +76,7 @@ def autocast_competitor(precision_id: str, fprop: GemmShape) -> Competitor:
         layer = te.Linear(k, n, bias=False, params_dtype=torch.bfloat16, device="cuda",
                           delay_wgrad_compute=True)
         forward = layer
-    x = torch.randn(m * groups, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(m * groups, k, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
     dy = torch.randn(m * groups, n, device="cuda", dtype=torch.bfloat16)
     enabled = recipe is not None
 
@@ -81,6 +85,8 @@ def autocast_competitor(precision_id: str, fprop: GemmShape) -> Competitor:
         with te.autocast(enabled=enabled, recipe=recipe):
             y = forward(x)
         mark("fprop", "end")
+        if not backward:
+            return
         mark("dgrad", "start")
         y.backward(dy)
         mark("dgrad", "end")
