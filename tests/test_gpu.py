@@ -1,0 +1,157 @@
+"""GPU tests: run on a CUDA machine with Transformer Engine (skipped elsewhere).
+
+    python3 -m pytest -m gpu -s tests/test_gpu.py
+
+They print what they measured, so a run's log is the evidence quoted in the project notes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cache import Cache, read_document
+from bench.question import build_question
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"),
+]
+te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
+
+from bench.runner import Runner  # noqa: E402
+from bench.timing import TimerSettings, time_many  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Dense (no sparsity) BF16 tensor-core peak in TFLOP/s, from NVIDIA's datasheets.
+DENSE_BF16_PEAK = {"H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H200": 989.4, "H100 NVL": 835.0}
+
+
+def dense_peak() -> float | None:
+    name = torch.cuda.get_device_name()
+    for key, value in DENSE_BF16_PEAK.items():
+        if key in name:
+            return value
+    return None
+
+
+FAST = TimerSettings(repetitions=20, warmup_s=0.2, spinup_s=1.0)
+
+
+def test_support_comes_from_te_with_reasons() -> None:
+    from bench.backends.te import support
+
+    result = support()
+    for pid, s in result.items():
+        print(f"support {pid:<12} available={s.available} reason={s.reason!r}")
+    assert result["bf16"].available
+    major, _ = torch.cuda.get_device_capability()
+    if major == 9:
+        assert result["fp8-current"].available and result["fp8-block"].available
+        for pid in ("mxfp8", "nvfp4"):
+            assert not result[pid].available
+            assert "10.0" in result[pid].reason, result[pid].reason
+
+
+def test_events_and_profiler_agree_on_large_bf16_gemm() -> None:
+    from transformer_engine.pytorch.cpp_extensions import general_gemm
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    fn = [("gemm", lambda: general_gemm(a, b, out_dtype=torch.bfloat16))]
+    events = time_many(FAST, fn)["gemm"].median
+    prof = time_many(TimerSettings(timer="profiler", repetitions=15, warmup_s=0.2, spinup_s=0), fn)["gemm"].median
+    diff = abs(events - prof) / prof
+    print(f"8192^3 BF16: events {events:.4f} ms, profiler kernel {prof:.4f} ms, difference {diff:.2%}")
+    assert diff < 0.03
+
+
+def test_te_bf16_and_torch_matmul_reach_the_same_speed() -> None:
+    from transformer_engine.pytorch.cpp_extensions import general_gemm
+
+    m, k, n = 15872, 4096, 16384
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    out = time_many(FAST, [
+        ("te", lambda: general_gemm(w, x, out_dtype=torch.bfloat16)),
+        ("torch", lambda: torch.matmul(x, w.t())),
+    ])
+    te_ms, torch_ms = out["te"].median, out["torch"].median
+    tflops = 2 * m * k * n / (te_ms * 1e-3) / 1e12
+    peak = dense_peak()
+    frac = f", {tflops / peak:.1%} of the {peak} TFLOP/s dense peak" if peak else ""
+    print(f"{m}x{k}x{n} BF16: TE general_gemm {te_ms:.4f} ms, torch.matmul {torch_ms:.4f} ms, "
+          f"ratio {te_ms / torch_ms:.3f}; {tflops:.0f} TFLOP/s{frac}")
+    assert abs(te_ms - torch_ms) / torch_ms < 0.05
+    if peak:
+        assert tflops < peak
+
+
+def test_runner_measures_small_model_with_honest_statuses() -> None:
+    q = build_question(fields=dict(hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=8,
+                                   micro_batch_size=2, seq_length=1024))
+    doc = Runner(FAST, peers=True).measure(q, ["bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4"],
+                                           ["autocast", "prequant"])
+    counts: dict[tuple[str, str, str], int] = {}
+    for c in doc["cells"]:
+        key = (c["mode"], c["precision"], c["status"])
+        counts[key] = counts.get(key, 0) + 1
+    for key, n in sorted(counts.items()):
+        print("cells", *key, n)
+    by = {(c["mode"], c["precision"]): c for c in doc["cells"]}
+    for mode in ("autocast", "prequant"):
+        assert by[(mode, "bf16")]["status"] == "measured"
+        assert by[(mode, "fp8-current")]["status"] == "measured"
+        assert by[(mode, "fp8-block")]["status"] == "measured"
+    assert by[("autocast", "fp8-delayed")]["status"] == "measured"
+    assert by[("prequant", "fp8-delayed")]["status"] == "unsupported"
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert by[("autocast", "mxfp8")]["status"] == "unsupported"
+        assert "compute capability" in by[("autocast", "mxfp8")]["reason"]
+    assert doc["provenance"]["driver"] != "unknown"
+
+
+def test_a_failing_cell_is_recorded_and_the_others_still_measure() -> None:
+    # 1048576^2 BF16 operands are 2 TiB each: out of memory on any GPU.
+    q = build_question(shapes=["1048576x1048576x1048576", "4096x4096x4096"])
+    doc = Runner(FAST, peers=False).measure(q, ["bf16", "fp8-current"], ["prequant"])
+    for c in doc["cells"]:
+        print("cell", c["op"], c["precision"], c["status"], c.get("ms"), (c.get("reason") or "")[:100])
+    huge = [c for c in doc["cells"] if c["op"] == "1048576x1048576x1048576"]
+    small = [c for c in doc["cells"] if c["op"] == "4096x4096x4096"]
+    assert huge and all(c["status"] == "failed" and "memory" in c["reason"].lower() for c in huge)
+    assert small and all(c["status"] == "measured" for c in small)
+
+
+def test_interrupted_refresh_leaves_the_old_or_the_new_file(tmp_path: Path) -> None:
+    """Kill a real `gemm-bench run` (SIGINT, then SIGKILL) at random points, on the GPU."""
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "bench.cli", "run", "--shape", "4096x4096x4096", "--precisions", "bf16",
+            "--modes", "prequant", "--no-peers", "--repetitions", "10", "--cache-dir", str(cache)]
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    subprocess.run(args, check=True, env=env, capture_output=True)
+    (path,) = Cache(cache).files()
+    first = path.read_bytes()
+    rng = random.Random(0)
+    outcomes = []
+    for sig in (signal.SIGINT, signal.SIGKILL, signal.SIGINT, signal.SIGKILL):
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(2.0, 12.0))
+        proc.send_signal(sig)
+        proc.wait()
+        read_document(path)  # raises if the file is not valid
+        outcomes.append((sig.name, proc.returncode, "old" if path.read_bytes() == first else "new"))
+    print("interrupted refreshes:", outcomes)
+    # A SIGKILL during the write itself can strand a temporary file: it must never be read.
+    assert Cache(cache).files() == [path]
+    json.loads(path.read_text())
