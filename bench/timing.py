@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-#: Bigger than any Hopper / Blackwell L2 (50-126 MB): writing it evicts every cached line.
+#: Twice any Hopper / Blackwell L2 (50-126 MB): copying half of it onto the other half touches
+#: every byte, evicting every cached line.
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 
@@ -38,7 +39,7 @@ class TimerSettings:
         return {
             "timer": {
                 "events": "CUDA events around each launch",
-                "profiler": "torch.profiler CUDA kernel time",
+                "profiler": "torch.profiler CUDA kernel time, summed per region between L2 flushes",
             }[self.timer],
             "timer_id": self.timer,
             "spinup_s": self.spinup_s,
@@ -85,12 +86,22 @@ class Samples:
 
 
 class L2Flusher:
+    """Evicts L2 by copying a buffer larger than L2 (device-to-device ``cudaMemcpyAsync``).
+
+    A memcpy rather than a fill kernel so that, in a profiler trace, the flush is an event of its
+    own kind (``gpu_memcpy``) that marks where each timed region begins.
+    """
+
     def __init__(self, enabled: bool) -> None:
-        self.buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if enabled else None
+        self.enabled = enabled
+        if enabled:
+            half = L2_FLUSH_BYTES // 2
+            self.src = torch.zeros(half, dtype=torch.uint8, device="cuda")
+            self.dst = torch.empty(half, dtype=torch.uint8, device="cuda")
 
     def __call__(self) -> None:
-        if self.buffer is not None:
-            self.buffer.zero_()
+        if self.enabled:
+            self.dst.copy_(self.src)
 
 
 _SPUN_UP = False
@@ -125,9 +136,20 @@ class Interleaver:
         self.flush = L2Flusher(settings.l2_flush)
 
     def run(self, competitors: dict[str, Competitor]) -> dict[str, dict[str, Samples]]:
+        """Samples per competitor per region, by the configured timer."""
+        events, kernels = self._run(competitors, profile=self.settings.timer == "profiler")
+        return kernels if kernels is not None else events
+
+    def cross_check(self, competitors: dict[str, Competitor]) -> tuple[dict, dict]:
+        """(event samples, profiler kernel samples) of the very same launches."""
+        events, kernels = self._run(competitors, profile=True)
+        assert kernels is not None
+        return events, kernels
+
+    def _warm_up(self, competitors: dict[str, Competitor]) -> int:
+        """Warm up by time; return how many timed rounds fit the group's time cap."""
         s = self.settings
         spin_up(s.spinup_s)
-        # Warm-up by time, also learning how long one round takes.
         rounds_done, start = 0, time.perf_counter()
         while True:
             for fn in competitors.values():
@@ -137,80 +159,91 @@ class Interleaver:
             if time.perf_counter() - start >= s.warmup_s and rounds_done >= 2:
                 break
         per_round = (time.perf_counter() - start) / rounds_done
-        reps = max(s.min_repetitions, min(s.repetitions, int(s.max_group_s / max(per_round, 1e-6))))
-        if s.timer == "profiler":
-            return self._run_profiler(competitors, reps)
-        return self._run_events(competitors, reps)
+        return max(s.min_repetitions, min(s.repetitions, int(s.max_group_s / max(per_round, 1e-6))))
 
     def _untimed_mark(self, region: str, edge: str) -> None:
         if edge == "start":
             self.flush()
 
-    def _run_events(self, competitors: dict[str, Competitor], reps: int) -> dict[str, dict[str, Samples]]:
+    def _run(
+        self, competitors: dict[str, Competitor], *, profile: bool
+    ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None]:
+        reps = self._warm_up(competitors)
         pairs: dict[str, dict[str, list[tuple[Any, Any]]]] = {name: {} for name in competitors}
-        for _ in range(reps):
-            for name, fn in competitors.items():
-                open_events: dict[str, Any] = {}
+        order: list[tuple[str, str]] = []  # (competitor, region) of every timed region, in launch order
+        prof = None
+        if profile:
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as profiler
 
-                def mark(region: str, edge: str, name: str = name, open_events: dict = open_events) -> None:
-                    if edge == "start":
-                        self.flush()
-                        event = torch.cuda.Event(enable_timing=True)
-                        event.record()
-                        open_events[region] = event
-                    else:
-                        event = torch.cuda.Event(enable_timing=True)
-                        event.record()
-                        pairs[name].setdefault(region, []).append((open_events.pop(region), event))
+            prof = profiler(activities=[ProfilerActivity.CUDA])
+            prof.__enter__()
+        try:
+            for _ in range(reps):
+                for name, fn in competitors.items():
+                    open_events: dict[str, Any] = {}
 
-                fn(mark)
-        torch.cuda.synchronize()
-        return {
-            name: {region: Samples([a.elapsed_time(b) for a, b in events]) for region, events in regions.items()}
+                    def mark(region: str, edge: str, name: str = name, open_events: dict = open_events) -> None:
+                        if edge == "start":
+                            self.flush()
+                            event = torch.cuda.Event(enable_timing=True)
+                            event.record()
+                            open_events[region] = event
+                            order.append((name, region))
+                        else:
+                            event = torch.cuda.Event(enable_timing=True)
+                            event.record()
+                            pairs[name].setdefault(region, []).append((open_events.pop(region), event))
+
+                    fn(mark)
+            torch.cuda.synchronize()
+        finally:
+            if prof is not None:
+                prof.__exit__(None, None, None)
+        events = {
+            name: {region: Samples([a.elapsed_time(b) for a, b in evs]) for region, evs in regions.items()}
             for name, regions in pairs.items()
         }
-
-    def _run_profiler(self, competitors: dict[str, Competitor], reps: int) -> dict[str, dict[str, Samples]]:
-        """Kernel time per region from torch.profiler: each region in its own profiled window.
-
-        The L2 flush runs before the window opens, so its kernel is never counted; within a
-        window every CUDA kernel (GEMM, quantization, casts) adds to the region's time.
-        """
-        from torch.profiler import ProfilerActivity, profile
-
-        out: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
-        for _ in range(reps):
-            for name, fn in competitors.items():
-                windows: dict[str, Any] = {}
-
-                def mark(region: str, edge: str, name: str = name, windows: dict = windows) -> None:
-                    if edge == "start":
-                        self.flush()
-                        torch.cuda.synchronize()
-                        prof = profile(activities=[ProfilerActivity.CUDA])
-                        prof.__enter__()
-                        windows[region] = prof
-                    else:
-                        torch.cuda.synchronize()
-                        prof = windows.pop(region)
-                        prof.__exit__(None, None, None)
-                        out[name].setdefault(region, []).append(kernel_ms(prof))
-
-                fn(mark)
-        return {name: {r: Samples(v) for r, v in regions.items()} for name, regions in out.items()}
+        if prof is None:
+            return events, None
+        kernels: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
+        for (name, region), ms in zip(order, kernel_ms_per_region(prof, len(order)), strict=True):
+            kernels[name].setdefault(region, []).append(ms)
+        return events, {n: {r: Samples(v) for r, v in regions.items()} for n, regions in kernels.items()}
 
 
-def kernel_ms(prof: Any) -> float:
-    """Sum of the CUDA kernel durations a profiler window saw (memcpy/memset excluded)."""
-    total_us = 0.0
-    for event in prof.events():
-        if getattr(event, "device_type", None) != torch.autograd.DeviceType.CUDA:
-            continue
-        name = event.name.lower()
-        if name.startswith(("memcpy", "memset")):
-            continue
-        total_us += event.device_time if hasattr(event, "device_time") else event.cuda_time
-    return total_us / 1000.0
+def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:
+    """Sum of kernel durations after each L2-flush memcpy, one number per timed region.
+
+    The trace's GPU activity is split at the flush copies (device-to-device memcpy events);
+    everything between one flush and the next belongs to the region that flush preceded.
+    """
+    import json
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as handle:
+            trace = json.load(handle)
+    finally:
+        os.unlink(path)
+    gpu = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy")]
+    gpu.sort(key=lambda e: float(e["ts"]))
+    totals: list[float] = []
+    for event in gpu:
+        if event["cat"] == "gpu_memcpy" and "DtoD" in event.get("name", ""):
+            totals.append(0.0)
+        elif event["cat"] == "kernel" and totals:
+            totals[-1] += float(event["dur"]) / 1000.0
+    if len(totals) != regions:
+        raise RuntimeError(
+            f"profiler timer: found {len(totals)} L2 flushes for {regions} timed regions "
+            "(the timed code copies device-to-device itself); use the events timer"
+        )
+    return totals
 
 
 def single(settings: TimerSettings, fn: Callable[[], Any]) -> Samples:
