@@ -10,6 +10,7 @@ import ctypes
 import datetime as dt
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,14 +73,16 @@ def cublas_version() -> str:
 
 
 def project_commit() -> str:
-    if os.environ.get("GEMM_BENCH_COMMIT"):
-        return os.environ["GEMM_BENCH_COMMIT"]
-    root = Path(__file__).resolve().parent.parent
-    try:
-        return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """The project's git commit: ``GEMM_BENCH_COMMIT`` (for trees copied without .git) or git's."""
+    candidate = os.environ.get("GEMM_BENCH_COMMIT", "").strip()
+    if not candidate:
+        root = Path(__file__).resolve().parent.parent
+        try:
+            candidate = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                       text=True, timeout=10, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            candidate = ""
+    return candidate if re.fullmatch(r"[0-9a-f]{7,40}", candidate) else "unknown"
 
 
 def collect(method: dict[str, Any], te_version: str) -> tuple[dict[str, Any], dict[str, Any]]:
