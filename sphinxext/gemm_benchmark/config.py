@@ -1,0 +1,83 @@
+"""The extension's ``conf.py`` values, declared once (setup registers them, docs render them).
+
+Also the per-build settings derived from them: the execution mode in effect (the environment
+variable overrides ``conf.py``), the cache directory as a path, and when this build started (a
+``force`` build measures each question once, not once per directive).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+from sphinxext.gemm_benchmark import execution
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigValue:
+    name: str
+    default: Any
+    description: str
+    #: Sphinx's rebuild scope: "env" re-reads every page when the value changes.
+    rebuild: str = "env"
+    types: tuple[type, ...] = ()
+
+
+CONFIG_VALUES: tuple[ConfigValue, ...] = (
+    ConfigValue(
+        "gemm_benchmark_execution_mode", "auto",
+        "When to measure: ``cache`` never measures; ``auto`` measures this machine's GPU result when the "
+        "cache lacks it or holds a stale one (needs a CUDA GPU and Transformer Engine); ``force`` re-measures "
+        f"every question once per build. The environment variable ``{execution.ENV_VAR}`` overrides it.",
+        types=(str,),
+    ),
+    ConfigValue(
+        "gemm_benchmark_cache_dir", "_gemm_cache",
+        "The result cache: a directory of JSON result files, relative to the directory of ``conf.py``. "
+        "Commit it: a build without a GPU renders from it.",
+        types=(str,),
+    ),
+    ConfigValue(
+        "gemm_benchmark_max_age_days", None,
+        "Results older than this many days are stale (re-measured where a GPU is present, flagged in the "
+        "freshness table otherwise). ``None``: results never age.",
+        types=(int, float, type(None)),
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    mode: str
+    cache_dir: Path
+    max_age_days: float | None
+    build_started: float
+
+
+_SETTINGS: dict[int, Settings] = {}
+
+
+def init_settings(app: Sphinx) -> None:
+    """Resolve the settings at ``builder-inited`` (a bad mode is a warning; the build stays cache-only)."""
+    try:
+        mode = execution.execution_mode(app.config.gemm_benchmark_execution_mode)
+    except ValueError as exc:
+        logger.warning("%s; measuring nothing (cache mode)", exc, type="gemm_benchmark", subtype="config")
+        mode = "cache"
+    cache_dir = Path(app.confdir, app.config.gemm_benchmark_cache_dir).resolve()
+    max_age = app.config.gemm_benchmark_max_age_days
+    _SETTINGS[id(app)] = Settings(mode, cache_dir, max_age, time.time())
+    execution.reset_detection()
+
+
+def settings(app: Sphinx) -> Settings:
+    if id(app) not in _SETTINGS:
+        init_settings(app)
+    return _SETTINGS[id(app)]

@@ -1,0 +1,107 @@
+"""Site-wide freshness: one table of every ``gemm-benchmark`` (like myst-nb's execution statistics).
+
+``.. gemm-benchmark-freshness::`` puts a placeholder in its page; after all pages are read the
+post-transform fills it from the environment's records: page, name, devices, measured date,
+method version and status (fresh / stale / missing / failed, with the reason). At the end of the
+build the same summary goes to the log, so a CI log says which numbers need a GPU run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+from bench.results import METHOD_VERSION
+from sphinxext.gemm_benchmark import envdata
+from sphinxext.gemm_benchmark.nodes import gemm_freshness
+from sphinxext.gemm_benchmark.render_block import app_of, device_label
+from sphinxext.gemm_benchmark.render_table import Entry, build_table
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("Page", "Name", "Devices", "Measured", "Method", "Status")
+
+
+class GemmBenchmarkFreshnessDirective(SphinxDirective):
+    """Where the freshness table goes."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        envdata.note_freshness_page(self.env, self.env.docname)
+        node = gemm_freshness()
+        self.set_source_info(node)
+        return [node]
+
+
+def rows(records: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One row per directive: the table's and the log's content."""
+    out = []
+    for r in records:
+        devices = r["devices"]
+        names = ", ".join(device_label(d["name"]) for d in devices) or "–"
+        if r["unmatched"]:
+            names += " (none for " + ", ".join(r["unmatched"]) + ")"
+        dates = ", ".join(d["date"][:10] for d in devices) or "–"
+        methods = ", ".join(sorted({d["method_version"] for d in devices})) or "–"
+        reasons = "; ".join(f"{device_label(d['name'])}: {d['reason']}" for d in devices if d["reason"])
+        status = r["status"] + (f" ({reasons})" if reasons else "")
+        out.append((r["docname"], r["name"] or f"(line {r['lineno']})", names, dates, methods, status))
+    return out
+
+
+class ResolveFreshness(SphinxPostTransform):
+    default_priority = 500
+
+    def run(self, **kwargs: Any) -> None:
+        for node in list(self.document.findall(gemm_freshness)):
+            records = envdata.all_records(self.env)
+            if not records:
+                node.replace_self(nodes.paragraph("No gemm-benchmark results on this site.",
+                                                  "No gemm-benchmark results on this site."))
+                continue
+            body = []
+            for row in rows(records):
+                docname = row[0]
+                cells = [Entry(docname), *(Entry(v) for v in row[1:5]),
+                         Entry(row[5], classes=(f"gemm-status-{row[5].split()[0]}",))]
+                body.append(cells)
+            table = build_table([[Entry(c) for c in COLUMNS]], body, [14, 14, 20, 12, 6, 30],
+                                classes=["gemm-freshness"],
+                                title=f"Every measured result on this site (current method version {METHOD_VERSION})")
+            self._link_pages(table, records)
+            node.replace_self(table)
+
+    def _link_pages(self, table: nodes.table, records: list[dict[str, Any]]) -> None:
+        """Make each page cell a link to the directive's page."""
+        builder = app_of(self.env).builder
+        if builder.format != "html":
+            return
+        entries = [row[0] for row in table.findall(nodes.row)][1:]  # skip the header row
+        for entry, record in zip(entries, records, strict=True):
+            para = entry[0]
+            uri = builder.get_relative_uri(self.env.docname, record["docname"])
+            ref = nodes.reference("", record["docname"], internal=True, refuri=uri)
+            del para[:]
+            para += ref
+
+
+def log_summary(app: Sphinx, exception: Exception | None) -> None:
+    """``build-finished``: the freshness table, in the log."""
+    if exception is not None or not hasattr(app, "env") or app.env is None:
+        return
+    records = envdata.all_records(app.env)
+    if not records:
+        return
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    logger.info("gemm-benchmark: %d results (%s)", len(records), summary)
+    for row in rows(records):
+        logger.info("  %-24s %-18s %-28s %-12s v%-3s %s", *row)

@@ -1,0 +1,68 @@
+"""The extension's own doctree nodes and their (deliberately thin) writers.
+
+Everything a reader sees is built from standard docutils nodes (tables, images, paragraphs), so
+every builder renders it. Only three nodes are ours:
+
+* :class:`gemm_benchmark_block` wraps one directive's output. It is registered as an *enumerable*
+  node so that ``:name:`` becomes a label ``:ref:`` can link to, titled by the caption.
+* :class:`gemm_value` is a role's value waiting for all pages to be read (names may be defined on
+  a page read later, or in another process under ``-j``); a post-transform replaces it.
+* :class:`gemm_freshness` is the freshness table's placeholder, filled the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from docutils import nodes
+from sphinx.application import Sphinx
+
+
+class gemm_benchmark_block(nodes.General, nodes.Element):
+    """One ``gemm-benchmark`` directive's rendered output."""
+
+
+class gemm_value(nodes.Inline, nodes.Element):
+    """A role's reference to a measured value, resolved after reading (attributes: see roles)."""
+
+
+class gemm_freshness(nodes.General, nodes.Element):
+    """Placeholder for the site-wide freshness table."""
+
+
+def _visit_block_html(self: Any, node: gemm_benchmark_block) -> None:
+    self.body.append(self.starttag(node, "div", CLASS="gemm-benchmark"))
+
+
+def _depart_block_html(self: Any, node: gemm_benchmark_block) -> None:
+    self.body.append("</div>\n")
+
+
+def _pass(self: Any, node: nodes.Node) -> None:
+    """Non-HTML writers render the block's children only."""
+
+
+def _unresolved(self: Any, node: nodes.Node) -> None:
+    # A post-transform replaces every gemm_value / gemm_freshness; reaching a writer means a
+    # builder skipped post-transforms. Writing nothing is better than a crash.
+    raise nodes.SkipNode
+
+
+def block_title(node: nodes.Element) -> str:
+    """The title ``:ref:`` shows for a block: its caption, else its name.
+
+    The caption is kept as an attribute, not a ``caption`` node: LaTeX writes captions as
+    ``\\caption`` which is an error outside a float, and the block is not one.
+    """
+    return node.get("gemm_caption") or node.get("gemm_name", "")
+
+
+def setup_nodes(app: Sphinx) -> None:
+    writers = ("latex", "text", "man", "texinfo")
+    app.add_enumerable_node(
+        gemm_benchmark_block, "gemm-benchmark", block_title,
+        html=(_visit_block_html, _depart_block_html),
+        **{w: (_pass, _pass) for w in writers},
+    )
+    for node_class in (gemm_value, gemm_freshness):
+        app.add_node(node_class, html=(_unresolved, None), **{w: (_unresolved, None) for w in writers})

@@ -1,0 +1,280 @@
+"""The ``gemm-benchmark`` directive's options, in one table, and their parsing into a request.
+
+:data:`OPTIONS` is the single source of truth: the directive's ``option_spec`` is built from it,
+the parser validates against it, and the ``gemm-benchmark-options`` directive renders the
+authoring reference from it, so documentation and behaviour cannot drift apart. Model options
+are Megatron-LM's argument names, exactly as the ``gemm-bench`` CLI spells them (``--hidden-size``
+there, ``:hidden-size:`` here), and they go through the same :func:`bench.question.build_question`,
+so the directive accepts and rejects exactly what the CLI does.
+
+The directive accepts *any* option name at the docutils level (see :class:`PermissiveOptionSpec`)
+and validates here instead: docutils' own "unknown option" error is a fatal parse error without a
+type/subtype, which ``suppress_warnings`` cannot silence and which does not say which options exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.config import BOOL_FIELDS, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
+from bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
+from bench.question import Question, build_question
+
+try:  # the CLI's help text for the Megatron fields: one wording for both surfaces
+    from bench.cli import _CONFIG_HELP as _FIELD_HELP
+except ImportError:  # pragma: no cover - bench without a CLI
+    _FIELD_HELP = {}
+
+SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "provenance")
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One directive option as authors see it."""
+
+    name: str
+    description: str
+    default: str
+    example: str
+    group: str
+    #: The config field this option sets (Megatron argument name), or None.
+    field: str | None = None
+    flag: bool = False
+
+
+def _field_option(field: str) -> Option:
+    name = field.replace("_", "-")
+    if field in BOOL_FIELDS:
+        description = {
+            "swiglu": "Gated MLP (SwiGLU): MLP up computes gate and up, 2 x FFN outputs.",
+            "sequence_parallel": "Megatron sequence parallelism; recorded, it does not change GEMM shapes.",
+        }[field]
+        return Option(name, description + " A flag; ``true``/``false`` also accepted.", "false", "",
+                      "model", field=field, flag=True)
+    help_text = _FIELD_HELP.get(field, field.replace("_", " "))
+    examples = {
+        "hidden_size": "4096", "ffn_hidden_size": "16384", "num_attention_heads": "32",
+        "num_query_groups": "8", "kv_channels": "128", "num_layers": "24", "micro_batch_size": "1",
+        "seq_length": "4096", "tensor_model_parallel_size": "2", "num_experts": "8",
+        "moe_router_topk": "2", "moe_ffn_hidden_size": "14336", "expert_model_parallel_size": "2",
+    }
+    defaults = {
+        "num_layers": "1 (or the preset's)", "micro_batch_size": "1 (or the preset's)",
+        "seq_length": "4096 (or the preset's)", "tensor_model_parallel_size": "1",
+        "moe_router_topk": "2", "expert_model_parallel_size": "1",
+    }
+    return Option(name, help_text[:1].upper() + help_text[1:] + ".", defaults.get(field, "(preset's / derived)"),
+                  examples.get(field, "1"), "model", field=field)
+
+
+def _build_options() -> dict[str, Option]:
+    presets = ", ".join(f"``{name}``" for name in PRESET_DESCRIPTIONS)
+    precisions = ", ".join(f"``{p}``" for p in PRECISION_IDS)
+    items = [
+        Option("name", "A label for this result: roles quote it (``:gemm-speedup:`NAME MODE PRECISION```) and "
+               "``:ref:`` links to it. Unique across the site.", "(none)", "te-5b-h100", "presentation"),
+        Option("caption", "A caption shown above the result (also the title of ``:ref:`` links).", "(none)",
+               "TE guide layer on H100", "presentation"),
+        Option("model", f"A model preset: {presets}. Model options below override its fields.", "(none)",
+               "te-guide-5b", "question"),
+        Option("hf-config", "A Hugging Face ``config.json``, relative to the page (or ``/``-rooted at the "
+               "source directory); it must lie inside the source tree.", "(none)", "llama-config.json", "question"),
+        Option("shapes", "Manual mode: GEMM shapes ``MxKxN``, comma or space separated.", "(none)",
+               "8192x4096x4096, 8192x4096x14336", "question"),
+        Option("sweep", "Square sizes ``S`` (GEMMs ``SxSxS``), comma or space separated: speedup vs size.",
+               "(none)", "1024, 2048, 4096, 8192", "question"),
+        *(_field_option(f) for f in (*INT_FIELDS, *sorted(BOOL_FIELDS))),
+        Option("precisions", f"Precisions to show, comma separated: {precisions}. BF16, the baseline of every "
+               "speedup, is always shown.", "all", "bf16, fp8-current, fp8-block", "selection"),
+        Option("modes", "Modes to show, as tabs: " + ", ".join(f"``{m}`` ({MODE_NAMES[m]})" for m in MODES) + ".",
+               "autocast, prequant", "autocast", "selection"),
+        Option("devices", "Cached devices to show, matched against the device name or file slug, in this "
+               "order (device tabs when more than one).", "every cached device", "h100, h200", "selection"),
+        Option("show", "Parts to render: " + ", ".join(f"``{s}``" for s in SHOW_PARTS) + ".",
+               ", ".join(SHOW_PARTS), "table, totals", "presentation"),
+    ]
+    return {o.name: o for o in items}
+
+
+#: Every option of the ``gemm-benchmark`` directive, keyed by its spelling (``hidden-size``).
+OPTIONS: dict[str, Option] = _build_options()
+
+
+def option_spelling(field: str) -> str:
+    """How a config field is spelled in a directive: ``hidden_size`` -> ``:hidden-size:``."""
+    return ":" + field.replace("_", "-") + ":"
+
+
+class PermissiveOptionSpec(dict):
+    """An ``option_spec`` that lets every option through to :func:`parse_options`.
+
+    docutils and MyST both look converters up with ``option_spec[name]``; answering every name
+    means unknown options reach our validation, which warns with page, line, option name and the
+    list of known options, under ``suppress_warnings``-able type ``gemm_benchmark.option``.
+    """
+
+    def __init__(self, known: Mapping[str, Option]) -> None:
+        super().__init__({name: _keep_text for name in known})
+
+    def __missing__(self, key: str) -> Callable[[str | None], str]:
+        return _keep_text
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def _keep_text(value: str | None) -> str:
+    return "" if value is None else str(value)
+
+
+class OptionError(ValueError):
+    """Bad directive input; ``option`` is the option at fault (its spelling without colons)."""
+
+    def __init__(self, option: str, message: str, subtype: str = "option") -> None:
+        self.option = option
+        self.message = message
+        self.subtype = subtype
+        super().__init__(f":{option}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What one directive asks for, validated: the question and how to show its answer."""
+
+    question: Question
+    precisions: tuple[str, ...]
+    modes: tuple[str, ...]
+    devices: tuple[str, ...]
+    show: tuple[str, ...]
+    name: str
+    caption: str
+    #: The Hugging Face config file read, to note as a page dependency.
+    hf_config: Path | None = None
+
+
+_SPLIT = re.compile(r"[,\s]+")
+
+
+def split_list(text: str) -> list[str]:
+    """``"a, b c"`` -> ``["a", "b", "c"]`` (commas and/or whitespace)."""
+    return [item for item in _SPLIT.split(text.strip()) if item]
+
+
+def _parse_bool(option: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("", "true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0"):
+        return False
+    raise OptionError(option, f"is a flag; give no value, or true/false (got {text!r})")
+
+
+def _parse_int(option: str, text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise OptionError(option, f"{text.strip()!r} is not a whole number") from None
+
+
+def _parse_choices(option: str, text: str, normalize: Callable[[str], str], known: tuple[str, ...]) -> tuple[str, ...]:
+    items = split_list(text)
+    if not items:
+        raise OptionError(option, f"needs at least one of {', '.join(known)}")
+    out = []
+    for item in items:
+        try:
+            out.append(normalize(item))
+        except KeyError:
+            raise OptionError(option, f"unknown value {item!r}; choose from {', '.join(known)}",
+                              subtype=option) from None
+    return tuple(dict.fromkeys(out))
+
+
+def resolve_hf_config(text: str, *, srcdir: Path, docdir: Path) -> Path:
+    """The config file a page names, refusing anything outside the source tree.
+
+    A documentation build must not read arbitrary files of the machine it runs on (a page saying
+    ``../../etc/passwd`` would otherwise be rendered into a warning, or worse, a table).
+    """
+    raw = text.strip()
+    if not raw:
+        raise OptionError("hf-config", "needs a path to a config.json")
+    base = srcdir if raw.startswith("/") else docdir
+    path = (base / raw.lstrip("/")).resolve()
+    root = srcdir.resolve()
+    if path != root and root not in path.parents:
+        raise OptionError("hf-config", f"{raw!r} lies outside the documentation source directory",
+                          subtype="path")
+    if not path.is_file():
+        raise OptionError("hf-config", f"{raw!r} is not a file", subtype="path")
+    return path
+
+
+def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> Request:
+    """Validate a directive's raw options (strings) into a :class:`Request`.
+
+    Raises :class:`OptionError` naming the option at fault; config errors from the bench core are
+    re-spelled with directive option names (``:num-query-groups:``).
+    """
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise OptionError(unknown[0], "is not an option of gemm-benchmark; known options: "
+                          + ", ".join(OPTIONS))
+    text = {k: _keep_text(v) for k, v in options.items()}
+    fields: dict[str, Any] = {}
+    for name, value in text.items():
+        option = OPTIONS[name]
+        if option.field is None:
+            continue
+        fields[option.field] = _parse_bool(name, value) if option.flag else _parse_int(name, value)
+    hf_config = resolve_hf_config(text["hf-config"], srcdir=srcdir, docdir=docdir) if "hf-config" in text else None
+    for name in ("model", "shapes", "sweep"):
+        if name in text and not text[name].strip():
+            raise OptionError(name, "needs a value")
+    try:
+        question = build_question(
+            model=text.get("model") or None,
+            hf_config=hf_config,
+            shapes=split_list(text["shapes"]) if "shapes" in text else None,
+            sweep=split_list(text["sweep"]) if "sweep" in text else None,
+            fields=fields,
+        )
+    except ConfigError as exc:
+        message = exc.describe(lambda f: option_spelling(_FIELD_TO_OPTION.get(f, f)))
+        option = _FIELD_TO_OPTION.get(exc.field, exc.field).replace("_", "-")
+        raise OptionError(option, message.split(": ", 1)[1] if ": " in message else message,
+                          subtype="config") from None
+    precisions = (_parse_choices("precisions", text["precisions"], normalize_precision, PRECISION_IDS)
+                  if "precisions" in text else PRECISION_IDS)
+    modes = _parse_choices("modes", text["modes"], normalize_mode, MODES) if "modes" in text else MODES
+    devices = tuple(d.lower() for d in split_list(text.get("devices", "")))
+    if "devices" in text and not devices:
+        raise OptionError("devices", "needs at least one device name (e.g. h100)")
+    show = _parse_choices("show", text["show"], _normalize_show, SHOW_PARTS) if "show" in text else SHOW_PARTS
+    name = text.get("name", "").strip()
+    if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", name):
+        raise OptionError("name", f"{name!r} must be one word of letters, digits, '-', '_', '.' or ':'")
+    if "@" in name:
+        raise OptionError("name", "must not contain '@' (roles use NAME@DEVICE)")
+    # BF16 first: it is the baseline of every speedup, so it is always shown.
+    precisions = tuple(dict.fromkeys(("bf16", *sorted(precisions, key=PRECISION_IDS.index))))
+    return Request(question, precisions, modes, devices, show, name, text.get("caption", "").strip(), hf_config)
+
+
+def _normalize_show(text: str) -> str:
+    key = text.strip().lower()
+    if key in SHOW_PARTS:
+        return key
+    raise KeyError(text)
+
+
+#: Config errors name fields the directive spells differently ("shape" is ``:shapes:``).
+_FIELD_TO_OPTION = {"shape": "shapes", "hf_config": "hf-config"}
+
+
+def precision_display(precision: str) -> str:
+    return PRECISIONS[precision].display

@@ -1,0 +1,162 @@
+"""Result tables as plain docutils nodes, so HTML, LaTeX and text builders all render them.
+
+Every number comes from :class:`bench.report.Report` (cell times, TFLOP/s, per-pass sums, totals,
+speedups); this module only chooses rows, columns and formatting. Precisions that are not
+measured in a mode get no columns; :func:`unavailable_list` says why (TE's reason text, the
+failure message, or "not measured").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from docutils import nodes
+
+from bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from bench.report import Report
+from bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+
+
+def format_ms(ms: float | None) -> str:
+    """Milliseconds with about four significant digits (GEMMs take 0.01 ms, models 1000 ms)."""
+    if ms is None:
+        return "–"
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
+
+
+def format_tflops(tflops: float | None) -> str:
+    return "–" if tflops is None else f"{tflops:.0f}"
+
+
+def format_speedup(speedup: float | None) -> str:
+    return "–" if speedup is None else f"{speedup:.2f}×"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    text: str
+    morecols: int = 0
+    strong: bool = False
+    classes: tuple[str, ...] = ()
+
+
+def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequence[Entry]],
+                colwidths: Sequence[int], *, classes: Sequence[str] = (), title: str = "") -> nodes.table:
+    """A docutils table; an entry spanning columns covers the following ones (``morecols``)."""
+    table = nodes.table(classes=["gemm-table", *classes])
+    if title:
+        table += nodes.title(title, title)
+    group = nodes.tgroup(cols=len(colwidths))
+    table += group
+    for width in colwidths:
+        group += nodes.colspec(colwidth=width)
+
+    def make_row(entries: Sequence[Entry]) -> nodes.row:
+        row = nodes.row()
+        for item in entries:
+            entry = nodes.entry(classes=list(item.classes))
+            if item.morecols:
+                entry["morecols"] = item.morecols
+            para = nodes.paragraph()
+            para += nodes.strong(item.text, item.text) if item.strong else nodes.Text(item.text)
+            entry += para
+            row += entry
+        return row
+
+    if header_rows:
+        head = nodes.thead()
+        group += head
+        for entries in header_rows:
+            head += make_row(entries)
+    body = nodes.tbody()
+    group += body
+    for entries in body_rows:
+        body += make_row(entries)
+    return table
+
+
+def _gemm_label(report: Report, gemm: GemmShape) -> str:
+    if report.kind == "model":
+        return OP_NAMES.get(gemm.op, gemm.op)
+    if report.kind == "sweep":
+        return f"S = {gemm.m}"
+    return gemm.label
+
+
+def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.table:
+    """Per GEMM (op and pass): shape, then ms and TFLOP/s per precision and the speedup vs BF16.
+
+    ``precisions`` are the measured ones (BF16 first). Model results get a sum row per pass.
+    """
+    lead = ["Pass", "GEMM", "Shape (MxKxN)"] if report.kind == "model" else ["GEMM", "Shape (MxKxN)"]
+    top = [Entry("") for _ in lead]
+    second = [Entry(h) for h in lead]
+    widths = [8, 18, 20] if report.kind == "model" else [14, 20]
+    for p in precisions:
+        extra = 0 if p == BASELINE else 1
+        top.append(Entry(PRECISIONS[p].display, morecols=1 + extra, classes=("gemm-precision",)))
+        second += [Entry("ms"), Entry("TFLOP/s")] + ([Entry("× BF16")] if extra else [])
+        widths += [8, 8] + ([7] if extra else [])
+    rows: list[list[Entry]] = []
+    for pass_ in PASSES:
+        gemms = [g for g in report.gemms if g.pass_ == pass_]
+        if not gemms:
+            continue
+        for g in gemms:
+            row = [Entry(PASS_NAMES[pass_])] if report.kind == "model" else []
+            row += [Entry(_gemm_label(report, g)), Entry(g.label)]
+            for p in precisions:
+                cell = report.cell(mode, p, g)
+                row += [Entry(format_ms(cell.ms)), Entry(format_tflops(cell.tflops))]
+                if p != BASELINE:
+                    row.append(Entry(format_speedup(report.gemm_speedup(mode, p, g))))
+            rows.append(row)
+        if report.kind == "model":
+            row = [Entry(PASS_NAMES[pass_], strong=True), Entry("sum", strong=True), Entry("")]
+            for p in precisions:
+                total = report.total(mode, p)
+                row += [Entry(format_ms(total.pass_ms.get(pass_)), strong=True), Entry("")]
+                if p != BASELINE:
+                    base = report.total(mode, BASELINE).pass_ms.get(pass_)
+                    mine = total.pass_ms.get(pass_)
+                    row.append(Entry(format_speedup(base / mine if base and mine else None), strong=True))
+            rows.append(row)
+    return build_table([top, second], rows, widths, classes=["gemm-gemms"],
+                       title=f"{MODE_NAMES[mode]}: time per GEMM")
+
+
+def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.table:
+    """Per precision: time per layer, for the whole model, and the speedup vs BF16."""
+    layers = report.num_layers
+    whole = f"Model ({layers} layers), ms" if report.kind == "model" else "All shapes, ms"
+    header = [Entry("Precision"), Entry("Per layer, ms"), Entry(whole), Entry("Speedup vs BF16")]
+    if report.kind != "model":
+        header = [header[0], header[2], header[3]]
+    rows = []
+    for p in precisions:
+        total = report.total(mode, p)
+        if total.status != "measured":
+            continue
+        row = [Entry(PRECISIONS[p].display, strong=True), Entry(format_ms(total.per_layer_ms)),
+               Entry(format_ms(total.model_ms)), Entry(format_speedup(total.speedup_vs_bf16))]
+        rows.append(row if report.kind == "model" else [row[0], row[2], row[3]])
+    widths = [14, 12, 18, 14] if report.kind == "model" else [14, 18, 14]
+    return build_table([header], rows, widths, classes=["gemm-totals"], title=f"{MODE_NAMES[mode]}: totals")
+
+
+def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> nodes.Element | None:
+    """Precisions the page asked for that have no numbers in this mode, each with the reason."""
+    items = nodes.bullet_list(classes=["gemm-unavailable"])
+    for p in precisions:
+        status, reason = report.status(mode, p)
+        if status == "measured":
+            continue
+        word = {"unsupported": "not supported", "failed": "failed", "missing": "not measured"}[status]
+        item = nodes.list_item()
+        para = nodes.paragraph()
+        para += nodes.strong(PRECISIONS[p].display, PRECISIONS[p].display)
+        para += nodes.Text(f" {word}: {reason}" if reason else f" {word}")
+        item += para
+        items += item
+    return items if len(items) else None

@@ -1,0 +1,168 @@
+"""Shared fixtures: Sphinx's test fixtures, the test roots, result documents, GPU gating.
+
+Extension tests build tiny projects from ``tests/roots/test-<name>/`` with Sphinx's own fixtures;
+each test passes a unique ``srcdir`` so the project is copied into a temporary directory and
+its result cache (``_gemm_cache`` beside ``conf.py``) can be written freely.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = ["sphinx.testing.fixtures"]
+
+TESTS = Path(__file__).parent
+DATA = TESTS / "data"
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm_count": 132}
+H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
+
+
+@pytest.fixture(scope="session")
+def rootdir() -> Path:
+    return TESTS / "roots"
+
+
+def cuda_available() -> bool:
+    """A CUDA GPU with Transformer Engine: what ``@pytest.mark.gpu`` tests need."""
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformer_engine") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any(item.get_closest_marker("gpu") for item in items) and not cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU with Transformer Engine")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_accidental_measuring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Builds in tests see no GPU and ignore the caller's GEMM_BENCH_EXECUTION_MODE.
+
+    CI exports ``GEMM_BENCH_EXECUTION_MODE=cache``; a developer's GPU box would otherwise measure
+    during tests. Tests that exercise measuring install a fake GPU themselves; ``gpu`` tests keep
+    the real one.
+    """
+    from sphinxext.gemm_benchmark import execution
+
+    monkeypatch.delenv(execution.ENV_VAR, raising=False)
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setattr(execution, "gpu_detector", lambda: (None, "tests run without a GPU"))
+    execution.reset_detection()
+
+
+def make_document(
+    question: Any,
+    *,
+    device: Mapping[str, Any] = H100,
+    precisions: Iterable[str] = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4"),
+    modes: Iterable[str] = ("autocast", "prequant"),
+    unsupported: Mapping[str, str] | None = None,
+    failed: Mapping[tuple[str, str], str] | None = None,
+    speed: float = 1.0,
+    date: str = "2026-11-20T10:00:00+00:00",
+    method_version: str | None = None,
+) -> dict[str, Any]:
+    """A valid synthetic result document: BF16 at ~600 TFLOP/s x ``speed``, FP8 faster.
+
+    ``unsupported`` maps precision -> reason (every cell); ``failed`` maps (mode, precision) ->
+    message. Precisions without a pre-quantized form get bench's own reason for that mode.
+    """
+    from bench.precisions import PRECISIONS
+    from bench.results import new_document
+
+    factors = {"bf16": 1.0, "fp8-delayed": 1.7, "fp8-current": 1.6, "fp8-block": 1.35, "mxfp8": 1.8, "nvfp4": 2.6}
+    doc = new_document(
+        kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
+        config=question.config.to_dict() if question.config else None, device=dict(device),
+        provenance={"torch": "2.11.0", "transformer_engine": "2.20.2", "cuda": "13.0", "cublas": "13.1.0",
+                    "driver": "580.0", "commit": "test", "date": date,
+                    "method": {"timer": "synthetic test data", "repetitions": 1, "statistic": "median"}},
+        notes=question.notes,
+    )
+    if method_version is not None:
+        doc["method_version"] = method_version
+    unsupported = dict(unsupported or {})
+    failed = dict(failed or {})
+    cells = []
+    for mode in modes:
+        for p in precisions:
+            for i, g in enumerate(question.gemms):
+                cell = {"mode": mode, "precision": p, "op": g.op, "pass": g.pass_, "m": g.m, "k": g.k,
+                        "n": g.n, "groups": g.groups}
+                if not PRECISIONS[p].has_mode(mode):
+                    cell.update(status="unsupported", reason=PRECISIONS[p].absent_modes[mode])
+                elif p in unsupported:
+                    cell.update(status="unsupported", reason=unsupported[p])
+                elif (mode, p) in failed:
+                    cell.update(status="failed", reason=failed[(mode, p)])
+                else:
+                    factor = factors[p] * (1.1 if mode == "prequant" else 1.0) * (1 + 0.01 * i)
+                    ms = round(g.flops / (600e12 * speed * factor) * 1e3, 6)
+                    cell.update(status="measured", ms=ms, stats={"median_ms": ms, "iqr_ms": ms * 0.01})
+                cells.append(cell)
+    doc["cells"] = cells
+    return doc
+
+
+def write_document(cache_dir: Path, doc: dict[str, Any]) -> Path:
+    """Write ``doc`` where the cache looks for it (``<hash>--<device slug>.json``)."""
+    from bench.cache import dumps, file_name
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / file_name(doc["question_hash"], doc["device"]["name"])
+    path.write_text(dumps(doc), encoding="utf-8")
+    return path
+
+
+def copy_real_document(cache_dir: Path, name: str) -> Path:
+    """Copy a real GPU result from tests/data into a cache under its proper file name."""
+    from bench.cache import file_name, read_document
+
+    source = DATA / name
+    doc = read_document_any_name(source)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    target = cache_dir / file_name(doc["question_hash"], doc["device"]["name"])
+    shutil.copyfile(source, target)
+    read_document(target)  # validates, including the file name
+    return target
+
+
+def read_document_any_name(path: Path) -> dict[str, Any]:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def question() -> Callable[..., Any]:
+    """``question(model="te-guide-5b")``: bench's build_question."""
+    from bench.question import build_question
+
+    return build_question
+
+
+@pytest.fixture
+def make_result() -> Callable[..., dict[str, Any]]:
+    return make_document
+
+
+@pytest.fixture
+def store_result() -> Callable[[Path, dict[str, Any]], Path]:
+    return write_document
+
+
+@pytest.fixture
+def real_result() -> Callable[[Path, str], Path]:
+    return copy_real_document

@@ -1,0 +1,2 @@
+extensions = ["myst_parser", "sphinxext.gemm_benchmark"]
+project = "gemm-benchmark test: myst"

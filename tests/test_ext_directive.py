@@ -1,0 +1,119 @@
+"""The gemm-benchmark directive renders a cached real H100 result as tabs, figures, tables, provenance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+
+from bench.precisions import PRECISIONS
+from bench.report import Report
+from sphinxext.gemm_benchmark.render_table import format_ms, format_speedup
+
+
+def _build(app, real_result) -> BeautifulSoup:
+    real_result(Path(app.srcdir) / "_gemm_cache", "h100-te-guide-5b.json")
+    real_result(Path(app.srcdir) / "_gemm_cache", "h100-mixtral-8x7b.json")
+    app.build()
+    return BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
+
+
+@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-html")
+def test_html_structure(app, real_result, warning):
+    soup = _build(app, real_result)
+    assert warning.getvalue() == ""
+    block = soup.select_one("div.gemm-benchmark#te-5b-h100")
+    assert block is not None
+    tabs = [b.get_text() for b in block.select("div.gemm-mode-tabs > [role=tablist] > button")]
+    assert tabs == ["Autocast", "Pre-quantized"]
+    panels = block.select("div.gemm-mode-tabs > div[role=tabpanel]")
+    assert len(panels) == 2 and not panels[0].has_attr("hidden") and panels[1].has_attr("hidden")
+    for panel in panels:
+        images = panel.select("img.gemm-figure")
+        assert sorted(c for img in images for c in img["class"] if c.startswith("only-")) == ["only-dark", "only-light"]
+        for img in images:
+            svg = Path(app.outdir) / img["src"]
+            assert svg.read_bytes().startswith(b"<?xml") and b"<svg" in svg.read_bytes()[:500]
+
+
+@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-table")
+def test_table_numbers_come_from_report(app, real_result):
+    soup = _build(app, real_result)
+    doc = json.loads((Path(__file__).parent / "data" / "h100-te-guide-5b.json").read_text())
+    report = Report(doc)
+    panel = soup.select("div.gemm-benchmark#te-5b-h100 div.gemm-mode-tabs > div[role=tabpanel]")[1]  # Pre-quantized
+    gemms_table = panel.select_one("table.gemm-gemms")
+    header = [th.get_text() for th in gemms_table.select("thead tr")[0].select("th")]
+    # Measured precisions only: H100 has no MXFP8/NVFP4, FP8 delayed has no pre-quantized form.
+    assert [h for h in header if h] == ["BF16", "FP8 Current", "FP8 Block"]
+    first = [td.get_text() for td in gemms_table.select("tbody tr")[0].select("td")]
+    gemm = report.gemms[0]
+    assert first[:3] == ["Fprop", "QKV projection", gemm.label]
+    cell = report.cell("prequant", "bf16", gemm)
+    assert first[3] == format_ms(cell.ms)
+    assert first[4] == f"{cell.tflops:.0f}"
+    totals = panel.select_one("table.gemm-totals")
+    rows = {tr.td.get_text(): [td.get_text() for td in tr.select("td")] for tr in totals.select("tbody tr")}
+    total = report.total("prequant", "fp8-current")
+    assert rows["FP8 Current"][1:] == [format_ms(total.per_layer_ms), format_ms(total.model_ms),
+                                       format_speedup(total.speedup_vs_bf16)]
+    unavailable = panel.select_one("ul.gemm-unavailable").get_text()
+    assert "FP8 Delayed" in unavailable and PRECISIONS["fp8-delayed"].absent_modes["prequant"][:40] in unavailable
+    assert "MXFP8 not supported: Device compute capability 10.0" in unavailable
+
+
+@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-provenance")
+def test_provenance_and_download(app, real_result):
+    soup = _build(app, real_result)
+    prov = soup.select_one("div.gemm-benchmark#te-5b-h100 p.gemm-provenance")
+    text = prov.get_text(" ")
+    for expected in ("NVIDIA H100 80GB HBM3", "driver 580.159.04", "CUDA 13.0", "PyTorch 2.11.0+cu130",
+                     "Transformer Engine 2.20.2", "2026-11-23", "method v1", "L2 flushed"):
+        assert expected in text, expected
+    link = prov.select_one("a.download")
+    downloaded = Path(app.outdir) / link["href"]
+    assert downloaded.name.startswith("6395c3eace1d229f--h100-80gb-hbm3")
+    assert json.loads(downloaded.read_text())["question_hash"] == "6395c3eace1d229f"
+
+
+@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-label")
+def test_name_is_a_label_and_failed_cells_are_listed(app, real_result):
+    soup = _build(app, real_result)
+    ref = soup.select_one("a.reference.internal[href='#te-5b-h100']")
+    assert ref is not None and ref.get_text() == "Transformer Engine guide layer"
+    other = BeautifulSoup((Path(app.outdir) / "other.html").read_text(encoding="utf-8"), "html.parser")
+    block = other.select_one("div.gemm-benchmark#moe")
+    assert not block.select("img"), ":show: table, totals draws no figure"
+    assert "balanced routing" in block.get_text()
+    prequant = block.select("div[role=tabpanel]")[1]
+    assert "FP8 Block failed: RuntimeError" in prequant.select_one("ul.gemm-unavailable").get_text()
+    # A grouped (MoE) GEMM is labelled with its group count.
+    assert "8 x " in prequant.select_one("table.gemm-gemms").get_text()
+
+
+@pytest.mark.sphinx("text", testroot="basic", srcdir="directive-text")
+def test_text_builder(app, real_result, warning):
+    real_result(Path(app.srcdir) / "_gemm_cache", "h100-te-guide-5b.json")
+    real_result(Path(app.srcdir) / "_gemm_cache", "h100-mixtral-8x7b.json")
+    app.build()
+    text = (Path(app.outdir) / "index.txt").read_text(encoding="utf-8")
+    assert "Autocast: time per GEMM" in text and "Pre-quantized: totals" in text
+    assert "15872x4096x12288" in text
+    assert "1.62×" in text  # the role, resolved for a non-HTML builder
+    assert "WARNING" not in warning.getvalue()
+
+
+@pytest.mark.sphinx("latex", testroot="basic", srcdir="directive-latex")
+def test_latex_builder(app, real_result, warning):
+    real_result(Path(app.srcdir) / "_gemm_cache", "h100-te-guide-5b.json")
+    real_result(Path(app.srcdir) / "_gemm_cache", "h100-mixtral-8x7b.json")
+    app.build()
+    tex = next(Path(app.outdir).glob("*.tex")).read_text(encoding="utf-8")
+    assert "\\sphinxincludegraphics" in tex and ".pdf}" in tex
+    assert "\\subsubsection*{Pre\\sphinxhyphen{}quantized}" in tex
+    assert "only-dark" not in tex
+    pdfs = list(Path(app.outdir).glob("gemm-*.pdf"))
+    assert len(pdfs) == 2 and all(p.read_bytes().startswith(b"%PDF") for p in pdfs)
+    assert "WARNING" not in warning.getvalue()
