@@ -1,0 +1,44 @@
+"""Roles quote exactly what ``gemm-bench report --json`` computes, from any page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+
+from sphinxext.gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
+
+
+def _cli_report(path: Path) -> dict:
+    """What the CLI prints: the reference the roles must agree with."""
+    out = subprocess.run([sys.executable, "-m", "bench.cli", "report", "--json", str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+@pytest.mark.sphinx("html", testroot="basic", srcdir="roles-values")
+def test_role_values_equal_report_json(app, real_result, warning):
+    cache = Path(app.srcdir) / "_gemm_cache"
+    path = real_result(cache, "h100-te-guide-5b.json")
+    real_result(cache, "h100-mixtral-8x7b.json")
+    app.build()
+    assert "WARNING" not in warning.getvalue()
+    report = _cli_report(path)
+    totals = {(t["mode"], t["precision"]): t for t in report["totals"]}
+    cells = {(c["mode"], c["precision"], c["op"], c["pass"]): c for c in report["cells"]}
+    index = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
+    speedup, time, tflops = index.select("abbr.gemm-value")
+    expected = totals[("autocast", "fp8-current")]["speedup_vs_bf16"]
+    assert float(speedup["title"].split()[0]) == expected and speedup.get_text() == format_speedup(expected)
+    expected = totals[("autocast", "bf16")]["model_ms"]
+    assert float(time["title"].split()[0]) == expected and time.get_text() == f"{format_ms(expected)} ms"
+    expected = cells[("prequant", "fp8-block", "mlp_up", "fprop")]["tflops"]
+    assert float(tflops["title"].split()[0]) == expected and tflops.get_text() == f"{format_tflops(expected)} TFLOP/s"
+    # A name defined on another page (index) resolves on this one (other).
+    other = BeautifulSoup((Path(app.outdir) / "other.html").read_text(encoding="utf-8"), "html.parser")
+    quoted = other.select_one("abbr.gemm-value")
+    assert float(quoted["title"].split()[0]) == totals[("prequant", "fp8-current")]["speedup_vs_bf16"]
