@@ -47,9 +47,14 @@ class UsageError(Exception):
     """Bad input: printed as one line, exit status 2."""
 
 
+def one_line(text: str) -> str:
+    """Escape anything that is not printable (newlines, separators) so a message stays one line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
 
 def _positive_int(text: str) -> int:
@@ -253,8 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"gemm-bench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `gemm-bench shapes | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("gemm-bench: interrupted; the cache is unchanged", file=sys.stderr)
         return 130

@@ -170,13 +170,6 @@ class ModelConfig:
                     "tensor_model_parallel_size",
                     f"{tp} does not divide {{moe_ffn_hidden_size}} {self.expert_ffn_hidden_size}",
                 )
-            routed = self.tokens * self.moe_router_topk * self.expert_model_parallel_size
-            if routed % e:
-                raise ConfigError(
-                    "num_experts",
-                    f"balanced routing needs tokens x top-k x EP ({routed}) divisible by "
-                    f"{e} experts; change {{micro_batch_size}} or {{seq_length}}",
-                )
 
 
 #: The largest value any single dimension may take: big enough for any real model, small enough
@@ -253,13 +246,17 @@ def preset(name: str) -> ModelConfig:
 
 
 # --------------------------------------------------------------------------- Hugging Face
-_GATED_ACTIVATIONS = {"silu", "swiglu", "geglu", "gelu_pytorch_tanh_gated"}
+_GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "geglu"}
+#: Model families whose MLP is gated (gate_proj + up_proj) whatever the activation is called.
+_GATED_FAMILIES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+                   "gemma2", "gemma3_text", "phi3", "olmo2", "deepseek_v2", "deepseek_v3"}
 
 
 def config_from_hf(path: str | Path, **training: Any) -> ModelConfig:
     """Read a Hugging Face ``config.json`` (``training`` adds micro-batch / sequence length / TP).
 
-    Gated MLPs are recognised by ``hidden_act: silu`` (Llama, Mistral, Qwen); MoE by
+    Gated MLPs are recognised by ``hidden_act: silu`` (Llama, Mistral, Qwen) or a gated
+    ``model_type`` (Gemma's GeGLU says ``gelu_pytorch_tanh``); MoE by
     ``num_local_experts`` (Mixtral) or ``num_experts`` (Qwen-MoE), with ``num_experts_per_tok``
     and ``moe_intermediate_size``.
     """
@@ -267,19 +264,19 @@ def config_from_hf(path: str | Path, **training: Any) -> ModelConfig:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError("hf_config", f"cannot read {path}: {exc.strerror or exc}") from None
+        raise ConfigError("hf_config", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError("hf_config", f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise ConfigError("hf_config", f"{str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(raw, dict):
-        raise ConfigError("hf_config", f"{path} does not hold a JSON object")
+        raise ConfigError("hf_config", f"{str(path)!r} does not hold a JSON object")
     # Multimodal configs nest the language model.
     if "text_config" in raw and "hidden_size" not in raw:
         raw = raw["text_config"]
     missing = [k for k in ("hidden_size", "num_attention_heads", "num_hidden_layers") if k not in raw]
     if missing:
-        raise ConfigError("hf_config", f"{path} lacks {', '.join(missing)}")
+        raise ConfigError("hf_config", f"{str(path)!r} lacks {', '.join(missing)}")
     experts = raw.get("num_local_experts") or raw.get("num_experts")
     values: dict[str, Any] = {
         "hidden_size": raw["hidden_size"],
@@ -288,7 +285,8 @@ def config_from_hf(path: str | Path, **training: Any) -> ModelConfig:
         "num_query_groups": raw.get("num_key_value_heads"),
         "kv_channels": raw.get("head_dim"),
         "num_layers": raw["num_hidden_layers"],
-        "swiglu": str(raw.get("hidden_act", "")).lower() in _GATED_ACTIVATIONS,
+        "swiglu": str(raw.get("hidden_act", raw.get("hidden_activation", ""))).lower() in _GATED_ACTIVATIONS
+        or str(raw.get("model_type", "")).lower() in _GATED_FAMILIES,
     }
     if experts and experts > 1:
         values.update(

@@ -49,7 +49,7 @@ class Question:
         if c.query_groups != c.num_attention_heads:
             parts.append(f"{c.query_groups} KV groups")
         if c.swiglu:
-            parts.append("SwiGLU")
+            parts.append("gated MLP")
         if c.is_moe:
             parts.append(f"{c.num_experts} experts top-{c.moe_router_topk}")
         if c.tensor_model_parallel_size > 1:

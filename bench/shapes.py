@@ -33,7 +33,8 @@ OP_NAMES = {
 #: Printed with every MoE result: grouped-GEMM shapes assume each expert gets the same tokens.
 BALANCED_ROUTING_NOTE = (
     "MoE expert GEMMs assume balanced routing: every expert receives "
-    "tokens x top-k x EP / experts tokens. Real routing is uneven; the router GEMM and "
+    "tokens x top-k x EP / experts tokens (rounded up). Real routing is uneven; the router GEMM, "
+    "shared experts and "
     "token dispatch/communication are not included."
 )
 
@@ -109,7 +110,8 @@ def layer_gemms(config: ModelConfig) -> list[GemmShape]:
     gemms += linear_gemms("attn_out", tokens, attn_in // tp, config.hidden_size)
     if config.is_moe:
         experts = config.num_experts or 1
-        per_expert = tokens * config.moe_router_topk * config.expert_model_parallel_size // experts
+        routed = tokens * config.moe_router_topk * config.expert_model_parallel_size
+        per_expert = -(-routed // experts)  # rounded up when routing cannot be exactly even
         ffn = config.expert_ffn_hidden_size
         groups = config.local_experts
         gemms += linear_gemms("mlp_up", per_expert, config.hidden_size, up_factor * ffn // tp, groups)

@@ -1,0 +1,55 @@
+"""Builders of test-only result documents (never written into the docs cache)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from bench.question import Question, build_question
+from bench.results import new_document
+
+
+def synthetic_document(
+    question: Question | None = None,
+    *,
+    device: str = "Test GPU 80GB",
+    capability: str = "9.0",
+    ms: dict[tuple[str, str], float] | None = None,
+    unsupported: dict[str, str] | None = None,
+    failed: dict[tuple[str, str, str, str], str] | None = None,
+    date: str = "2026-11-01T00:00:00+00:00",
+) -> dict[str, Any]:
+    """A valid document whose every cell time is ``ms[(mode, precision)]`` x (GEMM GFLOP).
+
+    Deterministic numbers so tests can check the arithmetic of reports and renderers exactly.
+    """
+    question = question or build_question(model="te-guide-5b")
+    ms = ms or {("autocast", "bf16"): 2.0, ("autocast", "fp8-current"): 1.0,
+                ("prequant", "bf16"): 1.5, ("prequant", "fp8-current"): 0.75}
+    doc = new_document(
+        kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
+        config=question.config.to_dict() if question.config else None,
+        device={"name": device, "compute_capability": capability},
+        provenance={"torch": "2.11.0", "transformer_engine": "2.20.2", "cuda": "13.0", "driver": "580.1",
+                    "date": date, "method": {"timer": "synthetic", "statistic": "median"}, "cublas": "13.1.0",
+                    "commit": "0123456"},
+        notes=question.notes,
+    )
+    for (mode, precision), per_gflop in ms.items():
+        for g in question.gemms:
+            key = (mode, precision, g.op, g.pass_)
+            base = {"mode": mode, "precision": precision, "op": g.op, "pass": g.pass_,
+                    "m": g.m, "k": g.k, "n": g.n, "groups": g.groups}
+            if failed and key in failed:
+                doc["cells"].append({**base, "status": "failed", "reason": failed[key]})
+                continue
+            value = round(per_gflop * g.flops / 1e12, 6)
+            doc["cells"].append({**base, "status": "measured", "ms": value,
+                                 "stats": {"median_ms": value, "iqr_ms": 0.0, "n": 1, "samples_ms": [value]}})
+    for precision, reason in (unsupported or {}).items():
+        for mode in ("autocast", "prequant"):
+            for g in question.gemms:
+                doc["cells"].append({"mode": mode, "precision": precision, "op": g.op, "pass": g.pass_,
+                                     "m": g.m, "k": g.k, "n": g.n, "groups": g.groups,
+                                     "status": "unsupported", "reason": reason})
+    return copy.deepcopy(doc)

@@ -1,0 +1,24 @@
+"""The core must build the docs on machines with no GPU stack: it may not import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CORE = ["bench", "bench.config", "bench.shapes", "bench.precisions", "bench.question", "bench.plan",
+        "bench.results", "bench.cache", "bench.report", "bench.cli"]
+
+
+def test_core_imports_no_torch() -> None:
+    code = (
+        "import sys\n"
+        f"for m in {CORE!r}: __import__(m)\n"
+        "from bench.cli import main\n"
+        "main(['shapes', '--model', 'llama3-8b', '--json'])\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_engine', 'numpy'))\n"
+        "assert not bad, bad\n"
+        "print('pure')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("pure")
