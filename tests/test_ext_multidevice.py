@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
-from conftest import H200
 
 from bench.report import Report
 from sphinxext.gemm_benchmark.render_table import format_speedup
 
+H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
 
 @pytest.fixture
 def multidevice(app, real_result, make_result, store_result, question):

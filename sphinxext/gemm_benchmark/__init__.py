@@ -96,7 +96,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_post_transform(ResolveGemmValues)
     app.add_post_transform(ResolveFreshness)
     app.connect("builder-inited", init_settings)
-    app.connect("builder-inited", _add_static)
+    app.connect("config-inited", _add_static)
     app.connect("env-get-outdated", outdated_pages)
     app.connect("env-purge-doc", envdata.purge_doc)
     app.connect("env-merge-info", envdata.merge_info)
@@ -104,7 +104,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}
 
 
-def _add_static(app: Sphinx) -> None:
-    if app.builder.format == "html":
-        app.config.html_static_path.append(str(STATIC_DIR))
-        app.add_css_file("gemm_benchmark.css")
+def _add_static(app: Sphinx, config: Any) -> None:
+    """At config-inited, so that the pickled and the fresh configuration agree on the static path."""
+    if str(STATIC_DIR) not in config.html_static_path:
+        config.html_static_path.append(str(STATIC_DIR))
+    app.add_css_file("gemm_benchmark.css")

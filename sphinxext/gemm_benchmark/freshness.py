@@ -71,11 +71,13 @@ class ResolveFreshness(SphinxPostTransform):
                 cells = [Entry(docname), *(Entry(v) for v in row[1:5]),
                          Entry(row[5], classes=(f"gemm-status-{row[5].split()[0]}",))]
                 body.append(cells)
+            # No table title: titled tables are numbered (given ids) while reading, and this one is
+            # built after reading; a paragraph says what the table is instead.
             table = build_table([[Entry(c) for c in COLUMNS]], body, [14, 14, 20, 12, 6, 30],
-                                classes=["gemm-freshness"],
-                                title=f"Every measured result on this site (current method version {METHOD_VERSION})")
+                                classes=["gemm-freshness"])
             self._link_pages(table, records)
-            node.replace_self(table)
+            intro = f"Every gemm-benchmark result on this site (current method version {METHOD_VERSION}):"
+            node.replace_self([nodes.paragraph(intro, intro, classes=["gemm-freshness-intro"]), table])
 
     def _link_pages(self, table: nodes.table, records: list[dict[str, Any]]) -> None:
         """Make each page cell a link to the directive's page."""

@@ -64,7 +64,27 @@ def device_label(name: str) -> str:
     return name.removeprefix("NVIDIA ").strip() or name
 
 
-def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str) -> list[nodes.Node]:
+#: Figures already written in this process, by what they depend on: pages showing the same result
+#: (a question quoted on several pages, or one directive per device) draw it once.
+_drawn: dict[tuple[object, ...], Path] = {}
+
+
+def _figure_file(env: BuildEnvironment, report: Report, source: Path, mode: str, theme: str, fmt: str) -> Path:
+    stat = source.stat()
+    key = (str(source), stat.st_mtime_ns, stat.st_size, mode, tuple(report.precisions), theme, fmt,
+           str(env.doctreedir))
+    path = _drawn.get(key)
+    if path is None or not path.exists():
+        figure = render_figure.figure_for(report, mode, theme=theme)
+        data = render_figure.image_bytes(figure, fmt)
+        path = render_figure.write_content_addressed(data, Path(env.doctreedir) / FIGURE_DIR,
+                                                     f"gemm-{mode}-{theme}", fmt)
+        _drawn[key] = path
+    return path
+
+
+def figure_nodes(env: BuildEnvironment, report: Report, source: Path, mode: str, device: str) -> list[nodes.Node]:
+    """The figure of one (device, mode): a light and a dark SVG for HTML, one light image elsewhere."""
     fmt = figure_format(env)
     if fmt is None:
         return []
@@ -72,10 +92,7 @@ def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str) 
     out: list[nodes.Node] = []
     what = "speedup vs square GEMM size" if report.kind == "sweep" else "speedup vs BF16 per GEMM and in total"
     for theme in themes:
-        figure = render_figure.figure_for(report, mode, theme=theme)
-        data = render_figure.image_bytes(figure, fmt)
-        path = render_figure.write_content_addressed(data, Path(env.doctreedir) / FIGURE_DIR,
-                                                     f"gemm-{mode}-{theme}", fmt)
+        path = _figure_file(env, report, source, mode, theme, fmt)
         classes = ["gemm-figure"] + ([f"only-{theme}"] if len(themes) > 1 else [])
         image = nodes.image(uri=_relative_uri(env, path), alt=f"{MODE_NAMES[mode]}: {what} on {device}",
                             classes=classes)
@@ -111,7 +128,7 @@ def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, 
     measured = [p for p in request.precisions if report.status(mode, p)[0] == "measured"]
     out: list[nodes.Node] = []
     if "figure" in request.show and measured:
-        out += figure_nodes(env, report, mode, device_label(answer.device))
+        out += figure_nodes(env, report, answer.path, mode, device_label(answer.device))
     if "table" in request.show and measured:
         out.append(render_table.gemm_table(report, mode, measured))
     if "totals" in request.show and measured and report.kind != "sweep":
