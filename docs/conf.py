@@ -1,0 +1,44 @@
+"""Sphinx configuration of the gemm-guide site."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # bench and sphinxext, also without an install
+sys.path.insert(0, str(HERE / "_ext"))
+
+project = "gemm-guide"
+author = "The gemm-guide authors"
+copyright = "2026, The gemm-guide authors"
+
+extensions = [
+    "myst_parser",
+    "sphinx_tabs.tabs",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "sphinxext.gemm_benchmark",
+    "gemm_cli_reference",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+myst_enable_extensions = ["colon_fence"]
+
+html_theme = "furo"
+html_title = "gemm-guide"
+html_static_path = ["_static"]
+
+# The measured results this site renders: docs/_gemm_cache, one JSON file per question per GPU.
+gemm_benchmark_cache_dir = "_gemm_cache"
+# "auto": a build on a machine with a CUDA GPU and Transformer Engine measures whatever the cache
+# lacks for that GPU; elsewhere the cache answers. GEMM_BENCH_EXECUTION_MODE overrides this.
+gemm_benchmark_execution_mode = "auto"
+
+# The GPU backends import torch / Transformer Engine; the API reference documents them anyway.
+autodoc_mock_imports = ["torch", "transformer_engine", "transformer_engine_torch"]
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+nitpicky = False
