@@ -1,0 +1,120 @@
+"""Execution modes with a fake GPU: what is measured, when, and how it reaches the cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cache import Cache
+from bench.question import build_question
+from sphinxext.gemm_benchmark import execution
+
+FAKE = {"name": "NVIDIA Fake GPU", "compute_capability": "9.0"}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, make_result):
+    """A GPU that 'measures' by writing a synthetic document; records every call."""
+    calls: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+
+    def measure(question, precisions, modes):
+        calls.append((question.hash, tuple(precisions), tuple(modes)))
+        if os.environ.get("FAKE_GPU_FAILS"):
+            raise RuntimeError("CUDA error: out of memory")
+        return make_result(question, device=FAKE, precisions=precisions, modes=modes)
+
+    monkeypatch.setattr(execution, "gpu_detector", lambda: (execution.LocalGpu(FAKE["name"], measure), ""))
+    execution.reset_detection()
+    return calls
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+TE = build_question(model="te-guide-5b").hash
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-auto")
+def test_auto_measures_once_and_answers_subsets_from_it(app, fake_gpu, warning):
+    app.build()
+    assert fake_gpu == [(TE, ("bf16", "fp8-current"), ("autocast",))]
+    cache = Path(app.srcdir) / "_gemm_cache"
+    assert (cache / execution.GPU_LOCK_NAME).exists()
+    [doc] = Cache(cache).lookup(TE).documents
+    assert doc["device"]["name"] == "NVIDIA Fake GPU"
+    assert "WARNING" not in warning.getvalue()
+    assert (Path(app.outdir) / "index.html").read_text(encoding="utf-8").count("NVIDIA Fake GPU") == 1
+
+
+@pytest.fixture
+def cache_mode_from_environment(monkeypatch):
+    """Set before the app is created (requested first), as a shell would."""
+    monkeypatch.setenv(execution.ENV_VAR, "cache")
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-env-cache")
+def test_environment_variable_overrides_conf(cache_mode_from_environment, app, fake_gpu, warning):
+    assert app.config.gemm_benchmark_execution_mode == "auto"
+    app.build()
+    assert fake_gpu == []
+    assert "execution mode is cache [gemm_benchmark.missing]" in _clean(warning.getvalue())
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-cached",
+                    confoverrides={"gemm_benchmark_execution_mode": "auto"})
+def test_auto_measures_only_missing_cells(app, fake_gpu, make_result, store_result):
+    cache = Path(app.srcdir) / "_gemm_cache"
+    store_result(cache, make_result(build_question(model="te-guide-5b"), device=FAKE, precisions=("bf16",),
+                                    modes=("autocast", "prequant")))
+    app.build()
+    # BF16 is re-measured with the missing precision: speedups never mix two runs' baselines.
+    assert fake_gpu == [(TE, ("bf16", "fp8-current"), ("autocast",))]
+    [doc] = Cache(cache).lookup(TE).documents
+    assert {(c["mode"], c["precision"]) for c in doc["cells"]} == {
+        ("autocast", "bf16"), ("autocast", "fp8-current"), ("prequant", "bf16")}
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-complete")
+def test_auto_with_complete_fresh_cache_measures_nothing(app, fake_gpu, make_result, store_result):
+    store_result(Path(app.srcdir) / "_gemm_cache", make_result(build_question(model="te-guide-5b"), device=FAKE))
+    app.build()
+    assert fake_gpu == []
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-force",
+                    confoverrides={"gemm_benchmark_execution_mode": "force"})
+def test_force_remeasures_once_per_build(app, fake_gpu, make_result, store_result):
+    path = store_result(Path(app.srcdir) / "_gemm_cache", make_result(build_question(model="te-guide-5b"), device=FAKE))
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    app.build()
+    assert len(fake_gpu) == 1  # two directives, one question: measured once
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-fails")
+def test_failed_measurement_is_a_warning(app, fake_gpu, warning, monkeypatch):
+    monkeypatch.setenv("FAKE_GPU_FAILS", "1")
+    app.build()
+    text = _clean(warning.getvalue())
+    assert "index.rst:4: WARNING: gemm-benchmark: measuring on NVIDIA Fake GPU failed: RuntimeError: CUDA error" in text
+    assert "[gemm_benchmark.measure]" in text
+    assert "Not measured yet" in (Path(app.outdir) / "index.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-bad-mode",
+                    confoverrides={"gemm_benchmark_execution_mode": "sometimes"})
+def test_bad_mode_warns_and_measures_nothing(app, fake_gpu, warning):
+    app.build()
+    assert fake_gpu == []
+    assert "gemm_benchmark_execution_mode='sometimes' is not one of cache, auto, force" in _clean(warning.getvalue())
+
+
+def test_gpu_detection_without_torch_is_cheap_and_says_why(monkeypatch):
+    monkeypatch.setattr(execution.importlib.util, "find_spec", lambda name: None)
+    gpu, reason = execution.detect_gpu()
+    assert gpu is None and reason == "PyTorch is not installed"

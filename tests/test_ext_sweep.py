@@ -1,0 +1,53 @@
+"""Square-size sweeps, manual shapes and Hugging Face configs render per their kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+
+from bench.question import build_question
+from bench.report import Report
+
+
+@pytest.mark.sphinx("html", testroot="sweep", srcdir="sweep-html")
+def test_sweep_shapes_and_hf_config(app, make_result, store_result, warning):
+    cache = Path(app.srcdir) / "_gemm_cache"
+    sweep = make_result(build_question(sweep=["1024", "2048", "4096"]))
+    store_result(cache, sweep)
+    store_result(cache, make_result(build_question(shapes=["8192x4096x4096", "8192x4096x14336"])))
+    hf = build_question(hf_config=Path(app.srcdir) / "llama-config.json", fields={"seq_length": 2048})
+    store_result(cache, make_result(hf))
+    app.build()
+    assert "WARNING" not in warning.getvalue(), warning.getvalue()
+    soup = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
+
+    sizes = soup.select_one("div.gemm-benchmark#sizes")
+    rows = sizes.select("table.gemm-gemms tbody tr")
+    assert [tr.td.get_text() for tr in rows[:3]] == ["S = 1024", "S = 2048", "S = 4096"]
+    assert not sizes.select("table.gemm-totals")  # a sum over sweep sizes means nothing
+    svg = (Path(app.outdir) / sizes.select_one("img.only-light")["src"]).read_text(encoding="utf-8")
+    # A line plot against size: the x label, one tick per size (text drawn as paths, named in comments).
+    assert "<!-- Square GEMM size S (S x S x S) -->" in svg
+    assert all(f"<!-- {size} -->" in svg for size in (1024, 2048, 4096))
+    gemm = Report(sweep).find_gemm("4096x4096x4096")
+    expected = Report(sweep).cell("autocast", "fp8-current", gemm).tflops
+    assert float(soup.select_one("abbr.gemm-value")["title"].split()[0]) == expected
+
+    manual = soup.select_one("div.gemm-benchmark#manual")
+    assert [b.get_text() for b in manual.select("[role=tablist] > button")] == ["Pre-quantized"]
+    assert [tr.td.get_text() for tr in manual.select("table.gemm-gemms tbody tr")] == [
+        "8192x4096x4096", "8192x4096x14336"]
+    assert "All shapes" in manual.select_one("table.gemm-totals thead").get_text()
+
+    from_hf = soup.select_one("div.gemm-benchmark#from-hf")
+    assert from_hf.select_one(".gemm-question").get_text() == hf.describe() + "."
+    assert "8 KV groups" in hf.describe() and "1 x 2048 tokens" in hf.describe()
+
+
+@pytest.mark.sphinx("html", testroot="sweep", srcdir="sweep-hf-dependency")
+def test_hf_config_is_a_page_dependency(app):
+    app.build()
+    deps = {str(p) for p in app.env.dependencies["index"]}
+    assert any(p.endswith("llama-config.json") for p in deps)
