@@ -69,7 +69,7 @@ def test_hf_config_must_stay_inside_the_source_tree(tmp_path):
     (src / "model.json").write_text('{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,'
                                     ' "intermediate_size": 256}')
     # A leading "/" means "from the source directory" (as in Sphinx), so "/../x" still escapes.
-    for escape in ("../../secret.json", "/../secret.json", "../../../etc/passwd", "sub/../../secret.json"):
+    for escape in ("../../secret.json", "/../secret.json", "../../../etc/passwd", "../sub/../../secret.json"):
         with pytest.raises(OptionError, match="outside the documentation source directory"):
             parse_options({"hf-config": escape}, srcdir=src, docdir=src / "sub")
     ok = parse_options({"hf-config": "../model.json"}, srcdir=src, docdir=src / "sub")
