@@ -1,0 +1,3 @@
+extensions = ["sphinxext.gemm_benchmark"]
+project = "gemm-benchmark test: browser"
+html_theme = "furo"
