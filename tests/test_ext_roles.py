@@ -40,5 +40,9 @@ def test_role_values_equal_report_json(app, real_result, warning):
     assert float(tflops["title"].split()[0]) == expected and tflops.get_text() == f"{format_tflops(expected)} TFLOP/s"
     # A name defined on another page (index) resolves on this one (other).
     other = BeautifulSoup((Path(app.outdir) / "other.html").read_text(encoding="utf-8"), "html.parser")
-    quoted = other.select_one("abbr.gemm-value")
+    quoted, gemm_speedup, gemm_time = other.select("abbr.gemm-value")
     assert float(quoted["title"].split()[0]) == totals[("prequant", "fp8-current")]["speedup_vs_bf16"]
+    # With a GEMM, speedup and time are that GEMM's: the ratio of the two cells report --json prints.
+    fp8, bf16 = cells[("autocast", "fp8-current", "mlp_up", "wgrad")], cells[("autocast", "bf16", "mlp_up", "wgrad")]
+    assert float(gemm_speedup["title"].split()[0]) == bf16["ms"] / fp8["ms"]
+    assert float(gemm_time["title"].split()[0]) == cells[("prequant", "bf16", "qkv", "fprop")]["ms"]

@@ -58,7 +58,10 @@ def test_each_problem_is_a_warning_at_its_line(app, real_result, warning):
     soup = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
     blocks = soup.select("div.gemm-benchmark")
     # Bad directives render nothing; missing results render the visible admonition; the good one renders.
-    assert [b.get("id") for b in blocks] == ["nowhere", "corrupt", "good"]
+    assert [b.get("id") for b in blocks] == ["nowhere", "corrupt", "good", "blackwell"]
+    # :missing: note: a visible note, no warning (hardware not measured yet on purpose).
+    assert 39 not in found
+    assert "note" in blocks[3].select_one(".admonition.gemm-not-measured")["class"]
     for missing in blocks[:2]:
         assert missing.select_one(".admonition.gemm-not-measured .admonition-title").get_text() == "Not measured yet"
     assert blocks[2].select("table.gemm-gemms")

@@ -40,6 +40,13 @@ class GemmBenchmarkDirective(SphinxDirective):
         logger.warning("gemm-benchmark: %s", message, location=(self.env.docname, self.lineno),
                        type=WARNING_TYPE, subtype=subtype)
 
+    def report_missing(self, request: Request, message: str) -> None:
+        """A missing result: a warning, or with ``:missing: note`` an info line (still located)."""
+        if request.missing == "note":
+            logger.info("gemm-benchmark: %s (:missing: note)", message, location=(self.env.docname, self.lineno))
+        else:
+            self.warn("missing", message)
+
     def run(self) -> list[nodes.Node]:
         try:
             return self._run()
@@ -81,15 +88,16 @@ class GemmBenchmarkDirective(SphinxDirective):
             self.state.document.note_explicit_target(block, block)
         self.set_source_info(block)
         if answer.unmatched:
-            self.warn("missing", f"no cached result for device(s) {', '.join(answer.unmatched)} "
+            self.report_missing(request, f"no cached result for device(s) {', '.join(answer.unmatched)} "
                       f"(question {request.question.hash} in {config.cache_dir})")
         if answer.devices:
             block.extend(block_nodes(self.env, request, answer))
         else:
             why = self._why_not_measured(config.mode)
-            self.warn("missing", f"no result for question {request.question.hash} ({request.question.describe()}) "
-                      f"on any device in {config.cache_dir}, and it was not measured: {why}")
-            block += not_measured_admonition(request, why, config.cache_dir)
+            self.report_missing(request, f"no result for question {request.question.hash} "
+                                f"({request.question.describe()}) on any device in {config.cache_dir}, "
+                                f"and it was not measured: {why}")
+            block += not_measured_admonition(request, why, config.cache_dir, note=request.missing == "note")
         self._record(request, answer, config.cache_dir)
         return [block]
 

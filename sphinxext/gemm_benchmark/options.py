@@ -94,6 +94,9 @@ def _build_options() -> dict[str, Option]:
                "autocast, prequant", "autocast", "selection"),
         Option("devices", "Cached devices to show, matched against the device name or file slug, in this "
                "order (device tabs when more than one).", "every cached device", "h100, h200", "selection"),
+        Option("missing", "What a result that no requested device has yet does: ``warn`` (a Sphinx warning, so "
+               "``-W`` fails) or ``note`` (the visible note only: for hardware not measured yet on purpose).",
+               "warn", "note", "presentation"),
         Option("show", "Parts to render: " + ", ".join(f"``{s}``" for s in SHOW_PARTS) + ".",
                ", ".join(SHOW_PARTS), "table, totals", "presentation"),
     ]
@@ -154,6 +157,8 @@ class Request:
     caption: str
     #: The Hugging Face config file read, to note as a page dependency.
     hf_config: Path | None = None
+    #: "warn" or "note": how a result missing for a requested device is reported.
+    missing: str = "warn"
 
 
 _SPLIT = re.compile(r"[,\s]+")
@@ -260,9 +265,13 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> 
         raise OptionError("name", f"{name!r} must be one word of letters, digits, '-', '_', '.' or ':'")
     if "@" in name:
         raise OptionError("name", "must not contain '@' (roles use NAME@DEVICE)")
+    missing = text.get("missing", "warn").strip().lower() or "warn"
+    if missing not in ("warn", "note"):
+        raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
     # BF16 first: it is the baseline of every speedup, so it is always shown.
     precisions = tuple(dict.fromkeys(("bf16", *sorted(precisions, key=PRECISION_IDS.index))))
-    return Request(question, precisions, modes, devices, show, name, text.get("caption", "").strip(), hf_config)
+    return Request(question, precisions, modes, devices, show, name, text.get("caption", "").strip(), hf_config,
+                   missing)
 
 
 def _normalize_show(text: str) -> str:

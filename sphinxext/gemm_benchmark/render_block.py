@@ -163,9 +163,9 @@ def block_nodes(env: BuildEnvironment, request: Request, answer: Answer) -> list
     return out
 
 
-def not_measured_admonition(request: Request, reason: str, cache_dir: Path) -> nodes.Element:
-    """The visible stand-in for a result no device has yet."""
-    admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
+def not_measured_admonition(request: Request, reason: str, cache_dir: Path, *, note: bool = False) -> nodes.Element:
+    """The visible stand-in for a result no device has yet (a note when the page expects that)."""
+    admonition = nodes.admonition(classes=["gemm-not-measured", "note" if note else "warning"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
     precisions = ", ".join(PRECISIONS[p].display for p in request.precisions)
     text = (f"No cached result answers this question ({request.question.describe()}; question "

@@ -1,7 +1,8 @@
 """Roles that quote measured values in prose, so text and tables cannot disagree.
 
-``:gemm-speedup:`NAME MODE PRECISION``` -> ``1.93×`` (whole-model GEMM time, BF16 / PRECISION)
-``:gemm-time:`NAME MODE PRECISION```    -> ``123.45 ms`` (whole-model GEMM time)
+``:gemm-speedup:`NAME MODE PRECISION [GEMM]``` -> ``1.93×`` (whole-model GEMM time, BF16 / PRECISION;
+with GEMM, that GEMM's speedup)
+``:gemm-time:`NAME MODE PRECISION [GEMM]```    -> ``657.3 ms`` (whole-model GEMM time; with GEMM, that GEMM's)
 ``:gemm-tflops:`NAME MODE PRECISION GEMM``` -> ``612 TFLOP/s`` (one GEMM: ``op/pass`` or ``MxKxN``)
 
 ``NAME@DEVICE`` picks one device of a multi-device directive (default: its first device). NAME is
@@ -41,21 +42,24 @@ class RoleSpec:
     syntax: str
     description: str
     example: str
-    needs_gemm: bool = False
+    #: "required", "optional" (whole model without it) or "none".
+    gemm: str = "optional"
 
 
 ROLES: dict[str, RoleSpec] = {
     spec.name: spec
     for spec in (
-        RoleSpec("gemm-speedup", "NAME[@DEVICE] MODE PRECISION",
-                 "Whole-model GEMM speedup of PRECISION vs BF16 (Report total ``speedup_vs_bf16``).",
+        RoleSpec("gemm-speedup", "NAME[@DEVICE] MODE PRECISION [GEMM]",
+                 "Speedup of PRECISION vs BF16: the whole model's GEMM time (Report total ``speedup_vs_bf16``), "
+                 "or with GEMM that GEMM's (``gemm_speedup``).",
                  "te-5b-h100 autocast fp8-current"),
-        RoleSpec("gemm-time", "NAME[@DEVICE] MODE PRECISION",
-                 "Whole-model GEMM time in milliseconds (Report total ``model_ms``: per layer x layers).",
+        RoleSpec("gemm-time", "NAME[@DEVICE] MODE PRECISION [GEMM]",
+                 "GEMM time in milliseconds: the whole model's (Report total ``model_ms``: per layer x layers), "
+                 "or with GEMM that GEMM's.",
                  "te-5b-h100 prequant bf16"),
         RoleSpec("gemm-tflops", "NAME[@DEVICE] MODE PRECISION GEMM",
                  "Throughput of one GEMM, named ``op/pass`` (``mlp_up/fprop``) or by its ``MxKxN`` shape.",
-                 "te-5b-h100 prequant fp8-block mlp_up/fprop", needs_gemm=True),
+                 "te-5b-h100 prequant fp8-block mlp_up/fprop", gemm="required"),
     )
 }
 
@@ -66,8 +70,7 @@ class GemmValueRole(SphinxRole):
     def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
         spec = ROLES[self.name]
         words = self.text.split()
-        wanted = 4 if spec.needs_gemm else 3
-        if len(words) < wanted or (not spec.needs_gemm and len(words) > wanted):
+        if len(words) < (4 if spec.gemm == "required" else 3) or (spec.gemm == "none" and len(words) > 3):
             return self._fail(f"expects `{spec.syntax}`, got {self.text!r}")
         target, mode_text, precision_text = words[:3]
         name, _, device = target.partition("@")
@@ -126,25 +129,31 @@ def compute(record: dict[str, Any], node: gemm_value) -> tuple[str, str]:
     mode, precision = node["mode"], node["precision"]
     report = Report(doc)
     where = f"{PRECISIONS[precision].display}, {MODE_NAMES[mode]}, {device['name']} ({record['name']})"
-    if node["kind"] == "gemm-tflops":
+    if node["gemm"]:
         try:
             gemm = report.find_gemm(node["gemm"])
         except KeyError:
             known = ", ".join(f"{g.op}/{g.pass_}" for g in report.gemms)
             raise Unavailable(f"{record['name']} has no GEMM {node['gemm']!r} (known: {known})") from None
         cell = report.cell(mode, precision, gemm)
-        if cell.tflops is None:
-            raise Unavailable(f"{where}, {gemm.op}/{gemm.pass_}: {cell.status}"
-                              + (f" ({cell.reason})" if cell.reason else ""))
-        return f"{format_tflops(cell.tflops)} TFLOP/s", f"{cell.tflops!r} TFLOP/s: {gemm.label}, {where}"
+        where = f"{gemm.label}, {where}"
+        if cell.status != "measured":
+            raise Unavailable(f"{where}: {cell.status}" + (f" ({cell.reason})" if cell.reason else ""))
+        if node["kind"] == "gemm-tflops":
+            return f"{format_tflops(cell.tflops)} TFLOP/s", f"{cell.tflops!r} TFLOP/s: {where}"
+        if node["kind"] == "gemm-time":
+            return f"{format_ms(cell.ms)} ms", f"{cell.ms!r} ms: {where}"
+        speedup = report.gemm_speedup(mode, precision, gemm)
+        if speedup is None:
+            raise Unavailable(f"{where}: no BF16 time to compare with")
+        return format_speedup(speedup), f"{speedup!r} x BF16: {where}"
     total = report.total(mode, precision)
+    if total.status != "measured":
+        raise Unavailable(f"{where}: {total.status}" + (f" ({total.reason})" if total.reason else ""))
     if node["kind"] == "gemm-time":
-        if total.model_ms is None:
-            raise Unavailable(f"{where}: {total.status}" + (f" ({total.reason})" if total.reason else ""))
         return f"{format_ms(total.model_ms)} ms", f"{total.model_ms!r} ms for {report.num_layers} layers: {where}"
     if total.speedup_vs_bf16 is None:
-        reason = total.reason or ("BF16 is not measured" if total.status == "measured" else "")
-        raise Unavailable(f"{where}: {total.status}" + (f" ({reason})" if reason else ""))
+        raise Unavailable(f"{where}: BF16 is not measured, so there is no speedup")
     return format_speedup(total.speedup_vs_bf16), f"{total.speedup_vs_bf16!r} x BF16: {where}"
 
 
