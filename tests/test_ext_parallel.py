@@ -29,11 +29,16 @@ def test_parallel_build_equals_serial(tmp_path, make_app, real_result, make_resu
     store_result(cache, make_result(llama, device=H200, speed=1.3, precisions=("bf16", "fp8-current", "fp8-block")))
     results = {}
     for jobs in (1, 4):
-        warning = io.StringIO()
-        app = make_app("html", srcdir=src, builddir=tmp_path / f"build-j{jobs}", parallel=jobs, warning=warning)
+        warning, status = io.StringIO(), io.StringIO()
+        app = make_app("html", srcdir=src, builddir=tmp_path / f"build-j{jobs}", parallel=jobs, warning=warning,
+                       status=status)
+        merged: list[list[str]] = []
+        app.connect("env-merge-info", lambda app, env, docnames, other, merged=merged: merged.append(sorted(docnames)))
         app.build()
         app.cleanup()  # unregister this app's docutils nodes before the next app registers them
         assert "WARNING" not in warning.getvalue(), warning.getvalue()
+        # The -j 4 build really read in worker processes (Sphinx falls back to serial silently).
+        assert bool(merged) == (jobs > 1)
         results[jobs] = _outputs(Path(app.outdir))
     serial, parallel = results[1], results[4]
     assert sorted(serial) == sorted(parallel)

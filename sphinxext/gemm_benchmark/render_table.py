@@ -76,6 +76,11 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
     return table
 
 
+def _num(text: str, strong: bool = False) -> Entry:
+    """A numeric cell (right-aligned in HTML, tabular figures)."""
+    return Entry(text, strong=strong, classes=("gemm-num",))
+
+
 def _gemm_label(report: Report, gemm: GemmShape) -> str:
     if report.kind == "model":
         return OP_NAMES.get(gemm.op, gemm.op)
@@ -108,19 +113,19 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
             row += [Entry(_gemm_label(report, g)), Entry(g.label)]
             for p in precisions:
                 cell = report.cell(mode, p, g)
-                row += [Entry(format_ms(cell.ms)), Entry(format_tflops(cell.tflops))]
+                row += [_num(format_ms(cell.ms)), _num(format_tflops(cell.tflops))]
                 if p != BASELINE:
-                    row.append(Entry(format_speedup(report.gemm_speedup(mode, p, g))))
+                    row.append(_num(format_speedup(report.gemm_speedup(mode, p, g))))
             rows.append(row)
         if report.kind == "model":
             row = [Entry(PASS_NAMES[pass_], strong=True), Entry("sum", strong=True), Entry("")]
             for p in precisions:
                 total = report.total(mode, p)
-                row += [Entry(format_ms(total.pass_ms.get(pass_)), strong=True), Entry("")]
+                row += [_num(format_ms(total.pass_ms.get(pass_)), strong=True), Entry("")]
                 if p != BASELINE:
                     base = report.total(mode, BASELINE).pass_ms.get(pass_)
                     mine = total.pass_ms.get(pass_)
-                    row.append(Entry(format_speedup(base / mine if base and mine else None), strong=True))
+                    row.append(_num(format_speedup(base / mine if base and mine else None), strong=True))
             rows.append(row)
     return build_table([top, second], rows, widths, classes=["gemm-gemms"],
                        title=f"{MODE_NAMES[mode]}: time per GEMM")
@@ -138,8 +143,8 @@ def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.
         total = report.total(mode, p)
         if total.status != "measured":
             continue
-        row = [Entry(PRECISIONS[p].display, strong=True), Entry(format_ms(total.per_layer_ms)),
-               Entry(format_ms(total.model_ms)), Entry(format_speedup(total.speedup_vs_bf16))]
+        row = [Entry(PRECISIONS[p].display, strong=True), _num(format_ms(total.per_layer_ms)),
+               _num(format_ms(total.model_ms)), _num(format_speedup(total.speedup_vs_bf16))]
         rows.append(row if report.kind == "model" else [row[0], row[2], row[3]])
     widths = [14, 12, 18, 14] if report.kind == "model" else [14, 18, 14]
     return build_table([header], rows, widths, classes=["gemm-totals"], title=f"{MODE_NAMES[mode]}: totals")
