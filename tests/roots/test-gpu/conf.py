@@ -1,0 +1,2 @@
+extensions = ["sphinxext.gemm_benchmark"]
+project = "gemm-benchmark test: gpu"
