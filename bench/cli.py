@@ -18,30 +18,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bench.cache import Cache, CacheError, read_document
-from bench.config import INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError, cli_flag
+from bench.config import FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError, cli_flag
 from bench.precisions import MODES, PRECISION_IDS, normalize_mode, normalize_precision
 from bench.question import Question, build_question
 from bench.report import Report
 from bench.shapes import OP_NAMES, PASS_NAMES
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
-
-_CONFIG_HELP = {
-    "hidden_size": "transformer hidden size (model width)",
-    "ffn_hidden_size": "MLP hidden size (per expert for MoE unless --moe-ffn-hidden-size)",
-    "num_attention_heads": "attention heads",
-    "num_query_groups": "KV groups for GQA (default: one per head)",
-    "kv_channels": "head dim (default: hidden size / heads)",
-    "num_layers": "transformer layers (scales the model total)",
-    "micro_batch_size": "sequences per micro-batch",
-    "seq_length": "tokens per sequence",
-    "tensor_model_parallel_size": "tensor-parallel size: shapes of one rank",
-    "num_experts": "MoE experts (MLP GEMMs become grouped GEMMs)",
-    "moe_router_topk": "experts each token is routed to",
-    "moe_ffn_hidden_size": "expert MLP hidden size (default: --ffn-hidden-size)",
-    "expert_model_parallel_size": "expert-parallel size",
-}
-
 
 class UsageError(Exception):
     """Bad input: printed as one line, exit status 2."""
@@ -72,10 +55,10 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", metavar="PRESET", help="preset: " + ", ".join(PRESET_DESCRIPTIONS))
     g.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
     for field in INT_FIELDS:
-        g.add_argument(cli_flag(field), dest=field, type=_positive_int, metavar="N", help=_CONFIG_HELP.get(field))
-    g.add_argument("--swiglu", action="store_true", default=None, help="gated MLP: MLP up is gate+up (2 x FFN)")
+        g.add_argument(cli_flag(field), dest=field, type=_positive_int, metavar="N", help=FIELD_HELP.get(field))
+    g.add_argument("--swiglu", action="store_true", default=None, help=FIELD_HELP["swiglu"])
     g.add_argument("--sequence-parallel", action="store_true", default=None,
-                   help="recorded; does not change GEMM shapes")
+                   help=FIELD_HELP["sequence_parallel"])
     m = p.add_argument_group("manual shapes")
     m.add_argument("--shape", action="append", metavar="MxKxN", help="a GEMM shape (repeatable)")
     m.add_argument("--sweep", metavar="S1,S2,...", help="square GEMMs SxSxS, comma-separated sizes")

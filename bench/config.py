@@ -176,6 +176,26 @@ class ModelConfig:
 #: that a typo (an extra zero or three) is caught before it allocates terabytes on a GPU.
 MAX_DIMENSION = 1 << 20
 
+#: One wording of each field for every surface (CLI --help, the directive's option table).
+FIELD_HELP: dict[str, str] = {
+    "hidden_size": "transformer hidden size (model width)",
+    "swiglu": "gated MLP (SwiGLU): MLP up computes gate and up, 2 x FFN outputs",
+    "sequence_parallel": "Megatron sequence parallelism; recorded, it does not change GEMM shapes",
+    "ffn_hidden_size": "MLP hidden size (per expert for MoE unless --moe-ffn-hidden-size)",
+    "num_attention_heads": "attention heads",
+    "num_query_groups": "KV groups for GQA (default: one per head)",
+    "kv_channels": "head dim (default: hidden size / heads)",
+    "num_layers": "transformer layers (scales the model total)",
+    "micro_batch_size": "sequences per micro-batch",
+    "seq_length": "tokens per sequence",
+    "tensor_model_parallel_size": "tensor-parallel size: shapes of one rank",
+    "num_experts": "MoE experts (MLP GEMMs become grouped GEMMs)",
+    "moe_router_topk": "experts each token is routed to",
+    "moe_ffn_hidden_size": "expert MLP hidden size (default: --ffn-hidden-size)",
+    "expert_model_parallel_size": "expert-parallel size",
+}
+
+
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
 BOOL_FIELDS = frozenset({"swiglu", "sequence_parallel"})
 INT_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in BOOL_FIELDS)

@@ -130,6 +130,12 @@ class Report:
     def totals(self) -> list[Total]:
         return [self.total(m, p) for m in self.modes for p in self.precisions]
 
+    def pass_speedup(self, mode: str, precision: str, pass_: str) -> float | None:
+        """BF16's time for one pass (Fprop, Dgrad or Wgrad) over this precision's."""
+        base = self.total(mode, BASELINE).pass_ms.get(pass_)
+        mine = self.total(mode, precision).pass_ms.get(pass_)
+        return base / mine if base and mine else None
+
     def gemm_speedup(self, mode: str, precision: str, gemm: GemmShape) -> float | None:
         cell, base = self.cell(mode, precision, gemm), self.cell(mode, BASELINE, gemm)
         if cell.status != "measured" or base.status != "measured" or not cell.ms or not base.ms:

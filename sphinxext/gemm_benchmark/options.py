@@ -20,14 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.config import BOOL_FIELDS, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
+from bench.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
 from bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
 from bench.question import Question, build_question
-
-try:  # the CLI's help text for the Megatron fields: one wording for both surfaces
-    from bench.cli import _CONFIG_HELP as _FIELD_HELP
-except ImportError:  # pragma: no cover - bench without a CLI
-    _FIELD_HELP = {}
 
 SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "provenance")
 
@@ -49,13 +44,11 @@ class Option:
 def _field_option(field: str) -> Option:
     name = field.replace("_", "-")
     if field in BOOL_FIELDS:
-        description = {
-            "swiglu": "Gated MLP (SwiGLU): MLP up computes gate and up, 2 x FFN outputs.",
-            "sequence_parallel": "Megatron sequence parallelism; recorded, it does not change GEMM shapes.",
-        }[field]
+        text = FIELD_HELP[field]
+        description = text[:1].upper() + text[1:] + "."
         return Option(name, description + " A flag; ``true``/``false`` also accepted.", "false", "",
                       "model", field=field, flag=True)
-    help_text = _FIELD_HELP.get(field, field.replace("_", " "))
+    help_text = FIELD_HELP.get(field, field.replace("_", " "))
     examples = {
         "hidden_size": "4096", "ffn_hidden_size": "16384", "num_attention_heads": "32",
         "num_query_groups": "8", "kv_channels": "128", "num_layers": "24", "micro_batch_size": "1",

@@ -123,9 +123,7 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
                 total = report.total(mode, p)
                 row += [_num(format_ms(total.pass_ms.get(pass_)), strong=True), Entry("")]
                 if p != BASELINE:
-                    base = report.total(mode, BASELINE).pass_ms.get(pass_)
-                    mine = total.pass_ms.get(pass_)
-                    row.append(_num(format_speedup(base / mine if base and mine else None), strong=True))
+                    row.append(_num(format_speedup(report.pass_speedup(mode, p, pass_)), strong=True))
             rows.append(row)
     return build_table([top, second], rows, widths, classes=["gemm-gemms"],
                        title=f"{MODE_NAMES[mode]}: time per GEMM")
