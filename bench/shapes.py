@@ -151,7 +151,7 @@ def square_sweep(sizes: Iterable[int | str], *, field: str = "sweep") -> list[Ge
     out = []
     for size in sizes:
         text = str(size).strip()
-        if not text.isdigit() or int(text) < 1:
+        if not text.isdecimal() or int(text) < 1:  # isdigit() admits '²', which int() refuses
             raise ConfigError(field, f"{text!r} is not a positive whole number")
         out.append(parse_shape(f"{text}x{text}x{text}", field=field))
     if not out:
