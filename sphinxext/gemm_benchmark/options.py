@@ -233,6 +233,10 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> 
     for name in ("model", "shapes", "sweep"):
         if name in text and not text[name].strip():
             raise OptionError(name, "needs a value")
+    for name in ("shapes", "sweep"):
+        # "," alone is no list: it must not fall back silently to another question (a :model:).
+        if name in text and not split_list(text[name]):
+            raise OptionError(name, f"{text[name].strip()!r} lists nothing", subtype="config")
     try:
         question = build_question(
             model=text.get("model") or None,
