@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,18 +34,15 @@ class ConfigError(ValueError):
         super().__init__(self.describe(cli_flag))
 
     def describe(self, name: Callable[[str], str]) -> str:
-        return f"{name(self.field)}: {self.rule.format_map(_Spelling(name))}"
+        def spell(match: re.Match[str]) -> str:
+            return name(match.group(1)) if match.group(1) in _REFERABLE else match.group(0)
+
+        return f"{name(self.field)}: {_REFERENCE.sub(spell, self.rule)}"
 
 
-class _Spelling(dict):
-    """``str.format_map`` helper: ``{field}`` in a rule becomes that field's spelling."""
-
-    def __init__(self, name: Callable[[str], str]) -> None:
-        super().__init__()
-        self.name = name
-
-    def __missing__(self, key: str) -> str:
-        return self.name(key)
+#: ``{field_name}`` in a rule: a reference to another option, spelled by the caller. Only names
+#: of options match, so user text quoted in a rule (``'{'``, ``'{abc}'``) is left as it is.
+_REFERENCE = re.compile(r"\{([a-z][a-z_]*)\}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +195,7 @@ FIELD_HELP: dict[str, str] = {
 
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
+_REFERABLE = frozenset(CONFIG_FIELDS) | {"model", "hf_config", "shape", "sweep"}
 BOOL_FIELDS = frozenset({"swiglu", "sequence_parallel"})
 INT_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in BOOL_FIELDS)
 
