@@ -168,10 +168,11 @@ def not_measured_admonition(request: Request, reason: str, cache_dir: Path, *, n
     admonition = nodes.admonition(classes=["gemm-not-measured", "note" if note else "warning"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
     precisions = ", ".join(PRECISIONS[p].display for p in request.precisions)
-    text = (f"No cached result answers this question ({request.question.describe()}; question "
+    where = f" from a GPU matching {', '.join(request.devices)}" if request.devices else ""
+    text = (f"No cached result{where} answers this question ({request.question.describe()}; question "
             f"{request.question.hash}) for {precisions}, and this build did not measure it: {reason}. "
-            f"Build the documentation on a GPU machine (execution mode auto), or run gemm-bench there and "
-            f"commit the result file into {cache_dir.name}/.")
+            f"To add one, run nox -s docs on such a GPU (execution mode auto measures what is missing), "
+            f"or run gemm-bench run there, and commit the new file in {cache_dir.name}/.")
     admonition += nodes.paragraph(text, text)
     return admonition
 

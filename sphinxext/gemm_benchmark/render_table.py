@@ -26,7 +26,9 @@ def format_ms(ms: float | None) -> str:
 
 
 def format_tflops(tflops: float | None) -> str:
-    return "–" if tflops is None else f"{tflops:.0f}"
+    if tflops is None:
+        return "–"
+    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.2g}"  # small GEMMs: 0.16, not 0
 
 
 def format_speedup(speedup: float | None) -> str:
