@@ -29,7 +29,6 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", "--diff", "bench/shapes.py", "noxfile.py")
 
 
 @nox.session(venv_params=["--system-site-packages"])
