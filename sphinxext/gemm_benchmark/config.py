@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sphinx.application import Sphinx
+from sphinx.errors import ConfigError
 from sphinx.util import logging
 
 from sphinxext.gemm_benchmark import execution
@@ -71,10 +72,27 @@ def init_settings(app: Sphinx) -> None:
     except ValueError as exc:
         logger.warning("%s; measuring nothing (cache mode)", exc, type="gemm_benchmark", subtype="config")
         mode = "cache"
-    cache_dir = Path(app.confdir, app.config.gemm_benchmark_cache_dir).resolve()
+    cache_dir = resolve_cache_dir(app)
     max_age = app.config.gemm_benchmark_max_age_days
     _SETTINGS[id(app)] = Settings(mode, cache_dir, max_age, time.time())
     execution.reset_detection()
+
+
+def resolve_cache_dir(app: Sphinx) -> Path:
+    """The cache directory, refused (a configuration error) when it lies outside the project.
+
+    A build reads every file there and, on a GPU machine, writes into it: ``"../../etc"`` must not
+    make a documentation build read or write outside the documentation's own tree (the source
+    directory, or the directory of ``conf.py`` where that is elsewhere).
+    """
+    value = app.config.gemm_benchmark_cache_dir
+    cache_dir = Path(app.confdir, value).resolve()
+    roots = {Path(app.srcdir).resolve(), Path(app.confdir).resolve()}
+    if not any(cache_dir == root or root in cache_dir.parents for root in roots):
+        raise ConfigError(f"gemm_benchmark_cache_dir = {value!r} resolves to {cache_dir}, outside the "
+                          f"documentation source directory {Path(app.srcdir).resolve()}; the result cache "
+                          "must lie inside it (e.g. '_gemm_cache')")
+    return cache_dir
 
 
 def settings(app: Sphinx) -> Settings:
