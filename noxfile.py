@@ -15,7 +15,7 @@ nox.options.reuse_existing_virtualenvs = True
 def docs(session: nox.Session) -> None:
     session.install("-e", ".[docs]")
     session.run(
-        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs
+        "python", "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs
     )
 
 
