@@ -53,3 +53,14 @@ def synthetic_document(
                                      "m": g.m, "k": g.k, "n": g.n, "groups": g.groups,
                                      "status": "unsupported", "reason": reason})
     return copy.deepcopy(doc)
+
+
+def warnings_by_line(text: str, page: str = "index.rst") -> dict[int, list[str]]:
+    """Sphinx warning messages of one page, keyed by line number (colour codes stripped)."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    out: dict[int, list[str]] = {}
+    for match in re.finditer(rf"{re.escape(page)}:(\d+): WARNING: (.*)", text):
+        out.setdefault(int(match.group(1)), []).append(match.group(2))
+    return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from sphinx.cmd.build import build_main
 
 from bench.cache import file_name
 from bench.question import build_question
+from tests.helpers import warnings_by_line
 
 ROOTS = Path(__file__).parent / "roots"
 
@@ -24,20 +24,13 @@ def _prepare(srcdir: Path, real_result) -> Path:
     return corrupt
 
 
-def _warnings(text: str) -> dict[int, list[str]]:
-    """Warning lines of index.rst by line number (colour codes stripped)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    out: dict[int, list[str]] = {}
-    for match in re.finditer(r"index\.rst:(\d+): WARNING: (.*)", text):
-        out.setdefault(int(match.group(1)), []).append(match.group(2))
-    return out
 
 
 @pytest.mark.sphinx("html", testroot="warnings", srcdir="warnings-html")
 def test_each_problem_is_a_warning_at_its_line(app, real_result, warning):
     corrupt = _prepare(Path(app.srcdir), real_result)
     app.build()
-    found = _warnings(warning.getvalue())
+    found = warnings_by_line(warning.getvalue())
     assert ":colour: is not an option of gemm-benchmark" in found[4][0]
     assert "known options: name, caption, model" in found[4][0]
     assert found[4][0].endswith("[gemm_benchmark.option]")
@@ -84,6 +77,6 @@ def test_minus_w_fails_and_suppress_warnings_silences(tmp_path, real_result):
 def test_suppress_warnings_by_subtype(app, real_result, warning):
     _prepare(Path(app.srcdir), real_result)
     app.build()
-    found = _warnings(warning.getvalue())
+    found = warnings_by_line(warning.getvalue())
     assert 4 not in found and 20 not in found
     assert 8 in found  # other subtypes still warn

@@ -26,6 +26,7 @@ from bs4 import BeautifulSoup
 from bench.cache import dumps
 from bench.question import build_question
 from tests.conftest import make_document, write_document
+from tests.helpers import warnings_by_line
 
 ROOT = Path(__file__).parent / "roots" / "test-reliability-corrupt"
 
@@ -79,12 +80,6 @@ def _directive_lines() -> dict[str, int]:
     return {m.group(1): i for i, line in enumerate(lines, start=1) if (m := re.match(r"   :name: c-(\S+)", line))}
 
 
-def _warnings(text: str) -> dict[int, list[str]]:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    out: dict[int, list[str]] = {}
-    for match in re.finditer(r"index\.rst:(\d+): WARNING: (.*)", text):
-        out.setdefault(int(match.group(1)), []).append(match.group(2))
-    return out
 
 
 def _document(shape: str) -> dict[str, Any]:
@@ -108,7 +103,7 @@ def test_each_damaged_file_falls_back_as_missing_and_names_its_path(app, warning
     damaged = {kind: path.read_bytes() for kind, path in paths.items() if path.is_file()}
     app.build()
 
-    found = _warnings(warning.getvalue())
+    found = warnings_by_line(warning.getvalue())
     soup = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
     good = soup.select_one("div.gemm-benchmark#c-good")
     good_text = good.get_text()
