@@ -69,12 +69,6 @@ def question_from_args(args: argparse.Namespace) -> Question:
     fields["swiglu"] = args.swiglu
     fields["sequence_parallel"] = args.sequence_parallel
     sweep = [s for s in args.sweep.split(",")] if args.sweep is not None else None
-    if args.sweep is not None and not args.sweep.strip():
-        raise UsageError("--sweep: needs at least one size")
-    if args.hf_config is not None and not args.hf_config.strip():
-        raise UsageError("--hf-config: needs a path")
-    if args.model is not None and not args.model.strip():
-        raise UsageError("--model: needs a preset name")  # not silently "no preset" (the directive agrees)
     try:
         return build_question(model=args.model, hf_config=args.hf_config, shapes=args.shape,
                               sweep=sweep, fields=fields)

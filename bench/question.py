@@ -69,6 +69,15 @@ def build_question(
 ) -> Question:
     """Turn user input into a validated :class:`Question` (raises :class:`ConfigError`)."""
     fields = {k: v for k, v in (fields or {}).items() if v is not None}
+    # A source given but empty is a mistake, never "no source": it would silently ask another question.
+    if model is not None and not model.strip():
+        raise ConfigError("model", "needs a preset name")
+    if hf_config is not None and not str(hf_config).strip():
+        raise ConfigError("hf_config", "needs a path")
+    if shapes is not None and not any(s.strip() for s in shapes):
+        raise ConfigError("shape", "needs at least one MxKxN shape")
+    if sweep is not None and not any(str(s).strip() for s in sweep):
+        raise ConfigError("sweep", "needs at least one size")
     sources = [name for name, value in (("model", model), ("hf_config", hf_config),
                                         ("shape", shapes), ("sweep", sweep)) if value]
     if len(sources) > 1:
