@@ -63,10 +63,10 @@ class Report:
         self.gemms = document_gemms(doc)
         self.num_layers = num_layers or doc["question"]["num_layers"]
         self.kind = doc["question"]["kind"]
-        present_modes = {c["mode"] for c in doc["cells"]}
-        present_precisions = {c["precision"] for c in doc["cells"]}
-        self.modes = [m for m in (modes or MODES) if m in present_modes or modes]
-        self.precisions = [p for p in (precisions or PRECISION_IDS) if p in present_precisions or precisions]
+        # What was asked for, as asked; by default whatever the document holds, in registry order.
+        self.modes = list(modes) if modes else [m for m in MODES if any(c["mode"] == m for c in doc["cells"])]
+        self.precisions = (list(precisions) if precisions else
+                           [p for p in PRECISION_IDS if any(c["precision"] == p for c in doc["cells"])])
         by_gemm = {(g.op, g.pass_): g for g in self.gemms}
         self._cells: dict[tuple[str, str, str, str], Cell] = {}
         for raw in doc["cells"]:
