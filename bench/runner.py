@@ -143,11 +143,7 @@ class Runner:
             }
             with _nvtx(f"autocast {op}", self.nvtx):
                 samples, failures = self._time_group(builders)
-            for c in wanted:
-                if c.precision in failures:
-                    cells.append(_cell(c, "failed", reason=failures[c.precision]))
-                else:
-                    cells.append(_cell(c, "measured", samples=samples[c.precision][c.gemm.pass_]))
+            cells += _timed_cells(wanted, samples, failures)
             done += 1
 
         peers_out: list[dict[str, Any]] = []
@@ -162,11 +158,7 @@ class Runner:
                     builders[peer] = lambda peer=peer, g=gemm: torch_native.peer_competitor(peer, g)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
                 samples, failures = self._time_group(builders)
-            for c in wanted:
-                if c.precision in failures:
-                    cells.append(_cell(c, "failed", reason=failures[c.precision]))
-                else:
-                    cells.append(_cell(c, "measured", samples=samples[c.precision][gemm.pass_]))
+            cells += _timed_cells(wanted, samples, failures)
             if gemm in peer_gemms:
                 for peer in torch_native.PEERS:
                     peers_out.append(_peer(peer, gemm, samples, failures))
@@ -175,6 +167,17 @@ class Runner:
         doc["cells"] = cells
         doc["peers"] = peers_out
         return doc
+
+
+def _timed_cells(
+    wanted: list[PlannedCell], samples: dict[str, dict[str, Samples]], failures: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Cells of one timed group: each precision's samples of its pass, or its failure."""
+    return [
+        _cell(c, "failed", reason=failures[c.precision]) if c.precision in failures
+        else _cell(c, "measured", samples=samples[c.precision][c.gemm.pass_])
+        for c in wanted
+    ]
 
 
 def _peer(
