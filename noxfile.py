@@ -35,4 +35,4 @@ def lint(session: nox.Session) -> None:
 def readme_figure(session: nox.Session) -> None:
     """Regenerate docs/_static/readme-speedups.svg (the README's picture) from the cache."""
     session.install("-e", ".[docs]")
-    session.run("python", "-m", "sphinxext.gemm_benchmark.readme_figure", *session.posargs)
+    session.run("python", "-m", "gemm_benchmark.readme_figure", *session.posargs)

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # bench and sphinxext, also without an install
+# The two packages, importable also without an install: bench/gemm_bench and sphinxext/gemm_benchmark.
+sys.path[:0] = [str(HERE.parent / "bench"), str(HERE.parent / "sphinxext")]
 sys.path.insert(0, str(HERE / "_ext"))
 
 project = "gemm-guide"
@@ -19,7 +20,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
-    "sphinxext.gemm_benchmark",
+    "gemm_benchmark",
     "gemm_cli_reference",
 ]
 

@@ -54,7 +54,7 @@ def _no_accidental_measuring(request: pytest.FixtureRequest, monkeypatch: pytest
     during tests. Tests that exercise measuring install a fake GPU themselves; ``gpu`` tests keep
     the real one.
     """
-    from sphinxext.gemm_benchmark import execution
+    from gemm_benchmark import execution
 
     monkeypatch.delenv(execution.ENV_VAR, raising=False)
     if request.node.get_closest_marker("gpu") is None:
@@ -79,8 +79,8 @@ def make_document(
     ``unsupported`` maps precision -> reason (every cell); ``failed`` maps (mode, precision) ->
     message. Precisions without a pre-quantized form get bench's own reason for that mode.
     """
-    from bench.precisions import PRECISIONS
-    from bench.results import new_document
+    from gemm_bench.precisions import PRECISIONS
+    from gemm_bench.results import new_document
 
     factors = {"bf16": 1.0, "fp8-delayed": 1.7, "fp8-current": 1.6, "fp8-block": 1.35, "mxfp8": 1.8, "nvfp4": 2.6}
     doc = new_document(
@@ -118,7 +118,7 @@ def make_document(
 
 def write_document(cache_dir: Path, doc: dict[str, Any]) -> Path:
     """Write ``doc`` where the cache looks for it (``<hash>--<device slug>.json``)."""
-    from bench.cache import dumps, file_name
+    from gemm_bench.cache import dumps, file_name
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / file_name(doc["question_hash"], doc["device"]["name"])
@@ -128,7 +128,7 @@ def write_document(cache_dir: Path, doc: dict[str, Any]) -> Path:
 
 def copy_real_document(cache_dir: Path, name: str) -> Path:
     """Copy a real GPU result from tests/data into a cache under its proper file name."""
-    from bench.cache import file_name, read_document
+    from gemm_bench.cache import file_name, read_document
 
     source = DATA / name
     doc = read_document_any_name(source)
@@ -148,7 +148,7 @@ def read_document_any_name(path: Path) -> dict[str, Any]:
 @pytest.fixture
 def question() -> Callable[..., Any]:
     """``question(model="te-guide-5b")``: bench's build_question."""
-    from bench.question import build_question
+    from gemm_bench.question import build_question
 
     return build_question
 

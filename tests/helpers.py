@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from bench.question import Question, build_question
-from bench.results import new_document
+from gemm_bench.question import Question, build_question
+from gemm_bench.results import new_document
 
 
 def synthetic_document(

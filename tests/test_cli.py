@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.cache import Cache
-from bench.cli import main
+from gemm_bench.cache import Cache
+from gemm_bench.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TE_GUIDE = ["--hidden-size", "4096", "--ffn-hidden-size", "16384", "--num-attention-heads", "32", "--num-layers",
@@ -22,7 +22,7 @@ TE_GUIDE = ["--hidden-size", "4096", "--ffn-hidden-size", "16384", "--num-attent
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "gemm_bench.cli", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def test_shapes_json_as_written_in_the_issue() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from bench.precisions import PRECISIONS
-from bench.report import Report
-from sphinxext.gemm_benchmark.render_table import format_ms, format_speedup
+from gemm_bench.precisions import PRECISIONS
+from gemm_bench.report import Report
+from gemm_benchmark.render_table import format_ms, format_speedup
 
 
 def _build(app, real_result) -> BeautifulSoup:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.cache import Cache
-from bench.question import build_question
-from sphinxext.gemm_benchmark import execution
+from gemm_bench.cache import Cache
+from gemm_bench.question import build_question
+from gemm_benchmark import execution
 
 FAKE = {"name": "NVIDIA Fake GPU", "compute_capability": "9.0"}
 

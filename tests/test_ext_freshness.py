@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from bench.question import build_question
+from gemm_bench.question import build_question
 
 
 @pytest.mark.sphinx("html", testroot="freshness", srcdir="freshness-table",

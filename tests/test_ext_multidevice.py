@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from bench.report import Report
-from sphinxext.gemm_benchmark.render_table import format_speedup
+from gemm_bench.report import Report
+from gemm_benchmark.render_table import format_speedup
 
 H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
 

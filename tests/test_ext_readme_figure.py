@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from sphinxext.gemm_benchmark.readme_figure import main
+from gemm_benchmark.readme_figure import main
 
 H200 = {"name": "NVIDIA H200", "compute_capability": "9.0"}
 
@@ -24,7 +24,7 @@ def test_readme_figure_is_deterministic_and_shows_every_device(tmp_path, real_re
     assert "is up to date" in capsys.readouterr().out
     # A fresh process draws the same bytes (no dates, fixed hash salt).
     again = tmp_path / "again.svg"
-    subprocess.run([sys.executable, "-m", "sphinxext.gemm_benchmark.readme_figure", "--cache", str(cache),
+    subprocess.run([sys.executable, "-m", "gemm_benchmark.readme_figure", "--cache", str(cache),
                     "--out", str(again)], check=True, capture_output=True)
     assert again.read_bytes() == first
 

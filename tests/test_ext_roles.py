@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from sphinxext.gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
+from gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
 
 
 def _cli_report(path: Path) -> dict:
     """What the CLI prints: the reference the roles must agree with."""
-    out = subprocess.run([sys.executable, "-m", "bench.cli", "report", "--json", str(path)], check=True,
+    out = subprocess.run([sys.executable, "-m", "gemm_bench.cli", "report", "--json", str(path)], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)
 

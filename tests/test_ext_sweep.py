@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from bench.question import build_question
-from bench.report import Report
+from gemm_bench.question import build_question
+from gemm_bench.report import Report
 
 
 @pytest.mark.sphinx("html", testroot="sweep", srcdir="sweep-html")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cache import Cache, read_document
-from bench.question import build_question
+from gemm_bench.cache import Cache, read_document
+from gemm_bench.question import build_question
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytestmark = [
@@ -28,8 +28,8 @@ pytestmark = [
 ]
 te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
 
-from bench.runner import Runner  # noqa: E402
-from bench.timing import Interleaver, TimerSettings, time_many  # noqa: E402
+from gemm_bench.runner import Runner  # noqa: E402
+from gemm_bench.timing import Interleaver, TimerSettings, time_many  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +49,7 @@ FAST = TimerSettings(repetitions=20, warmup_s=0.2, spinup_s=1.0)
 
 
 def test_support_comes_from_te_with_reasons() -> None:
-    from bench.backends.te import support
+    from gemm_bench.backends.te import support
 
     result = support()
     for pid, s in result.items():
@@ -143,7 +143,7 @@ def test_a_failing_cell_is_recorded_and_the_others_still_measure() -> None:
 def test_interrupted_refresh_leaves_the_old_or_the_new_file(tmp_path: Path) -> None:
     """Kill a real `gemm-bench run` (SIGINT, then SIGKILL) at random points, on the GPU."""
     cache = tmp_path / "cache"
-    args = [sys.executable, "-m", "bench.cli", "run", "--shape", "4096x4096x4096", "--precisions", "bf16",
+    args = [sys.executable, "-m", "gemm_bench.cli", "run", "--shape", "4096x4096x4096", "--precisions", "bf16",
             "--modes", "prequant", "--no-peers", "--repetitions", "10", "--cache-dir", str(cache)]
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     subprocess.run(args, check=True, env=env, capture_output=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CORE = ["bench", "bench.config", "bench.shapes", "bench.precisions", "bench.question", "bench.plan",
-        "bench.results", "bench.cache", "bench.report", "bench.cli"]
+CORE = ["bench", "gemm_bench.config", "gemm_bench.shapes", "gemm_bench.precisions", "gemm_bench.question", "gemm_bench.plan",
+        "gemm_bench.results", "gemm_bench.cache", "gemm_bench.report", "gemm_bench.cli"]
 
 
 def test_core_imports_no_torch() -> None:
     code = (
         "import sys\n"
         f"for m in {CORE!r}: __import__(m)\n"
-        "from bench.cli import main\n"
+        "from gemm_bench.cli import main\n"
         "main(['shapes', '--model', 'llama3-8b', '--json'])\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_engine', 'numpy'))\n"
         "assert not bad, bad\n"

@@ -31,13 +31,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sphinx.testing.util import SphinxTestApp
 
-from bench.cli import main as cli_main
-from bench.config import BOOL_FIELDS, INT_FIELDS, MAX_DIMENSION
-from bench.results import question_hash
-from bench.shapes import GemmShape
-from sphinxext.gemm_benchmark import directive as directive_module
-from sphinxext.gemm_benchmark import envdata
-from sphinxext.gemm_benchmark.options import OPTIONS, OptionError, parse_options, split_list
+from gemm_bench.cli import main as cli_main
+from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, MAX_DIMENSION
+from gemm_bench.results import question_hash
+from gemm_bench.shapes import GemmShape
+from gemm_benchmark import directive as directive_module
+from gemm_benchmark import envdata
+from gemm_benchmark.options import OPTIONS, OptionError, parse_options, split_list
 from tests.conftest import DATA, copy_real_document
 
 INT_OPTIONS = [f.replace("_", "-") for f in INT_FIELDS]
@@ -253,7 +253,7 @@ def _cli(opts: list[tuple[str, str]]) -> tuple[int, str, str]:
 def fuzz_project(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("fuzz") / "src"
     src.mkdir()
-    (src / "conf.py").write_text('extensions = ["sphinxext.gemm_benchmark"]\nproject = "fuzz"\n'
+    (src / "conf.py").write_text('extensions = ["gemm_benchmark"]\nproject = "fuzz"\n'
                                  'gemm_benchmark_execution_mode = "cache"\n', encoding="utf-8")
     shutil.copyfile(DATA / "hf" / "llama3-8b.json", src / "llama.json")
     copy_real_document(src / "_gemm_cache", "h100-te-guide-5b.json")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from bs4 import BeautifulSoup
 
-from bench.cache import read_document
-from bench.report import Report
-from sphinxext.gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
+from gemm_bench.cache import read_document
+from gemm_bench.report import Report
+from gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
 
 ROOT = Path(__file__).parent / "roots" / "test-reliability-parallel"
 QUOTE_PAGES = [f"q{i}" for i in range(6)]

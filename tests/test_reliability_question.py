@@ -1,6 +1,6 @@
 """The cache key, from directive options: blind to spelling, sensitive to anything measured.
 
-Properties over the directive's own parser (:func:`sphinxext.gemm_benchmark.options.parse_options`):
+Properties over the directive's own parser (:func:`gemm_benchmark.options.parse_options`):
 option order, whitespace, letter case of a preset, list separators, duplicated list items, and a
 preset versus the same numbers spelled out all give the same question hash; changing a dimension
 that decides a GEMM's shape changes it; the number of layers and sequence parallelism (which
@@ -19,8 +19,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
-from sphinxext.gemm_benchmark.options import OptionError, parse_options
+from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
+from gemm_benchmark.options import OptionError, parse_options
 
 HERE = Path(__file__).parent
 PRESET_NAMES = sorted(PRESETS)

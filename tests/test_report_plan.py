@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cache import Cache
-from bench.plan import Support, make_plan
-from bench.precisions import PRECISIONS
-from bench.question import build_question
-from bench.report import Report
+from gemm_bench.cache import Cache
+from gemm_bench.plan import Support, make_plan
+from gemm_bench.precisions import PRECISIONS
+from gemm_bench.question import build_question
+from gemm_bench.report import Report
 from tests.helpers import synthetic_document
 
 Q = build_question(model="te-guide-5b")
@@ -62,7 +62,7 @@ def test_real_cache_reports_are_consistent() -> None:
     from pathlib import Path
 
     for path in Cache(Path(__file__).parent.parent / "docs" / "_gemm_cache").files():
-        from bench.cache import read_document
+        from gemm_bench.cache import read_document
 
         report = Report(read_document(path))
         for total in report.totals():

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.cache import Cache, CacheError, file_name, is_stale, read_document
-from bench.question import build_question
-from bench.results import METHOD_VERSION, ResultError, merge_documents, question_hash, validate
+from gemm_bench.cache import Cache, CacheError, file_name, is_stale, read_document
+from gemm_bench.question import build_question
+from gemm_bench.results import METHOD_VERSION, ResultError, merge_documents, question_hash, validate
 from tests.helpers import synthetic_document
 
 

@@ -77,7 +77,7 @@ def test_authoring_reference_renders_every_option_from_the_code() -> None:
 
 
 def test_readme_figure_is_what_the_committed_cache_draws(tmp_path: Path) -> None:
-    from sphinxext.gemm_benchmark.readme_figure import main
+    from gemm_benchmark.readme_figure import main
 
     committed = DOCS / "_static" / "readme-speedups.svg"
     assert "docs/_static/readme-speedups.svg" in (ROOT / "README.md").read_text()

@@ -1,6 +1,6 @@
-"""Sphinx extension ``sphinxext.gemm_benchmark``: measured GEMM speedups in documentation pages.
+"""Sphinx extension ``gemm_benchmark``: measured GEMM speedups in documentation pages.
 
-Enable with ``extensions = ["sphinxext.gemm_benchmark"]`` (sphinx-tabs is set up with it).
+Enable with ``extensions = ["gemm_benchmark"]`` (sphinx-tabs is set up with it).
 
 Directives
     ``gemm-benchmark`` (options: :data:`.options.OPTIONS`), ``gemm-benchmark-freshness``, and the
@@ -21,19 +21,19 @@ from typing import Any
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 
-from bench.cache import Cache
-from sphinxext.gemm_benchmark import envdata
-from sphinxext.gemm_benchmark.config import CONFIG_VALUES, init_settings, settings
-from sphinxext.gemm_benchmark.directive import GemmBenchmarkDirective
-from sphinxext.gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
-from sphinxext.gemm_benchmark.nodes import setup_nodes
-from sphinxext.gemm_benchmark.reference import (
+from gemm_bench.cache import Cache
+from gemm_benchmark import envdata
+from gemm_benchmark.config import CONFIG_VALUES, init_settings, settings
+from gemm_benchmark.directive import GemmBenchmarkDirective
+from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
+from gemm_benchmark.nodes import setup_nodes
+from gemm_benchmark.reference import (
     GemmBenchmarkConfigDirective,
     GemmBenchmarkOptionsDirective,
     GemmBenchmarkRolesDirective,
 )
-from sphinxext.gemm_benchmark.render_block import figure_format
-from sphinxext.gemm_benchmark.roles import ROLES, GemmValueRole, ResolveGemmValues
+from gemm_benchmark.render_block import figure_format
+from gemm_benchmark.roles import ROLES, GemmValueRole, ResolveGemmValues
 
 __version__ = "0.1.0"
 

@@ -16,7 +16,7 @@ from sphinx.application import Sphinx
 from sphinx.errors import ConfigError
 from sphinx.util import logging
 
-from sphinxext.gemm_benchmark import execution
+from gemm_benchmark import execution
 
 logger = logging.getLogger(__name__)
 

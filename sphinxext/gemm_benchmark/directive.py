@@ -17,11 +17,11 @@ from docutils import nodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from sphinxext.gemm_benchmark import envdata, execution
-from sphinxext.gemm_benchmark.config import settings
-from sphinxext.gemm_benchmark.nodes import gemm_benchmark_block
-from sphinxext.gemm_benchmark.options import OPTIONS, OptionError, PermissiveOptionSpec, Request, parse_options
-from sphinxext.gemm_benchmark.render_block import app_of, block_nodes, not_measured_admonition
+from gemm_benchmark import envdata, execution
+from gemm_benchmark.config import settings
+from gemm_benchmark.nodes import gemm_benchmark_block
+from gemm_benchmark.options import OPTIONS, OptionError, PermissiveOptionSpec, Request, parse_options
+from gemm_benchmark.render_block import app_of, block_nodes, not_measured_admonition
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class GemmBenchmarkDirective(SphinxDirective):
         return f"this machine's GPU ({gpu.name}) is not among the requested devices"
 
     def _record(self, request: Request, answer: execution.Answer, cache_dir: Path) -> None:
-        from bench.cache import Cache
+        from gemm_bench.cache import Cache
 
         envdata.add_record(self.env, {
             "docname": self.env.docname,

@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cache import Cache, CacheError, is_stale
-from bench.precisions import BASELINE
-from bench.question import Question
-from bench.report import Report
-from bench.results import device_slug
+from gemm_bench.cache import Cache, CacheError, is_stale
+from gemm_bench.precisions import BASELINE
+from gemm_bench.question import Question
+from gemm_bench.report import Report
+from gemm_bench.results import device_slug
 
 EXECUTION_MODES: tuple[str, ...] = ("cache", "auto", "force")
 ENV_VAR = "GEMM_BENCH_EXECUTION_MODE"
@@ -80,8 +80,8 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
         return None, f"Transformer Engine cannot be imported ({exc})"
 
     def measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
-        from bench.runner import Runner
-        from bench.timing import TimerSettings
+        from gemm_bench.runner import Runner
+        from gemm_bench.timing import TimerSettings
 
         return Runner(TimerSettings()).measure(question, list(precisions), list(modes))
 

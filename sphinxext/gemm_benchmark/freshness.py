@@ -16,11 +16,11 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from bench.results import METHOD_VERSION
-from sphinxext.gemm_benchmark import envdata
-from sphinxext.gemm_benchmark.nodes import gemm_freshness
-from sphinxext.gemm_benchmark.render_block import app_of, device_label
-from sphinxext.gemm_benchmark.render_table import Entry, build_table
+from gemm_bench.results import METHOD_VERSION
+from gemm_benchmark import envdata
+from gemm_benchmark.nodes import gemm_freshness
+from gemm_benchmark.render_block import app_of, device_label
+from gemm_benchmark.render_table import Entry, build_table
 
 logger = logging.getLogger(__name__)
 

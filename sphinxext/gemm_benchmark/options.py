@@ -4,7 +4,7 @@
 the parser validates against it, and the ``gemm-benchmark-options`` directive renders the
 authoring reference from it, so documentation and behaviour cannot drift apart. Model options
 are Megatron-LM's argument names, exactly as the ``gemm-bench`` CLI spells them (``--hidden-size``
-there, ``:hidden-size:`` here), and they go through the same :func:`bench.question.build_question`,
+there, ``:hidden-size:`` here), and they go through the same :func:`gemm_bench.question.build_question`,
 so the directive accepts and rejects exactly what the CLI does.
 
 The directive accepts *any* option name at the docutils level (see :class:`PermissiveOptionSpec`)
@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
-from bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
-from bench.question import Question, build_question
+from gemm_bench.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
+from gemm_bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
+from gemm_bench.question import Question, build_question
 
 SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "provenance")
 

@@ -1,6 +1,6 @@
 """Draw the README's speedup figure from the committed cache (``nox -s readme_figure``).
 
-``python -m sphinxext.gemm_benchmark.readme_figure [--cache DIR] [--out PATH] [--theme light|dark]``
+``python -m gemm_benchmark.readme_figure [--cache DIR] [--out PATH] [--theme light|dark]``
 
 The picture is the Transformer Engine guide's example (``model te-guide-5b``): whole-model GEMM
 speedup vs BF16 per precision, a panel per mode, a bar group per cached device. It is drawn by
@@ -15,12 +15,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.cache import Cache
-from bench.precisions import MODES
-from bench.question import build_question
-from bench.report import Report
-from sphinxext.gemm_benchmark.render_block import device_label
-from sphinxext.gemm_benchmark.render_figure import THEMES, summary_figure, svg_bytes
+from gemm_bench.cache import Cache
+from gemm_bench.precisions import MODES
+from gemm_bench.question import build_question
+from gemm_bench.report import Report
+from gemm_benchmark.render_block import device_label
+from gemm_benchmark.render_figure import THEMES, summary_figure, svg_bytes
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
 DEFAULT_OUT = Path("docs/_static/readme-speedups.svg")
@@ -42,7 +42,7 @@ def readme_svg(cache_dir: Path, *, theme: str = "light") -> bytes:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sphinxext.gemm_benchmark.readme_figure", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gemm_benchmark.readme_figure", description=__doc__)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"result cache (default {DEFAULT_CACHE})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"SVG to write (default {DEFAULT_OUT})")
     parser.add_argument("--theme", choices=THEMES, default="light", help="text colours for a light or dark page")

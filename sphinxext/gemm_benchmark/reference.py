@@ -13,9 +13,9 @@ import re
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
-from sphinxext.gemm_benchmark.config import CONFIG_VALUES
-from sphinxext.gemm_benchmark.options import OPTIONS
-from sphinxext.gemm_benchmark.roles import ROLES
+from gemm_benchmark.config import CONFIG_VALUES
+from gemm_benchmark.options import OPTIONS
+from gemm_benchmark.roles import ROLES
 
 _LITERAL = re.compile(r"``(.+?)``(?!`)")
 

@@ -23,12 +23,12 @@ from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 
-from bench.precisions import MODE_NAMES, PRECISIONS
-from bench.report import Report, describe_method
-from sphinxext.gemm_benchmark import render_figure, render_table
-from sphinxext.gemm_benchmark.execution import Answer, DeviceAnswer
-from sphinxext.gemm_benchmark.options import Request
-from sphinxext.gemm_benchmark.tabs import group_tabs
+from gemm_bench.precisions import MODE_NAMES, PRECISIONS
+from gemm_bench.report import Report, describe_method
+from gemm_benchmark import render_figure, render_table
+from gemm_benchmark.execution import Answer, DeviceAnswer
+from gemm_benchmark.options import Request
+from gemm_benchmark.tabs import group_tabs
 
 FIGURE_DIR = "gemm_benchmark"
 

@@ -1,4 +1,4 @@
-"""Speedup figures drawn with matplotlib from :class:`bench.report.Report` numbers.
+"""Speedup figures drawn with matplotlib from :class:`gemm_bench.report.Report` numbers.
 
 Pure drawing (no Sphinx): the directive, and ``readme_figure`` for the README, call the same
 functions. Every plotted number is a Report value (``gemm_speedup``, ``total().speedup_vs_bf16``).
@@ -22,9 +22,9 @@ from pathlib import Path
 import matplotlib
 from matplotlib.figure import Figure
 
-from bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from bench.report import Report
-from bench.shapes import OP_NAMES, PASS_NAMES, PASSES
+from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.report import Report
+from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES
 
 THEMES: tuple[str, ...] = ("light", "dark")
 

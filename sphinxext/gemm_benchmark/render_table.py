@@ -1,6 +1,6 @@
 """Result tables as plain docutils nodes, so HTML, LaTeX and text builders all render them.
 
-Every number comes from :class:`bench.report.Report` (cell times, TFLOP/s, per-pass sums, totals,
+Every number comes from :class:`gemm_bench.report.Report` (cell times, TFLOP/s, per-pass sums, totals,
 speedups); this module only chooses rows, columns and formatting. Precisions that are not
 measured in a mode get no columns; :func:`unavailable_list` says why (TE's reason text, the
 failure message, or "not measured").
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from docutils import nodes
 
-from bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from bench.report import Report
-from bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.report import Report
+from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 
 
 def format_ms(ms: float | None) -> str:

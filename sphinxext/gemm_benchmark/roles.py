@@ -8,7 +8,7 @@ with GEMM, that GEMM's speedup)
 ``NAME@DEVICE`` picks one device of a multi-device directive (default: its first device). NAME is
 a directive's ``:name:`` on any page: a role becomes a :class:`~.nodes.gemm_value` node while
 reading, and :class:`ResolveGemmValues` fills it in after every page is read (under ``-j`` too).
-The values are :class:`bench.report.Report`'s, as ``gemm-bench report --json`` prints them; the
+The values are :class:`gemm_bench.report.Report`'s, as ``gemm-bench report --json`` prints them; the
 HTML shows the full-precision value and its source as a tooltip.
 """
 
@@ -24,14 +24,14 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
-from bench.cache import CacheError, read_document
-from bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
-from bench.report import Report
-from sphinxext.gemm_benchmark import envdata
-from sphinxext.gemm_benchmark.execution import matches
-from sphinxext.gemm_benchmark.nodes import gemm_value
-from sphinxext.gemm_benchmark.render_block import app_of
-from sphinxext.gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
+from gemm_bench.cache import CacheError, read_document
+from gemm_bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
+from gemm_bench.report import Report
+from gemm_benchmark import envdata
+from gemm_benchmark.execution import matches
+from gemm_benchmark.nodes import gemm_value
+from gemm_benchmark.render_block import app_of
+from gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
 
 logger = logging.getLogger(__name__)
 

@@ -1,2 +1,2 @@
-extensions = ["myst_parser", "sphinxext.gemm_benchmark"]
+extensions = ["myst_parser", "gemm_benchmark"]
 project = "gemm-benchmark test: myst"

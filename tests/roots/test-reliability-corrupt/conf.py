@@ -1,3 +1,3 @@
-extensions = ["sphinxext.gemm_benchmark"]
+extensions = ["gemm_benchmark"]
 project = "gemm-benchmark test: corrupt cache files"
 gemm_benchmark_execution_mode = "cache"

@@ -1,4 +1,4 @@
-extensions = ["sphinxext.gemm_benchmark"]
+extensions = ["gemm_benchmark"]
 project = "gemm-benchmark test: escaping"
 gemm_benchmark_execution_mode = "cache"
 # A config string with markup, quotes and a backslash: the "not measured" note names this directory.

@@ -1,2 +1,2 @@
-extensions = ["sphinxext.gemm_benchmark"]
+extensions = ["gemm_benchmark"]
 project = "gemm-benchmark test: warnings"

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.results import METHOD_VERSION, ResultError, device_slug, merge_documents, validate
+from gemm_bench.results import METHOD_VERSION, ResultError, device_slug, merge_documents, validate
 
 
 class CacheError(Exception):

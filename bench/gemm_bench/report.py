@@ -11,9 +11,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS
-from bench.results import document_gemms
-from bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS
+from gemm_bench.results import document_gemms
+from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 
 Key = tuple[str, str]  # (mode, precision)
 

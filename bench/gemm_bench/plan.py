@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from bench.precisions import BASELINE, PRECISIONS
-from bench.shapes import GemmShape
+from gemm_bench.precisions import BASELINE, PRECISIONS
+from gemm_bench.shapes import GemmShape
 
 
 @dataclasses.dataclass(frozen=True)

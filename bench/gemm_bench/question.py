@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.config import ConfigError, ModelConfig, config_from_hf, config_from_mapping, preset
-from bench.results import question_hash
-from bench.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
+from gemm_bench.config import ConfigError, ModelConfig, config_from_hf, config_from_mapping, preset
+from gemm_bench.results import question_hash
+from gemm_bench.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.shapes import GemmShape
-from bench.timing import Competitor, Mark
+from gemm_bench.shapes import GemmShape
+from gemm_bench.timing import Competitor, Mark
 
 PEERS: dict[str, str] = {
     "torch.matmul (BF16)": "bf16",

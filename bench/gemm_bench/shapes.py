@@ -1,4 +1,4 @@
-"""The GEMMs of one transformer layer, derived from a :class:`~bench.config.ModelConfig`.
+"""The GEMMs of one transformer layer, derived from a :class:`~gemm_bench.config.ModelConfig`.
 
 Convention (as in Transformer Engine and Megatron-LM): a Linear with ``in_features=K`` and
 ``out_features=N`` applied to ``M`` tokens runs three GEMMs per training step::
@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from bench.config import MAX_DIMENSION, ConfigError, ModelConfig
+from gemm_bench.config import MAX_DIMENSION, ConfigError, ModelConfig
 
 PASSES: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
 PASS_NAMES = {"fprop": "Fprop", "dgrad": "Dgrad", "wgrad": "Wgrad"}

@@ -33,10 +33,10 @@ import transformer_engine_torch as tex
 from transformer_engine.common import recipe as te_recipe
 from transformer_engine.pytorch.cpp_extensions import general_gemm, general_grouped_gemm
 
-from bench.plan import Support
-from bench.precisions import PRECISIONS
-from bench.shapes import GemmShape
-from bench.timing import Competitor, Mark
+from gemm_bench.plan import Support
+from gemm_bench.precisions import PRECISIONS
+from gemm_bench.shapes import GemmShape
+from gemm_bench.timing import Competitor, Mark
 
 VERSION = transformer_engine.__version__
 

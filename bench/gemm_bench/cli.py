@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from bench.cache import Cache, CacheError, read_document
-from bench.config import FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError, cli_flag
-from bench.precisions import MODES, PRECISION_IDS, normalize_mode, normalize_precision
-from bench.question import Question, build_question
-from bench.report import Report
-from bench.shapes import OP_NAMES, PASS_NAMES
+from gemm_bench.cache import Cache, CacheError, read_document
+from gemm_bench.config import FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError, cli_flag
+from gemm_bench.precisions import MODES, PRECISION_IDS, normalize_mode, normalize_precision
+from gemm_bench.question import Question, build_question
+from gemm_bench.report import Report
+from gemm_bench.shapes import OP_NAMES, PASS_NAMES
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
 
@@ -139,11 +139,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--out: cannot be combined with --cache-dir")
     if args.nsys and not os.environ.get("GEMM_BENCH_NSYS_CHILD"):
         return _rerun_under_nsys(args)
-    from bench.timing import TimerSettings
+    from gemm_bench.timing import TimerSettings
 
     settings = TimerSettings(timer=args.timer, repetitions=args.repetitions, warmup_s=args.warmup)
     try:
-        from bench.runner import NoGpuError, Runner
+        from gemm_bench.runner import NoGpuError, Runner
     except ImportError as exc:
         print(f"gemm-bench run: error: the GPU stack is not importable ({exc}); "
               "install the 'gpu' extra (torch, transformer_engine[pytorch])", file=sys.stderr)
@@ -155,8 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 3
     doc = runner.measure(q, precisions, modes)
     if args.out:
-        from bench.cache import dumps, write_atomic
-        from bench.results import validate
+        from gemm_bench.cache import dumps, write_atomic
+        from gemm_bench.results import validate
 
         validate(doc)
         path = Path(args.out)
@@ -174,7 +174,7 @@ def _rerun_under_nsys(args: argparse.Namespace) -> int:
         raise UsageError("--nsys: Nsight Systems ('nsys') is not on PATH")
     argv = [a for a in sys.argv[1:]]
     cmd = [nsys, "profile", "--trace=cuda,nvtx", "--force-overwrite=true", "-o", args.nsys,
-           sys.executable, "-m", "bench.cli", *argv]
+           sys.executable, "-m", "gemm_bench.cli", *argv]
     env = dict(os.environ, GEMM_BENCH_NSYS_CHILD="1")
     return subprocess.call(cmd, env=env)
 

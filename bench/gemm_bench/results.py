@@ -19,8 +19,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from bench.precisions import MODES, PRECISIONS
-from bench.shapes import PASSES, GemmShape
+from gemm_bench.precisions import MODES, PRECISIONS
+from gemm_bench.shapes import PASSES, GemmShape
 
 SCHEMA_VERSION = 1
 

@@ -16,14 +16,14 @@ from typing import Any
 
 import torch
 
-from bench import provenance
-from bench.backends import te as te_backend
-from bench.backends import torch_native
-from bench.plan import PlannedCell, make_plan
-from bench.question import Question
-from bench.results import new_document
-from bench.shapes import GemmShape
-from bench.timing import Competitor, Interleaver, Samples, TimerSettings
+from gemm_bench import provenance
+from gemm_bench.backends import te as te_backend
+from gemm_bench.backends import torch_native
+from gemm_bench.plan import PlannedCell, make_plan
+from gemm_bench.question import Question
+from gemm_bench.results import new_document
+from gemm_bench.shapes import GemmShape
+from gemm_bench.timing import Competitor, Interleaver, Samples, TimerSettings
 
 Progress = Callable[[int, int, str], None]
 
