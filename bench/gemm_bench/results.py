@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from gemm_bench.devices import device_slug
 from gemm_bench.precisions import MODES, PRECISIONS
 from gemm_bench.shapes import PASSES, GemmShape
 
@@ -49,11 +50,6 @@ def question_hash(gemms: Iterable[GemmShape]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def device_slug(name: str) -> str:
-    """A file-name-safe device id: ``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``."""
-    words = name.lower().replace("nvidia", " ").replace("_", " ").split()
-    slug = "-".join("".join(ch for ch in w if ch.isalnum() or ch == ".") for w in words)
-    return slug.strip("-.") or "unknown-device"
 
 
 # ------------------------------------------------------------------------------- validation
