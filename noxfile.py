@@ -31,6 +31,17 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
 
 
+@nox.session
+def perf(session: nox.Session) -> None:
+    """Benchmark the docs build: the site against its stripped twin (tools/perf_site.py).
+
+    ``nox -s perf -- --runs 3 --json perf.json``. No system site-packages: the builds run in
+    cache mode and must not pick up a GPU stack, so every machine measures the same work.
+    """
+    session.install("-e", ".[docs]")
+    session.run("python", "tools/perf_site.py", *session.posargs)
+
+
 @nox.session(venv_params=["--system-site-packages"])
 def readme_figure(session: nox.Session) -> None:
     """Regenerate docs/_static/readme-speedups.svg (the README's picture) from the cache."""

@@ -1,0 +1,469 @@
+"""What the gemm-benchmark extension costs the docs build: the site against its stripped twin.
+
+The *stripped twin* is a copy of ``docs/`` in which every ``gemm-benchmark`` directive block
+(rST and MyST, options and content included) is removed and every ``gemm-*`` role is replaced
+by its own text, so that sentences stay sentences. ``conf.py`` is copied untouched: the
+extension is still loaded, so the difference between the two builds is what the directives and
+roles cost, not a different configuration.
+
+Each build runs in a fresh ``python -m sphinx`` subprocess (the build's import and start-up
+costs are part of what a reader of ``nox -s docs`` waits for). Per repetition, the site and the
+twin alternate (their order flips every repetition, so drift on a shared machine hits both):
+
+* **clean**: output and doctree folders removed first;
+* **no-change**: the same build again, nothing edited;
+* **prose edit**: one word of one prose sentence of ``tutorial.md`` toggled, then rebuilt.
+
+Reported: medians with min-max spread, and the issue's three ratios, each computed per
+repetition (paired, so that both sides of a ratio saw the same machine load) and summarised by
+median and min-max. Peak memory is each build process's ``ru_maxrss`` from ``os.wait4`` (the
+largest resident set of the build process or any descendant it waited for, not their sum).
+
+Run through ``nox -s perf`` (``-- --runs 3 --json perf.json``). A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+
+#: Directives of the extension (``gemm-benchmark`` and its ``gemm-benchmark-*`` family).
+DIRECTIVE_NAME = re.compile(r"gemm-benchmark(?:-[a-z]+)*")
+#: Roles of the extension: every role whose name starts with ``gemm-``.
+ROLE_NAME = r"gemm-[a-z][a-z0-9-]*"
+
+#: The prose sentence the incremental rebuild edits (in tutorial.md; one word toggled).
+EDIT_FILE = "tutorial.md"
+EDIT_FROM = "has a row per GEMM"
+EDIT_TO = "has one row per GEMM"
+
+#: rST directives whose content is not rST: a ``.. gemm-benchmark::`` inside them is an example.
+RST_LITERAL_DIRECTIVES = frozenset({
+    "code-block", "code", "sourcecode", "parsed-literal", "raw", "math", "csv-table", "literalinclude",
+    "doctest", "testcode", "testoutput", "testsetup", "testcleanup", "productionlist", "graphviz",
+    "highlight", "only-literal",
+})
+#: MyST fences whose content is parsed as Markdown (anything else with a ``{name}`` is treated as
+#: literal unless it is ``eval-rst``, whose content is stripped as rST).
+MYST_MARKDOWN_DIRECTIVES = frozenset({
+    "note", "warning", "tip", "important", "hint", "caution", "danger", "error", "attention",
+    "admonition", "seealso", "topic", "sidebar", "container", "div", "card", "tab-item", "tab-set",
+    "dropdown", "grid", "grid-item", "grid-item-card", "figure", "table", "list-table", "glossary",
+    "only", "rubric", "epigraph", "pull-quote", "highlights", "margin", "versionadded",
+    "versionchanged", "deprecated",
+})
+
+
+class PerfError(RuntimeError):
+    """A build that failed, or a docs tree the tool cannot work on; the message says which."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Stripping
+# ------------------------------------------------------------------------------------------------
+
+_RST_DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\.[ \t]+(?P<name>[A-Za-z0-9_:+.-]+)[ \t]*::(?:[ \t]|$)")
+_RST_EXPLICIT = re.compile(r"^(?P<indent>[ \t]*)\.\.(?:[ \t]|$)")
+_RST_ROLE_OR_LITERAL = re.compile(
+    rf"``[^`].*?``(?!`)|:(?P<role>{ROLE_NAME}):`(?P<text>(?:[^`\\]|\\.)+)`(?!`)", re.DOTALL
+)
+_MYST_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,}|:{3,})[ \t]*(?P<info>.*?)[ \t]*$")
+_MYST_ROLE_OR_CODE = re.compile(
+    rf"\{{(?P<role>{ROLE_NAME})\}}(?P<ticks>`+)(?P<text>.+?)(?P=ticks)(?!`)|(?P<code>`+).+?(?P=code)(?!`)",
+    re.DOTALL,
+)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _block_end(lines: Sequence[str], start: int, base: int) -> int:
+    """Index after the indented block that begins below ``lines[start]`` (indent > ``base``).
+
+    Trailing blank lines are not part of the block: they separate it from what follows, and
+    removing a block must leave that separation as it was.
+    """
+    end = start + 1
+    last = start
+    while end < len(lines):
+        line = lines[end]
+        if line.strip():
+            if _indent(line) <= base:
+                break
+            last = end
+        end += 1
+    return last + 1
+
+
+def _strip_rst_roles(text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        if match.group("role") is None:
+            return match.group(0)  # an inline literal: shown as typed
+        return re.sub(r"\\(.)", r"\1", match.group("text"))
+
+    return _RST_ROLE_OR_LITERAL.sub(replace, text)
+
+
+class _Paragraph:
+    """Prose lines held back until the paragraph ends, so a role split over lines is seen whole."""
+
+    def __init__(self, out: list[str], strip_roles: Callable[[str], str]) -> None:
+        self.out = out
+        self.strip_roles = strip_roles
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        if not line.strip():
+            self.flush()
+
+    def flush(self) -> None:
+        if self.lines:
+            self.out.append(self.strip_roles("".join(self.lines)))
+            self.lines = []
+
+
+def strip_rst(text: str) -> str:
+    """``text`` (reStructuredText) without gemm-benchmark directives, gemm-* roles as their text.
+
+    Literal contexts are left alone: the content of ``code-block`` and similar directives, of
+    comments, and of ``::`` literal blocks may show the directive as an example.
+    """
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    prose = _Paragraph(out, _strip_rst_roles)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        directive = _RST_DIRECTIVE.match(line)
+        if directive and DIRECTIVE_NAME.fullmatch(directive.group("name")):
+            prose.flush()
+            i = _block_end(lines, i, _indent(line))
+            continue
+        if (directive and directive.group("name") in RST_LITERAL_DIRECTIVES) or (
+            not directive and _RST_EXPLICIT.match(line)
+        ):
+            # Literal content, or a comment / target / footnote: copied verbatim.
+            prose.flush()
+            end = _block_end(lines, i, _indent(line))
+            out.extend(lines[i:end])
+            i = end
+            continue
+        if directive:
+            prose.flush()  # another directive: its options and content are stripped like prose
+        prose.add(line)
+        if line.rstrip().endswith("::") and not directive:
+            # A paragraph ending in '::' introduces a literal block: the indented block after it
+            # (indented past the paragraph's last line).
+            prose.flush()
+            end = _block_end(lines, i, _indent(line))
+            out.extend(lines[i + 1:end])
+            i = end
+            continue
+        i += 1
+    prose.flush()
+    return "".join(out)
+
+
+def _strip_myst_roles(text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        if match.group("role") is None:
+            return match.group(0)  # inline code: shown as typed
+        return match.group("text").strip() if match.group("ticks") != "`" else match.group("text")
+
+    return _MYST_ROLE_OR_CODE.sub(replace, text)
+
+
+def _fence_close(lines: Sequence[str], start: int, fence: str) -> int:
+    """Index of the line closing the fence opened at ``start`` (``len(lines)`` if unclosed)."""
+    for j in range(start + 1, len(lines)):
+        match = _MYST_FENCE.match(lines[j])
+        if (match and match.group("fence")[0] == fence[0] and len(match.group("fence")) >= len(fence)
+                and not match.group("info")):
+            return j
+    return len(lines)
+
+
+def strip_myst(text: str) -> str:
+    """``text`` (MyST Markdown) without gemm-benchmark directives, gemm-* roles as their text.
+
+    Fences are ```` ``` ````, ``~~~`` and ``:::`` (colon_fence). Code fences are copied as they
+    are; directive fences that hold Markdown (``{note}``, ...) are stripped inside; the content
+    of ``{eval-rst}`` is stripped as reStructuredText.
+    """
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    prose = _Paragraph(out, _strip_myst_roles)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        match = _MYST_FENCE.match(line)
+        if match and match.group("info") and not (match.group("fence")[0] == "`" and "`" in match.group("info")):
+            prose.flush()
+            fence = match.group("fence")
+            close = _fence_close(lines, i, fence)
+            name_match = re.match(r"\{([^}]+)\}", match.group("info"))
+            name = name_match.group(1) if name_match else None
+            if name is not None and DIRECTIVE_NAME.fullmatch(name):
+                i = close + 1
+                continue
+            out.append(line)
+            body = "".join(lines[i + 1:close])
+            if name == "eval-rst":
+                out.append(strip_rst(body))
+            elif name in MYST_MARKDOWN_DIRECTIVES:
+                out.append(strip_myst(body))
+            else:
+                out.append(body)  # code (or a directive of unknown content): literal
+            out.extend(lines[close:close + 1])
+            i = close + 1
+            continue
+        if match:
+            prose.flush()
+            # A bare fence (no info string) opens a code block, or is a stray closing fence.
+            close = _fence_close(lines, i, match.group("fence"))
+            out.extend(lines[i:close + 1])
+            i = close + 1
+            continue
+        prose.add(line)
+        i += 1
+    prose.flush()
+    return "".join(out)
+
+
+def strip_source(path: Path, text: str) -> str:
+    """Stripped text of one source file, by its suffix; other files are returned unchanged."""
+    if path.suffix == ".rst":
+        return strip_rst(text)
+    if path.suffix == ".md":
+        return strip_myst(text)
+    return text
+
+
+def copy_docs(src: Path, dst: Path, *, stripped: bool) -> None:
+    """Copy the docs tree (no build output) to ``dst``, stripping its sources if asked.
+
+    ``dst`` sits next to links to the repository's ``bench`` and ``sphinxext`` folders, so that
+    ``conf.py``'s own ``sys.path`` lines find the packages exactly as they do in the repository.
+    """
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("_build", "*.lock", "__pycache__"))
+    for name in ("bench", "sphinxext"):
+        link = dst.parent / name
+        if not link.exists():
+            link.symlink_to(REPO / name, target_is_directory=True)
+    if stripped:
+        for path in sorted(dst.rglob("*")):
+            if path.suffix in (".rst", ".md") and path.is_file() and "_gemm_cache" not in path.parts:
+                text = path.read_text(encoding="utf-8")
+                path.write_text(strip_source(path, text), encoding="utf-8")
+
+
+def toggle_edit(docs: Path) -> None:
+    """Toggle one word of one prose sentence of the tutorial (a real edit every time)."""
+    path = docs / EDIT_FILE
+    text = path.read_text(encoding="utf-8")
+    if EDIT_FROM in text:
+        path.write_text(text.replace(EDIT_FROM, EDIT_TO, 1), encoding="utf-8")
+    elif EDIT_TO in text:
+        path.write_text(text.replace(EDIT_TO, EDIT_FROM, 1), encoding="utf-8")
+    else:
+        raise PerfError(f"{path}: neither {EDIT_FROM!r} nor {EDIT_TO!r} found; update EDIT_FROM in {__file__}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Building and timing
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One sphinx-build subprocess: wall time, peak RSS of its process tree, warning count."""
+
+    seconds: float
+    maxrss_mib: float
+    warnings: int
+
+
+def run_build(docs: Path, out: Path, *, jobs: str = "1", clean: bool = False) -> Build:
+    """Build ``docs`` into ``out`` in a fresh interpreter; raise PerfError if the build fails."""
+    html, doctrees = out / "html", out / "doctrees"
+    if clean:
+        shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GEMM_BENCH_EXECUTION_MODE="cache", PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-d", str(doctrees), str(docs), str(html)]
+    log = out / "build.log"
+    with open(log, "wb") as handle:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    if proc.returncode != 0:
+        raise PerfError(f"sphinx build of {docs} failed ({proc.returncode}):\n{text[-4000:]}")
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    scale = 1 / (1024 * 1024) if platform.system() == "Darwin" else 1 / 1024
+    return Build(seconds, usage.ru_maxrss * scale, text.count("WARNING"))
+
+
+@dataclasses.dataclass
+class Series:
+    """Repeated measurements of one quantity (seconds or MiB), in repetition order."""
+
+    values: list[float] = dataclasses.field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        v = self.values
+        return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+
+
+def _ratio(a: Series, b: Series) -> Series:
+    return Series([x / y for x, y in zip(a.values, b.values, strict=True)])
+
+
+VARIANTS = ("site", "stripped")
+KINDS = ("clean", "nochange", "edit")
+
+
+def measure(runs: int, *, parallel: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Alternating builds of the site and its twin; every series and the three ratios."""
+    if runs < 1:
+        raise PerfError(f"--runs must be at least 1, not {runs}")
+    if not (DOCS / EDIT_FILE).is_file():
+        raise PerfError(f"{DOCS / EDIT_FILE} not found")
+    times: dict[str, Series] = {f"{v}.{k}": Series() for v in VARIANTS for k in KINDS}
+    rss: dict[str, Series] = {v: Series() for v in VARIANTS}
+    warnings: dict[str, int] = {}
+    if parallel:
+        times["site.clean.jauto"] = Series()
+    with tempfile.TemporaryDirectory(prefix="gemm-perf-") as tmp:
+        roots = {v: Path(tmp) / v / "docs" for v in VARIANTS}
+        for variant, root in roots.items():
+            root.parent.mkdir(parents=True)
+            copy_docs(DOCS, root, stripped=variant == "stripped")
+        for rep in range(runs):
+            order = VARIANTS if rep % 2 == 0 else VARIANTS[::-1]
+            for variant in order:
+                root, out = roots[variant], roots[variant].parent / "build"
+                progress(f"run {rep + 1}/{runs}: {variant}")
+                clean = run_build(root, out, clean=True)
+                nochange = run_build(root, out)
+                toggle_edit(root)
+                edit = run_build(root, out)
+                times[f"{variant}.clean"].values.append(clean.seconds)
+                times[f"{variant}.nochange"].values.append(nochange.seconds)
+                times[f"{variant}.edit"].values.append(edit.seconds)
+                rss[variant].values.append(clean.maxrss_mib)
+                warnings[variant] = clean.warnings
+            if parallel:
+                progress(f"run {rep + 1}/{runs}: site -j auto")
+                out = roots["site"].parent / "build-jauto"
+                times["site.clean.jauto"].values.append(run_build(roots["site"], out, jobs="auto", clean=True).seconds)
+    ratios = {
+        "clean site / clean stripped": _ratio(times["site.clean"], times["stripped.clean"]),
+        "prose-edit rebuild / no-change rebuild (site)": _ratio(times["site.edit"], times["site.nochange"]),
+        "prose-edit rebuild / no-change rebuild (stripped)": _ratio(times["stripped.edit"], times["stripped.nochange"]),
+        "peak RSS site / stripped (clean builds)": _ratio(rss["site"], rss["stripped"]),
+    }
+    goals = {
+        "clean site / clean stripped": 2.0,
+        "prose-edit rebuild / no-change rebuild (site)": 1.5,
+        "peak RSS site / stripped (clean builds)": 1.5,
+    }
+    if parallel:
+        ratios["clean site -j auto / -j 1"] = _ratio(times["site.clean.jauto"], times["site.clean"])
+    return {
+        "runs": runs,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "commit": _git_commit(),
+        "execution_mode": "cache",
+        "seconds": {k: {**s.summary(), "values": s.values} for k, s in times.items()},
+        "peak_rss_mib": {k: {**s.summary(), "values": s.values} for k, s in rss.items()},
+        "warnings_in_clean_build": warnings,
+        "ratios": {k: {**s.summary(), "values": s.values, "goal": goals.get(k)} for k, s in ratios.items()},
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "docs", "bench", "sphinxext"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def _rows(result: dict[str, Any]) -> Iterator[str]:
+    labels = {
+        "clean": "clean build", "nochange": "no-change rebuild", "edit": "prose-edit rebuild",
+    }
+    yield f"{'':28} {'site':>22} {'stripped':>22}"
+    for kind in KINDS:
+        cells = []
+        for variant in VARIANTS:
+            s = result["seconds"][f"{variant}.{kind}"]
+            cells.append(f"{s['median']:6.2f} s [{s['min']:.2f}-{s['max']:.2f}]")
+        yield f"{labels[kind]:28} {cells[0]:>22} {cells[1]:>22}"
+    cells = []
+    for variant in VARIANTS:
+        s = result["peak_rss_mib"][variant]
+        cells.append(f"{s['median']:6.0f} MiB [{s['min']:.0f}-{s['max']:.0f}]")
+    yield f"{'peak RSS (clean build)':28} {cells[0]:>22} {cells[1]:>22}"
+    if "site.clean.jauto" in result["seconds"]:
+        s = result["seconds"]["site.clean.jauto"]
+        yield f"{'clean build -j auto':28} {s['median']:6.2f} s [{s['min']:.2f}-{s['max']:.2f}]"
+    yield ""
+    yield "ratio (per run, paired)                             median  [min-max]     goal"
+    for name, s in result["ratios"].items():
+        goal = f"<= {s['goal']:.1f}" if s["goal"] is not None else ""
+        yield f"{name:50} {s['median']:6.2f}x [{s['min']:.2f}-{s['max']:.2f}]  {goal}"
+    m = result["machine"]
+    yield ""
+    yield (f"{result['runs']} runs, alternating; {m['cpus']} CPUs; commit {result['commit']}; "
+           f"warnings in clean builds: {result['warnings_in_clean_build']}")
+
+
+def to_text(result: dict[str, Any]) -> str:
+    """The compact table the nox session prints."""
+    return "\n".join(_rows(result))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nox -s perf --", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="repetitions of every build (default 5)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="also write every measurement to OUT (JSON)")
+    parser.add_argument("--no-parallel", action="store_true", help="skip the extra clean site build with -j auto")
+    args = parser.parse_args(argv)
+    try:
+        result = measure(args.runs, parallel=not args.no_parallel,
+                         progress=lambda text: print(f"perf: {text}", file=sys.stderr, flush=True))
+    except PerfError as exc:
+        print(f"perf: error: {exc}", file=sys.stderr)
+        return 1
+    print(to_text(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
