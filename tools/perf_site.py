@@ -257,17 +257,36 @@ def strip_source(path: Path, text: str) -> str:
     return text
 
 
-def copy_docs(src: Path, dst: Path, *, stripped: bool) -> None:
-    """Copy the docs tree (no build output) to ``dst``, stripping its sources if asked.
+def export_tree(rev: str, dst: Path) -> Path:
+    """``docs``, ``bench`` and ``sphinxext`` as committed at ``rev``, extracted under ``dst``.
 
-    ``dst`` sits next to links to the repository's ``bench`` and ``sphinxext`` folders, so that
-    ``conf.py``'s own ``sys.path`` lines find the packages exactly as they do in the repository.
+    Measuring a commit rather than the working tree keeps the numbers apart from edits in
+    progress, and lets a "before" and an "after" be measured on one machine in one sitting.
+    """
+    dst.mkdir(parents=True)
+    try:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "docs", "bench", "sphinxext"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        message = f"--rev {rev}: cannot export docs/bench/sphinxext: {exc} {detail.decode(errors='replace')}"
+        raise PerfError(message) from exc
+    return dst
+
+
+def copy_docs(src: Path, dst: Path, *, stripped: bool) -> None:
+    """Copy the docs tree ``src`` (no build output) to ``dst``, stripping its sources if asked.
+
+    ``dst`` sits next to links to the ``bench`` and ``sphinxext`` folders beside ``src``, so that
+    ``conf.py``'s own ``sys.path`` lines (which come first on ``sys.path``) find the packages
+    exactly as they do in the repository.
     """
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("_build", "*.lock", "__pycache__"))
     for name in ("bench", "sphinxext"):
         link = dst.parent / name
         if not link.exists():
-            link.symlink_to(REPO / name, target_is_directory=True)
+            link.symlink_to(src.parent.resolve() / name, target_is_directory=True)
     if stripped:
         for path in sorted(dst.rglob("*")):
             if path.suffix in (".rst", ".md") and path.is_file() and "_gemm_cache" not in path.parts:
@@ -342,22 +361,26 @@ VARIANTS = ("site", "stripped")
 KINDS = ("clean", "nochange", "edit")
 
 
-def measure(runs: int, *, parallel: bool, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Alternating builds of the site and its twin; every series and the three ratios."""
+def measure(runs: int, *, parallel: bool, progress: Callable[[str], None], rev: str | None = None) -> dict[str, Any]:
+    """Alternating builds of the site and its twin; every series and the three ratios.
+
+    ``rev``: measure that commit's docs and packages instead of the working tree.
+    """
     if runs < 1:
         raise PerfError(f"--runs must be at least 1, not {runs}")
-    if not (DOCS / EDIT_FILE).is_file():
-        raise PerfError(f"{DOCS / EDIT_FILE} not found")
     times: dict[str, Series] = {f"{v}.{k}": Series() for v in VARIANTS for k in KINDS}
     rss: dict[str, Series] = {v: Series() for v in VARIANTS}
     warnings: dict[str, int] = {}
     if parallel:
         times["site.clean.jauto"] = Series()
     with tempfile.TemporaryDirectory(prefix="gemm-perf-") as tmp:
+        docs = DOCS if rev is None else export_tree(rev, Path(tmp) / "source") / "docs"
+        if not (docs / EDIT_FILE).is_file():
+            raise PerfError(f"{docs / EDIT_FILE} not found")
         roots = {v: Path(tmp) / v / "docs" for v in VARIANTS}
         for variant, root in roots.items():
             root.parent.mkdir(parents=True)
-            copy_docs(DOCS, root, stripped=variant == "stripped")
+            copy_docs(docs, root, stripped=variant == "stripped")
         for rep in range(runs):
             order = VARIANTS if rep % 2 == 0 else VARIANTS[::-1]
             for variant in order:
@@ -393,7 +416,7 @@ def measure(runs: int, *, parallel: bool, progress: Callable[[str], None]) -> di
         "runs": runs,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
-        "commit": _git_commit(),
+        "commit": _git_commit() if rev is None else _resolve(rev),
         "execution_mode": "cache",
         "seconds": {k: {**s.summary(), "values": s.values} for k, s in times.items()},
         "peak_rss_mib": {k: {**s.summary(), "values": s.values} for k, s in rss.items()},
@@ -410,6 +433,11 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def _resolve(rev: str) -> str:
+    out = subprocess.run(["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True)
+    return out.stdout.strip() or rev
 
 
 def _rows(result: dict[str, Any]) -> Iterator[str]:
@@ -451,10 +479,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nox -s perf --", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="repetitions of every build (default 5)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every measurement to OUT (JSON)")
+    parser.add_argument("--rev", metavar="COMMIT",
+                        help="measure docs/, bench/ and sphinxext/ as committed at COMMIT (default: the working tree)")
     parser.add_argument("--no-parallel", action="store_true", help="skip the extra clean site build with -j auto")
     args = parser.parse_args(argv)
     try:
-        result = measure(args.runs, parallel=not args.no_parallel,
+        result = measure(args.runs, parallel=not args.no_parallel, rev=args.rev,
                          progress=lambda text: print(f"perf: {text}", file=sys.stderr, flush=True))
     except PerfError as exc:
         print(f"perf: error: {exc}", file=sys.stderr)
