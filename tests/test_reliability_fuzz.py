@@ -36,7 +36,7 @@ from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, MAX_DIMENSION
 from gemm_bench.results import question_hash
 from gemm_bench.shapes import GemmShape
 from gemm_benchmark import directive as directive_module
-from gemm_benchmark import envdata
+from gemm_benchmark import records as site_records
 from gemm_benchmark.options import OPTIONS, OptionError, parse_options, split_list
 from tests.conftest import DATA, copy_real_document
 
@@ -263,19 +263,19 @@ def fuzz_project(tmp_path_factory) -> Path:
 def _build(src: Path, builddir: Path, page: str, monkeypatch: pytest.MonkeyPatch):
     (src / "index.rst").write_text(page, encoding="utf-8")
     received: dict[int, dict[str, str]] = {}
-    original = directive_module.GemmBenchmarkDirective._run
+    original = directive_module.GemmBenchmarkDirective.run
 
     def spy(self):
         received[self.lineno] = {k: ("" if v is None else v) for k, v in self.options.items()}
         return original(self)
 
-    monkeypatch.setattr(directive_module.GemmBenchmarkDirective, "_run", spy)
+    monkeypatch.setattr(directive_module.GemmBenchmarkDirective, "run", spy)
     warning = io.StringIO()
     app = SphinxTestApp("text", srcdir=src, builddir=builddir, warning=warning, status=io.StringIO(),
                         freshenv=True)
     try:
         app.build()
-        records = {r["lineno"]: r for r in envdata.all_records(app.env)}
+        records = {r.lineno: r for r in site_records.all_records(app.env)}
     finally:
         app.cleanup()
     return warning.getvalue(), received, records
@@ -323,7 +323,7 @@ def test_fuzzed_directives_warn_at_their_line_and_agree_with_the_cli(fuzz_projec
             assert (code == 0) == directive_accepts, (config_opts, found.get(line), err)
             if code == 0:
                 gemms = [GemmShape.from_dict(g) for g in json.loads(out)]
-                assert question_hash(gemms) == records[line]["question_hash"], config_opts
+                assert question_hash(gemms) == records[line].question_hash, config_opts
                 compared["agree_valid"] += 1
             else:
                 lines = err.strip().splitlines()

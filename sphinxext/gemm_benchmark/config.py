@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
 from sphinx.errors import ConfigError
-from sphinx.util import logging
 
 from gemm_benchmark import execution
-
-logger = logging.getLogger(__name__)
+from gemm_benchmark.diagnostics import Subtype, warn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,25 +55,28 @@ CONFIG_VALUES: tuple[ConfigValue, ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
+    """This build's validated settings (one per environment, made at ``builder-inited``)."""
+
     mode: str
     cache_dir: Path
     max_age_days: float | None
     build_started: float
 
 
-_SETTINGS: dict[int, Settings] = {}
+_ATTR = "gemm_benchmark_settings"
 
 
 def init_settings(app: Sphinx) -> None:
     """Resolve the settings at ``builder-inited`` (a bad mode is a warning; the build stays cache-only)."""
     try:
         mode = execution.execution_mode(app.config.gemm_benchmark_execution_mode)
-    except ValueError as exc:
-        logger.warning("%s; measuring nothing (cache mode)", exc, type="gemm_benchmark", subtype="config")
+    except execution.ExecutionModeError as exc:
+        warn(Subtype.CONFIG, f"{exc}; measuring nothing (cache mode)", location=None)
         mode = "cache"
-    cache_dir = resolve_cache_dir(app)
     max_age = app.config.gemm_benchmark_max_age_days
-    _SETTINGS[id(app)] = Settings(mode, cache_dir, max_age, time.time())
+    if max_age is not None and (isinstance(max_age, bool) or not max_age > 0 or max_age == float("inf")):
+        raise ConfigError(f"gemm_benchmark_max_age_days = {max_age!r} must be a positive number of days or None")
+    setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time()))
     execution.reset_detection()
 
 
@@ -95,7 +97,9 @@ def resolve_cache_dir(app: Sphinx) -> Path:
     return cache_dir
 
 
-def settings(app: Sphinx) -> Settings:
-    if id(app) not in _SETTINGS:
-        init_settings(app)
-    return _SETTINGS[id(app)]
+def settings(env: BuildEnvironment) -> Settings:
+    """The settings of the build that owns ``env``."""
+    found = getattr(env, _ATTR, None)
+    if not isinstance(found, Settings):
+        raise RuntimeError("gemm_benchmark settings are made at builder-inited; the extension is not set up")
+    return found

@@ -1,4 +1,4 @@
-"""Answering a directive's question: from the cache, or by measuring on this machine's GPU.
+"""Answering a directive's question, once: from the cache, or by measuring on this machine's GPU.
 
 Modelled on myst-nb's ``nb_execution_mode``:
 
@@ -10,41 +10,59 @@ Modelled on myst-nb's ``nb_execution_mode``:
 ``force``
     re-measure this GPU's result for every question, once per build.
 
-``GEMM_BENCH_EXECUTION_MODE`` overrides ``conf.py`` so that a CI job or a GPU box can change the
-mode without editing the project. Results of *other* devices can only come from the cache: a
-build measures the GPU it runs on.
+``GEMM_BENCH_EXECUTION_MODE`` overrides ``conf.py``. Results of *other* devices can only come
+from the cache: a build measures the GPU it runs on.
 
-GPU work is serialized by an exclusive ``fcntl`` lock on ``gemm-benchmark-gpu.lock`` in the cache
-directory: two processes of a ``-j`` build (or two builds) timing GEMMs at once would each
-measure the other's interference. Inside the lock the cache is consulted again, because another
-process may just have measured the same question.
+The answer path runs in one direction (see DESIGN.md): the cache files of the question are listed
+once and each is parsed at most once per build (:class:`ResultReads`); the GPU is asked once per
+build; a :class:`DeviceAnswer` carries the document read, its status and one
+:class:`~gemm_bench.report.Report` per mode, built from the *page's* question (its GEMMs, its layer
+count, its kind): the file only supplies per-GEMM measurements. Renderers and roles use these
+reports and nothing else.
 
-Nothing here imports torch unless a measurement may be needed; the GPU check is cached per process.
+GPU work is serialized by a lock file (``filelock``) in the cache directory: two processes of a
+``-j`` build (or two builds) timing GEMMs at once would each measure the other's interference.
+Inside the lock the cache is consulted again, because another process may just have measured.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
+import enum
 import importlib.util
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.cache import Cache, CacheError, is_stale
+from filelock import FileLock
+from gemm_bench.cache import Cache, CacheError, is_stale, read_document
+from gemm_bench.devices import device_slug, select
 from gemm_bench.precisions import BASELINE
 from gemm_bench.question import Question
 from gemm_bench.report import Report
-from gemm_bench.results import device_slug
+from gemm_bench.results import ResultError
 
 EXECUTION_MODES: tuple[str, ...] = ("cache", "auto", "force")
 ENV_VAR = "GEMM_BENCH_EXECUTION_MODE"
 GPU_LOCK_NAME = "gemm-benchmark-gpu.lock"
 
-#: Freshness statuses, in the order of how much they need attention.
-STATUSES: tuple[str, ...] = ("missing", "stale", "failed", "fresh")
+
+class Status(str, enum.Enum):
+    """Freshness of a result, in the order of how much it needs attention."""
+
+    MISSING = "missing"
+    STALE = "stale"
+    FAILED = "failed"
+    FRESH = "fresh"
+
+
+#: Freshness statuses as strings, most urgent first.
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
+
+
+class ExecutionModeError(ValueError):
+    """An execution mode that is not one of :data:`EXECUTION_MODES`."""
 
 
 def execution_mode(configured: str) -> str:
@@ -52,8 +70,11 @@ def execution_mode(configured: str) -> str:
     value = os.environ.get(ENV_VAR, "").strip().lower() or str(configured).strip().lower()
     if value not in EXECUTION_MODES:
         source = ENV_VAR if os.environ.get(ENV_VAR, "").strip() else "gemm_benchmark_execution_mode"
-        raise ValueError(f"{source}={value!r} is not one of {', '.join(EXECUTION_MODES)}")
+        raise ExecutionModeError(f"{source}={value!r} is not one of {', '.join(EXECUTION_MODES)}")
     return value
+
+
+Measure = Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +82,7 @@ class LocalGpu:
     """The GPU this build can measure on: its name (as results record it) and how to measure."""
 
     name: str
-    measure: Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
+    measure: Measure
 
 
 def detect_gpu() -> tuple[LocalGpu | None, str]:
@@ -70,13 +91,13 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
         return None, "PyTorch is not installed"
     try:
         import torch
-    except Exception as exc:  # a broken install is "no GPU", not a failed build
+    except (ImportError, OSError, RuntimeError) as exc:  # a broken install is "no GPU", not a failed build
         return None, f"PyTorch cannot be imported ({exc})"
     if not torch.cuda.is_available():
         return None, "no CUDA GPU is visible to PyTorch"
     try:
         import transformer_engine.pytorch  # noqa: F401
-    except Exception as exc:
+    except (ImportError, OSError, RuntimeError) as exc:
         return None, f"Transformer Engine cannot be imported ({exc})"
 
     def measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
@@ -94,6 +115,7 @@ _detected: dict[str, tuple[LocalGpu | None, str]] = {}
 
 
 def local_gpu() -> tuple[LocalGpu | None, str]:
+    """The GPU, detected once per build (:func:`reset_detection` at ``builder-inited``)."""
     if "gpu" not in _detected:
         _detected["gpu"] = gpu_detector()
     return _detected["gpu"]
@@ -101,30 +123,59 @@ def local_gpu() -> tuple[LocalGpu | None, str]:
 
 def reset_detection() -> None:
     _detected.clear()
+    READS.clear()
 
 
-@contextlib.contextmanager
-def gpu_lock(cache_dir: Path) -> Iterator[None]:
-    """One GPU job at a time across processes (``-j``) and concurrent builds."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / GPU_LOCK_NAME, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+# ------------------------------------------------------------------------------- reading once
+class ResultReads:
+    """Each cache file parsed at most once while it is unchanged (keyed by its stat).
+
+    ``parses`` counts real parses, so a test can prove the "once per file per build" rule.
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[str, int, int, int], dict[str, Any] | CacheError] = {}
+        self.parses = 0
+
+    def read(self, path: Path) -> dict[str, Any]:
+        """The validated document at ``path``, or raise :class:`CacheError` (memoized too)."""
         try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            stat = path.lstat()
+        except OSError as exc:
+            raise CacheError(path, f"cannot be read ({exc.strerror or exc})") from None
+        key = (str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        found = self._memo.get(key)
+        if found is None:
+            self.parses += 1
+            try:
+                found = read_document(path)
+            except CacheError as exc:
+                found = exc
+            self._memo[key] = found
+        if isinstance(found, CacheError):
+            raise found
+        return found
+
+    def clear(self) -> None:
+        self._memo.clear()
+        self.parses = 0
 
 
+READS = ResultReads()
+
+
+# ------------------------------------------------------------------------------- the answer
 @dataclasses.dataclass
 class DeviceAnswer:
-    """One device's result for a directive, with how fresh it is."""
+    """One device's result for a directive, how fresh it is, and its reports (one per mode)."""
 
     device: str
     slug: str
     path: Path
     doc: dict[str, Any]
-    status: str  # one of STATUSES except "missing" (a device with no file has no DeviceAnswer)
+    status: Status
     reason: str
+    reports: dict[str, Report]
     measured_now: bool = False
 
 
@@ -133,110 +184,147 @@ class Answer:
     devices: list[DeviceAnswer]
     #: Cache files that failed validation: never used, each reported with its path.
     errors: list[CacheError]
-    #: (subtype, message) pairs the directive logs as warnings at its own location.
-    problems: list[tuple[str, str]]
+    #: Measurement problems the directive logs as warnings at its own location.
+    problems: list[str]
     #: Device selectors (``:devices:``) with no result.
     unmatched: list[str]
+    #: Every cache file this answer depended on (read or refused): page dependencies.
+    files: list[Path] = dataclasses.field(default_factory=list)
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """The directive's overall status: its worst device (missing when it has none)."""
         if not self.devices or self.unmatched:
-            return "missing"
-        return min((d.status for d in self.devices), key=STATUSES.index)
+            return Status.MISSING
+        return min((d.status for d in self.devices), key=lambda s: STATUSES.index(s.value))
 
 
-def assess(doc: dict[str, Any], precisions: Sequence[str], modes: Sequence[str],
-           max_age_days: float | None) -> tuple[str, str]:
+def reports_for(doc: dict[str, Any], question: Question, precisions: Sequence[str],
+                modes: Sequence[str]) -> dict[str, Report]:
+    """One report per mode, built from the page's question: its GEMMs, layers and kind decide."""
+    return {
+        mode: Report(doc, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,
+                     modes=[mode], precisions=list(precisions))
+        for mode in modes
+    }
+
+
+def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float | None) -> tuple[Status, str]:
     """(status, reason) of one cached document for the cells a directive asks for."""
     stale = is_stale(doc, max_age_days=max_age_days)
     if stale:
-        return "stale", stale
-    report = Report(doc, modes=modes, precisions=precisions)
-    missing = report.missing_cells()
+        return Status.STALE, stale
+    missing = [cell for report in reports.values() for cell in report.missing_cells()]
     if missing:
         pairs = sorted({f"{m}/{p}" for m, p, _ in missing})
-        return "missing", f"{len(missing)} requested cells were never measured ({', '.join(pairs)})"
-    failed = [(m, p) for m in modes for p in precisions if report.status(m, p)[0] == "failed"]
+        return Status.MISSING, f"{len(missing)} requested cells were never measured ({', '.join(pairs)})"
+    failed = [(mode, p, report.status(mode, p)[1]) for mode, report in reports.items()
+              for p in report.precisions if report.status(mode, p)[0] == "failed"]
     if failed:
-        return "failed", "failed: " + ", ".join(f"{m}/{p} ({report.status(m, p)[1]})" for m, p in failed)
-    return "fresh", ""
+        return Status.FAILED, "failed: " + ", ".join(f"{m}/{p} ({why})" for m, p, why in failed)
+    return Status.FRESH, ""
 
 
-def matches(selector: str, device_name: str) -> bool:
-    """``h100`` selects ``NVIDIA H100 80GB HBM3`` (slug ``h100-80gb-hbm3``)."""
-    selector = selector.strip().lower()
-    return selector in device_slug(device_name) or selector in device_name.lower()
+def to_measure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
+               *, force: bool, max_age_days: float | None) -> tuple[list[str], list[str]] | None:
+    """Which (precisions, modes) this GPU should measure now, or None when the cache suffices.
 
-
-def _needs_measuring(doc: dict[str, Any] | None, path: Path, precisions: Sequence[str], modes: Sequence[str],
-                     mode: str, max_age_days: float | None, build_started: float) -> tuple[list[str], list[str]] | None:
-    """Which (precisions, modes) this GPU should measure now, or None when the cache suffices."""
-    if doc is None:
-        return list(precisions), list(modes)
-    if mode == "force":
-        if path.exists() and path.stat().st_mtime >= build_started:
-            return None  # measured earlier in this very build
-        return list(precisions), list(modes)
-    if is_stale(doc, max_age_days=max_age_days):
-        return list(precisions), list(modes)
-    missing = Report(doc, modes=modes, precisions=precisions).missing_cells()
-    if not missing:
+    A mode is always measured whole: the requested precisions, BF16 (the baseline), and every
+    precision the cached file already holds in that mode. The new run then replaces the mode's
+    cells as one run, so no speedup ever compares cells of two runs and no page loses the
+    precisions another page asked for.
+    """
+    if doc is None or force or is_stale(doc, max_age_days=max_age_days):
+        return list(dict.fromkeys([BASELINE, *precisions])), list(modes)
+    reports = reports_for(doc, question, precisions, modes)
+    want_modes = [mode for mode, report in reports.items() if report.missing_cells()]
+    if not want_modes:
         return None
-    want_p = [p for p in precisions if any(m[1] == p for m in missing)]
-    want_m = [m for m in modes if any(x[0] == m for x in missing)]
-    return list(dict.fromkeys([BASELINE, *want_p])), want_m
+    cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
+    return list(dict.fromkeys([BASELINE, *precisions, *cached])), want_modes
 
 
 def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str], devices: Sequence[str],
            cache_dir: Path, mode: str, max_age_days: float | None, build_started: float) -> Answer:
     """Look the question up, measure on this GPU if the mode says so, and assess every device."""
     cache = Cache(cache_dir)
-    problems: list[tuple[str, str]] = []
-    lookup = cache.lookup(question.hash)
+    problems: list[str] = []
     if mode != "cache":
         gpu, _ = local_gpu()
-        if gpu is not None and (not devices or any(matches(s, gpu.name) for s in devices)):
-            problems += _measure_if_needed(cache, gpu, question, precisions, modes, lookup.documents,
-                                           mode, max_age_days, build_started)
-            lookup = cache.lookup(question.hash)
-    results = []
-    for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
+        if gpu is not None and (not devices or any(select(s, [gpu.name]) for s in devices)):
+            problem = _measure_if_needed(cache, gpu, question, precisions, modes, mode=mode,
+                                         max_age_days=max_age_days, build_started=build_started)
+            if problem:
+                problems.append(problem)
+    files = cache.files(question.hash)
+    documents: list[tuple[Path, dict[str, Any]]] = []
+    errors: list[CacheError] = []
+    for path in files:
+        try:
+            documents.append((path, READS.read(path)))
+        except CacheError as exc:
+            errors.append(exc)
+    by_name: dict[str, DeviceAnswer] = {}
+    for path, doc in sorted(documents, key=lambda item: item[1]["device"]["name"]):
         name = doc["device"]["name"]
-        path = cache.path_for(question.hash, name)
-        status, reason = assess(doc, precisions, modes, max_age_days)
-        measured_now = path.stat().st_mtime >= build_started if mode != "cache" else False
-        results.append(DeviceAnswer(name, device_slug(name), path, doc, status, reason, measured_now))
+        try:
+            reports = reports_for(doc, question, precisions, modes)
+        except (ResultError, ValueError) as exc:  # the file's GEMMs are not the page's question
+            errors.append(CacheError(path, f"does not answer this question: {exc}"))
+            continue
+        status, reason = assess(reports, doc, max_age_days)
+        measured_now = mode != "cache" and path.stat().st_mtime >= build_started
+        by_name[name] = DeviceAnswer(name, device_slug(name), path, doc, status, reason, reports, measured_now)
+    chosen = list(by_name.values())
     unmatched: list[str] = []
     if devices:
-        chosen: list[DeviceAnswer] = []
+        chosen = []
         for selector in devices:
-            found = [r for r in results if matches(selector, r.device) and r not in chosen]
-            if not found:
+            name = select(selector, by_name)
+            if name is None:
                 unmatched.append(selector)
-            chosen += found
-        results = chosen
-    return Answer(results, lookup.errors, problems, unmatched)
+            elif by_name[name] not in chosen:
+                chosen.append(by_name[name])
+    return Answer(chosen, errors, problems, unmatched, files)
+
+
+def _current(cache: Cache, question: Question, gpu: LocalGpu) -> dict[str, Any] | None:
+    path = cache.path_for(question.hash, gpu.name)
+    try:
+        return READS.read(path) if path.exists() or path.is_symlink() else None
+    except CacheError:
+        return None  # a corrupt file of this GPU is replaced by a fresh measurement
 
 
 def _measure_if_needed(cache: Cache, gpu: LocalGpu, question: Question, precisions: Sequence[str],
-                       modes: Sequence[str], documents: list[dict[str, Any]], mode: str,
-                       max_age_days: float | None, build_started: float) -> list[tuple[str, str]]:
+                       modes: Sequence[str], *, mode: str, max_age_days: float | None,
+                       build_started: float) -> str | None:
+    """Measure what this GPU lacks; the message of a failure, or None. Never raises for a GPU error.
+
+    ``force`` re-measures a question once per build: a file written since the build started (by
+    this process or another ``-j`` worker) already is this build's measurement.
+    """
     path = cache.path_for(question.hash, gpu.name)
-    current = next((d for d in documents if d["device"]["name"] == gpu.name), None)
-    if _needs_measuring(current, path, precisions, modes, mode, max_age_days, build_started) is None:
-        return []
-    with gpu_lock(cache.directory):
+
+    def forced() -> bool:
+        return mode == "force" and not (path.exists() and path.stat().st_mtime >= build_started)
+
+    force = forced()
+    if to_measure(_current(cache, question, gpu), question, precisions, modes, force=force,
+                  max_age_days=max_age_days) is None:
+        return None
+    cache.directory.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache.directory / GPU_LOCK_NAME)):
         # Another process may have measured this question while we waited for the lock.
-        fresh = cache.lookup(question.hash).documents
-        current = next((d for d in fresh if d["device"]["name"] == gpu.name), None)
-        todo = _needs_measuring(current, path, precisions, modes, mode, max_age_days, build_started)
+        todo = to_measure(_current(cache, question, gpu), question, precisions, modes, force=forced(),
+                          max_age_days=max_age_days)
         if todo is None:
-            return []
+            return None
         want_precisions, want_modes = todo
         try:
             doc = gpu.measure(question, want_precisions, want_modes)
             cache.store(doc)
-        except Exception as exc:  # a failed measurement leaves the cache as it was
-            return [("measure", f"measuring on {gpu.name} failed: {type(exc).__name__}: {exc}")]
-    return []
+        except (RuntimeError, OSError, ValueError, MemoryError, CacheError) as exc:
+            # A failed measurement (CUDA errors are RuntimeErrors) leaves the cache as it was.
+            return f"measuring on {gpu.name} failed: {type(exc).__name__}: {exc}"
+    return None

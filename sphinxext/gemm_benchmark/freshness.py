@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from docutils import nodes
+from gemm_bench.results import METHOD_VERSION
 from sphinx.application import Sphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.results import METHOD_VERSION
-from gemm_benchmark import envdata
-from gemm_benchmark.nodes import gemm_freshness
-from gemm_benchmark.render_block import app_of, device_label
+from gemm_benchmark import records as envdata
+from gemm_benchmark.nodes import builder_format, gemm_freshness
+from gemm_benchmark.render_block import device_label
 from gemm_benchmark.render_table import Entry, build_table
 
 logger = logging.getLogger(__name__)
@@ -39,19 +39,19 @@ class GemmBenchmarkFreshnessDirective(SphinxDirective):
         return [node]
 
 
-def rows(records: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+def rows(records: list[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
     """One row per directive: the table's and the log's content."""
     out = []
     for r in records:
-        devices = r["devices"]
-        names = ", ".join(device_label(d["name"]) for d in devices) or "–"
-        if r["unmatched"]:
-            names += " (none for " + ", ".join(r["unmatched"]) + ")"
-        dates = ", ".join(d["date"][:10] for d in devices) or "–"
-        methods = ", ".join(sorted({d["method_version"] for d in devices})) or "–"
-        reasons = "; ".join(f"{device_label(d['name'])}: {d['reason']}" for d in devices if d["reason"])
-        status = r["status"] + (f" ({reasons})" if reasons else "")
-        out.append((r["docname"], r["name"] or f"(line {r['lineno']})", names, dates, methods, status))
+        devices = r.devices
+        names = ", ".join(device_label(d.name) for d in devices) or "–"
+        if r.unmatched:
+            names += " (none for " + ", ".join(r.unmatched) + ")"
+        dates = ", ".join(d.date[:10] for d in devices) or "–"
+        methods = ", ".join(sorted({d.method_version for d in devices})) or "–"
+        reasons = "; ".join(f"{device_label(d.name)}: {d.reason}" for d in devices if d.reason)
+        status = r.status + (f" ({reasons})" if reasons else "")
+        out.append((r.docname, r.name or f"(line {r.lineno})", names, dates, methods, status))
     return out
 
 
@@ -79,16 +79,16 @@ class ResolveFreshness(SphinxPostTransform):
             intro = f"Every gemm-benchmark result on this site (current method version {METHOD_VERSION}):"
             node.replace_self([nodes.paragraph(intro, intro, classes=["gemm-freshness-intro"]), table])
 
-    def _link_pages(self, table: nodes.table, records: list[dict[str, Any]]) -> None:
+    def _link_pages(self, table: nodes.table, records: list[envdata.DirectiveRecord]) -> None:
         """Make each page cell a link to the directive's page."""
-        builder = app_of(self.env).builder
-        if builder.format != "html":
+        if builder_format(self.env) != "html":
             return
+        builder = self.app.builder
         entries = [row[0] for row in table.findall(nodes.row)][1:]  # skip the header row
         for entry, record in zip(entries, records, strict=True):
             para = entry[0]
-            uri = builder.get_relative_uri(self.env.docname, record["docname"])
-            ref = nodes.reference("", record["docname"], internal=True, refuri=uri)
+            uri = builder.get_relative_uri(self.env.docname, record.docname)
+            ref = nodes.reference("", record.docname, internal=True, refuri=uri)
             del para[:]
             para += ref
 
@@ -102,7 +102,7 @@ def log_summary(app: Sphinx, exception: Exception | None) -> None:
         return
     counts: dict[str, int] = {}
     for r in records:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     logger.info("gemm-benchmark: %d results (%s)", len(records), summary)
     for row in rows(records):

@@ -1,12 +1,14 @@
-"""The extension's own doctree nodes and their (deliberately thin) writers.
+"""The extension's own doctree nodes; builder-neutral, so one doctree serves every builder.
 
 Everything a reader sees is built from standard docutils nodes (tables, images, paragraphs), so
-every builder renders it. Only three nodes are ours:
+every builder renders it. Our nodes:
 
 * :class:`gemm_benchmark_block` wraps one directive's output. It is registered as an *enumerable*
   node so that ``:name:`` becomes a label ``:ref:`` can link to, titled by the caption.
-* :class:`gemm_value` is a role's value waiting for all pages to be read (names may be defined on
-  a page read later, or in another process under ``-j``); a post-transform replaces it.
+* :class:`gemm_tab_set` / :class:`gemm_tab`: a set of titled panels (modes, devices). Reading
+  builds these neutral nodes; a post-transform turns them into sphinx-tabs group tabs for HTML
+  and into rubrics elsewhere (:mod:`.tabs`), as sphinx-design's tab-set transform does.
+* :class:`gemm_value` is a role's value waiting for all pages to be read (:mod:`.roles`).
 * :class:`gemm_freshness` is the freshness table's placeholder, filled the same way.
 """
 
@@ -16,18 +18,36 @@ from typing import Any
 
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
 
 
 class gemm_benchmark_block(nodes.General, nodes.Element):
     """One ``gemm-benchmark`` directive's rendered output."""
 
 
-class gemm_value(nodes.Inline, nodes.Element):
+class gemm_tab_set(nodes.General, nodes.Element):
+    """Titled panels (attribute ``classes``); children are :class:`gemm_tab`."""
+
+
+class gemm_tab(nodes.General, nodes.Element):
+    """One panel; attribute ``title``."""
+
+
+class gemm_value(nodes.Inline, nodes.TextElement):
     """A role's reference to a measured value, resolved after reading (attributes: see roles)."""
 
 
 class gemm_freshness(nodes.General, nodes.Element):
     """Placeholder for the site-wide freshness table."""
+
+
+def builder_format(env: BuildEnvironment) -> str:
+    """The current builder's format (``html``, ``latex``, ``text`` ...)."""
+    cls = getattr(env, "_builder_cls", None)
+    if cls is not None:
+        return str(cls.format)
+    app = getattr(env, "_app", None) or env.app
+    return str(app.builder.format)
 
 
 def _visit_block_html(self: Any, node: gemm_benchmark_block) -> None:
@@ -43,7 +63,7 @@ def _pass(self: Any, node: nodes.Node) -> None:
 
 
 def _unresolved(self: Any, node: nodes.Node) -> None:
-    # A post-transform replaces every gemm_value / gemm_freshness; reaching a writer means a
+    # A post-transform replaces every gemm_tab_set / gemm_freshness; reaching a writer means a
     # builder skipped post-transforms. Writing nothing is better than a crash.
     raise nodes.SkipNode
 
@@ -54,15 +74,17 @@ def block_title(node: nodes.Element) -> str:
     The caption is kept as an attribute, not a ``caption`` node: LaTeX writes captions as
     ``\\caption`` which is an error outside a float, and the block is not one.
     """
-    return node.get("gemm_caption") or node.get("gemm_name", "")
+    return str(node.get("gemm_caption") or node.get("gemm_name", ""))
+
+
+WRITERS = ("latex", "text", "man", "texinfo")
 
 
 def setup_nodes(app: Sphinx) -> None:
-    writers = ("latex", "text", "man", "texinfo")
     app.add_enumerable_node(
         gemm_benchmark_block, "gemm-benchmark", block_title,
         html=(_visit_block_html, _depart_block_html),
-        **{w: (_pass, _pass) for w in writers},
+        **{w: (_pass, _pass) for w in WRITERS},
     )
-    for node_class in (gemm_value, gemm_freshness):
-        app.add_node(node_class, html=(_unresolved, None), **{w: (_unresolved, None) for w in writers})
+    for node_class in (gemm_tab_set, gemm_tab, gemm_freshness):
+        app.add_node(node_class, html=(_unresolved, None), **{w: (_unresolved, None) for w in WRITERS})

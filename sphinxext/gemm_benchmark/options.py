@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gemm_bench import choices
 from gemm_bench.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
+from gemm_bench.devices import ALIASES, normalize_selector
 from gemm_bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
 from gemm_bench.question import Question, build_question
 
@@ -85,8 +87,11 @@ def _build_options() -> dict[str, Option]:
                "speedup, is always shown.", "all", "bf16, fp8-current, fp8-block", "selection"),
         Option("modes", "Modes to show, as tabs: " + ", ".join(f"``{m}`` ({MODE_NAMES[m]})" for m in MODES) + ".",
                "autocast, prequant", "autocast", "selection"),
-        Option("devices", "Cached devices to show, matched against the device name or file slug, in this "
-               "order (device tabs when more than one).", "every cached device", "h100, h200", "selection"),
+        Option("devices", "Cached devices to show, in this order (device tabs when more than one): each an exact "
+               "device slug (the end of the cache file name, ``h100-80gb-hbm3``) or an alias ("
+               + ", ".join(f"``{a}``" for a in ALIASES) + "). A GPU box in ``auto`` mode measures a directive only "
+               "when this list names its GPU, or when the directive lists none. Roles without ``@DEVICE`` quote "
+               "the first device listed here.", "every cached device", "h100, h200", "selection"),
         Option("missing", "What a result that no requested device has yet does: ``warn`` (a Sphinx warning, so "
                "``-W`` fails) or ``note`` (the visible note only: for hardware not measured yet on purpose).",
                "warn", "note", "presentation"),
@@ -154,12 +159,7 @@ class Request:
     missing: str = "warn"
 
 
-_SPLIT = re.compile(r"[,\s]+")
-
-
-def split_list(text: str) -> list[str]:
-    """``"a, b c"`` -> ``["a", "b", "c"]`` (commas and/or whitespace)."""
-    return [item for item in _SPLIT.split(text.strip()) if item]
+split_list = choices.split_list
 
 
 def _parse_bool(option: str, text: str) -> bool:
@@ -179,16 +179,25 @@ def _parse_int(option: str, text: str) -> int:
 
 
 def _parse_choices(option: str, text: str, normalize: Callable[[str], str], known: tuple[str, ...]) -> tuple[str, ...]:
+    try:
+        return choices.parse_choices(text, normalize, known)
+    except choices.ChoiceError as exc:
+        subtype = option if option in ("precisions", "modes") and not exc.empty else "option"
+        raise OptionError(option, str(exc), subtype=subtype) from None
+
+
+def _parse_devices(text: str) -> tuple[str, ...]:
+    """Device selectors, each an exact slug or an alias (:mod:`gemm_bench.devices`), normalized to slugs."""
     items = split_list(text)
     if not items:
-        raise OptionError(option, f"needs at least one of {', '.join(known)}")
+        raise OptionError("devices", "needs at least one device (a slug like h100-80gb-hbm3, or an alias: "
+                          + ", ".join(ALIASES) + ")")
     out = []
     for item in items:
-        try:
-            out.append(normalize(item))
-        except KeyError:
-            raise OptionError(option, f"unknown value {item!r}; choose from {', '.join(known)}",
-                              subtype=option) from None
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", item.lower()):
+            raise OptionError("devices", f"{item!r} is not a device slug (letters, digits, '.', '-')",
+                              subtype="devices")
+        out.append(normalize_selector(item))
     return tuple(dict.fromkeys(out))
 
 
@@ -253,9 +262,7 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> 
     precisions = (_parse_choices("precisions", text["precisions"], normalize_precision, PRECISION_IDS)
                   if "precisions" in text else PRECISION_IDS)
     modes = _parse_choices("modes", text["modes"], normalize_mode, MODES) if "modes" in text else MODES
-    devices = tuple(d.lower() for d in split_list(text.get("devices", "")))
-    if "devices" in text and not devices:
-        raise OptionError("devices", "needs at least one device name (e.g. h100)")
+    devices = _parse_devices(text["devices"]) if "devices" in text else ()
     show = _parse_choices("show", text["show"], _normalize_show, SHOW_PARTS) if "show" in text else SHOW_PARTS
     name = text.get("name", "").strip()
     if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", name):

@@ -8,51 +8,20 @@ use only ````literal```` markup, converted here, so the tables render the same f
 
 from __future__ import annotations
 
-import re
-
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
 from gemm_benchmark.config import CONFIG_VALUES
+from gemm_benchmark.diagnostics import DESCRIPTIONS, WARNING_TYPE
 from gemm_benchmark.options import OPTIONS
+from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.roles import ROLES
-
-_LITERAL = re.compile(r"``(.+?)``(?!`)")
-
-
-def inline(text: str) -> list[nodes.Node]:
-    """Text with ````literal```` spans as literal nodes."""
-    out: list[nodes.Node] = []
-    pos = 0
-    for match in _LITERAL.finditer(text):
-        if match.start() > pos:
-            out.append(nodes.Text(text[pos:match.start()]))
-        out.append(nodes.literal(match.group(1), match.group(1)))
-        pos = match.end()
-    if pos < len(text):
-        out.append(nodes.Text(text[pos:]))
-    return out
 
 
 def reference_table(header: list[str], rows: list[list[str]], widths: list[int], classes: list[str]) -> nodes.table:
-    table = nodes.table(classes=["gemm-reference", *classes])
-    group = nodes.tgroup(cols=len(header))
-    table += group
-    for width in widths:
-        group += nodes.colspec(colwidth=width)
-    head, body = nodes.thead(), nodes.tbody()
-    group += head
-    group += body
-    for container, cells in [(head, header)] + [(body, r) for r in rows]:
-        row = nodes.row()
-        for text in cells:
-            entry = nodes.entry()
-            para = nodes.paragraph()
-            para.extend(inline(text))
-            entry += para
-            row += entry
-        container += row
-    return table
+    """A reference table: the result tables' builder, with ````literal```` markup in every cell."""
+    return build_table([[Entry(h, markup=True) for h in header]], [[Entry(c, markup=True) for c in r] for r in rows],
+                       widths, classes=["gemm-reference", *classes])
 
 
 class GemmBenchmarkOptionsDirective(SphinxDirective):
@@ -82,3 +51,11 @@ class GemmBenchmarkConfigDirective(SphinxDirective):
         rows = [[f"``{c.name}``", f"``{c.default!r}``", c.description] for c in CONFIG_VALUES]
         return [reference_table(["conf.py value", "Default", "Meaning"], rows, [28, 14, 58],
                                 ["gemm-config-reference"])]
+
+
+class GemmBenchmarkWarningsDirective(SphinxDirective):
+    """The table of warning subtypes (``suppress_warnings`` names)."""
+
+    def run(self) -> list[nodes.Node]:
+        rows = [[f"``{WARNING_TYPE}.{s.value}``", text] for s, text in DESCRIPTIONS.items()]
+        return [reference_table(["suppress_warnings name", "Meaning"], rows, [30, 70], ["gemm-warnings-reference"])]

@@ -1,56 +1,44 @@
-"""Assemble one directive's output: mode tabs, device tabs, figures, tables, provenance.
+"""Assemble one directive's output as builder-neutral nodes: panels, figures, tables, provenance.
 
 Layout::
 
     [caption] question summary, notes
-    (Autocast | Pre-quantized)                 group tabs: one choice switches every block
-        (H100 | H200)                          group tabs, only when several devices answer
-            figure (light + dark SVG), table per GEMM, totals, unavailable precisions, provenance
+    (Autocast | Pre-quantized)                 neutral tab set (group tabs in HTML)
+        (H100 | H200)                          only when several devices answer
+            figure, table per GEMM, totals, unavailable precisions, provenance
 
-Figures are written like matplotlib's plot_directive does: at read time, into a directory of the
-build (``<doctreedir>/gemm_benchmark``), referenced by a path relative to the page, so Sphinx's
-image collector copies them into the output (``_images/``) and records them as page dependencies.
+Every number comes from the :class:`~gemm_bench.report.Report` objects of the directive's answer
+(built once from the page's question). Figures are drawn by :mod:`gemm_bench.figures` from a
+spec of the numbers they show, into ``<doctreedir>/gemm_benchmark/gemm-<key>.svg`` where the key
+hashes the spec (the numbers, the figure code's version, the style): a figure whose inputs did not
+change is not drawn again, across pages and across incremental builds. The image is referenced by
+a wildcard URI; builders that take no SVG (LaTeX) get PDF or PNG from :class:`FigureConverter`,
+which re-draws the stored spec at write time, so reading never depends on the builder.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import pickle
 from pathlib import Path
+from typing import ClassVar
 
 from docutils import nodes
+from gemm_bench import figures
+from gemm_bench.precisions import MODE_NAMES, PRECISIONS
+from gemm_bench.report import Report, describe_method
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
+from sphinx.transforms.post_transforms.images import ImageConverter
 
-from gemm_bench.precisions import MODE_NAMES, PRECISIONS
-from gemm_bench.report import Report, describe_method
-from gemm_benchmark import render_figure, render_table
+from gemm_benchmark import render_table
 from gemm_benchmark.execution import Answer, DeviceAnswer
 from gemm_benchmark.options import Request
-from gemm_benchmark.tabs import group_tabs
+from gemm_benchmark.tabs import tab_set
 
 FIGURE_DIR = "gemm_benchmark"
-
-_MIME = {"svg": "image/svg+xml", "pdf": "application/pdf", "png": "image/png"}
-
-
-def app_of(env: BuildEnvironment) -> Sphinx:
-    """The application (``env.app`` is deprecated since Sphinx 9; ``_app`` is what it returns)."""
-    return getattr(env, "_app", None) or env.app
-
-
-def figure_format(env: BuildEnvironment) -> str | None:
-    """SVG where the builder shows it (HTML); else PDF (LaTeX); else PNG; None: no images (text).
-
-    Decided per builder at read time; ``outdated_pages`` re-reads pages when a build with another
-    builder reuses the doctrees, so a LaTeX build never inherits SVG-only figures.
-    """
-    supported = getattr(app_of(env).builder, "supported_image_types", [])
-    for fmt in ("svg", "pdf", "png"):
-        if _MIME[fmt] in supported:
-            return fmt
-    return None
+FIGURE_CLASS = "gemm-figure"
 
 
 def _relative_uri(env: BuildEnvironment, path: Path) -> str:
@@ -64,40 +52,55 @@ def device_label(name: str) -> str:
     return name.removeprefix("NVIDIA ").strip() or name
 
 
-#: Figures already written in this process, by what they depend on: pages showing the same result
-#: (a question quoted on several pages, or one directive per device) draw it once.
-_drawn: dict[tuple[object, ...], Path] = {}
+def figure_file(env: BuildEnvironment, spec: figures.FigureSpec) -> Path:
+    """The SVG of ``spec``, drawn only if no file of the same key exists yet (plus its spec)."""
+    directory = Path(env.doctreedir) / FIGURE_DIR
+    svg = directory / f"gemm-{spec.key()}.svg"
+    if not svg.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        spec_path = svg.with_suffix(".spec")
+        _write_atomic(spec_path, pickle.dumps(spec))
+        _write_atomic(svg, figures.render(spec, "svg"))
+    return svg
 
 
-def _figure_file(env: BuildEnvironment, report: Report, source: Path, mode: str, theme: str, fmt: str) -> Path:
-    stat = source.stat()
-    key = (str(source), stat.st_mtime_ns, stat.st_size, mode, tuple(report.precisions), theme, fmt,
-           str(env.doctreedir))
-    path = _drawn.get(key)
-    if path is None or not path.exists():
-        figure = render_figure.figure_for(report, mode, theme=theme)
-        data = render_figure.image_bytes(figure, fmt)
-        path = render_figure.write_content_addressed(data, Path(env.doctreedir) / FIGURE_DIR,
-                                                     f"gemm-{mode}-{theme}", fmt)
-        _drawn[key] = path
-    return path
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
-def figure_nodes(env: BuildEnvironment, report: Report, source: Path, mode: str, device: str) -> list[nodes.Node]:
-    """The figure of one (device, mode): a light and a dark SVG for HTML, one light image elsewhere."""
-    fmt = figure_format(env)
-    if fmt is None:
+def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str) -> list[nodes.Node]:
+    spec = figures.spec_for(report, mode)
+    if spec is None:
         return []
-    themes = render_figure.THEMES if fmt == "svg" else ("light",)
-    out: list[nodes.Node] = []
+    path = figure_file(env, spec)
     what = "speedup vs square GEMM size" if report.kind == "sweep" else "speedup vs BF16 per GEMM and in total"
-    for theme in themes:
-        path = _figure_file(env, report, source, mode, theme, fmt)
-        classes = ["gemm-figure"] + ([f"only-{theme}"] if len(themes) > 1 else [])
-        image = nodes.image(uri=_relative_uri(env, path), alt=f"{MODE_NAMES[mode]}: {what} on {device}",
-                            classes=classes)
-        out.append(image)
-    return out
+    uri = _relative_uri(env, path.with_suffix(".*"))
+    return [nodes.image(uri=uri, alt=f"{MODE_NAMES[mode]}: {what} on {device}", classes=[FIGURE_CLASS])]
+
+
+class FigureConverter(ImageConverter):
+    """PDF or PNG of our figures for builders without SVG, re-drawn from the stored spec."""
+
+    conversion_rules: ClassVar[list[tuple[str, str]]] = [
+        ("image/svg+xml", "application/pdf"), ("image/svg+xml", "image/png")]
+
+    def match(self, node: nodes.image) -> bool:
+        return FIGURE_CLASS in node.get("classes", []) and super().match(node)
+
+    def is_available(self) -> bool:
+        return True
+
+    def convert(self, _from: str | os.PathLike[str], _to: str | os.PathLike[str]) -> bool:
+        spec_path = Path(_from).with_suffix(".spec")
+        try:
+            spec = pickle.loads(spec_path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+            return False  # not ours, or from another version: Sphinx warns that it cannot convert
+        fmt = Path(_to).suffix.lstrip(".")
+        Path(_to).write_bytes(figures.render(spec, fmt))
+        return True
 
 
 def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.paragraph:
@@ -113,22 +116,22 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
     para = nodes.paragraph(classes=["gemm-provenance"])
     para += nodes.strong("Measured on ", "Measured on ")
     para += nodes.Text(" · ".join(parts) + ". ")
-    if answer.status != "fresh":
-        para += nodes.emphasis(f"({answer.status}: {answer.reason}) ", f"({answer.status}: {answer.reason}) ")
-    target = _relative_uri(env, answer.path)
+    if answer.status.value != "fresh":
+        text = f"({answer.status.value}: {answer.reason}) "
+        para += nodes.emphasis(text, text)
     link = addnodes.download_reference("", "", refdoc=env.docname, refdomain="", reftype="download",
-                                       refexplicit=True, refwarn=False, reftarget=target)
+                                       refexplicit=True, refwarn=False, reftarget=_relative_uri(env, answer.path))
     link += nodes.literal("raw JSON", "raw JSON", classes=["download"])
     para += link
     return para
 
 
 def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, mode: str) -> list[nodes.Node]:
-    report = Report(answer.doc, modes=request.modes, precisions=request.precisions)
+    report = answer.reports[mode]
     measured = [p for p in request.precisions if report.status(mode, p)[0] == "measured"]
     out: list[nodes.Node] = []
     if "figure" in request.show and measured:
-        out += figure_nodes(env, report, answer.path, mode, device_label(answer.device))
+        out += figure_nodes(env, report, mode, device_label(answer.device))
     if "table" in request.show and measured:
         out.append(render_table.gemm_table(report, mode, measured))
     if "totals" in request.show and measured and report.kind != "sweep":
@@ -151,15 +154,15 @@ def block_nodes(env: BuildEnvironment, request: Request, answer: Answer) -> list
     out.append(summary)
     for note in request.question.notes:
         out.append(nodes.paragraph(note, note, classes=["gemm-note"]))
-    panels = []
+    panels: list[tuple[str, list[nodes.Node]]] = []
     for mode in request.modes:
         if len(answer.devices) == 1:
             children = device_nodes(env, request, answer.devices[0], mode)
         else:
             device_panels = [(device_label(d.device), device_nodes(env, request, d, mode)) for d in answer.devices]
-            children = [group_tabs(env, device_panels, classes=["gemm-device-tabs"])]
+            children = [tab_set(device_panels, classes=["gemm-device-tabs"])]
         panels.append((MODE_NAMES[mode], children))
-    out.append(group_tabs(env, panels, classes=["gemm-mode-tabs"]))
+    out.append(tab_set(panels, classes=["gemm-mode-tabs"]))
     return out
 
 
@@ -168,14 +171,14 @@ def not_measured_admonition(request: Request, reason: str, cache_dir: Path, *, n
     admonition = nodes.admonition(classes=["gemm-not-measured", "note" if note else "warning"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
     precisions = ", ".join(PRECISIONS[p].display for p in request.precisions)
-    where = f" from a GPU matching {', '.join(request.devices)}" if request.devices else ""
+    where = f" from {', '.join(request.devices)}" if request.devices else ""
     text = (f"No cached result{where} answers this question ({request.question.describe()}; question "
-            f"{request.question.hash}) for {precisions}, and this build did not measure it: {reason}. "
-            f"To add one, run nox -s docs on such a GPU (execution mode auto measures what is missing), "
-            f"or run gemm-bench run there, and commit the new file in {cache_dir.name}/.")
+            f"{request.question.hash}) for {precisions} yet. To add one, run nox -s docs on such a GPU "
+            f"(execution mode auto measures what is missing), or gemm-bench run there, and commit the new "
+            f"file in {cache_dir.name}/.")
     admonition += nodes.paragraph(text, text)
     return admonition
 
 
-def device_names(answers: Sequence[DeviceAnswer]) -> list[str]:
-    return [a.device for a in answers]
+def setup_figures(app: Sphinx) -> None:
+    app.add_post_transform(FigureConverter)

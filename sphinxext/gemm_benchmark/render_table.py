@@ -9,30 +9,15 @@ failure message, or "not measured").
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 
 from docutils import nodes
-
 from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import Report
 from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 
-
-def format_ms(ms: float | None) -> str:
-    """Milliseconds with about four significant digits (GEMMs take 0.01 ms, models 1000 ms)."""
-    if ms is None:
-        return "–"
-    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
-
-
-def format_tflops(tflops: float | None) -> str:
-    if tflops is None:
-        return "–"
-    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.2g}"  # small GEMMs: 0.16, not 0
-
-
-def format_speedup(speedup: float | None) -> str:
-    return "–" if speedup is None else f"{speedup:.2f}×"
+from gemm_benchmark.values import format_ms, format_speedup, format_tflops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +26,8 @@ class Entry:
     morecols: int = 0
     strong: bool = False
     classes: tuple[str, ...] = ()
+    #: ````literal```` spans in ``text`` become literal nodes (the generated reference tables).
+    markup: bool = False
 
 
 def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequence[Entry]],
@@ -61,7 +48,10 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
             if item.morecols:
                 entry["morecols"] = item.morecols
             para = nodes.paragraph()
-            para += nodes.strong(item.text, item.text) if item.strong else nodes.Text(item.text)
+            if item.markup:
+                para.extend(inline_literals(item.text))
+            else:
+                para += nodes.strong(item.text, item.text) if item.strong else nodes.Text(item.text)
             entry += para
             row += entry
         return row
@@ -76,6 +66,23 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
     for entries in body_rows:
         body += make_row(entries)
     return table
+
+
+_LITERAL = re.compile(r"``(.+?)``(?!`)")
+
+
+def inline_literals(text: str) -> list[nodes.Node]:
+    """Text with ````literal```` spans as literal nodes."""
+    out: list[nodes.Node] = []
+    pos = 0
+    for match in _LITERAL.finditer(text):
+        if match.start() > pos:
+            out.append(nodes.Text(text[pos:match.start()]))
+        out.append(nodes.literal(match.group(1), match.group(1)))
+        pos = match.end()
+    if pos < len(text):
+        out.append(nodes.Text(text[pos:]))
+    return out
 
 
 def _num(text: str, strong: bool = False) -> Entry:

@@ -5,35 +5,31 @@ with GEMM, that GEMM's speedup)
 ``:gemm-time:`NAME MODE PRECISION [GEMM]```    -> ``657.3 ms`` (whole-model GEMM time; with GEMM, that GEMM's)
 ``:gemm-tflops:`NAME MODE PRECISION GEMM``` -> ``612 TFLOP/s`` (one GEMM: ``op/pass`` or ``MxKxN``)
 
-``NAME@DEVICE`` picks one device of a multi-device directive (default: its first device). NAME is
-a directive's ``:name:`` on any page: a role becomes a :class:`~.nodes.gemm_value` node while
-reading, and :class:`ResolveGemmValues` fills it in after every page is read (under ``-j`` too).
-The values are :class:`gemm_bench.report.Report`'s, as ``gemm-bench report --json`` prints them; the
-HTML shows the full-precision value and its source as a tooltip.
+``NAME@DEVICE`` picks one device of a directive by its exact slug or alias
+(:mod:`gemm_bench.devices`); without it the role quotes the directive's first ``:devices:`` entry,
+or its only device. NAME is a directive's ``:name:`` on any page. A role becomes a
+:class:`~.nodes.gemm_value` node while reading; after reading, :class:`ResolveGemmValues` replaces it
+by the value the directive recorded (:mod:`.values`), under ``-j`` too. Copies of the node that
+Sphinx keeps for titles (the toctree, navigation links) are rendered by the node's own visitors
+from the same records, so a role in a section title shows its value everywhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from gemm_bench.devices import selects
+from gemm_bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
+from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
 from sphinx.transforms.post_transforms import SphinxPostTransform
-from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
-from gemm_bench.cache import CacheError, read_document
-from gemm_bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
-from gemm_bench.report import Report
-from gemm_benchmark import envdata
-from gemm_benchmark.execution import matches
-from gemm_benchmark.nodes import gemm_value
-from gemm_benchmark.render_block import app_of
-from gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
-
-logger = logging.getLogger(__name__)
+from gemm_benchmark import records
+from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.nodes import builder_format, gemm_value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,16 +46,16 @@ ROLES: dict[str, RoleSpec] = {
     spec.name: spec
     for spec in (
         RoleSpec("gemm-speedup", "NAME[@DEVICE] MODE PRECISION [GEMM]",
-                 "Speedup of PRECISION vs BF16: the whole model's GEMM time (Report total ``speedup_vs_bf16``), "
-                 "or with GEMM that GEMM's (``gemm_speedup``).",
-                 "te-5b-h100 autocast fp8-current"),
+                 "Speedup of PRECISION vs BF16 (cells of one run): the whole model's GEMM time (Report total "
+                 "``speedup_vs_bf16``), or with GEMM that GEMM's (``gemm_speedup``).",
+                 "te-5b autocast fp8-current"),
         RoleSpec("gemm-time", "NAME[@DEVICE] MODE PRECISION [GEMM]",
-                 "GEMM time in milliseconds: the whole model's (Report total ``model_ms``: per layer x layers), "
-                 "or with GEMM that GEMM's.",
-                 "te-5b-h100 prequant bf16"),
+                 "GEMM time in milliseconds: the whole model's (Report total ``model_ms``: per layer x the "
+                 "page's layers), or with GEMM that GEMM's.",
+                 "te-5b prequant bf16"),
         RoleSpec("gemm-tflops", "NAME[@DEVICE] MODE PRECISION GEMM",
                  "Throughput of one GEMM, named ``op/pass`` (``mlp_up/fprop``) or by its ``MxKxN`` shape.",
-                 "te-5b-h100 prequant fp8-block mlp_up/fprop", gemm="required"),
+                 "te-5b prequant fp8-block mlp_up/fprop", gemm="required"),
     )
 }
 
@@ -77,106 +73,114 @@ class GemmValueRole(SphinxRole):
         try:
             mode = normalize_mode(mode_text)
         except KeyError:
-            return self._fail(f"unknown mode {mode_text!r}; choose from {', '.join(MODE_NAMES)}", "modes")
+            return self._fail(f"unknown mode {mode_text!r}; choose from {', '.join(MODE_NAMES)}", Subtype.MODES)
         try:
             precision = normalize_precision(precision_text)
         except KeyError:
             return self._fail(f"unknown precision {precision_text!r}; choose from {', '.join(PRECISIONS)}",
-                              "precisions")
+                              Subtype.PRECISIONS)
         node = gemm_value(self.rawtext, kind=self.name, gemm_name=name, device=device, mode=mode,
                           precision=precision, gemm=" ".join(words[3:]), text=self.text)
         self.set_source_info(node)
-        envdata.note_role_use(self.env, self.env.docname, name)
+        node += nodes.Text(self.text)  # what a title copy shows until resolved (never empty)
+        records.note_role_use(self.env, self.env.docname, name)
         return [node], []
 
-    def _fail(self, message: str, subtype: str = "role") -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        logger.warning(":%s: %s", self.name, message, location=self.get_location(), type="gemm_benchmark",
-                       subtype=subtype)
+    def _fail(self, message: str,
+              subtype: Subtype = Subtype.ROLE) -> tuple[list[nodes.Node], list[nodes.system_message]]:
+        warn(subtype, f":{self.name}: {message}", location=self.get_location())
         return [nodes.literal(self.rawtext, self.text, classes=["gemm-value-error"])], []
-
-
-@functools.lru_cache(maxsize=64)
-def _load(path: str, mtime_ns: int) -> dict[str, Any]:
-    return read_document(Path(path))
-
-
-def load_document(path: str) -> dict[str, Any]:
-    """A validated result file, read once per process while unchanged."""
-    return _load(path, Path(path).stat().st_mtime_ns)
 
 
 class Unavailable(Exception):
     """Why a role has no value (a warning at the role, not an error)."""
 
 
-def compute(record: dict[str, Any], node: gemm_value) -> tuple[str, str]:
-    """(displayed text, tooltip) of a role, or raise Unavailable saying why it has no value."""
-    devices = record["devices"]
-    if not devices:
-        raise Unavailable(f"{record['name']} has no measured result on any device")
+def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
+    """The recorded value a role node quotes, or raise :class:`Unavailable` saying why."""
+    record = records.find(env, node["gemm_name"])
+    if record is None:
+        raise Unavailable(f"no gemm-benchmark directive is named {node['gemm_name']!r}")
+    if not record.devices:
+        raise Unavailable(f"{record.name} has no measured result on any device")
     if node["device"]:
-        chosen = [d for d in devices if matches(node["device"], d["name"])]
-        if not chosen:
-            raise Unavailable(f"{record['name']} shows no device matching {node['device']!r} "
-                              f"(it shows {', '.join(d['name'] for d in devices)})")
-        device = chosen[0]
+        device = next((d for d in record.devices if selects(node["device"], d.name)), None)
+        if device is None:
+            raise Unavailable(f"{record.name} shows no device {node['device']!r} (it shows "
+                              f"{', '.join(d.slug for d in record.devices)}; devices are named by slug or alias)")
     else:
-        device = devices[0]
-    try:
-        doc = load_document(device["path"])
-    except (OSError, CacheError) as exc:
-        raise Unavailable(f"cannot read {device['path']}: {exc}") from None
+        device = record.default_device()
+        if device is None:
+            raise Unavailable(f"{record.name} shows {len(record.devices)} devices and lists no :devices:; "
+                              f"name one: {', '.join(record.name + '@' + d.slug for d in record.devices)}")
     mode, precision = node["mode"], node["precision"]
-    report = Report(doc)
-    where = f"{PRECISIONS[precision].display}, {MODE_NAMES[mode]}, {device['name']} ({record['name']})"
+    if mode not in record.modes:
+        raise Unavailable(f"{record.name} does not show mode {mode!r} (it shows {', '.join(record.modes)})")
+    if precision not in record.precisions:
+        raise Unavailable(f"{record.name} does not show precision {precision!r} "
+                          f"(it shows {', '.join(record.precisions)})")
+    gemm = ""
     if node["gemm"]:
-        try:
-            gemm = report.find_gemm(node["gemm"])
-        except KeyError:
-            known = ", ".join(f"{g.op}/{g.pass_}" for g in report.gemms)
-            raise Unavailable(f"{record['name']} has no GEMM {node['gemm']!r} (known: {known})") from None
-        cell = report.cell(mode, precision, gemm)
-        where = f"{gemm.label}, {where}"
-        if cell.status != "measured":
-            raise Unavailable(f"{where}: {cell.status}" + (f" ({cell.reason})" if cell.reason else ""))
-        if node["kind"] == "gemm-tflops":
-            return f"{format_tflops(cell.tflops)} TFLOP/s", f"{cell.tflops!r} TFLOP/s: {where}"
-        if node["kind"] == "gemm-time":
-            return f"{format_ms(cell.ms)} ms", f"{cell.ms!r} ms: {where}"
-        speedup = report.gemm_speedup(mode, precision, gemm)
-        if speedup is None:
-            raise Unavailable(f"{where}: no BF16 time to compare with")
-        return format_speedup(speedup), f"{speedup!r} x BF16: {where}"
-    total = report.total(mode, precision)
-    if total.status != "measured":
-        raise Unavailable(f"{where}: {total.status}" + (f" ({total.reason})" if total.reason else ""))
-    if node["kind"] == "gemm-time":
-        return f"{format_ms(total.model_ms)} ms", f"{total.model_ms!r} ms for {report.num_layers} layers: {where}"
-    if total.speedup_vs_bf16 is None:
-        raise Unavailable(f"{where}: BF16 is not measured, so there is no speedup")
-    return format_speedup(total.speedup_vs_bf16), f"{total.speedup_vs_bf16!r} x BF16: {where}"
+        key = node["gemm"].strip().lower()
+        gemm = record.gemm_names.get(key) or record.gemm_names.get(key.replace(" ", ""), "")
+        if not gemm:
+            known = ", ".join(sorted(set(record.gemm_names.values())))
+            raise Unavailable(f"{record.name} has no GEMM {node['gemm']!r} (known: {known})")
+    value = device.values.get(records.value_key(node["kind"], mode, precision, gemm))
+    if value is None:
+        raise Unavailable(f"{record.name} recorded no {node['kind']} value for {mode}/{precision} {gemm}".rstrip())
+    if not value.available:
+        raise Unavailable(value.tooltip)
+    return value
+
+
+def _rendered(value: records.Value, html: bool) -> nodes.Element:
+    if html:
+        return nodes.abbreviation(value.text, value.text, explanation=value.tooltip, classes=["gemm-value"])
+    return nodes.inline(value.text, value.text, classes=["gemm-value"])
 
 
 class ResolveGemmValues(SphinxPostTransform):
-    """Replace every role node with its value, now that every page's directives are known."""
+    """Replace every role node with its recorded value, now that every page's directives are known."""
 
     default_priority = 500
 
     def run(self, **kwargs: Any) -> None:
-        html = app_of(self.env).builder.format == "html"
+        html = builder_format(self.env) == "html"
         for node in list(self.document.findall(gemm_value)):
-            record = envdata.find(self.env, node["gemm_name"])
             try:
-                if record is None:
-                    raise Unavailable(f"no gemm-benchmark directive is named {node['gemm_name']!r}")
-                text, tooltip = compute(record, node)
+                value = lookup(self.env, node)
             except Unavailable as exc:
-                logger.warning(":%s:`%s`: %s", node["kind"], node["text"], exc, location=node,
-                               type="gemm_benchmark", subtype="role")
+                warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(nodes.literal(node["text"], node["text"], classes=["gemm-value-error"]))
                 continue
-            if html:
-                new: nodes.Element = nodes.abbreviation(text, text, explanation=tooltip, classes=["gemm-value"])
-            else:
-                new = nodes.inline(text, text, classes=["gemm-value"])
-            node.replace_self(new)
+            node.replace_self(_rendered(value, html))
+
+
+# ---------------------------------------------------------------- copies outside the page body
+def _visit_html(self: Any, node: gemm_value) -> None:
+    try:
+        value = lookup(self.builder.env, node)
+    except Unavailable:
+        self.body.append(self.encode(node["text"]))
+    else:
+        self.body.append(self.starttag(node, "abbr", "", title=value.tooltip, CLASS="gemm-value"))
+        self.body.append(self.encode(value.text) + "</abbr>")
+    raise nodes.SkipNode
+
+
+def _visit_text_like(self: Any, node: gemm_value) -> None:
+    """LaTeX, text, man, texinfo: the value's text through the writer's own escaping."""
+    try:
+        text = lookup(self.builder.env, node).text
+    except Unavailable:
+        text = node["text"]
+    node.children = [nodes.Text(text)]  # a copy outside the body: let the writer write it
+
+
+def setup_roles(app: Sphinx) -> None:
+    app.add_node(gemm_value, html=(_visit_html, None),
+                 **{w: (_visit_text_like, lambda self, node: None) for w in ("latex", "text", "man", "texinfo")})
+    for name in ROLES:
+        app.add_role(name, GemmValueRole())
+    app.add_post_transform(ResolveGemmValues)

@@ -1,42 +1,74 @@
-"""sphinx-tabs *group* tabs built as nodes, identical to what ``.. tabs::`` / ``.. group-tab::`` emit.
+"""Panels read as neutral nodes, written as sphinx-tabs group tabs (HTML) or rubrics (elsewhere).
 
-Building the nodes directly (rather than generating reST for sphinx-tabs to parse) keeps the
-directive independent of reST versus MyST, and lets each panel hold nodes we already built.
-Group tabs share a name across the page: choosing "Pre-quantized" in one block switches every
-block, which is what a reader comparing two results wants. Tab ids continue sphinx-tabs' own
-per-page counter, so a page mixing our tabs and hand-written ones gets no duplicate ids.
-
-Builders sphinx-tabs does not support (LaTeX, text, ...) get each panel under a rubric instead.
+Reading builds :class:`~.nodes.gemm_tab_set` nodes whatever the builder, so one doctree serves an
+HTML, a LaTeX and a text build in turn (as sphinx-design's ``TabSetHtmlTransform``). At write
+time :class:`TabsToHtml` (HTML formats only) builds exactly the nodes sphinx-tabs' ``.. tabs::`` /
+``.. group-tab::`` emit: group tabs share a name across the page, so choosing "Pre-quantized" in
+one block switches every block. Ids carry a ``gemm-`` prefix so they never collide with
+hand-written sphinx-tabs on the same page. :class:`TabsToRubrics` renders other formats.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from typing import Any
 
 from docutils import nodes
-from sphinx.environment import BuildEnvironment
-from sphinx_tabs.tabs import SphinxTabsPanel, SphinxTabsTab, SphinxTabsTablist, get_compatible_builders
+from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx_tabs.tabs import SphinxTabsPanel, SphinxTabsTab, SphinxTabsTablist
+
+from gemm_benchmark.nodes import builder_format, gemm_tab, gemm_tab_set
 
 
-def group_tabs(env: BuildEnvironment, panels: Sequence[tuple[str, list[nodes.Node]]],
-               *, classes: Sequence[str] = ()) -> nodes.Element:
-    """A tab set whose tabs are group tabs named by the panel titles (first panel selected)."""
-    app = getattr(env, "_app", None) or env.app
-    if app.builder.name not in get_compatible_builders(app):
-        return _plain(panels, classes)
-    temp = env.temp_data
-    tabs_id = temp.get("next_tabs_id", 0)
-    temp["next_tabs_id"] = tabs_id + 1
-    container = nodes.container(type="tab-element", classes=["sphinx-tabs", *classes])
+def tab_set(panels: list[tuple[str, list[nodes.Node]]], *, classes: list[str]) -> gemm_tab_set:
+    """A neutral set of titled panels (the first one is shown first)."""
+    node = gemm_tab_set(classes=classes)
+    for title, children in panels:
+        tab = gemm_tab(title=title)
+        tab.extend(children)
+        node += tab
+    return node
+
+
+class TabsToHtml(SphinxPostTransform):
+    default_priority = 200
+    formats = ("html",)
+
+    def run(self, **kwargs: Any) -> None:
+        closeable = not self.config["sphinx_tabs_disable_tab_closing"]
+        # Innermost first, so a set inside a panel is converted before its parent is.
+        for index, node in enumerate(reversed(list(self.document.findall(gemm_tab_set)))):
+            node.replace_self(_html_tabs(node, f"gemm{index}", closeable))
+
+
+class TabsToRubrics(SphinxPostTransform):
+    default_priority = 200
+
+    def run(self, **kwargs: Any) -> None:
+        if builder_format(self.env) == "html":
+            return  # TabsToHtml's
+        for node in reversed(list(self.document.findall(gemm_tab_set))):
+            container = nodes.container(classes=["gemm-tabs-plain", *node["classes"]])
+            for tab in node.children:
+                assert isinstance(tab, gemm_tab)
+                container += nodes.rubric(tab["title"], tab["title"])
+                container.extend(tab.children)
+            node.replace_self(container)
+
+
+def _html_tabs(node: gemm_tab_set, tabs_id: str, closeable: bool) -> nodes.Element:
+    container = nodes.container(type="tab-element", classes=["sphinx-tabs", *node["classes"]])
     tablist = SphinxTabsTablist()
     tablist["role"] = "tablist"
     tablist["aria-label"] = "Tabbed content"
-    if not env.config["sphinx_tabs_disable_tab_closing"]:
+    if closeable:
         tablist["classes"].append("closeable")
     container += tablist
     seen: set[str] = set()
-    for index, (title, children) in enumerate(panels):
+    for index, panel_node in enumerate(node.children):
+        assert isinstance(panel_node, gemm_tab)
+        title = panel_node["title"]
         data_tab = base64.b64encode(title.encode("utf-8")).decode("utf-8")
         while data_tab in seen:  # sphinx-tabs' de-duplication rule
             data_tab += "-1"
@@ -60,14 +92,11 @@ def group_tabs(env: BuildEnvironment, panels: Sequence[tuple[str, list[nodes.Nod
         panel["classes"] += ["sphinx-tabs-panel", "group-tab"]
         if index:
             panel["hidden"] = "true"
-        panel.extend(children)
+        panel.extend(panel_node.children)
         container += panel
     return container
 
 
-def _plain(panels: Sequence[tuple[str, list[nodes.Node]]], classes: Sequence[str]) -> nodes.Element:
-    container = nodes.container(classes=["gemm-tabs-plain", *classes])
-    for title, children in panels:
-        container += nodes.rubric(title, title)
-        container.extend(children)
-    return container
+def setup_tabs(app: Sphinx) -> None:
+    app.add_post_transform(TabsToHtml)
+    app.add_post_transform(TabsToRubrics)

@@ -1,0 +1,54 @@
+"""The extension's warning vocabulary: one type, an enum of subtypes, one way to emit them.
+
+Every problem is a Sphinx warning of type ``gemm_benchmark`` with a subtype from
+:class:`Subtype`, at the page and line it concerns, so ``-W`` fails the build with ``file:line``
+and a project can silence one kind with ``suppress_warnings = ["gemm_benchmark.missing"]``.
+The authoring reference renders :data:`DESCRIPTIONS` (``.. gemm-benchmark-warnings::``).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from sphinx.util import logging
+
+logger = logging.getLogger("gemm_benchmark")
+
+WARNING_TYPE = "gemm_benchmark"
+
+
+class Subtype(str, enum.Enum):
+    OPTION = "option"
+    CONFIG = "config"
+    PATH = "path"
+    PRECISIONS = "precisions"
+    MODES = "modes"
+    DEVICES = "devices"
+    CACHE = "cache"
+    MISSING = "missing"
+    STALE = "stale"
+    MEASURE = "measure"
+    ROLE = "role"
+
+
+DESCRIPTIONS: dict[Subtype, str] = {
+    Subtype.OPTION: "An unknown option, or an option value of the wrong form.",
+    Subtype.CONFIG: "A model configuration that cannot be (a rule of the config is broken), or a bad "
+    "``conf.py`` value of this extension.",
+    Subtype.PATH: "``:hf-config:`` names a file that is missing or outside the source directory.",
+    Subtype.PRECISIONS: "An unknown precision in ``:precisions:`` or in a role.",
+    Subtype.MODES: "An unknown mode in ``:modes:`` or in a role.",
+    Subtype.DEVICES: "A ``:devices:`` entry or a role's ``@DEVICE`` that is no known device slug or alias.",
+    Subtype.CACHE: "A cache file that cannot be used (unreadable, not JSON, not the schema, a symlink); "
+    "it is named, ignored whole, and the other devices still render.",
+    Subtype.MISSING: "No result for a requested device, or requested cells never measured.",
+    Subtype.STALE: "A result measured with another method version, or older than the configured age.",
+    Subtype.MEASURE: "Measuring on this machine's GPU failed; the cache is left as it was.",
+    Subtype.ROLE: "A role whose directive, device, GEMM or value does not exist.",
+}
+
+
+def warn(subtype: Subtype, message: str, *, location: Any) -> None:
+    """Log one located warning of the extension's type."""
+    logger.warning(message, location=location, type=WARNING_TYPE, subtype=subtype.value)

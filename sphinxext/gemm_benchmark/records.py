@@ -1,0 +1,237 @@
+"""What the extension remembers between pages and builds: typed records in the environment.
+
+Per page: a :class:`DirectiveRecord` for every ``gemm-benchmark`` directive (its name, question,
+devices, the cache files it used, freshness, and every value a role may quote, computed once from
+the directive's own answer), the names its roles quote, and whether it holds a freshness table.
+
+:class:`GemmBenchmarkCollector` (a Sphinx ``EnvironmentCollector``, as myst-nb's
+``NbMetadataCollector``) purges a re-read page's data, merges ``-j`` workers' data back by page,
+picks pages to re-read before reading (a new device's file appeared, the execution mode changed)
+and pages to re-write after reading (a role page whose quoted values changed, e.g. a directive was
+renamed to the name it quotes; the freshness page when any record changed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Set
+from pathlib import Path
+
+from gemm_bench.cache import Cache
+from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
+from sphinx.environment.collectors import EnvironmentCollector
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """One quotable value: the text shown, and a tooltip saying what it is and where it is from.
+
+    ``text`` is empty when there is no value; ``tooltip`` then says why (the role warns with it).
+    """
+
+    text: str
+    tooltip: str
+
+    @property
+    def available(self) -> bool:
+        return bool(self.text)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRecord:
+    name: str
+    slug: str
+    path: str
+    date: str
+    method_version: str
+    status: str
+    reason: str
+    #: ``"<role> <mode> <precision> <op/pass or ''>"`` -> value.
+    values: dict[str, Value]
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectiveRecord:
+    docname: str
+    lineno: int
+    name: str
+    kind: str
+    question_hash: str
+    describe: str
+    modes: tuple[str, ...]
+    precisions: tuple[str, ...]
+    cache_dir: str
+    cache_files: tuple[str, ...]
+    status: str
+    devices: tuple[DeviceRecord, ...]
+    unmatched: tuple[str, ...]
+    #: The directive listed ``:devices:``: a role without ``@DEVICE`` then means its first device.
+    devices_listed: bool
+    #: Every spelling of each GEMM a role may use (``mlp_up/fprop``, ``mlp_up.fprop``, the shape
+    #: label) -> its ``op/pass`` id.
+    gemm_names: dict[str, str]
+
+    def default_device(self) -> DeviceRecord | None:
+        """The device a role without ``@DEVICE`` quotes: unambiguous or None.
+
+        It must not change when a device is added to the cache: so it is the first of the
+        directive's own ``:devices:`` list, or the only device when the directive lists none.
+        """
+        if not self.devices:
+            return None
+        if self.devices_listed or len(self.devices) == 1:
+            return self.devices[0]
+        return None
+
+    def digest(self) -> str:
+        """A fingerprint of everything roles and the freshness table show from this record."""
+        payload = json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def value_key(role: str, mode: str, precision: str, gemm: str = "") -> str:
+    return f"{role} {mode} {precision} {gemm}"
+
+
+@dataclasses.dataclass
+class SiteData:
+    records: dict[str, list[DirectiveRecord]] = dataclasses.field(default_factory=dict)
+    role_uses: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    freshness: set[str] = dataclasses.field(default_factory=set)
+    execution_mode: str | None = None
+    #: Per role page: the digests of the records its roles quoted when it was last written.
+    role_digests: dict[str, dict[str, str | None]] = dataclasses.field(default_factory=dict)
+    #: Digest of all records when the freshness pages were last written.
+    freshness_digest: str = ""
+
+
+_ATTR = "gemm_benchmark_data"
+
+
+def data(env: BuildEnvironment) -> SiteData:
+    """The extension's store in ``env`` (created on first use)."""
+    store = getattr(env, _ATTR, None)
+    if not isinstance(store, SiteData):
+        store = SiteData()
+        setattr(env, _ATTR, store)
+    return store
+
+
+def add_record(env: BuildEnvironment, record: DirectiveRecord) -> None:
+    data(env).records.setdefault(record.docname, []).append(record)
+
+
+def note_role_use(env: BuildEnvironment, docname: str, name: str) -> None:
+    data(env).role_uses.setdefault(docname, set()).add(name.lower())
+
+
+def note_freshness_page(env: BuildEnvironment, docname: str) -> None:
+    data(env).freshness.add(docname)
+
+
+def all_records(env: BuildEnvironment) -> list[DirectiveRecord]:
+    """Every directive on the site, in page order then line order (stable across ``-j``)."""
+    records = data(env).records
+    return [r for docname in sorted(records) for r in sorted(records[docname], key=lambda r: r.lineno)]
+
+
+def find(env: BuildEnvironment, name: str) -> DirectiveRecord | None:
+    """The directive named ``name`` (case-insensitive, as docutils normalizes labels)."""
+    wanted = name.lower()
+    for record in all_records(env):
+        if record.name and record.name.lower() == wanted:
+            return record
+    return None
+
+
+def records_of(env: BuildEnvironment, docnames: Iterable[str]) -> Iterator[DirectiveRecord]:
+    records = data(env).records
+    for docname in docnames:
+        yield from records.get(docname, [])
+
+
+def _role_digests(env: BuildEnvironment, names: Set[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in sorted(names):
+        record = find(env, name)
+        out[name] = record.digest() if record is not None else None
+    return out
+
+
+def _site_digest(env: BuildEnvironment) -> str:
+    text = "|".join(r.digest() for r in all_records(env))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class GemmBenchmarkCollector(EnvironmentCollector):
+    """Keeps :class:`SiteData` consistent with the pages, across incremental and ``-j`` builds."""
+
+    def clear_doc(self, app: Sphinx, env: BuildEnvironment, docname: str) -> None:
+        store = data(env)
+        store.records.pop(docname, None)
+        store.role_uses.pop(docname, None)
+        store.freshness.discard(docname)
+
+    def merge_other(self, app: Sphinx, env: BuildEnvironment, docnames: Set[str], other: BuildEnvironment) -> None:
+        mine, theirs = data(env), data(other)
+        for docname in docnames:
+            if docname in theirs.records:
+                mine.records[docname] = theirs.records[docname]
+            if docname in theirs.role_uses:
+                mine.role_uses[docname] = theirs.role_uses[docname]
+            if docname in theirs.freshness:
+                mine.freshness.add(docname)
+
+    def process_doc(self, app: Sphinx, doctree: object) -> None:
+        """Records are added by the directive while reading; nothing to collect afterwards."""
+
+    def get_outdated_docs(self, app: Sphinx, env: BuildEnvironment, added: set[str], changed: set[str],
+                          removed: set[str]) -> list[str]:
+        """Pages to re-read for a change Sphinx cannot see by itself.
+
+        A directive whose set of cache files changed (a new device measured, a file deleted:
+        Sphinx tracks files a page used, not files that appeared since), and every directive when
+        the execution mode changed or is ``force`` (it may measure now).
+        """
+        from gemm_benchmark.config import settings
+
+        store = data(env)
+        mode = settings(env).mode
+        previous_mode, store.execution_mode = store.execution_mode, mode
+        extra: set[str] = set()
+        for docname, records in store.records.items():
+            if docname in removed:
+                continue
+            if mode == "force" or (previous_mode is not None and previous_mode != mode):
+                extra.add(docname)
+                continue
+            for record in records:
+                files = tuple(p.name for p in Cache(record.cache_dir).files(record.question_hash))
+                if files != record.cache_files:
+                    extra.add(docname)
+        return sorted(extra - removed - changed - added)
+
+    def get_updated_docs(self, app: Sphinx, env: BuildEnvironment) -> list[str]:
+        """Pages to re-write after reading: their quoted values or the freshness table changed."""
+        store = data(env)
+        updated: list[str] = []
+        for docname, names in store.role_uses.items():
+            digests = _role_digests(env, names)
+            if store.role_digests.get(docname) != digests:
+                store.role_digests[docname] = digests
+                updated.append(docname)
+        for docname in list(store.role_digests):
+            if docname not in store.role_uses:
+                del store.role_digests[docname]
+        site = _site_digest(env)
+        if site != store.freshness_digest:
+            store.freshness_digest = site
+            updated += sorted(store.freshness)
+        return sorted(set(updated))
+
+
+def cache_file_names(cache_dir: Path, question_hash: str) -> tuple[str, ...]:
+    return tuple(p.name for p in Cache(cache_dir).files(question_hash))

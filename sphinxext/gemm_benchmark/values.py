@@ -1,0 +1,109 @@
+"""Every value a role may quote, computed once from a directive's answer.
+
+The directive calls :func:`device_values` with the same :class:`~gemm_bench.report.Report` objects
+its tables and figures are drawn from, and records the result in the environment; roles only look
+values up (:mod:`.roles`). A table and a role on any page therefore cannot disagree, and a role
+never re-reads a file or recomputes a number.
+
+Displayed text and tooltips round to the shown precision (tooltips one digit more), never a raw
+``1.6148308599957166``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gemm_bench.precisions import MODE_NAMES, PRECISIONS
+from gemm_bench.report import Report
+
+from gemm_benchmark.records import Value, value_key
+
+ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-tflops")
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def format_ms(ms: float | None) -> str:
+    """Milliseconds with about four significant digits (GEMMs take 0.01 ms, models 1000 ms)."""
+    if not _finite(ms):
+        return "–"
+    assert ms is not None
+    if ms < 0.1:
+        return f"{ms:.4f}"
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
+
+
+def format_tflops(tflops: float | None) -> str:
+    if not _finite(tflops):
+        return "–"
+    assert tflops is not None
+    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.2g}"  # small GEMMs: 0.16, not 0
+
+
+def format_speedup(speedup: float | None) -> str:
+    return f"{speedup:.2f}×" if _finite(speedup) else "–"
+
+
+def _tooltip_ms(ms: float) -> str:
+    return f"{ms:.5g} ms"
+
+
+def device_values(reports: dict[str, Report], device: str, name: str) -> dict[str, Value]:
+    """All quotable values of one device's answer, keyed by :func:`~.records.value_key`."""
+    out: dict[str, Value] = {}
+    for mode, report in reports.items():
+        for precision in report.precisions:
+            where = f"{PRECISIONS[precision].display}, {MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
+            total = report.total(mode, precision)
+            if total.status != "measured" or not _finite(total.model_ms):
+                why = f"{where}: {total.status}" + (f" ({total.reason})" if total.reason else "")
+                out[value_key("gemm-time", mode, precision)] = Value("", why)
+                out[value_key("gemm-speedup", mode, precision)] = Value("", why)
+            else:
+                assert total.model_ms is not None
+                layers = f"{report.num_layers} layers" if report.kind == "model" else "all shapes"
+                out[value_key("gemm-time", mode, precision)] = Value(
+                    f"{format_ms(total.model_ms)} ms", f"{_tooltip_ms(total.model_ms)} for {layers}: {where}")
+                speedup = total.speedup_vs_bf16
+                if _finite(speedup):
+                    assert speedup is not None
+                    out[value_key("gemm-speedup", mode, precision)] = Value(
+                        format_speedup(speedup), f"{speedup:.3f}× BF16 for {layers}: {where}")
+                else:
+                    why = getattr(total, "speedup_reason", "") or "BF16 is not measured in the same run"
+                    out[value_key("gemm-speedup", mode, precision)] = Value("", f"{where}: {why}")
+            for gemm in report.gemms:
+                gid = f"{gemm.op}/{gemm.pass_}"
+                at = f"{gemm.label}, {where}"
+                cell = report.cell(mode, precision, gemm)
+                if cell.status != "measured" or not _finite(cell.ms):
+                    why = f"{at}: {cell.status}" + (f" ({cell.reason})" if cell.reason else "")
+                    for kind in ROLE_KINDS:
+                        out[value_key(kind, mode, precision, gid)] = Value("", why)
+                    continue
+                assert cell.ms is not None
+                out[value_key("gemm-time", mode, precision, gid)] = Value(
+                    f"{format_ms(cell.ms)} ms", f"{_tooltip_ms(cell.ms)}: {at}")
+                tflops = cell.tflops
+                out[value_key("gemm-tflops", mode, precision, gid)] = (
+                    Value(f"{format_tflops(tflops)} TFLOP/s", f"{tflops:.1f} TFLOP/s: {at}") if _finite(tflops)
+                    else Value("", f"{at}: no throughput"))
+                speedup = report.gemm_speedup(mode, precision, gemm)
+                out[value_key("gemm-speedup", mode, precision, gid)] = (
+                    Value(format_speedup(speedup), f"{speedup:.3f}× BF16: {at}") if _finite(speedup) and speedup
+                    else Value("", f"{at}: no BF16 time of the same run to compare with"))
+    return out
+
+
+def gemm_names(report: Report) -> dict[str, str]:
+    """Every spelling a role may use for each GEMM -> its ``op/pass`` id."""
+    names: dict[str, str] = {}
+    for g in report.gemms:
+        gid = f"{g.op}/{g.pass_}"
+        for spelling in (gid, f"{g.op}.{g.pass_}", g.label, g.label.replace(" ", "")):
+            names.setdefault(spelling.lower(), gid)
+        if g.pass_ == "fprop":
+            names.setdefault(g.op.lower(), gid)
+    return names
