@@ -19,6 +19,7 @@ import torch
 from gemm_bench import provenance
 from gemm_bench.backends import te as te_backend
 from gemm_bench.backends import torch_native
+from gemm_bench.phases import BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
 from gemm_bench.plan import PlannedCell, make_plan
 from gemm_bench.question import Question
 from gemm_bench.results import new_document
@@ -75,14 +76,20 @@ def _nvtx(name: str, enabled: bool) -> Iterator[None]:
 
 class Runner:
     def __init__(self, settings: TimerSettings, *, peers: bool = True, progress: Progress | None = None,
-                 nvtx: bool = False) -> None:
+                 nvtx: bool = False, phases: PhaseProfiler | None = None) -> None:
+        """``phases``: charge this run's wall time to its phases (``gemm-bench run --profile-phases``).
+
+        The runner records support checks, building, probing and releasing memory; the timer
+        records spin-up, warm-up and timed rounds; the caller records imports and writing.
+        """
         if not torch.cuda.is_available():
             raise NoGpuError("no CUDA GPU is visible to PyTorch")
         self.settings = settings
         self.peers = peers
         self.progress = progress or (lambda done, total, label: None)
         self.nvtx = nvtx
-        self.timer = Interleaver(settings)
+        self.phases = phases
+        self.timer = Interleaver(settings, phases=phases)
 
     def _time_group(
         self, builders: dict[str, Callable[[], Competitor]]
@@ -92,14 +99,17 @@ class Runner:
         failures: dict[str, str] = {}
         for name, build in builders.items():
             try:
-                fn = build()
-                fn(lambda region, edge: None)
-                torch.cuda.synchronize()
+                with optional_phase(self.phases, BUILD):
+                    fn = build()
+                with optional_phase(self.phases, PROBE):
+                    fn(lambda region, edge: None)
+                    torch.cuda.synchronize()
                 competitors[name] = fn
             except Exception as exc:
                 failures[name] = _short(exc)
                 competitors.pop(name, None)
-                _release()
+                with optional_phase(self.phases, RELEASE):
+                    _release()
         if not competitors:
             return {}, failures
         try:
@@ -109,13 +119,15 @@ class Runner:
             samples = {}
             failures.update({name: message for name in competitors})
         del competitors
-        _release()
+        with optional_phase(self.phases, RELEASE):
+            _release()
         return samples, failures
 
     def measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
-        support = te_backend.support()
-        plan = make_plan(question.gemms, precisions, modes, support)
-        device, prov = provenance.collect(self.settings.method(), te_backend.VERSION)
+        with optional_phase(self.phases, SUPPORT):
+            support = te_backend.support()
+            plan = make_plan(question.gemms, precisions, modes, support)
+            device, prov = provenance.collect(self.settings.method(), te_backend.VERSION)
         doc = new_document(
             kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
             config=question.config.to_dict() if question.config else None,

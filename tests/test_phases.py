@@ -1,0 +1,299 @@
+"""PhaseProfiler accounting (fake clock), the process start read from the kernel, and the
+runner's phase wiring on CPU with a fake torch and fake backends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from gemm_bench import phases
+from gemm_bench.phases import PhaseError, PhaseProfiler
+
+
+class FakeClock:
+    def __init__(self, start: float = 100.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def seconds_of(profiler: PhaseProfiler) -> dict[str, float]:
+    return {p["name"]: p["seconds"] for p in profiler.to_dict()["phases"]}
+
+
+def test_flat_phases_and_gaps_add_up_to_the_total() -> None:
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    clock.advance(1.0)  # before any phase: unaccounted
+    with p.phase("a"):
+        clock.advance(2.0)
+    clock.advance(0.5)  # between phases: unaccounted
+    with p.phase("b"):
+        clock.advance(3.0)
+    p.finish()
+    clock.advance(10.0)  # after finish: not counted
+    data = p.to_dict()
+    assert seconds_of(p) == {"a": 2.0, "b": 3.0}
+    assert data["unaccounted_s"] == pytest.approx(1.5)
+    assert data["total_s"] == pytest.approx(6.5)
+    assert data["from_process_start"] is False
+    assert sum(x["share"] for x in data["phases"]) + data["unaccounted_share"] == pytest.approx(1.0)
+
+
+def test_nested_phases_are_exclusive_and_repeats_accumulate() -> None:
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    for _ in range(3):
+        with p.phase("timed rounds"):
+            clock.advance(1.0)
+            with p.phase("warm-up"):
+                clock.advance(0.25)
+                with p.phase("spin-up"):
+                    clock.advance(2.0)
+                clock.advance(0.25)
+            clock.advance(4.0)
+    p.finish()
+    data = p.to_dict()
+    assert seconds_of(p) == {"timed rounds": 15.0, "warm-up": 1.5, "spin-up": 6.0}
+    assert {x["name"]: x["count"] for x in data["phases"]} == {"timed rounds": 3, "warm-up": 3, "spin-up": 3}
+    assert data["unaccounted_s"] == pytest.approx(0.0)
+    assert data["total_s"] == pytest.approx(22.5)
+
+
+def test_exception_inside_a_phase_still_charges_it_and_closes_it() -> None:
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    with pytest.raises(KeyError), p.phase("build"):
+        clock.advance(0.75)
+        raise KeyError("boom")
+    p.finish()  # would raise PhaseError if "build" were still open
+    assert seconds_of(p) == {"build": 0.75}
+
+
+def test_process_start_is_the_first_phase_and_the_start_of_the_total() -> None:
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    clock.advance(0.2)
+    p.mark_process_start(age_s=1.5)  # the process began 1.5 s before this call
+    with p.phase("writing"):
+        clock.advance(0.5)
+    p.finish()
+    data = p.to_dict()
+    assert seconds_of(p) == {phases.PROCESS_START: 1.5, "writing": 0.5}
+    assert data["total_s"] == pytest.approx(2.0)
+    assert data["from_process_start"] is True
+    assert "total (from process start)" in p.to_text()
+
+
+def test_process_start_younger_than_the_profiler_is_clamped() -> None:
+    """A kernel answer rounded to a clock tick may be younger than the profiler itself."""
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    clock.advance(0.3)
+    p.mark_process_start(age_s=0.29)
+    assert seconds_of(p)[phases.PROCESS_START] == pytest.approx(0.3)
+
+
+def test_unknown_process_start_is_said_not_invented(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(phases, "process_start_age", lambda: None)
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    p.mark_process_start()
+    clock.advance(1.0)
+    p.finish()
+    assert phases.PROCESS_START not in seconds_of(p)
+    assert "not readable" in p.to_text()
+    assert "total (from profiler start)" in p.to_text()
+
+
+def test_misuse_raises_phase_error() -> None:
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    with p.phase("a"):
+        with pytest.raises(PhaseError, match="open phase 'a'"):
+            p.finish()
+    with pytest.raises(PhaseError, match="before any phase"):
+        p.mark_process_start(age_s=1.0)
+    p.finish()
+    with pytest.raises(PhaseError, match="twice"):
+        p.finish()
+    with pytest.raises(PhaseError, match="after finish"), p.phase("late"):
+        pass
+
+
+def test_reading_inside_an_open_phase_charges_it_up_to_now() -> None:
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    with p.phase("timed rounds"):
+        clock.advance(2.0)
+        assert seconds_of(p) == {"timed rounds": 2.0}
+        clock.advance(1.0)
+    assert seconds_of(p) == {"timed rounds": 3.0}
+
+
+def test_text_lists_phases_in_order_with_shares() -> None:
+    clock = FakeClock()
+    p = PhaseProfiler(clock=clock)
+    for name, s in ((phases.SPIN_UP, 2.0), (phases.WARM_UP, 1.0), (phases.TIMED, 6.0), (phases.WRITING, 1.0)):
+        with p.phase(name):
+            clock.advance(s)
+    p.finish()
+    lines = p.to_text().splitlines()
+    assert [line.split("  ")[0].strip() for line in lines[1:5]] == ["spin-up", "warm-up", "timed rounds", "writing"]
+    assert "60.0%" in lines[3]
+    assert lines[-1].split()[-1] == "10.000"
+
+
+def test_process_start_age_from_the_kernel_counts_interpreter_start() -> None:
+    """A child that sleeps before importing phases: its age includes the sleep."""
+    code = (
+        "import time; time.sleep(0.4)\n"
+        "import sys\n"
+        "from gemm_bench.phases import process_start_age\n"
+        "age = process_start_age()\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')]\n"
+        "print(age)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    if sys.platform != "linux" and out.stdout.strip() == "None":
+        pytest.skip("no /proc and no psutil here")
+    age = float(out.stdout)
+    assert 0.4 <= age < 30.0
+
+
+def test_process_start_age_rejects_a_start_in_the_future() -> None:
+    if sys.platform != "linux":
+        pytest.skip("reads /proc")
+    assert phases.process_start_age(clock_boottime=lambda: 0.0) is None
+    assert phases.process_start_age(clock_boottime=lambda: 1e9) == pytest.approx(1e9, rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# Runner wiring, on CPU: fake torch, fake TE backend, fake provenance; a fake clock that the fake
+# work advances, so each phase's seconds are known exactly.
+# ------------------------------------------------------------------------------------------------
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing: bool = False) -> None:
+        pass
+
+    def record(self) -> None:
+        pass
+
+    def elapsed_time(self, other: _FakeEvent) -> float:
+        return 1.0
+
+
+def _fake_torch() -> types.ModuleType:
+    torch = types.ModuleType("torch")
+    cuda: Any = types.SimpleNamespace(
+        is_available=lambda: True, synchronize=lambda: None, empty_cache=lambda: None, Event=_FakeEvent,
+        nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None),
+    )
+    torch.cuda = cuda  # type: ignore[attr-defined]
+    return torch
+
+
+@pytest.fixture
+def fake_runner(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeClock, dict[str, Callable[..., Any]]]:
+    """``gemm_bench.runner`` imported against fakes (restored afterwards), and the fake clock."""
+    from gemm_bench.plan import Support
+    from gemm_bench.precisions import PRECISIONS
+
+    clock = FakeClock()
+
+    def competitor(region: str) -> Callable[[Callable[[str, str], None]], None]:
+        def run(mark: Callable[[str, str], None]) -> None:
+            mark(region, "start")
+            clock.advance(0.01)
+            mark(region, "end")
+
+        return run
+
+    def prequant_competitor(precision: str, gemm: Any) -> Any:
+        clock.advance(1.0)
+        if precision == "fp8-block":
+            raise MemoryError("CUDA out of memory (fake)")
+        return competitor(gemm.pass_)
+
+    def support() -> dict[str, Support]:
+        clock.advance(0.5)
+        return {pid: Support(True) for pid in PRECISIONS}
+
+    te = types.ModuleType("gemm_bench.backends.te")
+    te.VERSION = "0.0-fake"  # type: ignore[attr-defined]
+    te.support = support  # type: ignore[attr-defined]
+    te.prequant_competitor = prequant_competitor  # type: ignore[attr-defined]
+    te.autocast_competitor = lambda *a, **k: competitor("fprop")  # type: ignore[attr-defined]
+    native = types.ModuleType("gemm_bench.backends.torch_native")
+    native.PEERS = {}  # type: ignore[attr-defined]
+    native.peer_competitor = lambda *a: competitor("fprop")  # type: ignore[attr-defined]
+    provenance = types.ModuleType("gemm_bench.provenance")
+    provenance.collect = lambda method, te_version: (  # type: ignore[attr-defined]
+        {"name": "Fake GPU", "compute_capability": "9.0"}, {"method": method, "transformer_engine": te_version}
+    )
+    import gemm_bench
+    import gemm_bench.backends
+
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch())
+    monkeypatch.setitem(sys.modules, "gemm_bench.backends.te", te)
+    monkeypatch.setitem(sys.modules, "gemm_bench.backends.torch_native", native)
+    monkeypatch.setitem(sys.modules, "gemm_bench.provenance", provenance)
+    monkeypatch.setattr(gemm_bench, "provenance", provenance, raising=False)
+    monkeypatch.setattr(gemm_bench.backends, "te", te, raising=False)
+    monkeypatch.setattr(gemm_bench.backends, "torch_native", native, raising=False)
+    monkeypatch.delitem(sys.modules, "gemm_bench.runner", raising=False)
+    import gemm_bench.runner as runner
+
+    monkeypatch.delitem(sys.modules, "gemm_bench.runner")  # the next importer gets the real one
+    return runner, clock, {"competitor": competitor}
+
+
+def test_runner_charges_each_phase_of_a_refresh(fake_runner: tuple[Any, FakeClock, Any]) -> None:
+    runner, clock, _ = fake_runner
+    from gemm_bench.question import build_question
+    from gemm_bench.timing import TimerSettings
+
+    profiler = PhaseProfiler(clock=clock)
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    r = runner.Runner(settings, peers=False, phases=profiler)
+    question = build_question(shapes=["128x256x512", "64x64x64"])
+    doc = r.measure(question, ["bf16", "fp8-current", "fp8-block"], ["prequant"])
+    profiler.finish()
+
+    statuses = sorted((c["precision"], c["status"]) for c in doc["cells"] if c["precision"] != "fp8-delayed")
+    assert statuses == sorted([("bf16", "measured"), ("fp8-current", "measured"), ("fp8-block", "failed")] * 2)
+    seconds = seconds_of(profiler)
+    counts = {p["name"]: p["count"] for p in profiler.to_dict()["phases"]}
+    # 2 GEMMs x 3 precisions built at 1 s each; 2 x 2 survivors probed once, warmed up for 2
+    # rounds, timed for 3 rounds, at 0.01 s a call; one support check at 0.5 s.
+    assert seconds[phases.SUPPORT] == pytest.approx(0.5)
+    assert seconds[phases.BUILD] == pytest.approx(6.0)
+    assert counts[phases.BUILD] == 6
+    assert seconds[phases.PROBE] == pytest.approx(4 * 0.01)
+    assert seconds[phases.WARM_UP] == pytest.approx(4 * 2 * 0.01)
+    assert seconds[phases.TIMED] == pytest.approx(4 * 3 * 0.01)
+    assert counts[phases.WARM_UP] == counts[phases.TIMED] == 2
+    assert counts[phases.RELEASE] == 4  # one per failed build, one per group
+    assert phases.SPIN_UP in counts  # charged by the timer (zero seconds here: spinup_s=0)
+    assert profiler.to_dict()["unaccounted_s"] == pytest.approx(0.0)
+
+
+def test_runner_without_a_profiler_measures_the_same(fake_runner: tuple[Any, FakeClock, Any]) -> None:
+    runner, _, _ = fake_runner
+    from gemm_bench.question import build_question
+    from gemm_bench.timing import TimerSettings
+
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    doc = runner.Runner(settings, peers=False).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
+    assert [(c["precision"], c["status"], c["stats"]["n"]) for c in doc["cells"]] == [("bf16", "measured", 3)]
