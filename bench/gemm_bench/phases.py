@@ -28,7 +28,8 @@ from typing import Any
 
 #: The phases of a refresh, in the order they usually happen (names shown to users).
 PROCESS_START = "process start and imports"
-IMPORTS = "importing torch and Transformer Engine"
+IMPORTS = "import torch and Transformer Engine"
+CUDA_START = "CUDA start-up"
 SUPPORT = "support checks and provenance"
 SPIN_UP = "spin-up"
 BUILD = "building modules and quantized operands"
