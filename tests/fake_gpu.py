@@ -1,0 +1,51 @@
+"""A fake GPU for refresh tests: worker processes on CPU that "measure" by copying a real result.
+
+Every number comes from a committed measurement (``docs/_gemm_cache/<question>--h100-80gb-hbm3.json``):
+the fake selects the cells asked for and says in its provenance that it is a fake and which file
+it copied. Module-level functions only: refresh workers are spawned processes that import this.
+
+Environment (set by the test before the pool starts; spawned workers inherit it):
+``FAKE_GPU_CALLS``  a directory where every call leaves a file ``<hash>.<pid>.<n>`` holding the
+                    worker's CUDA_VISIBLE_DEVICES;
+``FAKE_GPU_HANG``   a question hash whose measurement blocks (the worker writes ``hang.<pid>``
+                    into FAKE_GPU_CALLS first), so a test can kill that worker mid-measurement.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gemm_bench.cache import read_document
+from gemm_bench.question import Question
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATE_DEVICE = "h100-80gb-hbm3"
+DEVICE_NAME = "NVIDIA H100 80GB HBM3"
+
+
+def template_path(question_hash: str) -> Path:
+    return REPO / "docs" / "_gemm_cache" / f"{question_hash}--{TEMPLATE_DEVICE}.json"
+
+
+def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
+    calls = os.environ.get("FAKE_GPU_CALLS")
+    if calls:
+        n = len(list(Path(calls).glob(f"{question.hash}.*")))
+        pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        (Path(calls) / f"{question.hash}.{os.getpid()}.{n}").write_text(pinned, encoding="utf-8")
+        if os.environ.get("FAKE_GPU_HANG") == question.hash:
+            (Path(calls) / f"hang.{os.getpid()}").write_text(question.hash, encoding="utf-8")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise TimeoutError("the test never killed the hanging fake worker")
+    source = template_path(question.hash)
+    doc = copy.deepcopy(read_document(source))
+    doc["cells"] = [c for c in doc["cells"] if c["precision"] in precisions and c["mode"] in modes]
+    doc["provenance"]["fake"] = f"fake GPU for tests: cells copied from {source.name}"
+    return doc

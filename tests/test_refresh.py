@@ -1,0 +1,317 @@
+"""gemm-bench refresh: page scanning through the directive's parser, planning, and the worker pool.
+
+The pool runs real worker processes (spawned, as on a GPU box) with a fake GPU
+(:mod:`tests.fake_gpu`) that copies committed measurements; every test writes into a tmp cache.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gemm_bench.cache import Cache, read_document
+from gemm_bench.refresh import (
+    GpuSlot,
+    RefreshError,
+    Rules,
+    collect_jobs,
+    make_plan,
+    needs_measuring,
+    refresh,
+    scan_myst,
+    scan_rst,
+    select_gpus,
+)
+
+from tests.fake_gpu import DEVICE_NAME, REPO, fake_measure
+
+DOCS = REPO / "docs"
+H100 = [GpuSlot(0, DEVICE_NAME, "GPU-fake-0")]
+TWO_H100 = [GpuSlot(0, DEVICE_NAME, "GPU-fake-0"), GpuSlot(1, DEVICE_NAME, "GPU-fake-1")]
+
+
+def site(tmp_path: Path) -> Path:
+    """A copy of the real site's pages (no cache): the questions refresh must find."""
+    src = tmp_path / "docs"
+    shutil.copytree(DOCS, src, ignore=shutil.ignore_patterns("_build", "_gemm_cache", "_static"))
+    return src
+
+
+def run(src: Path, cache: Path, gpus: list[GpuSlot], tmp_path: Path, **kwargs: object) -> object:
+    lines: list[str] = []
+    outcome = refresh(src, cache_dir=cache, gpus=gpus, measure=fake_measure, lock_dir=tmp_path / "locks",
+                      out=lines.append, **kwargs)  # type: ignore[arg-type]
+    outcome.plan = "\n".join(lines)  # type: ignore[attr-defined]
+    return outcome
+
+
+@pytest.fixture
+def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "calls"
+    directory.mkdir()
+    monkeypatch.setenv("FAKE_GPU_CALLS", str(directory))
+    monkeypatch.delenv("FAKE_GPU_HANG", raising=False)
+    return directory
+
+
+def measured(calls: Path) -> list[str]:
+    return sorted(p.name.split(".")[0] for p in calls.iterdir() if not p.name.startswith("hang."))
+
+
+# ------------------------------------------------------------------------------- scanning
+def test_scan_rst_skips_literal_examples_and_reads_continued_options() -> None:
+    text = textwrap.dedent("""\
+        Title
+        =====
+
+        .. code-block:: rst
+
+           .. gemm-benchmark::
+              :model: llama3-8b
+
+        An example::
+
+           .. gemm-benchmark::
+              :model: mixtral-8x7b
+
+        .. gemm-benchmark::
+           :model: te-guide-5b
+           :precisions: bf16,
+              fp8-current
+           :devices: h100
+
+        .. note::
+
+           .. gemm-benchmark::
+              :sweep: 256, 512
+        """)
+    found = scan_rst(Path("p.rst"), text)
+    assert [(d.lineno, d.options) for d in found] == [
+        (14, {"model": "te-guide-5b", "precisions": "bf16, fp8-current", "devices": "h100"}),
+        (22, {"sweep": "256, 512"}),
+    ]
+
+
+def test_scan_myst_fences_colon_fences_and_yaml_options_but_not_code_examples() -> None:
+    text = textwrap.dedent("""\
+        # Page
+
+        ````md
+        ```{gemm-benchmark}
+        :model: llama3-8b
+        ```
+        ````
+
+        ```{gemm-benchmark}
+        :model: te-guide-5b
+        :devices: h100
+        ```
+
+        :::{gemm-benchmark}
+        ---
+        sweep: 256, 512
+        ---
+        :::
+
+        ````{note}
+        ```{gemm-benchmark}
+        :model: mixtral-8x7b
+        ```
+        ````
+        """)
+    found = scan_myst(Path("p.md"), text)
+    assert [(d.lineno, d.options) for d in found] == [
+        (9, {"model": "te-guide-5b", "devices": "h100"}),
+        (14, {"sweep": "256, 512"}),
+        (21, {"model": "mixtral-8x7b"}),
+    ]
+
+
+def test_site_questions_are_the_directives_questions(tmp_path: Path) -> None:
+    """Every question the real site asks is found once, with every page location that asks it."""
+    from gemm_benchmark.options import parse_options
+
+    jobs, problems = collect_jobs(DOCS)
+    assert problems == []
+    by_hash = {job.hash: job for job in jobs}
+    # The authoring page's examples are code blocks: not questions of the site.
+    assert all("authoring" not in a.location for job in jobs for a in job.asks)
+    te = parse_options({"model": "te-guide-5b"}, srcdir=DOCS, docdir=DOCS).question.hash
+    assert len(by_hash[te].asks) >= 2  # index.rst and tutorial.md ask the same question: measured once
+    for job in jobs:  # the committed cache answers every question the site asks on the H100
+        assert (DOCS / "_gemm_cache" / f"{job.hash}--h100-80gb-hbm3.json").exists()
+
+
+def test_dedupe_unions_cells_only_of_directives_showing_the_device(tmp_path: Path) -> None:
+    src = tmp_path / "docs"
+    src.mkdir()
+    (src / "a.rst").write_text(".. gemm-benchmark::\n   :model: te-guide-5b\n   :precisions: fp8-current\n"
+                               "   :modes: autocast\n   :devices: h100\n", encoding="utf-8")
+    (src / "b.md").write_text("```{gemm-benchmark}\n:model: te-guide-5b\n:precisions: fp8-block\n"
+                              ":devices: h200\n```\n", encoding="utf-8")
+    jobs, problems = collect_jobs(src)
+    assert problems == [] and len(jobs) == 1
+    assert jobs[0].wanted_on(DEVICE_NAME) == (["bf16", "fp8-current"], ["autocast"])
+    assert jobs[0].wanted_on("NVIDIA H200") == (["bf16", "fp8-block"], ["autocast", "prequant"])
+    assert jobs[0].wanted_on("NVIDIA B200") is None
+
+
+def test_invalid_directive_is_reported_with_its_location_and_skipped(tmp_path: Path) -> None:
+    src = tmp_path / "docs"
+    src.mkdir()
+    (src / "x.rst").write_text("Text\n\n.. gemm-benchmark::\n   :model: no-such-model\n", encoding="utf-8")
+    jobs, problems = collect_jobs(src)
+    assert jobs == []
+    assert len(problems) == 1 and problems[0].startswith(f"{src / 'x.rst'}:3: :model:")
+
+
+# ------------------------------------------------------------------------------- planning
+def test_plan_from_committed_cache_is_empty_and_a_missing_precision_is_planned(tmp_path: Path) -> None:
+    jobs, _ = collect_jobs(DOCS)
+    cache = Cache(DOCS / "_gemm_cache")
+    stack = read_document(DOCS / "_gemm_cache" / f"{jobs[0].hash}--h100-80gb-hbm3.json")["provenance"]
+    local = {"method": "1", "transformer_engine": stack["transformer_engine"], "torch": stack["torch"],
+             "cuda": stack["cuda"], "driver": stack["driver"]}
+    tasks, fresh = make_plan(jobs, cache, DEVICE_NAME, local, Rules())
+    assert tasks == [] and len(fresh) == len(jobs)
+    upgraded = dict(local, transformer_engine="99.0")
+    tasks, _ = make_plan(jobs, cache, DEVICE_NAME, upgraded, Rules())
+    assert len(tasks) == len(jobs) and all("Transformer Engine" in t.reason for t in tasks)
+    doc = read_document(DOCS / "_gemm_cache" / f"{jobs[0].hash}--h100-80gb-hbm3.json")
+    doc["cells"] = [c for c in doc["cells"] if c["precision"] != "fp8-block"]
+    todo = needs_measuring(doc, ["bf16", "fp8-block"], ["autocast"], local, Rules())
+    assert todo is not None and todo[:2] == (["bf16", "fp8-block"], ["autocast"])
+
+
+def test_select_gpus_rejects_unknown_indices_and_mixed_kinds() -> None:
+    gpus = [GpuSlot(0, "NVIDIA H100 80GB HBM3"), GpuSlot(1, "NVIDIA H200")]
+    with pytest.raises(RefreshError, match="--gpus: '7' is not a GPU index"):
+        select_gpus(gpus, "0,7")
+    with pytest.raises(RefreshError, match="different kinds"):
+        select_gpus(gpus, "all")
+    assert select_gpus(gpus, "1") == [gpus[1]]
+    with pytest.raises(RefreshError, match="no NVIDIA GPU"):
+        select_gpus([], "all")
+
+
+def test_dry_run_prints_the_plan_and_measures_nothing(tmp_path: Path, calls: Path) -> None:
+    src = site(tmp_path)
+    outcome = run(src, tmp_path / "cache", H100, tmp_path, dry_run=True)
+    assert measured(calls) == [] and not (tmp_path / "cache").exists()
+    assert "question(s) to measure on 1 GPU(s)" in outcome.plan  # type: ignore[attr-defined]
+    assert "not measured on this device yet" in outcome.plan  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------- the pool
+def test_two_workers_write_the_same_files_as_a_serial_run(tmp_path: Path, calls: Path) -> None:
+    src = site(tmp_path)
+    serial = run(src, tmp_path / "serial", H100, tmp_path)
+    serial_calls = measured(calls)
+    for p in calls.iterdir():
+        p.unlink()
+    sharded = run(src, tmp_path / "sharded", TWO_H100, tmp_path)
+    assert serial.ok and sharded.ok  # type: ignore[attr-defined]
+    names = sorted(p.name for p in (tmp_path / "serial").glob("*.json"))
+    assert names == sorted(p.name for p in (tmp_path / "sharded").glob("*.json"))
+    assert len(names) == len(collect_jobs(src)[0])
+    for name in names:
+        assert (tmp_path / "serial" / name).read_bytes() == (tmp_path / "sharded" / name).read_bytes()
+        assert "fake GPU" in read_document(tmp_path / "sharded" / name)["provenance"]["fake"]
+    assert measured(calls) == serial_calls  # each question measured once
+    # Both workers took questions from the queue, each pinned to its own GPU.
+    pins = {p.name.split(".")[1]: p.read_text() for p in calls.iterdir()}
+    assert sorted(set(pins.values())) == ["0", "1"] and len(pins) == 2
+    # Nothing left to do: a re-run plans nothing.
+    again = run(src, tmp_path / "sharded", TWO_H100, tmp_path)
+    assert "0 question(s) to measure" in again.plan  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_killed_worker_leaves_a_valid_cache_and_a_rerun_measures_only_what_is_missing(
+        tmp_path: Path, calls: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals) -> None:
+    src = site(tmp_path)
+    cache = tmp_path / "cache"
+    jobs, _ = collect_jobs(src)
+    victim = jobs[1].hash
+    monkeypatch.setenv("FAKE_GPU_HANG", victim)
+
+    def kill_the_hanging_worker() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            hung = list(calls.glob("hang.*"))
+            if hung:
+                time.sleep(0.2)  # let the other worker get on with its questions
+                os.kill(int(hung[0].name.split(".")[1]), sig)
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_the_hanging_worker)
+    killer.start()
+    outcome = run(src, cache, TWO_H100, tmp_path)
+    killer.join()
+    assert not outcome.ok  # type: ignore[attr-defined]
+    assert any(victim in line for line in outcome.failed)  # type: ignore[attr-defined]
+    assert outcome.interrupted is (sig == signal.SIGINT)  # type: ignore[attr-defined]
+    stored = sorted(cache.glob("*.json"))
+    for path in stored:
+        read_document(path)  # every file is valid
+    assert not any(victim in p.name for p in stored)
+    assert not [p for p in cache.iterdir() if p.suffix == ".tmp"]
+    kept = {p.name: p.read_bytes() for p in stored}
+
+    monkeypatch.delenv("FAKE_GPU_HANG")
+    for p in calls.iterdir():
+        p.unlink()
+    rerun = run(src, cache, TWO_H100, tmp_path)
+    assert rerun.ok  # type: ignore[attr-defined]
+    done_before = {name.split("--")[0] for name in kept}
+    assert measured(calls) == sorted(j.hash for j in jobs if j.hash not in done_before)
+    assert victim in measured(calls)
+    for name, data in kept.items():
+        assert (cache / name).read_bytes() == data  # what was stored before is untouched
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, calls: Path) -> None:
+    """Ctrl-C in a terminal: SIGINT to the whole process group (parent and workers)."""
+    src = site(tmp_path)
+    cache = tmp_path / "cache"
+    jobs, _ = collect_jobs(src)
+    code = textwrap.dedent(f"""\
+        import sys
+        from pathlib import Path
+        from gemm_bench.refresh import GpuSlot, refresh
+        from tests.fake_gpu import fake_measure
+        gpus = [GpuSlot(0, {DEVICE_NAME!r}, "a"), GpuSlot(1, {DEVICE_NAME!r}, "b")]
+        outcome = refresh(Path({str(src)!r}), cache_dir=Path({str(cache)!r}), gpus=gpus, measure=fake_measure,
+                          lock_dir=Path({str(tmp_path / 'locks')!r}))
+        print("interrupted" if outcome.interrupted else "finished", flush=True)
+        sys.exit(130 if outcome.interrupted else 0)
+        """)
+    env = dict(os.environ, FAKE_GPU_HANG=jobs[2].hash, PYTHONPATH=os.pathsep.join(
+        [str(REPO), str(REPO / "bench"), str(REPO / "sphinxext"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(calls.glob("hang.*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in out
+    for path in cache.glob("*.json"):
+        read_document(path)
+    assert not any(jobs[2].hash in p.name for p in cache.glob("*.json"))
+    # No worker outlives the refresh.
+    pids = {int(p.name.split(".")[1]) for p in calls.iterdir()}
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
