@@ -10,8 +10,9 @@ When the cache already holds a file for the same question and device, the rule i
 * identical content: nothing to do;
 * another software stack (TE, PyTorch, CUDA, driver or method version): the newer run wins
   whole, because one provenance block must stay true of every cell in a file;
-* the same stack: the cells are merged (:func:`gemm_bench.results.merge_documents`); where both
-  measured a cell, the newer run's measurement is kept.
+* the same stack: the runs are folded by :func:`gemm_bench.results.merge_documents` (the one rule
+  the cache uses for every store), with the newer run passed as the new one, so where both
+  measured, the newer run's measurement is kept.
 
 Each decision is returned as a :class:`MergeAction` saying which run was kept and why, and
 printed by ``gemm-bench merge``. Writes are atomic under the file's lock.
@@ -89,7 +90,7 @@ def decide(existing: dict[str, Any], incoming: dict[str, Any]) -> tuple[str, dic
         merged = merge_documents(existing, incoming)
         return "merged", validate(merged), (
             f"same stack; the incoming run ({incoming['provenance']['date']}) is newer: "
-            "its cells replace the cached ones, cached cells it lacks are kept")
+            "its cells replace the cached ones; cached cells it did not re-measure are kept")
     merged = merge_documents(incoming, existing)
     if merged == existing:
         return "kept-existing", None, (f"same stack; the cached run ({existing['provenance']['date']}) is not older "

@@ -1,0 +1,63 @@
+"""Software-stack staleness: a TE upgrade on the box marks exactly the results measured before it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from gemm_bench.cache import read_document
+from gemm_bench.stack import DEFAULT_STALE_WHEN, StackError, document_stack, stack_staleness, validate_fields
+
+CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+
+
+def committed() -> list[dict]:
+    return [read_document(p) for p in sorted(CACHE.glob("*--*.json"))]
+
+
+def test_fake_te_upgrade_marks_exactly_the_results_of_the_old_version_stale() -> None:
+    docs = committed()
+    old_te = docs[0]["provenance"]["transformer_engine"]
+    box = document_stack(docs[0])  # the box that measured the committed results
+    # Half the results re-measured on the box after its TE upgrade: those carry the new version.
+    upgraded = dict(box, transformer_engine=old_te + ".post1")
+    renewed = []
+    for i, doc in enumerate(docs):
+        if i % 2:
+            doc = copy.deepcopy(doc)
+            doc["provenance"]["transformer_engine"] = upgraded["transformer_engine"]
+            renewed.append(doc["question_hash"] + doc["device"]["name"])
+        docs[i] = doc
+    stale = [d for d in docs if stack_staleness(d, upgraded, DEFAULT_STALE_WHEN)]
+    fresh = [d for d in docs if not stack_staleness(d, upgraded, DEFAULT_STALE_WHEN)]
+    assert {d["question_hash"] + d["device"]["name"] for d in fresh} == set(renewed)
+    assert all(d["provenance"]["transformer_engine"] == old_te for d in stale)
+    assert len(stale) == len(docs) - len(renewed)
+    reason = stack_staleness(stale[0], upgraded, DEFAULT_STALE_WHEN)
+    assert reason == f"measured with another software stack: Transformer Engine {old_te} -> {old_te}.post1"
+    # Before the upgrade nothing was stale.
+    assert not any(stack_staleness(d, box, DEFAULT_STALE_WHEN) for d in committed())
+
+
+def test_only_the_configured_fields_count() -> None:
+    doc = committed()[0]
+    box = dict(document_stack(doc), driver="999.1", cuda="99.0")
+    assert stack_staleness(doc, box, ["method", "transformer_engine", "torch"]) is None
+    assert "driver" in (stack_staleness(doc, box, ["driver"]) or "")
+    assert "CUDA" in (stack_staleness(doc, box, ["cuda", "driver"]) or "")
+    method = dict(document_stack(doc), method="999")
+    assert "measurement method version" in (stack_staleness(doc, method, ["method"]) or "")
+
+
+def test_unknown_box_or_unknown_field_value_is_never_stale() -> None:
+    doc = committed()[0]
+    assert stack_staleness(doc, None, DEFAULT_STALE_WHEN) is None
+    assert stack_staleness(doc, dict(document_stack(doc), torch="unknown"), ["torch"]) is None
+
+
+def test_bad_rules_name_the_source() -> None:
+    with pytest.raises(StackError, match="gemm_benchmark_stale_when: unknown field 'te'"):
+        validate_fields(["method", "te"], source="gemm_benchmark_stale_when")
+    with pytest.raises(StackError, match="must be a list"):
+        validate_fields("torch")  # type: ignore[arg-type]
