@@ -1,33 +1,59 @@
 """``gemm-bench``: list a model's GEMMs, measure them on the GPU, print a saved result.
 
 Config flags are Megatron-LM's (``--hidden-size`` ...), so a launch script's arguments can be
-pasted in. Bad input exits with status 2 and one line naming the flag; never a traceback.
+pasted in. Whatever the input, the command never prints a traceback; it exits with
+
+* 0 on success;
+* 2 on bad input, with one line on stderr naming the flag or file at fault;
+* 3 when software the command needs is missing (for ``run``: PyTorch, Transformer Engine or a
+  CUDA GPU; for ``readme-figure``: matplotlib), with one line saying what to install;
+* 130 when interrupted (nothing half-written: the cache is written atomically).
+
+This module imports no torch: the GPU stack is imported by :func:`load_runner` only once every
+flag has been checked, so bad input is reported as such on any machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
+from gemm_bench import cli_fleet, phases
 from gemm_bench.cache import Cache, CacheError, read_document
+from gemm_bench.choices import ChoiceError, parse_choices, split_list
 from gemm_bench.config import FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError, cli_flag
 from gemm_bench.precisions import MODES, PRECISION_IDS, normalize_mode, normalize_precision
 from gemm_bench.question import Question, build_question
 from gemm_bench.report import Report
 from gemm_bench.shapes import OP_NAMES, PASS_NAMES
+from gemm_bench.timing import MAX_REPETITIONS, MAX_WARMUP_S, TimerSettings, TimerSettingsError
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
+DEFAULT_README_FIGURE = Path("docs/_static/readme-speedups.svg")
+
+#: Which flag sets which :class:`TimerSettings` field, to name the flag in an error.
+TIMER_FLAGS = {"timer": "--timer", "warmup_s": "--warmup", "repetitions": "--repetitions"}
+
+#: What the Runner reports progress with: ``(groups done, groups in all, what runs now)``.
+Progress = Callable[[int, int, str], None]
+
 
 class UsageError(Exception):
-    """Bad input: printed as one line, exit status 2."""
+    """Bad input: printed as one line, exit status 2. The message starts with the flag or file."""
+
+
+class MissingSoftwareError(Exception):
+    """Software the command needs is missing or unusable: printed as one line, exit status 3."""
 
 
 def one_line(text: str) -> str:
@@ -36,17 +62,40 @@ def one_line(text: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse, with its errors kept to one line (a hostile value may hold newlines)."""
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 (to ``high``), with a message naming the value."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} is more than {high}")
+        return value
+
+    return parse
+
+
+_positive_int = _whole_number()
+
+
+def _warmup_seconds(text: str) -> float:
+    """``--warmup``: finite seconds from 0 to :data:`MAX_WARMUP_S` (NaN would warm up forever)."""
     try:
-        value = int(text.strip())
+        value = float(text.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_WARMUP_S:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 0 to {MAX_WARMUP_S:g}")
     return value
 
 
@@ -61,14 +110,14 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
                    help=FIELD_HELP["sequence_parallel"])
     m = p.add_argument_group("manual shapes")
     m.add_argument("--shape", action="append", metavar="MxKxN", help="a GEMM shape (repeatable)")
-    m.add_argument("--sweep", metavar="S1,S2,...", help="square GEMMs SxSxS, comma-separated sizes")
+    m.add_argument("--sweep", metavar="S1,S2,...", help="square GEMMs SxSxS, comma or space separated sizes")
 
 
 def question_from_args(args: argparse.Namespace) -> Question:
     fields: dict[str, Any] = {f: getattr(args, f) for f in INT_FIELDS}
     fields["swiglu"] = args.swiglu
     fields["sequence_parallel"] = args.sequence_parallel
-    sweep = [s for s in args.sweep.split(",")] if args.sweep is not None else None
+    sweep = split_list(args.sweep) if args.sweep is not None else None
     try:
         return build_question(model=args.model, hf_config=args.hf_config, shapes=args.shape,
                               sweep=sweep, fields=fields)
@@ -76,20 +125,15 @@ def question_from_args(args: argparse.Namespace) -> Question:
         raise UsageError(exc.describe(cli_flag)) from None
 
 
-def _parse_list(text: str, flag: str, normalize: Any, known: Sequence[str]) -> list[str]:
-    items = [t for t in (s.strip() for s in text.split(",")) if t]
-    if not items:
-        raise UsageError(f"{flag}: needs at least one of {', '.join(known)}")
-    out = []
-    for item in items:
-        try:
-            out.append(normalize(item))
-        except KeyError:
-            raise UsageError(f"{flag}: unknown value {item!r}; choose from {', '.join(known)}") from None
-    return list(dict.fromkeys(out))
+def _choices(text: str, flag: str, normalize: Callable[[str], str], known: Sequence[str]) -> tuple[str, ...]:
+    """A list flag through the one parser the directive uses too (:mod:`gemm_bench.choices`)."""
+    try:
+        return parse_choices(text, normalize, known)
+    except ChoiceError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
-# ------------------------------------------------------------------------------- commands
+# ------------------------------------------------------------------------------- shapes
 def cmd_shapes(args: argparse.Namespace) -> int:
     q = question_from_args(args)
     if args.json:
@@ -109,76 +153,180 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     return 0
 
 
-class ProgressBar:
-    """A one-line progress bar with ETA on stderr (plain lines when stderr is not a terminal)."""
+# ------------------------------------------------------------------------------- run
+class PlainProgress:
+    """Progress as one plain line per group: for logs and pipes, where a live bar is noise."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
         self.start = time.monotonic()
-        self.tty = sys.stderr.isatty()
 
     def __call__(self, done: int, total: int, label: str) -> None:
         elapsed = time.monotonic() - self.start
-        eta = elapsed / done * (total - done) if done else float("nan")
-        width = 24
-        filled = int(width * done / total) if total else width
-        bar = "#" * filled + "-" * (width - filled)
-        eta_text = "--:--" if eta != eta else f"{int(eta) // 60:02d}:{int(eta) % 60:02d}"
-        line = f"[{bar}] {done}/{total} groups  elapsed {int(elapsed)}s  ETA {eta_text}  {label}"
-        if self.tty:
-            sys.stderr.write("\r" + line.ljust(100) + ("\n" if done == total else ""))
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        eta = f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+        self.stream.write(f"[{done}/{total} groups, {elapsed:.0f} s{eta}] {label}\n")
+        self.stream.flush()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+@contextlib.contextmanager
+def progress_display(stream: IO[str] | None = None) -> Iterator[Progress]:
+    """A live ``rich`` progress bar on a terminal; plain lines otherwise or without rich.
+
+    rich is imported here, not at module level, so that ``shapes`` and ``report`` work without
+    it; the bar is closed (and the cursor restored) even when measuring fails.
+    """
+    out = stream if stream is not None else sys.stderr
+    if not _is_terminal(out):
+        yield PlainProgress(out)
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
+    except ImportError:
+        yield PlainProgress(out)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with RichProgress(*columns, console=Console(file=out)) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def update(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        yield update
+
+
+def load_runner() -> tuple[Any, type[BaseException]]:
+    """Import the GPU stack: ``(Runner, NoGpuError)``, or :class:`MissingSoftwareError` saying why not.
+
+    Only failures of the third-party imports themselves are caught (a missing package, a shared
+    library that does not load, TE refusing the installed CUDA); the project's own modules are
+    imported after these checks, so a bug in them still shows as the bug it is.
+    """
+    hint = "install the 'gpu' extra (torch, transformer_engine[pytorch]) on a machine with an NVIDIA GPU"
+    try:
+        import torch
+    except (ImportError, OSError) as exc:
+        raise MissingSoftwareError(f"PyTorch is not importable ({_short(exc)}); {hint}") from None
+    if not torch.cuda.is_available():
+        raise MissingSoftwareError("no CUDA GPU is visible to PyTorch")
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise MissingSoftwareError(f"Transformer Engine is not importable ({_short(exc)}); {hint}") from None
+    from gemm_bench.runner import NoGpuError, Runner
+
+    return Runner, NoGpuError
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def new_phase_profiler() -> phases.PhaseProfiler:
+    """A profiler counting from the process's start (read from the kernel), so imports count too."""
+    profiler = phases.PhaseProfiler()
+    profiler.mark_process_start()
+    return profiler
+
+
+def _writable_destination(path: Path, flag: str, *, directory: bool) -> None:
+    """Refuse, before minutes of measuring, a destination the result could not be written to."""
+    target = path if directory else path.parent
+    if not directory and path.is_dir():
+        raise UsageError(f"{flag}: {path} is a directory; give a file name")
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{flag}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag}: {existing} is not writable")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     q = question_from_args(args)
-    precisions = _parse_list(args.precisions, "--precisions", normalize_precision, PRECISION_IDS)
-    modes = _parse_list(args.modes, "--modes", normalize_mode, MODES)
+    precisions = _choices(args.precisions, "--precisions", normalize_precision, PRECISION_IDS)
+    modes = _choices(args.modes, "--modes", normalize_mode, MODES)
+    try:
+        settings = TimerSettings(timer=args.timer, repetitions=args.repetitions, warmup_s=args.warmup)
+    except TimerSettingsError as exc:
+        raise UsageError(f"{TIMER_FLAGS.get(exc.field, exc.field)}: {exc.message}") from None
     if args.out and args.cache_dir:
         raise UsageError("--out: cannot be combined with --cache-dir")
+    if args.out:
+        _writable_destination(Path(args.out), "--out", directory=False)
+    else:
+        _writable_destination(Path(args.cache_dir or DEFAULT_CACHE), "--cache-dir", directory=True)
     if args.nsys and not os.environ.get("GEMM_BENCH_NSYS_CHILD"):
         return _rerun_under_nsys(args)
-    from gemm_bench.timing import TimerSettings
+    profiler = new_phase_profiler() if args.profile_phases else None
 
-    settings = TimerSettings(timer=args.timer, repetitions=args.repetitions, warmup_s=args.warmup)
-    try:
-        from gemm_bench.runner import NoGpuError, Runner
-    except ImportError as exc:
-        print(f"gemm-bench run: error: the GPU stack is not importable ({exc}); "
-              "install the 'gpu' extra (torch, transformer_engine[pytorch])", file=sys.stderr)
-        return 3
-    try:
-        runner = Runner(settings, peers=not args.no_peers, progress=ProgressBar(), nvtx=bool(args.nsys))
-    except NoGpuError as exc:
-        print(f"gemm-bench run: error: {exc}", file=sys.stderr)
-        return 3
-    doc = runner.measure(q, precisions, modes)
-    if args.out:
-        from gemm_bench.cache import dumps, write_atomic
-        from gemm_bench.results import validate
-
-        validate(doc)
-        path = Path(args.out)
-        write_atomic(path, dumps(doc))
-    else:
-        path = Cache(args.cache_dir or DEFAULT_CACHE).store(doc)
+    with phases.optional_phase(profiler, phases.IMPORTS):
+        runner_class, no_gpu_error = load_runner()
+    options: dict[str, Any] = {"peers": not args.no_peers, "nvtx": bool(args.nsys)}
+    if profiler is not None:
+        options["phases"] = profiler
+    with progress_display() as progress:
+        with phases.optional_phase(profiler, phases.CUDA_START):
+            try:
+                runner = runner_class(settings, progress=progress, **options)
+            except no_gpu_error as exc:
+                raise MissingSoftwareError(str(exc)) from None
+        doc = runner.measure(q, list(precisions), list(modes))
+    with phases.optional_phase(profiler, phases.WRITING):
+        path = _write_result(doc, args)
     print(Report(doc, modes=modes, precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)]).to_text())
     print(f"\nwrote {path}")
+    if profiler is not None:
+        profiler.finish()
+        print()
+        print(profiler.to_text())
     return 0
+
+
+def _write_result(doc: dict[str, Any], args: argparse.Namespace) -> Path:
+    """Store the measured document (``--out`` or the cache); a failure names the destination."""
+    flag = "--out" if args.out else "--cache-dir"
+    try:
+        if args.out:
+            from gemm_bench.cache import dumps, write_atomic
+            from gemm_bench.results import validate
+
+            validate(doc)
+            path = Path(args.out)
+            write_atomic(path, dumps(doc))
+            return path
+        return Cache(args.cache_dir or DEFAULT_CACHE).store(doc)
+    except CacheError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot write {exc.filename or ''} ({exc.strerror or exc})") from None
 
 
 def _rerun_under_nsys(args: argparse.Namespace) -> int:
     nsys = shutil.which("nsys")
     if not nsys:
         raise UsageError("--nsys: Nsight Systems ('nsys') is not on PATH")
-    argv = [a for a in sys.argv[1:]]
     cmd = [nsys, "profile", "--trace=cuda,nvtx", "--force-overwrite=true", "-o", args.nsys,
-           sys.executable, "-m", "gemm_bench.cli", *argv]
+           sys.executable, "-m", "gemm_bench.cli", *args.argv]
     env = dict(os.environ, GEMM_BENCH_NSYS_CHILD="1")
-    return subprocess.call(cmd, env=env)
+    try:
+        return subprocess.call(cmd, env=env)
+    except OSError as exc:
+        raise UsageError(f"--nsys: cannot start {nsys} ({exc.strerror or exc})") from None
 
 
+# ------------------------------------------------------------------------------- report, presets
 def cmd_report(args: argparse.Namespace) -> int:
     try:
         doc = read_document(Path(args.file))
@@ -198,8 +346,51 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------- readme-figure
+def load_figures() -> Any:
+    """The :mod:`gemm_bench.figures` module, imported only when the subcommand runs."""
+    try:
+        from gemm_bench import figures
+    except ModuleNotFoundError as exc:
+        raise _missing_drawing_software(exc) from None
+    return figures
+
+
+def _missing_drawing_software(exc: ModuleNotFoundError) -> BaseException:
+    name = exc.name or ""
+    if name == "matplotlib" or name.startswith("matplotlib."):
+        return MissingSoftwareError("matplotlib is not installed; install the 'docs' extra")
+    return exc  # any other missing module is a broken installation: show it as it is
+
+
+def cmd_readme_figure(args: argparse.Namespace) -> int:
+    cache_dir, out = Path(args.cache_dir), Path(args.out)
+    if not cache_dir.is_dir():
+        raise UsageError(f"--cache-dir: {cache_dir} is not a directory")
+    _writable_destination(out, "--out", directory=False)
+    figures = load_figures()
+
+    def ignored(error: Exception) -> None:
+        print(f"gemm-bench readme-figure: warning: ignoring {one_line(str(error))}", file=sys.stderr)
+
+    try:
+        changed = figures.write_readme_figure(cache_dir, out, on_error=ignored)
+    except ModuleNotFoundError as exc:  # matplotlib is imported when drawing starts
+        raise _missing_drawing_software(exc) from None
+    except figures.FigureError as exc:  # the cache holds no usable result for the README's question
+        raise UsageError(f"--cache-dir: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--out: cannot write {exc.filename or out} ({exc.strerror or exc})") from None
+    for path in changed:
+        print(f"wrote {path}")
+    if not changed:
+        print(f"{out} is up to date")
+    return 0
+
+
+# ------------------------------------------------------------------------------- parser, main
 def build_parser() -> Parser:
-    parser = Parser(prog="gemm-bench", description=__doc__.splitlines()[0])
+    parser = Parser(prog="gemm-bench", description=(__doc__ or "").splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("shapes", help="list the GEMMs of one transformer layer")
@@ -209,15 +400,21 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("run", help="measure on this GPU and store the result")
     _add_config_flags(p)
-    p.add_argument("--precisions", default=",".join(PRECISION_IDS), help="comma list (default: all)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma list of autocast, prequant")
+    p.add_argument("--precisions", default=",".join(PRECISION_IDS),
+                   help="comma or space separated list (default: all)")
+    p.add_argument("--modes", default=",".join(MODES), help="comma or space separated list of " + ", ".join(MODES))
     p.add_argument("--out", metavar="FILE", help="write the result here instead of the cache")
     p.add_argument("--cache-dir", metavar="DIR", help=f"cache directory (default: {DEFAULT_CACHE})")
     p.add_argument("--timer", choices=("events", "profiler"), default="events")
-    p.add_argument("--repetitions", type=_positive_int, default=40, metavar="N")
-    p.add_argument("--warmup", type=float, default=0.25, metavar="SECONDS", help="warm-up per GEMM group")
+    p.add_argument("--repetitions", type=_whole_number(MAX_REPETITIONS), default=40, metavar="N",
+                   help="timed rounds per GEMM group (fewer only where 20 s would not hold them; "
+                        "each cell records how many ran)")
+    p.add_argument("--warmup", type=_warmup_seconds, default=0.25, metavar="SECONDS",
+                   help=f"warm-up per GEMM group, 0 to {MAX_WARMUP_S:g} s")
     p.add_argument("--no-peers", action="store_true", help="skip torch.matmul / torch._scaled_mm peers")
     p.add_argument("--nsys", metavar="OUT", help="capture the run with Nsight Systems into OUT.nsys-rep")
+    p.add_argument("--profile-phases", action="store_true",
+                   help="print where the run's wall time went (imports, spin-up, warm-up, timed rounds, writing)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="print the summary of a saved result")
@@ -228,19 +425,47 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("presets", help="list the model presets")
     p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("readme-figure", help="draw the README's speedup figure from the cache")
+    p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),
+                   help=f"result cache (default: {DEFAULT_CACHE})")
+    p.add_argument("--out", metavar="PATH", default=str(DEFAULT_README_FIGURE),
+                   help=f"figure to write; a dark variant goes beside it (default: {DEFAULT_README_FIGURE})")
+    p.set_defaults(func=cmd_readme_figure)
+
+    cli_fleet.add_commands(sub)  # compare, merge, refresh
     return parser
 
 
+def _escape_unencodable_output() -> None:
+    """Print text from files (config names, device names) even where the terminal cannot encode it."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError):  # a closed or detached stream
+                reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _escape_unencodable_output()
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if any("\x00" in arg for arg in argv):  # no shell can pass one; file APIs raise ValueError on it
+        parser.error("an argument contains a NUL character")
     args = parser.parse_args(argv)
+    args.argv = argv
     try:
         return int(args.func(args))
     except UsageError as exc:
         print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `gemm-bench shapes | head`
-        sys.stderr.close()
+    except MissingSoftwareError as exc:
+        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 3
+    except BrokenPipeError:  # `gemm-bench shapes | head`: stop quietly, and keep Python's exit flush quiet too
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         print("gemm-bench: interrupted; the cache is unchanged", file=sys.stderr)

@@ -7,52 +7,137 @@ host never stalls the stream between repetitions. What is measured is returned a
 
 The *rounds* interface exists for interleaving: :class:`Interleaver` runs every competitor once
 per round, round after round, so clock and thermal drift hit all of them alike.
+
+torch is imported inside the functions that need it, not at module level: the CLI validates
+:class:`TimerSettings` (and says "no GPU stack" with exit status 3) on machines without torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-import torch
+from gemm_bench.phases import SPIN_UP, TIMED, WARM_UP
 
 #: Twice any Hopper / Blackwell L2 (50-126 MB): copying half of it onto the other half touches
 #: every byte, evicting every cached line.
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
+#: Longest warm-up or spin-up accepted, in seconds. Warm-up runs per competitor group, so a
+#: value beyond this makes a refresh take hours; it is a typo, not a setting.
+MAX_WARMUP_S = 600.0
+
+#: Most timed rounds accepted: each round keeps one sample per region in memory, and the group
+#: time cap (``max_group_s``) stops far earlier on any real shape.
+MAX_REPETITIONS = 100_000
+
+TIMERS = {
+    "events": "CUDA events around each launch",
+    "profiler": "torch.profiler CUDA kernel time, summed per region between L2 flushes",
+}
+
+
+class TimerSettingsError(ValueError):
+    """A timing parameter out of range; ``field`` names the :class:`TimerSettings` field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class PhaseRecorder(Protocol):
+    """Where wall time goes (``gemm_bench.phases.PhaseProfiler`` satisfies this).
+
+    The timer charges its spin-up, warm-up and timed rounds to the phases of those names, so
+    ``gemm-bench run --profile-phases`` separates them from building and probing.
+    """
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[Any]: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class TimerSettings:
+    """How to time; validated on construction, because a NaN warm-up loops forever.
+
+    ``repetitions`` is what the caller asks for. A group whose rounds would take longer than
+    ``max_group_s`` times fewer rounds, but never fewer than ``min_repetitions``, and that
+    minimum never exceeds ``repetitions``: ``repetitions=3`` times exactly 3 rounds.
+    """
+
     timer: str = "events"  # "events" | "profiler"
     warmup_s: float = 0.25  # per competitor group, after a global clock spin-up
     spinup_s: float = 2.0  # once per process: bring SM clocks out of idle
-    repetitions: int = 40  # timed rounds
-    min_repetitions: int = 10
+    repetitions: int = 40  # timed rounds asked for
+    min_repetitions: int = 10  # floor under the time cap (lowered to ``repetitions`` if above it)
     max_group_s: float = 20.0  # cap on one group's timed rounds (huge shapes get fewer rounds)
     l2_flush: bool = True
 
+    def __post_init__(self) -> None:
+        if self.timer not in TIMERS:
+            raise TimerSettingsError("timer", f"{self.timer!r} is not one of {', '.join(TIMERS)}")
+        for name in ("warmup_s", "spinup_s"):
+            value = getattr(self, name)
+            if not _is_real(value) or not 0 <= value <= MAX_WARMUP_S:
+                raise TimerSettingsError(name, f"{value!r} is not a number of seconds from 0 to {MAX_WARMUP_S:g}")
+        if not _is_real(self.max_group_s) or not 0 < self.max_group_s <= 24 * 3600:
+            raise TimerSettingsError("max_group_s", f"{self.max_group_s!r} is not a positive number of seconds")
+        for name in ("repetitions", "min_repetitions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPETITIONS:
+                raise TimerSettingsError(name, f"{value!r} is not a whole number from 1 to {MAX_REPETITIONS}")
+
+    @property
+    def floor(self) -> int:
+        """The fewest rounds a group times: ``min_repetitions``, but never more than asked for."""
+        return min(self.min_repetitions, self.repetitions)
+
+    def rounds(self, seconds_per_round: float) -> int:
+        """Rounds to time for a group whose warm-up rounds took ``seconds_per_round`` each."""
+        per_round = seconds_per_round if _is_real(seconds_per_round) and seconds_per_round > 1e-6 else 1e-6
+        fit = int(self.max_group_s / per_round)
+        return max(self.floor, min(self.repetitions, fit))
+
+    def rounds_rule(self) -> str:
+        """How many rounds each group timed, in words (stored with the method)."""
+        if self.floor == self.repetitions:
+            rule = f"each group timed exactly {self.repetitions} rounds"
+        else:
+            rule = (f"each group timed {self.repetitions} rounds, or fewer (never fewer than {self.floor}) "
+                    f"when that many would take longer than {self.max_group_s:g} s")
+        return rule + "; each cell's stats.n is the number of rounds it was timed"
+
     def method(self) -> dict[str, Any]:
-        """Every parameter of the method, stored in each result's provenance."""
+        """Every parameter of the method, stored in each result's provenance.
+
+        It states what ran: the rounds asked for, the time cap and the floor actually applied,
+        and that each cell's ``stats.n`` is the number of rounds that cell was timed.
+        """
         return {
-            "timer": {
-                "events": "CUDA events around each launch",
-                "profiler": "torch.profiler CUDA kernel time, summed per region between L2 flushes",
-            }[self.timer],
+            "timer": TIMERS[self.timer],
             "timer_id": self.timer,
             "spinup_s": self.spinup_s,
             "warmup_s": self.warmup_s,
             "repetitions": self.repetitions,
-            "min_repetitions": self.min_repetitions,
+            "min_repetitions": self.floor,
             "max_group_s": self.max_group_s,
+            "rounds_rule": self.rounds_rule(),
             "launches_per_repetition": 1,
             "l2_flush": self.l2_flush,
             "l2_flush_bytes": L2_FLUSH_BYTES if self.l2_flush else 0,
             "interleaved": True,
             "statistic": "median; spread as interquartile range",
         }
+
+
+def _is_real(value: object) -> bool:
+    """A finite int or float (not a bool, not NaN, not infinite)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclasses.dataclass
@@ -67,13 +152,12 @@ class Samples:
 
     @property
     def iqr(self) -> float:
-        if len(self.ms) < 4:
-            return 0.0
-        q = statistics.quantiles(self.ms, n=4)
+        """Interquartile range; 0.0 for one sample (``stats.n`` says there was only one)."""
+        q = _quantiles(self.ms, 4)
         return q[2] - q[0]
 
     def to_stats(self) -> dict[str, Any]:
-        q = statistics.quantiles(self.ms, n=10) if len(self.ms) >= 10 else [min(self.ms)] * 9
+        q = _quantiles(self.ms, 10)
         return {
             "median_ms": round(self.median, 6),
             "iqr_ms": round(self.iqr, 6),
@@ -83,6 +167,18 @@ class Samples:
             "n": len(self.ms),
             "samples_ms": [round(v, 5) for v in self.ms],
         }
+
+
+def _quantiles(ms: list[float], n: int) -> list[float]:
+    """Cut points of ``ms`` into ``n`` groups, always within [min, max].
+
+    With at least ``n`` samples, Python's default ("exclusive") method, as results have always
+    been computed; with fewer (``--repetitions 3``), the "inclusive" method, which interpolates
+    between samples instead of pretending that every quantile is the minimum.
+    """
+    if len(ms) == 1:
+        return [ms[0]] * (n - 1)
+    return statistics.quantiles(ms, n=n, method="exclusive" if len(ms) >= n else "inclusive")
 
 
 class L2Flusher:
@@ -95,6 +191,8 @@ class L2Flusher:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         if enabled:
+            import torch
+
             half = L2_FLUSH_BYTES // 2
             self.src = torch.zeros(half, dtype=torch.uint8, device="cuda")
             self.dst = torch.empty(half, dtype=torch.uint8, device="cuda")
@@ -112,6 +210,8 @@ def spin_up(seconds: float) -> None:
     global _SPUN_UP
     if _SPUN_UP or seconds <= 0:
         return
+    import torch
+
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -131,9 +231,13 @@ Competitor = Callable[[Mark], None]
 class Interleaver:
     """Times several competitors round by round; each may have several named regions."""
 
-    def __init__(self, settings: TimerSettings) -> None:
+    def __init__(self, settings: TimerSettings, *, phases: PhaseRecorder | None = None) -> None:
         self.settings = settings
+        self.phases = phases
         self.flush = L2Flusher(settings.l2_flush)
+
+    def _phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        return self.phases.phase(name) if self.phases is not None else contextlib.nullcontext()
 
     def run(self, competitors: dict[str, Competitor]) -> dict[str, dict[str, Samples]]:
         """Samples per competitor per region, by the configured timer."""
@@ -148,18 +252,21 @@ class Interleaver:
 
     def _warm_up(self, competitors: dict[str, Competitor]) -> int:
         """Warm up by time; return how many timed rounds fit the group's time cap."""
+        import torch
+
         s = self.settings
-        spin_up(s.spinup_s)
-        rounds_done, start = 0, time.perf_counter()
-        while True:
-            for fn in competitors.values():
-                fn(self._untimed_mark)
-            torch.cuda.synchronize()
-            rounds_done += 1
-            if time.perf_counter() - start >= s.warmup_s and rounds_done >= 2:
-                break
-        per_round = (time.perf_counter() - start) / rounds_done
-        return max(s.min_repetitions, min(s.repetitions, int(s.max_group_s / max(per_round, 1e-6))))
+        with self._phase(SPIN_UP):
+            spin_up(s.spinup_s)
+        with self._phase(WARM_UP):
+            rounds_done, start = 0, time.perf_counter()
+            while True:
+                for fn in competitors.values():
+                    fn(self._untimed_mark)
+                torch.cuda.synchronize()
+                rounds_done += 1
+                if time.perf_counter() - start >= s.warmup_s and rounds_done >= 2:
+                    break
+        return s.rounds((time.perf_counter() - start) / rounds_done)
 
     def _untimed_mark(self, region: str, edge: str) -> None:
         if edge == "start":
@@ -168,17 +275,19 @@ class Interleaver:
     def _run(
         self, competitors: dict[str, Competitor], *, profile: bool
     ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None]:
+        import torch
+
         reps = self._warm_up(competitors)
         pairs: dict[str, dict[str, list[tuple[Any, Any]]]] = {name: {} for name in competitors}
         order: list[tuple[str, str]] = []  # (competitor, region) of every timed region, in launch order
         prof = None
-        if profile:
-            from torch.profiler import ProfilerActivity
-            from torch.profiler import profile as profiler
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._phase(TIMED))
+            if profile:
+                from torch.profiler import ProfilerActivity
+                from torch.profiler import profile as profiler
 
-            prof = profiler(activities=[ProfilerActivity.CUDA])
-            prof.__enter__()
-        try:
+                prof = stack.enter_context(profiler(activities=[ProfilerActivity.CUDA]))
             for _ in range(reps):
                 for name, fn in competitors.items():
                     open_events: dict[str, Any] = {}
@@ -197,9 +306,6 @@ class Interleaver:
 
                     fn(mark)
             torch.cuda.synchronize()
-        finally:
-            if prof is not None:
-                prof.__exit__(None, None, None)
         events = {
             name: {region: Samples([a.elapsed_time(b) for a, b in evs]) for region, evs in regions.items()}
             for name, regions in pairs.items()
