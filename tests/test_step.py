@@ -1,0 +1,119 @@
+"""The layer step's pure parts: which configs it times, its cells, and Amdahl's law in the summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from gemm_bench import step
+from gemm_bench.config import preset
+from gemm_bench.step import StepError, amdahl, layer_cell, summarize, unsupported_reason, validate_layer_cells
+
+STATS = {"median_ms": 1.0, "iqr_ms": 0.01}
+
+
+def test_dense_configs_are_timed_moe_and_tp_are_not() -> None:
+    assert unsupported_reason(preset("te-guide-5b")) is None
+    assert unsupported_reason(preset("llama3-8b")) is None
+    moe = dataclasses.replace(preset("llama3-8b"), num_experts=8, moe_router_topk=2)
+    assert unsupported_reason(moe) == step.MOE_REASON
+    assert "no MoE transformer layer" in step.MOE_REASON
+    tp = dataclasses.replace(preset("llama3-8b"), tensor_model_parallel_size=2)
+    assert unsupported_reason(tp) == step.TP_REASON
+    assert "manual shapes" in (unsupported_reason(None) or "")
+
+
+def test_amdahl_hand_computed() -> None:
+    # 72% of the step gets 1.7x: 1 / (0.28 + 0.72 / 1.7) = 1 / 0.703529 = 1.42140
+    assert amdahl(0.72, 1.7) == pytest.approx(1.42140, abs=1e-5)
+    assert amdahl(1.0, 2.0) == pytest.approx(2.0)
+    with pytest.raises(StepError, match="0 < share <= 1"):
+        amdahl(1.2, 2.0)
+
+
+def _cells() -> list[dict]:
+    return [
+        layer_cell("layer", "bf16", "measured", ms=10.0, stats=STATS, measured_at="t"),
+        layer_cell("layer", "fp8-current", "measured", ms=7.0, stats=STATS, measured_at="t"),
+        layer_cell("layer", "nvfp4", "unsupported", reason="needs Blackwell"),
+        layer_cell("layer-graphed", "bf16", "measured", ms=9.0, stats=STATS, measured_at="t"),
+    ]
+
+
+def test_summary_states_amdahl_with_the_results_numbers() -> None:
+    # BF16: step 10 ms, its 12 GEMMs 7.2 ms -> share 72%; FP8: GEMMs 4.235 ms -> 1.70x; step 7 ms -> 1.43x.
+    summary = summarize(_cells(), {"bf16": 7.2, "fp8-current": 4.2353, "nvfp4": None})
+    assert summary.gemm_share == pytest.approx(0.72)
+    rows = {r.precision: r for r in summary.rows}
+    assert rows["bf16"].step_speedup == pytest.approx(1.0)
+    assert rows["fp8-current"].step_speedup == pytest.approx(10 / 7)
+    assert rows["fp8-current"].gemm_speedup == pytest.approx(1.7, abs=1e-4)
+    assert rows["fp8-current"].amdahl_speedup == pytest.approx(1.4214, abs=1e-3)
+    assert rows["nvfp4"].step_ms is None and rows["nvfp4"].reason == "needs Blackwell"
+    assert summary.sentence("fp8-current") == (
+        "With FP8 Current, the layer's GEMMs get 1.70x and the whole step 1.43x, because GEMMs are "
+        "72% of the BF16 step (Amdahl's law predicts 1.42x from those two numbers)."
+    )
+    assert summary.sentence("nvfp4") is None
+
+
+def test_graphed_mode_is_summarized_apart() -> None:
+    graphed = summarize(_cells(), {"bf16": 7.2}, mode="layer-graphed")
+    assert [r.precision for r in graphed.rows] == ["bf16"]
+    assert graphed.bf16_step_ms == 9.0
+    with pytest.raises(StepError, match="'autocast'"):
+        summarize(_cells(), {}, mode="autocast")
+
+
+def test_no_bf16_step_means_no_share_and_no_sentence() -> None:
+    cells = [c for c in _cells() if c["precision"] != "bf16"]
+    summary = summarize(cells, {"bf16": 7.2, "fp8-current": 4.0})
+    assert summary.gemm_share is None
+    assert summary.sentence("fp8-current") is None
+
+
+def test_gemms_timed_apart_may_exceed_the_step_and_amdahl_is_then_withheld() -> None:
+    summary = summarize(_cells(), {"bf16": 12.0, "fp8-current": 6.0})
+    assert summary.gemm_share == pytest.approx(1.2)
+    assert {r.precision: r.amdahl_speedup for r in summary.rows}["fp8-current"] is None
+
+
+def test_layer_cells_validate() -> None:
+    cells = json.loads(json.dumps(_cells()))
+    assert validate_layer_cells(cells) == cells
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "problem"),
+    [
+        (lambda c: c.update(mode="autocast"), "$.layer[0].mode", "'autocast' is not one of layer, layer-graphed"),
+        (lambda c: c.update(precision="fp16"), "$.layer[0].precision", "not a known precision"),
+        (lambda c: c.update(status="ok"), "$.layer[0].status", "'ok'"),
+        (lambda c: c.update(ms=0), "$.layer[0].ms", "positive finite"),
+        (lambda c: c.update(ms=True), "$.layer[0].ms", "positive finite"),
+        (lambda c: c.update(stats={}), "$.layer[0].stats", "median_ms"),
+        (lambda c: c.pop("precision"), "$.layer[0].precision", "is missing"),
+    ],
+)
+def test_layer_validation_names_the_field(edit, where: str, problem: str) -> None:  # type: ignore[no-untyped-def]
+    cells = _cells()
+    edit(cells[0])
+    with pytest.raises(StepError) as info:
+        validate_layer_cells(cells)
+    assert info.value.where == where and problem in info.value.problem
+
+
+def test_layer_validation_rejects_duplicates_and_missing_reasons() -> None:
+    with pytest.raises(StepError, match="duplicate layer cell layer/bf16"):
+        validate_layer_cells([*_cells(), _cells()[0]])
+    unsupported = _cells()[2]
+    del unsupported["reason"]
+    with pytest.raises(StepError, match="reason"):
+        validate_layer_cells([unsupported])
+    with pytest.raises(StepError, match="must be a list"):
+        validate_layer_cells(None)
+
+
+def test_what_is_timed_names_inclusions_and_exclusions() -> None:
+    assert "forward + backward" in step.WHAT_IS_TIMED and "Excluded: optimizer step" in step.WHAT_IS_TIMED
