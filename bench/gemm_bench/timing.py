@@ -264,9 +264,10 @@ class Interleaver:
                     fn(self._untimed_mark)
                 torch.cuda.synchronize()
                 rounds_done += 1
-                if time.perf_counter() - start >= s.warmup_s and rounds_done >= 2:
+                elapsed = time.perf_counter() - start
+                if elapsed >= s.warmup_s and rounds_done >= 2:
                     break
-        return s.rounds((time.perf_counter() - start) / rounds_done)
+        return s.rounds(elapsed / rounds_done)
 
     def _untimed_mark(self, region: str, edge: str) -> None:
         if edge == "start":
