@@ -28,7 +28,7 @@ def linear_competitor(recipe: str, fprop: GemmShape) -> Competitor:
     if k % ALIGNMENT or n % ALIGNMENT:
         raise ValueError(f"torchao Float8Linear needs in/out features divisible by {ALIGNMENT}; got {k} and {n}")
     model = torch.nn.Sequential(torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16))
-    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
+    model = convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
     if not isinstance(model[0], Float8Linear):  # never time BF16 under an FP8 label
         raise RuntimeError(f"convert_to_float8_training left {type(model[0]).__name__} unconverted")
     compiled = torch.compile(model)
