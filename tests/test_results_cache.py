@@ -12,7 +12,14 @@ import pytest
 
 from gemm_bench.cache import Cache, CacheError, file_name, is_stale, read_document
 from gemm_bench.question import build_question
-from gemm_bench.results import METHOD_VERSION, ResultError, merge_documents, question_hash, validate
+from gemm_bench.results import (
+    METHOD_VERSION,
+    ResultError,
+    cell_run_id,
+    merge_documents,
+    question_hash,
+    validate,
+)
 from tests.helpers import synthetic_document
 
 
@@ -52,7 +59,7 @@ def test_validate_accepts_a_good_document_and_names_the_broken_field() -> None:
         validate(broken)
     broken = synthetic_document()
     broken["cells"][0]["ms"] = "fast"
-    with pytest.raises(ResultError, match="positive finite"):
+    with pytest.raises(ResultError, match=r"\$\.cells\[0\]\.ms: must be an integer or a number"):
         validate(broken)
 
 
@@ -72,11 +79,11 @@ def test_store_then_lookup_round_trips(tmp_path: Path) -> None:
     ("mutate", "words"),
     [
         (lambda p: p.write_text(p.read_text()[:200]), "not valid JSON"),
-        (lambda p: p.write_text(p.read_text().replace('"schema_version": 1', '"schema_version": 7')), "schema_version"),
+        (lambda p: p.write_text(p.read_text().replace('"schema_version": 2', '"schema_version": 7')), "schema_version"),
         (lambda p: p.write_text(p.read_text().replace('"provenance"', '"provenancE"')), "provenance"),
-        (lambda p: p.write_text(p.read_text().replace('"groups": 1', '"groups": "1"', 1)), "must be int"),
+        (lambda p: p.write_text(p.read_text().replace('"groups": 1', '"groups": "1"', 1)), "must be an integer"),
         (lambda p: p.write_bytes(b"\xff\xfe garbage"), "UTF-8"),
-        (lambda p: p.write_text(json.dumps([1, 2])), "JSON object"),
+        (lambda p: p.write_text(json.dumps([1, 2])), "$: must be an object"),
     ],
 )
 def test_corrupt_files_are_reported_with_their_path_and_never_used(tmp_path: Path, mutate, words: str) -> None:
@@ -117,16 +124,22 @@ def test_unreadable_file_is_reported(tmp_path: Path) -> None:
         read_document(path)
 
 
-def test_store_merges_new_precisions_and_keeps_the_baseline(tmp_path: Path) -> None:
+def test_store_merges_by_mode_one_mode_one_run(tmp_path: Path) -> None:
     cache = Cache(tmp_path)
-    first = synthetic_document(ms={("autocast", "bf16"): 2.0})
+    first = synthetic_document(ms={("autocast", "bf16"): 2.0, ("prequant", "bf16"): 1.5})
     cache.store(first)
-    second = synthetic_document(ms={("autocast", "fp8-block"): 1.5})
+    # A new autocast run replaces every old autocast cell (its BF16 too: one mode is one run) and
+    # keeps the other mode's cells, each still naming the run that measured it.
+    second = synthetic_document(ms={("autocast", "bf16"): 2.1, ("autocast", "fp8-block"): 1.5})
     path = cache.store(second)
     merged = read_document(path)
-    assert {c["precision"] for c in merged["cells"]} == {"bf16", "fp8-block"}
+    modes = {(c["mode"], c["precision"]) for c in merged["cells"]}
+    assert modes == {("autocast", "bf16"), ("autocast", "fp8-block"), ("prequant", "bf16")}
+    runs = {c["mode"]: cell_run_id(merged, c) for c in merged["cells"]}
+    assert runs == {"autocast": second["run_id"], "prequant": first["run_id"]}
+    assert merged["run_id"] == second["run_id"] != first["run_id"]
     # A different software stack is a new baseline: nothing of the old run is kept.
-    third = synthetic_document(ms={("autocast", "fp8-current"): 1.0})
+    third = synthetic_document(ms={("prequant", "fp8-current"): 1.0})
     third["provenance"]["transformer_engine"] = "9.9"
     assert {c["precision"] for c in merge_documents(merged, third)["cells"]} == {"fp8-current"}
 
@@ -144,10 +157,10 @@ def test_staleness_by_method_version_and_age() -> None:
     doc = synthetic_document(date="2026-01-01T00:00:00+00:00")
     now = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
     assert is_stale(doc, now=now) is None
-    assert "older than" in is_stale(doc, max_age_days=30, now=now)
+    assert "older than" in str(is_stale(doc, max_age_days=30, now=now))
     assert is_stale(doc, max_age_days=90, now=now) is None
     doc["method_version"] = METHOD_VERSION + "-old"
-    assert "method version" in is_stale(doc, now=now)
+    assert "method version" in str(is_stale(doc, now=now))
 
 
 def test_the_lock_serialises_writers(tmp_path: Path) -> None:
@@ -155,7 +168,11 @@ def test_the_lock_serialises_writers(tmp_path: Path) -> None:
     doc = synthetic_document()
     order: list[str] = []
     with cache.locked(doc["question_hash"], doc["device"]["name"]):
-        t = threading.Thread(target=lambda: (cache.store(doc), order.append("writer")))
+        def writer() -> None:
+            cache.store(doc)
+            order.append("writer")
+
+        t = threading.Thread(target=writer)
         t.start()
         t.join(0.5)
         order.append("holder")

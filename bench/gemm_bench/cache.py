@@ -1,11 +1,15 @@
 """The result cache: one JSON file per question per device, written atomically.
 
 File names are ``<question hash>--<device slug>.json``, so a directory listing says which
-devices answered which question. Writers hold an exclusive ``fcntl`` lock on a sibling
-``.lock`` file, write to a temporary file in the same directory, fsync it and ``os.replace`` it
-over the target: a reader (or a build interrupted at any instant) sees the old valid file or the
-new valid file, never a half-written one. Readers validate every file; one that fails is
-reported with its path and ignored as a whole.
+devices answered which question. Writers hold an exclusive lock on a sibling ``.lock`` file
+(``filelock``, so the package imports and works on Windows too), write to a temporary file in the
+same directory, fsync it and ``os.replace`` it over the target: a reader (or a build interrupted
+at any instant) sees the old valid file or the new valid file, never a half-written one.
+
+Readers validate every file; one that fails, for any reason at all (unreadable, not UTF-8, not
+JSON, NaN, nested too deep, numbers out of range, a symlink, not a regular file), is a
+:class:`CacheError` naming its path and is ignored as a whole. Nothing else escapes
+:func:`read_document`: a cache file is input, and input never crashes a build.
 """
 
 from __future__ import annotations
@@ -13,15 +17,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import fcntl
+import glob
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.results import METHOD_VERSION, ResultError, device_slug, merge_documents, validate
+from filelock import FileLock
+
+from gemm_bench.results import (
+    METHOD_VERSION,
+    ResultError,
+    device_slug,
+    merge_documents,
+    validate,
+)
+
+#: Larger than any real result (the committed ones are ~100 kB) by far; a bigger file is refused
+#: before it is read, so a stray multi-gigabyte file cannot exhaust the build's memory.
+MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 class CacheError(Exception):
@@ -37,25 +54,79 @@ def file_name(question_hash: str, device_name: str) -> str:
     return f"{question_hash}--{device_slug(device_name)}.json"
 
 
-def read_document(path: Path) -> dict[str, Any]:
-    """Load and validate one result file, or raise :class:`CacheError` saying why not."""
+class _NonFiniteNumber(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    """``json.loads`` accepts NaN and Infinity, which are not JSON and not measurements."""
+    raise _NonFiniteNumber(f"holds {name}, which is not a JSON number")
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of a regular file, never following a symlink; every failure a CacheError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        info = os.lstat(path)
     except OSError as exc:
         raise CacheError(path, f"cannot be read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise CacheError(path, "is not UTF-8 text") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise CacheError(path, "is a symbolic link; only regular files in the cache directory are read")
+    if not stat.S_ISREG(info.st_mode):
+        raise CacheError(path, "is not a regular file")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
-        doc = json.loads(text)
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise CacheError(path, f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped for something else after the lstat
+            raise CacheError(path, "is not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise CacheError(path, f"is {info.st_size} bytes, more than the {MAX_FILE_BYTES} a result may have")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > MAX_FILE_BYTES:
+                raise CacheError(path, f"is more than the {MAX_FILE_BYTES} bytes a result may have")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise CacheError(path, f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """Load and validate one result file, or raise :class:`CacheError` saying why not.
+
+    :class:`CacheError` is the only exception this raises for any file content.
+    """
+    path = Path(path)
+    data = _read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CacheError(path, f"is not UTF-8 text (byte {exc.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise CacheError(path, f"is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
+    except _NonFiniteNumber as exc:
+        raise CacheError(path, f"is not valid JSON: {exc}") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise CacheError(path, f"is not usable JSON ({exc})") from None
+    except RecursionError:
+        raise CacheError(path, "is nested too deeply to be a result") from None
+    except MemoryError:
+        raise CacheError(path, "is too large to parse") from None
     try:
         validate(doc)
     except ResultError as exc:
         raise CacheError(path, f"does not match the result schema: {exc}") from None
     expected = file_name(doc["question_hash"], doc["device"]["name"])
     if path.name != expected:
-        raise CacheError(path, f"holds question {doc['question_hash']} on {doc['device']['name']}, "
+        raise CacheError(path, f"holds question {doc['question_hash']} on {doc['device']['name']!r}, "
                          f"which belongs in {expected}")
     return doc
 
@@ -99,6 +170,8 @@ class Lookup:
 
     documents: list[dict[str, Any]]
     errors: list[CacheError]
+    #: The file each of ``documents`` was read from (same order).
+    paths: list[Path] = dataclasses.field(default_factory=list)
 
 
 class Cache:
@@ -111,60 +184,81 @@ class Cache:
         return self.directory / file_name(question_hash, device_name)
 
     def files(self, question_hash: str | None = None) -> list[Path]:
+        """Result files directly in the directory (symlinks included, so that they are reported)."""
         if not self.directory.is_dir():
             return []
-        pattern = f"{question_hash}--*.json" if question_hash else "*--*.json"
+        pattern = f"{glob.escape(question_hash)}--*.json" if question_hash else "*--*.json"
         return sorted(self.directory.glob(pattern))
 
     def lookup(self, question_hash: str) -> Lookup:
-        documents, errors = [], []
-        for path in self.files(question_hash):
-            try:
-                documents.append(read_document(path))
-            except CacheError as exc:
-                errors.append(exc)
-        return Lookup(documents, errors)
+        """Every file of one question, listed once and each read once."""
+        return _read_files(self.files(question_hash))
+
+    def read_all(self) -> dict[str, Lookup]:
+        """Every result file, keyed by the question hash its name starts with.
+
+        One listing and one parse per file, for a build that wants the whole cache up front.
+        """
+        by_hash: dict[str, list[Path]] = {}
+        for path in self.files():
+            by_hash.setdefault(path.name.split("--", 1)[0], []).append(path)
+        return {question: _read_files(paths) for question, paths in by_hash.items()}
 
     @contextlib.contextmanager
     def locked(self, question_hash: str, device_name: str) -> Iterator[Path]:
         """Hold the writer's lock of one cache file (blocks while another process holds it)."""
         path = self.path_for(question_hash, device_name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = path.with_name(path.name + ".lock")
-        with open(lock_path, "a+") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                yield path
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        with FileLock(str(path.with_name(path.name + ".lock"))):
+            yield path
 
     def store(self, doc: dict[str, Any]) -> Path:
-        """Validate ``doc``, merge it with a valid older file of the same question, write it."""
+        """Validate ``doc``, merge it with a valid older file of the same question, write it.
+
+        An old file that is invalid (or a symlink) is replaced, never merged or followed
+        (``os.replace`` renames over a link; it does not write through it).
+        """
         validate(doc)
         with self.locked(doc["question_hash"], doc["device"]["name"]) as path:
-            if path.exists():
-                try:
-                    doc = merge_documents(read_document(path), doc)
-                except CacheError:
-                    pass  # a corrupt old file is replaced by the new valid one, never merged
+            try:
+                old: dict[str, Any] | None = read_document(path)
+            except CacheError:
+                old = None  # absent, or corrupt: the new valid document replaces it
+            if old is not None:
+                doc = merge_documents(old, doc)
             validate(doc)
             write_atomic(path, dumps(doc))
         return path
 
 
-def is_stale(doc: dict[str, Any], *, max_age_days: float | None = None, now: dt.datetime | None = None) -> str | None:
-    """Why a valid document should be re-measured, or None when it is fresh."""
-    if doc.get("method_version") != METHOD_VERSION:
-        return f"measured with method version {doc.get('method_version')}, current is {METHOD_VERSION}"
-    if max_age_days is not None:
+def _read_files(paths: list[Path]) -> Lookup:
+    found = Lookup([], [], [])
+    for path in paths:
         try:
-            when = dt.datetime.fromisoformat(doc["provenance"]["date"])
-        except ValueError:
-            return f"unreadable date {doc['provenance']['date']!r}"
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
-        now = now or dt.datetime.now(dt.timezone.utc)
-        age = (now - when).total_seconds() / 86400
+            found.documents.append(read_document(path))
+            found.paths.append(path)
+        except CacheError as exc:
+            found.errors.append(exc)
+    return found
+
+
+def is_stale(doc: dict[str, Any], *, max_age_days: float | None = None, now: dt.datetime | None = None) -> str | None:
+    """Why a valid document should be re-measured, or None when it is fresh.
+
+    The date is text from a file: one that cannot be read or placed in time is a reason to
+    re-measure, never an exception.
+    """
+    if doc.get("method_version") != METHOD_VERSION:
+        return f"measured with method version {doc.get('method_version')!r}, current is {METHOD_VERSION}"
+    if max_age_days is not None:
+        date = doc.get("provenance", {}).get("date")
+        try:
+            when = dt.datetime.fromisoformat(date)  # type: ignore[arg-type]  # checked by the except
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=dt.timezone.utc)
+            age = ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
+        except (TypeError, ValueError, OverflowError):
+            return f"unreadable date {date!r}"
         if age > max_age_days:
             return f"{age:.0f} days old, older than the configured {max_age_days:g}"
     return None

@@ -1,4 +1,4 @@
-"""The result document: what one measurement run of one question on one device produced.
+"""The result document: what measurement runs of one question on one device produced.
 
 A *question* is the set of GEMMs to measure (derived from a model config, manual shapes or a
 sweep), independent of how it was spelled: a preset and the same numbers written out, options in
@@ -6,29 +6,81 @@ any order, give the same GEMMs and so the same :func:`question_hash`. Precisions
 not part of the question: they select cells inside the answer, so a page that asks for a subset
 of what one run measured is answered by that run.
 
+A *run* is one ``Runner.measure()`` call: one warm GPU, one clock history, one interleaved
+schedule. Only cells of one run may be compared (a speedup between two runs would divide one
+run's clocks by another's), so schema version 2 records a ``run_id`` per cell and per peer.
+A cell or peer without its own ``run_id`` belongs to the document's top-level ``run_id`` (the run
+that wrote the document last, whose provenance block it carries); when a merge keeps cells of an
+older run, their ids are written out (:func:`merge_documents`). A version 1 document is one
+implicit run, ``"v1:" + question_hash``: every committed v1 file was measured in one run (a test
+checks their ``measured_at`` span).
+
 Documents are plain JSON with a versioned schema, validated on read by :func:`validate`
-(hand-written rather than jsonschema so the error names the exact field and the core needs no
-dependency). A document that fails validation is never used in part.
+(hand-written rather than jsonschema so the error names the exact JSON path and the core needs
+no dependency). Validation covers every field that merging, reporting and rendering touch, with
+ranges, so that no value a file can hold makes a later division, format or plot fail or show a
+wrong number. A document that fails validation is never used in part.
 """
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import hashlib
+import itertools
 import json
 import math
+import re
+import secrets
 from collections.abc import Iterable
 from typing import Any
 
+from gemm_bench.config import MAX_DIMENSION
 from gemm_bench.devices import device_slug
 from gemm_bench.precisions import MODES, PRECISIONS
 from gemm_bench.shapes import PASSES, GemmShape
 
-SCHEMA_VERSION = 1
+__all__ = [
+    "KINDS", "MAX_LAYERS", "MAX_MS", "MAX_TFLOPS", "METHOD_VERSION", "MIN_MS", "READABLE_SCHEMA_VERSIONS",
+    "SCHEMA_VERSION", "STATUSES", "ResultError", "cell_run_id", "device_slug", "document_gemms",
+    "merge_documents", "new_document", "new_run_id", "peer_run_id", "question_hash", "question_payload",
+    "stamp_run_ids", "validate",
+]
+
+SCHEMA_VERSION = 2
+#: Versions :func:`validate` accepts; older ones are read as they are and upgraded on store.
+READABLE_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
 
 #: Bumped whenever what is timed, or how, changes: results of another method version are stale.
 METHOD_VERSION = "1"
 
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
+KINDS: tuple[str, ...] = ("model", "shapes", "sweep")
+
+#: Plausible GEMM times. Below 0.1 us no kernel launch completes; above ~3 hours nothing was
+#: benchmarked. Out of range means a corrupt file or a unit bug, never a measurement.
+MIN_MS = 1e-4
+MAX_MS = 1e7
+#: No GPU reaches 100 PFLOP/s on one GEMM: a cell implying more has a wrong FLOP count or time.
+MAX_TFLOPS = 1e5
+#: Layers of a model: the same bound as every other config field, so any question a page can
+#: ask can be stored.
+MAX_LAYERS = MAX_DIMENSION
+#: One GEMM dimension. Model questions multiply config fields (tokens = sequence x batch), so
+#: this is wider than a config field; it keeps FLOP counts far inside float range.
+MAX_GEMM_DIMENSION = 1 << 62
+#: Identifiers and one-line values (device name, versions, op, backend, run id) vs free text.
+MAX_NAME = 200
+MAX_TEXT = 1_000_000
+MAX_ITEMS = 1_000_000
+MAX_DEPTH = 32
+MAX_INT = 1 << 63
+#: Rounding slack when comparing two stored times (the runner rounds to 1e-6 ms).
+_ROUNDING = 2e-6
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._-]{0,63}")
+_CAPABILITY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+_SCALARS = (str, int, float, bool, type(None))
 
 
 class ResultError(ValueError):
@@ -50,102 +102,390 @@ def question_hash(gemms: Iterable[GemmShape]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def new_run_id() -> str:
+    """A fresh id for one measurement run: its UTC start second plus randomness.
+
+    The time makes ids readable in a file; the random part keeps two runs started in the same
+    second (two processes, two machines) apart.
+    """
+    now = dt.datetime.now(dt.timezone.utc)
+    return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+
+
+def cell_run_id(doc: dict[str, Any], cell: dict[str, Any]) -> str:
+    """The run a cell of a valid document was measured in (see the module docstring)."""
+    if doc.get("schema_version") == 1:
+        return f"v1:{doc['question_hash']}"
+    return str(cell.get("run_id") or doc["run_id"])
+
+
+#: Peers are stamped exactly like cells.
+peer_run_id = cell_run_id
+
+
+def stamp_run_ids(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a valid document in the current schema, every cell and peer naming its run.
+
+    Version 1 documents become version 2 with the implicit run id written out, so that merging
+    them with a newer run can never make two runs look like one.
+    """
+    out = copy.deepcopy(doc)
+    for key in ("cells", "peers"):
+        out[key] = [{**item, "run_id": cell_run_id(doc, item)} for item in doc[key]]
+    if doc.get("schema_version") == 1:
+        out["run_id"] = f"v1:{doc['question_hash']}"
+    out["schema_version"] = SCHEMA_VERSION
+    return out
 
 
 # ------------------------------------------------------------------------------- validation
-def _require(doc: dict[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
-    if key not in doc:
-        raise ResultError(f"{where}.{key}", "is missing")
-    value = doc[key]
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise ResultError(f"{where}.{key}", f"must be {_type_name(types)}, got a boolean")
-    if not isinstance(value, types):
-        raise ResultError(f"{where}.{key}", f"must be {_type_name(types)}, got {type(value).__name__}")
+def _type_name(types: type | tuple[type, ...]) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "an object",
+             list: "a list", type(None): "null"}
+    seq = types if isinstance(types, tuple) else (types,)
+    return " or ".join(names.get(t, t.__name__) for t in seq)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (dict, list)):
+        return _type_name(type(value))
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _get(obj: dict[str, Any], key: str, types: type | tuple[type, ...], where: str,
+         *, required: bool = True) -> Any:
+    """``obj[key]`` of exactly ``types`` (a JSON boolean is never an integer)."""
+    path = f"{where}.{key}"
+    if key not in obj:
+        if required:
+            raise ResultError(path, "is missing")
+        return None
+    value = obj[key]
+    seq = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool) and bool not in seq:
+        raise ResultError(path, f"must be {_type_name(types)}, got a boolean")
+    if not isinstance(value, seq):
+        raise ResultError(path, f"must be {_type_name(types)}, got {_describe(value)}")
     return value
 
 
-def _type_name(types: type | tuple[type, ...]) -> str:
-    if isinstance(types, tuple):
-        return " or ".join(t.__name__ for t in types)
-    return types.__name__
+def _text(obj: dict[str, Any], key: str, where: str, *, max_len: int = MAX_NAME, nonempty: bool = False) -> str:
+    value = _optional_text(obj, key, where, max_len=max_len, nonempty=nonempty)
+    if value is None:
+        raise ResultError(f"{where}.{key}", "is missing")
+    return value
 
 
-def _positive(value: Any, where: str) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ResultError(where, f"must be a positive finite number, got {value!r}")
+def _optional_text(obj: dict[str, Any], key: str, where: str, *, max_len: int = MAX_NAME,
+                   nonempty: bool = False) -> str | None:
+    value = _get(obj, key, str, where, required=False)
+    if value is None:
+        return None
+    if len(value) > max_len:
+        raise ResultError(f"{where}.{key}", f"is {len(value)} characters long, at most {max_len} allowed")
+    if nonempty and not value.strip():
+        raise ResultError(f"{where}.{key}", "must not be empty")
+    return str(value)
+
+
+def _integer(obj: dict[str, Any], key: str, where: str, low: int, high: int) -> int:
+    value = _optional_integer(obj, key, where, low, high)
+    if value is None:
+        raise ResultError(f"{where}.{key}", "is missing")
+    return value
+
+
+def _optional_integer(obj: dict[str, Any], key: str, where: str, low: int, high: int) -> int | None:
+    value = _get(obj, key, int, where, required=False)
+    if value is not None and not low <= value <= high:
+        raise ResultError(f"{where}.{key}", f"must be between {low} and {high}, got {_describe(value)}")
+    return value if value is None else int(value)
+
+
+def _number(obj: dict[str, Any], key: str, where: str, low: float, high: float, *,
+            required: bool = True, low_open: bool = False) -> float | None:
+    value = _get(obj, key, (int, float), where, required=required)
+    if value is None:
+        return None
+    value = float(value)  # exact for the bounded ints that can pass; huge ints fail the walk first
+    if not math.isfinite(value) or value > high or value < low or (low_open and value <= low):
+        bound = f"more than {low:g}" if low_open else f"at least {low:g}"
+        raise ResultError(f"{where}.{key}", f"must be a finite number {bound} and at most {high:g}, "
+                                            f"got {_describe(obj[key])}")
+    return value
+
+
+def _walk(doc: Any) -> None:
+    """Every value, anywhere: JSON types only, finite, bounded, and text that UTF-8 can encode.
+
+    One pass over the whole tree, iterative so that deep nesting is an error and not a crash, and
+    covering fields no rule below names (a renderer or ``--json`` may still print them).
+    """
+    stack: list[tuple[Any, str, int]] = [(doc, "$", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ResultError(where, f"is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, str):
+            _encodable(value, where)
+        elif isinstance(value, bool) or value is None:
+            pass
+        elif isinstance(value, int):
+            if not -MAX_INT <= value < MAX_INT:
+                raise ResultError(where, "is an integer outside the 64-bit range")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise ResultError(where, f"must be a finite number, got {value!r}")
+        elif isinstance(value, dict):
+            if len(value) > MAX_ITEMS:
+                raise ResultError(where, f"has more than {MAX_ITEMS} keys")
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ResultError(where, f"has a key that is not a string: {_describe(key)}")
+                _encodable(key, f"{where} (a key)")
+                if len(key) > MAX_NAME:
+                    raise ResultError(f"{where} (a key)", f"is longer than {MAX_NAME} characters")
+                stack.append((item, f"{where}.{key}", depth + 1))
+        elif isinstance(value, list):
+            if len(value) > MAX_ITEMS:
+                raise ResultError(where, f"has more than {MAX_ITEMS} items")
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+        else:
+            raise ResultError(where, f"is a {type(value).__name__}, not a JSON value")
+
+
+def _encodable(text: str, where: str) -> None:
+    if len(text) > MAX_TEXT:
+        raise ResultError(where, f"is longer than {MAX_TEXT} characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ResultError(where, "holds text UTF-8 cannot encode (a lone surrogate)") from None
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ResultError(where, f"must be an object, got {_describe(value)}")
+    return value
+
+
+def _gemm(row: Any, where: str) -> GemmShape:
+    row = _object(row, where)
+    op = _text(row, "op", where, nonempty=True)
+    pass_ = _text(row, "pass", where)
+    if pass_ not in PASSES:
+        raise ResultError(f"{where}.pass", f"{pass_!r} is not one of {', '.join(PASSES)}")
+    m, k, n = (_integer(row, key, where, 1, MAX_GEMM_DIMENSION) for key in ("m", "k", "n"))
+    return GemmShape(op, pass_, m, k, n, _integer(row, "groups", where, 1, MAX_DIMENSION))
+
+
+def _flops(row: dict[str, Any], gemm: GemmShape, where: str) -> None:
+    """A stored FLOP count, where the file has one, is the shape's: catches a FLOP-count bug."""
+    flops = _get(row, "flops", int, where, required=False)
+    if flops is not None and flops != gemm.flops:
+        raise ResultError(f"{where}.flops", f"is {flops}, but 2 x m x k x n x groups is {gemm.flops}")
+
+
+def _same_shape(item: dict[str, Any], gemm: GemmShape, where: str, *, required: bool) -> None:
+    """A cell's or peer's own m/k/n/groups, where it records them, are its question GEMM's."""
+    for key, expected in (("m", gemm.m), ("k", gemm.k), ("n", gemm.n), ("groups", gemm.groups)):
+        value = _get(item, key, int, where, required=required)
+        if value is not None and value != expected:
+            raise ResultError(f"{where}.{key}", f"is {value}, but the question's {gemm.op}/{gemm.pass_} has {expected}")
+
+
+def _ms(item: dict[str, Any], gemm: GemmShape, where: str) -> float:
+    ms = _number(item, "ms", where, MIN_MS, MAX_MS)
+    assert ms is not None
+    tflops = gemm.flops / (ms * 1e-3) / 1e12
+    if tflops > MAX_TFLOPS:
+        raise ResultError(f"{where}.ms", f"{ms!r} ms for {gemm.flops} FLOPs would be {tflops:.3g} TFLOP/s, "
+                                         f"more than the plausible {MAX_TFLOPS:g}")
+    return ms
+
+
+def _stats(item: dict[str, Any], ms: float, where: str) -> None:
+    stats = _get(item, "stats", dict, where)
+    at = f"{where}.stats"
+    median = _number(stats, "median_ms", at, 0.0, MAX_MS, low_open=True)
+    assert median is not None
+    if not math.isclose(median, ms, rel_tol=1e-6, abs_tol=_ROUNDING):
+        raise ResultError(f"{at}.median_ms", f"is {median!r}, but the cell's ms is {ms!r}")
+    _number(stats, "iqr_ms", at, 0.0, MAX_MS)
+    order = [(key, _number(stats, key, at, 0.0, MAX_MS, required=False, low_open=True))
+             for key in ("min_ms", "p10_ms")]
+    order.append(("median_ms", median))
+    order.append(("p90_ms", _number(stats, "p90_ms", at, 0.0, MAX_MS, required=False, low_open=True)))
+    present = [(key, value) for key, value in order if value is not None]
+    for (low_key, low), (high_key, high) in itertools.pairwise(present):
+        if low > high + _ROUNDING:
+            raise ResultError(f"{at}.{low_key}", f"is {low!r}, more than {high_key} {high!r}")
+    n = _optional_integer(stats, "n", at, 1, MAX_ITEMS)
+    samples = _get(stats, "samples_ms", list, at, required=False)
+    if samples is not None:
+        for i, sample in enumerate(samples):
+            if (isinstance(sample, bool) or not isinstance(sample, (int, float)) or not math.isfinite(sample)
+                    or not 0 < sample <= MAX_MS):
+                raise ResultError(f"{at}.samples_ms[{i}]", f"must be a positive finite time, got {_describe(sample)}")
+        if not samples:
+            raise ResultError(f"{at}.samples_ms", "is empty")
+        if n is not None and n != len(samples):
+            raise ResultError(f"{at}.n", f"is {n}, but samples_ms holds {len(samples)} times")
+
+
+def _outcome(item: dict[str, Any], gemm: GemmShape, where: str, version: int) -> str:
+    """Status, then ms and stats or a reason, then the run id: what cells and peers share."""
+    status = _text(item, "status", where)
+    if status not in STATUSES:
+        raise ResultError(f"{where}.status", f"{status!r} is not one of {', '.join(STATUSES)}")
+    if status == "measured":
+        _stats(item, _ms(item, gemm, where), where)
+        _optional_text(item, "reason", where, max_len=MAX_TEXT)
+    else:
+        _text(item, "reason", where, max_len=MAX_TEXT)
+    _optional_text(item, "measured_at", where)
+    if version == 1:
+        if "run_id" in item:
+            raise ResultError(f"{where}.run_id", "is a schema version 2 field, in a version 1 document")
+    else:
+        _run_id(item, where, required=False)
+    return status
+
+
+def _run_id(obj: dict[str, Any], where: str, *, required: bool) -> None:
+    value = _get(obj, "run_id", str, where, required=required)
+    if value is not None and not _RUN_ID.fullmatch(value):
+        raise ResultError(f"{where}.run_id", f"{_describe(value)} is not a run id (1-64 letters, digits, "
+                                             "'.', ':', '_' or '-', starting with a letter or digit)")
 
 
 def validate(doc: Any) -> dict[str, Any]:
-    """Check a result document; return it unchanged or raise :class:`ResultError`."""
-    if not isinstance(doc, dict):
-        raise ResultError("$", "the document must be a JSON object")
-    version = _require(doc, "schema_version", int, "$")
-    if version != SCHEMA_VERSION:
-        raise ResultError("$.schema_version", f"is {version}, this gemm-guide reads {SCHEMA_VERSION}")
-    _require(doc, "method_version", str, "$")
-    question = _require(doc, "question", dict, "$")
-    gemm_rows = _require(question, "gemms", list, "$.question")
-    gemms = []
-    for i, row in enumerate(gemm_rows):
-        where = f"$.question.gemms[{i}]"
-        if not isinstance(row, dict):
-            raise ResultError(where, "must be an object")
-        _require(row, "op", str, where)
-        if _require(row, "pass", str, where) not in PASSES:
-            raise ResultError(f"{where}.pass", f"must be one of {', '.join(PASSES)}")
-        for key in ("m", "k", "n", "groups"):
-            if _require(row, key, int, where) < 1:
-                raise ResultError(f"{where}.{key}", "must be at least 1")
-        gemms.append(GemmShape.from_dict(row))
-    if not gemms:
+    """Check a result document; return it unchanged or raise :class:`ResultError`.
+
+    Never raises anything else, whatever JSON value ``doc`` is.
+    """
+    doc = _object(doc, "$")
+    _walk(doc)
+    version = _get(doc, "schema_version", int, "$")
+    if version not in READABLE_SCHEMA_VERSIONS:
+        raise ResultError("$.schema_version", f"is {version}, this gemm-guide reads "
+                                              f"{' and '.join(map(str, READABLE_SCHEMA_VERSIONS))}")
+    if version >= 2:
+        _run_id(doc, "$", required=True)
+    elif "run_id" in doc:
+        raise ResultError("$.run_id", "is a schema version 2 field, in a version 1 document")
+    _text(doc, "method_version", "$", nonempty=True)
+
+    question = _get(doc, "question", dict, "$")
+    rows = _get(question, "gemms", list, "$.question")
+    if not rows:
         raise ResultError("$.question.gemms", "is empty")
-    _require(question, "num_layers", int, "$.question")
-    _require(question, "kind", str, "$.question")
-    stored_hash = _require(doc, "question_hash", str, "$")
-    if stored_hash != question_hash(gemms):
+    gemms: dict[tuple[str, str], GemmShape] = {}
+    for i, row in enumerate(rows):
+        gemm = _gemm(row, f"$.question.gemms[{i}]")
+        if (gemm.op, gemm.pass_) in gemms:
+            raise ResultError(f"$.question.gemms[{i}]", f"repeats GEMM {gemm.op}/{gemm.pass_}")
+        gemms[(gemm.op, gemm.pass_)] = gemm
+    _integer(question, "num_layers", "$.question", 1, MAX_LAYERS)
+    kind = _text(question, "kind", "$.question")
+    if kind not in KINDS:
+        raise ResultError("$.question.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+    _get(question, "config", (dict, type(None)), "$.question", required=False)
+    stored_hash = _text(doc, "question_hash", "$")
+    expected_hash = question_hash(gemms.values())
+    if stored_hash != expected_hash:
         raise ResultError(
             "$.question_hash",
-            f"{stored_hash} does not match the question's GEMMs (hash {question_hash(gemms)}): "
+            f"{stored_hash} does not match the question's GEMMs (hash {expected_hash}): "
             "the file was edited or corrupted",
         )
-    device = _require(doc, "device", dict, "$")
-    _require(device, "name", str, "$.device")
-    _require(device, "compute_capability", str, "$.device")
-    provenance = _require(doc, "provenance", dict, "$")
+    for i, (row, gemm) in enumerate(zip(rows, gemms.values(), strict=True)):
+        _flops(row, gemm, f"$.question.gemms[{i}]")
+
+    device = _get(doc, "device", dict, "$")
+    _text(device, "name", "$.device", nonempty=True)
+    capability = _text(device, "compute_capability", "$.device")
+    if not _CAPABILITY.fullmatch(capability):
+        raise ResultError("$.device.compute_capability", f"{_describe(capability)} is not of the form 9.0")
+    _optional_integer(device, "sm_count", "$.device", 1, 1_000_000)
+    for key, value in device.items():
+        if not isinstance(value, _SCALARS):
+            raise ResultError(f"$.device.{key}", f"must be a string, number, boolean or null, got {_describe(value)}")
+
+    provenance = _get(doc, "provenance", dict, "$")
     for key in ("torch", "transformer_engine", "cuda", "driver", "date"):
-        _require(provenance, key, str, "$.provenance")
-    _require(provenance, "method", dict, "$.provenance")
-    known = {(g.op, g.pass_) for g in gemms}
+        _text(provenance, key, "$.provenance")
+    for key in ("cublas", "commit"):
+        _optional_text(provenance, key, "$.provenance")
+    method = _get(provenance, "method", dict, "$.provenance")
+    for key, value in method.items():
+        if not isinstance(value, _SCALARS):
+            raise ResultError(f"$.provenance.method.{key}",
+                              f"must be a string, number, boolean or null, got {_describe(value)}")
+
+    notes = _get(doc, "notes", list, "$")
+    for i, note in enumerate(notes):
+        if not isinstance(note, str):
+            raise ResultError(f"$.notes[{i}]", f"must be a string, got {_describe(note)}")
+
+    support = _get(doc, "support", dict, "$", required=False)
+    for precision, verdict in (support or {}).items():
+        where = f"$.support.{precision}"
+        if precision not in PRECISIONS:
+            raise ResultError(where, f"{precision!r} is not a known precision")
+        verdict = _object(verdict, where)
+        _get(verdict, "available", bool, where)
+        _text(verdict, "reason", where, max_len=MAX_TEXT)
+
     seen: set[tuple[str, str, str, str]] = set()
-    for i, cell in enumerate(_require(doc, "cells", list, "$")):
+    for i, cell in enumerate(_get(doc, "cells", list, "$")):
         where = f"$.cells[{i}]"
-        if not isinstance(cell, dict):
-            raise ResultError(where, "must be an object")
-        mode = _require(cell, "mode", str, where)
-        precision = _require(cell, "precision", str, where)
-        op = _require(cell, "op", str, where)
-        pass_ = _require(cell, "pass", str, where)
-        status = _require(cell, "status", str, where)
+        cell = _object(cell, where)
+        mode = _text(cell, "mode", where)
+        precision = _text(cell, "precision", where)
+        op = _text(cell, "op", where)
+        pass_ = _text(cell, "pass", where)
         if mode not in MODES:
             raise ResultError(f"{where}.mode", f"{mode!r} is not one of {', '.join(MODES)}")
         if precision not in PRECISIONS:
             raise ResultError(f"{where}.precision", f"{precision!r} is not a known precision")
-        if (op, pass_) not in known:
+        found = gemms.get((op, pass_))
+        if found is None:
             raise ResultError(where, f"GEMM {op}/{pass_} is not part of the question")
-        if status not in STATUSES:
-            raise ResultError(f"{where}.status", f"{status!r} is not one of {', '.join(STATUSES)}")
+        _same_shape(cell, found, where, required=False)
+        _outcome(cell, found, where, version)
         key = (mode, precision, op, pass_)
         if key in seen:
             raise ResultError(where, f"duplicate cell {'/'.join(key)}")
         seen.add(key)
-        if status == "measured":
-            _positive(cell.get("ms"), f"{where}.ms")
-            stats = _require(cell, "stats", dict, where)
-            for k in ("median_ms", "iqr_ms"):
-                _require(stats, k, (int, float), f"{where}.stats")
-        else:
-            _require(cell, "reason", str, where)
-    _require(doc, "peers", list, "$")
+
+    peers_seen: set[tuple[str, str, str]] = set()
+    for i, peer in enumerate(_get(doc, "peers", list, "$")):
+        where = f"$.peers[{i}]"
+        peer = _object(peer, where)
+        backend = _text(peer, "backend", where, nonempty=True)
+        op = _text(peer, "op", where)
+        pass_ = _text(peer, "pass", where)
+        found = gemms.get((op, pass_))
+        if found is None:
+            raise ResultError(where, f"GEMM {op}/{pass_} is not part of the question")
+        _same_shape(peer, found, where, required=True)
+        _outcome(peer, found, where, version)
+        peer_key = (backend, op, pass_)
+        if peer_key in peers_seen:
+            raise ResultError(where, f"duplicate peer {'/'.join(peer_key)}")
+        peers_seen.add(peer_key)
+
+    if "accuracy" in doc:  # SQNR cells (gemm_bench.accuracy), imported only where a file has them
+        from gemm_bench.accuracy import AccuracyError, validate_accuracy_cells
+
+        try:
+            validate_accuracy_cells(doc["accuracy"], gemms.keys())
+        except AccuracyError as exc:
+            raise ResultError(exc.where, exc.problem) from None
     return doc
 
 
@@ -159,11 +499,17 @@ def new_document(
     device: dict[str, Any],
     provenance: dict[str, Any],
     notes: list[str] | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
-    """An empty (no cells yet) result document for one question on one device."""
+    """An empty (no cells yet) result document for one run of one question on one device.
+
+    ``run_id`` names the run (a fresh :func:`new_run_id` when not given); cells and peers added
+    without their own ``run_id`` belong to it.
+    """
     return {
         "schema_version": SCHEMA_VERSION,
         "method_version": METHOD_VERSION,
+        "run_id": run_id or new_run_id(),
         "question_hash": question_hash(gemms),
         "question": {
             "kind": kind,
@@ -183,28 +529,35 @@ def document_gemms(doc: dict[str, Any]) -> list[GemmShape]:
     return [GemmShape.from_dict(row) for row in doc["question"]["gemms"]]
 
 
-def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Fold a fresh run into an older one of the same question and device.
+_SAME_STACK = ("torch", "transformer_engine", "cuda", "driver")
 
-    Cells the new run measured replace the old ones; old cells of precisions or modes the new run
-    did not ask for are kept only if they were taken with the same method version, so that a
-    later ``--precisions fp8-block`` refresh does not throw away the BF16 baseline. Old cells are
-    kept only when both runs used the same software stack (torch, TE, CUDA, driver), so the one
-    provenance block stays true of every cell; each cell records its own measurement date.
+
+def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Fold a fresh run into an older document of the same question and device.
+
+    One mode is one run, so a table (one mode) can never mix runs: for every mode the new run
+    has cells of, the new run's cells replace *all* old cells of that mode, even precisions the
+    new run did not measure (the measuring side re-measures the union of cached and requested
+    precisions, so nothing a page shows is lost). Old cells of other modes are kept only when
+    both runs used the same method version and software stack (torch, TE, CUDA, driver), so the
+    one provenance block stays true of every cell. Peers are timed in the pre-quantized run: a
+    new run with peers or pre-quantized cells replaces every old peer; otherwise old peers are
+    kept under the same conditions as old cells.
+
+    Both documents must be valid. The result is a valid current-schema document whose top-level
+    ``run_id`` is the new run's; every kept old cell and peer has its own run id written out.
     """
-    if old.get("question_hash") != new.get("question_hash"):
+    new = stamp_run_ids(new) if new.get("schema_version") == 1 else copy.deepcopy(new)
+    if old.get("question_hash") != new.get("question_hash") or old.get("method_version") != new.get("method_version"):
         return new
-    if old.get("method_version") != new.get("method_version"):
+    if any(old["provenance"].get(k) != new["provenance"].get(k) for k in _SAME_STACK):
         return new
-    same_stack = ("torch", "transformer_engine", "cuda", "driver")
-    if any(old["provenance"].get(k) != new["provenance"].get(k) for k in same_stack):
-        return new
-    fresh = {(c["mode"], c["precision"], c["op"], c["pass"]) for c in new["cells"]}
-    kept = [c for c in old["cells"] if (c["mode"], c["precision"], c["op"], c["pass"]) not in fresh]
+    old = stamp_run_ids(old)
+    new_modes = {c["mode"] for c in new["cells"]}
     merged = dict(new)
-    merged["cells"] = kept + list(new["cells"])
-    fresh_peers = {(p["backend"], p["op"], p["pass"]) for p in new["peers"]}
-    merged["peers"] = [
-        p for p in old["peers"] if (p["backend"], p["op"], p["pass"]) not in fresh_peers
-    ] + list(new["peers"])
+    merged["cells"] = [c for c in old["cells"] if c["mode"] not in new_modes] + new["cells"]
+    if not new["peers"] and "prequant" not in new_modes:
+        merged["peers"] = old["peers"]
+    if "support" not in merged and "support" in old:
+        merged["support"] = old["support"]
     return merged
