@@ -117,3 +117,14 @@ def test_layer_validation_rejects_duplicates_and_missing_reasons() -> None:
 
 def test_what_is_timed_names_inclusions_and_exclusions() -> None:
     assert "forward + backward" in step.WHAT_IS_TIMED and "Excluded: optimizer step" in step.WHAT_IS_TIMED
+
+
+def test_step_imports_without_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, gemm_bench.step\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'transformer_engine')]\n"
+            "assert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
