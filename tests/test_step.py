@@ -94,6 +94,7 @@ def test_layer_cells_validate() -> None:
         (lambda c: c.update(ms=True), "$.layer[0].ms", "positive finite"),
         (lambda c: c.update(stats={}), "$.layer[0].stats", "median_ms"),
         (lambda c: c.pop("precision"), "$.layer[0].precision", "is missing"),
+        (lambda c: c.update(run_id=7), "$.layer[0].run_id", "must be a string"),
     ],
 )
 def test_layer_validation_names_the_field(edit, where: str, problem: str) -> None:  # type: ignore[no-untyped-def]

@@ -65,12 +65,17 @@ def unsupported_reason(config: ModelConfig | None) -> str | None:
 
 def layer_cell(mode: str, precision: str, status: str, *, ms: float | None = None,
                stats: dict[str, Any] | None = None, reason: str = "",
-               measured_at: str | None = None) -> dict[str, Any]:
+               measured_at: str | None = None, run_id: str | None = None) -> dict[str, Any]:
+    """One layer cell in the proposed result form (``doc["layer"]`` is a list of these)."""
     cell: dict[str, Any] = {"mode": mode, "precision": precision, "status": status}
     if status == "measured":
-        cell.update(ms=ms, stats=stats or {}, measured_at=measured_at)
+        cell.update(ms=ms, stats=stats or {})
+        if measured_at is not None:
+            cell["measured_at"] = measured_at
     else:
         cell["reason"] = reason
+    if run_id is not None:
+        cell["run_id"] = run_id
     return cell
 
 
@@ -106,6 +111,9 @@ def validate_layer_cells(cells: Any, *, where: str = "$.layer") -> list[dict[str
                 raise StepError(f"{at}.stats", "must hold median_ms and iqr_ms")
         elif not isinstance(cell.get("reason"), str):
             raise StepError(f"{at}.reason", "must be a string")
+        for optional in ("run_id", "measured_at"):
+            if optional in cell and not isinstance(cell[optional], str):
+                raise StepError(f"{at}.{optional}", "must be a string")
     return cells
 
 
