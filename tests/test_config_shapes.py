@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from gemm_bench.config import PRESETS, ConfigError, ModelConfig, cli_flag, config_from_hf, config_from_mapping
 from gemm_bench.question import build_question
 from gemm_bench.shapes import GemmShape, layer_gemms, manual_gemms, parse_shape, square_sweep
+from hypothesis import given
+from hypothesis import strategies as st
 
 HF = Path(__file__).parent / "data" / "hf"
 
@@ -98,6 +97,16 @@ def test_hugging_face_configs_load_real_models() -> None:
     assert gemma.swiglu  # GeGLU is gated too
 
 
+#: A small DeepSeek-like MoE model with multi-latent attention, valid as it stands.
+MLA = dict(hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16, num_experts=8, moe_router_topk=2,
+           moe_ffn_hidden_size=512, num_layers=4, q_lora_rank=256, kv_lora_rank=128, qk_head_dim=64,
+           qk_pos_emb_head_dim=32, v_head_dim=64)
+
+
+def test_the_small_mla_model_is_valid() -> None:
+    config_from_mapping(MLA)
+
+
 @pytest.mark.parametrize(
     ("values", "field", "words"),
     [
@@ -115,6 +124,16 @@ def test_hugging_face_configs_load_real_models() -> None:
         (dict(hidden_size=0, ffn_hidden_size=16384, num_attention_heads=32), "hidden_size", "at least 1"),
         (dict(hidden_size=4096, ffn_hidden_size=16384), "num_attention_heads", "required"),
         (dict(hidden_size=4096, ffn_hidden_size=16384, num_attention_heads=32, bogus=1), "bogus", "not a model"),
+        # Multi-latent attention's dims come together, and GQA's fields do not apply to it.
+        (dict(MLA, kv_lora_rank=None), "q_lora_rank", "multi-latent attention only: give --kv-lora-rank"),
+        (dict(MLA, qk_head_dim=None), "qk_head_dim", "is required with --kv-lora-rank"),
+        (dict(MLA, kv_channels=128), "kv_channels", "--qk-head-dim + --qk-pos-emb-head-dim"),
+        (dict(MLA, num_query_groups=8), "num_query_groups", "no KV groups"),
+        (dict(MLA, seq_length=4097, tensor_model_parallel_size=2, sequence_parallel=True), "sequence_parallel",
+         "4097 tokens of a micro-batch to divide by --tensor-model-parallel-size 2"),
+        (dict(MLA, moe_shared_expert_intermediate_size=1000, tensor_model_parallel_size=16),
+         "tensor_model_parallel_size", "does not divide --moe-shared-expert-intermediate-size 1000"),
+        (dict(MLA, num_layers=3, moe_dense_layers=3), "moe_dense_layers", "leave no MoE layer of --num-layers 3"),
     ],
 )
 def test_invalid_configs_name_the_field_and_the_rule(values: dict, field: str, words: str) -> None:

@@ -3,8 +3,9 @@
 Properties over the directive's own parser (:func:`gemm_benchmark.options.parse_options`):
 option order, whitespace, letter case of a preset, list separators, duplicated list items, and a
 preset versus the same numbers spelled out all give the same question hash; changing a dimension
-that decides a GEMM's shape changes it; the number of layers and sequence parallelism (which
-change no GEMM) do not, nor do MoE routing options of a dense model. The head count is left out of
+that decides a GEMM's shape changes it; the number of layers, leading dense layers and sequence
+parallelism (which change no GEMM; sequence parallelism except in multi-latent attention's down
+projections at TP > 1) do not, nor do MoE routing options of a dense model. The head count is left out of
 the "must change" list on purpose: without GQA or an explicit head dim, heads x head dim is the
 hidden size whatever the count, so no Linear changes shape (the last check still covers it:
 equal hashes exactly when the GEMMs are equal). bench-level checks are in test_results_cache.py.
@@ -16,18 +17,20 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
 from gemm_benchmark.options import OptionError, parse_options
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 HERE = Path(__file__).parent
 PRESET_NAMES = sorted(PRESETS)
 padding = st.sampled_from(["", " ", "  ", "\t", " \t "])
-#: Overrides that keep every preset valid (TP 2 divides every preset's heads, groups and FFN).
-OVERRIDES = {"num_layers": [1, 2, 7], "micro_batch_size": [1, 2, 3], "seq_length": [128, 512, 2048],
-             "tensor_model_parallel_size": [1, 2], "swiglu": [True, False], "sequence_parallel": [True, False]}
+#: Overrides that keep every preset valid (TP 2 divides every preset's heads, groups and FFN; 4
+#: layers leave DeepSeek-V3 one MoE layer after its 3 dense ones).
+OVERRIDES: dict[str, list[Any]] = {
+    "num_layers": [4, 7, 100], "micro_batch_size": [1, 2, 3], "seq_length": [128, 512, 2048],
+    "tensor_model_parallel_size": [1, 2], "swiglu": [True, False], "sequence_parallel": [True, False],
+}
 
 
 def _hash(options: dict[str, str]) -> str:
@@ -95,15 +98,20 @@ def test_shapes_and_sweeps_ignore_order_separators_case_and_duplicates(shapes, d
     assert _hash({"sweep": separator.join(respelled)}) == sweep
 
 
-#: Fields every GEMM shape depends on (for a dense model; MoE fields are drawn separately).
+#: Fields every GEMM shape depends on (for a dense model; MoE and MLA fields are drawn separately).
 SHAPE_FIELDS = ["hidden_size", "ffn_hidden_size", "micro_batch_size", "seq_length", "kv_channels",
                 "num_query_groups", "tensor_model_parallel_size", "swiglu"]
-MOE_FIELDS = ["num_experts", "moe_router_topk", "moe_ffn_hidden_size", "expert_model_parallel_size"]
-NOT_MEASURED = ["num_layers", "sequence_parallel"]
+MOE_FIELDS = ["num_experts", "moe_router_topk", "moe_ffn_hidden_size", "expert_model_parallel_size",
+              "moe_shared_expert_intermediate_size"]
+#: Multi-latent attention's dims: shape fields of an MLA model, errors on any other.
+MLA_FIELDS = ["q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"]
+#: Change no GEMM, only what the model total counts (sequence parallelism: except MLA's down projections).
+NOT_MEASURED = ["num_layers", "sequence_parallel", "moe_dense_layers"]
 
 
-@settings(max_examples=300, deadline=None)
-@given(model_options(), st.sampled_from([*SHAPE_FIELDS, *MOE_FIELDS, *NOT_MEASURED, "num_attention_heads"]),
+@settings(max_examples=400, deadline=None)
+@given(model_options(),
+       st.sampled_from([*SHAPE_FIELDS, *MOE_FIELDS, *MLA_FIELDS, *NOT_MEASURED, "num_attention_heads"]),
        st.one_of(st.integers(1, 64), st.sampled_from([128, 256, 512, 1024, 2048, 4096, 8192, 14336])), st.data())
 def test_changing_a_measured_dimension_changes_the_hash(preset_and_fields, field, number, data):
     name, fields = preset_and_fields
@@ -119,12 +127,23 @@ def test_changing_a_measured_dimension_changes_the_hash(preset_and_fields, field
                               srcdir=HERE, docdir=HERE).question
     except OptionError:
         return  # not a valid model (e.g. heads no longer divisible by the new TP size): nothing to compare
-    moe = before.config.is_moe
-    if field in NOT_MEASURED:
+    moe, mla = before.config.is_moe, before.config.is_mla
+    # With its own expert FFN size an MoE model has no GEMM of ffn_hidden_size (DeepSeek's dense layers).
+    expert_ffn_given = bool(PRESETS[name].moe_ffn_hidden_size or fields.get("moe_ffn_hidden_size"))
+    tp = after.config.tensor_model_parallel_size
+    if field == "sequence_parallel" and mla and tp > 1:
+        assert after.hash != before.hash, (name, fields, new)  # MLA's duplicated down projections: tokens / TP
+    elif field in NOT_MEASURED:
         assert after.hash == before.hash, (name, field, new)
-        assert after.num_layers == (new if field == "num_layers" else before.num_layers)
-    elif field in SHAPE_FIELDS and not (field == "ffn_hidden_size" and moe and fields.get("moe_ffn_hidden_size")):
+        layers = new if field == "num_layers" else before.config.num_layers
+        dense = (new if field == "moe_dense_layers" else before.config.moe_dense_layers or 0) if moe else 0
+        assert after.num_layers == layers - dense
+    elif mla and field in ("kv_channels", "num_query_groups"):
+        assert after.hash == before.hash  # only the value that says nothing (one group per head) is accepted
+    elif field in SHAPE_FIELDS and not (field == "ffn_hidden_size" and moe and expert_ffn_given):
         assert after.hash != before.hash, (name, fields, field, old, new)
+    elif field in MLA_FIELDS:
+        assert mla and after.hash != before.hash, (name, fields, field, old, new)
     elif field in MOE_FIELDS and moe:
         assert after.hash != before.hash, (name, fields, field, old, new)
     elif field == "num_experts" and new > 1:  # a dense model becomes a mixture of experts
@@ -136,4 +155,5 @@ def test_changing_a_measured_dimension_changes_the_hash(preset_and_fields, field
 
 
 def test_every_config_field_is_classified():
-    assert set(INT_FIELDS) | set(BOOL_FIELDS) == {*SHAPE_FIELDS, *MOE_FIELDS, *NOT_MEASURED, "num_attention_heads"}
+    assert set(INT_FIELDS) | set(BOOL_FIELDS) == {*SHAPE_FIELDS, *MOE_FIELDS, *MLA_FIELDS, *NOT_MEASURED,
+                                                  "num_attention_heads"}

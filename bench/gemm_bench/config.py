@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,14 @@ class ModelConfig:
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
     expert_model_parallel_size: int = 1
+    # Appended, all defaulting to "absent", so that every earlier question keeps its GEMMs.
+    moe_shared_expert_intermediate_size: int | None = None
+    moe_dense_layers: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -96,17 +105,39 @@ class ModelConfig:
     def local_experts(self) -> int:
         return (self.num_experts or 1) // self.expert_model_parallel_size
 
+    @property
+    def is_mla(self) -> bool:
+        """Multi-latent attention (DeepSeek): its projections replace the one QKV projection."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def has_shared_experts(self) -> bool:
+        return self.is_moe and bool(self.moe_shared_expert_intermediate_size)
+
+    @property
+    def dense_layers(self) -> int:
+        """Leading dense layers of an MoE model: they differ from the layer whose GEMMs are derived."""
+        return (self.moe_dense_layers or 0) if self.is_moe else 0
+
+    @property
+    def measured_layers(self) -> int:
+        """How many layers the derived layer stands for: model totals multiply by this, not by all layers."""
+        return self.num_layers - self.dense_layers
+
     def resolved(self) -> ModelConfig:
         """The same model with every defaulted field written out (validated first)."""
         self.validate()
         return dataclasses.replace(
             self,
-            num_query_groups=self.query_groups,
-            kv_channels=self.head_dim,
+            # MLA has no KV groups and no single head dim: its own fields say what they are.
+            num_query_groups=None if self.is_mla else self.query_groups,
+            kv_channels=None if self.is_mla else self.head_dim,
             num_experts=self.num_experts if self.is_moe else None,
             moe_router_topk=self.moe_router_topk if self.is_moe else 1,
             moe_ffn_hidden_size=self.expert_ffn_hidden_size if self.is_moe else None,
             expert_model_parallel_size=self.expert_model_parallel_size if self.is_moe else 1,
+            moe_shared_expert_intermediate_size=self.moe_shared_expert_intermediate_size if self.is_moe else None,
+            moe_dense_layers=self.moe_dense_layers if self.is_moe else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,7 +161,8 @@ class ModelConfig:
             if value > MAX_DIMENSION:
                 raise ConfigError(f.name, f"{value} is larger than the supported {MAX_DIMENSION}")
         h, heads, groups = self.hidden_size, self.num_attention_heads, self.query_groups
-        if self.kv_channels is None and h % heads:
+        self._validate_mla()
+        if self.kv_channels is None and not self.is_mla and h % heads:
             raise ConfigError(
                 "hidden_size",
                 f"{h} is not divisible by {{num_attention_heads}} {heads} "
@@ -168,6 +200,49 @@ class ModelConfig:
                     "tensor_model_parallel_size",
                     f"{tp} does not divide {{moe_ffn_hidden_size}} {self.expert_ffn_hidden_size}",
                 )
+            shared = self.moe_shared_expert_intermediate_size
+            if shared is not None and shared % tp:
+                raise ConfigError(
+                    "tensor_model_parallel_size",
+                    f"{tp} does not divide {{moe_shared_expert_intermediate_size}} {shared}",
+                )
+            dense = self.moe_dense_layers
+            if dense is not None and dense >= self.num_layers:
+                raise ConfigError(
+                    "moe_dense_layers",
+                    f"{dense} leading dense layers leave no MoE layer of {{num_layers}} {self.num_layers}",
+                )
+
+    def _validate_mla(self) -> None:
+        """MLA's dims come together or not at all; the fields of ordinary attention do not apply."""
+        mla_dims = ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+        if not self.is_mla:
+            for field in ("q_lora_rank", *mla_dims):
+                if getattr(self, field) is not None:
+                    raise ConfigError(field, "applies to multi-latent attention only: give {kv_lora_rank} too")
+            return
+        for field in mla_dims:
+            if getattr(self, field) is None:
+                raise ConfigError(field, "is required with {kv_lora_rank} (multi-latent attention)")
+        if self.kv_channels is not None:
+            raise ConfigError(
+                "kv_channels",
+                "does not apply to multi-latent attention: its head dims are "
+                "{qk_head_dim} + {qk_pos_emb_head_dim} (Q, K) and {v_head_dim} (V)",
+            )
+        if self.num_query_groups is not None and self.num_query_groups != self.num_attention_heads:
+            raise ConfigError(
+                "num_query_groups",
+                f"{self.num_query_groups}: multi-latent attention has one K and V per head "
+                f"({{num_attention_heads}} {self.num_attention_heads}), no KV groups",
+            )
+        tp = self.tensor_model_parallel_size
+        if self.sequence_parallel and tp > 1 and self.tokens % tp:
+            raise ConfigError(
+                "sequence_parallel",
+                f"needs the {self.tokens} tokens of a micro-batch to divide by "
+                f"{{tensor_model_parallel_size}} {tp} (each rank projects its share down)",
+            )
 
 
 #: The largest value any single dimension may take: big enough for any real model, small enough
@@ -178,7 +253,8 @@ MAX_DIMENSION = 1 << 20
 FIELD_HELP: dict[str, str] = {
     "hidden_size": "transformer hidden size (model width)",
     "swiglu": "gated MLP (SwiGLU): MLP up computes gate and up, 2 x FFN outputs",
-    "sequence_parallel": "Megatron sequence parallelism; recorded, it does not change GEMM shapes",
+    "sequence_parallel": "Megatron sequence parallelism; it changes no GEMM shape except multi-latent attention's "
+    "down projections at TP > 1 (each rank projects only its 1/TP of the tokens)",
     "ffn_hidden_size": "MLP hidden size (per expert for MoE unless --moe-ffn-hidden-size)",
     "num_attention_heads": "attention heads",
     "num_query_groups": "KV groups for GQA (default: one per head)",
@@ -191,11 +267,21 @@ FIELD_HELP: dict[str, str] = {
     "moe_router_topk": "experts each token is routed to",
     "moe_ffn_hidden_size": "expert MLP hidden size (default: --ffn-hidden-size)",
     "expert_model_parallel_size": "expert-parallel size",
+    "moe_shared_expert_intermediate_size": "MoE shared experts' total MLP hidden size (shared experts x their "
+    "FFN): dense GEMMs over all tokens beside the routed experts (default: none)",
+    "moe_dense_layers": "leading dense layers of an MoE model (DeepSeek's first_k_dense_replace): not among the "
+    "layer's GEMMs, and model totals count only the other layers",
+    "q_lora_rank": "multi-latent attention: Q compression rank (default: Q projected directly, no compression)",
+    "kv_lora_rank": "multi-latent attention: KV compression rank; setting it replaces the QKV projection by "
+    "MLA's down and up projections",
+    "qk_head_dim": "multi-latent attention: Q/K head dim without the rotary part (DeepSeek's qk_nope_head_dim)",
+    "qk_pos_emb_head_dim": "multi-latent attention: Q/K rotary head dim (DeepSeek's qk_rope_head_dim)",
+    "v_head_dim": "multi-latent attention: V head dim",
 }
 
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
-_REFERABLE = frozenset(CONFIG_FIELDS) | {"model", "hf_config", "shape", "sweep"}
+_REFERABLE = frozenset(CONFIG_FIELDS) | {"model", "hf_config", "shape", "sweep", "megatron_args"}
 BOOL_FIELDS = frozenset({"swiglu", "sequence_parallel"})
 INT_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in BOOL_FIELDS)
 
@@ -221,29 +307,81 @@ def config_from_mapping(values: Mapping[str, Any], *, base: ModelConfig | None =
 
 # ---------------------------------------------------------------------------------- presets
 #: Public model configurations. Micro-batch and sequence length are training choices, not part
-#: of a model: the presets pick common ones (overridable with the usual flags).
+#: of a model: the presets pick common ones (overridable with the usual flags). Every model's
+#: numbers are those of the config.json named in :data:`PRESET_SOURCES`; tests/data/hf holds a
+#: copy of each and a test loads it into the same GEMMs.
 PRESETS: dict[str, ModelConfig] = {
     # Transformer Engine's "Getting started" example: the layer it benchmarks (GELU MLP).
     "te-guide-5b": ModelConfig(
         hidden_size=4096, ffn_hidden_size=16384, num_attention_heads=32, num_layers=24,
         micro_batch_size=31, seq_length=512,
     ),
-    # Meta Llama 3 8B (config.json of meta-llama/Meta-Llama-3-8B).
     "llama3-8b": ModelConfig(
         hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_query_groups=8,
         num_layers=32, micro_batch_size=1, seq_length=8192, swiglu=True,
     ),
-    # Meta Llama 3 70B.
     "llama3-70b": ModelConfig(
         hidden_size=8192, ffn_hidden_size=28672, num_attention_heads=64, num_query_groups=8,
         num_layers=80, micro_batch_size=1, seq_length=8192, swiglu=True,
     ),
-    # Mistral Mixtral 8x7B: 8 experts, top-2 routing, SwiGLU experts.
+    "llama3.1-405b": ModelConfig(
+        hidden_size=16384, ffn_hidden_size=53248, num_attention_heads=128, num_query_groups=8,
+        num_layers=126, micro_batch_size=1, seq_length=8192, swiglu=True,
+    ),
+    # Mixtral: 8 SwiGLU experts, top-2 routing.
     "mixtral-8x7b": ModelConfig(
         hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_query_groups=8,
         num_layers=32, micro_batch_size=1, seq_length=4096, swiglu=True, num_experts=8,
         moe_router_topk=2,
     ),
+    "mixtral-8x22b": ModelConfig(
+        hidden_size=6144, ffn_hidden_size=16384, num_attention_heads=48, num_query_groups=8,
+        num_layers=56, micro_batch_size=1, seq_length=4096, swiglu=True, num_experts=8,
+        moe_router_topk=2,
+    ),
+    "qwen2.5-7b": ModelConfig(
+        hidden_size=3584, ffn_hidden_size=18944, num_attention_heads=28, num_query_groups=4,
+        num_layers=28, micro_batch_size=1, seq_length=4096, swiglu=True,
+    ),
+    "qwen2.5-72b": ModelConfig(
+        hidden_size=8192, ffn_hidden_size=29568, num_attention_heads=64, num_query_groups=8,
+        num_layers=80, micro_batch_size=1, seq_length=4096, swiglu=True,
+    ),
+    # DeepSeek-V3: MLA, 256 routed SwiGLU experts (top-8) plus one shared expert; the first 3 of
+    # its 61 layers are dense (FFN 18432), the other 58 are the MoE layer derived here.
+    "deepseek-v3": ModelConfig(
+        hidden_size=7168, ffn_hidden_size=18432, num_attention_heads=128, num_layers=61,
+        micro_batch_size=1, seq_length=4096, swiglu=True, num_experts=256, moe_router_topk=8,
+        moe_ffn_hidden_size=2048, moe_shared_expert_intermediate_size=2048, moe_dense_layers=3,
+        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
+    ),
+    # gpt-oss-120b: 128 SwiGLU experts (top-4) of FFN 2880; 64 query heads of dim 64 (4096 wide,
+    # wider than the 2880 hidden size), 8 KV heads.
+    "gpt-oss-120b": ModelConfig(
+        hidden_size=2880, ffn_hidden_size=2880, num_attention_heads=64, num_query_groups=8,
+        kv_channels=64, num_layers=36, micro_batch_size=1, seq_length=4096, swiglu=True,
+        num_experts=128, moe_router_topk=4,
+    ),
+    # Gemma 2 27B: GeGLU (gated), 32 heads of dim 128 (4096, not the 4608 hidden size), 16 KV heads.
+    "gemma2-27b": ModelConfig(
+        hidden_size=4608, ffn_hidden_size=36864, num_attention_heads=32, num_query_groups=16,
+        kv_channels=128, num_layers=46, micro_batch_size=1, seq_length=8192, swiglu=True,
+    ),
+}
+
+#: Where each preset's numbers come from: the model's Hugging Face config.json.
+PRESET_SOURCES: dict[str, str] = {
+    "te-guide-5b": "Transformer Engine documentation, 'Getting started' (docs/examples/quickstart.ipynb)",
+    "llama3-8b": "https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
+    "llama3-70b": "https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
+    "llama3.1-405b": "https://huggingface.co/meta-llama/Llama-3.1-405B/blob/main/config.json",
+    "mixtral-8x7b": "https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
+    "mixtral-8x22b": "https://huggingface.co/mistralai/Mixtral-8x22B-v0.1/blob/main/config.json",
+    "qwen2.5-7b": "https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json",
+    "qwen2.5-72b": "https://huggingface.co/Qwen/Qwen2.5-72B/blob/main/config.json",
+    "deepseek-v3": "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json",
+    "gpt-oss-120b": "https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json",
+    "gemma2-27b": "https://huggingface.co/google/gemma-2-27b/blob/main/config.json",
 }
 
 PRESET_DESCRIPTIONS: dict[str, str] = {
@@ -251,7 +389,16 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "24 layers, 31 x 512 tokens)",
     "llama3-8b": "Llama 3 8B: GQA (8 KV groups), SwiGLU, 32 layers, 1 x 8192 tokens",
     "llama3-70b": "Llama 3 70B: GQA (8 KV groups), SwiGLU, 80 layers, 1 x 8192 tokens",
+    "llama3.1-405b": "Llama 3.1 405B: GQA (8 KV groups), SwiGLU, 126 layers, 1 x 8192 tokens",
     "mixtral-8x7b": "Mixtral 8x7B: 8 SwiGLU experts, top-2, GQA, 32 layers, 1 x 4096 tokens",
+    "mixtral-8x22b": "Mixtral 8x22B: 8 SwiGLU experts, top-2, GQA, 56 layers, 1 x 4096 tokens",
+    "qwen2.5-7b": "Qwen2.5 7B: GQA (4 KV groups), SwiGLU, 28 layers, 1 x 4096 tokens",
+    "qwen2.5-72b": "Qwen2.5 72B: GQA (8 KV groups), SwiGLU, 80 layers, 1 x 4096 tokens",
+    "deepseek-v3": "DeepSeek-V3: MLA, 256 routed experts top-8 + 1 shared, 58 MoE layers after 3 dense "
+    "(not included), 1 x 4096 tokens",
+    "gpt-oss-120b": "gpt-oss-120b: 128 SwiGLU experts, top-4, GQA (8 KV groups, head dim 64), 36 layers, "
+    "1 x 4096 tokens",
+    "gemma2-27b": "Gemma 2 27B: GeGLU, GQA (16 KV groups, head dim 128), 46 layers, 1 x 8192 tokens",
 }
 
 
@@ -268,50 +415,508 @@ def preset(name: str) -> ModelConfig:
 _GATED_ACTIVATIONS = {"silu", "swiglu", "swish", "geglu"}
 #: Model families whose MLP is gated (gate_proj + up_proj) whatever the activation is called.
 _GATED_FAMILIES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
-                   "gemma2", "gemma3_text", "phi3", "olmo2", "deepseek_v2", "deepseek_v3"}
+                   "gemma2", "gemma3_text", "phi3", "olmo2", "deepseek_v2", "deepseek_v3", "gpt_oss"}
+
+#: Words that mark a config key as one that may decide a GEMM's shape. A key holding one of them
+#: that is neither read below nor listed in :data:`_HF_NO_GEMM_KEYS` is refused: an unknown
+#: architecture feature must be an error, never a silently different model.
+_GEMM_WORDS = frozenset({
+    "expert", "experts", "lora", "intermediate", "hidden", "head", "heads", "dense", "moe", "mlp", "ffn",
+    "shared", "proj", "rank", "sparse", "inner", "kv", "qk", "dim", "layer", "layers", "glu", "swiglu",
+    "geglu", "query", "groups", "latent",
+})
+#: Keys that hold such a word but change no GEMM of the layer (dropout, norms, attention
+#: windows, logit soft-capping, which layers use a sliding window, gpt-oss's activation clamp).
+_HF_NO_GEMM_KEYS = frozenset({
+    "hidden_dropout", "hidden_dropout_prob", "layer_norm_eps", "layer_norm_epsilon", "mlp_bias",
+    "max_window_layers", "layer_types", "query_pre_attn_scalar", "swiglu_limit", "use_qk_norm",
+    # DeepSeek's multi-token-prediction module: an extra block after the model, not a layer of it.
+    "num_nextn_predict_layers",
+})
+#: Keys this reader understands (some only at the value that changes nothing, checked below).
+_HF_READ_KEYS = frozenset({
+    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "num_hidden_layers", "hidden_act", "hidden_activation", "model_type",
+    "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token",
+    "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace",
+    "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
+    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+})
+
+
+class _HfKeys:
+    """Typed access to one config object: every value read is checked, every error names file and key.
+
+    ``json`` hands back whatever the file holds (strings, floats, booleans, nulls, lists, objects,
+    integers of thousands of digits); a value of the wrong kind is a :class:`ConfigError`, never an
+    exception from arithmetic on it later.
+    """
+
+    def __init__(self, where: str, raw: dict[str, Any], prefix: str) -> None:
+        self.where = where
+        self.raw = raw
+        self.prefix = prefix
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError("hf_config", f"{self.where}: {self.prefix}{key}: {problem}")
+
+    def integer(self, key: str, *, required: bool = False, minimum: int = 1) -> int | None:
+        """A whole number >= ``minimum``; ``None`` when absent or null (an error when ``required``)."""
+        if key not in self.raw or self.raw[key] is None:
+            if required:
+                raise self.fail(key, "is required")
+            return None
+        value = self.raw[key]
+        if isinstance(value, _LongInteger):
+            raise self.fail(key, f"{_show(value)} is larger than the supported {MAX_DIMENSION}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"must be a whole number, got {_show(value)}")
+        if value < minimum:
+            raise self.fail(key, f"must be at least {minimum}, got {_show(value)}")
+        if value > MAX_DIMENSION:
+            raise self.fail(key, f"{_show(value)} is larger than the supported {MAX_DIMENSION}")
+        return value
+
+    def text(self, key: str) -> str:
+        if key not in self.raw or self.raw[key] is None:
+            return ""
+        value = self.raw[key]
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string, got {_show(value)}")
+        return value
+
+    def one_of(self, keys: tuple[str, ...], **kwargs: Any) -> int | None:
+        """One quantity spelled differently by different families; spellings that disagree are an error."""
+        found = {k: v for k in keys if (v := self.integer(k, **kwargs)) is not None}
+        if len(set(found.values())) > 1:
+            raise self.fail(keys[0], "disagrees with " + ", ".join(f"{self.prefix}{k} = {v}" for k, v in found.items()))
+        return next(iter(found.values()), None)
+
+
+def _show(value: Any) -> str:
+    """A short, printable description of a value from a file (never its 4000 digits)."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, _LongInteger):
+        return f"a {value.digits}-digit number"
+    if isinstance(value, int):
+        return str(value) if value.bit_length() <= 64 else f"a {len(str(value))}-digit number"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return ascii(value if len(value) <= 40 else value[:40] + "...")
+    return f"a JSON {'array' if isinstance(value, list) else 'object'}"
+
+
+class _LongInteger:
+    """An integer literal too long to be any model dimension, kept as its digit count.
+
+    Python refuses ``int()`` on more than 4300 digits (a ValueError from deep inside ``json``);
+    keeping the count lets the error name the key that holds it instead of failing the whole file.
+    """
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _parse_int(text: str) -> int | _LongInteger:
+    return int(text) if len(text) <= 20 else _LongInteger(len(text.lstrip("-")))
+
+
+def _deeply_nested_key(text: str, limit: int = 200) -> str | None:
+    """The top-level key whose value nests deeper than ``limit`` (found without recursion)."""
+    depth, key, last_string, in_string, escaped, start = 0, None, None, False, False, 0
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+                last_string = text[start:i]
+        elif ch == '"':
+            in_string, start = True, i + 1
+        elif ch == ":" and depth == 1:
+            key = last_string
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return key
+        elif ch in "]}":
+            depth -= 1
+    return None
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """The file's top-level JSON object; anything unreadable is a ConfigError naming the file."""
+    where = ascii(str(path))
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError("hf_config", f"cannot read {where}: {exc.strerror or type(exc).__name__}") from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise ConfigError("hf_config", f"cannot read {where}: {exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("hf_config", f"{where} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        raw = json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("hf_config", f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        key = _deeply_nested_key(text)
+        raise ConfigError("hf_config", f"{where}: {ascii(key) + ' ' if key else ''}is nested too deeply "
+                          "to be a model config") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("hf_config", f"{where} does not hold a JSON object")
+    return raw
 
 
 def config_from_hf(path: str | Path, **training: Any) -> ModelConfig:
     """Read a Hugging Face ``config.json`` (``training`` adds micro-batch / sequence length / TP).
 
     Gated MLPs are recognised by ``hidden_act: silu`` (Llama, Mistral, Qwen) or a gated
-    ``model_type`` (Gemma's GeGLU says ``gelu_pytorch_tanh``); MoE by
-    ``num_local_experts`` (Mixtral) or ``num_experts`` (Qwen-MoE), with ``num_experts_per_tok``
-    and ``moe_intermediate_size``.
+    ``model_type`` (Gemma's GeGLU says ``gelu_pytorch_tanh``). MoE: ``num_local_experts``
+    (Mixtral, gpt-oss), ``num_experts`` (Qwen-MoE) or ``n_routed_experts`` (DeepSeek), with
+    ``num_experts_per_tok`` (or gpt-oss's ``experts_per_token``), ``moe_intermediate_size``, shared
+    experts (DeepSeek's ``n_shared_experts`` of ``moe_intermediate_size`` each, Qwen-MoE's
+    ``shared_expert_intermediate_size``) and DeepSeek's leading dense layers
+    (``first_k_dense_replace``). Multi-latent attention from ``kv_lora_rank`` and its dims.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("hf_config", f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError("hf_config", f"{str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError("hf_config", f"{str(path)!r} does not hold a JSON object")
+    where = ascii(str(path))
+    raw = _read_json_object(Path(path))
+    prefix = ""
     # Multimodal configs nest the language model.
     if "text_config" in raw and "hidden_size" not in raw:
-        raw = raw["text_config"]
-    missing = [k for k in ("hidden_size", "num_attention_heads", "num_hidden_layers") if k not in raw]
-    if missing:
-        raise ConfigError("hf_config", f"{str(path)!r} lacks {', '.join(missing)}")
-    experts = raw.get("num_local_experts") or raw.get("num_experts")
+        nested = raw["text_config"]
+        if not isinstance(nested, dict):
+            raise ConfigError("hf_config", f"{where}: text_config must be a JSON object, got {_show(nested)}")
+        outer_type = raw.get("model_type")
+        raw, prefix = nested, "text_config."
+        if "model_type" not in raw and isinstance(outer_type, str):
+            raw = {**raw, "model_type": outer_type}
+    keys = _HfKeys(where, raw, prefix)
+    _refuse_unknown_gemm_keys(keys)
+
+    hidden = keys.integer("hidden_size", required=True)
+    heads = keys.integer("num_attention_heads", required=True)
+    layers = keys.integer("num_hidden_layers", required=True)
+    ffn = keys.integer("intermediate_size")
+    moe_ffn = keys.integer("moe_intermediate_size")
+    activation = keys.text("hidden_act") or keys.text("hidden_activation")
+    family = keys.text("model_type")
     values: dict[str, Any] = {
-        "hidden_size": raw["hidden_size"],
-        "ffn_hidden_size": raw.get("intermediate_size") or raw.get("moe_intermediate_size"),
-        "num_attention_heads": raw["num_attention_heads"],
-        "num_query_groups": raw.get("num_key_value_heads"),
-        "kv_channels": raw.get("head_dim"),
-        "num_layers": raw["num_hidden_layers"],
-        "swiglu": str(raw.get("hidden_act", raw.get("hidden_activation", ""))).lower() in _GATED_ACTIVATIONS
-        or str(raw.get("model_type", "")).lower() in _GATED_FAMILIES,
+        "hidden_size": hidden,
+        "ffn_hidden_size": ffn or moe_ffn,
+        "num_attention_heads": heads,
+        "num_query_groups": keys.integer("num_key_value_heads"),
+        "kv_channels": keys.integer("head_dim"),
+        "num_layers": layers,
+        "swiglu": activation.lower() in _GATED_ACTIVATIONS or family.lower() in _GATED_FAMILIES,
     }
-    if experts and experts > 1:
-        values.update(
-            num_experts=experts,
-            moe_router_topk=raw.get("num_experts_per_tok", 2),
-            moe_ffn_hidden_size=raw.get("moe_intermediate_size"),
+    if values["ffn_hidden_size"] is None:
+        raise keys.fail("intermediate_size", "is required (or moe_intermediate_size)")
+    values.update(_hf_mla(keys))
+    if values.get("kv_lora_rank") is not None:
+        # MLA has one K and V per head: DeepSeek writes num_key_value_heads = heads, which says no more.
+        if values["num_query_groups"] not in (None, heads):
+            raise keys.fail("num_key_value_heads", f"{values['num_query_groups']} with kv_lora_rank: multi-latent "
+                            "attention has no KV groups")
+        values["num_query_groups"] = None
+        values["kv_channels"] = None
+    values.update(_hf_moe(keys, layers or 1))
+    given = {k: v for k, v in training.items() if v is not None}
+    try:
+        return config_from_mapping({**values, **given})
+    except ConfigError as exc:
+        if exc.field in given or exc.field not in values:
+            raise  # the caller's own flag (or not a config field at all): it names itself
+        origin = _hf_origin(keys, values)
+
+        def spell(field: str) -> str:
+            return keys.prefix + origin[field] if field in origin and field not in given else cli_flag(field)
+
+        raise ConfigError("hf_config", f"{where}: {exc.describe(spell)}") from None
+
+
+def _hf_origin(keys: _HfKeys, values: Mapping[str, Any]) -> dict[str, str]:
+    """The config.json key each field was read from, so that a rule broken by the file names its key."""
+    def first(*names: str) -> str:
+        return next((n for n in names if keys.raw.get(n) is not None), names[0])
+
+    return {
+        "hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads",
+        "num_layers": "num_hidden_layers", "ffn_hidden_size": first("intermediate_size", "moe_intermediate_size"),
+        "num_query_groups": "num_key_value_heads", "kv_channels": "head_dim", "swiglu": "hidden_act",
+        "num_experts": first("num_local_experts", "num_experts", "n_routed_experts"),
+        "moe_router_topk": first("num_experts_per_tok", "experts_per_token"),
+        "moe_ffn_hidden_size": "moe_intermediate_size",
+        "moe_shared_expert_intermediate_size": first("shared_expert_intermediate_size", "n_shared_experts"),
+        "moe_dense_layers": "first_k_dense_replace", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+        "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+    }
+
+
+def _refuse_unknown_gemm_keys(keys: _HfKeys) -> None:
+    unknown = sorted(
+        k for k, v in keys.raw.items()
+        if k not in _HF_READ_KEYS and k not in _HF_NO_GEMM_KEYS
+        and _GEMM_WORDS & set(k.lower().split("_"))
+        and v not in (None, False, 0, [], {})
+    )
+    if unknown:
+        raise ConfigError(
+            "hf_config",
+            f"{keys.where}: {', '.join(ascii(keys.prefix + k) for k in unknown)} may change the layer's GEMMs "
+            "and are not understood; refusing to guess a different model",
         )
-    values.update({k: v for k, v in training.items() if v is not None})
-    return config_from_mapping(values)
+
+
+def _hf_mla(keys: _HfKeys) -> dict[str, Any]:
+    kv_rank = keys.integer("kv_lora_rank")
+    mla_keys = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    if kv_rank is None:
+        present = [k for k in mla_keys if keys.raw.get(k) is not None]
+        if present:
+            raise keys.fail(present[0], "is multi-latent attention's, but kv_lora_rank is missing")
+        return {}
+    out: dict[str, Any] = {"kv_lora_rank": kv_rank, "q_lora_rank": keys.integer("q_lora_rank")}
+    for key, field in (("qk_nope_head_dim", "qk_head_dim"), ("qk_rope_head_dim", "qk_pos_emb_head_dim"),
+                       ("v_head_dim", "v_head_dim")):
+        out[field] = keys.integer(key, required=True)
+    # transformers writes head_dim = qk_rope_head_dim for DeepSeek (the rotary width); anything
+    # else would claim a head dim that MLA does not have.
+    head_dim = keys.integer("head_dim")
+    if head_dim is not None and head_dim != out["qk_pos_emb_head_dim"]:
+        raise keys.fail("head_dim", f"{head_dim} with kv_lora_rank: multi-latent attention's head dims are "
+                        "qk_nope_head_dim + qk_rope_head_dim and v_head_dim")
+    return out
+
+
+def _hf_moe(keys: _HfKeys, layers: int) -> dict[str, Any]:
+    experts = keys.one_of(("num_local_experts", "num_experts", "n_routed_experts"), minimum=0)
+    topk = keys.one_of(("num_experts_per_tok", "experts_per_token"))
+    moe_ffn = keys.integer("moe_intermediate_size")
+    n_shared = keys.integer("n_shared_experts", minimum=0)
+    shared_ffn = keys.integer("shared_expert_intermediate_size", minimum=0)
+    dense = keys.integer("first_k_dense_replace", minimum=0)
+    # Patterns of MoE and dense layers other than "the first k dense" are not modelled.
+    for key in ("moe_layer_freq", "decoder_sparse_step"):
+        step = keys.integer(key)
+        if step is not None and step != 1:
+            raise keys.fail(key, f"{step}: MoE only every {step} layers is not supported (one layer's GEMMs "
+                            "stand for every layer)")
+    if "mlp_only_layers" in keys.raw and keys.raw["mlp_only_layers"] not in (None, []):
+        raise keys.fail("mlp_only_layers", "dense layers among MoE layers are not supported")
+    if not experts or experts <= 1:
+        return {}
+    if n_shared and shared_ffn:
+        raise keys.fail("shared_expert_intermediate_size", "and n_shared_experts both given: ambiguous")
+    if n_shared:
+        if moe_ffn is None:
+            raise keys.fail("n_shared_experts", "needs moe_intermediate_size (each shared expert's size)")
+        shared_ffn = n_shared * moe_ffn
+    out: dict[str, Any] = {
+        "num_experts": experts,
+        "moe_router_topk": topk if topk is not None else 2,
+        "moe_ffn_hidden_size": moe_ffn,
+        "moe_shared_expert_intermediate_size": shared_ffn or None,
+        "moe_dense_layers": dense or None,
+    }
+    if dense and dense >= layers:
+        raise keys.fail("first_k_dense_replace", f"{dense} leaves no MoE layer of num_hidden_layers {layers}")
+    return out
+
+
+# ----------------------------------------------------------------------------- Megatron-LM
+#: Megatron flags taking one whole number, and the config field each sets (the same name).
+_MEGATRON_INT_FLAGS: dict[str, str] = {
+    cli_flag(f): f for f in (
+        "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_layers", "micro_batch_size",
+        "seq_length", "num_query_groups", "kv_channels", "tensor_model_parallel_size", "num_experts",
+        "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+        "expert_model_parallel_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+        "v_head_dim",
+    )
+}
+_MEGATRON_SWITCHES = frozenset({"--swiglu", "--sequence-parallel", "--group-query-attention",
+                                "--multi-latent-attention"})
+_MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+#: Words that mark a Megatron flag as one that may change GEMM shapes (``--foo-hidden-size``).
+_MEGATRON_GEMM_WORDS = frozenset({
+    "hidden", "ffn", "head", "heads", "expert", "experts", "moe", "layer", "layers", "lora", "dim",
+    "parallel", "seq", "sequence", "batch", "query", "groups", "kv", "qk", "mlp", "attention", "swiglu",
+    "glu", "channels", "latent", "tokens",
+})
+#: Flags holding such a word that change no GEMM of one layer on one rank: batch accounting,
+#: pipeline placement, dropout, fusions, router and load-balancing settings, recomputation.
+_MEGATRON_NO_GEMM_FLAGS = frozenset({
+    "--global-batch-size", "--rampup-batch-size", "--pipeline-model-parallel-size",
+    "--virtual-pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers", "--num-layers-in-first-pipeline-stage",
+    "--num-layers-in-last-pipeline-stage", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--attention-dropout", "--hidden-dropout",
+    "--attention-softmax-in-fp32", "--attention-backend", "--qk-layernorm", "--recompute-num-layers",
+    "--no-bias-swiglu-fusion", "--mscale-all-dim", "--first-last-layers-bf16",
+    "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
+    "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-grouped-gemm",
+    "--moe-token-dispatcher-type", "--moe-router-dtype", "--moe-router-score-function",
+    "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-topk-scaling-factor",
+    "--moe-router-num-groups", "--moe-router-group-topk", "--moe-router-pre-softmax", "--moe-permute-fusion",
+    "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-token-drop-policy",
+    "--moe-per-layer-logging", "--moe-layer-recompute", "--moe-router-fusion", "--moe-enable-deepep",
+    "--moe-use-legacy-grouped-gemm", "--moe-router-force-load-balancing", "--overlap-moe-expert-parallel-comm",
+    # The multi-token-prediction block: an extra module after the model, not one of its layers.
+    "--mtp-num-layers",
+})
+#: Flags that change GEMMs (or replace the layer) without a GEMM word in their name: always refused.
+_MEGATRON_UNSUPPORTED_FLAGS = frozenset({
+    "--hybrid-override-pattern", "--heterogeneous-layers-config-path", "--heterogeneous-layers-config-encoded-json",
+    "--spec", "--yaml-cfg",
+})
+_DENSE_THEN_MOE = re.compile(r"^\(?\[0\]\*(\d+)\+\[1\]\*(\d+)\)?$")
+
+
+def split_megatron_args(text: str) -> list[str]:
+    """Split a pasted argument list as a shell would (quotes, ``\\`` line continuations)."""
+    try:
+        return shlex.split(text.replace("\\\n", " "))
+    except ValueError as exc:
+        raise ConfigError("megatron_args", f"cannot split the argument list: {exc}") from None
+
+
+def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Config fields from a Megatron-LM ``pretrain_gpt.py`` argument list, and the flags ignored.
+
+    Flags that change no GEMM of a layer (``--lr``, ``--global-batch-size``, ``--train-iters``,
+    pipeline and router settings...) are returned as ignored, so a whole launch script can be
+    pasted; a flag that may change a GEMM but is not understood is a :class:`ConfigError` naming
+    it. Megatron's own rules apply where it has them: ``--num-query-groups`` counts only with
+    ``--group-query-attention``, MLA flags only with ``--multi-latent-attention``, and a missing
+    ``--ffn-hidden-size`` is Megatron's default (4 x hidden, or 2/3 of that rounded down to a
+    multiple of 64 with ``--swiglu``). A launcher prefix up to the script (``torchrun ...
+    pretrain_gpt.py``) is skipped.
+    """
+    tokens = [t for t in argv if t.strip() and t.strip() != "\\"]
+    scripts = [i for i, t in enumerate(tokens) if t.endswith(".py")]
+    if scripts:
+        tokens = tokens[scripts[0] + 1:]
+    parsed: dict[str, list[str]] = {}
+    order: list[str] = []
+    flag: str | None = None
+    for token in tokens:
+        if token.startswith("--") and len(token) > 2:
+            flag, _, value = token.partition("=")
+            if flag not in parsed:
+                order.append(flag)
+            parsed[flag] = [value] if value else []  # repeated: the last one wins, as in argparse
+        elif flag is None:
+            raise ConfigError("megatron_args", f"{token!a} comes before any --flag")
+        else:
+            parsed[flag].append(token)
+
+    fields: dict[str, Any] = {}
+    ignored: list[str] = []
+    unknown: list[str] = []
+    switches = {f for f in _MEGATRON_SWITCHES if f in parsed}
+    for flag in order:
+        values = parsed[flag]
+        if flag in _MEGATRON_SWITCHES:
+            if values:
+                raise ConfigError("megatron_args", f"{flag} takes no value, got {values[0]!a}")
+            continue
+        if flag in _MEGATRON_INT_FLAGS:
+            field = _MEGATRON_INT_FLAGS[flag]
+            if field == "num_query_groups" and "--group-query-attention" not in switches:
+                ignored.append(flag)  # Megatron uses it only with --group-query-attention
+            elif field in _MLA_FIELDS and "--multi-latent-attention" not in switches:
+                ignored.append(flag)  # Megatron uses them only with --multi-latent-attention
+            elif field == "kv_channels" and "--multi-latent-attention" in switches:
+                ignored.append(flag)  # MLA's projections use its own head dims
+            else:
+                fields[field] = _megatron_int(flag, values)
+            continue
+        special = _megatron_special(flag, values, parsed)
+        if special:
+            fields.update(special)
+        elif special is not None:  # understood, at a value that changes no GEMM
+            ignored.append(flag)
+        elif flag in _MEGATRON_NO_GEMM_FLAGS:
+            ignored.append(flag)
+        elif flag in _MEGATRON_UNSUPPORTED_FLAGS or _MEGATRON_GEMM_WORDS & set(flag[2:].lower().split("-")):
+            unknown.append(flag)
+        else:
+            ignored.append(flag)
+    if unknown:
+        raise ConfigError("megatron_args", f"{', '.join(ascii(f)[1:-1] for f in unknown)}: may change the "
+                          "GEMMs and not understood; remove them to see the shapes without them")
+    if "--swiglu" in switches:
+        fields["swiglu"] = True
+    if "--sequence-parallel" in switches:
+        fields["sequence_parallel"] = True
+    if "--multi-latent-attention" in switches and "kv_lora_rank" not in fields:
+        raise ConfigError("megatron_args", "--multi-latent-attention needs --kv-lora-rank, --qk-head-dim, "
+                          "--qk-pos-emb-head-dim and --v-head-dim (Megatron's defaults are not assumed)")
+    if "ffn_hidden_size" not in fields and "hidden_size" in fields:
+        h = fields["hidden_size"]
+        fields["ffn_hidden_size"] = int(4 * h * 2 / 3 / 64) * 64 if fields.get("swiglu") else 4 * h
+    dense = fields.get("moe_dense_layers")
+    layers = fields.get("num_layers")
+    moe = fields.pop("_moe_layers", None)
+    if dense is not None and moe is not None and layers is not None and dense + moe != layers:
+        raise ConfigError("megatron_args", f"--moe-layer-freq describes {dense + moe} layers, "
+                          f"--num-layers says {layers}")
+    if dense is not None and moe is not None and layers is None:
+        fields["num_layers"] = dense + moe
+    return fields, ignored
+
+
+def _megatron_int(flag: str, values: list[str]) -> int:
+    if len(values) != 1:
+        raise ConfigError("megatron_args", f"{flag} takes one whole number, got {len(values)} values")
+    text = values[0].strip()
+    if not text.isdecimal() or len(text) > 12:
+        raise ConfigError("megatron_args", f"{flag}: {text[:40]!a} is not a whole number")
+    return int(text)
+
+
+def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[str]]) -> dict[str, Any] | None:
+    """Flags understood only at values that change nothing, or only in one form; None: not special."""
+    value = values[0].strip() if len(values) == 1 else None
+    if flag == "--moe-layer-freq":
+        compact = (value or "").replace(" ", "")
+        if compact == "1":
+            return {}
+        match = _DENSE_THEN_MOE.match(compact)
+        if match is None:
+            raise ConfigError("megatron_args", f"--moe-layer-freq {compact[:60]!a}: only 1 or "
+                              "([0]*K+[1]*N) (K dense layers, then MoE) are supported")
+        dense, moe = int(match.group(1)), int(match.group(2))
+        return {"moe_dense_layers": dense or None, "_moe_layers": moe}
+    if flag == "--context-parallel-size":
+        if value == "1":
+            return {}
+        raise ConfigError("megatron_args", f"--context-parallel-size {value or ''!a}: splits every "
+                          "sequence across ranks (each GEMM sees --seq-length / CP tokens); not supported: "
+                          "give --seq-length divided by it instead")
+    if flag == "--expert-tensor-parallel-size":
+        tp = parsed.get("--tensor-model-parallel-size", ["1"])
+        if value is not None and [value] == [t.strip() for t in tp]:
+            return {}
+        raise ConfigError("megatron_args", "--expert-tensor-parallel-size other than "
+                          "--tensor-model-parallel-size is not supported (expert GEMMs use the TP size)")
+    if flag == "--moe-expert-capacity-factor":
+        try:
+            factor = float(value or "")
+        except ValueError:
+            factor = float("nan")
+        if "--moe-pad-expert-input-to-capacity" in parsed or not factor >= 1:
+            raise ConfigError("megatron_args", "--moe-expert-capacity-factor below 1 (dropped tokens) or with "
+                              "--moe-pad-expert-input-to-capacity changes the expert GEMMs; not supported")
+        return {}  # balanced routing stays under any capacity of at least 1: no token is dropped
+    if flag == "--moe-pad-expert-input-to-capacity":
+        return None if "--moe-expert-capacity-factor" in parsed else {}
+    return None

@@ -22,20 +22,31 @@ from gemm_bench.config import MAX_DIMENSION, ConfigError, ModelConfig
 
 PASSES: tuple[str, ...] = ("fprop", "dgrad", "wgrad")
 PASS_NAMES = {"fprop": "Fprop", "dgrad": "Dgrad", "wgrad": "Wgrad"}
-OPS: tuple[str, ...] = ("qkv", "attn_out", "mlp_up", "mlp_down")
+#: Op ids in layer order. A model has either ``qkv`` or multi-latent attention's projections
+#: (``q_proj`` or ``q_down`` + ``q_up``, then ``kv_down`` + ``kv_up``); ``shared_*`` only with MoE
+#: shared experts.
+OPS: tuple[str, ...] = ("qkv", "q_proj", "q_down", "q_up", "kv_down", "kv_up", "attn_out",
+                        "mlp_up", "mlp_down", "shared_up", "shared_down")
+#: Display names: at most 16 characters, the width the text reports give the op column.
 OP_NAMES = {
     "qkv": "QKV projection",
+    "q_proj": "MLA Q projection",
+    "q_down": "MLA Q down",
+    "q_up": "MLA Q up",
+    "kv_down": "MLA KV down",
+    "kv_up": "MLA KV up",
     "attn_out": "Attention output",
     "mlp_up": "MLP up",
     "mlp_down": "MLP down",
+    "shared_up": "Shared MLP up",
+    "shared_down": "Shared MLP down",
 }
 
 #: Printed with every MoE result: grouped-GEMM shapes assume each expert gets the same tokens.
 BALANCED_ROUTING_NOTE = (
     "MoE expert GEMMs assume balanced routing: every expert receives "
-    "tokens x top-k x EP / experts tokens (rounded up). Real routing is uneven; the router GEMM, "
-    "shared experts and "
-    "token dispatch/communication are not included."
+    "tokens x top-k x EP / experts tokens (rounded up). Real routing is uneven; the router GEMM "
+    "and token dispatch/communication are not included."
 )
 
 
@@ -92,34 +103,77 @@ def linear_gemms(op: str, tokens: int, in_features: int, out_features: int, grou
 
 
 def layer_gemms(config: ModelConfig) -> list[GemmShape]:
-    """The 12 GEMMs of one transformer layer on one tensor-parallel rank.
+    """The GEMMs of one transformer layer on one tensor-parallel rank (12 for a dense layer).
 
     Column-parallel ops (QKV, MLP up) split their output features N across TP ranks;
     row-parallel ops (attention output, MLP down) split their input features K. Sequence
-    parallelism changes communication, not GEMM shapes (each GEMM still sees all tokens of the
-    micro-batch after the all-gather), so it does not appear here.
+    parallelism changes communication, not these shapes (each GEMM still sees all tokens of the
+    micro-batch after the all-gather), so it does not appear here, except in MLA's down
+    projections (see :func:`attention_gemms`).
     """
     config.validate()
+    return attention_gemms(config) + mlp_gemms(config)
+
+
+def attention_gemms(config: ModelConfig) -> list[GemmShape]:
+    """QKV (or multi-latent attention's projections) and the attention output projection.
+
+    MLA as Megatron-LM builds it (``MLASelfAttention`` with Transformer Engine): Q goes down to
+    ``q_lora_rank`` and back up to heads x (qk + rope) dims (or straight up when there is no Q
+    rank), KV goes down to ``kv_lora_rank`` + the rotary K dim and back up to heads x (qk + v)
+    dims. The up projections are column-parallel like QKV; the down projections are duplicated
+    on every TP rank (``parallel_mode="duplicated"``), so their N is not split, and with sequence
+    parallelism each rank projects only its 1/TP of the tokens.
+    """
     tp = config.tensor_model_parallel_size
     tokens = config.tokens
-    d = config.head_dim
-    qkv_out = (config.num_attention_heads + 2 * config.query_groups) * d
-    attn_in = config.num_attention_heads * d
-    up_factor = 2 if config.swiglu else 1
-    gemms = linear_gemms("qkv", tokens, config.hidden_size, qkv_out // tp)
-    gemms += linear_gemms("attn_out", tokens, attn_in // tp, config.hidden_size)
-    if config.is_moe:
-        experts = config.num_experts or 1
-        routed = tokens * config.moe_router_topk * config.expert_model_parallel_size
-        per_expert = -(-routed // experts)  # rounded up when routing cannot be exactly even
-        ffn = config.expert_ffn_hidden_size
-        groups = config.local_experts
-        gemms += linear_gemms("mlp_up", per_expert, config.hidden_size, up_factor * ffn // tp, groups)
-        gemms += linear_gemms("mlp_down", per_expert, ffn // tp, config.hidden_size, groups)
+    h = config.hidden_size
+    heads = config.num_attention_heads
+    if not config.is_mla:
+        d = config.head_dim
+        qkv_out = (heads + 2 * config.query_groups) * d
+        return (linear_gemms("qkv", tokens, h, qkv_out // tp)
+                + linear_gemms("attn_out", tokens, heads * d // tp, h))
+    qk, rope, v = config.qk_head_dim or 0, config.qk_pos_emb_head_dim or 0, config.v_head_dim or 0
+    kv_rank = config.kv_lora_rank or 0
+    down_tokens = tokens // tp if config.sequence_parallel else tokens
+    if config.q_lora_rank is None:
+        gemms = linear_gemms("q_proj", tokens, h, heads * (qk + rope) // tp)
     else:
+        gemms = linear_gemms("q_down", down_tokens, h, config.q_lora_rank)
+        gemms += linear_gemms("q_up", tokens, config.q_lora_rank, heads * (qk + rope) // tp)
+    gemms += linear_gemms("kv_down", down_tokens, h, kv_rank + rope)
+    gemms += linear_gemms("kv_up", tokens, kv_rank, heads * (qk + v) // tp)
+    gemms += linear_gemms("attn_out", tokens, heads * v // tp, h)
+    return gemms
+
+
+def mlp_gemms(config: ModelConfig) -> list[GemmShape]:
+    """MLP up and down: dense, or routed experts as grouped GEMMs plus shared experts.
+
+    Routed experts are grouped GEMMs under balanced routing (:data:`BALANCED_ROUTING_NOTE`).
+    Shared experts see every token, so they are dense GEMMs over all tokens, tensor-parallel like
+    a dense MLP; their total width (shared experts x their FFN) is one Linear, as Megatron-LM's
+    ``SharedExpertMLP`` builds it.
+    """
+    tp = config.tensor_model_parallel_size
+    tokens = config.tokens
+    h = config.hidden_size
+    up_factor = 2 if config.swiglu else 1
+    if not config.is_moe:
         ffn = config.ffn_hidden_size
-        gemms += linear_gemms("mlp_up", tokens, config.hidden_size, up_factor * ffn // tp)
-        gemms += linear_gemms("mlp_down", tokens, ffn // tp, config.hidden_size)
+        return linear_gemms("mlp_up", tokens, h, up_factor * ffn // tp) + linear_gemms("mlp_down", tokens, ffn // tp, h)
+    experts = config.num_experts or 1
+    routed = tokens * config.moe_router_topk * config.expert_model_parallel_size
+    per_expert = -(-routed // experts)  # rounded up when routing cannot be exactly even
+    ffn = config.expert_ffn_hidden_size
+    groups = config.local_experts
+    gemms = linear_gemms("mlp_up", per_expert, h, up_factor * ffn // tp, groups)
+    gemms += linear_gemms("mlp_down", per_expert, ffn // tp, h, groups)
+    if config.has_shared_experts:
+        shared = config.moe_shared_expert_intermediate_size or 0
+        gemms += linear_gemms("shared_up", tokens, h, up_factor * shared // tp)
+        gemms += linear_gemms("shared_down", tokens, shared // tp, h)
     return gemms
 
 

@@ -1,0 +1,59 @@
+pretrain_gpt.py \
+    --num-layers 61 \
+    --hidden-size 7168 \
+    --ffn-hidden-size 18432 \
+    --num-attention-heads 128 \
+    --kv-channels 128 \
+    --multi-latent-attention \
+    --q-lora-rank 1536 \
+    --kv-lora-rank 512 \
+    --qk-head-dim 128 \
+    --qk-pos-emb-head-dim 64 \
+    --v-head-dim 128 \
+    --qk-layernorm \
+    --rotary-scaling-factor 40 \
+    --mscale 1.0 \
+    --mscale-all-dim 1.0 \
+    --num-experts 256 \
+    --moe-layer-freq "([0]*3+[1]*58)" \
+    --moe-ffn-hidden-size 2048 \
+    --moe-shared-expert-intermediate-size 2048 \
+    --moe-router-topk 8 \
+    --moe-router-load-balancing-type seq_aux_loss \
+    --moe-aux-loss-coeff 1e-4 \
+    --moe-router-num-groups 8 \
+    --moe-router-group-topk 4 \
+    --moe-router-topk-scaling-factor 2.5 \
+    --moe-router-score-function sigmoid \
+    --moe-router-enable-expert-bias \
+    --moe-router-bias-update-rate 1e-3 \
+    --moe-router-dtype fp32 \
+    --moe-token-dispatcher-type alltoall \
+    --moe-grouped-gemm \
+    --moe-permute-fusion \
+    --mtp-num-layers 1 \
+    --mtp-loss-scaling-factor 0.1 \
+    --swiglu \
+    --normalization RMSNorm \
+    --norm-epsilon 1e-6 \
+    --position-embedding-type rope \
+    --rotary-base 10000 \
+    --untie-embeddings-and-output-weights \
+    --disable-bias-linear \
+    --seq-length 4096 \
+    --max-position-embeddings 4096 \
+    --micro-batch-size 1 \
+    --global-batch-size 8192 \
+    --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 16 \
+    --expert-model-parallel-size 64 \
+    --sequence-parallel \
+    --use-distributed-optimizer \
+    --bf16 \
+    --lr 2.2e-4 \
+    --min-lr 2.2e-5 \
+    --lr-decay-style cosine \
+    --train-iters 500000 \
+    --data-path /data/text_document \
+    --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model deepseek-ai/DeepSeek-V3

@@ -1,0 +1,56 @@
+torchrun --nproc_per_node 8 --nnodes 1 --node_rank 0 --master_addr localhost --master_port 6000 pretrain_gpt.py \
+    --use-mcore-models \
+    --num-layers 32 \
+    --hidden-size 4096 \
+    --ffn-hidden-size 14336 \
+    --num-attention-heads 32 \
+    --group-query-attention \
+    --num-query-groups 8 \
+    --kv-channels 128 \
+    --seq-length 8192 \
+    --max-position-embeddings 8192 \
+    --position-embedding-type rope \
+    --rotary-base 500000 \
+    --rotary-percent 1.0 \
+    --attention-dropout 0.0 \
+    --hidden-dropout 0.0 \
+    --swiglu \
+    --init-method-std 0.0134 \
+    --attention-backend fused \
+    --normalization RMSNorm \
+    --untie-embeddings-and-output-weights \
+    --disable-bias-linear \
+    --micro-batch-size 1 \
+    --global-batch-size 128 \
+    --train-iters 500000 \
+    --lr 0.00015 \
+    --min-lr 0.00001 \
+    --lr-warmup-iters 2000 \
+    --lr-decay-style cosine \
+    --clip-grad 1.0 \
+    --weight-decay 0.1 \
+    --adam-beta1 0.9 \
+    --adam-beta2 0.95 \
+    --bf16 \
+    --cross-entropy-loss-fusion \
+    --manual-gc \
+    --fp8-format hybrid \
+    --fp8-amax-history-len 1024 \
+    --fp8-amax-compute-algo max \
+    --tensor-model-parallel-size 1 \
+    --context-parallel-size 1 \
+    --pipeline-model-parallel-size 1 \
+    --use-distributed-optimizer \
+    --overlap-grad-reduce \
+    --overlap-param-gather \
+    --data-path 0.5 /data/dclm_text_document 0.5 /data/fineweb_text_document \
+    --split 99,1,0 \
+    --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model meta-llama/Meta-Llama-3-8B \
+    --log-interval 10 \
+    --save-interval 1000 \
+    --eval-interval 1000 \
+    --eval-iters 10 \
+    --save /checkpoints/llama3-8b \
+    --load /checkpoints/llama3-8b \
+    --tensorboard-dir /logs/llama3-8b
