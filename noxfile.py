@@ -56,6 +56,6 @@ def perf(session: nox.Session) -> None:
 
 @nox.session(venv_params=["--system-site-packages"])
 def readme_figure(session: nox.Session) -> None:
-    """Regenerate docs/_static/readme-speedups.svg (the README's picture) from the cache."""
+    """Regenerate docs/_static/readme-speedups.svg and its -dark twin (the README's picture) from the cache."""
     session.install("-e", ".[docs]")
-    session.run("python", "-m", "gemm_benchmark.readme_figure", *session.posargs)
+    session.run("gemm-bench", "readme-figure", *session.posargs)

@@ -1,0 +1,691 @@
+"""Speedup figures: a plain-data *spec* built from a Report, drawn by matplotlib into bytes.
+
+Why two steps. A :class:`FigureSpec` holds exactly what a figure shows (titles, categories, the
+speedups and their spread, the reference line) and nothing else, so :meth:`FigureSpec.key` (a
+hash of that content, of :data:`FIGURE_VERSION` and of the style) names the file: a caller that
+keeps figures under their key never draws a figure whose inputs did not change, across rebuilds
+and across pages. Drawing (:func:`render`) is the expensive part and happens only for new keys.
+
+Pure: matplotlib and :mod:`gemm_bench` only (no Sphinx, no torch), and matplotlib is imported only
+when something is drawn, so importing this module costs nothing to a build that draws nothing.
+
+Theme. One SVG serves Furo's light and dark pages: text, axes, ticks, grid and the reference line
+are drawn in ``currentColor`` and the root element sets ``color`` from the CSS variable
+``--gemm-figure-ink`` (which the page defines when the SVG is inlined), else from the reader's
+``prefers-color-scheme`` (an SVG shown through ``<img>`` sees that, not the page's variables),
+else a dark ink. Data colours (Okabe-Ito) are mid-tones that read on both backgrounds. PDF and
+PNG (LaTeX and other builders) are drawn with a fixed light-page ink; the README, which GitHub
+shows through ``<img>`` in a ``<picture>``, gets fixed ``light`` and ``dark`` variants.
+
+Safety and determinism. Text comes from files (device names, titles, captions), so mathtext and
+usetex are off for every figure: a ``$`` is a dollar sign. Text is written as SVG text (smaller,
+selectable, searchable), ids use a fixed hash salt and no date is written, so the same spec gives
+the same bytes in any process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from gemm_bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
+from gemm_bench.report import Report
+from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+#: Bump when the drawing code changes what a spec looks like: every figure key changes with it.
+FIGURE_VERSION = "2"
+
+FORMATS: tuple[str, ...] = ("svg", "pdf", "png")
+#: ``page``: SVG whose ink follows the page (``currentColor``); ``light`` / ``dark``: fixed inks.
+Theme = Literal["page", "light", "dark"]
+#: Kept for the extension's old two-file SVG path until it switches to one ``page`` SVG.
+THEMES: tuple[str, ...] = ("light", "dark")
+
+#: Okabe-Ito colours: distinguishable with colour-blindness, and mid-tone enough to read on both a
+#: white and a near-black background.
+PRECISION_COLORS = {
+    "bf16": "#999999",
+    "fp8-delayed": "#E69F00",
+    "fp8-current": "#56B4E9",
+    "fp8-block": "#009E73",
+    "mxfp8": "#CC79A7",
+    "nvfp4": "#D55E00",
+}
+
+#: Fixed inks (GitHub's light/dark foregrounds) and, for ``page``, a sentinel colour that no data
+#: colour uses, replaced by ``currentColor`` in the SVG text after drawing.
+_INK = {"light": "#1f2328", "dark": "#e6edf3"}
+_PAGE_INK = "#010203"
+_GRID_ALPHA = 0.22
+_SPINE_ALPHA = 0.45
+
+#: Width 4.4 in and no text below 7.5 pt: scaled to a 390 px phone column, the smallest label is
+#: 7.5 * (4/3) * 390 / (4.4 * 96) = 9.2 px, above the 9 px floor (a test checks the SVG).
+WIDTH_IN = 4.4
+FONT_PT = 8.0
+SMALL_PT = 7.5
+PHONE_WIDTH_PX = 390
+MIN_PHONE_PX = 9.0
+
+_RC: dict[str, Any] = {
+    "svg.hashsalt": "gemm-benchmark",
+    "svg.fonttype": "none",
+    "text.parse_math": False,
+    "text.usetex": False,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "font.size": FONT_PT,
+    "axes.titlesize": FONT_PT + 1,
+    "axes.labelsize": FONT_PT,
+    "xtick.labelsize": FONT_PT,
+    "ytick.labelsize": FONT_PT,
+    "legend.fontsize": FONT_PT,
+    "path.simplify": False,
+    "axes.unicode_minus": False,
+}
+
+_SAVE_METADATA: dict[str, dict[str, Any]] = {
+    "svg": {"Date": None, "Creator": None},
+    "pdf": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None},
+    "png": {"Software": None},
+}
+
+#: The root ``<svg>`` of a ``page`` figure: ink from the page when inlined, else from the
+#: reader's colour scheme. The class scopes the style so that an inlined SVG styles nothing else.
+_PAGE_CLASS = "gemm-figure-svg"
+_PAGE_STYLE = (f'<style type="text/css">@media (prefers-color-scheme: dark) {{ svg.{_PAGE_CLASS} '
+               f'{{ --gemm-figure-ink-auto: {_INK["dark"]} }} }}</style>')
+_PAGE_ROOT_ATTRS = (f'class="{_PAGE_CLASS}" style="color: var(--gemm-figure-ink, '
+                    f'var(--gemm-figure-ink-auto, {_INK["light"]}))"')
+
+
+class FigureError(Exception):
+    """A figure that cannot be made from what was given (no result, an unknown format or theme)."""
+
+
+# ----------------------------------------------------------------------------------------- spec
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One precision's values across a panel's categories; None where nothing was measured.
+
+    ``low`` and ``high`` bound the spread of each value (see :func:`ratio_spread`); None where the
+    stored statistics cannot give one, and then no error bar is drawn.
+    """
+
+    precision: str
+    label: str
+    color: str
+    values: tuple[float | None, ...]
+    low: tuple[float | None, ...]
+    high: tuple[float | None, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One axes: categories (bar rows, or sweep points at positions ``x``) and their series."""
+
+    title: str
+    categories: tuple[str, ...]
+    series: tuple[Series, ...]
+    x: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+    """Everything a figure shows, as plain data; equal specs draw equal bytes.
+
+    ``kind`` ``bars``: horizontal bars, one row per category, one bar per series, the first row
+    in bold when ``emphasize_first`` (the whole-model total). ``sweep``: one line per series
+    against ``Panel.x`` on a log-2 axis. ``reference`` draws a dashed line (1.0: as fast as BF16).
+    """
+
+    kind: Literal["bars", "sweep"]
+    title: str
+    value_label: str
+    category_label: str
+    panels: tuple[Panel, ...]
+    reference: float | None = 1.0
+    emphasize_first: bool = False
+    note: str = ""
+
+    def key(self) -> str:
+        """A stable hash of the content, :data:`FIGURE_VERSION` and the style: the file's name."""
+        payload = json.dumps(
+            {"version": FIGURE_VERSION, "style": _STYLE_FINGERPRINT, "spec": dataclasses.asdict(self)},
+            sort_keys=True, ensure_ascii=False, default=repr,
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(panel.series for panel in self.panels)
+
+
+_STYLE_FINGERPRINT = json.dumps(
+    {"rc": _RC, "colors": PRECISION_COLORS, "ink": _INK, "width": WIDTH_IN, "small": SMALL_PT},
+    sort_keys=True, default=repr,
+)
+
+
+# --------------------------------------------------------------------------------------- spread
+def _finite_positive(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def quartiles(stats: dict[str, Any]) -> tuple[float, float] | None:
+    """The first and third quartile of one cell's timings, in ms, or None if not derivable.
+
+    From ``samples_ms`` when the file holds at least four valid samples, with the same quartile
+    definition the timer used for ``iqr_ms`` (:func:`statistics.quantiles`, ``n=4``, exclusive);
+    otherwise ``median_ms -/+ iqr_ms / 2`` (exact for a symmetric distribution, and the only
+    reading of the two numbers every result file must hold). Hostile values give None, never an
+    exception.
+    """
+    samples = stats.get("samples_ms")
+    if isinstance(samples, list) and len(samples) >= 4:
+        values = [_finite_positive(v) for v in samples]
+        if all(v is not None for v in values):
+            q1, _, q3 = statistics.quantiles([v for v in values if v is not None], n=4)
+            return (q1, q3) if 0 < q1 <= q3 and math.isfinite(q3) else None
+    median = _finite_positive(stats.get("median_ms"))
+    iqr = stats.get("iqr_ms")
+    if median is None or isinstance(iqr, bool) or not isinstance(iqr, (int, float)) or not math.isfinite(iqr):
+        return None
+    if iqr < 0 or median - iqr / 2 <= 0:
+        return None
+    return median - iqr / 2, median + iqr / 2
+
+
+def ratio_spread(base: Sequence[tuple[float, float] | None], mine: Sequence[tuple[float, float] | None],
+                 value: float | None) -> tuple[float | None, float | None]:
+    """The spread of a speedup ``sum(base ms) / sum(mine ms)``, from the quartiles of both.
+
+    ``low = sum(Q1 of base) / sum(Q3 of mine)`` and ``high = sum(Q3 of base) / sum(Q1 of mine)``:
+    the ratio when the baseline runs at its faster quartile and the other precision at its slower
+    one, and the reverse. For one GEMM the sums have one term; for the whole model they run over
+    the layer's GEMMs (a sum of quartiles, not the quartile of a sum: it widens the bar, never
+    narrows it). The interval is widened, if needed, to contain ``value`` (the ratio of medians),
+    so a bar never sits outside its own whisker. It says how much the repetitions varied, not a
+    confidence interval; None when any cell lacks usable statistics.
+    """
+    if value is None or not base or len(base) != len(mine) or any(q is None for q in (*base, *mine)):
+        return None, None
+    b1 = sum(q[0] for q in base if q is not None)
+    b3 = sum(q[1] for q in base if q is not None)
+    m1 = sum(q[0] for q in mine if q is not None)
+    m3 = sum(q[1] for q in mine if q is not None)
+    if m1 <= 0 or m3 <= 0:
+        return None, None
+    low, high = b1 / m3, b3 / m1
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None, None
+    return min(low, value), max(high, value)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def gemm_point(report: Report, mode: str, precision: str, gemm: GemmShape) -> tuple[float | None, ...]:
+    """(speedup, low, high) of one GEMM vs BF16: the Report's value and its quartile spread."""
+    value = _finite(report.gemm_speedup(mode, precision, gemm))
+    base = quartiles(report.cell(mode, BASELINE, gemm).stats)
+    mine = quartiles(report.cell(mode, precision, gemm).stats)
+    return (value, *ratio_spread([base], [mine], value))
+
+
+def total_point(report: Report, mode: str, precision: str) -> tuple[float | None, ...]:
+    """(speedup, low, high) of the whole model (sum of the layer's GEMMs) vs BF16."""
+    value = _finite(report.total(mode, precision).speedup_vs_bf16)
+    base = [quartiles(c.stats) for c in report.cells(mode, BASELINE)]
+    mine = [quartiles(c.stats) for c in report.cells(mode, precision)]
+    return (value, *ratio_spread(base, mine, value))
+
+
+# ------------------------------------------------------------------------------------ building
+def measured_precisions(report: Report, mode: str) -> list[str]:
+    """Non-baseline precisions with every GEMM measured in ``mode``: the ones a figure can plot."""
+    return [p for p in report.precisions if p != BASELINE and report.status(mode, p)[0] == "measured"]
+
+
+def _series(precision: str, points: Sequence[tuple[float | None, ...]]) -> Series:
+    return Series(precision, PRECISIONS[precision].display, PRECISION_COLORS[precision],
+                  tuple(p[0] for p in points), tuple(p[1] for p in points), tuple(p[2] for p in points))
+
+
+def _gemm_label(report: Report, gemm: GemmShape) -> str:
+    if report.kind == "model":
+        return f"{OP_NAMES.get(gemm.op, gemm.op)} · {PASS_NAMES[gemm.pass_]}"
+    return gemm.label
+
+
+def build_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec:
+    """The figure of one report and mode, also when nothing beside BF16 was measured (a note)."""
+    precisions = measured_precisions(report, mode)
+    value_label = f"Speedup vs BF16 ({MODE_NAMES[mode]}; higher is faster)"
+    if report.kind == "sweep":
+        gemms = sorted(report.gemms, key=lambda g: g.m)
+        series = tuple(_series(p, [gemm_point(report, mode, p, g) for g in gemms]) for p in precisions)
+        panel = Panel("", tuple(str(g.m) for g in gemms), series, tuple(float(g.m) for g in gemms))
+        return FigureSpec("sweep", title, value_label, "Square GEMM size S (S x S x S)", (panel,),
+                          note="" if series else "no precision besides BF16 measured")
+    gemms = [g for pass_ in PASSES for g in report.gemms if g.pass_ == pass_]
+    categories = ("Whole model" if report.kind == "model" else "All shapes",
+                  *(_gemm_label(report, g) for g in gemms))
+    series = tuple(
+        _series(p, [total_point(report, mode, p), *(gemm_point(report, mode, p, g) for g in gemms)])
+        for p in precisions
+    )
+    return FigureSpec("bars", title, value_label, "", (Panel("", categories, series),), emphasize_first=True,
+                      note="" if series else "no precision besides BF16 measured")
+
+
+def spec_for(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
+    """What the directive draws for one (report, mode): speedup vs size for sweeps, bars per GEMM
+    and in total otherwise; None when no precision beside BF16 is measured (nothing to compare)."""
+    spec = build_spec(report, mode, title=title)
+    return None if spec.is_empty else spec
+
+
+def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *, title: str = "") -> FigureSpec | None:
+    """Whole-model speedup per precision, a panel per mode, a bar group per (device label, report).
+
+    A precision appears in a panel when at least one device measured it in that mode; devices
+    that did not have no bar there. None when no panel has anything to show.
+    """
+    panels = []
+    for mode in modes:
+        measured = {p for _, report in reports for p in measured_precisions(report, mode)}
+        order = [p for p in PRECISIONS if p in measured]
+        series = tuple(
+            _series(p, [total_point(report, mode, p) if p in measured_precisions(report, mode) else (None, None, None)
+                        for _, report in reports])
+            for p in order
+        )
+        panels.append(Panel(MODE_NAMES[mode], tuple(label for label, _ in reports), series))
+    spec = FigureSpec("bars", title, "Whole-model GEMM speedup vs BF16 (higher is faster)", "", tuple(panels))
+    return None if spec.is_empty else spec
+
+
+# ------------------------------------------------------------------------------------- drawing
+@contextmanager
+def _style() -> Iterator[None]:
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        yield
+
+
+def _wrap(text: str, font_pt: float) -> str:
+    """Wrap a title to the figure's width (about 0.55 em per character in DejaVu Sans)."""
+    chars = max(int(WIDTH_IN * 72 / (font_pt * 0.58)), 20)
+    return "\n".join(textwrap.wrap(text, chars)) if len(text) > chars else text
+
+
+def _text_width_pt(texts: Sequence[str], size: float, *, bold: bool = False) -> float:
+    """The widest of ``texts`` in points, from the font's metrics (no renderer, no drawing)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import text_to_path
+
+    prop = FontProperties(family=["DejaVu Sans"], size=size, weight="bold" if bold else "normal")
+    widest = 0.0
+    for text in texts:
+        for line in text.split("\n"):
+            widest = max(widest, text_to_path.get_text_width_height_descent(line, prop, ismath=False)[0])
+    return widest
+
+
+_PAD = 4.0  # figure edge, in points
+_TICK = 7.0  # tick length plus the label's pad, in points
+_LINE = FONT_PT * 1.3  # one line of text, in points
+_BAR_PT = 10.8  # one bar's slot (0.8 of a category holds all of a category's bars)
+_SWEEP_AXES_PT = 170.0
+_PANEL_GAP = 8.0
+
+
+def draw(spec: FigureSpec, theme: Theme = "light") -> Figure:
+    """The matplotlib Figure of ``spec`` with the ink of ``theme`` (``page``: a sentinel colour
+    that :func:`render` turns into ``currentColor``).
+
+    Laid out by hand from font metrics rather than by matplotlib's constrained layout, which
+    measured at about half of the drawing time: the margins are what the labels need, computed
+    before anything is drawn.
+    """
+    from matplotlib.figure import Figure
+
+    ink = _PAGE_INK if theme == "page" else _INK[theme]
+    with _style():
+        width = WIDTH_IN * 72
+        title = _wrap(spec.title, FONT_PT + 1) if spec.title else ""
+        title_pt = (title.count("\n") + 1) * (FONT_PT + 1) * 1.3 + 2 if title else 0.0
+        entries = _legend_entries(spec)
+        legend_pt = math.ceil(entries / 3) * FONT_PT * 1.7 + 2 if entries else 0.0
+        bars = spec.kind == "bars"
+        axes_pt = [(len(p.categories) * max(len(p.series), 1) * _BAR_PT / 0.8 if bars else _SWEEP_AXES_PT)
+                   for p in spec.panels]
+        panel_title_pt = [(_LINE + 6 if p.title else 0.0) for p in spec.panels]
+        xlabel = spec.value_label if bars else spec.category_label
+        if _text_width_pt([xlabel], FONT_PT) > width - 2 * _PAD:
+            xlabel = _wrap(xlabel, FONT_PT)
+        bottom_pt = _PAD + _LINE * (2 + xlabel.count("\n")) + _TICK
+        height = _PAD + title_pt + legend_pt + sum(axes_pt) + sum(panel_title_pt) \
+            + _PANEL_GAP * (len(spec.panels) - 1) + bottom_pt
+        if bars:
+            labels = [c for p in spec.panels for c in p.categories]
+            left = _PAD + _TICK + _text_width_pt(labels, FONT_PT, bold=spec.emphasize_first)
+            right = _PAD + _text_width_pt(["0.00"], FONT_PT) / 2  # a tick label centred on the axes' end
+        else:
+            left = _PAD + _LINE + _TICK + _text_width_pt(["0.00"], FONT_PT)
+            right = _PAD + _text_width_pt([spec.panels[0].categories[-1] if spec.panels[0].categories else ""],
+                                          FONT_PT) / 2
+        fig = Figure(figsize=(WIDTH_IN, height / 72))
+        fig.patch.set_alpha(0)
+        top = height - _PAD - title_pt - (0.0 if title else legend_pt)
+        value_max = _value_max(spec)
+        axes = []
+        for panel, panel_pt, head_pt in zip(spec.panels, axes_pt, panel_title_pt, strict=True):
+            top -= head_pt
+            ax = fig.add_axes((left / width, (top - panel_pt) / height, (width - left - right) / width,
+                               panel_pt / height))
+            top -= panel_pt + _PANEL_GAP
+            if bars:
+                _draw_bars(ax, spec, panel, ink, value_max)
+            else:
+                _draw_sweep(ax, spec, panel, ink)
+            _style_axes(ax, ink, "x" if bars else "y")
+            axes.append(ax)
+        for ax in axes[:-1]:
+            ax.tick_params(labelbottom=False)
+        # Right-aligned: a long label then extends over the category labels, never off the figure.
+        axes[-1].set_xlabel(xlabel, color=ink, loc="right" if bars else "center")
+        if not bars:
+            axes[-1].set_ylabel(spec.value_label, color=ink)
+        if title:
+            fig.text(_PAD / width, 1 - _PAD / height, title, ha="left", va="top", fontsize=FONT_PT + 1, color=ink)
+        # Above the plot, below it when a title takes the top.
+        if title:
+            _legend(fig, ink, "lower center", (0.5, _PAD / 2 / height))
+        else:
+            _legend(fig, ink, "upper center", (0.5, 1 - _PAD / 2 / height))
+        if spec.note:
+            axes[0].text(0.5, 0.5, spec.note, transform=axes[0].transAxes, ha="center", color=ink)
+    return fig
+
+
+def _legend_entries(spec: FigureSpec) -> int:
+    return len({s.precision for panel in spec.panels for s in panel.series})
+
+
+def _value_max(spec: FigureSpec) -> float:
+    values = [v for p in spec.panels for s in p.series for v in (*s.values, *s.high) if v is not None]
+    return max([*values, spec.reference or 0.0, 1.0])
+
+
+def _draw_bars(ax: Axes, spec: FigureSpec, panel: Panel, ink: str, right: float) -> None:
+    n = max(len(panel.series), 1)
+    height = 0.8 / n
+    whiskers: list[tuple[float, float, float]] = []
+    for j, series in enumerate(panel.series):
+        rows = [i for i, v in enumerate(series.values) if v is not None]
+        ys = [i + (j - (n - 1) / 2) * height for i in rows]
+        values = [series.values[i] or 0.0 for i in rows]
+        ax.barh(ys, values, height=height * 0.9, color=series.color, label=series.label)
+        for y, i, value in zip(ys, rows, values, strict=True):
+            low, high = series.low[i], series.high[i]
+            end = value
+            if low is not None and high is not None:
+                whiskers.append((y, low, high))
+                end = max(end, high)
+            ax.text(end + right * 0.015, y, f"{value:.2f}×", va="center", ha="left", fontsize=SMALL_PT, color=ink)
+    if whiskers:
+        ax.hlines([w[0] for w in whiskers], [w[1] for w in whiskers], [w[2] for w in whiskers],
+                  colors=ink, linewidths=0.9)
+    if spec.reference is not None:
+        ax.axvline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
+    ax.set_yticks(range(len(panel.categories)), panel.categories)
+    if spec.emphasize_first and panel.categories:
+        ax.get_yticklabels()[0].set_fontweight("bold")
+    ax.set_ylim(len(panel.categories) - 0.5, -0.5)
+    ax.set_xlim(0, right * 1.2)
+    if panel.title:
+        ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
+
+
+def _draw_sweep(ax: Axes, spec: FigureSpec, panel: Panel, ink: str) -> None:
+    segments_x: list[float] = []
+    segments: list[tuple[float, float]] = []
+    colors: list[str] = []
+    n = len(panel.series)
+    for j, series in enumerate(panel.series):
+        # Dodge each series a little along the log axis so that whiskers at one size do not overlap.
+        dodge = 2 ** ((j - (n - 1) / 2) * 0.05)
+        xs = [x * dodge for x in panel.x]
+        points = [(x, v) for x, v in zip(xs, series.values, strict=True) if v is not None]
+        ax.plot([x for x, _ in points], [v for _, v in points], marker="o", markersize=4, color=series.color,
+                label=series.label)
+        for x, low, high in zip(xs, series.low, series.high, strict=True):
+            if low is not None and high is not None:
+                segments_x.append(x)
+                segments.append((low, high))
+                colors.append(series.color)
+    if segments:
+        ax.vlines(segments_x, [s[0] for s in segments], [s[1] for s in segments], colors=colors, linewidths=1.2)
+    if spec.reference is not None:
+        ax.axhline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
+    if panel.x:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(panel.x), list(panel.categories))
+        ax.minorticks_off()
+    if panel.title:
+        ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
+
+
+def _style_axes(ax: Axes, ink: str, grid_axis: Literal["x", "y"]) -> None:
+    """Only the artists a reader uses: two spines, value-axis grid, ticks in the ink colour."""
+    ax.set_facecolor("none")
+    ax.spines[["top", "right"]].set_visible(False)
+    for spine in ("left", "bottom"):
+        ax.spines[spine].set_color(ink)
+        ax.spines[spine].set_alpha(_SPINE_ALPHA)
+    ax.tick_params(colors=ink, which="both")
+    ax.grid(True, axis=grid_axis, color=ink, alpha=_GRID_ALPHA, linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def _legend(fig: Figure, ink: str, loc: str, anchor: tuple[float, float]) -> None:
+    """One legend outside the plot, where it cannot cover a bar; one entry per precision."""
+    handles: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if not handles:
+        return
+    legend = fig.legend(list(handles.values()), list(handles), frameon=False, loc=loc, bbox_to_anchor=anchor,
+                        ncols=min(len(handles), 3), handlelength=1.2, columnspacing=1.0, borderaxespad=0,
+                        borderpad=0)
+    for text in legend.get_texts():
+        text.set_color(ink)
+
+
+# ------------------------------------------------------------------------------------- writing
+def _check(fmt: str, theme: str | None) -> Theme:
+    if fmt not in FORMATS:
+        raise FigureError(f"figure format {fmt!r} is not one of {', '.join(FORMATS)}")
+    chosen = theme or ("page" if fmt == "svg" else "light")
+    if chosen not in ("page", "light", "dark"):
+        raise FigureError(f"figure theme {chosen!r} is not one of page, light, dark")
+    if chosen == "page" and fmt != "svg":
+        raise FigureError(f"theme 'page' (ink from the page's CSS) exists only for SVG, not {fmt!r}")
+    return chosen  # type: ignore[return-value]
+
+
+def _save(fig: Figure, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    with _style():
+        fig.savefig(buffer, format=fmt, metadata=_SAVE_METADATA[fmt], **({} if fmt == "svg" else {"dpi": 150}))
+    return buffer.getvalue()
+
+
+def _follow_page(svg: bytes) -> bytes:
+    """Turn the sentinel ink into ``currentColor`` and give the root its colour rule."""
+    text = svg.decode("utf-8").replace(_PAGE_INK, "currentColor")
+    text = text.replace("<svg ", f"<svg {_PAGE_ROOT_ATTRS} ", 1)
+    text = text.replace("<defs>", f"<defs>\n  {_PAGE_STYLE}", 1)
+    return text.encode("utf-8")
+
+
+def render(spec: FigureSpec, fmt: str, *, theme: Theme | None = None) -> bytes:
+    """``spec`` drawn as ``svg``, ``pdf`` or ``png``.
+
+    The default theme is ``page`` for SVG (one file for light and dark pages) and ``light`` for
+    PDF and PNG (LaTeX and other builders print on white). Raises :class:`FigureError` for an
+    unknown format or theme.
+    """
+    chosen = _check(fmt, theme)
+    data = _save(draw(spec, chosen), fmt)
+    return _follow_page(data) if chosen == "page" else data
+
+
+def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gemm") -> Path:
+    """``<directory>/<stem>-<spec key>.<fmt>``, drawn only if that file does not exist yet.
+
+    The key covers everything the figure shows and how it is drawn, so an existing file is the
+    figure: rebuilds, other pages and parallel readers showing the same numbers reuse it.
+    """
+    _check(fmt, None)
+    path = directory / f"{stem}-{spec.key()}.{fmt}"
+    if not path.exists():
+        _write_atomic(path, render(spec, fmt))
+    return path
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the figure from a web server or another user
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_content_addressed(data: bytes, directory: Path, stem: str, ext: str) -> Path:
+    """Write ``data`` as ``<stem>-<hash>.<ext>`` unless that file already exists; return its path.
+
+    Named by content, a file is never rewritten with other bytes, so parallel readers and repeated
+    builds cannot disagree and an unchanged figure keeps its old modification time (it is a page
+    dependency; a new mtime would make the page look outdated on the next build).
+    """
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    path = directory / f"{stem}-{digest}.{ext}"
+    if not path.exists():
+        _write_atomic(path, data)
+    return path
+
+
+# ------------------------------------------------------------ the extension's former API (shims)
+def figure_for(report: Report, mode: str, *, theme: str = "light", title: str = "") -> Figure:
+    """Deprecated: the old Figure-returning entry point; use :func:`spec_for` and :func:`render`."""
+    return draw(build_spec(report, mode, title=title), _check("svg", theme))
+
+
+def summary_figure(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *, theme: str = "light",
+                   title: str = "") -> Figure:
+    """Deprecated: use :func:`summary_spec` and :func:`render`."""
+    spec = summary_spec(reports, modes, title=title) or FigureSpec(
+        "bars", title, "", "", (), note="no precision besides BF16 measured")
+    return draw(spec, _check("svg", theme))
+
+
+def image_bytes(fig: Figure, fmt: str) -> bytes:
+    """Deprecated: a Figure from :func:`figure_for` as ``svg``, ``pdf`` or ``png``."""
+    _check(fmt, "light")
+    return _save(fig, fmt)
+
+
+def svg_bytes(fig: Figure) -> bytes:
+    """Deprecated: :func:`image_bytes` with ``svg``."""
+    return image_bytes(fig, "svg")
+
+
+# ---------------------------------------------------------------------------------- README
+README_MODEL = "te-guide-5b"
+DEFAULT_README_OUT = Path("docs/_static/readme-speedups.svg")
+
+
+def device_label(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``H100 80GB HBM3``: legends and tabs need no vendor prefix."""
+    return name.removeprefix("NVIDIA ").strip() or name
+
+
+def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:
+    """The README figure: the Transformer Engine guide's example layer on every cached device.
+
+    Unreadable cache files are passed to ``on_error`` (default: printed to stderr) and skipped.
+    Raises :class:`FigureError` naming the cache directory when no device has a result.
+    """
+    from gemm_bench.cache import Cache
+    from gemm_bench.question import build_question
+
+    question = build_question(model=README_MODEL)
+    lookup = Cache(cache_dir).lookup(question.hash)
+    for error in lookup.errors:
+        (on_error or _print_error)(error)
+    documents = sorted(lookup.documents, key=lambda d: str(d["device"]["name"]))
+    reports = [(device_label(d["device"]["name"]), Report(d)) for d in documents]
+    spec = summary_spec(reports, MODES, title=f"{README_MODEL}: {question.describe()}") if reports else None
+    if spec is None:
+        raise FigureError(f"no result for {README_MODEL} (question {question.hash}) with a precision "
+                          f"beside BF16 in {cache_dir}")
+    return spec
+
+
+def _print_error(error: Exception) -> None:
+    print(f"readme-figure: ignoring {error}", file=sys.stderr)
+
+
+def readme_paths(out: Path) -> tuple[Path, Path]:
+    """The light file ``out`` and its dark twin ``<stem>-dark<suffix>`` beside it."""
+    return out, out.with_name(f"{out.stem}-dark{out.suffix}")
+
+
+def write_readme_figure(cache_dir: Path, out: Path = DEFAULT_README_OUT, *,
+                        on_error: Callable[[Exception], None] | None = None) -> list[Path]:
+    """Write the README's light and dark SVGs (for a ``<picture>``); return the files changed.
+
+    GitHub shows README images through ``<img>``, which cannot see the page's colours, so the
+    README gets two fixed-ink variants instead of the site's one ``page`` SVG. A file whose bytes
+    would not change is left alone (an empty list: up to date). Raises :class:`FigureError`.
+    """
+    spec = readme_spec(cache_dir, on_error=on_error)
+    changed = []
+    themes: tuple[Theme, Theme] = ("light", "dark")
+    for path, theme in zip(readme_paths(out), themes, strict=True):
+        data = render(spec, "svg", theme=theme)
+        if path.exists() and path.read_bytes() == data:
+            continue
+        _write_atomic(path, data)
+        changed.append(path)
+    return changed
