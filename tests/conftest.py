@@ -7,6 +7,7 @@ its result cache (``_gemm_cache`` beside ``conf.py``) can be written freely.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import shutil
 from collections.abc import Callable, Iterable, Mapping
@@ -82,6 +83,8 @@ def make_document(
     from gemm_bench.precisions import PRECISIONS
     from gemm_bench.results import new_document
 
+    precisions, modes = tuple(precisions), tuple(modes)
+
     factors = {"bf16": 1.0, "fp8-delayed": 1.7, "fp8-current": 1.6, "fp8-block": 1.35, "mxfp8": 1.8, "nvfp4": 2.6}
     doc = new_document(
         kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
@@ -90,6 +93,9 @@ def make_document(
                     "driver": "580.0", "commit": "test", "date": date,
                     "method": {"timer": "synthetic test data", "repetitions": 1, "statistic": "median"}},
         notes=question.notes,
+        # Deterministic: the same synthetic document is byte-identical in every process.
+        run_id="test-" + hashlib.sha256(repr((question.hash, dict(device), tuple(precisions), tuple(modes), speed,
+                                               date)).encode()).hexdigest()[:12],
     )
     if method_version is not None:
         doc["method_version"] = method_version

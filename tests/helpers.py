@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
 from gemm_bench.question import Question, build_question
@@ -34,6 +35,8 @@ def synthetic_document(
                     "date": date, "method": {"timer": "synthetic", "statistic": "median"}, "cublas": "13.1.0",
                     "commit": "0123456"},
         notes=question.notes,
+        run_id="test-" + hashlib.sha256(
+            repr((question.hash, device, sorted(ms.items()), date)).encode()).hexdigest()[:12],
     )
     for (mode, precision), per_gflop in ms.items():
         for g in question.gemms:
@@ -64,3 +67,15 @@ def warnings_by_line(text: str, page: str = "index.rst") -> dict[int, list[str]]
     for match in re.finditer(rf"{re.escape(page)}:(\d+): WARNING: (.*)", text):
         out.setdefault(int(match.group(1)), []).append(match.group(2))
     return out
+
+
+def tooltip_number(title: str) -> float:
+    """The number a role's tooltip starts with (``1.616× BF16: ...`` -> 1.616)."""
+    return float(title.split()[0].rstrip("×"))
+
+
+def near(expected: float) -> object:
+    """What a tooltip rounds to (the shown precision plus one digit) compares equal to."""
+    import pytest
+
+    return pytest.approx(expected, rel=5e-3)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from gemm_bench import accuracy
 from gemm_bench.accuracy import (
     DISTRIBUTIONS,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from gemm_bench.choices import ChoiceError, parse_choices, split_list
-from gemm_bench.precisions import MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gemm_bench.choices import ChoiceError, parse_choices, split_list
+from gemm_bench.precisions import MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
 
 
 @pytest.mark.parametrize(

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gemm_bench import cli, phases
 from gemm_bench.cache import Cache, read_document
 from gemm_bench.cli import main
 from gemm_bench.timing import TimerSettings
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.conftest import make_document
 
 ROOT = Path(__file__).resolve().parent.parent

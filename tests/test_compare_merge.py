@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from gemm_bench.cache import dumps, read_document
 from gemm_bench.compare import CompareError, compare, compare_dirs, load_result
 from gemm_bench.fleet import MergeError, decide, merge

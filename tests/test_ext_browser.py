@@ -109,14 +109,14 @@ def test_tab_click_switches_every_block(served, driver):
 
     WebDriverWait(driver, 20).until(lambda d: all(c for _, c, _ in d.execute_script(IMAGES)))
     images = driver.execute_script(IMAGES)
-    # multi: 2 devices x 2 modes x (light + dark); moe: 1 device x 2 modes x 2.
-    assert len(images) == 12
+    # multi: 2 devices x 2 modes; moe: 1 device x 2 modes. One SVG per figure follows the theme.
+    assert len(images) == 6
     assert all(width > 0 for _, _, width in images), images
-    # Furo shows the light figure and hides the dark one on a light page.
+    # The selected tab's figure is the one shown (a single file for light and dark pages).
     shown = driver.execute_script(
         "return [...document.querySelectorAll('#moe img.gemm-figure')].filter(i => i.offsetParent !== null)"
         ".map(i => i.className)")
-    assert shown == ["gemm-figure only-light"]
+    assert shown == ["gemm-figure"]
 
     # The browser's own favicon probe 404s on a bare http.server: not the page's doing.
     errors = [entry for entry in driver.get_log("browser")

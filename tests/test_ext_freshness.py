@@ -27,7 +27,7 @@ def test_freshness_table_and_log(app, real_result, make_result, store_result, st
     assert [r[1] for r in rows] == ["fresh-one", "stale-one", "missing-one", "failed-one"]
     statuses = [r[5].split()[0] for r in rows]
     assert statuses == ["fresh", "stale", "missing", "failed"]
-    assert "measured with method version 0, current is 1" in rows[1][5]
+    assert "measured with method version '0', current is 1" in rows[1][5]
     assert rows[0][2] == "H100 80GB HBM3" and rows[0][3] == "2026-11-23" and rows[0][4] == "1"
     assert rows[2][2] == "–"
     assert table.select_one("a.reference.internal")["href"] == "results.html"

@@ -42,7 +42,8 @@ def test_parse_matches_the_cli_question(tmp_path):
     expected = build_question(model="te-guide-5b", fields={"num_layers": 4, "swiglu": True})
     assert request.question.hash == expected.hash and request.question.num_layers == 4
     assert request.precisions == ("bf16", "fp8-current") and request.modes == ("prequant",)
-    assert request.devices == ("h100", "h200") and request.show == ("table",)
+    # Aliases are resolved to exact slugs.
+    assert request.devices == ("h100-80gb-hbm3", "h200") and request.show == ("table",)
 
 
 @pytest.mark.parametrize(("options", "option", "message"), [

@@ -43,7 +43,7 @@ def test_parallel_build_equals_serial(tmp_path, make_app, real_result, make_resu
     serial, parallel = results[1], results[4]
     assert sorted(serial) == sorted(parallel)
     # Figures per (question, device, mode, theme): only the TE guide pages (1 device) draw them.
-    assert len([name for name in serial if name.endswith(".svg")]) == 1 * 2 * 2
+    assert len([name for name in serial if name.endswith(".svg")]) == 1 * 2  # one theme-following SVG per mode
     differing = [name for name in serial if serial[name] != parallel[name]]
     assert differing == []
     page = serial["p3.html"].decode()

@@ -11,6 +11,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
+from tests.helpers import near, tooltip_number
 
 
 def _cli_report(path: Path) -> dict:
@@ -33,16 +34,16 @@ def test_role_values_equal_report_json(app, real_result, warning):
     index = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
     speedup, time, tflops = index.select("abbr.gemm-value")
     expected = totals[("autocast", "fp8-current")]["speedup_vs_bf16"]
-    assert float(speedup["title"].split()[0]) == expected and speedup.get_text() == format_speedup(expected)
+    assert tooltip_number(speedup["title"]) == near(expected) and speedup.get_text() == format_speedup(expected)
     expected = totals[("autocast", "bf16")]["model_ms"]
-    assert float(time["title"].split()[0]) == expected and time.get_text() == f"{format_ms(expected)} ms"
+    assert tooltip_number(time["title"]) == near(expected) and time.get_text() == f"{format_ms(expected)} ms"
     expected = cells[("prequant", "fp8-block", "mlp_up", "fprop")]["tflops"]
-    assert float(tflops["title"].split()[0]) == expected and tflops.get_text() == f"{format_tflops(expected)} TFLOP/s"
+    assert tooltip_number(tflops["title"]) == near(expected) and tflops.get_text() == f"{format_tflops(expected)} TFLOP/s"
     # A name defined on another page (index) resolves on this one (other).
     other = BeautifulSoup((Path(app.outdir) / "other.html").read_text(encoding="utf-8"), "html.parser")
     quoted, gemm_speedup, gemm_time = other.select("abbr.gemm-value")
-    assert float(quoted["title"].split()[0]) == totals[("prequant", "fp8-current")]["speedup_vs_bf16"]
+    assert tooltip_number(quoted["title"]) == near(totals[("prequant", "fp8-current")]["speedup_vs_bf16"])
     # With a GEMM, speedup and time are that GEMM's: the ratio of the two cells report --json prints.
     fp8, bf16 = cells[("autocast", "fp8-current", "mlp_up", "wgrad")], cells[("autocast", "bf16", "mlp_up", "wgrad")]
-    assert float(gemm_speedup["title"].split()[0]) == bf16["ms"] / fp8["ms"]
-    assert float(gemm_time["title"].split()[0]) == cells[("prequant", "bf16", "qkv", "fprop")]["ms"]
+    assert tooltip_number(gemm_speedup["title"]) == near(bf16["ms"] / fp8["ms"])
+    assert tooltip_number(gemm_time["title"]) == near(cells[("prequant", "bf16", "qkv", "fprop")]["ms"])

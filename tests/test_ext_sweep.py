@@ -9,6 +9,7 @@ from bs4 import BeautifulSoup
 
 from gemm_bench.question import build_question
 from gemm_bench.report import Report
+from tests.helpers import near, tooltip_number
 
 
 @pytest.mark.sphinx("html", testroot="sweep", srcdir="sweep-html")
@@ -27,13 +28,14 @@ def test_sweep_shapes_and_hf_config(app, make_result, store_result, warning):
     rows = sizes.select("table.gemm-gemms tbody tr")
     assert [tr.td.get_text() for tr in rows[:3]] == ["S = 1024", "S = 2048", "S = 4096"]
     assert not sizes.select("table.gemm-totals")  # a sum over sweep sizes means nothing
-    svg = (Path(app.outdir) / sizes.select_one("img.only-light")["src"]).read_text(encoding="utf-8")
-    # A line plot against size: the x label, one tick per size (text drawn as paths, named in comments).
-    assert "<!-- Square GEMM size S (S x S x S) -->" in svg
-    assert all(f"<!-- {size} -->" in svg for size in (1024, 2048, 4096))
+    svg = (Path(app.outdir) / sizes.select_one("img.gemm-figure")["src"]).read_text(encoding="utf-8")
+    # A line plot against size: the x label, one tick per size (text kept as SVG text).
+    texts = [t.get_text() for t in BeautifulSoup(svg, "html.parser").find_all("text")]
+    assert any("Square GEMM size" in t for t in texts), texts
+    assert all(str(size) in texts for size in (1024, 2048, 4096)), texts
     gemm = Report(sweep).find_gemm("4096x4096x4096")
     expected = Report(sweep).cell("autocast", "fp8-current", gemm).tflops
-    assert float(soup.select_one("abbr.gemm-value")["title"].split()[0]) == expected
+    assert tooltip_number(soup.select_one("abbr.gemm-value")["title"]) == near(expected)
 
     manual = soup.select_one("div.gemm-benchmark#manual")
     assert [b.get_text() for b in manual.select("[role=tablist] > button")] == ["Pre-quantized"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gemm_bench import figures
 from gemm_bench.figures import FigureError, quartiles, ratio_spread, render, spec_for, summary_spec
 from gemm_bench.report import Report
@@ -243,18 +244,6 @@ def test_importing_figures_is_cheap_and_pure() -> None:
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-
-
-def test_the_old_extension_names_still_work() -> None:
-    from gemm_benchmark import render_figure
-
-    report = real_report()
-    for name in ("figure_for", "image_bytes", "write_content_addressed", "THEMES", "summary_figure", "svg_bytes"):
-        assert getattr(render_figure, name) is getattr(figures, name)
-    assert render_figure.THEMES == ("light", "dark")
-    svg = render_figure.image_bytes(render_figure.figure_for(report, "autocast", theme="dark"), "svg")
-    assert svg.startswith(b"<?xml") and b"#e6edf3" in svg
-    assert render_figure.image_bytes(render_figure.figure_for(report, "autocast"), "pdf").startswith(b"%PDF")
 
 
 # ------------------------------------------------------------------------------------------ README

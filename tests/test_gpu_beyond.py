@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+
 from gemm_bench.config import ModelConfig, preset
 from gemm_bench.question import build_question
 from gemm_bench.shapes import GemmShape

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+
 from gemm_bench import hardware, roofline
 from gemm_bench.devices import ALIASES, device_slug
 from gemm_bench.hardware import HardwareError, pct_of_peak, peak_tflops, peak_violations

@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+
 from gemm_bench.config import (
     PRESET_DESCRIPTIONS,
     PRESET_SOURCES,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gemm_bench import peers
 from gemm_bench.peers import DENSE_ONLY_REASON, ENTRY_POINT_GROUP, PeerError, discover, peers_from
 from gemm_bench.shapes import GemmShape

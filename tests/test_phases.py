@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from gemm_bench import phases
 from gemm_bench.phases import PhaseError, PhaseProfiler
 

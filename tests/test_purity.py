@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CORE = ["bench", "gemm_bench.config", "gemm_bench.shapes", "gemm_bench.precisions", "gemm_bench.question", "gemm_bench.plan",
-        "gemm_bench.results", "gemm_bench.cache", "gemm_bench.report", "gemm_bench.cli"]
+CORE = [f"gemm_bench.{name}" for name in (
+    "config", "shapes", "precisions", "question", "plan", "results", "cache", "report", "cli", "devices", "choices",
+    "figures", "phases", "hardware", "roofline", "accuracy", "step", "peers", "compare", "fleet", "stack", "refresh",
+    "cli_fleet")]
 
 
 def test_core_imports_no_torch() -> None:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gemm_bench.cache import Cache, read_document
 from gemm_bench.refresh import (
     GpuSlot,
@@ -30,7 +31,6 @@ from gemm_bench.refresh import (
     scan_rst,
     select_gpus,
 )
-
 from tests.fake_gpu import DEVICE_NAME, REPO, fake_measure
 
 DOCS = REPO / "docs"

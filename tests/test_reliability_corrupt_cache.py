@@ -70,7 +70,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "missing-field": (_edit(lambda d: d.pop("provenance")), "provenance"),
     "wrong-type": (_edit(_wrong_type), ".ms"),
     "hash": (_edit(_hash_mismatch), "does not match the question"),
-    "unreadable": (_unreadable, "cannot be read"),
+    "unreadable": (_unreadable, "is not a regular file"),
     "not-utf8": (lambda p: p.write_bytes(b"\xff\xfe" + p.read_bytes()), "UTF-8"),
 }
 

@@ -174,13 +174,13 @@ def test_a_store_waits_for_another_process_holding_the_lock(tmp_path: Path) -> N
     holder.stdin.flush()
     assert holder.communicate(timeout=20)[0].strip() == "released"
     assert storer.communicate(timeout=20)[0].strip() == "stored"
-    # The store merged what the holder wrote (not the file it would have read without the lock):
-    # the holder's FP8 cells and the storer's BF16 cells are both there; nothing was lost.
+    # The store merged with what the holder wrote (not the file it would have read without the
+    # lock). One mode is one run: the storer's autocast run replaces the holder's autocast cells
+    # whole, so no speedup can compare the holder's FP8 with the storer's BF16.
     holder_doc = synthetic_document(ms={("autocast", "fp8-current"): 1.25})
     stored_doc = synthetic_document(ms={("autocast", "bf16"): 2.5})
     assert read_document(path) == merge_documents(holder_doc, stored_doc)
-    assert {(c["mode"], c["precision"]) for c in read_document(path)["cells"]} == {
-        ("autocast", "fp8-current"), ("autocast", "bf16")}
+    assert {(c["mode"], c["precision"]) for c in read_document(path)["cells"]} == {("autocast", "bf16")}
 
 
 BUILD = PRELUDE + """

@@ -17,10 +17,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
-from gemm_benchmark.options import OptionError, parse_options
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
+from gemm_benchmark.options import OptionError, parse_options
 
 HERE = Path(__file__).parent
 PRESET_NAMES = sorted(PRESETS)

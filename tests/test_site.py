@@ -74,13 +74,3 @@ def test_authoring_reference_renders_every_option_from_the_code() -> None:
     text = (DOCS / "authoring.rst").read_text()
     for directive in ("gemm-benchmark-options", "gemm-benchmark-roles", "gemm-benchmark-config"):
         assert f".. {directive}::" in text
-
-
-def test_readme_figure_is_what_the_committed_cache_draws(tmp_path: Path) -> None:
-    from gemm_benchmark.readme_figure import main
-
-    committed = DOCS / "_static" / "readme-speedups.svg"
-    assert "docs/_static/readme-speedups.svg" in (ROOT / "README.md").read_text()
-    out = tmp_path / "readme.svg"
-    assert main(["--cache", str(DOCS / "_gemm_cache"), "--out", str(out)]) == 0
-    assert out.read_bytes() == committed.read_bytes(), "run `nox -s readme_figure` and commit the figure"

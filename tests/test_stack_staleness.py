@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
+
 from gemm_bench.cache import read_document
 from gemm_bench.stack import DEFAULT_STALE_WHEN, StackError, document_stack, stack_staleness, validate_fields
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+
 from gemm_bench import step
 from gemm_bench.config import preset
 from gemm_bench.step import StepError, amdahl, layer_cell, summarize, unsupported_reason, validate_layer_cells

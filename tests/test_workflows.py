@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gemm_bench.devices import ALIASES
 
 REPO = Path(__file__).resolve().parent.parent

@@ -34,6 +34,11 @@ def device_slug(name: str) -> str:
     return slug.strip("-.") or "unknown-device"
 
 
+def device_label(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``H100 80GB HBM3``: tabs and legends need no vendor prefix."""
+    return name.removeprefix("NVIDIA ").strip() or name
+
+
 def normalize_selector(selector: str) -> str:
     """The slug a selector names: an alias's device, else the selector itself as a slug."""
     key = selector.strip().lower()

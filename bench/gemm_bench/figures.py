@@ -31,6 +31,7 @@ import io
 import json
 import math
 import os
+import pickle
 import statistics
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from gemm_bench.devices import device_label
 from gemm_bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
 from gemm_bench.report import Report
 from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
@@ -574,8 +576,20 @@ def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gem
     _check(fmt, None)
     path = directory / f"{stem}-{spec.key()}.{fmt}"
     if not path.exists():
+        # The spec first: a figure file always has the spec it was drawn from beside it, so a
+        # builder that needs another format can draw that from it (:func:`load_spec`).
+        _write_atomic(path.with_suffix(".spec"), pickle.dumps(spec))
         _write_atomic(path, render(spec, fmt))
     return path
+
+
+def load_spec(figure: Path) -> FigureSpec | None:
+    """The spec a :func:`figure_file` was drawn from, or None (not ours, or another code version)."""
+    try:
+        spec = pickle.loads(figure.with_suffix(".spec").read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+    return spec if isinstance(spec, FigureSpec) else None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -591,53 +605,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def write_content_addressed(data: bytes, directory: Path, stem: str, ext: str) -> Path:
-    """Write ``data`` as ``<stem>-<hash>.<ext>`` unless that file already exists; return its path.
-
-    Named by content, a file is never rewritten with other bytes, so parallel readers and repeated
-    builds cannot disagree and an unchanged figure keeps its old modification time (it is a page
-    dependency; a new mtime would make the page look outdated on the next build).
-    """
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    path = directory / f"{stem}-{digest}.{ext}"
-    if not path.exists():
-        _write_atomic(path, data)
-    return path
-
-
-# ------------------------------------------------------------ the extension's former API (shims)
-def figure_for(report: Report, mode: str, *, theme: str = "light", title: str = "") -> Figure:
-    """Deprecated: the old Figure-returning entry point; use :func:`spec_for` and :func:`render`."""
-    return draw(build_spec(report, mode, title=title), _check("svg", theme))
-
-
-def summary_figure(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *, theme: str = "light",
-                   title: str = "") -> Figure:
-    """Deprecated: use :func:`summary_spec` and :func:`render`."""
-    spec = summary_spec(reports, modes, title=title) or FigureSpec(
-        "bars", title, "", "", (), note="no precision besides BF16 measured")
-    return draw(spec, _check("svg", theme))
-
-
-def image_bytes(fig: Figure, fmt: str) -> bytes:
-    """Deprecated: a Figure from :func:`figure_for` as ``svg``, ``pdf`` or ``png``."""
-    _check(fmt, "light")
-    return _save(fig, fmt)
-
-
-def svg_bytes(fig: Figure) -> bytes:
-    """Deprecated: :func:`image_bytes` with ``svg``."""
-    return image_bytes(fig, "svg")
-
-
 # ---------------------------------------------------------------------------------- README
 README_MODEL = "te-guide-5b"
 DEFAULT_README_OUT = Path("docs/_static/readme-speedups.svg")
 
 
-def device_label(name: str) -> str:
-    """``NVIDIA H100 80GB HBM3`` -> ``H100 80GB HBM3``: legends and tabs need no vendor prefix."""
-    return name.removeprefix("NVIDIA ").strip() or name
 
 
 def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:

@@ -31,6 +31,9 @@ class Subtype(str, enum.Enum):
     MEASURE = "measure"
     ROLE = "role"
 
+    def __str__(self) -> str:
+        return self.value
+
 
 DESCRIPTIONS: dict[Subtype, str] = {
     Subtype.OPTION: "An unknown option, or an option value of the wrong form.",

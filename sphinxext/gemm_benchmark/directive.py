@@ -14,6 +14,7 @@ from docutils import nodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from gemm_bench.devices import device_label
 from gemm_benchmark import execution, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
@@ -104,7 +105,7 @@ class GemmBenchmarkDirective(SphinxDirective):
             records.DeviceRecord(
                 name=d.device, slug=d.slug, path=str(d.path), date=d.doc["provenance"]["date"],
                 method_version=d.doc["method_version"], status=d.status.value, reason=d.reason,
-                values=device_values(d.reports, d.device.removeprefix("NVIDIA ").strip(), request.name),
+                values=device_values(d.reports, device_label(d.device), request.name),
             )
             for d in answer.devices
         )

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
 from gemm_bench.cache import Cache, CacheError, is_stale, read_document
 from gemm_bench.devices import device_slug, select
 from gemm_bench.precisions import BASELINE
@@ -55,6 +56,9 @@ class Status(str, enum.Enum):
     STALE = "stale"
     FAILED = "failed"
     FRESH = "fresh"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 #: Freshness statuses as strings, most urgent first.

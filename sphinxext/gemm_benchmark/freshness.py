@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from docutils import nodes
-from gemm_bench.results import METHOD_VERSION
 from sphinx.application import Sphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from gemm_bench.devices import device_label
+from gemm_bench.results import METHOD_VERSION
 from gemm_benchmark import records as envdata
-from gemm_benchmark.nodes import builder_format, gemm_freshness
-from gemm_benchmark.render_block import device_label
+from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
 from gemm_benchmark.render_table import Entry, build_table
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class ResolveFreshness(SphinxPostTransform):
         """Make each page cell a link to the directive's page."""
         if builder_format(self.env) != "html":
             return
-        builder = self.app.builder
+        builder = app_of(self.env).builder
         entries = [row[0] for row in table.findall(nodes.row)][1:]  # skip the header row
         for entry, record in zip(entries, records, strict=True):
             para = entry[0]

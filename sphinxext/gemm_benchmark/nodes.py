@@ -41,13 +41,17 @@ class gemm_freshness(nodes.General, nodes.Element):
     """Placeholder for the site-wide freshness table."""
 
 
+def app_of(env: BuildEnvironment) -> Sphinx:
+    """The application (``env.app`` is deprecated since Sphinx 9; ``_app`` is what it returns)."""
+    return getattr(env, "_app", None) or env.app
+
+
 def builder_format(env: BuildEnvironment) -> str:
     """The current builder's format (``html``, ``latex``, ``text`` ...)."""
     cls = getattr(env, "_builder_cls", None)
     if cls is not None:
         return str(cls.format)
-    app = getattr(env, "_app", None) or env.app
-    return str(app.builder.format)
+    return str(app_of(env).builder.format)
 
 
 def _visit_block_html(self: Any, node: gemm_benchmark_block) -> None:

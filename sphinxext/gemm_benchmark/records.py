@@ -19,10 +19,11 @@ import json
 from collections.abc import Iterable, Iterator, Set
 from pathlib import Path
 
-from gemm_bench.cache import Cache
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.environment.collectors import EnvironmentCollector
+
+from gemm_bench.cache import Cache
 
 
 @dataclasses.dataclass(frozen=True)

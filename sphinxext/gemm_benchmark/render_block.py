@@ -19,19 +19,19 @@ which re-draws the stored spec at write time, so reading never depends on the bu
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 from typing import ClassVar
 
 from docutils import nodes
-from gemm_bench import figures
-from gemm_bench.precisions import MODE_NAMES, PRECISIONS
-from gemm_bench.report import Report, describe_method
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.transforms.post_transforms.images import ImageConverter
 
+from gemm_bench import figures
+from gemm_bench.devices import device_label
+from gemm_bench.precisions import MODE_NAMES, PRECISIONS
+from gemm_bench.report import Report, describe_method
 from gemm_benchmark import render_table
 from gemm_benchmark.execution import Answer, DeviceAnswer
 from gemm_benchmark.options import Request
@@ -47,34 +47,11 @@ def _relative_uri(env: BuildEnvironment, path: Path) -> str:
     return Path(os.path.relpath(path, docdir)).as_posix()
 
 
-def device_label(name: str) -> str:
-    """``NVIDIA H100 80GB HBM3`` -> ``H100 80GB HBM3``: tabs and legends need no vendor prefix."""
-    return name.removeprefix("NVIDIA ").strip() or name
-
-
-def figure_file(env: BuildEnvironment, spec: figures.FigureSpec) -> Path:
-    """The SVG of ``spec``, drawn only if no file of the same key exists yet (plus its spec)."""
-    directory = Path(env.doctreedir) / FIGURE_DIR
-    svg = directory / f"gemm-{spec.key()}.svg"
-    if not svg.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        spec_path = svg.with_suffix(".spec")
-        _write_atomic(spec_path, pickle.dumps(spec))
-        _write_atomic(svg, figures.render(spec, "svg"))
-    return svg
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str) -> list[nodes.Node]:
     spec = figures.spec_for(report, mode)
     if spec is None:
         return []
-    path = figure_file(env, spec)
+    path = figures.figure_file(spec, "svg", Path(env.doctreedir) / FIGURE_DIR)
     what = "speedup vs square GEMM size" if report.kind == "sweep" else "speedup vs BF16 per GEMM and in total"
     uri = _relative_uri(env, path.with_suffix(".*"))
     return [nodes.image(uri=uri, alt=f"{MODE_NAMES[mode]}: {what} on {device}", classes=[FIGURE_CLASS])]
@@ -93,10 +70,8 @@ class FigureConverter(ImageConverter):
         return True
 
     def convert(self, _from: str | os.PathLike[str], _to: str | os.PathLike[str]) -> bool:
-        spec_path = Path(_from).with_suffix(".spec")
-        try:
-            spec = pickle.loads(spec_path.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+        spec = figures.load_spec(Path(_from))
+        if spec is None:
             return False  # not ours, or from another version: Sphinx warns that it cannot convert
         fmt = Path(_to).suffix.lstrip(".")
         Path(_to).write_bytes(figures.render(spec, fmt))

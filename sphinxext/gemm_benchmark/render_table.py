@@ -13,10 +13,10 @@ import re
 from collections.abc import Sequence
 
 from docutils import nodes
+
 from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import Report
 from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
-
 from gemm_benchmark.values import format_ms, format_speedup, format_tflops
 
 

@@ -20,13 +20,13 @@ import dataclasses
 from typing import Any
 
 from docutils import nodes
-from gemm_bench.devices import selects
-from gemm_bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util.docutils import SphinxRole
 
+from gemm_bench.devices import selects
+from gemm_bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
 from gemm_benchmark import records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
@@ -79,10 +79,11 @@ class GemmValueRole(SphinxRole):
         except KeyError:
             return self._fail(f"unknown precision {precision_text!r}; choose from {', '.join(PRECISIONS)}",
                               Subtype.PRECISIONS)
-        node = gemm_value(self.rawtext, kind=self.name, gemm_name=name, device=device, mode=mode,
-                          precision=precision, gemm=" ".join(words[3:]), text=self.text)
+        # The role's text is the node's text: what a title copy shows if it cannot be resolved.
+        node = gemm_value(self.rawtext, self.text, kind=self.name, gemm_name=name, device=device, mode=mode,
+                          precision=precision, gemm=" ".join(words[3:]))
+        node["text"] = self.text
         self.set_source_info(node)
-        node += nodes.Text(self.text)  # what a title copy shows until resolved (never empty)
         records.note_role_use(self.env, self.env.docname, name)
         return [node], []
 

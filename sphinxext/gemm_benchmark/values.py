@@ -15,7 +15,6 @@ import math
 
 from gemm_bench.precisions import MODE_NAMES, PRECISIONS
 from gemm_bench.report import Report
-
 from gemm_benchmark.records import Value, value_key
 
 ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-tflops")
@@ -48,6 +47,10 @@ def format_speedup(speedup: float | None) -> str:
 
 def _tooltip_ms(ms: float) -> str:
     return f"{ms:.5g} ms"
+
+
+def _tooltip_tflops(tflops: float) -> str:
+    return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
 def device_values(reports: dict[str, Report], device: str, name: str) -> dict[str, Value]:
@@ -87,8 +90,9 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 out[value_key("gemm-time", mode, precision, gid)] = Value(
                     f"{format_ms(cell.ms)} ms", f"{_tooltip_ms(cell.ms)}: {at}")
                 tflops = cell.tflops
+                shown = f"{format_tflops(tflops)} TFLOP/s"
                 out[value_key("gemm-tflops", mode, precision, gid)] = (
-                    Value(f"{format_tflops(tflops)} TFLOP/s", f"{tflops:.1f} TFLOP/s: {at}") if _finite(tflops)
+                    Value(shown, f"{_tooltip_tflops(tflops)} TFLOP/s: {at}") if _finite(tflops) and tflops
                     else Value("", f"{at}: no throughput"))
                 speedup = report.gemm_speedup(mode, precision, gemm)
                 out[value_key("gemm-speedup", mode, precision, gid)] = (
