@@ -253,7 +253,7 @@ def is_stale(doc: dict[str, Any], *, max_age_days: float | None = None, now: dt.
     if max_age_days is not None:
         date = doc.get("provenance", {}).get("date")
         try:
-            when = dt.datetime.fromisoformat(date)  # type: ignore[arg-type]  # checked by the except
+            when = dt.datetime.fromisoformat(date)  # a non-string raises TypeError: caught below
             if when.tzinfo is None:
                 when = when.replace(tzinfo=dt.timezone.utc)
             age = ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400

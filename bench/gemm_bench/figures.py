@@ -39,7 +39,7 @@ import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from gemm_bench.devices import device_label
 from gemm_bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
@@ -333,7 +333,7 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
 def _style() -> Iterator[None]:
     import matplotlib
 
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(cast(Any, _RC)):
         yield
 
 
@@ -521,9 +521,9 @@ def _legend(fig: Figure, ink: str, loc: str, anchor: tuple[float, float]) -> Non
             handles.setdefault(label, handle)
     if not handles:
         return
-    legend = fig.legend(list(handles.values()), list(handles), frameon=False, loc=loc, bbox_to_anchor=anchor,
-                        ncols=min(len(handles), 3), handlelength=1.2, columnspacing=1.0, borderaxespad=0,
-                        borderpad=0)
+    options: dict[str, Any] = {"frameon": False, "loc": loc, "bbox_to_anchor": anchor, "ncols": min(len(handles), 3),
+                               "handlelength": 1.2, "columnspacing": 1.0, "borderaxespad": 0, "borderpad": 0}
+    legend = fig.legend(list(handles.values()), list(handles), **options)
     for text in legend.get_texts():
         text.set_color(ink)
 
@@ -543,7 +543,8 @@ def _check(fmt: str, theme: str | None) -> Theme:
 def _save(fig: Figure, fmt: str) -> bytes:
     buffer = io.BytesIO()
     with _style():
-        fig.savefig(buffer, format=fmt, metadata=_SAVE_METADATA[fmt], **({} if fmt == "svg" else {"dpi": 150}))
+        extra: dict[str, Any] = {} if fmt == "svg" else {"dpi": 150}
+        fig.savefig(buffer, format=fmt, metadata=_SAVE_METADATA[fmt], **extra)
     return buffer.getvalue()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import gc
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -150,8 +151,8 @@ class Runner:
             chosen = list(dict.fromkeys(c.precision for c in wanted))
             fprop = fprop_of[op]
             backward = any(c.gemm.pass_ != "fprop" for c in wanted)
-            builders = {
-                p: (lambda p=p, f=fprop, b=backward: te_backend.autocast_competitor(p, f, b)) for p in chosen
+            builders: dict[str, Callable[[], Competitor]] = {
+                p: functools.partial(te_backend.autocast_competitor, p, fprop, backward) for p in chosen
             }
             with _nvtx(f"autocast {op}", self.nvtx):
                 samples, failures = self._time_group(builders)
@@ -162,12 +163,11 @@ class Runner:
         for gemm in prequant_gemms:
             self.progress(done, total, f"prequant {gemm.op}/{gemm.pass_}")
             wanted = [c for c in prequant if c.gemm == gemm]
-            builders = {
-                c.precision: (lambda p=c.precision, g=gemm: te_backend.prequant_competitor(p, g)) for c in wanted
-            }
+            builders = {c.precision: functools.partial(te_backend.prequant_competitor, c.precision, gemm)
+                        for c in wanted}
             if gemm in peer_gemms and gemm.groups == 1:
                 for peer in torch_native.PEERS:
-                    builders[peer] = lambda peer=peer, g=gemm: torch_native.peer_competitor(peer, g)
+                    builders[peer] = functools.partial(torch_native.peer_competitor, peer, gemm)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
                 samples, failures = self._time_group(builders)
             cells += _timed_cells(wanted, samples, failures)

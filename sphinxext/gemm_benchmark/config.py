@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
@@ -26,7 +26,7 @@ class ConfigValue:
     default: Any
     description: str
     #: Sphinx's rebuild scope: "env" re-reads every page when the value changes.
-    rebuild: str = "env"
+    rebuild: Literal["", "env", "html"] = "env"
     types: tuple[type, ...] = ()
 
 

@@ -41,7 +41,7 @@ class GemmBenchmarkFreshnessDirective(SphinxDirective):
 
 def rows(records: list[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
     """One row per directive: the table's and the log's content."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for r in records:
         devices = r.devices
         names = ", ".join(device_label(d.name) for d in devices) or "–"
@@ -86,7 +86,9 @@ class ResolveFreshness(SphinxPostTransform):
         builder = app_of(self.env).builder
         entries = [row[0] for row in table.findall(nodes.row)][1:]  # skip the header row
         for entry, record in zip(entries, records, strict=True):
+            assert isinstance(entry, nodes.Element)
             para = entry[0]
+            assert isinstance(para, nodes.Element)
             uri = builder.get_relative_uri(self.env.docname, record.docname)
             ref = nodes.reference("", record.docname, internal=True, refuri=uri)
             del para[:]

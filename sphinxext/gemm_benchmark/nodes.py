@@ -72,12 +72,13 @@ def _unresolved(self: Any, node: nodes.Node) -> None:
     raise nodes.SkipNode
 
 
-def block_title(node: nodes.Element) -> str:
+def block_title(node: nodes.Node) -> str:
     """The title ``:ref:`` shows for a block: its caption, else its name.
 
     The caption is kept as an attribute, not a ``caption`` node: LaTeX writes captions as
     ``\\caption`` which is an error outside a float, and the block is not one.
     """
+    assert isinstance(node, nodes.Element)
     return str(node.get("gemm_caption") or node.get("gemm_name", ""))
 
 
@@ -85,10 +86,9 @@ WRITERS = ("latex", "text", "man", "texinfo")
 
 
 def setup_nodes(app: Sphinx) -> None:
-    app.add_enumerable_node(
-        gemm_benchmark_block, "gemm-benchmark", block_title,
-        html=(_visit_block_html, _depart_block_html),
-        **{w: (_pass, _pass) for w in WRITERS},
-    )
+    block_visitors: dict[str, Any] = {w: (_pass, _pass) for w in WRITERS}
+    app.add_enumerable_node(gemm_benchmark_block, "gemm-benchmark", block_title,
+                            html=(_visit_block_html, _depart_block_html), **block_visitors)
+    placeholders: dict[str, Any] = {w: (_unresolved, None) for w in WRITERS}
     for node_class in (gemm_tab_set, gemm_tab, gemm_freshness):
-        app.add_node(node_class, html=(_unresolved, None), **{w: (_unresolved, None) for w in WRITERS})
+        app.add_node(node_class, html=(_unresolved, None), **placeholders)

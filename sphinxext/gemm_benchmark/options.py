@@ -256,8 +256,8 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> 
         )
     except ConfigError as exc:
         message = exc.describe(lambda f: option_spelling(_FIELD_TO_OPTION.get(f, f)))
-        option = _FIELD_TO_OPTION.get(exc.field, exc.field).replace("_", "-")
-        raise OptionError(option, message.split(": ", 1)[1] if ": " in message else message,
+        at_fault = _FIELD_TO_OPTION.get(exc.field, exc.field).replace("_", "-")
+        raise OptionError(at_fault, message.split(": ", 1)[1] if ": " in message else message,
                           subtype="config") from None
     precisions = (_parse_choices("precisions", text["precisions"], normalize_precision, PRECISION_IDS)
                   if "precisions" in text else PRECISION_IDS)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import ClassVar
 
 from docutils import nodes
 from sphinx import addnodes
@@ -60,8 +59,7 @@ def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str) 
 class FigureConverter(ImageConverter):
     """PDF or PNG of our figures for builders without SVG, re-drawn from the stored spec."""
 
-    conversion_rules: ClassVar[list[tuple[str, str]]] = [
-        ("image/svg+xml", "application/pdf"), ("image/svg+xml", "image/png")]
+    conversion_rules = [("image/svg+xml", "application/pdf"), ("image/svg+xml", "image/png")]  # noqa: RUF012
 
     def match(self, node: nodes.image) -> bool:
         return FIGURE_CLASS in node.get("classes", []) and super().match(node)

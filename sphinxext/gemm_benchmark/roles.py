@@ -179,9 +179,13 @@ def _visit_text_like(self: Any, node: gemm_value) -> None:
     node.children = [nodes.Text(text)]  # a copy outside the body: let the writer write it
 
 
+def _depart_nothing(self: Any, node: gemm_value) -> None:
+    """The writer wrote the node's text itself."""
+
+
 def setup_roles(app: Sphinx) -> None:
-    app.add_node(gemm_value, html=(_visit_html, None),
-                 **{w: (_visit_text_like, lambda self, node: None) for w in ("latex", "text", "man", "texinfo")})
+    copies: dict[str, Any] = {w: (_visit_text_like, _depart_nothing) for w in ("latex", "text", "man", "texinfo")}
+    app.add_node(gemm_value, html=(_visit_html, None), **copies)
     for name in ROLES:
         app.add_role(name, GemmValueRole())
     app.add_post_transform(ResolveGemmValues)

@@ -29,7 +29,7 @@ def _matmul_tn(
     stride_bm, stride_bk, stride_an, stride_ak, stride_cm, stride_cn,
     HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
-):  # type: ignore[no-untyped-def]
+):
     # Grouped launch order: GROUP_M row-blocks share their A tiles while they are in L2.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
