@@ -315,3 +315,35 @@ def test_committed_cache_files_render_with_the_site_question(project: Project) -
     warnings, _ = project.build()
     assert "WARNING" not in warnings, warnings
     shutil.rmtree(project.build_dir)
+
+
+# ---------------------------------------------------------------- staleness follows the software
+def test_a_te_upgrade_on_the_gpu_box_re_measures_exactly_that_gpus_results(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = build_question(model="te-guide-5b")
+    old = make_document(q, device=H100, precisions=("bf16", "fp8-current"))
+    other = make_document(q, device=H200, precisions=("bf16", "fp8-current"))
+    project.store(old)
+    project.store(other)
+    measured: list[tuple[str, ...]] = []
+
+    def measure(question: Any, precisions: Any, modes: Any) -> dict[str, Any]:
+        measured.append(tuple(precisions))
+        doc = make_document(question, device=H100, precisions=tuple(precisions), modes=tuple(modes), speed=1.1)
+        doc["provenance"]["transformer_engine"] = "99.0"
+        return doc
+
+    monkeypatch.setattr(execution, "gpu_detector", lambda: (execution.LocalGpu(H100["name"], measure), ""))
+    stack = {key: old["provenance"][key] for key in ("torch", "cuda", "driver")}
+    monkeypatch.setattr(execution, "local_stack", lambda: {**stack, "transformer_engine": "99.0", "method": "1"})
+    (project.src / "conf.py").write_text(CONF.replace('"cache"', '"auto"'), encoding="utf-8")
+    project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n   :devices: h100, h200\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    assert len(measured) == 1  # the H100 result (old TE) once; the H200 result is another box's
+    docs = {p.name: json.loads(p.read_text()) for p in project.cache.glob("*.json")}
+    assert docs[file_name(q.hash, H100["name"])]["provenance"]["transformer_engine"] == "99.0"
+    assert docs[file_name(q.hash, H200["name"])] == json.loads(dumps(other))
+    warnings, _ = project.build()  # now fresh: nothing more to measure
+    assert len(measured) == 1

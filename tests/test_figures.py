@@ -235,7 +235,10 @@ def test_a_figure_is_drawn_once_per_key(tmp_path: Path, monkeypatch: pytest.Monk
     assert drawn == ["svg"]
     other = figures.figure_file(dataclasses.replace(spec, title="other"), "svg", tmp_path)
     assert other != first and drawn == ["svg", "svg"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, other.name])  # no temp files left
+    # Each figure has its spec beside it (for builders that need another format); no temp files left.
+    expected = [first.name, first.with_suffix(".spec").name, other.name, other.with_suffix(".spec").name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)
+    assert figures.load_spec(first) == spec
 
 
 def test_importing_figures_is_cheap_and_pure() -> None:

@@ -187,8 +187,11 @@ def test_plan_from_committed_cache_is_empty_and_a_missing_precision_is_planned(t
     assert len(tasks) == len(jobs) and all("Transformer Engine" in t.reason for t in tasks)
     doc = read_document(DOCS / "_gemm_cache" / f"{jobs[0].hash}--h100-80gb-hbm3.json")
     doc["cells"] = [c for c in doc["cells"] if c["precision"] != "fp8-block"]
-    todo = needs_measuring(doc, ["bf16", "fp8-block"], ["autocast"], local, Rules())
-    assert todo is not None and todo[:2] == (["bf16", "fp8-block"], ["autocast"])
+    todo = needs_measuring(doc, jobs[0].question, ["bf16", "fp8-block"], ["autocast"], local, Rules())
+    # The mode is measured whole: what was asked, and every precision the file holds in that mode.
+    assert todo is not None and todo[1] == ["autocast"]
+    assert todo[0][:2] == ["bf16", "fp8-block"] and set(todo[0]) == {
+        "bf16", "fp8-block", *(c["precision"] for c in doc["cells"] if c["mode"] == "autocast")}
 
 
 def test_select_gpus_rejects_unknown_indices_and_mixed_kinds() -> None:

@@ -184,11 +184,18 @@ class Cache:
         return self.directory / file_name(question_hash, device_name)
 
     def files(self, question_hash: str | None = None) -> list[Path]:
-        """Result files directly in the directory (symlinks included, so that they are reported)."""
-        if not self.directory.is_dir():
-            return []
-        pattern = f"{glob.escape(question_hash)}--*.json" if question_hash else "*--*.json"
-        return sorted(self.directory.glob(pattern))
+        """Result files directly in the directory (symlinks included, so that they are reported).
+
+        A directory that does not exist holds no result; one that cannot be listed is a
+        :class:`CacheError` naming it (never an empty cache by mistake).
+        """
+        try:
+            if not self.directory.is_dir():
+                return []
+            pattern = f"{glob.escape(question_hash)}--*.json" if question_hash else "*--*.json"
+            return sorted(self.directory.glob(pattern))
+        except OSError as exc:
+            raise CacheError(self.directory, f"cannot be listed ({exc.strerror or exc})") from None
 
     def lookup(self, question_hash: str) -> Lookup:
         """Every file of one question, listed once and each read once."""

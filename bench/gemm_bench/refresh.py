@@ -45,13 +45,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from gemm_bench.cache import Cache, CacheError, is_stale
+from gemm_bench.cache import Cache, CacheError
 from gemm_bench.devices import device_slug, selects
 from gemm_bench.precisions import BASELINE, MODES, PRECISION_IDS
 from gemm_bench.question import Question
 from gemm_bench.report import Report
 from gemm_bench.results import ResultError
-from gemm_bench.stack import DEFAULT_STALE_WHEN, stack_staleness
+from gemm_bench.stack import Rules, remeasure
 
 #: ``(question, precisions, modes) -> result document``; runs inside a worker process.
 Measure = Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
@@ -270,32 +270,11 @@ def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
 
 
 # ------------------------------------------------------------------------------- freshness
-@dataclasses.dataclass(frozen=True)
-class Rules:
-    """The freshness rules of ``auto`` mode, as the docs build applies them."""
-
-    stale_when: tuple[str, ...] = DEFAULT_STALE_WHEN
-    max_age_days: float | None = None
-    force: bool = False
-
-
-def needs_measuring(doc: dict[str, Any] | None, precisions: Sequence[str], modes: Sequence[str],
-                    local: Mapping[str, str] | None, rules: Rules) -> tuple[list[str], list[str], str] | None:
-    """(precisions, modes, why) to measure now on this box, or None when the cached result suffices."""
-    if doc is None:
-        return list(precisions), list(modes), "not measured on this device yet"
-    if rules.force:
-        return list(precisions), list(modes), "forced"
-    stale = is_stale(doc, max_age_days=rules.max_age_days) or stack_staleness(doc, local, rules.stale_when)
-    if stale:
-        return list(precisions), list(modes), f"stale: {stale}"
-    missing = Report(doc, modes=modes, precisions=precisions).missing_cells()
-    if not missing:
-        return None
-    want_p = [p for p in precisions if any(m[1] == p for m in missing)]
-    want_m = [m for m in modes if any(x[0] == m for x in missing)]
-    return (list(dict.fromkeys([BASELINE, *want_p])), want_m,
-            f"{len(missing)} requested cells missing ({', '.join(sorted({f'{m}/{p}' for m, p, _ in missing}))})")
+def needs_measuring(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str],
+                    modes: Sequence[str], local: Mapping[str, str] | None,
+                    rules: Rules) -> tuple[list[str], list[str], str] | None:
+    """(precisions, modes, why) to measure now on this box: the docs build's own rule (stack.remeasure)."""
+    return remeasure(doc, question, precisions, modes, local=local, rules=rules)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,7 +334,7 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
         lookup = cache.lookup(job.hash)
         current = next((d for d in lookup.documents if device_slug(d["device"]["name"]) == device_slug(device_name)),
                        None)
-        todo = needs_measuring(current, precisions, modes, local, rules)
+        todo = needs_measuring(current, job.question, precisions, modes, local, rules)
         locations = tuple(a.location for a in job.asks)
         if todo is None:
             fresh.append(f"{job.hash} ({job.question.describe()}): fresh")
@@ -501,9 +480,9 @@ def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> 
             with FileLock(str(setup.lock_path)):
                 current = next((d for d in cache.lookup(task.question.hash).documents
                                 if device_slug(d["device"]["name"]) == device_slug(task.device_name)), None)
-                if current is not None and needs_measuring(current, task.precisions, task.modes, setup.local,
-                                                           dataclasses.replace(setup.rules, force=False)) is None \
-                        and not setup.rules.force:
+                unforced = dataclasses.replace(setup.rules, force=False)
+                if current is not None and not setup.rules.force and needs_measuring(
+                        current, task.question, task.precisions, task.modes, setup.local, unforced) is None:
                     conn.send(("skipped", task.key, "another process measured it meanwhile"))
                     continue
                 doc = setup.measure(task.question, task.precisions, task.modes)

@@ -14,12 +14,17 @@ documentation still builds on machines without them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gemm_bench.cache import is_stale
+from gemm_bench.precisions import BASELINE
+from gemm_bench.question import Question
+from gemm_bench.report import Report
 from gemm_bench.results import METHOD_VERSION
 
 #: Every field a staleness rule may name, with the words the reason uses. ``method`` is the
@@ -121,3 +126,42 @@ def local_stack() -> dict[str, str] | None:
         "cuda": str(torch.version.cuda or "unknown"),
         "driver": driver_version(),
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """The freshness rules of ``auto`` mode: one definition for the docs build and ``gemm-bench refresh``."""
+
+    stale_when: tuple[str, ...] = DEFAULT_STALE_WHEN
+    max_age_days: float | None = None
+    force: bool = False
+
+
+def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
+              *, local: Mapping[str, str] | None, rules: Rules) -> tuple[list[str], list[str], str] | None:
+    """(precisions, modes, why) this box should measure now, or None when the cached result suffices.
+
+    A mode is always measured whole: the requested precisions, BF16 (the baseline) and every
+    precision the cached file already holds in that mode, so the new run replaces the mode's cells
+    as one run (no speedup ever compares two runs) and no page loses what another page asked for.
+    Cells are judged against the page's question (its GEMMs), as the page renders them.
+    """
+    everything = list(dict.fromkeys([BASELINE, *precisions]))
+    if doc is None:
+        return everything, list(modes), "not measured on this device yet"
+    if rules.force:
+        return everything, list(modes), "forced"
+    stale = is_stale(doc, max_age_days=rules.max_age_days) or stack_staleness(doc, local, rules.stale_when)
+    if stale:
+        return everything, list(modes), f"stale: {stale}"
+    want_modes = []
+    for mode in modes:
+        report = Report(doc, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,
+                        modes=[mode], precisions=list(precisions))
+        if report.missing_cells():
+            want_modes.append(mode)
+    if not want_modes:
+        return None
+    cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
+    return (list(dict.fromkeys([*everything, *cached])), want_modes,
+            f"cells never measured in {', '.join(want_modes)}")

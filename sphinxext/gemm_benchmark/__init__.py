@@ -34,6 +34,7 @@ from gemm_benchmark.reference import (
 )
 from gemm_benchmark.render_block import setup_figures
 from gemm_benchmark.roles import setup_roles
+from gemm_benchmark.summary import GemmBenchmarkSummaryDirective
 from gemm_benchmark.tabs import setup_tabs
 
 __version__ = "0.2.0"
@@ -51,6 +52,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     setup_figures(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
+    app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)
     app.add_directive("gemm-benchmark-options", GemmBenchmarkOptionsDirective)
     app.add_directive("gemm-benchmark-roles", GemmBenchmarkRolesDirective)
     app.add_directive("gemm-benchmark-config", GemmBenchmarkConfigDirective)

@@ -16,6 +16,7 @@ from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.errors import ConfigError
 
+from gemm_bench.stack import DEFAULT_STALE_WHEN, STACK_FIELDS, StackError, validate_fields
 from gemm_benchmark import execution
 from gemm_benchmark.diagnostics import Subtype, warn
 
@@ -45,6 +46,13 @@ CONFIG_VALUES: tuple[ConfigValue, ...] = (
         types=(str,),
     ),
     ConfigValue(
+        "gemm_benchmark_stale_when", list(DEFAULT_STALE_WHEN),
+        "In ``auto`` mode on a GPU box, a result of this GPU is stale when any of these differ between the box "
+        "and the result's provenance: " + ", ".join(f"``{f}``" for f in STACK_FIELDS) + ". Upgrading "
+        "Transformer Engine on a GPU runner then refreshes the guide.",
+        types=(list, tuple),
+    ),
+    ConfigValue(
         "gemm_benchmark_max_age_days", None,
         "Results older than this many days are stale (re-measured where a GPU is present, flagged in the "
         "freshness table otherwise). ``None``: results never age.",
@@ -61,6 +69,7 @@ class Settings:
     cache_dir: Path
     max_age_days: float | None
     build_started: float
+    stale_when: tuple[str, ...] = DEFAULT_STALE_WHEN
 
 
 _ATTR = "gemm_benchmark_settings"
@@ -76,7 +85,11 @@ def init_settings(app: Sphinx) -> None:
     max_age = app.config.gemm_benchmark_max_age_days
     if max_age is not None and (isinstance(max_age, bool) or not max_age > 0 or max_age == float("inf")):
         raise ConfigError(f"gemm_benchmark_max_age_days = {max_age!r} must be a positive number of days or None")
-    setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time()))
+    try:
+        stale_when = validate_fields(list(app.config.gemm_benchmark_stale_when), source="gemm_benchmark_stale_when")
+    except StackError as exc:
+        raise ConfigError(str(exc)) from None
+    setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time(), stale_when))
     execution.reset_detection()
 
 

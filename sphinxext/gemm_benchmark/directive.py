@@ -57,7 +57,7 @@ class GemmBenchmarkDirective(SphinxDirective):
         answer = execution.answer(
             request.question, precisions=request.precisions, modes=request.modes, devices=request.devices,
             cache_dir=config.cache_dir, mode=config.mode, max_age_days=config.max_age_days,
-            build_started=config.build_started,
+            build_started=config.build_started, stale_when=config.stale_when,
         )
         for path in answer.files:  # a fixed or replaced file re-reads the page
             self.env.note_dependency(str(path))

@@ -36,13 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+from sphinx.util import logging
 
 from gemm_bench.cache import Cache, CacheError, is_stale, read_document
 from gemm_bench.devices import device_slug, select
-from gemm_bench.precisions import BASELINE
 from gemm_bench.question import Question
 from gemm_bench.report import Report
 from gemm_bench.results import ResultError
+from gemm_bench.stack import DEFAULT_STALE_WHEN, Rules, local_stack, remeasure, stack_staleness
+
+logger = logging.getLogger(__name__)
 
 EXECUTION_MODES: tuple[str, ...] = ("cache", "auto", "force")
 ENV_VAR = "GEMM_BENCH_EXECUTION_MODE"
@@ -127,6 +130,7 @@ def local_gpu() -> tuple[LocalGpu | None, str]:
 
 def reset_detection() -> None:
     _detected.clear()
+    _stack.clear()
     READS.clear()
 
 
@@ -230,39 +234,52 @@ def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float 
 
 
 def to_measure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
-               *, force: bool, max_age_days: float | None) -> tuple[list[str], list[str]] | None:
+               *, force: bool, max_age_days: float | None,
+               stale_when: Sequence[str] = DEFAULT_STALE_WHEN) -> tuple[list[str], list[str]] | None:
     """Which (precisions, modes) this GPU should measure now, or None when the cache suffices.
 
-    A mode is always measured whole: the requested precisions, BF16 (the baseline), and every
-    precision the cached file already holds in that mode. The new run then replaces the mode's
-    cells as one run, so no speedup ever compares cells of two runs and no page loses the
-    precisions another page asked for.
+    The rule is :func:`gemm_bench.stack.remeasure`, shared with ``gemm-bench refresh``: a mode is
+    measured whole, and a result measured with another software stack (the fields of
+    ``gemm_benchmark_stale_when``) is stale on this GPU box.
     """
-    if doc is None or force or is_stale(doc, max_age_days=max_age_days):
-        return list(dict.fromkeys([BASELINE, *precisions])), list(modes)
-    reports = reports_for(doc, question, precisions, modes)
-    want_modes = [mode for mode, report in reports.items() if report.missing_cells()]
-    if not want_modes:
-        return None
-    cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
-    return list(dict.fromkeys([BASELINE, *precisions, *cached])), want_modes
+    rules = Rules(stale_when=tuple(stale_when), max_age_days=max_age_days, force=force)
+    todo = remeasure(doc, question, precisions, modes, local=_local_stack(), rules=rules)
+    return None if todo is None else (todo[0], todo[1])
+
+
+def _local_stack() -> dict[str, str] | None:
+    """This GPU box's software stack (asked once per build), None where nothing can be measured."""
+    if "stack" not in _stack:
+        _stack["stack"] = local_stack()
+    return _stack["stack"]
+
+
+_stack: dict[str, dict[str, str] | None] = {}
 
 
 def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str], devices: Sequence[str],
-           cache_dir: Path, mode: str, max_age_days: float | None, build_started: float) -> Answer:
+           cache_dir: Path, mode: str, max_age_days: float | None, build_started: float,
+           stale_when: Sequence[str] = DEFAULT_STALE_WHEN) -> Answer:
     """Look the question up, measure on this GPU if the mode says so, and assess every device."""
     cache = Cache(cache_dir)
     problems: list[str] = []
+    local: LocalGpu | None = None
     if mode != "cache":
         gpu, _ = local_gpu()
+        local = gpu
         if gpu is not None and (not devices or any(select(s, [gpu.name]) for s in devices)):
             problem = _measure_if_needed(cache, gpu, question, precisions, modes, mode=mode,
-                                         max_age_days=max_age_days, build_started=build_started)
+                                         max_age_days=max_age_days, build_started=build_started,
+                                         stale_when=stale_when)
             if problem:
                 problems.append(problem)
-    files = cache.files(question.hash)
     documents: list[tuple[Path, dict[str, Any]]] = []
     errors: list[CacheError] = []
+    try:
+        files = cache.files(question.hash)
+    except CacheError as exc:
+        files = []
+        errors.append(exc)
     for path in files:
         try:
             documents.append((path, READS.read(path)))
@@ -277,6 +294,11 @@ def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str
             errors.append(CacheError(path, f"does not answer this question: {exc}"))
             continue
         status, reason = assess(reports, doc, max_age_days)
+        if status is Status.FRESH and local is not None and device_slug(local.name) == device_slug(name):
+            # Only this box's own GPU result can be judged against this box's software stack.
+            by_stack = stack_staleness(doc, _local_stack(), stale_when)
+            if by_stack:
+                status, reason = Status.STALE, by_stack
         measured_now = mode != "cache" and path.stat().st_mtime >= build_started
         by_name[name] = DeviceAnswer(name, device_slug(name), path, doc, status, reason, reports, measured_now)
     chosen = list(by_name.values())
@@ -302,7 +324,7 @@ def _current(cache: Cache, question: Question, gpu: LocalGpu) -> dict[str, Any] 
 
 def _measure_if_needed(cache: Cache, gpu: LocalGpu, question: Question, precisions: Sequence[str],
                        modes: Sequence[str], *, mode: str, max_age_days: float | None,
-                       build_started: float) -> str | None:
+                       build_started: float, stale_when: Sequence[str]) -> str | None:
     """Measure what this GPU lacks; the message of a failure, or None. Never raises for a GPU error.
 
     ``force`` re-measures a question once per build: a file written since the build started (by
@@ -315,16 +337,18 @@ def _measure_if_needed(cache: Cache, gpu: LocalGpu, question: Question, precisio
 
     force = forced()
     if to_measure(_current(cache, question, gpu), question, precisions, modes, force=force,
-                  max_age_days=max_age_days) is None:
+                  max_age_days=max_age_days, stale_when=stale_when) is None:
         return None
     cache.directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache.directory / GPU_LOCK_NAME)):
         # Another process may have measured this question while we waited for the lock.
         todo = to_measure(_current(cache, question, gpu), question, precisions, modes, force=forced(),
-                          max_age_days=max_age_days)
+                          max_age_days=max_age_days, stale_when=stale_when)
         if todo is None:
             return None
         want_precisions, want_modes = todo
+        logger.info("gemm-benchmark: measuring %s (%s) on %s: %s | %s", question.hash, question.describe(),
+                    gpu.name, ", ".join(want_precisions), ", ".join(want_modes))
         try:
             doc = gpu.measure(question, want_precisions, want_modes)
             cache.store(doc)

@@ -28,6 +28,8 @@ class Entry:
     classes: tuple[str, ...] = ()
     #: ````literal```` spans in ``text`` become literal nodes (the generated reference tables).
     markup: bool = False
+    #: Where the value comes from, shown on hover in HTML (an abbreviation elsewhere).
+    tooltip: str = ""
 
 
 def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequence[Entry]],
@@ -48,10 +50,18 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
             if item.morecols:
                 entry["morecols"] = item.morecols
             para = nodes.paragraph()
+            inner: nodes.Node
             if item.markup:
                 para.extend(inline_literals(item.text))
-            else:
-                para += nodes.strong(item.text, item.text) if item.strong else nodes.Text(item.text)
+                entry += para
+                row += entry
+                continue
+            inner = nodes.strong(item.text, item.text) if item.strong else nodes.Text(item.text)
+            if item.tooltip:
+                abbr = nodes.abbreviation("", "", explanation=item.tooltip)
+                abbr += inner
+                inner = abbr
+            para += inner
             entry += para
             row += entry
         return row

@@ -40,6 +40,8 @@ class RoleSpec:
     example: str
     #: "required", "optional" (whole model without it) or "none".
     gemm: str = "optional"
+    #: Whether the role names a precision (``gemm-fastest`` finds one instead).
+    precision: bool = True
 
 
 ROLES: dict[str, RoleSpec] = {
@@ -56,6 +58,10 @@ ROLES: dict[str, RoleSpec] = {
         RoleSpec("gemm-tflops", "NAME[@DEVICE] MODE PRECISION GEMM",
                  "Throughput of one GEMM, named ``op/pass`` (``mlp_up/fprop``) or by its ``MxKxN`` shape.",
                  "te-5b prequant fp8-block mlp_up/fprop", gemm="required"),
+        RoleSpec("gemm-fastest", "NAME[@DEVICE] MODE",
+                 "The fastest precision's name: the largest whole-model speedup vs BF16 among the precisions the "
+                 "directive shows and the device measured. ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup.",
+                 "te-5b@h100 autocast", gemm="none", precision=False),
     )
 }
 
@@ -66,8 +72,11 @@ class GemmValueRole(SphinxRole):
     def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
         spec = ROLES[self.name]
         words = self.text.split()
-        if len(words) < (4 if spec.gemm == "required" else 3) or (spec.gemm == "none" and len(words) > 3):
+        fixed = 3 if spec.precision else 2
+        if len(words) < fixed + (spec.gemm == "required") or (spec.gemm == "none" and len(words) > fixed):
             return self._fail(f"expects `{spec.syntax}`, got {self.text!r}")
+        if not spec.precision:
+            words.insert(2, "")
         target, mode_text, precision_text = words[:3]
         name, _, device = target.partition("@")
         try:
@@ -75,10 +84,11 @@ class GemmValueRole(SphinxRole):
         except KeyError:
             return self._fail(f"unknown mode {mode_text!r}; choose from {', '.join(MODE_NAMES)}", Subtype.MODES)
         try:
-            precision = normalize_precision(precision_text)
+            precision = ("" if not spec.precision else "fastest" if precision_text.lower() == "fastest"
+                         else normalize_precision(precision_text))
         except KeyError:
-            return self._fail(f"unknown precision {precision_text!r}; choose from {', '.join(PRECISIONS)}",
-                              Subtype.PRECISIONS)
+            return self._fail(f"unknown precision {precision_text!r}; choose from {', '.join(PRECISIONS)} "
+                              "or fastest", Subtype.PRECISIONS)
         # The role's text is the node's text: what a title copy shows if it cannot be resolved.
         node = gemm_value(self.rawtext, self.text, kind=self.name, gemm_name=name, device=device, mode=mode,
                           precision=precision, gemm=" ".join(words[3:]))
@@ -117,7 +127,7 @@ def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
     mode, precision = node["mode"], node["precision"]
     if mode not in record.modes:
         raise Unavailable(f"{record.name} does not show mode {mode!r} (it shows {', '.join(record.modes)})")
-    if precision not in record.precisions:
+    if precision not in ("", "fastest") and precision not in record.precisions:
         raise Unavailable(f"{record.name} does not show precision {precision!r} "
                           f"(it shows {', '.join(record.precisions)})")
     gemm = ""

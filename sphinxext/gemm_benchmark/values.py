@@ -53,10 +53,38 @@ def _tooltip_tflops(tflops: float) -> str:
     return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
+#: The rule behind ``:gemm-fastest:`` and the ``fastest`` precision, stated where it is applied.
+FASTEST_RULE = ("the precision with the largest whole-model GEMM speedup vs BF16 among those the directive shows "
+                "and this device measured in this mode")
+
+
+def _fastest(report: Report, mode: str) -> tuple[str, float] | None:
+    best: tuple[str, float] | None = None
+    for precision in report.precisions:
+        if precision == "bf16":
+            continue
+        total = report.total(mode, precision)
+        speedup = total.speedup_vs_bf16
+        if total.status == "measured" and _finite(speedup) and speedup and (best is None or speedup > best[1]):
+            best = (precision, speedup)
+    return best
+
+
 def device_values(reports: dict[str, Report], device: str, name: str) -> dict[str, Value]:
     """All quotable values of one device's answer, keyed by :func:`~.records.value_key`."""
     out: dict[str, Value] = {}
     for mode, report in reports.items():
+        fastest = _fastest(report, mode)
+        where = f"{MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
+        if fastest is None:
+            out[value_key("gemm-fastest", mode, "")] = Value("", f"{where}: no precision besides BF16 measured")
+            out[value_key("gemm-speedup", mode, "fastest")] = Value("", f"{where}: no precision besides BF16 measured")
+        else:
+            display = PRECISIONS[fastest[0]].display
+            out[value_key("gemm-fastest", mode, "")] = Value(
+                display, f"{display} ({fastest[1]:.3f}× BF16): {FASTEST_RULE}; {where}")
+            out[value_key("gemm-speedup", mode, "fastest")] = Value(
+                format_speedup(fastest[1]), f"{fastest[1]:.3f}× BF16 by {display}, the fastest: {where}")
         for precision in report.precisions:
             where = f"{PRECISIONS[precision].display}, {MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
             total = report.total(mode, precision)

@@ -1,0 +1,184 @@
+"""``gemm-benchmark-summary``: the answer first — speedup per precision, device and model, in one table.
+
+The landing page opens with it; the "Speedup by model" page is one. Each entry of ``:models:`` is a
+preset, optionally at a tensor-parallel size (``llama3-70b/tp8``); each becomes a question through
+the directive's own option parser and is answered through the same path as ``gemm-benchmark``
+(:func:`.execution.answer`, one :class:`~gemm_bench.report.Report` per mode from the page's
+question), so the summary and the detailed blocks cannot disagree. Rows are (model, device, mode);
+columns are precisions; the fastest precision of a row is marked. A model no device has measured yet
+gets one row saying so, with the command that measures it. A figure (whole-model speedups, a panel
+per mode) follows the table unless ``:show: table``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+from gemm_bench import figures
+from gemm_bench.choices import split_list
+from gemm_bench.config import PRESET_DESCRIPTIONS
+from gemm_bench.devices import device_label
+from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.report import Report
+from gemm_benchmark import execution
+from gemm_benchmark.config import settings
+from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.options import OptionError, Request, parse_options
+from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri
+from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.values import format_speedup
+
+logger = logging.getLogger(__name__)
+
+_MODEL = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d+))?$")
+MODE_ROW_NAMES = {"autocast": "GEMMs in training (autocast)", "prequant": "GEMM kernels alone (pre-quantized)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelAsk:
+    label: str
+    request: Request
+
+
+def model_label(preset: str, tp: int | None) -> str:
+    name = PRESET_DESCRIPTIONS.get(preset, preset).split(":")[0]
+    return f"{name} (TP {tp})" if tp and tp > 1 else name
+
+
+class GemmBenchmarkSummaryDirective(SphinxDirective):
+    """One table (and figure) of whole-model GEMM speedups for several models and devices."""
+
+    has_content = False
+    option_spec = {  # noqa: RUF012  (docutils reads it as a class attribute)
+        "models": lambda text: text or "",
+        "precisions": lambda text: text or "",
+        "modes": lambda text: text or "",
+        "devices": lambda text: text or "",
+        "show": lambda text: text or "",
+        "missing": lambda text: text or "",
+        "caption": lambda text: text or "",
+    }
+
+    def _warn(self, subtype: Subtype, message: str) -> None:
+        warn(subtype, f"gemm-benchmark-summary: {message}", location=(self.env.docname, self.lineno))
+
+    def run(self) -> list[nodes.Node]:
+        try:
+            asks, show, note_missing = self._parse()
+        except OptionError as exc:
+            self._warn(Subtype(exc.subtype) if exc.subtype in Subtype._value2member_map_ else Subtype.OPTION,
+                       str(exc))
+            return []
+        config = settings(self.env)
+        rows: list[list[Entry]] = []
+        figure_reports: list[tuple[str, Report]] = []
+        precisions = [p for p in asks[0].request.precisions if p != BASELINE]
+        modes = list(asks[0].request.modes)
+        unmeasured: list[str] = []
+        for ask in asks:
+            req = ask.request
+            answer = execution.answer(req.question, precisions=req.precisions, modes=req.modes, devices=req.devices,
+                                      cache_dir=config.cache_dir, mode=config.mode,
+                                      max_age_days=config.max_age_days, build_started=config.build_started,
+                                      stale_when=config.stale_when)
+            for path in answer.files:
+                self.env.note_dependency(str(path))
+            for error in answer.errors:
+                self._warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
+            if not answer.devices:
+                unmeasured.append(ask.label)
+                rows.append([Entry(ask.label, strong=True), Entry("not measured yet", morecols=len(precisions),
+                                                                  classes=("gemm-summary-missing",))])
+                continue
+            for device in answer.devices:
+                for mode in modes:
+                    rows.append(self._row(ask.label, device, mode, precisions))
+                if len(asks) > 1 or len(answer.devices) > 1:
+                    figure_reports.append((f"{ask.label} · {device_label(device.device)}" if len(asks) > 1
+                                           else device_label(device.device), device.reports[modes[0]]))
+        if unmeasured:
+            message = (f"not measured yet: {', '.join(unmeasured)} (measure with gemm-bench refresh on a GPU box, "
+                       "or gemm-bench run --model PRESET)")
+            if note_missing:
+                logger.info("gemm-benchmark-summary: %s", message, location=(self.env.docname, self.lineno))
+            else:
+                self._warn(Subtype.MISSING, message)
+        header = [Entry("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed")]
+        header += [Entry(PRECISIONS[p].display) for p in precisions]
+        table = build_table([header], rows, [30] + [12] * len(precisions),
+                            classes=["gemm-summary-table"],
+                            title="Whole-model GEMM speedup vs BF16 (fastest marked ★; hover for the source)")
+        out = nodes.container(classes=["gemm-summary"])
+        caption = self.options.get("caption", "").strip()
+        if caption:
+            out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
+        scroll = nodes.container(classes=["gemm-scroll"])
+        scroll += table
+        out += scroll
+        if unmeasured:
+            text = (f"Not measured yet: {', '.join(unmeasured)}. To add them, run gemm-bench refresh docs/ on a GPU "
+                    "box (or nox -s docs there) and commit the new files in the result cache.")
+            out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
+        if "figure" in show and figure_reports:
+            spec = figures.summary_spec([(label, report) for label, report in figure_reports], modes,
+                                        title="Whole-model GEMM speedup vs BF16")
+            if spec is not None:
+                path = figures.figure_file(spec, "svg", Path(self.env.doctreedir) / FIGURE_DIR)
+                out += nodes.image(uri=_relative_uri(self.env, path.with_suffix(".*")),
+                                   alt="Whole-model GEMM speedup vs BF16 per precision", classes=[FIGURE_CLASS])
+        self.set_source_info(out)
+        return [out]
+
+    def _row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str]) -> list[Entry]:
+        report = device.reports[mode]
+        where = [label] if label else []
+        head = " · ".join([*where, device_label(device.device), MODE_ROW_NAMES.get(mode, MODE_NAMES[mode])])
+        totals = {p: report.total(mode, p) for p in precisions}
+        speeds = {p: t.speedup_vs_bf16 for p, t in totals.items() if t.status == "measured" and t.speedup_vs_bf16}
+        fastest = max(speeds, key=lambda p: speeds[p]) if speeds else None
+        row = [Entry(head, strong=True)]
+        for p in precisions:
+            total = totals[p]
+            source = f"{PRECISIONS[p].display}, {MODE_NAMES[mode]}, {device_label(device.device)}"
+            if p in speeds:
+                speedup = speeds[p]
+                text = format_speedup(speedup) + (" ★" if p == fastest else "")
+                row.append(Entry(text, strong=p == fastest, classes=("gemm-num", *(("gemm-fastest",) if p == fastest
+                                                                                   else ())),
+                                 tooltip=f"{speedup:.3f}× BF16, whole model ({report.num_layers} layers): {source}"))
+            else:
+                why = total.reason or getattr(total, "speedup_reason", "") or total.status
+                row.append(Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{source}: {total.status}: {why}"))
+        return row
+
+    def _parse(self) -> tuple[list[ModelAsk], tuple[str, ...], bool]:
+        models = split_list(self.options.get("models", ""))
+        if not models:
+            raise OptionError("models", "needs at least one model preset (e.g. te-guide-5b, llama3-70b/tp8)")
+        docdir = Path(self.env.doc2path(self.env.docname)).parent
+        shared = {k: self.options[k] for k in ("precisions", "modes", "devices") if self.options.get(k, "").strip()}
+        asks = []
+        for entry in models:
+            match = _MODEL.match(entry)
+            if not match:
+                raise OptionError("models", f"{entry!r} is not PRESET or PRESET/tpN")
+            options = {"model": match["preset"], **shared}
+            tp = int(match["tp"]) if match["tp"] else None
+            if tp:
+                options["tensor-model-parallel-size"] = str(tp)
+            request = parse_options(options, srcdir=Path(self.env.srcdir), docdir=docdir)
+            asks.append(ModelAsk(model_label(match["preset"], tp) if len(models) > 1 else "", request))
+        show = tuple(split_list(self.options.get("show", "table, figure")))
+        for part in show:
+            if part not in ("table", "figure"):
+                raise OptionError("show", f"unknown value {part!r}; choose from table, figure")
+        missing = self.options.get("missing", "warn").strip().lower() or "warn"
+        if missing not in ("warn", "note"):
+            raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
+        return asks, show, missing == "note"
