@@ -470,6 +470,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gemm-bench: interrupted; the cache is unchanged", file=sys.stderr)
         return 130
+    except CacheError as exc:  # a cache directory or file the user named that cannot be used
+        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the user gave that the system refuses (too long, no permission, ...)
+        where = exc.filename if exc.filename is not None else "a path"
+        print(f"gemm-bench {args.command}: error: {one_line(f'{where}: {exc.strerror or exc}')}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
