@@ -17,7 +17,7 @@ def test_myst_directive_role_and_warning(app, real_result, warning):
     block = soup.select_one("div.gemm-benchmark#te-5b-md")
     assert [b.get_text() for b in block.select("div.gemm-mode-tabs > [role=tablist] > button")] == [
         "Autocast", "Pre-quantized"]
-    assert block.select("img.gemm-figure") and block.select("table.gemm-gemms")
+    assert block.select("div.gemm-figure svg") and block.select("table.gemm-gemms")
     assert soup.select_one("abbr.gemm-value").get_text() == "1.62×"
     warnings = re.sub(r"\x1b\[[0-9;]*m", "", warning.getvalue())
     assert re.search(r"index\.md:12: WARNING: gemm-benchmark: :precisions: unknown value 'fp9'", warnings), warnings

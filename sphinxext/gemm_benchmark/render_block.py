@@ -18,13 +18,17 @@ which re-draws the stored spec at write time, so reading never depends on the bu
 
 from __future__ import annotations
 
+import html
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
+from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.transforms.post_transforms.images import ImageConverter
 
 from gemm_bench import figures
@@ -76,6 +80,48 @@ class FigureConverter(ImageConverter):
         return True
 
 
+_ID = re.compile(r'\bid="([^"]+)"')
+_REF = re.compile(r'(url\(#|href="#)([^)"]+)')
+_PROLOG = re.compile(r"^\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", re.S)
+
+
+def inline_svg(svg: str, prefix: str, label: str) -> str:
+    """An SVG file's markup for inlining in a page: ids made unique, prolog gone, labelled.
+
+    Inline, the figure's text, axes and grid take the page's colour (``currentColor`` and the
+    ``--gemm-figure-ink`` variable the extension's CSS sets from Furo's foreground), so the figure
+    follows the theme toggle; inside ``<img>`` it could only follow the system colour scheme. Every
+    id (clip paths, markers) gets the figure's prefix, so two figures on a page never share one.
+    """
+    body = _PROLOG.sub("", svg, count=1)
+    body = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', body)
+    body = _REF.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", body)
+    return body.replace("<svg ", f'<svg role="img" aria-label="{html.escape(label, quote=True)}" ', 1)
+
+
+class InlineFigures(SphinxPostTransform):
+    """HTML only: our figures' SVG inlined in the page (see :func:`inline_svg`)."""
+
+    default_priority = 199  # before the image converters and the builder's image collection
+    formats = ("html",)
+
+    def run(self, **kwargs: Any) -> None:
+        for index, node in enumerate(list(self.document.findall(nodes.image))):
+            if FIGURE_CLASS not in node.get("classes", []):
+                continue
+            candidate = node.get("candidates", {}).get("image/svg+xml")
+            if not candidate:
+                continue
+            try:
+                svg = (Path(self.env.srcdir) / candidate).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue  # leave the <img>: the builder copies the file and warns if it is gone
+            markup = inline_svg(svg, f"gemm-fig{index}", node.get("alt", ""))
+            container = nodes.container(classes=[FIGURE_CLASS])
+            container += nodes.raw("", markup, format="html")
+            node.replace_self(container)
+
+
 def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.paragraph:
     doc = answer.doc
     dev, prov = doc["device"], doc["provenance"]
@@ -99,6 +145,13 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
     return para
 
 
+def scrolling(table: nodes.table) -> nodes.container:
+    """A wide table in its own horizontal scroll box (HTML), so the page never scrolls sideways."""
+    box = nodes.container(classes=["gemm-scroll"])
+    box += table
+    return box
+
+
 def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, mode: str) -> list[nodes.Node]:
     report = answer.reports[mode]
     measured = [p for p in request.precisions if report.status(mode, p)[0] == "measured"]
@@ -106,9 +159,9 @@ def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, 
     if "figure" in request.show and measured:
         out += figure_nodes(env, report, mode, device_label(answer.device))
     if "table" in request.show and measured:
-        out.append(render_table.gemm_table(report, mode, measured))
+        out.append(scrolling(render_table.gemm_table(report, mode, measured)))
     if "totals" in request.show and measured and report.kind != "sweep":
-        out.append(render_table.totals_table(report, mode, measured))
+        out.append(scrolling(render_table.totals_table(report, mode, measured)))
     unavailable = render_table.unavailable_list(report, mode, request.precisions)
     if unavailable is not None:
         out.append(unavailable)
@@ -154,4 +207,5 @@ def not_measured_admonition(request: Request, reason: str, cache_dir: Path, *, n
 
 
 def setup_figures(app: Sphinx) -> None:
+    app.add_post_transform(InlineFigures)
     app.add_post_transform(FigureConverter)

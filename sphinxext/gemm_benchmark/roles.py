@@ -151,6 +151,17 @@ def _rendered(value: records.Value, html: bool) -> nodes.Element:
     return nodes.inline(value.text, value.text, classes=["gemm-value"])
 
 
+#: What a reader sees where a role has no value: visibly no number, with the reason on hover.
+NOT_AVAILABLE = "n/a"
+
+
+def _not_available(role_text: str, reason: str, html: bool) -> nodes.Element:
+    tooltip = f"{reason} ({role_text})"
+    if html:
+        return nodes.abbreviation(NOT_AVAILABLE, NOT_AVAILABLE, explanation=tooltip, classes=["gemm-value-error"])
+    return nodes.inline(NOT_AVAILABLE, NOT_AVAILABLE, classes=["gemm-value-error"])
+
+
 class ResolveGemmValues(SphinxPostTransform):
     """Replace every role node with its recorded value, now that every page's directives are known."""
 
@@ -163,7 +174,7 @@ class ResolveGemmValues(SphinxPostTransform):
                 value = lookup(self.env, node)
             except Unavailable as exc:
                 warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
-                node.replace_self(nodes.literal(node["text"], node["text"], classes=["gemm-value-error"]))
+                node.replace_self(_not_available(node["text"], str(exc), html))
                 continue
             node.replace_self(_rendered(value, html))
 
@@ -172,8 +183,9 @@ class ResolveGemmValues(SphinxPostTransform):
 def _visit_html(self: Any, node: gemm_value) -> None:
     try:
         value = lookup(self.builder.env, node)
-    except Unavailable:
-        self.body.append(self.encode(node["text"]))
+    except Unavailable as exc:
+        self.body.append(self.starttag(node, "abbr", "", title=f"{exc} ({node['text']})", CLASS="gemm-value-error"))
+        self.body.append(NOT_AVAILABLE + "</abbr>")
     else:
         self.body.append(self.starttag(node, "abbr", "", title=value.tooltip, CLASS="gemm-value"))
         self.body.append(self.encode(value.text) + "</abbr>")
@@ -185,7 +197,7 @@ def _visit_text_like(self: Any, node: gemm_value) -> None:
     try:
         text = lookup(self.builder.env, node).text
     except Unavailable:
-        text = node["text"]
+        text = NOT_AVAILABLE
     node.children = [nodes.Text(text)]  # a copy outside the body: let the writer write it
 
 

@@ -30,7 +30,7 @@ from gemm_benchmark import execution
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError, Request, parse_options
-from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri
+from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.values import format_speedup
 
@@ -118,9 +118,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         caption = self.options.get("caption", "").strip()
         if caption:
             out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
-        scroll = nodes.container(classes=["gemm-scroll"])
-        scroll += table
-        out += scroll
+        out += scrolling(table)
         if unmeasured:
             text = (f"Not measured yet: {', '.join(unmeasured)}. To add them, run gemm-bench refresh docs/ on a GPU "
                     "box (or nox -s docs there) and commit the new files in the result cache.")
