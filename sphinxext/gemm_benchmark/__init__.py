@@ -29,6 +29,7 @@ from gemm_benchmark.records import GemmBenchmarkCollector
 from gemm_benchmark.reference import (
     GemmBenchmarkConfigDirective,
     GemmBenchmarkOptionsDirective,
+    GemmBenchmarkPresetsDirective,
     GemmBenchmarkRolesDirective,
     GemmBenchmarkWarningsDirective,
 )
@@ -57,6 +58,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("gemm-benchmark-roles", GemmBenchmarkRolesDirective)
     app.add_directive("gemm-benchmark-config", GemmBenchmarkConfigDirective)
     app.add_directive("gemm-benchmark-warnings", GemmBenchmarkWarningsDirective)
+    app.add_directive("gemm-benchmark-presets", GemmBenchmarkPresetsDirective)
     app.add_post_transform(ResolveFreshness)
     app.add_env_collector(GemmBenchmarkCollector)
     app.connect("builder-inited", init_settings)

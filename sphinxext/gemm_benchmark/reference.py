@@ -8,19 +8,31 @@ use only ````literal```` markup, converted here, so the tables render the same f
 
 from __future__ import annotations
 
+import re
+
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
+from gemm_bench.config import PRESET_DESCRIPTIONS, PRESET_SOURCES
 from gemm_benchmark.config import CONFIG_VALUES
 from gemm_benchmark.diagnostics import DESCRIPTIONS, WARNING_TYPE
 from gemm_benchmark.options import OPTIONS
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.roles import ROLES
 
+#: A command-line flag outside literal markup: written as code, so ``--`` never becomes an en dash.
+_FLAG = re.compile(r"(?<![`\w-])(--[a-z][a-z0-9-]*)")
+
+
+def _flags_as_code(text: str) -> str:
+    parts = re.split(r"(``.+?``)", text)
+    return "".join(part if part.startswith("``") else _FLAG.sub(r"``\1``", part) for part in parts)
+
 
 def reference_table(header: list[str], rows: list[list[str]], widths: list[int], classes: list[str]) -> nodes.table:
     """A reference table: the result tables' builder, with ````literal```` markup in every cell."""
-    return build_table([[Entry(h, markup=True) for h in header]], [[Entry(c, markup=True) for c in r] for r in rows],
+    return build_table([[Entry(h, markup=True) for h in header]],
+                       [[Entry(_flags_as_code(c), markup=True) for c in r] for r in rows],
                        widths, classes=["gemm-reference", *classes])
 
 
@@ -59,3 +71,22 @@ class GemmBenchmarkWarningsDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         rows = [[f"``{WARNING_TYPE}.{s.value}``", text] for s, text in DESCRIPTIONS.items()]
         return [reference_table(["suppress_warnings name", "Meaning"], rows, [30, 70], ["gemm-warnings-reference"])]
+
+
+class GemmBenchmarkPresetsDirective(SphinxDirective):
+    """The table of model presets, each with the public configuration it was taken from."""
+
+    def run(self) -> list[nodes.Node]:
+        rows = [[f"``{name}``", text, PRESET_SOURCES.get(name, "")] for name, text in PRESET_DESCRIPTIONS.items()]
+        table = reference_table(["Preset", "Model", "Source"], rows, [16, 54, 30], ["gemm-presets-reference"])
+        for row in list(table.findall(nodes.row))[1:]:  # sources as links
+            cell = row.children[2]
+            para = cell.children[0]
+            assert isinstance(para, nodes.Element)
+            url = para.astext()
+            if url.startswith("https://"):
+                del para[:]
+                para += nodes.reference(url, url.removeprefix("https://huggingface.co/"), refuri=url)
+        box = nodes.container(classes=["gemm-scroll"])
+        box += table
+        return [box]

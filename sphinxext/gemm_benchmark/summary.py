@@ -37,13 +37,21 @@ from gemm_benchmark.values import format_speedup
 logger = logging.getLogger(__name__)
 
 _MODEL = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d+))?$")
-MODE_ROW_NAMES = {"autocast": "GEMMs in training (autocast)", "prequant": "GEMM kernels alone (pre-quantized)"}
+MODE_ROW_NAMES = {"autocast": "autocast", "prequant": "pre-quantized"}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelAsk:
     label: str
     request: Request
+    preset: str
+    tp: int | None
+
+    @property
+    def command(self) -> str:
+        """The command that measures this model on a GPU box."""
+        tp = f" --tensor-model-parallel-size {self.tp}" if self.tp and self.tp > 1 else ""
+        return f"gemm-bench run --model {self.preset}{tp}"
 
 
 def model_label(preset: str, tp: int | None) -> str:
@@ -78,9 +86,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         config = settings(self.env)
         rows: list[list[Entry]] = []
         figure_reports: list[tuple[str, Report]] = []
+        documents: list[dict[str, object]] = []
         precisions = [p for p in asks[0].request.precisions if p != BASELINE]
         modes = list(asks[0].request.modes)
-        unmeasured: list[str] = []
+        unmeasured: list[ModelAsk] = []
         for ask in asks:
             req = ask.request
             answer = execution.answer(req.question, precisions=req.precisions, modes=req.modes, devices=req.devices,
@@ -92,19 +101,20 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             for error in answer.errors:
                 self._warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
             if not answer.devices:
-                unmeasured.append(ask.label)
-                rows.append([Entry(ask.label, strong=True), Entry("not measured yet", morecols=len(precisions),
-                                                                  classes=("gemm-summary-missing",))])
+                unmeasured.append(ask)
+                rows.append([Entry(ask.label, strong=True),
+                             Entry(f"not measured yet: ``{ask.command}``", morecols=len(precisions) - 1,
+                                   classes=("gemm-summary-missing",), markup=True)])
                 continue
             for device in answer.devices:
+                documents.append(device.doc)
                 for mode in modes:
                     rows.append(self._row(ask.label, device, mode, precisions))
                 if len(asks) > 1 or len(answer.devices) > 1:
                     figure_reports.append((f"{ask.label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[modes[0]]))
         if unmeasured:
-            message = (f"not measured yet: {', '.join(unmeasured)} (measure with gemm-bench refresh on a GPU box, "
-                       "or gemm-bench run --model PRESET)")
+            message = "not measured yet: " + "; ".join(f"{a.label or a.preset} ({a.command})" for a in unmeasured)
             if note_missing:
                 logger.info("gemm-benchmark-summary: %s", message, location=(self.env.docname, self.lineno))
             else:
@@ -120,8 +130,15 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
         out += scrolling(table)
         if unmeasured:
-            text = (f"Not measured yet: {', '.join(unmeasured)}. To add them, run gemm-bench refresh docs/ on a GPU "
-                    "box (or nox -s docs there) and commit the new files in the result cache.")
+            text = (f"{len(unmeasured)} of {len(asks)} models are not measured yet. On a GPU box, gemm-bench refresh "
+                    "docs/ measures every question the site asks (or run the command in the model's row), then "
+                    "commit the new files of the result cache.")
+            out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
+        lacking = [what for key, what in (("layer", "training-step speedups"), ("accuracy", "accuracy (SQNR)"))
+                   if documents and not any(doc.get(key) for doc in documents)]
+        if lacking:
+            text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
+                    "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         if "figure" in show and figure_reports:
             spec = figures.summary_spec([(label, report) for label, report in figure_reports], modes,
@@ -171,7 +188,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             if tp:
                 options["tensor-model-parallel-size"] = str(tp)
             request = parse_options(options, srcdir=Path(self.env.srcdir), docdir=docdir)
-            asks.append(ModelAsk(model_label(match["preset"], tp) if len(models) > 1 else "", request))
+            asks.append(ModelAsk(model_label(match["preset"], tp) if len(models) > 1 else "", request,
+                                 match["preset"], tp))
         show = tuple(split_list(self.options.get("show", "table, figure")))
         for part in show:
             if part not in ("table", "figure"):
