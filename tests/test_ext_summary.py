@@ -1,0 +1,78 @@
+"""The summary directive and the decision roles: the answer first, computed from the cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gemm_bench.precisions import PRECISIONS
+from gemm_bench.question import build_question
+from gemm_bench.report import Report
+from gemm_benchmark.values import format_speedup
+
+from .conftest import H100, H200, make_document
+from .test_correctness import Project
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path)
+
+
+def test_summary_rows_equal_the_reports_and_mark_the_fastest(project: Project) -> None:
+    q = build_question(model="te-guide-5b")
+    docs = {H100["name"]: make_document(q, device=H100, precisions=("bf16", "fp8-delayed", "fp8-current")),
+            H200["name"]: make_document(q, device=H200, precisions=("bf16", "fp8-delayed", "fp8-current"), speed=1.3)}
+    for doc in docs.values():
+        project.store(doc)
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-delayed, fp8-current\n   :devices: h100, h200\n   :show: table\n\n"
+                 ".. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n   :precisions: bf16, fp8-delayed, "
+                 "fp8-current\n   :devices: h100, h200\n\n"
+                 "Fastest: :gemm-fastest:`te@h100 autocast` at :gemm-speedup:`te@h100 autocast fastest`.\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    soup = project.html()
+    rows = soup.select("table.gemm-summary-table tbody tr")
+    assert len(rows) == 4  # 2 devices x 2 modes
+    for row in rows:
+        head = row.td.get_text()
+        device = H100["name"] if "H100" in head else H200["name"]
+        mode = "autocast" if "autocast" in head else "prequant"
+        report = Report(docs[device], gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+        cells = row.select("td")[1:]
+        speeds = {}
+        for precision, cell in zip(("fp8-delayed", "fp8-current"), cells, strict=True):
+            total = report.total(mode, precision)
+            if total.speedup_vs_bf16:
+                speeds[precision] = total.speedup_vs_bf16
+                assert cell.get_text().startswith(format_speedup(total.speedup_vs_bf16))
+            else:
+                assert cell.get_text() == "n/a" and cell.abbr["title"]  # the reason, on hover
+        fastest = max(speeds, key=lambda p: speeds[p])
+        marked = [c for c in cells if "gemm-fastest" in c.get("class", [])]
+        assert len(marked) == 1 and marked[0].get_text().endswith("★")
+        assert marked[0] is cells[("fp8-delayed", "fp8-current").index(fastest)]
+    report = Report(docs[H100["name"]], gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+    best = max(("fp8-delayed", "fp8-current"), key=lambda p: report.total("autocast", p).speedup_vs_bf16 or 0)
+    values = [a.get_text() for a in soup.select("p abbr.gemm-value")]
+    assert values == [PRECISIONS[best].display, format_speedup(report.total("autocast", best).speedup_vs_bf16)]
+
+
+def test_summary_names_unmeasured_models_with_their_command(project: Project) -> None:
+    q = build_question(model="llama3-8b")
+    project.store(make_document(q, device=H100, precisions=("bf16", "fp8-current")))
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: llama3-8b, qwen2.5-72b/tp8\n"
+                 "   :precisions: bf16, fp8-current\n   :missing: note\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    text = project.html().select_one("table.gemm-summary-table").get_text()
+    assert "gemm-bench run --model qwen2.5-72b --tensor-model-parallel-size 8" in text
+    assert "Llama 3 8B" in text and "Qwen2.5 72B (TP 8)" in text
+
+
+def test_summary_bad_option_is_a_located_warning(project: Project) -> None:
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: no-such-model\n")
+    warnings, _ = project.build()
+    assert "index.rst:4" in warnings and "no-such-model" in warnings and "[gemm_benchmark.config]" in warnings
