@@ -347,3 +347,15 @@ def test_a_te_upgrade_on_the_gpu_box_re_measures_exactly_that_gpus_results(
     assert docs[file_name(q.hash, H200["name"])] == json.loads(dumps(other))
     warnings, _ = project.build()  # now fresh: nothing more to measure
     assert len(measured) == 1
+
+
+def test_device_slugs_are_idempotent_and_unchanged_for_cached_devices() -> None:
+    from gemm_bench.devices import ALIASES, device_slug, selects
+
+    for name, slug in (("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3"), ("NVIDIA H200", "h200"),
+                       ("NVIDIA GH200 480GB", "gh200-480gb"), ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb")):
+        assert device_slug(name) == slug and device_slug(slug) == slug
+        assert selects(slug, name) and selects(slug, slug)
+    assert not selects("h200", "NVIDIA GH200 480GB")
+    for alias, slug in ALIASES.items():
+        assert device_slug(slug) == slug, alias

@@ -28,9 +28,12 @@ ALIASES: dict[str, str] = {
 
 
 def device_slug(name: str) -> str:
-    """A file-name-safe device id: ``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``."""
-    words = name.lower().replace("nvidia", " ").replace("_", " ").split()
-    slug = "-".join("".join(ch for ch in w if ch.isalnum() or ch == ".") for w in words)
+    """A file-name-safe device id: ``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``.
+
+    Idempotent (a slug is its own slug), so a slug can stand for a device wherever a name can.
+    """
+    words = name.lower().replace("nvidia", " ").replace("_", " ").replace("-", " ").split()
+    slug = "-".join(w for w in ("".join(ch for ch in w if ch.isalnum() or ch == ".") for w in words) if w)
     return slug.strip("-.") or "unknown-device"
 
 

@@ -57,6 +57,8 @@ from gemm_bench.stack import Rules, remeasure
 Measure = Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
 
 DIRECTIVE = "gemm-benchmark"
+#: Directives that ask questions: the result block, and the summary (one question per model).
+QUESTION_DIRECTIVES = (DIRECTIVE, "gemm-benchmark-summary")
 
 
 class RefreshError(ValueError):
@@ -71,6 +73,7 @@ class Directive:
     path: Path
     lineno: int
     options: dict[str, str]
+    name: str = DIRECTIVE
 
     @property
     def location(self) -> str:
@@ -102,7 +105,7 @@ def scan_rst(path: Path, text: str) -> list[Directive]:
                 continue
             literal_indent = None
         start = _RST_START.match(line)
-        if start and start.group("name") == DIRECTIVE:
+        if start and start.group("name") in QUESTION_DIRECTIVES:
             base = _indent(line)
             options: dict[str, str] = {}
             key: str | None = None
@@ -119,7 +122,7 @@ def scan_rst(path: Path, text: str) -> list[Directive]:
                 else:
                     break
                 j += 1
-            found.append(Directive(path, i + 1, options))
+            found.append(Directive(path, i + 1, options, start.group("name")))
             i = j
             continue
         if start and start.group("name") in _LITERAL_DIRECTIVES:
@@ -153,7 +156,8 @@ def scan_myst(path: Path, text: str) -> list[Directive]:
             i += 1
             continue
         info = match.group("info").strip()
-        if info.startswith("{" + DIRECTIVE + "}"):
+        asked = next((name for name in QUESTION_DIRECTIVES if info.startswith("{" + name + "}")), None)
+        if asked is not None:
             fence = match.group("fence")
             options: dict[str, str] = {}
             j = i + 1
@@ -177,7 +181,7 @@ def scan_myst(path: Path, text: str) -> list[Directive]:
                         and not close.group("info").strip():
                     break
                 j += 1
-            found.append(Directive(path, i + 1, options))
+            found.append(Directive(path, i + 1, options, asked))
             i = j + 1
             continue
         if info and not info.startswith("{"):
@@ -252,6 +256,7 @@ def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
     """
     try:
         from gemm_benchmark.options import OptionError, parse_options
+        from gemm_benchmark.summary import summary_asks
     except ImportError as exc:
         raise RefreshError(f"refresh reads pages with the Sphinx extension's option parser, which cannot be "
                            f"imported ({exc}); install the 'docs' extra") from None
@@ -259,13 +264,18 @@ def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
     problems: list[str] = []
     for directive in scan(srcdir):
         try:
-            request = parse_options(directive.options, srcdir=srcdir, docdir=directive.path.parent)
+            if directive.name == DIRECTIVE:
+                requests = [parse_options(directive.options, srcdir=srcdir, docdir=directive.path.parent)]
+            else:
+                asks = summary_asks(directive.options, srcdir=srcdir, docdir=directive.path.parent)
+                requests = [a.request for a in asks]
         except OptionError as exc:
             problems.append(f"{directive.location}: {exc} (skipped; the docs build warns about it too)")
             continue
-        ask = Ask(tuple(request.precisions), tuple(request.modes), tuple(request.devices), directive.location)
-        job = jobs.setdefault(request.question.hash, Job(request.question, []))
-        job.asks.append(ask)
+        for request in requests:
+            ask = Ask(tuple(request.precisions), tuple(request.modes), tuple(request.devices), directive.location)
+            job = jobs.setdefault(request.question.hash, Job(request.question, []))
+            job.asks.append(ask)
     return list(jobs.values()), problems
 
 

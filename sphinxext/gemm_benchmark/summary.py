@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from docutils import nodes
@@ -173,23 +174,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         return row
 
     def _parse(self) -> tuple[list[ModelAsk], tuple[str, ...], bool]:
-        models = split_list(self.options.get("models", ""))
-        if not models:
-            raise OptionError("models", "needs at least one model preset (e.g. te-guide-5b, llama3-70b/tp8)")
         docdir = Path(self.env.doc2path(self.env.docname)).parent
-        shared = {k: self.options[k] for k in ("precisions", "modes", "devices") if self.options.get(k, "").strip()}
-        asks = []
-        for entry in models:
-            match = _MODEL.match(entry)
-            if not match:
-                raise OptionError("models", f"{entry!r} is not PRESET or PRESET/tpN")
-            options = {"model": match["preset"], **shared}
-            tp = int(match["tp"]) if match["tp"] else None
-            if tp:
-                options["tensor-model-parallel-size"] = str(tp)
-            request = parse_options(options, srcdir=Path(self.env.srcdir), docdir=docdir)
-            asks.append(ModelAsk(model_label(match["preset"], tp) if len(models) > 1 else "", request,
-                                 match["preset"], tp))
+        asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
         show = tuple(split_list(self.options.get("show", "table, figure")))
         for part in show:
             if part not in ("table", "figure"):
@@ -198,3 +184,26 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if missing not in ("warn", "note"):
             raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
         return asks, show, missing == "note"
+
+
+def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> list[ModelAsk]:
+    """The questions a summary asks, one per ``:models:`` entry, through the directive's own parser.
+
+    ``gemm-bench refresh`` calls this too, so a summary's models are measured like any directive's.
+    """
+    models = split_list(options.get("models", "") or "")
+    if not models:
+        raise OptionError("models", "needs at least one model preset (e.g. te-guide-5b, llama3-70b/tp8)")
+    shared = {k: options[k] for k in ("precisions", "modes", "devices") if (options.get(k) or "").strip()}
+    asks = []
+    for entry in models:
+        match = _MODEL.match(entry)
+        if not match:
+            raise OptionError("models", f"{entry!r} is not PRESET or PRESET/tpN")
+        fields = {"model": match["preset"], **shared}
+        tp = int(match["tp"]) if match["tp"] else None
+        if tp:
+            fields["tensor-model-parallel-size"] = str(tp)
+        request = parse_options(fields, srcdir=srcdir, docdir=docdir)
+        asks.append(ModelAsk(model_label(match["preset"], tp) if len(models) > 1 else "", request, match["preset"], tp))
+    return asks
