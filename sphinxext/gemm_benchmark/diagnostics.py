@@ -18,7 +18,14 @@ logger = logging.getLogger("gemm_benchmark")
 WARNING_TYPE = "gemm_benchmark"
 
 
-class Subtype(str, enum.Enum):
+class TextEnum(str, enum.Enum):
+    """An enum whose members are their text (``str(Subtype.ROLE) == "role"``), on Python 3.10 too."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Subtype(TextEnum):
     OPTION = "option"
     CONFIG = "config"
     PATH = "path"
@@ -30,9 +37,6 @@ class Subtype(str, enum.Enum):
     STALE = "stale"
     MEASURE = "measure"
     ROLE = "role"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 DESCRIPTIONS: dict[Subtype, str] = {

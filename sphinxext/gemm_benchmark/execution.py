@@ -28,7 +28,6 @@ Inside the lock the cache is consulted again, because another process may just h
 from __future__ import annotations
 
 import dataclasses
-import enum
 import importlib.util
 import os
 from collections.abc import Callable, Sequence
@@ -44,6 +43,7 @@ from gemm_bench.question import Question
 from gemm_bench.report import Report
 from gemm_bench.results import ResultError
 from gemm_bench.stack import DEFAULT_STALE_WHEN, Rules, local_stack, remeasure, stack_staleness
+from gemm_benchmark.diagnostics import TextEnum
 
 logger = logging.getLogger(__name__)
 
@@ -52,16 +52,13 @@ ENV_VAR = "GEMM_BENCH_EXECUTION_MODE"
 GPU_LOCK_NAME = "gemm-benchmark-gpu.lock"
 
 
-class Status(str, enum.Enum):
+class Status(TextEnum):
     """Freshness of a result, in the order of how much it needs attention."""
 
     MISSING = "missing"
     STALE = "stale"
     FAILED = "failed"
     FRESH = "fresh"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Freshness statuses as strings, most urgent first.

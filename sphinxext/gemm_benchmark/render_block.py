@@ -109,7 +109,8 @@ class InlineFigures(SphinxPostTransform):
         for index, node in enumerate(list(self.document.findall(nodes.image))):
             if FIGURE_CLASS not in node.get("classes", []):
                 continue
-            candidate = node.get("candidates", {}).get("image/svg+xml")
+            candidates: dict[str, str] = node.get("candidates") or {}
+            candidate = candidates.get("image/svg+xml")
             if not candidate:
                 continue
             try:
