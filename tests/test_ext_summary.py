@@ -76,3 +76,22 @@ def test_summary_bad_option_is_a_located_warning(project: Project) -> None:
     project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: no-such-model\n")
     warnings, _ = project.build()
     assert "index.rst:4" in warnings and "no-such-model" in warnings and "[gemm_benchmark.config]" in warnings
+
+
+def test_a_speedup_within_the_fastests_spread_is_marked_not_significant(project: Project) -> None:
+    q = build_question(model="te-guide-5b")
+    doc = make_document(q, device=H100, precisions=("bf16", "fp8-delayed", "fp8-current"), modes=("autocast",))
+    by_key = {(c["precision"], c["op"], c["pass"]): c for c in doc["cells"]}
+    for cell in doc["cells"]:
+        if cell["precision"] == "fp8-current":  # 1% slower than delayed scaling, with a 10% spread
+            other = by_key[("fp8-delayed", cell["op"], cell["pass"])]
+            cell["ms"] = round(other["ms"] * 1.01, 6)
+            cell["stats"] = {"median_ms": cell["ms"], "iqr_ms": round(cell["ms"] * 0.1, 6)}
+    project.store(doc)
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-delayed, fp8-current\n   :modes: autocast\n   :show: table\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    cells = project.html().select("table.gemm-summary-table tbody tr td")[1:]
+    assert cells[0].get_text().endswith("★") and cells[1].get_text().endswith("≈")
+    assert "not significantly slower" in cells[1].abbr["title"]

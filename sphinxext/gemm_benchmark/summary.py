@@ -124,7 +124,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         header += [Entry(PRECISIONS[p].display) for p in precisions]
         table = build_table([header], rows, [30] + [12] * len(precisions),
                             classes=["gemm-summary-table"],
-                            title="Whole-model GEMM speedup vs BF16 (fastest marked ★; hover for the source)")
+                            title="Whole-model GEMM speedup vs BF16 (★ fastest; ≈ within its measured spread; hover for the source)")
         out = nodes.container(classes=["gemm-summary"])
         caption = self.options.get("caption", "").strip()
         if caption:
@@ -158,16 +158,23 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         totals = {p: report.total(mode, p) for p in precisions}
         speeds = {p: t.speedup_vs_bf16 for p, t in totals.items() if t.status == "measured" and t.speedup_vs_bf16}
         fastest = max(speeds, key=lambda p: speeds[p]) if speeds else None
+        spread = {p: figures.total_point(report, mode, p) for p in speeds}
         row = [Entry(head, strong=True)]
         for p in precisions:
             total = totals[p]
             source = f"{PRECISIONS[p].display}, {MODE_NAMES[mode]}, {device_label(device.device)}"
             if p in speeds:
                 speedup = speeds[p]
-                text = format_speedup(speedup) + (" ★" if p == fastest else "")
-                row.append(Entry(text, strong=p == fastest, classes=("gemm-num", *(("gemm-fastest",) if p == fastest
-                                                                                   else ())),
-                                 tooltip=f"{speedup:.3f}× BF16, whole model ({report.num_layers} layers): {source}"))
+                tied = p != fastest and fastest is not None and _overlap(spread[p], spread[fastest])
+                text = format_speedup(speedup) + (" ★" if p == fastest else " ≈" if tied else "")
+                why = (f"; within the measured spread of the fastest ({PRECISIONS[fastest].display}): "
+                       "not significantly slower" if tied and fastest else "")
+                low, high = spread[p][1], spread[p][2]
+                range_text = f" (spread {low:.2f}–{high:.2f}×)" if low is not None and high is not None else ""
+                classes = ("gemm-num", *(("gemm-fastest",) if p == fastest else ("gemm-tie",) if tied else ()))
+                row.append(Entry(text, strong=p == fastest, classes=classes,
+                                 tooltip=f"{speedup:.3f}× BF16{range_text}, whole model ({report.num_layers} layers): "
+                                         f"{source}{why}"))
             else:
                 why = total.reason or getattr(total, "speedup_reason", "") or total.status
                 row.append(Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{source}: {total.status}: {why}"))
@@ -184,6 +191,13 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if missing not in ("warn", "note"):
             raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
         return asks, show, missing == "note"
+
+
+def _overlap(a: tuple[float | None, ...], b: tuple[float | None, ...]) -> bool:
+    """Whether two speedups' spreads (value, low, high) overlap: their difference is not significant."""
+    if None in (a[1], a[2], b[1], b[2]):
+        return False
+    return bool(a[2] >= b[1] and b[2] >= a[1])  # type: ignore[operator]
 
 
 def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> list[ModelAsk]:
