@@ -124,7 +124,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         header += [Entry(PRECISIONS[p].display) for p in precisions]
         table = build_table([header], rows, [30] + [12] * len(precisions),
                             classes=["gemm-summary-table"],
-                            title="Whole-model GEMM speedup vs BF16 (★ fastest; ≈ within its measured spread; hover for the source)")
+                            title="Whole-model GEMM speedup vs BF16 "
+                                  "(★ fastest; ≈ within its measured spread; hover for the source)")
         out = nodes.container(classes=["gemm-summary"])
         caption = self.options.get("caption", "").strip()
         if caption:
