@@ -1,0 +1,588 @@
+"""Sentences on the built site that claim a reason, an order or a mark must match what is rendered.
+
+The landed site once said that the Hopper results list Transformer Engine's reason for MXFP8 and
+NVFP4 (the Hopper blocks asked for neither) and that the tutorial's figure shows the whole model
+last (it is first). Prose is typed by hand, the content beside it is computed, so they drift
+apart. Here each such sentence is a row of :data:`CLAIMS` (page, the words that make the claim,
+a check of the rendered content), run against one cache-mode build of ``docs/``; and any sentence
+on a page that shows measurements which *looks* like such a claim (it names an order, a reason or a
+mark) must be in :data:`CLAIMS` or in :data:`REVIEWED` with the reason it needs no check, so a new
+claim cannot slip in unchecked. A claim whose sentence is gone fails too: update the table.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+from bs4 import BeautifulSoup, Tag
+
+from tests.site_build import CACHE, BuiltSite, build_docs, read_cache_file
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> BuiltSite:
+    return build_docs(tmp_path_factory.mktemp("site-claims"))
+
+
+# ------------------------------------------------------------------------------ reading a page
+
+
+def _text(tag: Tag) -> str:
+    """Visible text, whitespace collapsed and typographic quotes made plain (smartquotes)."""
+    text = tag.get_text(" ", strip=True).replace("\u2019", "'").replace("\u2018", "'")
+    text = text.replace("\u201c", '"').replace("\u201d", '"')
+    return re.sub(r"\s+", " ", text)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'*])")
+#: Rendered measurements, code and tables: not prose (a table's caption is read on its own).
+_NOT_PROSE = "div.gemm-benchmark, div.gemm-summary, div.highlight, pre, table, nav, div.toctree-wrapper"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentence:
+    page: str
+    text: str
+    #: The paragraph, list item or caption the sentence is in (checks read its roles).
+    element: Tag
+
+
+def sentences(soup: BeautifulSoup, page: str) -> Iterator[Sentence]:
+    """The page's prose sentences and its tables' captions (where the summary explains its marks)."""
+    article = soup.select_one("article[role=main]") or soup.find("article") or soup
+    not_prose = {id(tag) for tag in article.select(_NOT_PROSE)}
+    for element in article.find_all(["p", "li", "dd", "caption"]):
+        if element.name != "caption" and any(id(parent) in not_prose for parent in element.parents):
+            continue
+        if element.name in ("li", "dd") and element.find(["p", "li"]):
+            continue  # its paragraphs are read themselves
+        for text in _SENTENCE_END.split(_text(element)):
+            if text:
+                yield Sentence(page, text, element)
+
+
+# ------------------------------------------------------------------------------ roles in a sentence
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleValue:
+    """A number a role rendered, read from its tooltip (which carries more digits and the source)."""
+
+    value: float
+    precision: str
+    mode: str
+    device: str
+    name: str
+    shape: str
+
+
+_ROLE_TITLE = re.compile(r"^(?P<value>\d+(?:\.\d+)?)× BF16[^:]*: (?P<rest>.*) \((?P<name>[^()]+)\)$")
+
+
+def role_values(element: Tag) -> list[RoleValue]:
+    """Every speedup role (``abbr.gemm-value`` whose tooltip starts ``N× BF16``) in ``element``."""
+    out = []
+    for abbr in element.select("abbr.gemm-value"):
+        match = _ROLE_TITLE.match(abbr.get("title", ""))
+        if not match:
+            continue
+        parts = match["rest"].split(", ")
+        if len(parts) < 3:
+            continue
+        out.append(RoleValue(float(match["value"]), parts[-3], parts[-2], parts[-1],
+                             match["name"], parts[0] if len(parts) > 3 else ""))
+    return out
+
+
+def one_role(roles: list[RoleValue], **match: str) -> RoleValue:
+    """The role with these fields (the same value quoted twice counts once)."""
+    found = {r for r in roles if all(getattr(r, k) == v for k, v in match.items())}
+    if len(found) != 1:
+        raise LookupError(f"expected one role with {match}, found {sorted(found, key=repr) or 'none'}")
+    return found.pop()
+
+
+# ------------------------------------------------------------------------------ the checks
+#: A check gets the built site, the page's soup and the sentence; it returns what is wrong (empty: holds).
+Check = Callable[[BuiltSite, BeautifulSoup, Sentence], list[str]]
+
+
+def _section(soup: BeautifulSoup, heading_prefix: str) -> Tag | None:
+    for heading in soup.find_all(["h1", "h2", "h3"]):
+        if _text(heading).startswith(heading_prefix):
+            return heading.find_parent("section")
+    return None
+
+
+def _leaf_panels(block: Tag) -> list[Tag]:
+    """The innermost tab panels of a block (one device in one mode), or the block when it has none."""
+    panels = [p for p in block.select("[role=tabpanel]") if not p.select("[role=tabpanel]")]
+    return panels or [block]
+
+
+def _panel_document(panel: Tag) -> tuple[str, dict[str, Any]] | None:
+    """The result file a panel renders: the provenance line links its raw JSON."""
+    link = panel.select_one("p.gemm-provenance a[href$='.json']")
+    if link is None:
+        return None
+    name = PurePosixPath(link["href"]).name
+    return name, read_cache_file(name)
+
+
+def _unsupported_reason(doc: dict[str, Any], precision: str) -> str | None:
+    """Transformer Engine's reason text for ``precision`` on the document's device, if it recorded one."""
+    support = (doc.get("support") or {}).get(precision) or {}
+    if support.get("available") is False and support.get("reason"):
+        return str(support["reason"])
+    reasons = {c.get("reason") for c in doc["cells"] if c["precision"] == precision and c["status"] == "unsupported"}
+    reasons.discard(None)
+    return str(reasons.pop()) if len(reasons) == 1 else None
+
+
+def reasons_shown(heading: str, precisions: tuple[str, ...]) -> Check:
+    """The blocks under ``heading`` show, in every device/mode panel, TE's reason for ``precisions``
+    (as the result file the panel links records it), and no number for them."""
+    from gemm_bench.precisions import PRECISIONS
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        section = _section(soup, heading)
+        if section is None:
+            return [f"no section headed {heading!r} on {sentence.page}"]
+        blocks = section.select("div.gemm-benchmark")
+        if not blocks:
+            return [f"the {heading!r} section renders no gemm-benchmark block"]
+        problems = []
+        for block in blocks:
+            for panel in _leaf_panels(block):
+                found = _panel_document(panel)
+                if found is None:
+                    problems.append(f"a panel of block #{block.get('id')} links no result file")
+                    continue
+                name, doc = found
+                text = _text(panel).replace("\u2019", "'")
+                headers = {_text(th) for th in panel.select("table th")}
+                for p in precisions:
+                    display = PRECISIONS[p].display
+                    reason = _unsupported_reason(doc, p)
+                    if reason is None:
+                        problems.append(f"{name} records no unsupported reason for {display}: the claim is not "
+                                        "what the data say")
+                    elif re.sub(r"\s+", " ", reason).replace("\u2019", "'") not in text:
+                        problems.append(f"block #{block.get('id')}, panel of {name}: {display}'s reason "
+                                        f"{reason!r} is not shown")
+                    if display in headers:
+                        problems.append(f"block #{block.get('id')}, panel of {name}: a table column for {display}")
+        return problems
+
+    return check
+
+
+def _tick_labels(svg: Tag) -> list[tuple[float, str, bool]]:
+    """(y, label, bold) of the category-axis labels of a figure, top first (matplotlib's ytick groups)."""
+    out = []
+    for group in svg.select("g[id*=ytick]"):
+        for text in group.find_all("text"):
+            label = _text(text)
+            if label:
+                style = (text.get("style") or "") + " " + (text.get("font-weight") or "")
+                bold = bool(re.search(r"font-weight:\s*(bold|[6-9]00)|^\s*(bold|[6-9]00)\s*$", style))
+                out.append((float(text.get("y", "0")), label, bold))
+    return sorted(out)
+
+
+def figures_start_with(label: str, *, bold: bool) -> Check:
+    """Every figure on the page draws ``label`` as its first (top) bar, in bold if ``bold``."""
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        svgs = soup.select("div.gemm-figure svg")
+        if not svgs:
+            return [f"{sentence.page} has no inline figure to show the order it describes"]
+        problems = []
+        for svg in svgs:
+            labels = _tick_labels(svg)
+            name = svg.get("aria-label", "a figure")
+            if not labels:
+                problems.append(f"{name}: no bar labels")
+            elif labels[0][1] != label:
+                where = [i for i, (_, text, _) in enumerate(labels) if text == label]
+                problems.append(f"{name}: first bar is {labels[0][1]!r}; {label!r} is "
+                                + (f"bar {where[0] + 1} of {len(labels)}" if where else "not drawn"))
+            elif bold and not labels[0][2]:
+                problems.append(f"{name}: {label!r} is not bold")
+        return problems
+
+    return check
+
+
+_SPREAD = re.compile(r"spread (\d+(?:\.\d+)?)–(\d+(?:\.\d+)?)×")
+_LEADING = re.compile(r"^(\d+(?:\.\d+)?)×")
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryCell:
+    value: float
+    low: float | None
+    high: float | None
+    fastest: bool
+    tie: bool
+
+
+def summary_table(soup: BeautifulSoup) -> Iterator[tuple[str, dict[str, SummaryCell | None]]]:
+    """(row label, {precision column: its number, None where n/a}) of every summary table on the page.
+
+    Numbers come from the tooltips (three digits and the spread), marks from the shown text.
+    """
+    for table in soup.select("table.gemm-summary-table"):
+        columns = [_text(th) for th in table.select("thead th")][1:]
+        for row in table.select("tbody tr"):
+            first = row.find("td")
+            values: dict[str, SummaryCell | None] = {}
+            for column, td in zip(columns, row.select("td.gemm-num"), strict=False):
+                abbr = td.find("abbr")
+                title = abbr.get("title", "") if abbr else ""
+                leading = _LEADING.match(title)
+                spread = _SPREAD.search(title)
+                text = _text(td)
+                values[column] = None if not leading else SummaryCell(
+                    float(leading[1]), float(spread[1]) if spread else None, float(spread[2]) if spread else None,
+                    "★" in text, "≈" in text)
+            yield (_text(first) if first else ""), values
+
+
+def summary_rows(soup: BeautifulSoup) -> Iterator[tuple[str, list[SummaryCell]]]:
+    """(row label, its numeric cells) of every summary table on the page."""
+    for label, values in summary_table(soup):
+        yield label, [cell for cell in values.values() if cell is not None]
+
+
+def fastest_starred(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """Each summary row with numbers has one ★, on its largest speedup."""
+    problems, rows = [], 0
+    for label, cells in summary_rows(soup):
+        if not cells:
+            continue
+        rows += 1
+        starred = [c for c in cells if c.fastest]
+        best = max(c.value for c in cells)
+        if len(starred) != 1:
+            problems.append(f"{label}: {len(starred)} cells marked ★")
+        elif starred[0].value != best:
+            problems.append(f"{label}: ★ on {starred[0].value}, the largest is {best}")
+    return problems or ([] if rows else ["no summary row with a number"])
+
+
+def ties_marked(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """≈ marks exactly the cells whose spread overlaps the ★ cell's (decidable at the shown digits)."""
+    problems = []
+    for label, cells in summary_rows(soup):
+        fastest = next((c for c in cells if c.fastest), None)
+        if fastest is None or fastest.low is None or fastest.high is None:
+            continue
+        for cell in cells:
+            if cell is fastest or cell.low is None or cell.high is None:
+                continue
+            gap = max(cell.low - fastest.high, fastest.low - cell.high)
+            if abs(gap) < 0.01:
+                continue  # the tooltips' two decimals cannot decide
+            if (gap < 0) != cell.tie:
+                problems.append(f"{label}: {cell.value} with spread {cell.low}–{cell.high} against the fastest's "
+                                f"{fastest.low}–{fastest.high} is {'not ' if not cell.tie else ''}marked ≈")
+    return problems
+
+
+_COMMAND = re.compile(r"gemm-bench run --model (\S+)(?: --tensor-model-parallel-size (\d+))?")
+_COUNT = re.compile(r"(\d+) of (\d+) models are not measured yet")
+
+
+def unmeasured_say_so(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """Rows saying "not measured yet" are models with no result file, and give a command that measures
+    exactly that question; the note's count agrees with the rows."""
+    from gemm_bench.cache import Cache
+    from gemm_bench.question import build_question
+
+    problems, missing = [], 0
+    rows = soup.select("table.gemm-summary-table tbody tr")
+    for row in rows:
+        cell = row.select_one(".gemm-summary-missing")
+        if cell is None:
+            continue
+        missing += 1
+        label, text = _text(row.find("td")), _text(cell)
+        command = _COMMAND.search(text)
+        if "not measured yet" not in text or command is None:
+            problems.append(f"{label}: says {text!r}, not 'not measured yet' with a gemm-bench run command")
+            continue
+        fields = {"tensor_model_parallel_size": int(command[2])} if command[2] else None
+        question = build_question(model=command[1], fields=fields)
+        files = Cache(CACHE).files(question.hash)
+        if files:
+            problems.append(f"{label}: shown as not measured, but {', '.join(f.name for f in files)} answers "
+                            f"{command[0]!r}")
+    counts = [_COUNT.search(_text(p)) for p in soup.select("p.gemm-summary-note")]
+    for count in filter(None, counts):
+        models = len({_text(r.find("td")).split(" · ")[0] for r in rows})
+        if (int(count[1]), int(count[2])) != (missing, models):
+            problems.append(f"the note says {count[0]!r}; the table has {missing} of {models}")
+    return problems or ([] if missing else ["no row says 'not measured yet' (update the claim)"])
+
+
+def split_models_gain_less(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """In autocast, every tensor-parallel or MoE model gains less than every dense unsplit one, per GPU
+    and precision. (Pre-quantized kernels keep most of their speedup: the sentence is about training.)"""
+    from gemm_bench.config import PRESETS
+    from gemm_benchmark.summary import model_label
+
+    split = {model_label(preset, tp): bool(tp) or bool(config.num_experts)
+             for preset, config in PRESETS.items() for tp in (None, 2, 4, 8)}
+    by_column: dict[tuple[str, str], dict[bool, list[tuple[str, float]]]] = {}
+    for label, values in summary_table(soup):
+        parts = label.split(" · ")
+        if len(parts) != 3 or parts[2] != "autocast" or parts[0] not in split:
+            continue
+        for column, cell in values.items():
+            if cell is not None:
+                by_column.setdefault((parts[1], column), {}).setdefault(split[parts[0]], []).append(
+                    (parts[0], cell.value))
+    problems, compared = [], 0
+    for (device, precision), groups in sorted(by_column.items()):
+        if True not in groups or False not in groups:
+            continue
+        compared += 1
+        worst_dense = min(groups[False], key=lambda item: item[1])
+        best_split = max(groups[True], key=lambda item: item[1])
+        if best_split[1] >= worst_dense[1]:
+            problems.append(f"{device}, {precision}, autocast: {best_split[0]} gains {best_split[1]}, "
+                            f"{worst_dense[0]} {worst_dense[1]}")
+    return problems or ([] if compared else ["no GPU measured both a split and a dense model"])
+
+
+def roles_ordered(name: str, relation: Callable[[Callable[..., float]], bool], says: str) -> Check:
+    """The speedup roles in the sentence's paragraph satisfy ``relation`` (``get(**fields)`` -> value)."""
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        roles = [r for r in role_values(sentence.element) if r.name == name]
+
+        def get(**fields: str) -> float:
+            return one_role(roles, **fields).value
+
+        try:
+            holds = relation(get)
+        except LookupError as exc:
+            return [f"the paragraph's roles cannot show it: {exc}"]
+        return [] if holds else [f"the rendered values do not show that {says}: {sorted(set(roles), key=repr)}"]
+
+    return check
+
+
+# ------------------------------------------------------------------------------ the claims
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    page: str
+    #: A regular expression found in exactly the sentence(s) that make the claim.
+    says: str
+    check: Check
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.says[:40]}"
+
+
+H100 = "H100 80GB HBM3"
+
+CLAIMS: list[Claim] = [
+    # Regression: the Hopper blocks asked for neither MXFP8 nor NVFP4, yet the page said they list the reason.
+    Claim("index.html", r"Hopper results above list its reason", reasons_shown("Hopper", ("mxfp8", "nvfp4"))),
+    # Regression: the figure draws the whole model first (top, bold); the tutorial once said last.
+    Claim("tutorial.html", r"figure shows the same speedups as bars, the whole model's total first",
+          figures_start_with("Whole model", bold=True)),
+    Claim("index.html", r"★ fastest", fastest_starred),
+    Claim("index.html", r"≈ within its measured spread", ties_marked),
+    Claim("models.html", r"★ fastest", fastest_starred),
+    Claim("models.html", r"≈ within its measured spread", ties_marked),
+    Claim("models.html", r"a model no GPU has measured yet says so, with the command", unmeasured_say_so),
+    Claim("models.html", r"^Smaller GEMMs gain less", split_models_gain_less),
+    Claim("index.html", r"Delayed scaling saves the extra pass",
+          roles_ordered("te-5b", lambda get: get(precision="FP8 Delayed", mode="Autocast", device=H100)
+                        > get(precision="FP8 Current", mode="Autocast", device=H100),
+                        "delayed scaling is faster than current scaling in autocast")),
+    Claim("index.html", r"the gap between the two is the cost of quantization",
+          roles_ordered("te-5b", lambda get: get(precision="FP8 Current", mode="Pre-quantized", device=H100)
+                        > get(precision="FP8 Current", mode="Autocast", device=H100),
+                        "the kernels alone are faster than autocast")),
+    Claim("index.html", r"small GEMMs are bound by the work around the kernel",
+          roles_ordered("square-sweep", lambda get: get(mode="Autocast", shape="256x256x256")
+                        < get(mode="Autocast", shape="16384x16384x16384"),
+                        "autocast gains more at 16384³ than at 256³")),
+    Claim("tutorial.html", r"per-expert quantization of small matrices costs most or all of it",
+          roles_ordered("tut-mixtral", lambda get: all(
+              get(precision=p, mode="Autocast") - 1 <= (get(precision="FP8 Current", mode="Pre-quantized") - 1) / 2
+              for p in ("FP8 Current", "FP8 Delayed")),
+              "autocast keeps at most half of the kernels' gain")),
+    Claim("tutorial.html", r"but the autocast gain shrinks to",
+          roles_ordered("tut-llama3-70b-tp8", lambda get: get(mode="Autocast") < get(mode="Pre-quantized"),
+                        "autocast gains less than the kernels alone")),
+]
+
+#: Sentences that look like claims about rendered content but are not, each with the reason.
+REVIEWED: dict[tuple[str, str], str] = {
+    ("tutorial.html", r"The summary has one table per pass"): "describes gemm-bench run's terminal output",
+    ("tutorial.html", r"A precision the GPU cannot run is listed with Transformer Engine's reason"):
+        "describes gemm-bench run's terminal output",
+}
+
+#: What makes a sentence look like a claim about the content beside it.
+LOOKS_LIKE_A_CLAIM = [
+    re.compile(r"\b(first|last|top|bottom|above|below|left|right)\b.*\b(figure|table|bars?|rows?|columns?|"
+               r"results?|shown|shows|lists?|listed|tabs?)\b|\b(figure|table|bars?|rows?|columns?|results?|shown|"
+               r"shows|lists?|listed|tabs?)\b.*\b(first|last|top|bottom|above|below|left|right)\b", re.I),
+    re.compile(r"\b(reasons?|because)\b", re.I),
+    re.compile(r"[★≈]"),
+]
+
+
+def _claim_sentences(site: BuiltSite, claim: Claim) -> list[Sentence]:
+    pattern = re.compile(claim.says)
+    return [s for s in sentences(site.soup(claim.page), claim.page) if pattern.search(s.text)]
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.id)
+def test_claim_matches_what_is_rendered(site: BuiltSite, claim: Claim) -> None:
+    found = _claim_sentences(site, claim)
+    assert found, (f"{claim.page} no longer says {claim.says!r}: update CLAIMS in {Path(__file__).name} "
+                   "(drop the row, or point it at the new wording)")
+    problems = [f"{s.text!r}: {p}" for s in found for p in claim.check(site, site.soup(claim.page), s)]
+    assert not problems, "\n".join(problems)
+
+
+def _measuring_pages(site: BuiltSite) -> list[str]:
+    """Pages that render measurements: where a sentence can disagree with a table or figure beside it."""
+    return [page for page in site.pages()
+            if site.soup(page).select_one("div.gemm-benchmark, div.gemm-summary")]
+
+
+def test_every_claim_looking_sentence_is_checked_or_reviewed(site: BuiltSite) -> None:
+    pages = _measuring_pages(site)
+    assert {"index.html", "tutorial.html", "models.html"} <= set(pages)
+    unchecked = []
+    for page in pages:
+        for sentence in sentences(site.soup(page), page):
+            if not any(p.search(sentence.text) for p in LOOKS_LIKE_A_CLAIM):
+                continue
+            covered = any(c.page == page and re.search(c.says, sentence.text) for c in CLAIMS) or any(
+                p == page and re.search(says, sentence.text) for p, says in REVIEWED)
+            if not covered:
+                unchecked.append(f"{page}: {sentence.text!r}")
+    assert not unchecked, ("sentences that claim an order, a reason or a mark with no check: add a row to "
+                           "CLAIMS (or to REVIEWED, saying why none is needed)\n" + "\n".join(unchecked))
+
+
+def test_reviewed_sentences_still_exist(site: BuiltSite) -> None:
+    stale = [f"{page}: {says!r}" for page, says in REVIEWED
+             if not any(re.search(says, s.text) for s in sentences(site.soup(page), page))]
+    assert not stale, "REVIEWED rows whose sentence is gone (remove them):\n" + "\n".join(stale)
+
+
+# ------------------------------------------------------------------------------ the checks can fail
+
+
+def _sentence(soup: BeautifulSoup, page: str, says: str) -> Sentence:
+    return next(s for s in sentences(soup, page) if re.search(says, s.text))
+
+
+def _claim(page: str, says: str) -> Claim:
+    return next(c for c in CLAIMS if c.page == page and c.says == says)
+
+
+def test_the_hopper_check_catches_a_block_without_the_reasons(site: BuiltSite) -> None:
+    claim = _claim("index.html", r"Hopper results above list its reason")
+    soup = copy.copy(site.soup("index.html"))
+    section = _section(soup, "Hopper")
+    assert section is not None
+    for listing in section.select("ul.gemm-unavailable"):
+        listing.decompose()  # what the landed page had: no MXFP8/NVFP4 asked for, so nothing listed
+    problems = claim.check(site, soup, _sentence(soup, claim.page, claim.says))
+    assert any("MXFP8's reason" in p for p in problems) and any("NVFP4's reason" in p for p in problems), problems
+
+
+def test_the_figure_order_check_catches_the_whole_model_last(site: BuiltSite) -> None:
+    claim = _claim("tutorial.html", r"figure shows the same speedups as bars, the whole model's total first")
+    soup = copy.copy(site.soup("tutorial.html"))
+    svg = soup.select_one("div.gemm-figure svg")
+    assert svg is not None
+    texts = [t for g in svg.select("g[id*=ytick]") for t in g.find_all("text") if _text(t)]
+    top = min(texts, key=lambda t: float(t["y"]))
+    bottom = max(texts, key=lambda t: float(t["y"]))
+    top["y"], bottom["y"] = bottom["y"], top["y"]
+    problems = claim.check(site, soup, _sentence(soup, claim.page, claim.says))
+    assert len(problems) == 1 and "is bar" in problems[0], problems
+
+
+def test_the_star_check_catches_a_star_on_a_slower_precision(site: BuiltSite) -> None:
+    soup = copy.copy(site.soup("index.html"))
+    row = next(r for r in soup.select("table.gemm-summary-table tbody tr") if r.select("td.gemm-fastest"))
+    star = row.select_one("td.gemm-fastest")
+    other = next(td for td in row.select("td.gemm-num") if td is not star and _LEADING.match(
+        (td.find("abbr") or {}).get("title", "")))
+    star.find("abbr").find(string=re.compile("★")).replace_with("9.99×")
+    other.find("abbr").append(" ★")
+    assert fastest_starred(site, soup, _sentence(soup, "index.html", r"★ fastest"))
+
+
+def test_the_role_order_check_catches_a_reversed_order(site: BuiltSite) -> None:
+    claim = _claim("index.html", r"Delayed scaling saves the extra pass")
+    soup = copy.copy(site.soup("index.html"))
+    sentence = _sentence(soup, claim.page, claim.says)
+    for abbr in sentence.element.select("abbr.gemm-value"):
+        if "FP8 Delayed, Autocast" in abbr.get("title", ""):
+            abbr["title"] = re.sub(r"^\d+(?:\.\d+)?×", "0.500×", abbr["title"])
+    assert claim.check(site, soup, sentence)
+
+
+def test_the_unmeasured_check_catches_a_measured_model_shown_as_missing(site: BuiltSite) -> None:
+    soup = copy.copy(site.soup("models.html"))
+    cell = soup.select_one("table.gemm-summary-table .gemm-summary-missing")
+    assert cell is not None
+    code = cell.find("code") or cell
+    code.string = "gemm-bench run --model llama3-8b"  # measured on both GPUs in the committed cache
+    problems = unmeasured_say_so(site, soup, _sentence(soup, "models.html", "a model no GPU has measured"))
+    assert any("llama3-8b" in p for p in problems), problems
+
+
+def test_sentence_splitting_and_detection() -> None:
+    soup = BeautifulSoup("<article role='main'><p>The figure shows it first. Then a table.</p>"
+                         "<div class='gemm-benchmark'><p>Hidden: the figure shows it last.</p></div>"
+                         "<table><caption>Speedup (★ fastest)</caption></table></article>", "html.parser")
+    found = [s.text for s in sentences(soup, "x.html")]
+    assert found == ["The figure shows it first.", "Then a table.", "Speedup (★ fastest)"]
+    assert [bool(any(p.search(t) for p in LOOKS_LIKE_A_CLAIM)) for t in found] == [True, False, True]
+
+
+# ------------------------------------------------------------------------------ what readers never see
+
+
+#: Build-machine details: they belong in the build log and the freshness page, not among results.
+BUILD_MACHINE = re.compile(r"PyTorch is not installed|no CUDA GPU is visible|tests run without a GPU|"
+                           r"Transformer Engine is not installed", re.I)
+
+
+def test_reader_pages_show_no_build_machine_details(site: BuiltSite) -> None:
+    leaks = []
+    for page in _measuring_pages(site):
+        if page == "freshness.html":
+            continue
+        article = site.soup(page).select_one("article[role=main]") or site.soup(page)
+        for match in BUILD_MACHINE.finditer(_text(article)):
+            leaks.append(f"{page}: {match[0]!r}")
+    assert not leaks, "\n".join(leaks)
+
+
+def test_the_site_builds_without_warnings(site: BuiltSite) -> None:
+    assert site.warnings.strip() == ""
