@@ -1,0 +1,347 @@
+"""The built site as a reader sees it, in headless Chromium: answer first, nothing cut off, readable figures.
+
+One cache-mode build of ``docs/`` per module (``tests/site_build.py``), served on localhost, read
+by one browser at a desktop (1400x900) and a phone (390x844) viewport:
+
+* the landing page's summary speedups are above the fold at 1400x900;
+* no element is wider than the content column at 1400 and 390 px, except inside a ``.gemm-scroll``
+  box (a wide table that scrolls, its first column sticky) or a code block (Furo scrolls those);
+* a tab click switches every block on the page (modes and devices);
+* figure labels render at 9 px or more at 390 px (font size x the SVG's scale on the page);
+* figure text follows Furo's theme toggle (``body[data-theme]``) and is legible on each background.
+
+Skipped where Chromium and chromedriver are absent (``apt-get install chromium chromium-driver``).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.site_build import BuiltSite, build_docs
+
+pytestmark = pytest.mark.browser
+
+DESKTOP = (1400, 900)
+PHONE = (390, 844)
+#: The smallest label a reader can read on a phone, in CSS px (the issue: labels >= 9 px rendered).
+MIN_LABEL_PX = 9.0
+#: How far Furo itself lets content into the column's gutter: headings have a -0.5rem margin (for the
+#: heading link) and its table wrapper pads a full-width box by 0.2rem. Anything wider is overflow.
+FURO_INSET_PX = 8
+#: WCAG AA contrast for text.
+MIN_CONTRAST = 4.5
+
+
+def _browser_paths() -> tuple[str, str]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.skip("headless Chromium and chromedriver are not installed "
+                    "(apt-get install chromium chromium-driver)")
+    return chromium, driver
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> BuiltSite:
+    _browser_paths()  # skip before building when there is no browser to show it to
+    return build_docs(tmp_path_factory.mktemp("site-browser"))
+
+
+@pytest.fixture(scope="module")
+def base_url(site: BuiltSite) -> Iterator[str]:
+    handler = functools.partial(_QuietHandler, directory=str(site.html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    chromium, chromedriver = _browser_paths()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={DESKTOP[0]},{DESKTOP[1]}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    driver.set_page_load_timeout(30)
+    driver.set_script_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def show(browser: Any, url: str, size: tuple[int, int]) -> None:
+    """Load ``url`` in a viewport of exactly ``size`` CSS px (a phone width emulates a phone)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    width, height = size
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    browser.get(url)
+    WebDriverWait(browser, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    assert browser.execute_script("return [innerWidth, innerHeight]") == [width, height]
+
+
+def _pages(site: BuiltSite) -> list[str]:
+    return site.pages()
+
+
+# ------------------------------------------------------------------------------ the first screen
+
+SUMMARY_CELLS = """
+return {height: innerHeight, cells: [...document.querySelectorAll(
+    'div.gemm-summary table.gemm-summary-table td.gemm-num:not(.gemm-na)')].map(td => {
+  const r = td.getBoundingClientRect();
+  return [td.innerText.trim(), Math.round(r.top), Math.round(r.bottom), td.classList.contains('gemm-fastest')];
+})};
+"""
+
+
+def test_summary_speedups_are_above_the_fold(browser: Any, base_url: str) -> None:
+    show(browser, base_url + "index.html", DESKTOP)
+    found = browser.execute_script(SUMMARY_CELLS)
+    cells = found["cells"]
+    assert cells, "the landing page has no summary speedups (div.gemm-summary table.gemm-summary-table)"
+    assert all(re.fullmatch(r"\d+\.\d+× ?[★≈]?", text) for text, *_ in cells), cells
+    assert any(fastest for *_, fastest in cells), "no speedup marked fastest"
+    below = [(text, bottom) for text, _, bottom, _ in cells if bottom > found["height"]]
+    assert not below, f"below the fold of a {DESKTOP[0]}x{DESKTOP[1]} screen: {below}"
+
+
+# ------------------------------------------------------------------------------ nothing cut off
+
+OVERFLOW = """
+const [inset] = arguments;
+document.querySelectorAll('[role=tabpanel][hidden]').forEach(p => p.removeAttribute('hidden'));
+const article = document.querySelector('article[role=main]') || document.querySelector('article');
+if (!article) return {missing: true};
+const col = article.getBoundingClientRect();
+const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+  (typeof el.className === 'string' && el.className.trim() ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+const bad = new Set(), out = [];
+for (const el of article.querySelectorAll('*')) {
+  const parent = el.parentElement;
+  if (parent && parent.closest('.gemm-scroll, pre')) continue;  // scrolls in its own box
+  if ([...bad].some(b => b.contains(el))) continue;  // inside an element already reported
+  if (el.closest('svg') && el.tagName.toLowerCase() !== 'svg') continue;
+  const r = el.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0) continue;
+  if (r.right > col.right + inset + 0.5 || r.left < col.left - inset - 0.5) {
+    bad.add(el);
+    const text = (el.innerText || '').replace(/\\s+/g, ' ').trim().slice(0, 60);
+    out.push(`${name(el)} spans ${Math.round(r.left)}-${Math.round(r.right)} px, the column ` +
+             `${Math.round(col.left)}-${Math.round(col.right)}: ${text}`);
+  }
+}
+const notSticky = [];
+for (const box of article.querySelectorAll('.gemm-scroll')) {
+  if (box.scrollWidth <= box.clientWidth + 1) continue;
+  for (const row of box.querySelectorAll('tr')) {
+    const first = row.firstElementChild;
+    if (first && getComputedStyle(first).position !== 'sticky') {
+      notSticky.push(name(box.querySelector('table') || box) + ': ' + (first.innerText || '').trim().slice(0, 40));
+      break;
+    }
+  }
+}
+return {bad: out, notSticky, pageWidth: document.documentElement.scrollWidth, viewport: innerWidth};
+"""
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=lambda s: f"{s[0]}px")
+def test_nothing_is_wider_than_the_content_column(browser: Any, base_url: str, site: BuiltSite,
+                                                  size: tuple[int, int]) -> None:
+    problems = []
+    pages = _pages(site)
+    assert {"index.html", "models.html", "tutorial.html", "authoring.html"} <= set(pages)
+    for page in pages:
+        show(browser, base_url + page, size)
+        found = browser.execute_script(OVERFLOW, FURO_INSET_PX)
+        if found.get("missing"):
+            problems.append(f"{page}: no <article> (not Furo?)")
+            continue
+        if found["pageWidth"] > found["viewport"]:
+            problems.append(f"{page}: the page scrolls sideways ({found['pageWidth']} px in {found['viewport']})")
+        problems += [f"{page}: {line}" for line in found["bad"]]
+        problems += [f"{page}: a scrolling table without a sticky first column: {line}" for line in found["notSticky"]]
+    assert not problems, f"at {size[0]} px:\n" + "\n".join(problems)
+
+
+# ------------------------------------------------------------------------------ tabs
+
+PANELS = """
+const [tabs] = arguments;
+return [...document.querySelectorAll('div.gemm-benchmark div.' + tabs + ' > [role=tabpanel]')].map(p => [
+  p.closest('div.gemm-benchmark').id, p.getAttribute('name'), !p.hasAttribute('hidden')]);
+"""
+
+
+def _shown(browser: Any, tabs: str) -> dict[str, set[str]]:
+    shown: dict[str, set[str]] = {}
+    for block, name, visible in browser.execute_script(PANELS, tabs):
+        if visible:
+            shown.setdefault(block, set()).add(name)
+    return shown
+
+
+@pytest.mark.parametrize("tabs", ["gemm-mode-tabs", "gemm-device-tabs"])
+def test_a_tab_click_switches_every_block(browser: Any, base_url: str, tabs: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    show(browser, base_url + "index.html", DESKTOP)
+    panels = browser.execute_script(PANELS, tabs)
+    blocks = {block for block, _, _ in panels}
+    assert len(blocks) >= 2, f"fewer than two blocks with {tabs} on the landing page: nothing to sync"
+    names = [name for _, name, _ in panels]
+    shared = [n for n in dict.fromkeys(names) if all((b, n) in {(p[0], p[1]) for p in panels} for b in blocks)]
+    first = names[0]
+    target = next((n for n in shared if n != first), None)
+    assert target is not None, f"no {tabs} tab other than the first is in every block: {sorted(set(names))}"
+
+    buttons = [b for b in browser.find_elements(
+        By.CSS_SELECTOR, f"div.gemm-benchmark div.{tabs} > [role=tablist] > button.group-tab[name='{target}']")
+        if b.is_displayed()]
+    assert buttons, f"no visible {tabs} button for {target!r}"
+    last = buttons[-1]  # the last shown block's tab: the others must follow it
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})", last)
+    last.click()
+    WebDriverWait(browser, 10).until(lambda d: all(s == {target} for s in _shown(d, tabs).values()))
+    shown = _shown(browser, tabs)
+    assert set(shown) == blocks and all(s == {target} for s in shown.values()), shown
+
+
+# ------------------------------------------------------------------------------ figures
+
+LABEL_SIZES = """
+const done = arguments[arguments.length - 1];
+document.querySelectorAll('[role=tabpanel][hidden]').forEach(p => p.removeAttribute('hidden'));
+(async () => {
+  const out = [];
+  for (const svg of document.querySelectorAll('.gemm-figure svg')) {
+    for (const t of svg.querySelectorAll('text')) {
+      if (!t.textContent.trim()) continue;
+      const m = t.getScreenCTM();
+      const scale = Math.sqrt(Math.abs(m.a * m.d - m.b * m.c));
+      out.push([svg.getAttribute('aria-label') || 'figure', t.textContent.trim(),
+                parseFloat(getComputedStyle(t).fontSize) * scale]);
+    }
+  }
+  for (const img of document.querySelectorAll('img.gemm-figure, .gemm-figure img')) {
+    const text = await (await fetch(img.currentSrc || img.src)).text();
+    const svg = new DOMParser().parseFromString(text, 'image/svg+xml').documentElement;
+    const box = (svg.getAttribute('viewBox') || '').split(/[\\s,]+/).map(Number);
+    const scale = img.getBoundingClientRect().width / box[2];
+    for (const t of svg.querySelectorAll('text')) {
+      if (!t.textContent.trim()) continue;
+      const size = /font-size:\\s*([\\d.]+)/.exec(t.getAttribute('style') || '') || [0, t.getAttribute('font-size')];
+      out.push([img.alt || 'figure', t.textContent.trim(), parseFloat(size[1]) * scale]);
+    }
+  }
+  return out;
+})().then(done, e => done({error: String(e)}));
+"""
+
+
+def test_figure_labels_are_readable_on_a_phone(browser: Any, base_url: str, site: BuiltSite) -> None:
+    with_figures = [p for p in _pages(site) if site.soup(p).select_one(".gemm-figure")]
+    assert {"index.html", "tutorial.html"} <= set(with_figures)
+    problems = []
+    for page in with_figures:
+        show(browser, base_url + page, PHONE)
+        labels = browser.execute_async_script(LABEL_SIZES)
+        assert not isinstance(labels, dict), f"{page}: {labels}"
+        assert labels, f"{page}: figures without text labels"
+        smallest: dict[str, tuple[float, str]] = {}
+        for figure, label, px in labels:
+            if px < smallest.get(figure, (float("inf"), ""))[0]:
+                smallest[figure] = (px, label)
+        problems += [f"{page}: {figure}: {label!r} at {px:.1f} px" for figure, (px, label) in smallest.items()
+                     if px < MIN_LABEL_PX]
+    assert not problems, f"labels under {MIN_LABEL_PX} px at {PHONE[0]} px wide:\n" + "\n".join(problems)
+
+
+THEME_COLOURS = """
+const [theme] = arguments;
+document.body.dataset.theme = theme;
+const text = [...document.querySelectorAll('.gemm-figure svg text')].find(t => t.getBoundingClientRect().width > 0);
+if (!text) return null;
+let el = text.closest('.gemm-figure'), background = 'rgba(0, 0, 0, 0)';
+while (el) {
+  const b = getComputedStyle(el).backgroundColor;
+  if (b && b !== 'transparent' && !/rgba\\(.*,\\s*0\\)$/.test(b)) { background = b; break; }
+  el = el.parentElement;
+}
+return [getComputedStyle(text).fill, background, text.textContent.trim()];
+"""
+
+
+def _rgb(colour: str) -> tuple[float, float, float]:
+    numbers = [float(n) for n in re.findall(r"[\d.]+", colour)[:3]]
+    if len(numbers) != 3:
+        raise ValueError(f"not an rgb() colour: {colour!r}")
+    return numbers[0], numbers[1], numbers[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two CSS rgb() colours."""
+    def luminance(colour: str) -> float:
+        channels = [c / 255 for c in _rgb(colour)]
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_contrast_is_the_wcag_ratio() -> None:
+    assert contrast("rgb(0, 0, 0)", "rgb(255, 255, 255)") == pytest.approx(21.0)
+    assert contrast("rgb(119, 119, 119)", "rgb(255, 255, 255)") == pytest.approx(4.48, abs=0.01)
+
+
+def test_figures_follow_the_theme_toggle(browser: Any, base_url: str) -> None:
+    show(browser, base_url + "index.html", DESKTOP)
+    light = browser.execute_script(THEME_COLOURS, "light")
+    dark = browser.execute_script(THEME_COLOURS, "dark")
+    assert light is not None and dark is not None, "no visible figure text on the landing page"
+    (light_ink, light_bg, label), (dark_ink, dark_bg, _) = light, dark
+    assert light_bg != dark_bg, f"the page background did not change with the theme ({light_bg})"
+    assert light_ink != dark_ink, f"figure text {label!r} stays {light_ink} in the light and the dark theme"
+    for theme, ink, background in (("light", light_ink, light_bg), ("dark", dark_ink, dark_bg)):
+        assert contrast(ink, background) >= MIN_CONTRAST, (
+            f"{theme} theme: figure text {ink} on {background} (contrast {contrast(ink, background):.1f})")
+
+
+def test_reader_pages_log_no_errors(browser: Any, base_url: str) -> None:
+    browser.get_log("browser")  # drop what earlier tests left
+    for page in ("index.html", "models.html", "tutorial.html"):
+        show(browser, base_url + page, DESKTOP)
+    errors = [entry for entry in browser.get_log("browser")
+              if entry["level"] == "SEVERE" and "/favicon.ico" not in entry["message"]]
+    assert errors == []
