@@ -206,10 +206,9 @@ def quartiles(stats: dict[str, Any]) -> tuple[float, float] | None:
     samples = stats.get("samples_ms")
     if isinstance(samples, list) and len(samples) >= 4:
         # Every figure key is computed from these on every read of a page, so the common case
-        # (all floats) skips the per-sample checks: one pass for the type, min and max for range.
+        # (all floats) skips the per-sample calls; a chained comparison is False for NaN too.
         if all(type(v) is float for v in samples):
-            valid = samples[0] > 0 and min(samples) > 0 and math.isfinite(max(samples))
-            values: list[float | None] = samples if valid else [None]
+            values: list[float | None] = samples if all(0 < v < math.inf for v in samples) else [None]
         else:
             values = [_finite_positive(v) for v in samples]
         if all(v is not None for v in values):
