@@ -20,6 +20,7 @@ from gemm_bench.devices import device_label
 from gemm_bench.results import METHOD_VERSION
 from gemm_benchmark import records as envdata
 from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
+from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class ResolveFreshness(SphinxPostTransform):
                                 classes=["gemm-freshness"])
             self._link_pages(table, records)
             intro = f"Every gemm-benchmark result on this site (current method version {METHOD_VERSION}):"
-            node.replace_self([nodes.paragraph(intro, intro, classes=["gemm-freshness-intro"]), table])
+            node.replace_self([nodes.paragraph(intro, intro, classes=["gemm-freshness-intro"]), scrolling(table)])
 
     def _link_pages(self, table: nodes.table, records: list[envdata.DirectiveRecord]) -> None:
         """Make each page cell a link to the directive's page."""

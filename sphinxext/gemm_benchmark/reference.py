@@ -17,6 +17,7 @@ from gemm_bench.config import PRESET_DESCRIPTIONS, PRESET_SOURCES
 from gemm_benchmark.config import CONFIG_VALUES
 from gemm_benchmark.diagnostics import DESCRIPTIONS, WARNING_TYPE
 from gemm_benchmark.options import OPTIONS
+from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.roles import ROLES
 
@@ -36,14 +37,18 @@ def reference_table(header: list[str], rows: list[list[str]], widths: list[int],
                        widths, classes=["gemm-reference", *classes])
 
 
+def _boxed(table: nodes.table) -> list[nodes.Node]:
+    return [scrolling(table)]
+
+
 class GemmBenchmarkOptionsDirective(SphinxDirective):
     """The table of every ``gemm-benchmark`` option."""
 
     def run(self) -> list[nodes.Node]:
         rows = [[f"``:{o.name}:``", o.description, o.default, f"``{o.example}``" if o.example else "(flag)"]
                 for o in OPTIONS.values()]
-        return [reference_table(["Option", "Meaning", "Default", "Example"], rows, [18, 50, 14, 18],
-                                ["gemm-options-reference"])]
+        return _boxed(reference_table(["Option", "Meaning", "Default", "Example"], rows, [18, 50, 14, 18],
+                                ["gemm-options-reference"]))
 
 
 class GemmBenchmarkRolesDirective(SphinxDirective):
@@ -52,8 +57,8 @@ class GemmBenchmarkRolesDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         rows = [[f"``:{r.name}:``", f"``{r.syntax}``", r.description, f"``:{r.name}:`{r.example}```"]
                 for r in ROLES.values()]
-        return [reference_table(["Role", "Argument", "Value", "Example"], rows, [14, 24, 40, 30],
-                                ["gemm-roles-reference"])]
+        return _boxed(reference_table(["Role", "Argument", "Value", "Example"], rows, [14, 24, 40, 30],
+                                ["gemm-roles-reference"]))
 
 
 class GemmBenchmarkConfigDirective(SphinxDirective):
@@ -61,8 +66,8 @@ class GemmBenchmarkConfigDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         rows = [[f"``{c.name}``", f"``{c.default!r}``", c.description] for c in CONFIG_VALUES]
-        return [reference_table(["conf.py value", "Default", "Meaning"], rows, [28, 14, 58],
-                                ["gemm-config-reference"])]
+        return _boxed(reference_table(["conf.py value", "Default", "Meaning"], rows, [28, 14, 58],
+                                ["gemm-config-reference"]))
 
 
 class GemmBenchmarkWarningsDirective(SphinxDirective):
@@ -70,7 +75,8 @@ class GemmBenchmarkWarningsDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         rows = [[f"``{WARNING_TYPE}.{s.value}``", text] for s, text in DESCRIPTIONS.items()]
-        return [reference_table(["suppress_warnings name", "Meaning"], rows, [30, 70], ["gemm-warnings-reference"])]
+        return _boxed(reference_table(["suppress_warnings name", "Meaning"], rows, [30, 70],
+                                      ["gemm-warnings-reference"]))
 
 
 class GemmBenchmarkPresetsDirective(SphinxDirective):
@@ -87,6 +93,4 @@ class GemmBenchmarkPresetsDirective(SphinxDirective):
             if url.startswith("https://"):
                 del para[:]
                 para += nodes.reference(url, url.removeprefix("https://huggingface.co/"), refuri=url)
-        box = nodes.container(classes=["gemm-scroll"])
-        box += table
-        return [box]
+        return _boxed(table)

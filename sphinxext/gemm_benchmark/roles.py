@@ -23,6 +23,7 @@ from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
 from gemm_bench.devices import selects
@@ -30,6 +31,8 @@ from gemm_bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normal
 from gemm_benchmark import records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +176,13 @@ class ResolveGemmValues(SphinxPostTransform):
             try:
                 value = lookup(self.env, node)
             except Unavailable as exc:
-                warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
+                record = records.find(self.env, node["gemm_name"])
+                if record is not None and not record.devices:
+                    # The directive already said its result is missing (one warning per directive,
+                    # or its :missing: note): the role shows n/a and says so in the log only.
+                    logger.info(":%s:`%s`: %s", node["kind"], node["text"], exc, location=node)
+                else:
+                    warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(_not_available(node["text"], str(exc), html))
                 continue
             node.replace_self(_rendered(value, html))
