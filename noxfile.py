@@ -15,6 +15,12 @@ nox.options.reuse_existing_virtualenvs = True
 # Transformer Engine are then importable, and the build measures what the cache lacks.
 @nox.session(venv_params=["--system-site-packages"])
 def docs(session: nox.Session) -> None:
+    """Build the site, warnings as errors.
+
+    Serial on purpose: on a 2-core machine ``-j auto`` measured 0.89x and 0.94x of a serial clean
+    build (medians of two ``nox -s perf -- --runs 3`` runs, issue 14), with spreads (0.81-1.04,
+    0.94-1.12) that include no gain at all; pass ``-- -j auto`` to try it on more cores.
+    """
     session.install("-e", ".[docs]")
     session.run(
         "python", "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs
@@ -47,8 +53,10 @@ def lint(session: nox.Session) -> None:
 def perf(session: nox.Session) -> None:
     """Benchmark the docs build: the site against its stripped twin (tools/perf_site.py).
 
-    ``nox -s perf -- --runs 3 --json perf.json``. No system site-packages: the builds run in
-    cache mode and must not pick up a GPU stack, so every machine measures the same work.
+    ``nox -s perf -- --runs 3 --json perf.json``; ``nox -s perf -- --profile DIR`` profiles a
+    clean and a prose-edit build instead and prints where the extension's time goes. No system
+    site-packages: the builds run in cache mode and must not pick up a GPU stack, so every machine
+    measures the same work.
     """
     session.install("-e", ".[docs]")
     session.run("python", "tools/perf_site.py", *session.posargs)

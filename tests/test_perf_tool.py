@@ -249,3 +249,39 @@ def test_bad_runs_and_bad_rev_are_clear_errors(perf: ModuleType, capsys: pytest.
     assert "--runs must be at least 1" in capsys.readouterr().err
     assert perf.main(["--runs", "1", "--rev", "no-such-commit-xyz"]) == 1
     assert "--rev no-such-commit-xyz" in capsys.readouterr().err
+
+
+def test_extension_costs_keep_the_extension_and_the_phases(perf: ModuleType, tmp_path: Path) -> None:
+    import cProfile
+    import importlib
+
+    package = tmp_path / "gemm_bench"
+    package.mkdir()
+    (package / "fake_figures.py").write_text(
+        "import json\n\ndef draw(n):\n    return [json.dumps({'i': i}) for i in range(n)]\n", encoding="utf-8")
+    sys.path.insert(0, str(package))
+    try:
+        module = importlib.import_module("fake_figures")
+        profiler = cProfile.Profile()
+        profiler.runcall(module.draw, 2000)
+    finally:
+        sys.path.remove(str(package))
+        sys.modules.pop("fake_figures", None)
+    profiler.dump_stats(tmp_path / "build.prof")
+    phases, mine = perf.extension_costs(tmp_path / "build.prof")
+    assert phases == []  # no Sphinx build was profiled
+    assert mine[0].where == "gemm_bench/fake_figures.py:3(draw)" and mine[0].calls == 1
+    assert all(c.where.startswith("gemm_bench/fake_figures.py:") for c in mine)  # json.dumps is not ours
+    assert all(c.cumulative >= c.own >= 0 for c in mine)
+    assert [c.cumulative for c in mine] == sorted((c.cumulative for c in mine), reverse=True)
+    text = perf.costs_text("clean", phases, mine)
+    assert text.splitlines()[0] == "clean" and "gemm_bench/fake_figures.py:3(draw)" in text
+
+
+def test_a_file_that_is_not_a_profile_is_a_clear_error(perf: ModuleType, tmp_path: Path) -> None:
+    bad = tmp_path / "clean.prof"
+    bad.write_text("not marshal data", encoding="utf-8")
+    with pytest.raises(perf.PerfError, match=r"clean\.prof: not a cProfile"):
+        perf.extension_costs(bad)
+    with pytest.raises(perf.PerfError, match=r"missing\.prof"):
+        perf.extension_costs(tmp_path / "missing.prof")

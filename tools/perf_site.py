@@ -20,6 +20,12 @@ median and min-max. Peak memory is each build process's ``ru_maxrss`` from ``os.
 largest resident set of the build process or any descendant it waited for, not their sum).
 
 Run through ``nox -s perf`` (``-- --runs 3 --json perf.json``). A benchmark, not a test.
+
+``--profile DIR`` instead profiles one clean build and one prose-edit rebuild of the site with
+cProfile (``DIR/clean.prof``, ``DIR/edit.prof``) and prints where the extension's time goes: its
+own functions (``gemm_bench``, ``gemm_benchmark``), the matplotlib calls and imports they make,
+and the build phases they sit in. Times under cProfile are inflated, Python-heavy code most:
+compare entries with each other, not with the benchmark's wall times.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import dataclasses
 import json
 import os
 import platform
+import pstats
 import re
 import shutil
 import statistics
@@ -319,14 +326,19 @@ class Build:
     warnings: int
 
 
-def run_build(docs: Path, out: Path, *, jobs: str = "1", clean: bool = False) -> Build:
-    """Build ``docs`` into ``out`` in a fresh interpreter; raise PerfError if the build fails."""
+def run_build(docs: Path, out: Path, *, jobs: str = "1", clean: bool = False, profile: Path | None = None) -> Build:
+    """Build ``docs`` into ``out`` in a fresh interpreter; raise PerfError if the build fails.
+
+    ``profile``: run the build under cProfile, writing its statistics to that file.
+    """
     html, doctrees = out / "html", out / "doctrees"
     if clean:
         shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GEMM_BENCH_EXECUTION_MODE="cache", PYTHONDONTWRITEBYTECODE="1")
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-d", str(doctrees), str(docs), str(html)]
+    profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+    cmd = [sys.executable, *profiler, "-m", "sphinx", "-b", "html", "-q", "-j", jobs, "-d", str(doctrees), str(docs),
+           str(html)]
     log = out / "build.log"
     with open(log, "wb") as handle:
         start = time.perf_counter()
@@ -475,6 +487,99 @@ def to_text(result: dict[str, Any]) -> str:
     return "\n".join(_rows(result))
 
 
+# ------------------------------------------------------------------------------------------------
+# Profiling
+# ------------------------------------------------------------------------------------------------
+
+#: Where the extension's cost shows in a profile: its two packages, and the library calls that
+#: only it makes in a docs build (matplotlib drawing and saving, importing matplotlib).
+EXTENSION_CODE = ("/gemm_bench/", "/gemm_benchmark/")
+#: Sphinx build phases, shown beside the extension's entries so that each cost has its context.
+PHASES = {
+    "sphinx/builders/__init__.py:read": "phase: read (parse, transforms, directives)",
+    "sphinx/builders/__init__.py:write": "phase: write (post-transforms, HTML)",
+    "sphinx/builders/__init__.py:write_doctree": "phase: pickle doctrees",
+    "sphinx/builders/html/__init__.py:finish": "phase: finish (search index, assets, viewcode)",
+    "sphinx/environment/__init__.py:get_and_resolve_doctree": "phase: load + resolve doctrees",
+    "matplotlib/figure.py:savefig": "matplotlib: savefig",
+    "matplotlib/__init__.py:<module>": "matplotlib: import",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """One profiled function: cumulative and own seconds, calls, and where it is."""
+
+    cumulative: float
+    own: float
+    calls: int
+    where: str
+
+
+def _short(filename: str) -> str:
+    """A path from its package on (``gemm_bench/figures.py``, ``matplotlib/figure.py``)."""
+    for marker in EXTENSION_CODE:
+        if marker in filename:
+            return marker.lstrip("/") + filename.rsplit(marker, 1)[1]
+    return filename.split("site-packages/", 1)[-1]
+
+
+def extension_costs(profile: Path, *, top: int = 25) -> tuple[list[Cost], list[Cost]]:
+    """(phases, extension functions) of a cProfile file, each sorted by cumulative time.
+
+    A recursive function counts once (its outermost calls' cumulative time, as pstats keeps it).
+    Raises PerfError naming the file when it is not a profile.
+    """
+    try:
+        stats = pstats.Stats(str(profile))
+    except (OSError, TypeError, ValueError, EOFError) as exc:
+        raise PerfError(f"{profile}: not a cProfile statistics file ({exc})") from exc
+    phases: list[Cost] = []
+    mine: list[Cost] = []
+    table: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
+    for (filename, line, name), (_, calls, own, cumulative, _) in table.items():
+        path = filename.replace(os.sep, "/")
+        phase = next((label for key, label in PHASES.items()
+                      if path.endswith(key.rsplit(":", 1)[0]) and name == key.rsplit(":", 1)[1]), None)
+        if phase is not None:
+            phases.append(Cost(cumulative, own, calls, phase))
+        elif any(part in path for part in EXTENSION_CODE):
+            mine.append(Cost(cumulative, own, calls, f"{_short(path)}:{line}({name})"))
+    phases.sort(key=lambda c: -c.cumulative)
+    mine.sort(key=lambda c: -c.cumulative)
+    return phases, mine[:top]
+
+
+def costs_text(title: str, phases: Sequence[Cost], mine: Sequence[Cost]) -> str:
+    lines = [f"{title}", f"{'cumulative':>10} {'own':>7} {'calls':>6}  where"]
+    for cost in [*phases, *mine]:
+        lines.append(f"{cost.cumulative:9.2f}s {cost.own:6.2f}s {cost.calls:6d}  {cost.where}")
+    return "\n".join(lines)
+
+
+def profile_site(out_dir: Path, progress: Callable[[str], None], *, rev: str | None = None) -> str:
+    """Profile a clean build and a prose-edit rebuild of the site; the extension's costs as text."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gemm-perf-") as tmp:
+        docs = DOCS if rev is None else export_tree(rev, Path(tmp) / "source") / "docs"
+        root = Path(tmp) / "site" / "docs"
+        root.parent.mkdir(parents=True)
+        copy_docs(docs, root, stripped=False)
+        build = root.parent / "build"
+        progress("profiling a clean build")
+        clean = run_build(root, build, clean=True, profile=out_dir / "clean.prof")
+        toggle_edit(root)
+        progress("profiling a prose-edit rebuild")
+        edit = run_build(root, build, profile=out_dir / "edit.prof")
+    parts = []
+    for kind, build_result in (("clean", clean), ("edit", edit)):
+        phases, mine = extension_costs(out_dir / f"{kind}.prof")
+        title = (f"{kind} build under cProfile: {build_result.seconds:.2f} s wall "
+                 f"({out_dir / (kind + '.prof')})")
+        parts.append(costs_text(title, phases, mine))
+    return "\n\n".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nox -s perf --", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="repetitions of every build (default 5)")
@@ -482,7 +587,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rev", metavar="COMMIT",
                         help="measure docs/, bench/ and sphinxext/ as committed at COMMIT (default: the working tree)")
     parser.add_argument("--no-parallel", action="store_true", help="skip the extra clean site build with -j auto")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="instead of benchmarking, profile a clean and a prose-edit build of the site "
+                             "(cProfile files written to DIR) and print the extension's costs")
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        try:
+            print(profile_site(args.profile, rev=args.rev,
+                               progress=lambda text: print(f"perf: {text}", file=sys.stderr, flush=True)))
+        except PerfError as exc:
+            print(f"perf: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     try:
         result = measure(args.runs, parallel=not args.no_parallel, rev=args.rev,
                          progress=lambda text: print(f"perf: {text}", file=sys.stderr, flush=True))
