@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from gemm_bench.precisions import BASELINE, PRECISIONS
+from gemm_bench.precisions import BASELINE, PRECISIONS, gemm_modes
 from gemm_bench.shapes import GemmShape
 
 
@@ -54,12 +54,14 @@ def make_plan(
 
     BF16 is always measured in each requested mode (added if not asked for): every speedup is
     relative to it, and a speedup against a baseline from another run would mix two runs' clocks.
+    Layer modes (``layer``, ``layer-graphed``) are ignored here: they time a whole layer, not
+    per-GEMM cells (:func:`gemm_bench.backends.layer_step.measure_layer_step`).
     """
     wanted = list(dict.fromkeys([BASELINE, *precisions]))
     to_measure: list[PlannedCell] = []
     unsupported: list[tuple[PlannedCell, str]] = []
     gemms = list(gemms)
-    for mode in modes:
+    for mode in gemm_modes(modes):
         for precision_id in wanted:
             precision = PRECISIONS[precision_id]
             check = support.get(precision_id, Support(True))

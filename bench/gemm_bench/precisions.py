@@ -8,10 +8,21 @@ backends ask TE's own ``is_*_available()`` checks and keep TE's reason text.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
+#: The per-GEMM modes: each (mode, precision, GEMM) is one cell of ``doc["cells"]``.
 MODES: tuple[str, ...] = ("autocast", "prequant")
-MODE_NAMES = {"autocast": "Autocast", "prequant": "Pre-quantized"}
-MODE_ALIASES = {"pre-quantized": "prequant", "prequantized": "prequant", "pre_quant": "prequant"}
+#: The whole-layer modes (:mod:`gemm_bench.step`): one cell per (mode, precision) in
+#: ``doc["layer"]``, never a per-GEMM cell. ``layer-graphed`` is the same step captured in CUDA
+#: graphs, its own mode so graphed numbers never mix with eager ones.
+LAYER_MODES: tuple[str, ...] = ("layer", "layer-graphed")
+#: Every mode a page or ``--modes`` may name.
+ALL_MODES: tuple[str, ...] = MODES + LAYER_MODES
+MODE_NAMES = {"autocast": "Autocast", "prequant": "Pre-quantized", "layer": "Layer step",
+              "layer-graphed": "Layer step (CUDA graphs)"}
+MODE_ALIASES = {"pre-quantized": "prequant", "prequantized": "prequant", "pre_quant": "prequant",
+                "layer-step": "layer", "step": "layer", "layer_graphed": "layer-graphed",
+                "graphed": "layer-graphed", "layer-step-graphed": "layer-graphed"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +97,22 @@ def normalize_precision(text: str) -> str:
 
 
 def normalize_mode(text: str) -> str:
+    """A mode id from ``autocast``, ``Pre-quantized``, ``layer-graphed`` ... (any of :data:`ALL_MODES`).
+
+    Callers that only handle per-GEMM modes split the result with :func:`gemm_modes`.
+    """
     key = text.strip().lower()
     key = MODE_ALIASES.get(key, key)
-    if key in MODES:
+    if key in ALL_MODES:
         return key
     raise KeyError(text)
+
+
+def gemm_modes(modes: Iterable[str]) -> list[str]:
+    """The per-GEMM modes among ``modes``, in order (the layer modes have no GEMM cells)."""
+    return [m for m in modes if m in MODES]
+
+
+def layer_modes(modes: Iterable[str]) -> list[str]:
+    """The whole-layer modes among ``modes``, in order."""
+    return [m for m in modes if m in LAYER_MODES]

@@ -25,6 +25,7 @@ wrong number. A document that fails validation is never used in part.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import hashlib
 import itertools
@@ -41,10 +42,10 @@ from gemm_bench.precisions import MODES, PRECISIONS
 from gemm_bench.shapes import PASSES, GemmShape
 
 __all__ = [
-    "KINDS", "MAX_LAYERS", "MAX_MS", "MAX_TFLOPS", "METHOD_VERSION", "MIN_MS", "READABLE_SCHEMA_VERSIONS",
-    "SCHEMA_VERSION", "STATUSES", "ResultError", "cell_run_id", "device_slug", "document_gemms",
-    "merge_documents", "new_document", "new_run_id", "peer_run_id", "question_hash", "question_payload",
-    "stamp_run_ids", "validate",
+    "KINDS", "LINEAR_PEER_REGIONS", "MAX_LAYERS", "MAX_MS", "MAX_TFLOPS", "METHOD_VERSION", "MIN_MS",
+    "PEER_KINDS", "READABLE_SCHEMA_VERSIONS", "RUN_BLOCKS", "SCHEMA_VERSION", "STATUSES", "ResultError",
+    "cell_run_id", "device_slug", "document_gemms", "merge_documents", "new_document", "new_run_id",
+    "peer_run_id", "question_hash", "question_payload", "stamp_run_ids", "validate",
 ]
 
 SCHEMA_VERSION = 2
@@ -77,6 +78,11 @@ MAX_DEPTH = 32
 MAX_INT = 1 << 63
 #: Rounding slack when comparing two stored times (the runner rounds to 1e-6 ms).
 _ROUNDING = 2e-6
+
+#: Peer rows (:mod:`gemm_bench.peers`): ``gemm`` peers time one pass of the question; ``linear``
+#: peers a Linear's ``fprop`` and ``backward`` (Dgrad + Wgrad) on the op's Fprop shape.
+PEER_KINDS: tuple[str, ...] = ("gemm", "linear")
+LINEAR_PEER_REGIONS: tuple[str, ...] = ("fprop", "backward")
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._-]{0,63}")
 _CAPABILITY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
@@ -119,8 +125,12 @@ def cell_run_id(doc: dict[str, Any], cell: dict[str, Any]) -> str:
     return str(cell.get("run_id") or doc["run_id"])
 
 
-#: Peers are stamped exactly like cells.
+#: Peers, layer-step cells and accuracy cells are stamped exactly like cells.
 peer_run_id = cell_run_id
+
+#: Optional blocks of per-run cells beside ``cells`` and ``peers``: the layer step
+#: (:mod:`gemm_bench.step`) and the SQNRs (:mod:`gemm_bench.accuracy`); one mode is one run.
+RUN_BLOCKS: tuple[str, ...] = ("layer", "accuracy")
 
 
 def stamp_run_ids(doc: dict[str, Any]) -> dict[str, Any]:
@@ -130,8 +140,9 @@ def stamp_run_ids(doc: dict[str, Any]) -> dict[str, Any]:
     them with a newer run can never make two runs look like one.
     """
     out = copy.deepcopy(doc)
-    for key in ("cells", "peers"):
-        out[key] = [{**item, "run_id": cell_run_id(doc, item)} for item in doc[key]]
+    for key in ("cells", "peers", *RUN_BLOCKS):
+        if key in doc:
+            out[key] = [{**item, "run_id": cell_run_id(doc, item)} for item in doc[key]]
     if doc.get("schema_version") == 1:
         out["run_id"] = f"v1:{doc['question_hash']}"
     out["schema_version"] = SCHEMA_VERSION
@@ -469,24 +480,121 @@ def validate(doc: Any) -> dict[str, Any]:
         backend = _text(peer, "backend", where, nonempty=True)
         op = _text(peer, "op", where)
         pass_ = _text(peer, "pass", where)
-        found = gemms.get((op, pass_))
+        _optional_text(peer, "precision", where)
+        peer_kind = _optional_text(peer, "kind", where) or "gemm"
+        if peer_kind not in PEER_KINDS:
+            raise ResultError(f"{where}.kind", f"{peer_kind!r} is not one of {', '.join(PEER_KINDS)}")
+        if peer_kind == "linear":
+            # A Linear peer's rows time the op's whole training step in two regions, on its Fprop shape.
+            if pass_ not in LINEAR_PEER_REGIONS:
+                raise ResultError(f"{where}.pass", f"{pass_!r} is not one of {', '.join(LINEAR_PEER_REGIONS)} "
+                                                   "(a linear peer's regions)")
+            found = gemms.get((op, "fprop"))
+        else:
+            found = gemms.get((op, pass_))
         if found is None:
             raise ResultError(where, f"GEMM {op}/{pass_} is not part of the question")
         _same_shape(peer, found, where, required=True)
-        _outcome(peer, found, where, version)
+        # The backward region runs two GEMMs of the Fprop's FLOPs (Dgrad and Wgrad).
+        timed = dataclasses.replace(found, m=found.m * 2) if pass_ == "backward" else found
+        _outcome(peer, timed, where, version)
         peer_key = (backend, op, pass_)
         if peer_key in peers_seen:
             raise ResultError(where, f"duplicate peer {'/'.join(peer_key)}")
         peers_seen.add(peer_key)
 
-    if "accuracy" in doc:  # SQNR cells (gemm_bench.accuracy), imported only where a file has them
-        from gemm_bench.accuracy import AccuracyError, validate_accuracy_cells
-
-        try:
-            validate_accuracy_cells(doc["accuracy"], gemms.keys())
-        except AccuracyError as exc:
-            raise ResultError(exc.where, exc.problem) from None
+    _peaks(doc, gemms)
+    if "layer" in doc:
+        _layer_block(doc["layer"], version)
+    if "accuracy" in doc or "accuracy_method" in doc:
+        _accuracy_block(doc, gemms, version)
     return doc
+
+
+def _peaks(doc: dict[str, Any], gemms: dict[tuple[str, str], GemmShape]) -> None:
+    """No measured cell above 100% of its device's dense peak (:mod:`gemm_bench.hardware`).
+
+    Such a cell can only come from a wrong FLOP count or a timer that missed work. Devices and
+    formats without a published peak are not checked: there is nothing to hold them to.
+    """
+    from gemm_bench.hardware import above_peak, peak_tflops, precision_format
+
+    device = doc["device"]["name"]
+    for i, cell in enumerate(doc["cells"]):
+        if cell["status"] != "measured":
+            continue
+        gemm = gemms[(cell["op"], cell["pass"])]
+        pct = above_peak(device, cell["precision"], gemm.flops, cell["ms"])
+        if pct is not None:
+            tflops = gemm.flops / (cell["ms"] * 1e-3) / 1e12
+            raise ResultError(
+                f"$.cells[{i}].ms",
+                f"{cell['ms']!r} ms for {cell['mode']}/{cell['precision']} {gemm.op}/{gemm.pass_} is "
+                f"{tflops:.1f} TFLOP/s, {pct:.0f}% of the dense {precision_format(cell['precision']).upper()} "
+                f"peak of {device} ({peak_tflops(device, cell['precision']):g} TFLOP/s): the FLOP count or "
+                "the timing is wrong",
+            )
+
+
+def _version_run_id(cell: dict[str, Any], where: str, version: int) -> None:
+    if version == 1:
+        if "run_id" in cell:
+            raise ResultError(f"{where}.run_id", "is a schema version 2 field, in a version 1 document")
+    else:
+        _run_id(cell, where, required=False)
+
+
+def _layer_block(cells: Any, version: int) -> None:
+    """``doc["layer"]``: :func:`gemm_bench.step.validate_layer_cells`, then the ranges GEMM cells
+    have (plausible times, a spread that is ordered, a median equal to the cell's time)."""
+    from gemm_bench.step import StepError, validate_layer_cells
+
+    try:
+        validate_layer_cells(cells)
+    except StepError as exc:
+        raise ResultError(exc.where, exc.problem) from None
+    for i, cell in enumerate(cells):
+        where = f"$.layer[{i}]"
+        if cell["status"] == "measured":
+            ms = _number(cell, "ms", where, MIN_MS, MAX_MS)
+            assert ms is not None
+            _stats(cell, ms, where)
+        else:
+            _text(cell, "reason", where, max_len=MAX_TEXT)
+        _optional_text(cell, "measured_at", where)
+        _version_run_id(cell, where, version)
+
+
+#: SQNR bounds: float64 arithmetic cannot resolve more than ~330 dB, and below -200 dB the output
+#: is noise 10^10 times the signal; outside these a value is a corrupt file, not a measurement.
+MIN_SQNR_DB = -200.0
+MAX_SQNR_DB = 400.0
+
+
+def _accuracy_block(doc: dict[str, Any], gemms: dict[tuple[str, str], GemmShape], version: int) -> None:
+    """``doc["accuracy"]`` (:func:`gemm_bench.accuracy.validate_accuracy_cells`) and its method.
+
+    A file with measured SQNRs must say how they were taken (``accuracy_method``, written by the
+    runner from :func:`gemm_bench.accuracy.accuracy_method`).
+    """
+    from gemm_bench.accuracy import AccuracyError, validate_accuracy_cells
+
+    cells = doc.get("accuracy", [])
+    try:
+        validate_accuracy_cells(cells, gemms.keys())
+    except AccuracyError as exc:
+        raise ResultError(exc.where, exc.problem) from None
+    for i, cell in enumerate(cells):
+        where = f"$.accuracy[{i}]"
+        if cell["status"] == "measured":
+            _number(cell, "sqnr_db", where, MIN_SQNR_DB, MAX_SQNR_DB)
+        else:
+            _text(cell, "reason", where, max_len=MAX_TEXT)
+        _optional_text(cell, "measured_at", where)
+        _version_run_id(cell, where, version)
+    method = _get(doc, "accuracy_method", dict, "$", required=False)
+    if method is None and any(c["status"] == "measured" for c in cells):
+        raise ResultError("$.accuracy_method", "is missing: measured SQNRs need the method that took them")
 
 
 # ------------------------------------------------------------------------------- building
@@ -529,6 +637,11 @@ def document_gemms(doc: dict[str, Any]) -> list[GemmShape]:
     return [GemmShape.from_dict(row) for row in doc["question"]["gemms"]]
 
 
+def _peer_mode(peer: dict[str, Any]) -> str:
+    """The mode whose run times a peer row: ``autocast`` for Linear peers, else ``prequant``."""
+    return "autocast" if peer.get("kind") == "linear" else "prequant"
+
+
 _SAME_STACK = ("torch", "transformer_engine", "cuda", "driver")
 
 
@@ -540,9 +653,11 @@ def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     new run did not measure (the measuring side re-measures the union of cached and requested
     precisions, so nothing a page shows is lost). Old cells of other modes are kept only when
     both runs used the same method version and software stack (torch, TE, CUDA, driver), so the
-    one provenance block stays true of every cell. Peers are timed in the pre-quantized run: a
-    new run with peers or pre-quantized cells replaces every old peer; otherwise old peers are
-    kept under the same conditions as old cells.
+    one provenance block stays true of every cell. GEMM peers are timed in the pre-quantized run
+    and Linear peers (``kind: linear``) in the autocast run: a new run with peers of a kind, or
+    cells of that kind's mode, replaces every old peer of that kind; otherwise old peers are kept
+    under the same conditions as old cells. Layer-step cells (``doc["layer"]``) and SQNR
+    cells (``doc["accuracy"]``) merge the same way, per mode of their own block.
 
     Both documents must be valid. The result is a valid current-schema document whose top-level
     ``run_id`` is the new run's; every kept old cell and peer has its own run id written out.
@@ -556,8 +671,16 @@ def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     new_modes = {c["mode"] for c in new["cells"]}
     merged = dict(new)
     merged["cells"] = [c for c in old["cells"] if c["mode"] not in new_modes] + new["cells"]
-    if not new["peers"] and "prequant" not in new_modes:
-        merged["peers"] = old["peers"]
+    # GEMM peers are timed with the pre-quantized GEMMs, Linear peers with autocast: per kind,
+    # the run that timed that mode (or that kind's peers) replaces the old rows.
+    replaced = {_peer_mode(p) for p in new["peers"]} | new_modes
+    merged["peers"] = [p for p in old["peers"] if _peer_mode(p) not in replaced] + new["peers"]
     if "support" not in merged and "support" in old:
         merged["support"] = old["support"]
+    for block in RUN_BLOCKS:  # the layer step and the SQNRs: per mode, the newest run's cells
+        if block in old or block in new:
+            replaced = {c["mode"] for c in new.get(block, [])}
+            merged[block] = [c for c in old.get(block, []) if c["mode"] not in replaced] + new.get(block, [])
+    if not new.get("accuracy") and "accuracy_method" in old:
+        merged["accuracy_method"] = old["accuracy_method"]
     return merged

@@ -1,9 +1,12 @@
 """Measure a question on the current GPU and return a result document.
 
 Order of work: TE's support checks decide which cells are ``unsupported`` (with TE's reason);
-then, GEMM by GEMM, every requested precision is built, probed once (a precision that raises,
-out of memory say, becomes a ``failed`` cell with the message, and the others go on), and the
-survivors are timed interleaved, round by round. Imports torch and Transformer Engine.
+then, GEMM by GEMM, every requested precision and every registered peer of that kind
+(:mod:`gemm_bench.peers`) is built, probed once (a precision that raises, out of memory say,
+becomes a ``failed`` cell with the message, and the others go on), and the survivors are timed
+interleaved, round by round. Then, when asked, the whole layer step (``layer``,
+``layer-graphed``: :mod:`gemm_bench.backends.layer_step`) and each precision's SQNR
+(:mod:`gemm_bench.accuracy`). Imports torch and Transformer Engine.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from typing import Any
 
 import torch
 
+from gemm_bench import peers as peer_registry
 from gemm_bench import provenance
 from gemm_bench.backends import te as te_backend
-from gemm_bench.backends import torch_native
 from gemm_bench.phases import BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
 from gemm_bench.plan import PlannedCell, make_plan
+from gemm_bench.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
 from gemm_bench.question import Question
 from gemm_bench.results import new_document
 from gemm_bench.shapes import GemmShape
@@ -77,16 +81,19 @@ def _nvtx(name: str, enabled: bool) -> Iterator[None]:
 
 class Runner:
     def __init__(self, settings: TimerSettings, *, peers: bool = True, progress: Progress | None = None,
-                 nvtx: bool = False, phases: PhaseProfiler | None = None) -> None:
+                 nvtx: bool = False, phases: PhaseProfiler | None = None, accuracy: bool = False) -> None:
         """``phases``: charge this run's wall time to its phases (``gemm-bench run --profile-phases``).
 
         The runner records support checks, building, probing and releasing memory; the timer
         records spin-up, warm-up and timed rounds; the caller records imports and writing.
+        ``peers``: time the registered peers (:mod:`gemm_bench.peers`) beside TE. ``accuracy``:
+        also measure each precision's SQNR (:mod:`gemm_bench.accuracy`) in every run.
         """
         if not torch.cuda.is_available():
             raise NoGpuError("no CUDA GPU is visible to PyTorch")
         self.settings = settings
         self.peers = peers
+        self.accuracy = accuracy
         self.progress = progress or (lambda done, total, label: None)
         self.nvtx = nvtx
         self.phases = phases
@@ -106,7 +113,7 @@ class Runner:
                     fn(lambda region, edge: None)
                     torch.cuda.synchronize()
                 competitors[name] = fn
-            except Exception as exc:
+            except Exception as exc:  # GPU boundary: any failure is recorded as the cell's reason
                 failures[name] = _short(exc)
                 competitors.pop(name, None)
                 with optional_phase(self.phases, RELEASE):
@@ -115,7 +122,7 @@ class Runner:
             return {}, failures
         try:
             samples = self.timer.run(competitors)
-        except Exception as exc:
+        except Exception as exc:  # GPU boundary: the group's cells become failed, the run goes on
             message = _short(exc)
             samples = {}
             failures.update({name: message for name in competitors})
@@ -124,61 +131,134 @@ class Runner:
             _release()
         return samples, failures
 
-    def measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
+    def measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
+                accuracy: bool | None = None) -> dict[str, Any]:
+        """One run: the GEMM cells of ``autocast``/``prequant``, the layer step of ``layer``/
+        ``layer-graphed``, the peers, and (``accuracy``, default the runner's) the SQNRs.
+
+        Everything in the returned document is one run (one ``run_id``): speedups between any
+        two of its cells are legitimate, and its method says what the run includes.
+        """
+        modes = list(dict.fromkeys(modes))
+        unknown = [m for m in modes if m not in ALL_MODES]
+        if unknown:
+            raise ValueError(f"unknown modes {', '.join(map(repr, unknown))}; choose from {', '.join(ALL_MODES)}")
+        per_gemm, layer = gemm_modes(modes), layer_modes(modes)
+        with_accuracy = self.accuracy if accuracy is None else accuracy
+        wanted = list(dict.fromkeys([BASELINE, *precisions]))
         with optional_phase(self.phases, SUPPORT):
             support = te_backend.support()
-            plan = make_plan(question.gemms, precisions, modes, support)
-            device, prov = provenance.collect(self.settings.method(), te_backend.VERSION)
+            plan = make_plan(question.gemms, precisions, per_gemm, support)
+            device, prov = provenance.collect(run_method(self.settings), te_backend.VERSION)
+            registry = peer_registry.registered_peers() if self.peers else []
+            available = peer_registry.availability(registry)
         doc = new_document(
             kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
             config=question.config.to_dict() if question.config else None,
             device=device, provenance=prov, notes=question.notes,
         )
+        run_id = doc["run_id"]
         doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
         cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
         prequant = [c for c in plan.to_measure if c.mode == "prequant"]
         ops = list(dict.fromkeys(c.gemm.op for c in autocast))
         prequant_gemms = list(dict.fromkeys(c.gemm for c in prequant))
-        peer_gemms = prequant_gemms if self.peers else []
-        total = len(ops) + len(prequant_gemms)
+        total = len(ops) + len(prequant_gemms) + len(layer) + int(with_accuracy)
         done = 0
         fprop_of = {g.op: g for g in question.gemms if g.pass_ == "fprop"}
+        peers_out: list[dict[str, Any]] = []
 
         for op in ops:
             self.progress(done, total, f"autocast {op}")
-            wanted = [c for c in autocast if c.gemm.op == op]
-            chosen = list(dict.fromkeys(c.precision for c in wanted))
+            wanted_cells = [c for c in autocast if c.gemm.op == op]
+            chosen = list(dict.fromkeys(c.precision for c in wanted_cells))
             fprop = fprop_of[op]
-            backward = any(c.gemm.pass_ != "fprop" for c in wanted)
+            backward = any(c.gemm.pass_ != "fprop" for c in wanted_cells)
             builders: dict[str, Callable[[], Competitor]] = {
                 p: functools.partial(te_backend.autocast_competitor, p, fprop, backward) for p in chosen
             }
+            # Linear peers (torchao Float8Linear ...) time the op's training step beside TE's autocast.
+            linear = _peer_builders(registry, fprop, "linear", available)
             with _nvtx(f"autocast {op}", self.nvtx):
-                samples, failures = self._time_group(builders)
-            cells += _timed_cells(wanted, samples, failures)
+                samples, failures = self._time_group({**builders, **linear})
+            cells += _timed_cells(wanted_cells, samples, failures)
+            peers_out += _peer_rows(registry, fprop, "linear", available, samples, failures)
             done += 1
 
-        peers_out: list[dict[str, Any]] = []
         for gemm in prequant_gemms:
             self.progress(done, total, f"prequant {gemm.op}/{gemm.pass_}")
-            wanted = [c for c in prequant if c.gemm == gemm]
+            wanted_cells = [c for c in prequant if c.gemm == gemm]
             builders = {c.precision: functools.partial(te_backend.prequant_competitor, c.precision, gemm)
-                        for c in wanted}
-            if gemm in peer_gemms and gemm.groups == 1:
-                for peer in torch_native.PEERS:
-                    builders[peer] = functools.partial(torch_native.peer_competitor, peer, gemm)
+                        for c in wanted_cells}
+            # GEMM peers (torch.matmul, torch._scaled_mm, plugins) time the same pass beside TE's GEMM.
+            extra = _peer_builders(registry, gemm, "gemm", available)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
-                samples, failures = self._time_group(builders)
-            cells += _timed_cells(wanted, samples, failures)
-            if gemm in peer_gemms:
-                for peer in torch_native.PEERS:
-                    peers_out.append(_peer(peer, gemm, samples, failures))
+                samples, failures = self._time_group({**builders, **extra})
+            cells += _timed_cells(wanted_cells, samples, failures)
+            peers_out += _peer_rows(registry, gemm, "gemm", available, samples, failures)
             done += 1
-        self.progress(done, total, "done")
+
         doc["cells"] = cells
         doc["peers"] = peers_out
+        if layer:
+            from gemm_bench.backends.layer_step import measure_layer_step
+
+            self.progress(done, total, f"layer step ({', '.join(layer)})")
+            with _nvtx("layer step", self.nvtx):
+                doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
+                    question, wanted, self._time_group, support=support, modes=layer)]
+            done += len(layer)
+        if with_accuracy:
+            from gemm_bench.accuracy import accuracy_method, measure_accuracy
+
+            self.progress(done, total, "accuracy (SQNR)")
+            with _nvtx("accuracy", self.nvtx):
+                doc["accuracy"] = measure_accuracy(question, wanted, per_gemm or ["autocast"],
+                                                   support=support, run_id=run_id)
+            doc["accuracy_method"] = accuracy_method()
+            done += 1
+        self.progress(done, total, "done")
         return doc
+
+
+#: Keys of the competitors of peers in a timed group: never equal to a precision id.
+_PEER_KEY = "peer:"
+
+
+def _peer_builders(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: str,
+                   available: dict[str, tuple[bool, str]]) -> dict[str, Callable[[], Competitor]]:
+    return {_PEER_KEY + name: build
+            for name, build in peer_registry.builders(registry, gemm, kind, available).items()}
+
+
+def _peer_rows(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: str,
+               available: dict[str, tuple[bool, str]], samples: dict[str, dict[str, Samples]],
+               failures: dict[str, str]) -> list[dict[str, Any]]:
+    def mine(table: dict[str, Any]) -> dict[str, Any]:
+        return {k[len(_PEER_KEY):]: v for k, v in table.items() if k.startswith(_PEER_KEY)}
+
+    return peer_registry.rows(registry, gemm, kind, available, mine(samples), mine(failures))
+
+
+def run_method(settings: TimerSettings) -> dict[str, Any]:
+    """The method a run records: the timer's parameters, and what else this version measures.
+
+    The ``layer_step``, ``accuracy`` and ``peers`` entries are written by every run of this code
+    (whether or not the run measured them), so a result of the earlier method, which has none,
+    is told apart: its report says "not measured in this result (method v1)".
+    """
+    from gemm_bench.accuracy import DISTRIBUTIONS
+    from gemm_bench.step import WHAT_IS_TIMED
+
+    return {
+        **settings.method(),
+        "layer_step": WHAT_IS_TIMED,
+        "accuracy": "SQNR in dB of each pass's output against an FP32 reference of the same BF16 inputs, "
+        f"inputs {' and '.join(DISTRIBUTIONS)} (details in the result's accuracy_method)",
+        "peers": "registered peers (entry point group gemm_bench.peers), timed in the same interleaved "
+        "groups as TE: GEMM peers with pre-quantized GEMMs, Linear peers with autocast",
+    }
 
 
 def _timed_cells(
@@ -190,18 +270,3 @@ def _timed_cells(
         else _cell(c, "measured", samples=samples[c.precision][c.gemm.pass_])
         for c in wanted
     ]
-
-
-def _peer(
-    peer: str, gemm: GemmShape, samples: dict[str, dict[str, Samples]], failures: dict[str, str]
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"backend": peer, "op": gemm.op, "pass": gemm.pass_,
-                           "m": gemm.m, "k": gemm.k, "n": gemm.n, "groups": gemm.groups}
-    if gemm.groups != 1:
-        out.update(status="unsupported", reason="PyTorch-native peers are measured for dense GEMMs only")
-    elif peer in failures:
-        out.update(status="failed", reason=failures[peer])
-    else:
-        s = samples[peer][gemm.pass_]
-        out.update(status="measured", ms=round(s.median, 6), stats=s.to_stats())
-    return out

@@ -17,12 +17,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gemm_bench.config import ModelConfig
-from gemm_bench.precisions import BASELINE, PRECISIONS
+from gemm_bench.precisions import BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 
 #: ``layer``: eager step; ``layer-graphed``: the same step captured by te.make_graphed_callables.
 #: Separate modes, so graphed numbers never mix with eager ones.
-LAYER_MODES: tuple[str, ...] = ("layer", "layer-graphed")
-LAYER_MODE_NAMES = {"layer": "Layer step", "layer-graphed": "Layer step (CUDA graphs)"}
+#: (Defined in :mod:`gemm_bench.precisions`, the one list of modes, and re-exported here.)
+LAYER_MODE_NAMES = {m: MODE_NAMES[m] for m in LAYER_MODES}
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
 
 WHAT_IS_TIMED = (

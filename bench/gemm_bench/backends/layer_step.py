@@ -89,14 +89,21 @@ def _now() -> str:
 
 
 def measure_layer_step(question: Question, precisions: Sequence[str], time_group: TimeGroup, *,
-                       graphed: bool = False, support: Mapping[str, Support] | None = None) -> list[dict[str, Any]]:
+                       graphed: bool = False, support: Mapping[str, Support] | None = None,
+                       modes: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Layer cells (``doc["layer"]``) for ``layer`` and, with ``graphed``, ``layer-graphed``.
 
-    Every precision of one mode is timed in one interleaved group with BF16, so a step speedup is
-    always between cells of one group. Unsupported configs and precisions become ``unsupported``
-    cells with the reason; a precision that raises becomes ``failed`` with the message.
+    ``modes`` names the layer modes to time instead (the runner passes what was asked, so
+    ``--modes layer-graphed`` alone does not also time the eager step). Every precision of one
+    mode is timed in one interleaved group with BF16, so a step speedup is always between cells
+    of one group. Unsupported configs and precisions become ``unsupported`` cells with the
+    reason; a precision that raises becomes ``failed`` with the message.
     """
-    modes = LAYER_MODES if graphed else LAYER_MODES[:1]
+    if modes is None:
+        modes = LAYER_MODES if graphed else LAYER_MODES[:1]
+    unknown = [m for m in modes if m not in LAYER_MODES]
+    if unknown:
+        raise ValueError(f"not layer modes: {', '.join(map(repr, unknown))}; choose from {', '.join(LAYER_MODES)}")
     reason = unsupported_reason(question.config)
     if reason:
         return [layer_cell(m, p, "unsupported", reason=reason) for m in modes for p in precisions]
