@@ -31,8 +31,15 @@ from typing import IO, Any, NoReturn
 from gemm_bench import cli_fleet, phases
 from gemm_bench.cache import Cache, CacheError, read_document
 from gemm_bench.choices import ChoiceError, parse_choices, split_list
-from gemm_bench.config import FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError, cli_flag
-from gemm_bench.precisions import MODES, PRECISION_IDS, normalize_mode, normalize_precision
+from gemm_bench.config import (
+    FIELD_HELP,
+    INT_FIELDS,
+    PRESET_DESCRIPTIONS,
+    ConfigError,
+    cli_flag,
+    split_megatron_args,
+)
+from gemm_bench.precisions import ALL_MODES, MODES, PRECISION_IDS, normalize_mode, normalize_precision
 from gemm_bench.question import Question, build_question
 from gemm_bench.report import Report
 from gemm_bench.shapes import OP_NAMES, PASS_NAMES
@@ -108,6 +115,10 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--swiglu", action="store_true", default=None, help=FIELD_HELP["swiglu"])
     g.add_argument("--sequence-parallel", action="store_true", default=None,
                    help=FIELD_HELP["sequence_parallel"])
+    g.add_argument("--megatron-args", metavar="ARGS",
+                   help="a Megatron-LM argument list in one quoted string, as a launch script has it (flags "
+                        "that change no GEMM are listed as ignored; write --megatron-args='--hidden-size ...' "
+                        "when it starts with --); the config flags above override it")
     m = p.add_argument_group("manual shapes")
     m.add_argument("--shape", action="append", metavar="MxKxN", help="a GEMM shape (repeatable)")
     m.add_argument("--sweep", metavar="S1,S2,...", help="square GEMMs SxSxS, comma or space separated sizes")
@@ -119,8 +130,9 @@ def question_from_args(args: argparse.Namespace) -> Question:
     fields["sequence_parallel"] = args.sequence_parallel
     sweep = split_list(args.sweep) if args.sweep is not None else None
     try:
+        megatron = split_megatron_args(args.megatron_args) if args.megatron_args is not None else None
         return build_question(model=args.model, hf_config=args.hf_config, shapes=args.shape,
-                              sweep=sweep, fields=fields)
+                              sweep=sweep, fields=fields, megatron_args=megatron)
     except ConfigError as exc:
         raise UsageError(exc.describe(cli_flag)) from None
 
@@ -142,6 +154,8 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     print(q.describe())
     for note in q.notes:
         print(f"note: {note}")
+    if q.ignored_flags:
+        print(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
     print(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
     for g in q.gemms:
         print(f"{OP_NAMES.get(g.op, g.op):<18}{PASS_NAMES[g.pass_]:<7}{f'{g.m}x{g.k}x{g.n}':>24}"
@@ -256,7 +270,7 @@ def _writable_destination(path: Path, flag: str, *, directory: bool) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     q = question_from_args(args)
     precisions = _choices(args.precisions, "--precisions", normalize_precision, PRECISION_IDS)
-    modes = _choices(args.modes, "--modes", normalize_mode, MODES)
+    modes = _choices(args.modes, "--modes", normalize_mode, ALL_MODES)
     try:
         settings = TimerSettings(timer=args.timer, repetitions=args.repetitions, warmup_s=args.warmup)
     except TimerSettingsError as exc:
@@ -274,6 +288,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with phases.optional_phase(profiler, phases.IMPORTS):
         runner_class, no_gpu_error = load_runner()
     options: dict[str, Any] = {"peers": not args.no_peers, "nvtx": bool(args.nsys)}
+    if args.accuracy:
+        options["accuracy"] = True
     if profiler is not None:
         options["phases"] = profiler
     with progress_display() as progress:
@@ -402,7 +418,13 @@ def build_parser() -> Parser:
     _add_config_flags(p)
     p.add_argument("--precisions", default=",".join(PRECISION_IDS),
                    help="comma or space separated list (default: all)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma or space separated list of " + ", ".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma or space separated list of " + ", ".join(ALL_MODES) + " (default: "
+                        + ",".join(MODES) + "; layer and layer-graphed time a whole te.TransformerLayer "
+                        "step, for a dense model config)")
+    p.add_argument("--accuracy", action="store_true",
+                   help="also measure each precision's SQNR against an FP32 reference (per GEMM pass, "
+                        "Gaussian and outlier-channel inputs)")
     p.add_argument("--out", metavar="FILE", help="write the result here instead of the cache")
     p.add_argument("--cache-dir", metavar="DIR", help=f"cache directory (default: {DEFAULT_CACHE})")
     p.add_argument("--timer", choices=("events", "profiler"), default="events")
@@ -411,7 +433,9 @@ def build_parser() -> Parser:
                         "each cell records how many ran)")
     p.add_argument("--warmup", type=_warmup_seconds, default=0.25, metavar="SECONDS",
                    help=f"warm-up per GEMM group, 0 to {MAX_WARMUP_S:g} s")
-    p.add_argument("--no-peers", action="store_true", help="skip torch.matmul / torch._scaled_mm peers")
+    p.add_argument("--no-peers", action="store_true",
+                   help="skip the peers (torch.matmul, torch._scaled_mm, torchao, Triton and plugins "
+                        "registered under the gemm_bench.peers entry point group)")
     p.add_argument("--nsys", metavar="OUT", help="capture the run with Nsight Systems into OUT.nsys-rep")
     p.add_argument("--profile-phases", action="store_true",
                    help="print where the run's wall time went (imports, spin-up, warm-up, timed rounds, writing)")
