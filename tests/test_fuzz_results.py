@@ -1,6 +1,7 @@
 """Hypothesis fuzz over hostile result files: valid JSON (mostly), hostile values.
 
-Starts from real committed results (a model and a sweep, schema 1) and a schema-2 document, then
+Starts from real committed results (a model and a sweep, schema 1), a schema-2 document and one
+with issue 11's blocks (layer step, SQNRs, a Linear peer: tests/fake_beyond.py), then
 sets, deletes or adds values anywhere in them: subnormals, 1e308, -0.0, huge integers, wrong types,
 lone surrogates, deep nesting, NaN/Infinity literals, invalid UTF-8, symlinks. Whatever comes out:
 
@@ -26,11 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gemm_bench import cli
+from gemm_bench.accuracy import DISTRIBUTIONS
 from gemm_bench.cache import CacheError, file_name, read_document
-from gemm_bench.precisions import MODES, PRECISION_IDS
+from gemm_bench.precisions import ALL_MODES, PRECISION_IDS
 from gemm_bench.report import Report
 from gemm_bench.results import document_gemms
 from gemm_bench.shapes import PASSES
+from tests.fake_beyond import beyond_document
 from tests.helpers import synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +51,25 @@ def _v2_document() -> dict[str, Any]:
     return doc
 
 
+def _beyond_document() -> dict[str, Any]:
+    """Issue 11's blocks (layer step, SQNRs, a Linear peer) on a trimmed fake-runner document."""
+    doc = beyond_document()
+    doc["cells"] = [c for c in doc["cells"] if c["op"] in ("qkv", "mlp_down")]
+    doc["peers"] = doc["peers"][:2]
+    fprop = next(g for g in doc["question"]["gemms"] if g["pass"] == "fprop")
+    doc["peers"].append({"backend": "linear peer", "precision": "FP8 rowwise", "kind": "linear", "op": fprop["op"],
+                         "pass": "backward", "m": fprop["m"], "k": fprop["k"], "n": fprop["n"], "groups": 1,
+                         "status": "measured", "ms": 9.0, "stats": {"median_ms": 9.0, "iqr_ms": 0.1}})
+    doc["layer"] = [c for c in doc["layer"] if c["precision"] in ("bf16", "fp8-current", "mxfp8")]
+    doc["accuracy"] = [c for c in doc["accuracy"] if c["op"] == "qkv" and c["precision"] in ("bf16", "fp8-block")]
+    return doc
+
+
 BASES: list[dict[str, Any]] = [
     json.loads((DOCS_CACHE / "6395c3eace1d229f--h100-80gb-hbm3.json").read_text(encoding="utf-8")),
     json.loads((DOCS_CACHE / "4803128f66703ed6--h200.json").read_text(encoding="utf-8")),
     _v2_document(),
+    _beyond_document(),
 ]
 
 
@@ -83,6 +101,7 @@ HOSTILE = st.one_of(
         "", " ", "\ud800", "x\udcff", "x" * 300, "$\\frac{", "9.0", "9", "NaN", [], {}, [1], {"a": None}, DEEP,
         math.nan, math.inf, -math.inf, 1.5, 3, "fprop", "wgrad", "qkv", "measured", "failed", "unsupported",
         "bf16", "mxfp8", "autocast", "prequant", "model", "shapes", "sweep", "v1:x", "run-b",
+        "layer", "layer-graphed", "linear", "gemm", "backward", "gaussian", "outliers", 1e-3, 400.0, -200.0,
         {"available": False, "reason": "no"}, {"median_ms": 1.0, "iqr_ms": 0.0},
     ]),
     st.floats(allow_nan=True, allow_infinity=True),
@@ -90,7 +109,8 @@ HOSTILE = st.one_of(
     st.text(max_size=6),
 )
 KEYS = st.sampled_from(["run_id", "support", "ms", "stats", "reason", "accuracy", "extra", "flops", "status",
-                        "n", "samples_ms", "p10_ms", "min_ms"])
+                        "n", "samples_ms", "p10_ms", "min_ms", "layer", "accuracy_method", "kind", "sqnr_db",
+                        "distribution", "precision", "mode"])
 
 
 @st.composite
@@ -153,6 +173,28 @@ def _check_report(report: Report) -> None:
             for pass_ in PASSES:
                 speedup = report.pass_speedup(mode, precision, pass_)
                 assert speedup is None or (math.isfinite(speedup) and speedup > 0)
+            for gemm in report.gemms:
+                for value, reason in ((report.pct_of_peak(mode, precision, gemm),
+                                       report.pct_of_peak_reason(mode, precision, gemm)),
+                                      (report.roofline_ms(mode, precision, gemm),
+                                       report.roofline_reason(mode, precision, gemm))):
+                    assert (value is None) == bool(reason)
+                    assert value is None or (math.isfinite(value) and value > 0)
+                pct = report.pct_of_peak(mode, precision, gemm)
+                assert pct is None or pct <= 100  # validation refuses a cell above its peak
+            for distribution in DISTRIBUTIONS:
+                sqnr = report.sqnr(mode, precision, distribution=distribution)
+                assert (sqnr is None) == bool(report.sqnr_reason(mode, precision, distribution=distribution))
+                assert sqnr is None or math.isfinite(sqnr)
+    for graphed in (False, True):
+        for precision in report.precisions:
+            step = report.step(precision, graphed=graphed)
+            for value in (step.step_ms, step.speedup_vs_bf16, step.gemm_share, step.gemm_speedup, step.amdahl_speedup):
+                assert value is None or (math.isfinite(value) and value > 0), step
+            assert (step.speedup_vs_bf16 is None) == bool(step.speedup_reason), step
+            assert step.step_ms is not None or step.reason, step
+    for peer in report.peers():
+        assert peer.tflops is None or (math.isfinite(peer.tflops) and peer.tflops > 0)
 
 
 def _cli(*argv: str) -> int:
@@ -177,7 +219,7 @@ def test_hostile_result_files_never_crash_the_core_or_the_cli(case: tuple[dict[s
         if loaded is not None:
             _check_report(Report(loaded))
             gemms = list(reversed(document_gemms(loaded)))
-            _check_report(Report(loaded, gemms=gemms, num_layers=7, kind="model", modes=list(MODES),
+            _check_report(Report(loaded, gemms=gemms, num_layers=7, kind="model", modes=list(ALL_MODES),
                                  precisions=list(PRECISION_IDS)))
         expected = 0 if loaded is not None else 2
         assert _cli("report", str(path)) == expected
