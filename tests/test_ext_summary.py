@@ -95,3 +95,38 @@ def test_a_speedup_within_the_fastests_spread_is_marked_not_significant(project:
     cells = project.html().select("table.gemm-summary-table tbody tr td")[1:]
     assert cells[0].get_text().endswith("★") and cells[1].get_text().endswith("≈")
     assert "not significantly slower" in cells[1].abbr["title"]
+
+
+def test_step_share_sqnr_and_peak_roles_quote_the_report(project: Project) -> None:
+    """Issue 11's quantities through the roles, from a synthetic document with a layer step and SQNRs."""
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    project.store(doc)
+    q = build_question(model="te-guide-5b")
+    report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+    project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n\n"
+                 ":gemm-step-speedup:`te layer fp8-current` :gemm-share:`te layer bf16` "
+                 ":gemm-sqnr:`te autocast fp8-current` :gemm-peak:`te prequant fp8-current mlp_up/fprop`\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    values = [a.get_text() for a in project.html().select("p abbr.gemm-value")]
+    step = report.step("fp8-current")
+    share = report.step("bf16").gemm_share
+    sqnr = report.sqnr("autocast", "fp8-current")
+    gemm = report.find_gemm("mlp_up/fprop")
+    pct = report.pct_of_peak("prequant", "fp8-current", gemm)
+    assert step.speedup_vs_bf16 and share and sqnr is not None and pct
+    assert values == [format_speedup(step.speedup_vs_bf16), f"{share * 100:.0f}%", f"{sqnr:.1f} dB", f"{pct:.0f}%"]
+
+
+def test_v1_results_say_why_there_is_no_step_or_sqnr(project: Project) -> None:
+    q = build_question(model="te-guide-5b")
+    project.store(make_document(q, device=H100, precisions=("bf16", "fp8-current")))
+    project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n\n:gemm-step-speedup:`te layer fp8-current`\n")
+    warnings, _ = project.build()
+    missing = project.html().select_one("p abbr.gemm-value-error")
+    assert missing.get_text() == "n/a" and "not measured" in missing["title"]
+    assert "[gemm_benchmark.role]" in warnings  # a number the page asks for that the data lack

@@ -498,7 +498,7 @@ def _draw_bars(ax: Axes, spec: FigureSpec, panel: Panel, ink: str, right: float,
     if spec.reference is not None:
         ax.axvline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
     ax.set_yticks([])
-    beside = offset_copy(ax.get_yaxis_transform(), fig=ax.figure, x=-_TICK, units="points")
+    beside = offset_copy(ax.get_yaxis_transform(), fig=cast(Any, ax.figure), x=-_TICK, units="points")
     for i, category in enumerate(panel.categories):
         bold = spec.emphasize_first and i == 0
         ax.text(0, i, category, transform=beside, ha="right", va="center_baseline", color=ink, fontsize=FONT_PT,
@@ -584,7 +584,7 @@ def _value_axis(ax: Axes, axis: Literal["x", "y"], ink: str, *, labels: bool) ->
     if axis == "x":
         _labels_below(ax, locs, texts, ink)
     else:
-        beside = offset_copy(transform, fig=ax.figure, x=-_TICK, units="points")
+        beside = offset_copy(transform, fig=cast(Any, ax.figure), x=-_TICK, units="points")
         for value, text in zip(locs, texts, strict=True):
             ax.text(0, value, text, transform=beside, ha="right", va="center_baseline", color=ink, fontsize=FONT_PT)
 
@@ -594,7 +594,7 @@ def _labels_below(ax: Axes, positions: Sequence[float], texts: Sequence[str], in
     from matplotlib.transforms import offset_copy
 
     _no_ticks(ax, "x")
-    below = offset_copy(ax.get_xaxis_transform(), fig=ax.figure, y=-_TICK, units="points")
+    below = offset_copy(ax.get_xaxis_transform(), fig=cast(Any, ax.figure), y=-_TICK, units="points")
     for position, text in zip(positions, texts, strict=True):
         ax.text(position, 0, text, transform=below, ha="center", va="top", color=ink, fontsize=FONT_PT)
 
@@ -606,11 +606,11 @@ def _axis_label(ax: Axes, text: str, ink: str, axis: Literal["x", "y"], *, loc: 
     from matplotlib.transforms import offset_copy
 
     if axis == "x":
-        where = offset_copy(ax.transAxes, fig=ax.figure, y=-(_TICK + _LINE + 2), units="points")
+        where = offset_copy(ax.transAxes, fig=cast(Any, ax.figure), y=-(_TICK + _LINE + 2), units="points")
         x = {"right": 1.0, "center": 0.5, "left": 0.0}[loc]
         ax.text(x, 0, text, transform=where, ha=loc, va="top", color=ink, fontsize=FONT_PT)
     else:
-        where = offset_copy(ax.transAxes, fig=ax.figure, x=-(_TICK + offset + 2), units="points")
+        where = offset_copy(ax.transAxes, fig=cast(Any, ax.figure), x=-(_TICK + offset + 2), units="points")
         ax.text(0, 0.5, text, transform=where, rotation=90, ha="right", va="center", color=ink, fontsize=FONT_PT)
 
 

@@ -61,12 +61,31 @@ ROLES: dict[str, RoleSpec] = {
         RoleSpec("gemm-tflops", "NAME[@DEVICE] MODE PRECISION GEMM",
                  "Throughput of one GEMM, named ``op/pass`` (``mlp_up/fprop``) or by its ``MxKxN`` shape.",
                  "te-5b prequant fp8-block mlp_up/fprop", gemm="required"),
+        RoleSpec("gemm-sqnr", "NAME[@DEVICE] MODE PRECISION [GEMM]",
+                 "Accuracy: SQNR in dB against an FP32 reference (Gaussian inputs); without GEMM the layer's least "
+                 "accurate GEMM (Report ``sqnr``).",
+                 "te-5b autocast fp8-block"),
+        RoleSpec("gemm-peak", "NAME[@DEVICE] MODE PRECISION GEMM",
+                 "One GEMM's throughput as a % of the device's dense peak for its format (Report ``pct_of_peak``).",
+                 "te-5b prequant fp8-current mlp_up/fprop", gemm="required"),
+        RoleSpec("gemm-step-speedup", "NAME[@DEVICE] layer|layer-graphed PRECISION",
+                 "Speedup vs BF16 of the whole training step of one transformer layer (forward and backward, eager "
+                 "or CUDA-graphed), both from one run (Report ``step``).",
+                 "te-5b layer fp8-current", gemm="none"),
+        RoleSpec("gemm-share", "NAME[@DEVICE] layer|layer-graphed PRECISION",
+                 "The share of the BF16 step that is its GEMMs (the 12 GEMM times of the same run / the step time): "
+                 "Amdahl's law bounds the step's gain by it.",
+                 "te-5b layer bf16", gemm="none"),
         RoleSpec("gemm-fastest", "NAME[@DEVICE] MODE",
                  "The fastest precision's name: the largest whole-model speedup vs BF16 among the precisions the "
                  "directive shows and the device measured. ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
     )
 }
+
+
+#: Roles about the layer step: their MODE is ``layer`` or ``layer-graphed``, whatever the directive shows.
+STEP_ROLES = ("gemm-step-speedup", "gemm-share")
 
 
 class GemmValueRole(SphinxRole):
@@ -128,7 +147,7 @@ def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
             raise Unavailable(f"{record.name} shows {len(record.devices)} devices and lists no :devices:; "
                               f"name one: {', '.join(record.name + '@' + d.slug for d in record.devices)}")
     mode, precision = node["mode"], node["precision"]
-    if mode not in record.modes:
+    if mode not in record.modes and node["kind"] not in STEP_ROLES:
         raise Unavailable(f"{record.name} does not show mode {mode!r} (it shows {', '.join(record.modes)})")
     if precision not in ("", "fastest") and precision not in record.precisions:
         raise Unavailable(f"{record.name} does not show precision {precision!r} "

@@ -105,6 +105,7 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 else:
                     why = getattr(total, "speedup_reason", "") or "BF16 is not measured in the same run"
                     out[value_key("gemm-speedup", mode, precision)] = Value("", f"{where}: {why}")
+            _beyond_values(out, report, mode, precision, where)
             for gemm in report.gemms:
                 gid = f"{gemm.op}/{gemm.pass_}"
                 at = f"{gemm.label}, {where}"
@@ -122,11 +123,39 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 out[value_key("gemm-tflops", mode, precision, gid)] = (
                     Value(shown, f"{_tooltip_tflops(tflops)} TFLOP/s: {at}") if _finite(tflops) and tflops
                     else Value("", f"{at}: no throughput"))
+                pct = report.pct_of_peak(mode, precision, gemm)
+                out[value_key("gemm-peak", mode, precision, gid)] = (
+                    Value(f"{pct:.0f}%", f"{pct:.1f}% of the dense peak: {at}") if _finite(pct) and pct
+                    else Value("", f"{at}: {report.pct_of_peak_reason(mode, precision, gemm)}"))
+                sqnr = report.sqnr(mode, precision, gemm)
+                out[value_key("gemm-sqnr", mode, precision, gid)] = (
+                    Value(f"{sqnr:.1f} dB", f"{sqnr:.2f} dB SQNR (Gaussian inputs): {at}") if sqnr is not None
+                    else Value("", f"{at}: {report.sqnr_reason(mode, precision, gemm)}"))
                 speedup = report.gemm_speedup(mode, precision, gemm)
                 out[value_key("gemm-speedup", mode, precision, gid)] = (
                     Value(format_speedup(speedup), f"{speedup:.3f}× BF16: {at}") if _finite(speedup) and speedup
                     else Value("", f"{at}: no BF16 time of the same run to compare with"))
     return out
+
+
+def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: str, where: str) -> None:
+    """SQNR of the whole layer (its least accurate GEMM), and the training step (once per precision)."""
+    sqnr = report.sqnr(mode, precision)
+    out[value_key("gemm-sqnr", mode, precision)] = (
+        Value(f"{sqnr:.1f} dB", f"{sqnr:.2f} dB SQNR, the layer's least accurate GEMM (Gaussian inputs): {where}")
+        if sqnr is not None else Value("", f"{where}: {report.sqnr_reason(mode, precision)}"))
+    if mode != report.modes[0]:
+        return
+    for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
+        step = report.step(precision, graphed=graphed)
+        at = f"{PRECISIONS[precision].display}, {layer_mode} step" + where.split(",", 2)[-1]
+        speedup, share = step.speedup_vs_bf16, step.gemm_share
+        out[value_key("gemm-step-speedup", layer_mode, precision)] = (
+            Value(format_speedup(speedup), f"{speedup:.3f}× BF16 for the whole layer step: {at}")
+            if _finite(speedup) and speedup else Value("", f"{at}: {step.speedup_reason or step.reason}"))
+        out[value_key("gemm-share", layer_mode, precision)] = (
+            Value(f"{share * 100:.0f}%", f"{share * 100:.1f}% of the BF16 step is its GEMMs: {at}")
+            if _finite(share) and share else Value("", f"{at}: {step.gemm_share_reason or step.reason}"))
 
 
 def gemm_names(report: Report) -> dict[str, str]:
