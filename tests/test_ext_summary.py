@@ -130,3 +130,23 @@ def test_v1_results_say_why_there_is_no_step_or_sqnr(project: Project) -> None:
     missing = project.html().select_one("p abbr.gemm-value-error")
     assert missing.get_text() == "n/a" and "not measured" in missing["title"]
     assert "[gemm_benchmark.role]" in warnings  # a number the page asks for that the data lack
+
+
+def test_summary_adds_step_and_sqnr_rows_when_measured(project: Project) -> None:
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    project.store(doc)
+    q = build_question(model="te-guide-5b")
+    report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n   :show: table\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    rows = {r.td.get_text(): [c.get_text() for c in r.select("td")[1:]]
+            for r in project.html().select("table.gemm-summary-table tbody tr")}
+    step = next(v for k, v in rows.items() if "training step" in k)
+    sqnr = next(v for k, v in rows.items() if "SQNR" in k)
+    assert step == [format_speedup(report.step("fp8-current").speedup_vs_bf16)]
+    assert sqnr == [f"{report.sqnr('autocast', 'fp8-current'):.1f}"]
+    assert "Not in these results yet" not in project.html().get_text()

@@ -111,6 +111,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 documents.append(device.doc)
                 for mode in modes:
                     rows.append(self._row(ask.label, device, mode, precisions))
+                if device.doc.get("layer"):
+                    rows.append(self._extra_row(ask.label, device, modes[0], precisions, "step"))
+                if device.doc.get("accuracy"):
+                    rows.append(self._extra_row(ask.label, device, modes[0], precisions, "sqnr"))
                 if len(asks) > 1 or len(answer.devices) > 1:
                     figure_reports.append((f"{ask.label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[modes[0]]))
@@ -151,6 +155,27 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                    alt="Whole-model GEMM speedup vs BF16 per precision", classes=[FIGURE_CLASS])
         self.set_source_info(out)
         return [out]
+
+    def _extra_row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str],
+                   what: str) -> list[Entry]:
+        """The training step's speedup, or the accuracy (SQNR of the least accurate GEMM), per precision."""
+        report = device.reports[mode]
+        name = "training step (layer)" if what == "step" else f"SQNR, dB ({MODE_NAMES[mode].lower()})"
+        row = [Entry(" · ".join([*([label] if label else []), device_label(device.device), name]), strong=True)]
+        for p in precisions:
+            source = f"{PRECISIONS[p].display}, {device_label(device.device)}"
+            if what == "step":
+                step = report.step(p)
+                value, why = step.speedup_vs_bf16, step.speedup_reason or step.reason
+                text = format_speedup(value) if value else ""
+                tip = f"{value:.3f}× BF16 for the whole layer step: {source}" if value else ""
+            else:
+                sqnr = report.sqnr(mode, p)
+                text, why = (f"{sqnr:.1f}" if sqnr is not None else ""), report.sqnr_reason(mode, p)
+                tip = f"{sqnr:.2f} dB, the layer's least accurate GEMM: {source}" if sqnr is not None else ""
+            row.append(Entry(text, classes=("gemm-num",), tooltip=tip) if text
+                       else Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{source}: {why}"))
+        return row
 
     def _row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str]) -> list[Entry]:
         report = device.reports[mode]
