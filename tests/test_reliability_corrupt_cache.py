@@ -132,8 +132,10 @@ def test_each_damaged_file_falls_back_as_missing_and_names_its_path(app, warning
             f"c-{kind} autocast bf16)", f"c-{kind} prequant fp8-current)"]
         text = section.get_text()
         assert not [n for n in FILE_NUMBERS if n in text], (kind, text)
-        # The role's warning: no value, because no valid file answers (not a value from the damaged one).
-        assert any(f"c-{kind} has no measured result" in w for w in found.get(line + 5, [])), found.get(line + 5)
+        # No value, because no valid file answers (not a value from the damaged one). The directive's
+        # warnings cover it: the roles say why on hover instead of warning a second time.
+        assert all(f"c-{kind} has no measured result" in c["title"] for c in missing)
+        assert not any("[gemm_benchmark.role]" in w for w in found.get(line + 5, [])), found.get(line + 5)
     # The damaged files are left for a person to inspect: a cache-mode build writes nothing over them.
     assert {kind: path.read_bytes() for kind, path in paths.items() if path.is_file()} == damaged
     assert paths["unreadable"].is_dir()
