@@ -9,7 +9,7 @@ import pytest
 from gemm_bench.precisions import PRECISIONS
 from gemm_bench.question import build_question
 from gemm_bench.report import Report
-from gemm_benchmark.values import format_speedup
+from gemm_benchmark.values import format_ms, format_speedup
 
 from .conftest import H100, H200, make_document
 from .test_correctness import Project
@@ -150,3 +150,26 @@ def test_summary_adds_step_and_sqnr_rows_when_measured(project: Project) -> None
     assert step == [format_speedup(report.step("fp8-current").speedup_vs_bf16)]
     assert sqnr == [f"{report.sqnr('autocast', 'fp8-current'):.1f}"]
     assert "Not in these results yet" not in project.html().get_text()
+
+
+def test_peers_have_their_own_table_never_in_te_totals(project: Project) -> None:
+    source = Path(__file__).parent.parent / "docs" / "_gemm_cache" / "6395c3eace1d229f--h100-80gb-hbm3.json"
+    doc = __import__("json").loads(source.read_text(encoding="utf-8"))
+    project.store(doc)
+    project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    soup = project.html()
+    q = build_question(model="te-guide-5b")
+    report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+    peers = [r for r in report.peers() if r.kind == "gemm"]
+    [table] = soup.select("table.gemm-peers")
+    backends = list(dict.fromkeys(r.backend for r in peers))
+    assert [th.get_text() for th in table.select("thead th")][2:] == [f"{b}: ms · TFLOP/s" for b in backends]
+    first = table.select("tbody tr")[0].select("td")[2:]
+    row = {r.backend: r for r in peers if (r.op, r.pass_) == ("qkv", "fprop")}
+    assert [c.get_text().split(" · ")[0] for c in first] == [format_ms(row[b].ms) for b in backends]
+    # TE's totals are TE's: the peers' times appear nowhere in the totals table.
+    totals = soup.select_one("table.gemm-totals").get_text()
+    assert all(format_ms(r.ms) not in totals for r in peers if r.ms)

@@ -64,7 +64,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", init_settings)
     app.connect("config-inited", _add_static)
     app.connect("build-finished", log_summary)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 2}
+    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 3}
 
 
 def _add_static(app: Sphinx, config: Any) -> None:

@@ -26,7 +26,7 @@ from gemm_bench.devices import ALIASES, normalize_selector
 from gemm_bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
 from gemm_bench.question import Question, build_question
 
-SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "provenance")
+SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "peers", "provenance")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -163,6 +163,10 @@ def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, 
         out.append(scrolling(render_table.gemm_table(report, mode, measured)))
     if "totals" in request.show and measured and report.kind != "sweep":
         out.append(scrolling(render_table.totals_table(report, mode, measured)))
+    if "peers" in request.show:
+        peers = render_table.peers_table(report, "gemm" if mode == "prequant" else "linear")
+        if peers is not None:
+            out.append(scrolling(peers))
     unavailable = render_table.unavailable_list(report, mode, request.precisions)
     if unavailable is not None:
         out.append(unavailable)

@@ -182,3 +182,43 @@ def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> no
         item += para
         items += item
     return items if len(items) else None
+
+
+def peers_table(report: Report, kind: str) -> nodes.table | None:
+    """The peers' own table (PyTorch-native and registered GEMMs): never part of TE's totals.
+
+    One row per GEMM, a column pair per peer: its time and TFLOP/s (and % of the dense peak in the
+    tooltip), or why it has none. ``kind`` is ``gemm`` (pre-quantized panel) or ``linear`` (autocast).
+    """
+    rows = [r for r in report.peers() if r.kind == kind]
+    if not rows:
+        return None
+    backends = list(dict.fromkeys(r.backend for r in rows))
+    by_key = {(r.backend, r.op, r.pass_): r for r in rows}
+    header = [Entry("GEMM"), Entry("Shape (MxKxN)")]
+    widths = [22, 20]
+    for backend in backends:
+        header.append(Entry(f"{backend}: ms · TFLOP/s"))
+        widths.append(16)
+    body = []
+    for gemm in report.gemms:
+        cells = [by_key.get((b, gemm.op, gemm.pass_)) for b in backends]
+        if not any(cells):
+            continue
+        label = f"{OP_NAMES.get(gemm.op, gemm.op)} {PASS_NAMES.get(gemm.pass_, gemm.pass_)}" \
+            if report.kind == "model" else gemm.label
+        row = [Entry(label), Entry(gemm.label)]
+        for cell in cells:
+            if cell is None:
+                row.append(Entry("–", classes=("gemm-num",)))
+            elif cell.status == "measured" and cell.ms:
+                pct = f", {cell.pct_of_peak:.0f}% of dense peak" if cell.pct_of_peak else ""
+                row.append(Entry(f"{format_ms(cell.ms)} · {format_tflops(cell.tflops)}", classes=("gemm-num",),
+                                 tooltip=f"{cell.ms:.5g} ms, {cell.tflops or 0:.1f} TFLOP/s{pct}: {cell.backend}"))
+            else:
+                row.append(Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{cell.status}: {cell.reason}"))
+        body.append(row)
+    if not body:
+        return None
+    return build_table([header], body, widths, classes=["gemm-peers"],
+                       title="Peers beside Transformer Engine (their own rows; not in TE's totals)")
