@@ -131,21 +131,29 @@ def read_document(path: Path) -> dict[str, Any]:
     return doc
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that no reader ever sees a partial file."""
+def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
+
+    ``mode`` defaults to an ordinary file's (0666 less the umask; mkstemp would make 0600).
+    ``durable`` fsyncs the file and its directory, so a result survives a crash right after the
+    store; a build artefact that can be drawn again (a figure) skips that cost.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a cache file is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # cleanup only, then re-raised: Ctrl-C included, the temp file goes
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     with contextlib.suppress(OSError):
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:

@@ -31,17 +31,16 @@ import hashlib
 import io
 import json
 import math
-import os
 import pickle
 import statistics
 import sys
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from gemm_bench.cache import write_atomic
 from gemm_bench.devices import device_label
 from gemm_bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
 from gemm_bench.report import Report
@@ -695,16 +694,9 @@ def load_spec(figure: Path) -> FigureSpec | None:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the figure from a web server or another user
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """A figure file: atomic, readable by others (0644: a web server serves it), not fsynced
+    (a build can always draw it again)."""
+    write_atomic(path, data, mode=0o644, durable=False)
 
 
 # ---------------------------------------------------------------------------------- README
