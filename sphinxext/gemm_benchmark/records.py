@@ -154,17 +154,19 @@ def records_of(env: BuildEnvironment, docnames: Iterable[str]) -> Iterator[Direc
         yield from records.get(docname, [])
 
 
-def _role_digests(env: BuildEnvironment, names: Set[str]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in sorted(names):
-        record = find(env, name)
-        out[name] = record.digest() if record is not None else None
-    return out
+def _digests(env: BuildEnvironment) -> tuple[dict[str, str], str]:
+    """Each name's record digest (the record :func:`find` returns), and the whole site's digest.
 
-
-def _site_digest(env: BuildEnvironment) -> str:
-    text = "|".join(r.digest() for r in all_records(env))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    One pass over the records, each digested once, whatever the number of pages and roles.
+    """
+    by_name: dict[str, str] = {}
+    parts = []
+    for record in all_records(env):
+        digest = record.digest()
+        parts.append(digest)
+        if record.name:
+            by_name.setdefault(record.name.lower(), digest)
+    return by_name, hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 class GemmBenchmarkCollector(EnvironmentCollector):
@@ -218,16 +220,16 @@ class GemmBenchmarkCollector(EnvironmentCollector):
     def get_updated_docs(self, app: Sphinx, env: BuildEnvironment) -> list[str]:
         """Pages to re-write after reading: their quoted values or the freshness table changed."""
         store = data(env)
+        by_name, site = _digests(env)
         updated: list[str] = []
         for docname, names in store.role_uses.items():
-            digests = _role_digests(env, names)
+            digests: dict[str, str | None] = {name: by_name.get(name) for name in sorted(names)}
             if store.role_digests.get(docname) != digests:
                 store.role_digests[docname] = digests
                 updated.append(docname)
         for docname in list(store.role_digests):
             if docname not in store.role_uses:
                 del store.role_digests[docname]
-        site = _site_digest(env)
         if site != store.freshness_digest:
             store.freshness_digest = site
             updated += sorted(store.freshness)
