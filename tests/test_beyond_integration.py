@@ -399,7 +399,7 @@ def test_runner_measures_peers_layer_step_and_accuracy_in_one_run(fake_runner_mo
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
     question = build_question(fields=dict(hidden_size=256, ffn_hidden_size=512, num_attention_heads=4,
                                           micro_batch_size=1, seq_length=128))
-    doc = runner.Runner(settings, accuracy=True).measure(question, ["fp8-current", "mxfp8"],
+    doc = runner.Runner(settings, accuracy=True, telemetry=False).measure(question, ["fp8-current", "mxfp8"],
                                                          ["autocast", "prequant", "layer-graphed"])
     validate(doc)
     assert not any(c["mode"].startswith("layer") for c in doc["cells"])
@@ -428,7 +428,7 @@ def test_runner_without_peers_or_extras_measures_only_gemms(fake_runner_module: 
     from gemm_bench.timing import TimerSettings
 
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
-    doc = runner.Runner(settings, peers=False).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
+    doc = runner.Runner(settings, peers=False, telemetry=False).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
     assert doc["peers"] == [] and "layer" not in doc and "accuracy" not in doc and asked == {}
     with pytest.raises(ValueError, match="unknown modes"):
         runner.Runner(settings).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["training"])

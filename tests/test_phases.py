@@ -267,7 +267,7 @@ def test_runner_charges_each_phase_of_a_refresh(fake_runner: tuple[Any, FakeCloc
 
     profiler = PhaseProfiler(clock=clock)
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
-    r = runner.Runner(settings, peers=False, phases=profiler)
+    r = runner.Runner(settings, peers=False, phases=profiler, telemetry=False)
     question = build_question(shapes=["128x256x512", "64x64x64"])
     doc = r.measure(question, ["bf16", "fp8-current", "fp8-block"], ["prequant"])
     profiler.finish()
@@ -296,5 +296,5 @@ def test_runner_without_a_profiler_measures_the_same(fake_runner: tuple[Any, Fak
     from gemm_bench.timing import TimerSettings
 
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
-    doc = runner.Runner(settings, peers=False).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
+    doc = runner.Runner(settings, peers=False, telemetry=False).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
     assert [(c["precision"], c["status"], c["stats"]["n"]) for c in doc["cells"]] == [("bf16", "measured", 3)]

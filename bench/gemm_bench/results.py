@@ -53,7 +53,7 @@ SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
 
 #: Bumped whenever what is timed, or how, changes: results of another method version are stale.
-METHOD_VERSION = "1"
+METHOD_VERSION = "2"
 
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
 KINDS: tuple[str, ...] = ("model", "shapes", "sweep")
@@ -508,7 +508,47 @@ def validate(doc: Any) -> dict[str, Any]:
         _layer_block(doc["layer"], version)
     if "accuracy" in doc or "accuracy_method" in doc:
         _accuracy_block(doc, gemms, version)
+    if "groups" in doc:
+        _groups_block(doc["groups"])
     return doc
+
+
+def _groups_block(groups: Any) -> None:
+    """``groups``: per timed group, its clock/power samples and events-vs-profiler cross-check
+    (:mod:`gemm_bench.telemetry`). Numbers only where numbers belong, a run id on each."""
+    if not isinstance(groups, list):
+        raise ResultError("$.groups", f"must be a list, got {_describe(groups)}")
+    for i, group in enumerate(groups):
+        where = f"$.groups[{i}]"
+        group = _object(group, where)
+        _text(group, "label", where)
+        _run_id(group, where, required=True)
+        _integer(group, "rounds", where, 1, 1_000_000)
+        members = _get(group, "members", list, where)
+        if not all(isinstance(m, str) for m in members):
+            raise ResultError(f"{where}.members", "must be a list of strings")
+        _get(group, "clock_low", bool, where, required=False)
+        clock = _get(group, "clock", dict, where, required=False)
+        if clock is not None:
+            samples = _integer(clock, "samples", f"{where}.clock", 0, 100_000_000)
+            if samples:
+                for key in ("sm_clock_mhz_median", "sm_clock_mhz_min"):
+                    _number(clock, key, f"{where}.clock", 1.0, 10_000.0)
+                for key in ("power_w_median", "power_w_max"):
+                    if key in clock:
+                        _number(clock, key, f"{where}.clock", 0.0, 10_000.0)
+            else:
+                _text(clock, "reason", f"{where}.clock", max_len=MAX_TEXT)
+        check = _get(group, "cross_check", dict, where, required=False)
+        if check is not None:
+            _integer(check, "rounds", f"{where}.cross_check", 0, 1_000_000)
+            ratios = _get(check, "ratios", dict, f"{where}.cross_check", required=False) or {}
+            for key in ratios:
+                _number(ratios, key, f"{where}.cross_check.ratios", 1e-6, 1e6)
+            if "max_deviation" in check:
+                _number(check, "max_deviation", f"{where}.cross_check", 0.0, 1e6)
+            if "reason" in check:
+                _text(check, "reason", f"{where}.cross_check", max_len=MAX_TEXT)
 
 
 def _peaks(doc: dict[str, Any], gemms: dict[tuple[str, str], GemmShape]) -> None:
@@ -683,4 +723,8 @@ def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             merged[block] = [c for c in old.get(block, []) if c["mode"] not in replaced] + new.get(block, [])
     if not new.get("accuracy") and "accuracy_method" in old:
         merged["accuracy_method"] = old["accuracy_method"]
+    if "groups" in old or "groups" in new:  # the telemetry of every run whose numbers were kept
+        kept = {cell_run_id(merged, c) for block in ("cells", "peers", *RUN_BLOCKS) for c in merged.get(block, [])}
+        merged["groups"] = [g for g in old.get("groups", []) if g.get("run_id") in kept and
+                            g.get("run_id") != new.get("run_id")] + new.get("groups", [])
     return merged

@@ -22,6 +22,7 @@ import torch
 
 from gemm_bench import peers as peer_registry
 from gemm_bench import provenance
+from gemm_bench import telemetry as telemetry_module
 from gemm_bench.backends import te as te_backend
 from gemm_bench.phases import BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
 from gemm_bench.plan import PlannedCell, make_plan
@@ -81,13 +82,16 @@ def _nvtx(name: str, enabled: bool) -> Iterator[None]:
 
 class Runner:
     def __init__(self, settings: TimerSettings, *, peers: bool = True, progress: Progress | None = None,
-                 nvtx: bool = False, phases: PhaseProfiler | None = None, accuracy: bool = False) -> None:
+                 nvtx: bool = False, phases: PhaseProfiler | None = None, accuracy: bool = False,
+                 telemetry: bool = True) -> None:
         """``phases``: charge this run's wall time to its phases (``gemm-bench run --profile-phases``).
 
         The runner records support checks, building, probing and releasing memory; the timer
         records spin-up, warm-up and timed rounds; the caller records imports and writing.
         ``peers``: time the registered peers (:mod:`gemm_bench.peers`) beside TE. ``accuracy``:
         also measure each precision's SQNR (:mod:`gemm_bench.accuracy`) in every run.
+        ``telemetry``: sample SM clock and power during each timed group and cross-check its
+        events against the profiler (:mod:`gemm_bench.telemetry`); stored in ``doc["groups"]``.
         """
         if not torch.cuda.is_available():
             raise NoGpuError("no CUDA GPU is visible to PyTorch")
@@ -97,10 +101,15 @@ class Runner:
         self.progress = progress or (lambda done, total, label: None)
         self.nvtx = nvtx
         self.phases = phases
-        self.timer = Interleaver(settings, phases=phases)
+        sampler = telemetry_module.ClockSampler() if telemetry else None
+        self.timer = Interleaver(settings, phases=phases, sampler=sampler,
+                                 cross_check_rounds=telemetry_module.CROSS_CHECK_ROUNDS if telemetry else 0)
+        self.telemetry = telemetry
+        #: Each timed group's record in the run under way (``doc["groups"]``).
+        self._groups: list[dict[str, Any]] = []
 
     def _time_group(
-        self, builders: dict[str, Callable[[], Competitor]]
+        self, builders: dict[str, Callable[[], Competitor]], label: str = ""
     ) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
         """Build and probe each competitor; time the ones that work, interleaved."""
         competitors: dict[str, Competitor] = {}
@@ -126,6 +135,9 @@ class Runner:
             message = _short(exc)
             samples = {}
             failures.update({name: message for name in competitors})
+        else:
+            if self.telemetry:
+                self._groups.append({"label": label, "members": sorted(competitors), **self.timer.last_group})
         del competitors
         with optional_phase(self.phases, RELEASE):
             _release()
@@ -149,7 +161,7 @@ class Runner:
         with optional_phase(self.phases, SUPPORT):
             support = te_backend.support()
             plan = make_plan(question.gemms, precisions, per_gemm, support)
-            device, prov = provenance.collect(run_method(self.settings), te_backend.VERSION)
+            device, prov = provenance.collect(run_method(self.settings, telemetry=self.telemetry), te_backend.VERSION)
             registry = peer_registry.registered_peers() if self.peers else []
             available = peer_registry.availability(registry)
         doc = new_document(
@@ -158,6 +170,7 @@ class Runner:
             device=device, provenance=prov, notes=question.notes,
         )
         run_id = doc["run_id"]
+        self._groups = []
         doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
         cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
@@ -181,7 +194,7 @@ class Runner:
             # Linear peers (torchao Float8Linear ...) time the op's training step beside TE's autocast.
             linear = _peer_builders(registry, fprop, "linear", available)
             with _nvtx(f"autocast {op}", self.nvtx):
-                samples, failures = self._time_group({**builders, **linear})
+                samples, failures = self._time_group({**builders, **linear}, label=f"autocast {op}")
             cells += _timed_cells(wanted_cells, samples, failures)
             peers_out += _peer_rows(registry, fprop, "linear", available, samples, failures)
             done += 1
@@ -194,7 +207,8 @@ class Runner:
             # GEMM peers (torch.matmul, torch._scaled_mm, plugins) time the same pass beside TE's GEMM.
             extra = _peer_builders(registry, gemm, "gemm", available)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
-                samples, failures = self._time_group({**builders, **extra})
+                samples, failures = self._time_group({**builders, **extra},
+                                                     label=f"prequant {gemm.op}/{gemm.pass_}")
             cells += _timed_cells(wanted_cells, samples, failures)
             peers_out += _peer_rows(registry, gemm, "gemm", available, samples, failures)
             done += 1
@@ -207,7 +221,8 @@ class Runner:
             self.progress(done, total, f"layer step ({', '.join(layer)})")
             with _nvtx("layer step", self.nvtx):
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
-                    question, wanted, self._time_group, support=support, modes=layer)]
+                    question, wanted, functools.partial(self._time_group, label="layer step"),
+                    support=support, modes=layer)]
             done += len(layer)
         if with_accuracy:
             from gemm_bench.accuracy import accuracy_method, measure_accuracy
@@ -218,6 +233,9 @@ class Runner:
                                                    support=support, run_id=run_id)
             doc["accuracy_method"] = accuracy_method()
             done += 1
+        if self.telemetry:
+            telemetry_module.flag_clock_drops(self._groups)
+            doc["groups"] = [{**g, "run_id": run_id} for g in self._groups]
         self.progress(done, total, "done")
         return doc
 
@@ -241,7 +259,7 @@ def _peer_rows(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: st
     return peer_registry.rows(registry, gemm, kind, available, mine(samples), mine(failures))
 
 
-def run_method(settings: TimerSettings) -> dict[str, Any]:
+def run_method(settings: TimerSettings, *, telemetry: bool = True) -> dict[str, Any]:
     """The method a run records: the timer's parameters, and what else this version measures.
 
     The ``layer_step``, ``accuracy`` and ``peers`` entries are written by every run of this code
@@ -253,6 +271,7 @@ def run_method(settings: TimerSettings) -> dict[str, Any]:
 
     return {
         **settings.method(),
+        **(telemetry_module.method() if telemetry else {}),
         "layer_step": WHAT_IS_TIMED,
         "accuracy": "SQNR in dB of each pass's output against an FP32 reference of the same BF16 inputs, "
         f"inputs {' and '.join(DISTRIBUTIONS)} (details in the result's accuracy_method)",

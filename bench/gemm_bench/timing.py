@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from gemm_bench.phases import SPIN_UP, TIMED, WARM_UP
+from gemm_bench.phases import CROSS_CHECK, SPIN_UP, TIMED, WARM_UP
 
 #: Twice any Hopper / Blackwell L2 (50-126 MB): copying half of it onto the other half touches
 #: every byte, evicting every cached line.
@@ -231,22 +231,53 @@ Competitor = Callable[[Mark], None]
 class Interleaver:
     """Times several competitors round by round; each may have several named regions."""
 
-    def __init__(self, settings: TimerSettings, *, phases: PhaseRecorder | None = None) -> None:
+    def __init__(self, settings: TimerSettings, *, phases: PhaseRecorder | None = None,
+                 sampler: Any = None, cross_check_rounds: int = 0) -> None:
+        """``sampler``: a :class:`gemm_bench.telemetry.ClockSampler` sampling the GPU's clock and
+        power while each group's timed rounds run. ``cross_check_rounds``: after the timed rounds,
+        time that many more under the profiler (events and kernel time of the same launches).
+        What the last group recorded is in :attr:`last_group`."""
         self.settings = settings
         self.phases = phases
         self.flush = L2Flusher(settings.l2_flush)
+        self.sampler = sampler
+        self.cross_check_rounds = cross_check_rounds
+        #: The last group's record: ``rounds``, and ``clock`` / ``cross_check`` when enabled.
+        self.last_group: dict[str, Any] = {}
 
     def _phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
         return self.phases.phase(name) if self.phases is not None else contextlib.nullcontext()
 
     def run(self, competitors: dict[str, Competitor]) -> dict[str, dict[str, Samples]]:
         """Samples per competitor per region, by the configured timer."""
-        events, kernels = self._run(competitors, profile=self.settings.timer == "profiler")
+        from gemm_bench import telemetry
+
+        reps = self._warm_up(competitors)
+        profile = self.settings.timer == "profiler"
+        sampling = self.sampler.sampling() if self.sampler is not None else contextlib.nullcontext()
+        with self._phase(TIMED), sampling:
+            events, kernels = self._rounds(competitors, reps, profile=profile)
+        self.last_group = {"rounds": reps}
+        if self.sampler is not None:
+            self.last_group["clock"] = self.sampler.summary()
+        if self.cross_check_rounds > 0:
+            with self._phase(CROSS_CHECK):
+                try:
+                    check_events, check_kernels = self._rounds(competitors, self.cross_check_rounds, profile=True)
+                except (RuntimeError, ValueError, KeyError, OSError) as exc:
+                    # the profiler or kernel_ms_per_region (a trace that cannot be split per region):
+                    # the cross-check says why, the group's own samples stand
+                    self.last_group["cross_check"] = {"rounds": 0, "reason": str(exc)[:300]}
+                else:
+                    assert check_kernels is not None
+                    self.last_group["cross_check"] = telemetry.cross_check_block(check_events, check_kernels)
         return kernels if kernels is not None else events
 
     def cross_check(self, competitors: dict[str, Competitor]) -> tuple[dict, dict]:
         """(event samples, profiler kernel samples) of the very same launches."""
-        events, kernels = self._run(competitors, profile=True)
+        reps = self._warm_up(competitors)
+        with self._phase(TIMED):
+            events, kernels = self._rounds(competitors, reps, profile=True)
         assert kernels is not None
         return events, kernels
 
@@ -273,17 +304,16 @@ class Interleaver:
         if edge == "start":
             self.flush()
 
-    def _run(
-        self, competitors: dict[str, Competitor], *, profile: bool
+    def _rounds(
+        self, competitors: dict[str, Competitor], reps: int, *, profile: bool
     ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None]:
+        """``reps`` interleaved rounds: event samples, and kernel samples when ``profile``."""
         import torch
 
-        reps = self._warm_up(competitors)
         pairs: dict[str, dict[str, list[tuple[Any, Any]]]] = {name: {} for name in competitors}
         order: list[tuple[str, str]] = []  # (competitor, region) of every timed region, in launch order
         prof = None
         with contextlib.ExitStack() as stack:
-            stack.enter_context(self._phase(TIMED))
             if profile:
                 from torch.profiler import ProfilerActivity
                 from torch.profiler import profile as profiler

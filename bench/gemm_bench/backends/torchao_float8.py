@@ -20,6 +20,23 @@ from gemm_bench.timing import Competitor, Mark
 ALIGNMENT = 16
 
 
+def _never_fall_back_to_eager() -> None:
+    """Every (shape, recipe) is a new module, so dynamo recompiles; past its recompile limit (8 by
+    default) it would run the module *eagerly* without an error, and an eager Float8Linear would be
+    timed under a ``torch.compile`` label. Raise the limit for a whole site's shapes, and make
+    hitting it an error (the peer's cell is then failed with that reason) instead of a fallback."""
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), 1024))
+    if hasattr(config, "accumulated_recompile_limit"):
+        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4096)
+    if hasattr(config, "accumulated_cache_size_limit"):
+        config.accumulated_cache_size_limit = max(config.accumulated_cache_size_limit, 4096)
+    if hasattr(config, "fail_on_recompile_limit_hit"):
+        config.fail_on_recompile_limit_hit = True
+
+
 def linear_competitor(recipe: str, fprop: GemmShape) -> Competitor:
     """One compiled training iteration of a bias-free ``Float8Linear`` whose Fprop is ``fprop``."""
     m, k, n = fprop.m, fprop.k, fprop.n
@@ -31,6 +48,7 @@ def linear_competitor(recipe: str, fprop: GemmShape) -> Competitor:
     model = convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe))
     if not isinstance(model[0], Float8Linear):  # never time BF16 under an FP8 label
         raise RuntimeError(f"convert_to_float8_training left {type(model[0]).__name__} unconverted")
+    _never_fall_back_to_eager()
     compiled = torch.compile(model)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
