@@ -30,6 +30,7 @@ from filelock import FileLock
 
 from gemm_bench.results import (
     METHOD_VERSION,
+    STILL_VALID_METHODS,
     ResultError,
     device_slug,
     merge_documents,
@@ -261,10 +262,13 @@ def is_stale(doc: dict[str, Any], *, max_age_days: float | None = None, now: dt.
     """Why a valid document should be re-measured, or None when it is fresh.
 
     The date is text from a file: one that cannot be read or placed in time is a reason to
-    re-measure, never an exception.
+    re-measure, never an exception. A result of an earlier method whose numbers the current one
+    keeps (:data:`~gemm_bench.results.STILL_VALID_METHODS`) is not stale here; a GPU box
+    re-measures it through the ``method`` field of the stack rule (:mod:`gemm_bench.stack`).
     """
-    if doc.get("method_version") != METHOD_VERSION:
-        return f"measured with method version {doc.get('method_version')!r}, current is {METHOD_VERSION}"
+    version = doc.get("method_version")
+    if version != METHOD_VERSION and version not in STILL_VALID_METHODS:
+        return f"measured with method version {version!r}, current is {METHOD_VERSION}"
     if max_age_days is not None:
         date = doc.get("provenance", {}).get("date")
         try:

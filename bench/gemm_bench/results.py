@@ -42,7 +42,7 @@ from gemm_bench.precisions import MODES, PRECISIONS
 from gemm_bench.shapes import PASSES, GemmShape
 
 __all__ = [
-    "KINDS", "LINEAR_PEER_REGIONS", "MAX_LAYERS", "MAX_MS", "MAX_TFLOPS", "METHOD_VERSION", "MIN_MS",
+    "KINDS", "LINEAR_PEER_REGIONS", "MAX_LAYERS", "MAX_MS", "MAX_TFLOPS", "METHOD_VERSION", "MIN_MS", "STILL_VALID_METHODS",
     "PEER_KINDS", "READABLE_SCHEMA_VERSIONS", "RUN_BLOCKS", "SCHEMA_VERSION", "STATUSES", "ResultError",
     "cell_run_id", "device_slug", "document_gemms", "merge_documents", "new_document", "new_run_id",
     "peer_run_id", "question_hash", "question_payload", "stamp_run_ids", "validate",
@@ -52,8 +52,23 @@ SCHEMA_VERSION = 2
 #: Versions :func:`validate` accepts; older ones are read as they are and upgraded on store.
 READABLE_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
 
-#: Bumped whenever what is timed, or how, changes: results of another method version are stale.
+#: Bumped whenever what is timed, or how, changes: results of another method version are stale,
+#: except those of :data:`STILL_VALID_METHODS` (re-measured by GPU boxes, shown elsewhere).
 METHOD_VERSION = "2"
+
+#: Earlier method versions whose numbers stay correct under the current one, with what the
+#: current method adds. Version 2 times GEMMs exactly as version 1 did (same timer, warm-up,
+#: rounds, L2 flush, interleaving) and adds quantities: clock/power telemetry and the
+#: events-vs-profiler cross-check per group, the layer step and the SQNRs in every refresh. A
+#: version-1 result is therefore not wrong, only incomplete: builds without a GPU show it (with its
+#: method version on the freshness page and a note that the new quantities are missing), and a
+#: GPU box re-measures it (the ``method`` field of the staleness rule). A method change that makes
+#: old numbers wrong (a FLOP-count fix, a timer change) must not be listed here: its results are
+#: then stale everywhere.
+STILL_VALID_METHODS: dict[str, str] = {
+    "1": "GEMM times as in version 2, without clock telemetry, the events-vs-profiler cross-check, "
+         "the layer step and SQNRs",
+}
 
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
 KINDS: tuple[str, ...] = ("model", "shapes", "sweep")
