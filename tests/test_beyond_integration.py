@@ -428,7 +428,8 @@ def test_runner_without_peers_or_extras_measures_only_gemms(fake_runner_module: 
     from gemm_bench.timing import TimerSettings
 
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
-    doc = runner.Runner(settings, peers=False, telemetry=False).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
+    doc = runner.Runner(settings, peers=False, telemetry=False).measure(
+        build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
     assert doc["peers"] == [] and "layer" not in doc and "accuracy" not in doc and asked == {}
     with pytest.raises(ValueError, match="unknown modes"):
         runner.Runner(settings).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["training"])

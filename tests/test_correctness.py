@@ -22,6 +22,7 @@ from sphinx.testing.util import SphinxTestApp
 from gemm_bench.cache import dumps, file_name
 from gemm_bench.question import build_question
 from gemm_bench.report import Report
+from gemm_bench.results import METHOD_VERSION
 from gemm_benchmark import execution
 
 from .conftest import H100, H200, make_document
@@ -335,7 +336,8 @@ def test_a_te_upgrade_on_the_gpu_box_re_measures_exactly_that_gpus_results(
 
     monkeypatch.setattr(execution, "gpu_detector", lambda: (execution.LocalGpu(H100["name"], measure), ""))
     stack = {key: old["provenance"][key] for key in ("torch", "cuda", "driver")}
-    monkeypatch.setattr(execution, "local_stack", lambda: {**stack, "transformer_engine": "99.0", "method": "1"})
+    monkeypatch.setattr(execution, "local_stack",
+                        lambda: {**stack, "transformer_engine": "99.0", "method": METHOD_VERSION})
     (project.src / "conf.py").write_text(CONF.replace('"cache"', '"auto"'), encoding="utf-8")
     project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
                  "   :precisions: bf16, fp8-current\n   :devices: h100, h200\n")

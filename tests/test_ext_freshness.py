@@ -10,6 +10,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from gemm_bench.question import build_question
+from gemm_bench.results import METHOD_VERSION
 
 
 @pytest.mark.sphinx("html", testroot="freshness", srcdir="freshness-table",
@@ -27,8 +28,9 @@ def test_freshness_table_and_log(app, real_result, make_result, store_result, st
     assert [r[1] for r in rows] == ["fresh-one", "stale-one", "missing-one", "failed-one"]
     statuses = [r[5].split()[0] for r in rows]
     assert statuses == ["fresh", "stale", "missing", "failed"]
-    assert "measured with method version '0', current is 1" in rows[1][5]
+    assert f"measured with method version '0', current is {METHOD_VERSION}" in rows[1][5]
     assert rows[0][2] == "H100 80GB HBM3" and rows[0][3] == "2026-11-23" and rows[0][4] == "1"
+    assert "method v1: still valid" in rows[0][5]  # a real method-1 result: shown, and said so
     assert rows[2][2] == "–"
     assert table.select_one("a.reference.internal")["href"] == "results.html"
     log = re.sub(r"\x1b\[[0-9;]*m", "", status.getvalue())

@@ -296,5 +296,6 @@ def test_runner_without_a_profiler_measures_the_same(fake_runner: tuple[Any, Fak
     from gemm_bench.timing import TimerSettings
 
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
-    doc = runner.Runner(settings, peers=False, telemetry=False).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
+    doc = runner.Runner(settings, peers=False, telemetry=False).measure(
+        build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
     assert [(c["precision"], c["status"], c["stats"]["n"]) for c in doc["cells"]] == [("bf16", "measured", 3)]

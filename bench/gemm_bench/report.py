@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gemm_bench import hardware, roofline, step
+from gemm_bench import hardware, roofline, step, telemetry
 from gemm_bench.accuracy import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.precisions import (
     ALL_MODES,
@@ -729,6 +729,45 @@ class Report:
             yield from self._accuracy_lines(mode)
         yield from self._step_lines()
         yield from self._peer_lines()
+        yield from self._telemetry_lines()
+
+    def _telemetry_lines(self) -> Iterable[str]:
+        """What the GPU did while each group was timed (clock, power) and the events-vs-profiler check."""
+        groups = self.doc.get("groups") or []
+        yield ""
+        if not groups:
+            yield "telemetry: " + (self._method_lacks("telemetry") or "not recorded in this result")
+            return
+        clocked = [g for g in groups if g.get("clock", {}).get("samples")]
+        if clocked:
+            medians = [g["clock"]["sm_clock_mhz_median"] for g in clocked]
+            watts = [g["clock"]["power_w_max"] for g in clocked if "power_w_max" in g["clock"]]
+            yield (f"telemetry: {len(groups)} timed groups; SM clock medians {min(medians):.0f}-{max(medians):.0f} MHz"
+                   + (f", board power up to {max(watts):.0f} W" if watts else ""))
+            low = [g["label"] for g in clocked if g.get("clock_low")]
+            if low:
+                yield (f"  clock more than {telemetry.CLOCK_DROP:.0%} below the run's median in {len(low)} group(s) "
+                       f"(power- or heat-limited while timed): {', '.join(low)}")
+        else:
+            reason = next((g["clock"].get("reason") for g in groups if g.get("clock")), "no clock samples")
+            yield f"telemetry: {len(groups)} timed groups; no clock samples ({reason})"
+        checked = [g["cross_check"] for g in groups if g.get("cross_check", {}).get("ratios")]
+        if checked:
+            deviation = max(c.get("max_deviation", 0.0) for c in checked)
+            stored = [r for c in checked for r in c.get("stored_ratios", {}).values()]
+            line = (f"  events vs profiler (same launches): largest deviation {deviation:.1%} over {len(checked)} "
+                    "group(s)")
+            if stored:
+                line += f"; stored time / kernel time {min(stored):.3f}-{max(stored):.3f}"
+            yield line
+            host_bound = sorted({g["label"] for g in groups
+                                 if max(g.get("cross_check", {}).get("stored_ratios", {}).values(), default=1.0) > 1.1})
+            if host_bound:
+                yield ("  stored time more than 10% above kernel time (the GPU waited on the host) in: "
+                       + ", ".join(host_bound))
+        skipped = [g["cross_check"]["reason"] for g in groups if g.get("cross_check", {}).get("reason")]
+        if skipped:
+            yield f"  cross-check not possible in {len(skipped)} group(s), e.g. {skipped[0]}"
 
     def _roofline_lines(self, mode: str, measured: list[str]) -> Iterable[str]:
         """Roofline-predicted vs measured per GEMM: a prediction beside each measurement, never alone."""

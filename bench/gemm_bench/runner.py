@@ -15,6 +15,7 @@ import contextlib
 import datetime as dt
 import functools
 import gc
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -101,12 +102,18 @@ class Runner:
         self.progress = progress or (lambda done, total, label: None)
         self.nvtx = nvtx
         self.phases = phases
-        sampler = telemetry_module.ClockSampler() if telemetry else None
-        self.timer = Interleaver(settings, phases=phases, sampler=sampler,
-                                 cross_check_rounds=telemetry_module.CROSS_CHECK_ROUNDS if telemetry else 0)
+        if telemetry:
+            # A torch.profiler session (the cross-check) leaves CUPTI attached and later kernel
+            # launches slower unless Kineto tears CUPTI down when the session ends (it reads this
+            # when a session starts): a refresh worker times many questions in one process.
+            os.environ.setdefault("TEARDOWN_CUPTI", "1")
+        self.sampler = telemetry_module.ClockSampler() if telemetry else None
+        self.timer = Interleaver(settings, phases=phases, sampler=self.sampler)
         self.telemetry = telemetry
-        #: Each timed group's record in the run under way (``doc["groups"]``).
+        #: Each timed group's record in the run under way (``doc["groups"]``), and what its
+        #: cross-check needs after the run's last group: TE's builders and the stored medians.
         self._groups: list[dict[str, Any]] = []
+        self._to_check: list[tuple[dict[str, Any], dict[str, Callable[[], Competitor]], dict[str, float]]] = []
 
     def _time_group(
         self, builders: dict[str, Callable[[], Competitor]], label: str = ""
@@ -137,11 +144,38 @@ class Runner:
             failures.update({name: message for name in competitors})
         else:
             if self.telemetry:
-                self._groups.append({"label": label, "members": sorted(competitors), **self.timer.last_group})
+                group = {"label": label, "members": sorted(competitors), **self.timer.last_group}
+                self._groups.append(group)
+                # Peers are not cross-checked: a compiled peer would be compiled again for it.
+                te_builders = {n: b for n, b in builders.items() if n in competitors and not n.startswith(_PEER_KEY)}
+                medians = {f"{n}/{r}": s.median for n, regions in samples.items() if n in te_builders
+                           for r, s in regions.items()}
+                self._to_check.append((group, te_builders, medians))
         del competitors
         with optional_phase(self.phases, RELEASE):
             _release()
         return samples, failures
+
+    def _cross_check_groups(self) -> None:
+        """After every group of the run is timed: each group's TE competitors rebuilt and timed
+        :data:`~gemm_bench.telemetry.CROSS_CHECK_ROUNDS` rounds under the profiler. Never before a
+        timed group, because a profiler session slows the CUDA runtime's launches afterwards."""
+        for group, builders, medians in self._to_check:
+            if not builders:
+                group["cross_check"] = {"rounds": 0, "reason": "no Transformer Engine competitor in this group"}
+                continue
+            competitors: dict[str, Competitor] = {}
+            try:
+                with optional_phase(self.phases, BUILD):
+                    competitors = {name: build() for name, build in builders.items()}
+                group["cross_check"] = telemetry_module.with_stored_ratios(
+                    self.timer.check(competitors, telemetry_module.CROSS_CHECK_ROUNDS), medians)
+            except Exception as exc:  # GPU boundary: the cross-check says why; the group's numbers stand
+                group["cross_check"] = {"rounds": 0, "reason": _short(exc)}
+            del competitors
+            with optional_phase(self.phases, RELEASE):
+                _release()
+        self._to_check = []
 
     def measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
                 accuracy: bool | None = None) -> dict[str, Any]:
@@ -170,7 +204,7 @@ class Runner:
             device=device, provenance=prov, notes=question.notes,
         )
         run_id = doc["run_id"]
-        self._groups = []
+        self._groups, self._to_check = [], []
         doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
         cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
@@ -234,8 +268,12 @@ class Runner:
             doc["accuracy_method"] = accuracy_method()
             done += 1
         if self.telemetry:
+            self.progress(done, total, "events-vs-profiler cross-check")
+            self._cross_check_groups()
             telemetry_module.flag_clock_drops(self._groups)
             doc["groups"] = [{**g, "run_id": run_id} for g in self._groups]
+            if self.sampler is not None:
+                self.sampler.close()
         self.progress(done, total, "done")
         return doc
 

@@ -8,10 +8,12 @@ step) records a ``groups`` entry in the result:
   and maximum power, number of samples). After the run, a group whose median clock fell more than
   :data:`CLOCK_DROP` below the median of the run's groups is flagged ``clock_low``: its numbers
   were measured on a throttled GPU, and ``gemm-bench report`` says so.
-* ``cross_check``: a few extra rounds of the same group, timed by CUDA events *and* by the
-  profiler's kernel time of the very same launches; per timed region, the ratio of the two
-  medians (events / kernels). Events include launch gaps and the casts TE runs around a GEMM;
-  the ratio shows how far the stored (events) numbers are from pure kernel time.
+* ``cross_check``: after the run's last timed group (a profiler session slows later launches),
+  the group's Transformer Engine competitors are rebuilt and timed a few rounds by CUDA events
+  *and* by the profiler's kernel time of the very same launches: per region, the ratio of the
+  two medians, the kernel median itself, and the stored (published) median over that kernel
+  time. A stored ratio well above 1 says the published time includes the GPU waiting on the
+  host (small GEMMs, eager autocast): host overhead, not kernel time.
 
 The pure functions (summaries, flags, validation helpers) need neither torch nor NVML; the
 sampler imports NVML (``nvidia-ml-py``, in the GPU image) when it starts, and records why when it
@@ -20,8 +22,13 @@ cannot.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
-import threading
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -42,96 +49,185 @@ def method() -> dict[str, Any]:
         "telemetry": f"NVML SM clock and board power sampled every {SAMPLE_INTERVAL_S * 1000:g} ms during each "
         f"group's timed rounds; a group whose median clock is more than {CLOCK_DROP:.0%} below the run's "
         "median group clock is flagged clock_low",
-        "cross_check": f"each group timed {CROSS_CHECK_ROUNDS} more rounds under torch.profiler: per region, "
-        "median CUDA-event time / median kernel time of the same launches",
+        "cross_check": f"after the run's last timed group, each group's Transformer Engine competitors rebuilt "
+        f"and timed {CROSS_CHECK_ROUNDS} rounds under torch.profiler (CUPTI torn down after each session): per "
+        "region, median CUDA-event time / median kernel time of the same launches (ratios), and the stored "
+        "median / that kernel time (stored_ratios; above 1: the stored time includes host gaps)",
     }
 
 
 class ClockSampler:
-    """Samples one GPU's SM clock and power on a background thread between ``start`` and ``stop``.
+    """Samples one GPU's SM clock and power in a *separate process* while a group is timed.
 
-    ``unavailable`` holds the reason when NVML cannot be used (no library, no such device): the
-    group then records that reason instead of numbers.
+    Why a process: a sampling thread in the timing process takes the GIL at every sample, and a
+    timed region whose GPU work is shorter than its host work (small GEMMs, eager autocast) is
+    then slowed by the sampler itself. The child (``python -m gemm_bench.telemetry``) writes
+    ``monotonic_s clock_mhz power_w`` lines to a file every :data:`SAMPLE_INTERVAL_S`; a group
+    keeps the lines inside its own time window (``time.monotonic`` is one clock for every process
+    of a Linux machine). The child exits when its stdin closes (:meth:`close`, or this process's
+    end). ``unavailable`` holds the reason when no sample can be had (no NVML, no such GPU).
     """
 
     def __init__(self, device_index: int | None = None) -> None:
         """``device_index``: torch's index of the GPU to sample (default: the current device)."""
         self.unavailable = ""
-        self._nvml: Any = None
-        self._handle: Any = None
-        self._clocks: list[float] = []
-        self._power: list[float] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        try:
-            import pynvml  # nvidia-ml-py, in the GPU image
-        except ImportError as exc:
-            self.unavailable = f"NVML unavailable: {exc}"[:300]
+        self._device_index = device_index
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._path = ""
+        self._offset = 0
+        self._window: tuple[float, float] | None = None
+
+    def _start(self) -> None:
+        """Start the child on first use: find the GPU's NVML identity, spawn, wait for its first line."""
+        if self._proc is not None or self.unavailable:
             return
         try:
-            pynvml.nvmlInit()
-            self._handle = _handle(pynvml, device_index)
-            self._nvml = pynvml
-        except (pynvml.NVMLError, AttributeError, TypeError, ValueError) as exc:
-            # NVML's own errors, or a torch whose device properties lack the UUID / PCI id
-            self.unavailable = f"NVML unavailable: {type(exc).__name__}: {exc}"[:300]
-
-    def _sample(self) -> None:
-        nvml = self._nvml
-        try:
-            self._clocks.append(float(nvml.nvmlDeviceGetClockInfo(self._handle, nvml.NVML_CLOCK_SM)))
-            self._power.append(nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0)
-        except nvml.NVMLError as exc:
-            self.unavailable = f"NVML sample failed: {type(exc).__name__}: {exc}"[:300]
-            self._stop.set()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(SAMPLE_INTERVAL_S)
+            ident = gpu_identity(self._device_index)
+        except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
+            self.unavailable = f"GPU identity unavailable: {type(exc).__name__}: {exc}"[:300]
+            return
+        fd, self._path = tempfile.mkstemp(prefix="gemm-bench-nvml-", suffix=".txt")
+        os.close(fd)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "gemm_bench.telemetry", ident, self._path],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        )
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                err = (self._proc.stderr.read() if self._proc.stderr else b"").decode(errors="replace").strip()
+                self.unavailable = ("NVML sampler exited: " + (err.splitlines()[-1] if err else
+                                                               f"status {self._proc.returncode}"))[:300]
+                self._proc = None
+                return
+            if os.path.getsize(self._path) > 0:
+                return
+            time.sleep(0.01)
+        self.unavailable = "NVML sampler wrote no sample within 20 s"
+        self.close()
 
     @contextmanager
     def sampling(self) -> Iterator[None]:
-        """Sample while the body runs (one sample at least, taken at the start)."""
-        self._clocks, self._power = [], []
-        if self.unavailable:
-            yield
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="gemm-bench-nvml", daemon=True)
-        self._thread.start()
+        """Note the body's time window; the child samples all along."""
+        self._start()
+        t0 = time.monotonic()
         try:
             yield
         finally:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+            self._window = (t0, time.monotonic())
 
     def summary(self) -> dict[str, Any]:
-        """This group's clock block (see :func:`summarize`)."""
-        return summarize(self._clocks, self._power, self.unavailable)
+        """The last window's clock block (see :func:`summarize`)."""
+        if self.unavailable or self._window is None or self._proc is None:
+            return summarize([], [], self.unavailable or "the sampler did not run")
+        t0, t1 = self._window
+        time.sleep(2 * SAMPLE_INTERVAL_S)  # the child's sample covering t1 reaches the file
+        with open(self._path, encoding="ascii") as handle:
+            handle.seek(self._offset)
+            text = handle.read()
+        complete = text[:text.rfind("\n") + 1]
+        self._offset += len(complete)
+        clocks, power = samples_in_window(complete, t0, t1)
+        return summarize(clocks, power)
+
+    def close(self) -> None:
+        """Stop the child and remove its file."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+        if self._path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path)
+            self._path = ""
 
 
-def _handle(pynvml: Any, device_index: int | None) -> Any:
-    """The NVML handle of the GPU torch calls ``device_index`` (NVML ignores CUDA_VISIBLE_DEVICES)."""
+def samples_in_window(text: str, t0: float, t1: float) -> tuple[list[float], list[float]]:
+    """(clocks, powers) of the sampler lines ``"t clock power"`` whose time lies in [t0, t1]."""
+    clocks: list[float] = []
+    power: list[float] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        try:
+            t, clock, watts = (float(x) for x in parts)
+        except ValueError:
+            continue
+        if t0 <= t <= t1:
+            clocks.append(clock)
+            power.append(watts)
+    return clocks, power
+
+
+def gpu_identity(device_index: int | None) -> str:
+    """How the sampler finds torch's GPU in NVML (which ignores CUDA_VISIBLE_DEVICES):
+    ``uuid:GPU-...``, else ``pci:DOMAIN:BUS:DEVICE.0``, else ``index:N``."""
     import torch
 
     if device_index is None:
         device_index = torch.cuda.current_device()
-
     props = torch.cuda.get_device_properties(device_index)
     uuid = str(getattr(props, "uuid", "") or "")
     if uuid:
-        try:
-            return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
-        except pynvml.NVMLError:
-            pass  # older drivers: fall back to the PCI bus id
+        return "uuid:" + (uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
     bus = getattr(props, "pci_bus_id", None)
     if bus is not None:
-        domain = getattr(props, "pci_domain_id", 0)
-        device = getattr(props, "pci_device_id", 0)
-        return pynvml.nvmlDeviceGetHandleByPciBusId(f"{domain:08x}:{bus:02x}:{device:02x}.0")
-    return pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        return f"pci:{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+    return f"index:{device_index}"
+
+
+def _nvml_handle(pynvml: Any, ident: str) -> Any:
+    kind, _, value = ident.partition(":")
+    if kind == "uuid":
+        return pynvml.nvmlDeviceGetHandleByUUID(value)
+    if kind == "pci":
+        return pynvml.nvmlDeviceGetHandleByPciBusId(value)
+    return pynvml.nvmlDeviceGetHandleByIndex(int(value))
+
+
+def sampler_main(argv: Sequence[str]) -> int:
+    """The sampler child: ``IDENT FILE``; samples until stdin closes. Exit 2 on a bad start."""
+    import select
+
+    if len(argv) != 2:
+        print("usage: python -m gemm_bench.telemetry IDENT FILE", file=sys.stderr)
+        return 2
+    ident, path = argv
+    try:
+        import pynvml  # nvidia-ml-py, in the GPU image
+    except ImportError as exc:
+        print(f"no NVML: {exc}", file=sys.stderr)
+        return 2
+    try:
+        pynvml.nvmlInit()
+        handle = _nvml_handle(pynvml, ident)
+    except (pynvml.NVMLError, ValueError) as exc:
+        print(f"NVML cannot open {ident}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    with open(path, "a", encoding="ascii") as out:
+        while True:
+            try:
+                clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+                watts = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+            except pynvml.NVMLError as exc:
+                print(f"NVML sample failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return 1
+            out.write(f"{time.monotonic():.6f} {clock} {watts:.1f}\n")
+            out.flush()
+            ready, _, _ = select.select([sys.stdin], [], [], SAMPLE_INTERVAL_S)
+            if ready and not os.read(sys.stdin.fileno(), 4096):
+                return 0  # the parent closed our stdin (or ended)
 
 
 def summarize(clocks: Sequence[float], power: Sequence[float], unavailable: str = "") -> dict[str, Any]:
@@ -167,13 +263,26 @@ def flag_clock_drops(groups: list[dict[str, Any]]) -> float | None:
     return run_median
 
 
+def with_stored_ratios(block: dict[str, Any], stored: dict[str, float]) -> dict[str, Any]:
+    """Add ``stored_ratios``: per region, the *published* median (the group's timed rounds, no
+    profiler) / the cross-check's median kernel time. Above 1, the published time includes host
+    gaps or launch latency (GPU waiting on the CPU), not only kernels."""
+    kernels = block.get("kernel_ms", {})
+    ratios = {key: round(stored[key] / kern, 5) for key, kern in kernels.items() if key in stored and kern > 0}
+    if ratios:
+        block["stored_ratios"] = ratios
+    return block
+
+
 def cross_check_block(events: dict[str, dict[str, Any]], kernels: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``{"rounds", "ratios": {"competitor/region": events median / kernel median}, "max_deviation"}``.
+    """``{"rounds", "ratios": {"competitor/region": events median / kernel median}, "kernel_ms":
+    {"competitor/region": kernel median}, "max_deviation"}``.
 
     ``events`` and ``kernels`` map competitor -> region -> samples (anything with ``median``).
     A region whose kernel time is zero (nothing ran on the GPU) has no ratio.
     """
     ratios: dict[str, float] = {}
+    kernel_medians: dict[str, float] = {}
     rounds = 0
     for name, regions in events.items():
         for region, ev in regions.items():
@@ -182,7 +291,12 @@ def cross_check_block(events: dict[str, dict[str, Any]], kernels: dict[str, dict
                 continue
             rounds = max(rounds, len(getattr(ev, "ms", ())))
             ratios[f"{name}/{region}"] = round(ev.median / kern.median, 5)
-    out: dict[str, Any] = {"rounds": rounds, "ratios": ratios}
+            kernel_medians[f"{name}/{region}"] = round(kern.median, 6)
+    out: dict[str, Any] = {"rounds": rounds, "ratios": ratios, "kernel_ms": kernel_medians}
     if ratios:
         out["max_deviation"] = round(max(abs(r - 1) for r in ratios.values()), 5)
     return out
+
+
+if __name__ == "__main__":
+    sys.exit(sampler_main(sys.argv[1:]))

@@ -232,17 +232,14 @@ class Interleaver:
     """Times several competitors round by round; each may have several named regions."""
 
     def __init__(self, settings: TimerSettings, *, phases: PhaseRecorder | None = None,
-                 sampler: Any = None, cross_check_rounds: int = 0) -> None:
-        """``sampler``: a :class:`gemm_bench.telemetry.ClockSampler` sampling the GPU's clock and
-        power while each group's timed rounds run. ``cross_check_rounds``: after the timed rounds,
-        time that many more under the profiler (events and kernel time of the same launches).
-        What the last group recorded is in :attr:`last_group`."""
+                 sampler: Any = None) -> None:
+        """``sampler``: a :class:`gemm_bench.telemetry.ClockSampler` whose window is each group's
+        timed rounds. What the last group recorded is in :attr:`last_group`."""
         self.settings = settings
         self.phases = phases
         self.flush = L2Flusher(settings.l2_flush)
         self.sampler = sampler
-        self.cross_check_rounds = cross_check_rounds
-        #: The last group's record: ``rounds``, and ``clock`` / ``cross_check`` when enabled.
+        #: The last group's record: ``rounds``, and ``clock`` when a sampler is set.
         self.last_group: dict[str, Any] = {}
 
     def _phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
@@ -250,8 +247,6 @@ class Interleaver:
 
     def run(self, competitors: dict[str, Competitor]) -> dict[str, dict[str, Samples]]:
         """Samples per competitor per region, by the configured timer."""
-        from gemm_bench import telemetry
-
         reps = self._warm_up(competitors)
         profile = self.settings.timer == "profiler"
         sampling = self.sampler.sampling() if self.sampler is not None else contextlib.nullcontext()
@@ -260,18 +255,27 @@ class Interleaver:
         self.last_group = {"rounds": reps}
         if self.sampler is not None:
             self.last_group["clock"] = self.sampler.summary()
-        if self.cross_check_rounds > 0:
-            with self._phase(CROSS_CHECK):
-                try:
-                    check_events, check_kernels = self._rounds(competitors, self.cross_check_rounds, profile=True)
-                except (RuntimeError, ValueError, KeyError, OSError) as exc:
-                    # the profiler or kernel_ms_per_region (a trace that cannot be split per region):
-                    # the cross-check says why, the group's own samples stand
-                    self.last_group["cross_check"] = {"rounds": 0, "reason": str(exc)[:300]}
-                else:
-                    assert check_kernels is not None
-                    self.last_group["cross_check"] = telemetry.cross_check_block(check_events, check_kernels)
         return kernels if kernels is not None else events
+
+    def check(self, competitors: dict[str, Competitor], rounds: int) -> dict[str, Any]:
+        """The events-vs-profiler cross-check block of a group (:func:`gemm_bench.telemetry.cross_check_block`):
+        ``rounds`` rounds after a warm-up, timed by CUDA events and by the profiler at once.
+
+        Runs the profiler, which leaves the CUDA runtime slower to launch for the rest of the
+        process unless CUPTI is torn down (``TEARDOWN_CUPTI=1``, which the runner sets): the
+        runner therefore cross-checks only after every group of its run is timed.
+        """
+        from gemm_bench import telemetry
+
+        self._warm_up(competitors)
+        with self._phase(CROSS_CHECK):
+            try:
+                events, kernels = self._rounds(competitors, rounds, profile=True)
+            except (RuntimeError, ValueError, KeyError, OSError) as exc:
+                # the profiler, or kernel_ms_per_region (a trace that cannot be split per region)
+                return {"rounds": 0, "reason": str(exc)[:300]}
+        assert kernels is not None
+        return telemetry.cross_check_block(events, kernels)
 
     def cross_check(self, competitors: dict[str, Competitor]) -> tuple[dict, dict]:
         """(event samples, profiler kernel samples) of the very same launches."""

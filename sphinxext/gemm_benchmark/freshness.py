@@ -52,6 +52,10 @@ def rows(records: list[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
         methods = ", ".join(sorted({d.method_version for d in devices})) or "–"
         reasons = "; ".join(f"{device_label(d.name)}: {d.reason}" for d in devices if d.reason)
         status = r.status + (f" ({reasons})" if reasons else "")
+        earlier = sorted({d.method_version for d in devices if d.method_version != METHOD_VERSION})
+        if earlier and not reasons:
+            status += (f" (method v{', v'.join(earlier)}: still valid, without the quantities method "
+                       f"v{METHOD_VERSION} adds; a GPU refresh re-measures it)")
         out.append((r.docname, r.name or f"(line {r.lineno})", names, dates, methods, status))
     return out
 

@@ -1,0 +1,228 @@
+"""Clock/power telemetry and the events-vs-profiler cross-check (gemm_bench.telemetry), on CPU.
+
+The sampler child runs for real here, against a fake ``pynvml`` put on its path; the runner's
+order of work (every group timed before any profiler session) is checked with the fake GPU of
+test_phases.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemm_bench import telemetry
+from gemm_bench.results import ResultError, merge_documents, validate
+from gemm_bench.timing import Samples
+from tests.test_phases import fake_runner  # noqa: F401  (a fixture)
+
+FAKE_PYNVML = '''
+class NVMLError(Exception):
+    pass
+NVML_CLOCK_SM = 1
+def nvmlInit():
+    pass
+def nvmlDeviceGetHandleByIndex(i):
+    if i != 0:
+        raise NVMLError("Not Found")
+    return "gpu0"
+def nvmlDeviceGetHandleByUUID(u):
+    raise NVMLError("Not Found")
+def nvmlDeviceGetClockInfo(handle, kind):
+    return 1755
+def nvmlDeviceGetPowerUsage(handle):
+    return 612345  # milliwatts
+'''
+
+
+def test_summary_of_samples_and_of_none() -> None:
+    block = telemetry.summarize([1980.0, 1500.0, 1600.0], [400.0, 700.5, 650.0])
+    assert block == {"samples": 3, "sm_clock_mhz_median": 1600.0, "sm_clock_mhz_min": 1500.0,
+                     "power_w_median": 650.0, "power_w_max": 700.5}
+    assert telemetry.summarize([], [], "NVML unavailable: x") == {"samples": 0, "reason": "NVML unavailable: x"}
+    assert telemetry.summarize([], [])["reason"].startswith("no sample was taken")
+
+
+def test_clock_drops_are_flagged_against_the_run_median() -> None:
+    groups: list[dict[str, Any]] = [
+        {"clock": {"samples": 5, "sm_clock_mhz_median": 1980.0}},
+        {"clock": {"samples": 5, "sm_clock_mhz_median": 1900.0}},  # 4% below 1980: not flagged
+        {"clock": {"samples": 5, "sm_clock_mhz_median": 1700.0}},  # 10.5% below the median 1900
+        {"clock": {"samples": 0, "reason": "no NVML"}},
+    ]
+    assert telemetry.flag_clock_drops(groups) == 1900.0
+    assert [g.get("clock_low") for g in groups] == [False, False, True, None]
+    assert telemetry.flag_clock_drops([{"clock": {"samples": 0, "reason": "x"}}]) is None
+
+
+def test_cross_check_ratios_and_stored_ratios() -> None:
+    events = {"bf16": {"fprop": Samples([1.01, 1.02, 1.03])}, "fp8": {"fprop": Samples([0.6, 0.6, 0.6])}}
+    kernels = {"bf16": {"fprop": Samples([1.0, 1.0, 1.0])}, "fp8": {"fprop": Samples([0.0, 0.0, 0.0])}}
+    block = telemetry.cross_check_block(events, kernels)
+    # a region whose kernels took no time has no ratio (nothing to divide by)
+    assert block == {"rounds": 3, "ratios": {"bf16/fprop": 1.02}, "kernel_ms": {"bf16/fprop": 1.0},
+                     "max_deviation": 0.02}
+    full = telemetry.with_stored_ratios(block, {"bf16/fprop": 2.5, "fp8/fprop": 0.5})
+    assert full["stored_ratios"] == {"bf16/fprop": 2.5}
+
+
+def test_samples_in_window_keeps_only_the_window_and_skips_torn_lines() -> None:
+    text = "1.0 1980 300.0\n2.0 1500 700.0\ngarbage\n2.5 1600 x\n3.0 1400 690.0\n4.0 1980 100.0\n"
+    assert telemetry.samples_in_window(text, 2.0, 3.0) == ([1500.0, 1400.0], [700.0, 690.0])
+
+
+def _fake_nvml_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "fake_nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(FAKE_PYNVML, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_sampler_process_samples_a_window_and_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_nvml_env(tmp_path, monkeypatch)
+    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:0")
+    sampler = telemetry.ClockSampler()
+    with sampler.sampling():
+        time.sleep(0.3)
+    block = sampler.summary()
+    assert not sampler.unavailable
+    assert block["samples"] >= 3 and block["sm_clock_mhz_median"] == 1755.0 and block["power_w_max"] == 612.3
+    with sampler.sampling():
+        pass  # a window shorter than one sample interval: said so, never a number from another window
+    assert sampler.summary()["samples"] in (0, 1)
+    proc, path = sampler._proc, sampler._path
+    sampler.close()
+    assert proc is not None and proc.returncode == 0 and not Path(path).exists()
+
+
+def test_sampler_without_nvml_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _fake_nvml_env(tmp_path, monkeypatch)
+    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:3")  # no such GPU
+    sampler = telemetry.ClockSampler()
+    with sampler.sampling():
+        pass
+    assert sampler.summary() == {"samples": 0, "reason": sampler.unavailable}
+    assert "NVML cannot open index:3" in sampler.unavailable
+
+
+def test_sampler_child_usage_errors() -> None:
+    out = subprocess.run([sys.executable, "-m", "gemm_bench.telemetry"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(telemetry.__file__).parents[1])})
+    assert out.returncode == 2 and "usage" in out.stderr
+
+
+def _doc_with_groups() -> dict[str, Any]:
+    doc = json.loads(Path("docs/_gemm_cache/6395c3eace1d229f--h100-80gb-hbm3.json").read_text(encoding="utf-8"))
+    from gemm_bench.results import stamp_run_ids
+
+    doc = stamp_run_ids(doc) if doc["schema_version"] == 1 else doc
+    doc["schema_version"] = 2
+    doc["run_id"] = "20261123T000000Z-aaaaaaaa"
+    for block in ("cells", "peers"):
+        for cell in doc[block]:
+            cell["run_id"] = doc["run_id"]
+    doc["groups"] = [{"label": "prequant qkv/fprop", "members": ["bf16", "fp8-current"], "rounds": 40,
+                      "run_id": doc["run_id"], "clock_low": False,
+                      "clock": {"samples": 12, "sm_clock_mhz_median": 1755.0, "sm_clock_mhz_min": 1700.0,
+                                "power_w_median": 600.0, "power_w_max": 690.0},
+                      "cross_check": {"rounds": 3, "ratios": {"bf16/fprop": 1.002},
+                                      "kernel_ms": {"bf16/fprop": 2.3}, "stored_ratios": {"bf16/fprop": 1.01},
+                                      "max_deviation": 0.002}},
+                     {"label": "layer step", "members": ["bf16"], "rounds": 10, "run_id": doc["run_id"],
+                      "clock": {"samples": 0, "reason": "NVML unavailable"},
+                      "cross_check": {"rounds": 0, "reason": "found 3 L2 flushes for 2 timed regions"}}]
+    return doc
+
+
+def test_groups_validate_and_each_bad_value_names_its_path() -> None:
+    doc = _doc_with_groups()
+    validate(doc)
+    cases = [
+        (lambda d: d["groups"][0]["clock"].update(sm_clock_mhz_median=float("nan")), "$.groups[0].clock"),
+        (lambda d: d["groups"][0]["clock"].update(samples=-1), "$.groups[0].clock.samples"),
+        (lambda d: d["groups"][0]["cross_check"]["ratios"].update({"bf16/fprop": 0}),
+         "$.groups[0].cross_check.ratios.bf16/fprop"),
+        (lambda d: d["groups"][0].update(members="bf16"), "$.groups[0].members"),
+        (lambda d: d["groups"][1]["clock"].pop("reason"), "$.groups[1].clock.reason"),
+        (lambda d: d["groups"][1].pop("run_id"), "$.groups[1].run_id"),
+        (lambda d: d.update(groups={"a": 1}), "$.groups"),
+    ]
+    for spoil, where in cases:
+        bad = copy.deepcopy(doc)
+        spoil(bad)
+        with pytest.raises(ResultError) as caught:
+            validate(bad)
+        assert str(caught.value).startswith(where), (where, str(caught.value))
+
+
+def test_merge_keeps_the_telemetry_of_kept_runs_only() -> None:
+    old = _doc_with_groups()
+    new = copy.deepcopy(old)
+    new["run_id"] = "20261124T000000Z-bbbbbbbb"
+    new["cells"] = [dict(c, run_id=new["run_id"]) for c in new["cells"] if c["mode"] == "prequant"]
+    new["peers"] = []
+    new["groups"] = [dict(new["groups"][0], run_id=new["run_id"])]
+    merged = merge_documents(old, new)
+    validate(merged)
+    # autocast cells of the old run are kept, so its telemetry is too; the new run's is added
+    assert sorted(g["run_id"] for g in merged["groups"]) == sorted([old["run_id"]] * 2 + [new["run_id"]])
+    replaced = copy.deepcopy(new)
+    replaced["cells"] = [dict(c, run_id=new["run_id"]) for c in old["cells"]]
+    merged = merge_documents(old, replaced)
+    assert {g["run_id"] for g in merged["groups"]} == {new["run_id"]}
+
+
+def test_runner_cross_checks_only_after_every_group_is_timed(fake_runner: Any,  # noqa: F811
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, _, _ = fake_runner
+    from gemm_bench.question import build_question
+    from gemm_bench.timing import Interleaver, TimerSettings
+
+    calls: list[str] = []
+    real_run = Interleaver.run
+
+    def run(self: Interleaver, competitors: dict[str, Any]) -> Any:
+        calls.append("time")
+        return real_run(self, competitors)
+
+    def check(self: Interleaver, competitors: dict[str, Any], rounds: int) -> dict[str, Any]:
+        calls.append("check")
+        return {"rounds": rounds, "ratios": {f"{n}/fprop": 1.0 for n in competitors},
+                "kernel_ms": {f"{n}/fprop": 0.01 for n in competitors}, "max_deviation": 0.0}
+
+    monkeypatch.setattr(Interleaver, "run", run)
+    monkeypatch.setattr(Interleaver, "check", check)
+    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:0")
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    doc = runner.Runner(settings, peers=False).measure(build_question(shapes=["128x256x512", "64x64x64"]),
+                                                      ["bf16", "fp8-current"], ["prequant"])
+    assert calls == ["time", "time", "check", "check"]
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    assert [g["label"] for g in doc["groups"]] == ["prequant 128x256x512/fprop", "prequant 64x64x64/fprop"]
+    assert all(g["cross_check"]["stored_ratios"] for g in doc["groups"])
+    assert "cross_check" in doc["provenance"]["method"] and "telemetry" in doc["provenance"]["method"]
+
+
+def test_report_prints_telemetry_and_flags() -> None:
+    from gemm_bench.report import Report
+
+    doc = _doc_with_groups()
+    doc["provenance"]["method"]["telemetry"] = telemetry.method()["telemetry"]
+    doc["groups"][0]["clock_low"] = True
+    doc["groups"][0]["cross_check"]["stored_ratios"] = {"bf16/fprop": 1.5}
+    text = Report(doc).to_text()
+    assert "telemetry: 2 timed groups; SM clock medians 1755-1755 MHz, board power up to 690 W" in text
+    assert "below the run's median in 1 group(s) (power- or heat-limited while timed): prequant qkv/fprop" in text
+    assert "largest deviation 0.2% over 1 group(s); stored time / kernel time 1.500-1.500" in text
+    assert "(the GPU waited on the host) in: prequant qkv/fprop" in text
+    assert "cross-check not possible in 1 group(s), e.g. found 3 L2 flushes" in text
+    v1 = json.loads(Path("docs/_gemm_cache/6395c3eace1d229f--h200.json").read_text(encoding="utf-8"))
+    assert "telemetry: not measured in this result (method v1)" in Report(v1).to_text()
