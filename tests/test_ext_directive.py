@@ -56,8 +56,10 @@ def test_table_numbers_come_from_report(app, real_result):
     totals = panel.select_one("table.gemm-totals")
     rows = {tr.td.get_text(): [td.get_text() for td in tr.select("td")] for tr in totals.select("tbody tr")}
     total = report.total("prequant", "fp8-current")
+    roofline = sum(report.roofline_ms("prequant", "fp8-current", g) for g in report.gemms)
+    # method 1: no SQNR column; the device is known, so the roofline prediction per layer is shown
     assert rows["FP8 Current"][1:] == [format_ms(total.per_layer_ms), format_ms(total.model_ms),
-                                       format_speedup(total.speedup_vs_bf16)]
+                                       format_speedup(total.speedup_vs_bf16), format_ms(roofline)]
     unavailable = panel.select_one("ul.gemm-unavailable").get_text()
     assert "FP8 Delayed" in unavailable and PRECISIONS["fp8-delayed"].absent_modes["prequant"][:40] in unavailable
     assert "MXFP8 not supported: Device compute capability 10.0" in unavailable

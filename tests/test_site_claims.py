@@ -200,7 +200,9 @@ def figures_start_with(label: str, *, bold: bool) -> Check:
     """Every figure on the page draws ``label`` as its first (top) bar, in bold if ``bold``."""
 
     def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
-        svgs = soup.select("div.gemm-figure svg")
+        # The speedup figures (the optional latency, TFLOP/s and roofline figures have no total row).
+        svgs = [svg for svg in soup.select("div.gemm-figure svg")
+                if "speedup vs BF16 per GEMM and in total" in svg.get("aria-label", "")]
         if not svgs:
             return [f"{sentence.page} has no inline figure to show the order it describes"]
         problems = []
@@ -215,6 +217,29 @@ def figures_start_with(label: str, *, bold: bool) -> Check:
                                 + (f"bar {where[0] + 1} of {len(labels)}" if where else "not drawn"))
             elif bold and not labels[0][2]:
                 problems.append(f"{name}: {label!r} is not bold")
+        return problems
+
+    return check
+
+
+def extra_figures_follow(name: str) -> Check:
+    """In every tab of block ``name``: after the speedup figure, the TFLOP/s and roofline figures,
+    then the speed-against-accuracy figure or a note saying why it cannot be drawn."""
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        block = soup.select_one(f"div.gemm-benchmark#{name}")
+        if block is None:
+            return [f"{sentence.page} has no block {name}"]
+        problems = []
+        for panel in block.select("div[role=tabpanel]"):
+            labels = [svg.get("aria-label", "") for svg in panel.select("div.gemm-figure svg")]
+            kinds = [("speedup" if "speedup vs BF16" in a else "tflops" if "TFLOP/s" in a else
+                      "roofline" if "roofline-predicted" in a else "accuracy" if "accuracy" in a else a) for a in labels]
+            notes = [p.get_text(" ", strip=True) for p in panel.select("p.gemm-note")]
+            if kinds[:3] != ["speedup", "tflops", "roofline"]:
+                problems.append(f"{name}: figures in order {kinds}, not speedup, TFLOP/s, roofline")
+            if "accuracy" not in kinds and not any("against accuracy" in n for n in notes):
+                problems.append(f"{name}: neither a speed-against-accuracy figure nor a note saying why")
         return problems
 
     return check
@@ -403,6 +428,8 @@ CLAIMS: list[Claim] = [
     # Regression: the figure draws the whole model first (top, bold); the tutorial once said last.
     Claim("tutorial.html", r"figure shows the same speedups as bars, the whole model's total first",
           figures_start_with("Whole model", bold=True)),
+    Claim("tutorial.html", r"Below the speedups, three more figures of the same run",
+          extra_figures_follow("tut-te-5b")),
     Claim("index.html", r"★ fastest", fastest_starred),
     Claim("index.html", r"≈ within its measured spread", ties_marked),
     Claim("models.html", r"★ fastest", fastest_starred),

@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from gemm_bench import hardware
 from gemm_bench.cache import write_atomic
 from gemm_bench.devices import device_label
 from gemm_bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 #: Bump when the drawing code changes what a spec looks like: every figure key changes with it.
-FIGURE_VERSION = "4"
+FIGURE_VERSION = "5"
 
 FORMATS: tuple[str, ...] = ("svg", "pdf", "png")
 #: ``page``: SVG whose ink follows the page (``currentColor``); ``light`` / ``dark``: fixed inks.
@@ -138,6 +139,8 @@ class Series:
     values: tuple[float | None, ...]
     low: tuple[float | None, ...]
     high: tuple[float | None, ...]
+    #: ``scatter`` figures: each value's x coordinate (``values`` are the y coordinates).
+    x: tuple[float | None, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,10 +159,13 @@ class FigureSpec:
 
     ``kind`` ``bars``: horizontal bars, one row per category, one bar per series, the first row
     in bold when ``emphasize_first`` (the whole-model total). ``sweep``: one line per series
-    against ``Panel.x`` on a log-2 axis. ``reference`` draws a dashed line (1.0: as fast as BF16).
+    against ``Panel.x`` on a log-2 axis. ``scatter``: one labelled point per series value at
+    (``Series.x``, value), ``category_label`` naming the x axis. ``reference`` draws a dashed line
+    (1.0: as fast as BF16); ``references`` draws dotted lines with a label each (a device's peak).
+    ``value_format`` formats the value printed beside each bar.
     """
 
-    kind: Literal["bars", "sweep"]
+    kind: Literal["bars", "sweep", "scatter"]
     title: str
     value_label: str
     category_label: str
@@ -167,6 +173,8 @@ class FigureSpec:
     reference: float | None = 1.0
     emphasize_first: bool = False
     note: str = ""
+    value_format: str = "{:.2f}×"
+    references: tuple[tuple[float, str], ...] = ()
 
     def key(self) -> str:
         """A stable hash of the content, :data:`FIGURE_VERSION` and the style: the file's name."""
@@ -308,6 +316,111 @@ def build_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec:
                       note="" if series else "no precision besides BF16 measured")
 
 
+def _gemm_rows(report: Report) -> list[GemmShape]:
+    if report.kind == "sweep":
+        return sorted(report.gemms, key=lambda g: g.m)
+    return [g for pass_ in PASSES for g in report.gemms if g.pass_ == pass_]
+
+
+def _all_measured(report: Report, mode: str) -> list[str]:
+    """Every precision with every GEMM measured in ``mode``, BF16 included."""
+    return [p for p in report.precisions if report.status(mode, p)[0] == "measured"]
+
+
+def latency_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
+    """Each GEMM's time per precision, BF16 included, with its interquartile range; None when
+    nothing is measured. No total row: one layer's sum would squash every GEMM's bar."""
+    gemms = _gemm_rows(report)
+    series = []
+    for p in _all_measured(report, mode):
+        points = []
+        for g in gemms:
+            cell = report.cell(mode, p, g)
+            q = quartiles(cell.stats)
+            value = _finite(cell.ms)
+            points.append((value, *((min(q[0], value), max(q[1], value)) if q and value else (None, None))))
+        series.append(_series(p, points))
+    spec = FigureSpec("bars", title, f"Time per GEMM, ms ({MODE_NAMES[mode]}; lower is faster)", "",
+                      (Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series)),),
+                      reference=None, value_format="{:.3f}")
+    return None if spec.is_empty else spec
+
+
+def tflops_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
+    """Each GEMM's TFLOP/s per precision, BF16 included, with the device's dense peak of each
+    format shown as a labelled line (:mod:`gemm_bench.hardware`); None when nothing is measured."""
+    gemms = _gemm_rows(report)
+    series = []
+    peaks: dict[float, str] = {}
+    for p in _all_measured(report, mode):
+        points = []
+        for g in gemms:
+            cell = report.cell(mode, p, g)
+            value = _finite(cell.tflops)
+            q = quartiles(cell.stats)
+            rate = (lambda ms, flops=g.flops: flops / (ms * 1e-3) / 1e12)
+            points.append((value, *((min(rate(q[1]), value), max(rate(q[0]), value)) if q and value else (None, None))))
+        series.append(_series(p, points))
+        peak = hardware.peak_tflops(report.device, p)
+        if peak is not None:
+            fmt = hardware.precision_format(p).upper()
+            peaks.setdefault(peak, f"{fmt} dense peak")
+    label = f"TFLOP/s per GEMM ({MODE_NAMES[mode]}; higher is faster)"
+    if peaks:
+        label += "; dotted: " + ", ".join(f"{name} {value:.0f}" for value, name in sorted(peaks.items()))
+    spec = FigureSpec("bars", title, label, "",
+                      (Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series)),),
+                      reference=None, value_format="{:.0f}", references=tuple(sorted(peaks.items())))
+    return None if spec.is_empty else spec
+
+
+def roofline_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
+    """Per GEMM and precision, the roofline-predicted time over the measured one: the fraction of
+    the roofline's speed reached (1: at the roofline). None when no prediction exists (unknown
+    device) or nothing is measured. A prediction is never shown without its measurement."""
+    gemms = _gemm_rows(report)
+    series = []
+    for p in _all_measured(report, mode):
+        points = []
+        for g in gemms:
+            predicted, measured = report.roofline_ms(mode, p, g), _finite(report.cell(mode, p, g).ms)
+            value = _finite(predicted / measured) if predicted and measured else None
+            points.append((value, None, None))
+        if any(v[0] is not None for v in points):
+            series.append(_series(p, points))
+    spec = FigureSpec("bars", title, f"Roofline-predicted / measured time ({MODE_NAMES[mode]}; 1 = at the roofline)",
+                      "", (Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series)),),
+                      reference=1.0, value_format="{:.0%}")
+    return None if spec.is_empty else spec
+
+
+def accuracy_spec(report: Report, mode: str, *, distribution: str = "gaussian", title: str = "") -> FigureSpec | None:
+    """Speed against accuracy: per precision, the whole-model speedup vs BF16 (y) at its SQNR (x,
+    the least accurate GEMM's, in dB). BF16 is the point at 1.0. None unless at least one
+    precision besides BF16 has both numbers."""
+    series = []
+    for p in _all_measured(report, mode):
+        speedup = 1.0 if p == BASELINE else _finite(report.total(mode, p).speedup_vs_bf16)
+        sqnr = report.sqnr(mode, p, None, distribution)
+        if speedup is None or sqnr is None or not math.isfinite(sqnr):
+            continue
+        series.append(Series(p, PRECISIONS[p].display, PRECISION_COLORS[p], (speedup,), (None,), (None,), (sqnr,)))
+    if not any(s.precision != BASELINE for s in series):
+        return None
+    return FigureSpec("scatter", title, "Whole-model speedup vs BF16",
+                      f"SQNR vs FP32, dB, least accurate GEMM ({MODE_NAMES[mode]}; higher is more accurate)",
+                      (Panel("", ("",), tuple(series)),), reference=1.0)
+
+
+#: Figures a directive can show beside the speedup figure (``:show:`` parts), and their builders.
+EXTRA_FIGURES: dict[str, Callable[..., FigureSpec | None]] = {
+    "latency": latency_spec,
+    "tflops": tflops_spec,
+    "roofline": roofline_spec,
+    "accuracy": accuracy_spec,
+}
+
+
 def spec_for(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
     """What the directive draws for one (report, mode): speedup vs size for sweeps, bars per GEMM
     and in total otherwise; None when no precision beside BF16 is measured (nothing to compare)."""
@@ -408,6 +521,9 @@ def draw(spec: FigureSpec, theme: Theme = "light") -> Figure:
             labels = [c for p in spec.panels for c in p.categories]
             left = _PAD + _TICK + _text_width_pt(labels, FONT_PT, bold=spec.emphasize_first)
             right = _PAD + _text_width_pt(["0.00"], FONT_PT) / 2  # a tick label centred on the axes' end
+        elif spec.kind == "scatter":
+            left = _PAD + _LINE + _TICK + _text_width_pt(["0.00"], FONT_PT)
+            right = _PAD + _text_width_pt(["00.0"], FONT_PT) / 2
         else:
             left = _PAD + _LINE + _TICK + _text_width_pt(["0.00"], FONT_PT)
             right = _PAD + _text_width_pt([spec.panels[0].categories[-1] if spec.panels[0].categories else ""],
@@ -425,6 +541,10 @@ def draw(spec: FigureSpec, theme: Theme = "light") -> Figure:
             last = number == len(spec.panels) - 1
             if bars:
                 _draw_bars(ax, spec, panel, ink, value_max, number)
+                _value_axis(ax, "x", ink, labels=last)
+            elif spec.kind == "scatter":
+                _draw_scatter(ax, spec, panel, ink)
+                _value_axis(ax, "y", ink, labels=True)
                 _value_axis(ax, "x", ink, labels=last)
             else:
                 _draw_sweep(ax, spec, panel, ink)
@@ -455,7 +575,7 @@ def _legend_entries(spec: FigureSpec) -> int:
 
 def _value_max(spec: FigureSpec) -> float:
     values = [v for p in spec.panels for s in p.series for v in (*s.values, *s.high) if v is not None]
-    return max([*values, spec.reference or 0.0, 1.0])
+    return max([*values, spec.reference or 0.0, *(value for value, _ in spec.references), 1.0])
 
 
 def _draw_bars(ax: Axes, spec: FigureSpec, panel: Panel, ink: str, right: float, number: int = 0) -> None:
@@ -490,12 +610,15 @@ def _draw_bars(ax: Axes, spec: FigureSpec, panel: Panel, ink: str, right: float,
             if low is not None and high is not None:
                 whiskers.append((y, low, high))
                 end = max(end, high)
-            ax.text(end + right * 0.015, y, f"{value:.2f}×", va="center", ha="left", fontsize=SMALL_PT, color=ink)
+            ax.text(end + right * 0.015, y, spec.value_format.format(value), va="center", ha="left",
+                    fontsize=SMALL_PT, color=ink)
     if whiskers:
         ax.hlines([w[0] for w in whiskers], [w[1] for w in whiskers], [w[2] for w in whiskers],
                   colors=ink, linewidths=0.9)
     if spec.reference is not None:
         ax.axvline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
+    for value, _ in spec.references:  # named in the value axis' label (see tflops_spec)
+        ax.axvline(value, color=ink, linewidth=0.8, linestyle=":")
     ax.set_yticks([])
     beside = offset_copy(ax.get_yaxis_transform(), fig=cast(Any, ax.figure), x=-_TICK, units="points")
     for i, category in enumerate(panel.categories):
@@ -531,6 +654,32 @@ def _draw_sweep(ax: Axes, spec: FigureSpec, panel: Panel, ink: str) -> None:
         ax.axhline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
     if panel.x:
         ax.set_xscale("log", base=2)
+    if panel.title:
+        ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
+
+
+def _draw_scatter(ax: Axes, spec: FigureSpec, panel: Panel, ink: str) -> None:
+    """One marker per (series, value), labelled with the series' name, and the reference line."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for series in panel.series:
+        for x, y in zip(series.x, series.values, strict=True):
+            if x is None or y is None:
+                continue
+            ax.plot([x], [y], marker="o", markersize=6, linestyle="none", color=series.color, label=series.label)
+            ax.annotate(series.label, (x, y), xytext=(5, 3), textcoords="offset points", fontsize=SMALL_PT,
+                        color=ink)
+            xs.append(x)
+            ys.append(y)
+    if spec.reference is not None:
+        ax.axhline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
+        ys.append(spec.reference)
+    if xs:
+        span = max(max(xs) - min(xs), 1.0)
+        ax.set_xlim(min(xs) - 0.1 * span, max(xs) + 0.35 * span)  # room for the labels on the right
+        low, high = min(ys), max(ys)
+        pad = max(high - low, 0.1) * 0.15
+        ax.set_ylim(max(low - pad, 0.0), high + pad)
     if panel.title:
         ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
 

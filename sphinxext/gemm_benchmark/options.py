@@ -26,7 +26,12 @@ from gemm_bench.devices import ALIASES, normalize_selector
 from gemm_bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
 from gemm_bench.question import Question, build_question
 
-SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "peers", "provenance")
+SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "peers", "provenance",
+                                "latency", "tflops", "roofline", "accuracy")
+
+#: What ``:show:`` renders when not given: the optional figures (time, TFLOP/s against the
+#: device's peaks, roofline against measured, speed against accuracy) are asked for by name.
+DEFAULT_SHOW: tuple[str, ...] = ("figure", "table", "totals", "peers", "provenance")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +100,10 @@ def _build_options() -> dict[str, Option]:
         Option("missing", "What a result that no requested device has yet does: ``warn`` (a Sphinx warning, so "
                "``-W`` fails) or ``note`` (the visible note only: for hardware not measured yet on purpose).",
                "warn", "note", "presentation"),
-        Option("show", "Parts to render: " + ", ".join(f"``{s}``" for s in SHOW_PARTS) + ".",
-               ", ".join(SHOW_PARTS), "table, totals", "presentation"),
+        Option("show", "Parts to render: " + ", ".join(f"``{s}``" for s in SHOW_PARTS) + ". ``latency``, "
+               "``tflops`` (with the device's dense peaks), ``roofline`` (roofline-predicted over measured time) and "
+               "``accuracy`` (speedup against SQNR, when the result has SQNRs) are extra figures, shown only when "
+               "named.", ", ".join(DEFAULT_SHOW), "table, totals", "presentation"),
     ]
     return {o.name: o for o in items}
 
@@ -263,7 +270,7 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> 
                   if "precisions" in text else PRECISION_IDS)
     modes = _parse_choices("modes", text["modes"], normalize_mode, MODES) if "modes" in text else MODES
     devices = _parse_devices(text["devices"]) if "devices" in text else ()
-    show = _parse_choices("show", text["show"], _normalize_show, SHOW_PARTS) if "show" in text else SHOW_PARTS
+    show = _parse_choices("show", text["show"], _normalize_show, SHOW_PARTS) if "show" in text else DEFAULT_SHOW
     name = text.get("name", "").strip()
     if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", name):
         raise OptionError("name", f"{name!r} must be one word of letters, digits, '-', '_', '.' or ':'")

@@ -33,7 +33,7 @@ from sphinx.transforms.post_transforms.images import ImageConverter
 
 from gemm_bench import figures
 from gemm_bench.devices import device_label
-from gemm_bench.precisions import MODE_NAMES, PRECISIONS
+from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import Report, describe_method
 from gemm_benchmark import render_table
 from gemm_benchmark.execution import Answer, DeviceAnswer
@@ -50,12 +50,26 @@ def _relative_uri(env: BuildEnvironment, path: Path) -> str:
     return Path(os.path.relpath(path, docdir)).as_posix()
 
 
-def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str) -> list[nodes.Node]:
-    spec = figures.spec_for(report, mode)
+#: What each optional figure shows, for its alt text (``:show:`` parts beside ``figure``).
+EXTRA_FIGURE_ALT = {
+    "latency": "time per GEMM and precision",
+    "tflops": "TFLOP/s per GEMM and precision, with the device's dense peaks",
+    "roofline": "roofline-predicted over measured time per GEMM and precision",
+    "accuracy": "speedup against accuracy (SQNR) per precision",
+}
+
+
+def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str,
+                 part: str = "figure") -> list[nodes.Node]:
+    """The image node of one figure (``part``: ``figure``, the speedups, or an optional figure)."""
+    spec = figures.spec_for(report, mode) if part == "figure" else figures.EXTRA_FIGURES[part](report, mode)
     if spec is None:
         return []
     path = figures.figure_file(spec, "svg", Path(env.doctreedir) / FIGURE_DIR)
-    what = "speedup vs square GEMM size" if report.kind == "sweep" else "speedup vs BF16 per GEMM and in total"
+    if part == "figure":
+        what = "speedup vs square GEMM size" if report.kind == "sweep" else "speedup vs BF16 per GEMM and in total"
+    else:
+        what = EXTRA_FIGURE_ALT[part]
     uri = _relative_uri(env, path.with_suffix(".*"))
     return [nodes.image(uri=uri, alt=f"{MODE_NAMES[mode]}: {what} on {device}", classes=[FIGURE_CLASS])]
 
@@ -159,6 +173,16 @@ def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, 
     out: list[nodes.Node] = []
     if "figure" in request.show and measured:
         out += figure_nodes(env, report, mode, device_label(answer.device))
+    for part in EXTRA_FIGURE_ALT:
+        if part in request.show and measured:
+            drawn = figure_nodes(env, report, mode, device_label(answer.device), part)
+            if not drawn:  # say why, rather than leave out a figure the page asked for
+                others = [p for p in measured if p != BASELINE] or [BASELINE]
+                why = (report.sqnr_reason(mode, others[0]) if part == "accuracy"
+                       else report.roofline_reason(mode, others[0], report.gemms[0]))
+                text = f"No {EXTRA_FIGURE_ALT[part]} figure: {why}."
+                drawn = [nodes.paragraph(text, text, classes=["gemm-note"])]
+            out += drawn
     if "table" in request.show and measured:
         out.append(scrolling(render_table.gemm_table(report, mode, measured)))
     if "totals" in request.show and measured and report.kind != "sweep":

@@ -132,7 +132,8 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
             row += [Entry(_gemm_label(report, g)), Entry(g.label)]
             for p in precisions:
                 cell = report.cell(mode, p, g)
-                row += [_num(format_ms(cell.ms)), _num(format_tflops(cell.tflops))]
+                row += [dataclasses.replace(_num(format_ms(cell.ms)), tooltip=_cell_detail(report, mode, p, g)),
+                        _num(format_tflops(cell.tflops))]
                 if p != BASELINE:
                     row.append(_num(format_speedup(report.gemm_speedup(mode, p, g))))
             rows.append(row)
@@ -148,22 +149,61 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
                        title=f"{MODE_NAMES[mode]}: time per GEMM")
 
 
+def _cell_detail(report: Report, mode: str, precision: str, gemm: GemmShape) -> str:
+    """The hover text of one GEMM's time: % of the device's peak, the roofline prediction, the SQNR."""
+    parts = []
+    pct = report.pct_of_peak(mode, precision, gemm)
+    if pct is not None:
+        parts.append(f"{pct:.1f}% of the dense peak")
+    roof = report.roofline_ms(mode, precision, gemm)
+    if roof is not None:
+        parts.append(f"roofline-predicted {roof:.4f} ms")
+    sqnr = report.sqnr(mode, precision, gemm)
+    if sqnr is not None:
+        parts.append(f"SQNR {sqnr:.2f} dB (Gaussian inputs)")
+    return "; ".join(parts)
+
+
+def _roofline_per_layer(report: Report, mode: str, precision: str) -> float | None:
+    """The roofline-predicted time of the layer's GEMMs (None unless every GEMM has a prediction)."""
+    times = [report.roofline_ms(mode, precision, g) for g in report.gemms]
+    return None if any(t is None for t in times) else sum(t for t in times if t is not None)
+
+
 def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.table:
-    """Per precision: time per layer, for the whole model, and the speedup vs BF16."""
+    """Per precision: time per layer, for the whole model, and the speedup vs BF16; the
+    roofline-predicted time per layer and the SQNR (least accurate GEMM) where the result has them."""
     layers = report.num_layers
     whole = f"Model ({layers} layers), ms" if report.kind == "model" else "All shapes, ms"
     header = [Entry("Precision"), Entry("Per layer, ms"), Entry(whole), Entry("Speedup vs BF16")]
+    widths = [14, 12, 18, 14]
     if report.kind != "model":
-        header = [header[0], header[2], header[3]]
+        header, widths = [header[0], header[2], header[3]], [14, 18, 14]
+    shown = [p for p in precisions if report.total(mode, p).status == "measured"]
+    roofs = {p: _roofline_per_layer(report, mode, p) for p in shown}
+    sqnrs = {p: report.sqnr(mode, p) for p in shown}
+    with_roof = report.kind == "model" and any(v is not None for v in roofs.values())
+    with_sqnr = any(v is not None for v in sqnrs.values())
+    if with_roof:
+        header.append(Entry("Roofline-predicted per layer, ms"))
+        widths.append(16)
+    if with_sqnr:
+        header.append(Entry("SQNR, dB (least accurate GEMM)"))
+        widths.append(14)
     rows = []
-    for p in precisions:
+    for p in shown:
         total = report.total(mode, p)
-        if total.status != "measured":
-            continue
         row = [Entry(PRECISIONS[p].display, strong=True), _num(format_ms(total.per_layer_ms)),
                _num(format_ms(total.model_ms)), _num(format_speedup(total.speedup_vs_bf16))]
-        rows.append(row if report.kind == "model" else [row[0], row[2], row[3]])
-    widths = [14, 12, 18, 14] if report.kind == "model" else [14, 18, 14]
+        if report.kind != "model":
+            row = [row[0], row[2], row[3]]
+        if with_roof:
+            row.append(_num(format_ms(roofs[p])))
+        if with_sqnr:
+            value = sqnrs[p]
+            row.append(_num(f"{value:.1f}") if value is not None else
+                       Entry("n/a", tooltip=report.sqnr_reason(mode, p)))
+        rows.append(row)
     return build_table([header], rows, widths, classes=["gemm-totals"], title=f"{MODE_NAMES[mode]}: totals")
 
 
