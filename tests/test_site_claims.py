@@ -234,7 +234,8 @@ def extra_figures_follow(name: str) -> Check:
         for panel in block.select("div[role=tabpanel]"):
             labels = [svg.get("aria-label", "") for svg in panel.select("div.gemm-figure svg")]
             kinds = [("speedup" if "speedup vs BF16" in a else "tflops" if "TFLOP/s" in a else
-                      "roofline" if "roofline-predicted" in a else "accuracy" if "accuracy" in a else a) for a in labels]
+                      "roofline" if "roofline-predicted" in a else "accuracy" if "accuracy" in a else a)
+                     for a in labels]
             notes = [p.get_text(" ", strip=True) for p in panel.select("p.gemm-note")]
             if kinds[:3] != ["speedup", "tflops", "roofline"]:
                 problems.append(f"{name}: figures in order {kinds}, not speedup, TFLOP/s, roofline")

@@ -128,14 +128,16 @@ def _doc_with_groups() -> dict[str, Any]:
     for block in ("cells", "peers"):
         for cell in doc[block]:
             cell["run_id"] = doc["run_id"]
-    doc["groups"] = [{"label": "prequant qkv/fprop", "members": ["bf16", "fp8-current"], "rounds": 40,
+    doc["groups"] = [{"label": "prequant qkv/fprop", "mode": "prequant", "members": ["bf16", "fp8-current"],
+                      "rounds": 40,
                       "run_id": doc["run_id"], "clock_low": False,
                       "clock": {"samples": 12, "sm_clock_mhz_median": 1755.0, "sm_clock_mhz_min": 1700.0,
                                 "power_w_median": 600.0, "power_w_max": 690.0},
                       "cross_check": {"rounds": 3, "ratios": {"bf16/fprop": 1.002},
                                       "kernel_ms": {"bf16/fprop": 2.3}, "stored_ratios": {"bf16/fprop": 1.01},
                                       "max_deviation": 0.002}},
-                     {"label": "layer step", "members": ["bf16"], "rounds": 10, "run_id": doc["run_id"],
+                     {"label": "layer step (layer)", "mode": "layer", "members": ["bf16"], "rounds": 10,
+                      "run_id": doc["run_id"],
                       "clock": {"samples": 0, "reason": "NVML unavailable"},
                       "cross_check": {"rounds": 0, "reason": "found 3 L2 flushes for 2 timed regions"}}]
     return doc
@@ -153,6 +155,17 @@ def test_groups_validate_and_each_bad_value_names_its_path() -> None:
         (lambda d: d["groups"][1]["clock"].pop("reason"), "$.groups[1].clock.reason"),
         (lambda d: d["groups"][1].pop("run_id"), "$.groups[1].run_id"),
         (lambda d: d.update(groups={"a": 1}), "$.groups"),
+        (lambda d: d["groups"][0]["clock"].update(sm_clock_mhz_min=1800.0), "$.groups[0].clock.sm_clock_mhz_min"),
+        (lambda d: d["groups"][0]["clock"].update(power_w_median=700.0), "$.groups[0].clock.power_w_median"),
+        (lambda d: d["groups"][0]["clock"].pop("power_w_max"), "$.groups[0].clock"),
+        (lambda d: d["groups"][0]["cross_check"].update(max_deviation=0.0), "$.groups[0].cross_check.max_deviation"),
+        (lambda d: d["groups"][0]["cross_check"].pop("max_deviation"), "$.groups[0].cross_check.max_deviation"),
+        (lambda d: d["groups"][0]["cross_check"]["stored_ratios"].update({"fp8/wgrad": 1.0}),
+         "$.groups[0].cross_check.stored_ratios"),
+        (lambda d: d["groups"][0]["cross_check"].update(reason="x"), "$.groups[0].cross_check"),
+        (lambda d: d["groups"][0].update(run_id="20991231T000000Z-cccccccc"), "$.groups[0].run_id"),
+        (lambda d: d["groups"][0].update(mode="training"), "$.groups[0].mode"),
+        (lambda d: d["groups"].append(copy.deepcopy(d["groups"][0])), "$.groups[2]"),
     ]
     for spoil, where in cases:
         bad = copy.deepcopy(doc)
@@ -171,8 +184,10 @@ def test_merge_keeps_the_telemetry_of_kept_runs_only() -> None:
     new["groups"] = [dict(new["groups"][0], run_id=new["run_id"])]
     merged = merge_documents(old, new)
     validate(merged)
-    # autocast cells of the old run are kept, so its telemetry is too; the new run's is added
-    assert sorted(g["run_id"] for g in merged["groups"]) == sorted([old["run_id"]] * 2 + [new["run_id"]])
+    # the new run re-measured prequant: the old prequant group (describing numbers no longer
+    # shown) goes; the old layer group stays, its run still owning kept (autocast) cells
+    assert [(g["mode"], g["run_id"]) for g in merged["groups"]] == [("layer", old["run_id"]),
+                                                                     ("prequant", new["run_id"])]
     replaced = copy.deepcopy(new)
     replaced["cells"] = [dict(c, run_id=new["run_id"]) for c in old["cells"]]
     merged = merge_documents(old, replaced)
@@ -226,3 +241,91 @@ def test_report_prints_telemetry_and_flags() -> None:
     assert "cross-check not possible in 1 group(s), e.g. found 3 L2 flushes" in text
     v1 = json.loads(Path("docs/_gemm_cache/6395c3eace1d229f--h200.json").read_text(encoding="utf-8"))
     assert "telemetry: not measured in this result (method v1)" in Report(v1).to_text()
+
+
+FAKE_PYNVML_DIES = FAKE_PYNVML.replace(
+    "def nvmlDeviceGetClockInfo(handle, kind):\n    return 1755",
+    "_calls = [0]\ndef nvmlDeviceGetClockInfo(handle, kind):\n    _calls[0] += 1\n"
+    "    if _calls[0] > 5:\n        raise NVMLError('GPU is lost')\n    return 1755")
+FAKE_PYNVML_INSTANT = FAKE_PYNVML + """
+NVML_FI_DEV_POWER_INSTANT = 186
+class _V:
+    class value:
+        uiVal = 500000
+    nvmlReturn = 0
+def nvmlDeviceGetFieldValues(handle, fields):
+    return [_V()]
+"""
+
+
+def _fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    fake = tmp_path / "fake_nvml_variant"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(source, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:0")
+
+
+def test_a_sampler_that_dies_gives_no_partial_numbers_and_is_reaped(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_env(tmp_path, monkeypatch, FAKE_PYNVML_DIES)
+    sampler = telemetry.ClockSampler()
+    with sampler.sampling():
+        time.sleep(0.4)  # the child dies after 5 samples (~0.1 s) inside this window
+    first = sampler.summary()
+    assert first["samples"] == 0 and "exited during the group" in first["reason"] and "GPU is lost" in first["reason"]
+    with sampler.sampling():
+        pass
+    assert sampler.summary()["reason"] == first["reason"]  # later groups say the same, not "ran shorter"
+    assert sampler._proc is None and not sampler._path  # reaped, file removed
+
+
+def test_sampler_failures_never_raise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_env(tmp_path, monkeypatch, FAKE_PYNVML)
+    sampler = telemetry.ClockSampler()
+    sampler.start()
+    os.unlink(sampler._path)  # a /tmp cleaner between groups
+    with sampler.sampling():
+        time.sleep(0.05)
+    block = sampler.summary()
+    assert block["samples"] == 0 and "unreadable" in block["reason"]
+    sampler.close()
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(telemetry.tempfile, "mkstemp", full)
+    broken = telemetry.ClockSampler()
+    with broken.sampling():
+        pass
+    assert broken.summary() == {"samples": 0, "reason": broken.unavailable}
+    assert "could not start" in broken.unavailable and "No space left" in broken.unavailable
+
+
+def test_instantaneous_power_is_used_where_the_driver_has_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_env(tmp_path, monkeypatch, FAKE_PYNVML_INSTANT)
+    sampler = telemetry.ClockSampler()
+    with sampler.sampling():
+        time.sleep(0.2)
+    block = sampler.summary()
+    sampler.close()
+    assert block["power_source"] == "instantaneous" and block["power_w_max"] == 500.0
+
+
+def test_the_sampler_process_ends_when_a_run_raises(fake_runner: Any,  # noqa: F811
+                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    runner, _, _ = fake_runner
+    from gemm_bench.question import build_question
+    from gemm_bench.timing import Interleaver, TimerSettings
+
+    _fake_env(tmp_path, monkeypatch, FAKE_PYNVML)
+
+    def broken(self: Interleaver, competitors: dict[str, Any]) -> Any:
+        raise KeyboardInterrupt  # not a GPU failure: it ends the run
+
+    monkeypatch.setattr(Interleaver, "run", broken)
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    r = runner.Runner(settings, peers=False)
+    with pytest.raises(KeyboardInterrupt):
+        r.measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
+    assert r.sampler is not None and r.sampler._proc is None and not r.sampler._path

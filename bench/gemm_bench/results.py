@@ -38,7 +38,7 @@ from typing import Any
 
 from gemm_bench.config import MAX_DIMENSION
 from gemm_bench.devices import device_slug
-from gemm_bench.precisions import MODES, PRECISIONS
+from gemm_bench.precisions import ALL_MODES, MODES, PRECISIONS
 from gemm_bench.shapes import PASSES, GemmShape
 
 __all__ = [
@@ -550,20 +550,36 @@ def validate(doc: Any) -> dict[str, Any]:
     if "accuracy" in doc or "accuracy_method" in doc:
         _accuracy_block(doc, gemms, version)
     if "groups" in doc:
-        _groups_block(doc["groups"])
+        _groups_block(doc, doc["groups"])
     return doc
 
 
-def _groups_block(groups: Any) -> None:
+def _groups_block(doc: dict[str, Any], groups: Any) -> None:
     """``groups``: per timed group, its clock/power samples and events-vs-profiler cross-check
-    (:mod:`gemm_bench.telemetry`). Numbers only where numbers belong, a run id on each."""
+    (:mod:`gemm_bench.telemetry`). Every number a report prints from it is checked for sense:
+    a minimum clock above the median, a power median above the maximum, a deviation that is not
+    the ratios' own, ratios of regions the cross-check did not time, or a group of no run of the
+    document is refused."""
     if not isinstance(groups, list):
         raise ResultError("$.groups", f"must be a list, got {_describe(groups)}")
+    runs = {cell_run_id(doc, c) for block in ("cells", "peers", *RUN_BLOCKS) for c in doc.get(block, [])
+            if isinstance(c, dict)}
+    runs.add(str(doc.get("run_id", "")))
+    seen: set[tuple[str, str, str]] = set()
     for i, group in enumerate(groups):
         where = f"$.groups[{i}]"
         group = _object(group, where)
-        _text(group, "label", where)
+        label = _text(group, "label", where)
         _run_id(group, where, required=True)
+        if group["run_id"] not in runs:
+            raise ResultError(f"{where}.run_id", f"{group['run_id']!r} is the run of no cell of this document")
+        mode = _optional_text(group, "mode", where) or ""
+        if mode and mode not in ALL_MODES:
+            raise ResultError(f"{where}.mode", f"{mode!r} is not one of {', '.join(ALL_MODES)}")
+        key = (group["run_id"], mode, label)
+        if key in seen:
+            raise ResultError(where, f"duplicate group {label!r} of run {group['run_id']}")
+        seen.add(key)
         _integer(group, "rounds", where, 1, 1_000_000)
         members = _get(group, "members", list, where)
         if not all(isinstance(m, str) for m in members):
@@ -571,26 +587,53 @@ def _groups_block(groups: Any) -> None:
         _get(group, "clock_low", bool, where, required=False)
         clock = _get(group, "clock", dict, where, required=False)
         if clock is not None:
-            samples = _integer(clock, "samples", f"{where}.clock", 0, 100_000_000)
-            if samples:
-                for key in ("sm_clock_mhz_median", "sm_clock_mhz_min"):
-                    _number(clock, key, f"{where}.clock", 1.0, 10_000.0)
-                for key in ("power_w_median", "power_w_max"):
-                    if key in clock:
-                        _number(clock, key, f"{where}.clock", 0.0, 10_000.0)
-            else:
-                _text(clock, "reason", f"{where}.clock", max_len=MAX_TEXT)
+            _clock_block(clock, f"{where}.clock")
         check = _get(group, "cross_check", dict, where, required=False)
         if check is not None:
-            _integer(check, "rounds", f"{where}.cross_check", 0, 1_000_000)
-            for block in ("ratios", "stored_ratios", "kernel_ms"):
-                values = _get(check, block, dict, f"{where}.cross_check", required=False) or {}
-                for key in values:
-                    _number(values, key, f"{where}.cross_check.{block}", 0.0, 1e6, low_open=True)
-            if "max_deviation" in check:
-                _number(check, "max_deviation", f"{where}.cross_check", 0.0, 1e6)
-            if "reason" in check:
-                _text(check, "reason", f"{where}.cross_check", max_len=MAX_TEXT)
+            _cross_check_block(check, f"{where}.cross_check")
+
+
+def _clock_block(clock: dict[str, Any], where: str) -> None:
+    samples = _integer(clock, "samples", where, 0, 100_000_000)
+    if not samples:
+        _text(clock, "reason", where, max_len=MAX_TEXT)
+        return
+    median = _number(clock, "sm_clock_mhz_median", where, 1.0, 10_000.0)
+    low = _number(clock, "sm_clock_mhz_min", where, 1.0, 10_000.0)
+    if low is not None and median is not None and low > median:
+        raise ResultError(f"{where}.sm_clock_mhz_min", f"{low:g} is above the median {median:g}")
+    if ("power_w_median" in clock) != ("power_w_max" in clock):
+        raise ResultError(where, "has one of power_w_median and power_w_max without the other")
+    if "power_w_median" in clock:
+        power = _number(clock, "power_w_median", where, 0.0, 10_000.0)
+        peak = _number(clock, "power_w_max", where, 0.0, 10_000.0)
+        if power is not None and peak is not None and power > peak:
+            raise ResultError(f"{where}.power_w_median", f"{power:g} is above the maximum {peak:g}")
+    _optional_text(clock, "power_source", where)
+
+
+def _cross_check_block(check: dict[str, Any], where: str) -> None:
+    _integer(check, "rounds", where, 0, 1_000_000)
+    blocks = {}
+    for block in ("ratios", "stored_ratios", "kernel_ms"):
+        values = _get(check, block, dict, where, required=False) or {}
+        for key in values:
+            _number(values, key, f"{where}.{block}", 0.0, 1e6, low_open=True)
+        blocks[block] = values
+    ratios = blocks["ratios"]
+    if "reason" in check:
+        _text(check, "reason", where, max_len=MAX_TEXT)
+        if ratios:
+            raise ResultError(where, "has both a reason (no cross-check) and ratios")
+    for block in ("stored_ratios", "kernel_ms"):
+        extra = sorted(set(blocks[block]) - set(ratios))
+        if extra:
+            raise ResultError(f"{where}.{block}", f"names regions the cross-check has no ratio for: {extra[:3]}")
+    if ratios:
+        stated = _number(check, "max_deviation", where, 0.0, 1e6)
+        actual = max(abs(float(r) - 1) for r in ratios.values())
+        if stated is not None and abs(stated - actual) > 1e-4:
+            raise ResultError(f"{where}.max_deviation", f"is {stated:g}, the ratios' largest deviation is {actual:.5f}")
 
 
 def _peaks(doc: dict[str, Any], gemms: dict[tuple[str, str], GemmShape]) -> None:
@@ -765,8 +808,12 @@ def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             merged[block] = [c for c in old.get(block, []) if c["mode"] not in replaced] + new.get(block, [])
     if not new.get("accuracy") and "accuracy_method" in old:
         merged["accuracy_method"] = old["accuracy_method"]
-    if "groups" in old or "groups" in new:  # the telemetry of every run whose numbers were kept
+    if "groups" in old or "groups" in new:
+        # An old group stays only while the numbers it describes do: its mode not re-measured by
+        # the new run (as for cells), and its run still the run of some kept cell.
         kept = {cell_run_id(merged, c) for block in ("cells", "peers", *RUN_BLOCKS) for c in merged.get(block, [])}
-        merged["groups"] = [g for g in old.get("groups", []) if g.get("run_id") in kept and
-                            g.get("run_id") != new.get("run_id")] + new.get("groups", [])
+        remeasured = new_modes | {c["mode"] for c in new.get("layer", [])}
+        merged["groups"] = [g for g in old.get("groups", [])
+                            if g.get("run_id") in kept and g.get("run_id") != new.get("run_id")
+                            and g.get("mode") and g["mode"] not in remeasured] + new.get("groups", [])
     return merged

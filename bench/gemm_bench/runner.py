@@ -116,7 +116,7 @@ class Runner:
         self._to_check: list[tuple[dict[str, Any], dict[str, Callable[[], Competitor]], dict[str, float]]] = []
 
     def _time_group(
-        self, builders: dict[str, Callable[[], Competitor]], label: str = ""
+        self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = ""
     ) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
         """Build and probe each competitor; time the ones that work, interleaved."""
         competitors: dict[str, Competitor] = {}
@@ -144,7 +144,7 @@ class Runner:
             failures.update({name: message for name in competitors})
         else:
             if self.telemetry:
-                group = {"label": label, "members": sorted(competitors), **self.timer.last_group}
+                group = {"label": label, "mode": mode, "members": sorted(competitors), **self.timer.last_group}
                 self._groups.append(group)
                 # Peers are not cross-checked: a compiled peer would be compiled again for it.
                 te_builders = {n: b for n, b in builders.items() if n in competitors and not n.startswith(_PEER_KEY)}
@@ -183,8 +183,17 @@ class Runner:
         ``layer-graphed``, the peers, and (``accuracy``, default the runner's) the SQNRs.
 
         Everything in the returned document is one run (one ``run_id``): speedups between any
-        two of its cells are legitimate, and its method says what the run includes.
+        two of its cells are legitimate, and its method says what the run includes. The clock
+        sampler's process ends with the run, however the run ends.
         """
+        try:
+            return self._measure(question, precisions, modes, accuracy=accuracy)
+        finally:
+            if self.sampler is not None:
+                self.sampler.close()
+
+    def _measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
+                 accuracy: bool | None) -> dict[str, Any]:
         modes = list(dict.fromkeys(modes))
         unknown = [m for m in modes if m not in ALL_MODES]
         if unknown:
@@ -195,9 +204,13 @@ class Runner:
         with optional_phase(self.phases, SUPPORT):
             support = te_backend.support()
             plan = make_plan(question.gemms, precisions, per_gemm, support)
-            device, prov = provenance.collect(run_method(self.settings, telemetry=self.telemetry), te_backend.VERSION)
+            method = run_method(self.settings, telemetry=self.telemetry,
+                                teardown=os.environ.get("TEARDOWN_CUPTI") == "1")
+            device, prov = provenance.collect(method, te_backend.VERSION)
             registry = peer_registry.registered_peers() if self.peers else []
             available = peer_registry.availability(registry)
+            if self.sampler is not None:
+                self.sampler.start()  # before any warm-up: its start-up never idles a warm GPU
         doc = new_document(
             kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
             config=question.config.to_dict() if question.config else None,
@@ -228,7 +241,8 @@ class Runner:
             # Linear peers (torchao Float8Linear ...) time the op's training step beside TE's autocast.
             linear = _peer_builders(registry, fprop, "linear", available)
             with _nvtx(f"autocast {op}", self.nvtx):
-                samples, failures = self._time_group({**builders, **linear}, label=f"autocast {op}")
+                samples, failures = self._time_group({**builders, **linear}, label=f"autocast {op}",
+                                                     mode="autocast")
             cells += _timed_cells(wanted_cells, samples, failures)
             peers_out += _peer_rows(registry, fprop, "linear", available, samples, failures)
             done += 1
@@ -242,7 +256,7 @@ class Runner:
             extra = _peer_builders(registry, gemm, "gemm", available)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
                 samples, failures = self._time_group({**builders, **extra},
-                                                     label=f"prequant {gemm.op}/{gemm.pass_}")
+                                                     label=f"prequant {gemm.op}/{gemm.pass_}", mode="prequant")
             cells += _timed_cells(wanted_cells, samples, failures)
             peers_out += _peer_rows(registry, gemm, "gemm", available, samples, failures)
             done += 1
@@ -254,9 +268,15 @@ class Runner:
 
             self.progress(done, total, f"layer step ({', '.join(layer)})")
             with _nvtx("layer step", self.nvtx):
+                # measure_layer_step times one group per mode, in the order of ``layer``.
+                layer_order = iter(layer)
+
+                def layer_group(builders: dict[str, Callable[[], Competitor]]) -> Any:
+                    mode = next(layer_order, "layer")
+                    return self._time_group(builders, label=f"layer step ({mode})", mode=mode)
+
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
-                    question, wanted, functools.partial(self._time_group, label="layer step"),
-                    support=support, modes=layer)]
+                    question, wanted, layer_group, support=support, modes=layer)]
             done += len(layer)
         if with_accuracy:
             from gemm_bench.accuracy import accuracy_method, measure_accuracy
@@ -272,8 +292,6 @@ class Runner:
             self._cross_check_groups()
             telemetry_module.flag_clock_drops(self._groups)
             doc["groups"] = [{**g, "run_id": run_id} for g in self._groups]
-            if self.sampler is not None:
-                self.sampler.close()
         self.progress(done, total, "done")
         return doc
 
@@ -297,7 +315,7 @@ def _peer_rows(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: st
     return peer_registry.rows(registry, gemm, kind, available, mine(samples), mine(failures))
 
 
-def run_method(settings: TimerSettings, *, telemetry: bool = True) -> dict[str, Any]:
+def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: bool = True) -> dict[str, Any]:
     """The method a run records: the timer's parameters, and what else this version measures.
 
     The ``layer_step``, ``accuracy`` and ``peers`` entries are written by every run of this code
@@ -309,7 +327,7 @@ def run_method(settings: TimerSettings, *, telemetry: bool = True) -> dict[str, 
 
     return {
         **settings.method(),
-        **(telemetry_module.method() if telemetry else {}),
+        **(telemetry_module.method(teardown=teardown) if telemetry else {}),
         "layer_step": WHAT_IS_TIMED,
         "accuracy": "SQNR in dB of each pass's output against an FP32 reference of the same BF16 inputs, "
         f"inputs {' and '.join(DISTRIBUTIONS)} (details in the result's accuracy_method)",

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemm_bench.cache import is_stale
-from gemm_bench.precisions import BASELINE
+from gemm_bench.precisions import BASELINE, MODES, PRECISIONS
 from gemm_bench.question import Question
 from gemm_bench.report import Report
 from gemm_bench.results import METHOD_VERSION
@@ -153,7 +153,13 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
         return everything, list(modes), "forced"
     stale = is_stale(doc, max_age_days=rules.max_age_days) or stack_staleness(doc, local, rules.stale_when)
     if stale:
-        return everything, list(modes), f"stale: {stale}"
+        # A stale file is replaced whole (a new method or stack never merges with the old one), so
+        # the new run also measures every mode and precision the file holds: no page loses them.
+        held = [c for c in doc.get("cells", []) if isinstance(c, dict)]
+        modes_held = [str(c.get("mode")) for c in held if c.get("mode") in MODES]
+        precisions_held = [str(c.get("precision")) for c in held if c.get("precision") in PRECISIONS]
+        return (list(dict.fromkeys([*everything, *precisions_held])), list(dict.fromkeys([*modes, *modes_held])),
+                f"stale: {stale}")
     want_modes = []
     for mode in modes:
         report = Report(doc, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,

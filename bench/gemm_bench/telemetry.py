@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,14 +43,18 @@ CLOCK_DROP = 0.05
 CROSS_CHECK_ROUNDS = 3
 
 
-def method() -> dict[str, Any]:
-    """What this module adds to a run's method (stored in ``provenance.method``)."""
+def method(*, teardown: bool = True) -> dict[str, Any]:
+    """What this module adds to a run's method (stored in ``provenance.method``). ``teardown``:
+    whether CUPTI is torn down after each profiler session (``TEARDOWN_CUPTI=1``)."""
     return {
-        "telemetry": f"NVML SM clock and board power sampled every {SAMPLE_INTERVAL_S * 1000:g} ms during each "
-        f"group's timed rounds; a group whose median clock is more than {CLOCK_DROP:.0%} below the run's "
-        "median group clock is flagged clock_low",
+        "telemetry": f"NVML SM clock and board power sampled every {SAMPLE_INTERVAL_S * 1000:g} ms by a separate "
+        "process during each group's timed rounds (power instantaneous where the driver offers it, else NVML's "
+        f"1 s average: each group's power_source says); a group whose median clock is more than {CLOCK_DROP:.0%} "
+        "below the run's median group clock is flagged clock_low",
         "cross_check": f"after the run's last timed group, each group's Transformer Engine competitors rebuilt "
-        f"and timed {CROSS_CHECK_ROUNDS} rounds under torch.profiler (CUPTI torn down after each session): per "
+        f"and timed {CROSS_CHECK_ROUNDS} rounds under torch.profiler ("
+        + ("CUPTI torn down after each session" if teardown else "CUPTI teardown disabled by the environment")
+        + "): per "
         "region, median CUDA-event time / median kernel time of the same launches (ratios), and the stored "
         "median / that kernel time (stored_ratios; above 1: the stored time includes host gaps)",
     }
@@ -77,8 +81,14 @@ class ClockSampler:
         self._offset = 0
         self._window: tuple[float, float] | None = None
 
-    def _start(self) -> None:
-        """Start the child on first use: find the GPU's NVML identity, spawn, wait for its first line."""
+    def start(self) -> None:
+        """Start the child (once): find the GPU's NVML identity, spawn, wait for its first line.
+
+        Called before any group is warmed up (the runner does it with the support checks), so the
+        wait never leaves a warmed-up GPU idle before timed rounds. Never raises: whatever stops
+        the sampler (no NVML, no such GPU, no temp space) becomes :attr:`unavailable`, and the
+        groups record that reason instead of numbers; telemetry never decides a cell's status.
+        """
         if self._proc is not None or self.unavailable:
             return
         try:
@@ -86,33 +96,48 @@ class ClockSampler:
         except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
             self.unavailable = f"GPU identity unavailable: {type(exc).__name__}: {exc}"[:300]
             return
-        fd, self._path = tempfile.mkstemp(prefix="gemm-bench-nvml-", suffix=".txt")
-        os.close(fd)
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "gemm_bench.telemetry", ident, self._path],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-        )
-        deadline = time.monotonic() + 20.0
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                err = (self._proc.stderr.read() if self._proc.stderr else b"").decode(errors="replace").strip()
-                self.unavailable = ("NVML sampler exited: " + (err.splitlines()[-1] if err else
-                                                               f"status {self._proc.returncode}"))[:300]
-                self._proc = None
-                return
-            if os.path.getsize(self._path) > 0:
-                return
-            time.sleep(0.01)
+        try:
+            fd, self._path = tempfile.mkstemp(prefix="gemm-bench-nvml-", suffix=".txt")
+            os.close(fd)
+            package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "gemm_bench.telemetry", ident, self._path],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+            )
+            self._offset, self._window = 0, None
+            deadline = time.monotonic() + 20.0
+            while time.monotonic() < deadline:
+                if self._proc.poll() is not None:
+                    self._died("NVML sampler exited")
+                    return
+                if os.path.getsize(self._path) > 0:
+                    return
+                time.sleep(0.01)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.unavailable = f"NVML sampler could not start: {type(exc).__name__}: {exc}"[:300]
+            self.close()
+            return
         self.unavailable = "NVML sampler wrote no sample within 20 s"
+        self.close()
+
+    def _died(self, what: str) -> None:
+        """The child has exited: keep its last error line as the reason, reap it, drop its file."""
+        proc = self._proc
+        err = b""
+        if proc is not None and proc.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                err = proc.stderr.read()
+        text = err.decode(errors="replace").strip()
+        status = proc.returncode if proc is not None else None
+        self.unavailable = (f"{what}: " + (text.splitlines()[-1] if text else f"status {status}"))[:300]
         self.close()
 
     @contextmanager
     def sampling(self) -> Iterator[None]:
         """Note the body's time window; the child samples all along."""
-        self._start()
+        self.start()
         t0 = time.monotonic()
         try:
             yield
@@ -120,25 +145,54 @@ class ClockSampler:
             self._window = (t0, time.monotonic())
 
     def summary(self) -> dict[str, Any]:
-        """The last window's clock block (see :func:`summarize`)."""
+        """The last window's clock block (see :func:`summarize`); never raises.
+
+        A child that died before the window's end gives no numbers for it (a partial window is
+        not the group's clock), and every later group says why.
+        """
         if self.unavailable or self._window is None or self._proc is None:
             return summarize([], [], self.unavailable or "the sampler did not run")
         t0, t1 = self._window
+        self._window = None
         time.sleep(2 * SAMPLE_INTERVAL_S)  # the child's sample covering t1 reaches the file
-        with open(self._path, encoding="ascii") as handle:
-            handle.seek(self._offset)
-            text = handle.read()
+        if self._proc.poll() is not None:
+            self._died("NVML sampler exited during the group")
+            return summarize([], [], self.unavailable)
+        try:
+            with open(self._path, encoding="ascii") as handle:
+                handle.seek(self._offset)
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            self.unavailable = f"NVML samples unreadable: {type(exc).__name__}: {exc}"[:300]
+            self.close()
+            return summarize([], [], self.unavailable)
         complete = text[:text.rfind("\n") + 1]
         self._offset += len(complete)
         clocks, power = samples_in_window(complete, t0, t1)
-        return summarize(clocks, power)
+        block = summarize(clocks, power)
+        if block["samples"] and self._power_source:
+            block["power_source"] = self._power_source
+        return block
+
+    @property
+    def _power_source(self) -> str:
+        """What the child's power readings are (its file's first line says), or ""."""
+        if not self._path:
+            return ""
+        try:
+            with open(self._path, encoding="ascii") as handle:
+                first = handle.readline()
+        except (OSError, UnicodeDecodeError):
+            return ""
+        return first[len("# power: "):].strip() if first.startswith("# power: ") else ""
 
     def close(self) -> None:
-        """Stop the child and remove its file."""
+        """Stop the child and remove its file (safe to call more than once)."""
         proc, self._proc = self._proc, None
         if proc is not None:
             if proc.stdin is not None:
-                proc.stdin.close()
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -147,9 +201,10 @@ class ClockSampler:
             if proc.stderr is not None:
                 proc.stderr.close()
         if self._path:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 os.unlink(self._path)
             self._path = ""
+        self._offset, self._window = 0, None
 
 
 def samples_in_window(text: str, t0: float, t1: float) -> tuple[list[float], list[float]]:
@@ -196,6 +251,26 @@ def _nvml_handle(pynvml: Any, ident: str) -> Any:
     return pynvml.nvmlDeviceGetHandleByIndex(int(value))
 
 
+def _power_reader(pynvml: Any, handle: Any) -> tuple[Callable[[], float], str]:
+    """(read watts, what it reads): the instantaneous power field where the driver has it; else
+    ``nvmlDeviceGetPowerUsage``, which on Ampere and newer is an average over the last second."""
+    field = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", None)
+    if field is not None and hasattr(pynvml, "nvmlDeviceGetFieldValues"):
+        def instant() -> float:
+            (value,) = pynvml.nvmlDeviceGetFieldValues(handle, [field])
+            if getattr(value, "nvmlReturn", 0) != 0:
+                raise pynvml.NVMLError(value.nvmlReturn)
+            return float(value.value.uiVal) / 1000.0
+
+        try:
+            instant()
+        except (pynvml.NVMLError, AttributeError, TypeError, ValueError):
+            pass
+        else:
+            return instant, "instantaneous"
+    return (lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0), "1 s average"
+
+
 def sampler_main(argv: Sequence[str]) -> int:
     """The sampler child: ``IDENT FILE``; samples until stdin closes. Exit 2 on a bad start."""
     import select
@@ -215,11 +290,13 @@ def sampler_main(argv: Sequence[str]) -> int:
     except (pynvml.NVMLError, ValueError) as exc:
         print(f"NVML cannot open {ident}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    read_power, source = _power_reader(pynvml, handle)
     with open(path, "a", encoding="ascii") as out:
+        out.write(f"# power: {source}\n")
         while True:
             try:
                 clock = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
-                watts = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+                watts = read_power()
             except pynvml.NVMLError as exc:
                 print(f"NVML sample failed: {type(exc).__name__}: {exc}", file=sys.stderr)
                 return 1
