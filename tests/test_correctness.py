@@ -361,3 +361,46 @@ def test_device_slugs_are_idempotent_and_unchanged_for_cached_devices() -> None:
     assert not selects("h200", "NVIDIA GH200 480GB")
     for alias, slug in ALIASES.items():
         assert device_slug(slug) == slug, alias
+
+
+# ---------------------------------------------------------------- validated once per content
+def test_a_prose_edit_reads_results_without_validating_them_again(project: Project) -> None:
+    q = build_question(model="te-guide-5b")
+    path = project.store(make_document(q, device=H100))
+    body = ".. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n   :precisions: bf16, fp8-current\n"
+    toc = ".. toctree::\n\n   other\n\n"
+    project.page("index", "T\n=\n\nFirst words.\n\n" + toc + body)
+    project.page("other", "O\n=\n\n.. gemm-benchmark::\n   :name: te2\n   :model: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings and execution.READS.validations == 1
+    project.page("index", "T\n=\n\nOther words.\n\n" + toc + body)  # prose only: the page is read again
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings and execution.READS.parses == 1 and execution.READS.validations == 0
+    # a changed content is validated (and refused, named) however often its old content passed
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["cells"][0]["ms"] = -1.0
+    path.write_text(dumps(doc), encoding="utf-8")
+    warnings, _ = project.build()
+    assert execution.READS.validations == 1 and "does not match the result schema" in warnings
+    assert path.name in warnings
+
+
+def test_trust_is_keyed_by_content_and_by_the_validators_code(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from gemm_bench import cache as cache_module
+
+    q = build_question(model="te-guide-5b")
+    good = tmp_path / file_name(q.hash, H100["name"])
+    good.write_text(dumps(make_document(q, device=H100)), encoding="utf-8")
+    trusted: set[str] = set()
+    cache_module.read_document(good, trusted=trusted)
+    assert trusted == {cache_module.content_key(good.read_bytes())}
+    calls: list[int] = []
+    real = cache_module.validate
+    monkeypatch.setattr(cache_module, "validate", lambda doc: (calls.append(1), real(doc))[1])
+    cache_module.read_document(good, trusted=trusted)
+    assert calls == []  # same bytes, same code: trusted
+    monkeypatch.setattr(cache_module, "validator_fingerprint", lambda: "another version of the code")
+    cache_module.read_document(good, trusted=trusted)
+    assert calls == [1]  # the validator changed: validated again

@@ -75,6 +75,10 @@ class Settings:
 _ATTR = "gemm_benchmark_settings"
 
 
+#: The environment attribute holding the content keys of result files validated in earlier builds.
+_TRUSTED_ATTR = "gemm_benchmark_trusted_results"
+
+
 def init_settings(app: Sphinx) -> None:
     """Resolve the settings at ``builder-inited`` (a bad mode is a warning; the build stays cache-only)."""
     try:
@@ -91,6 +95,12 @@ def init_settings(app: Sphinx) -> None:
         raise ConfigError(str(exc)) from None
     setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time(), stale_when))
     execution.reset_detection()
+    # Validations remembered across builds travel with the environment (pickled with it).
+    trusted = getattr(app.env, _TRUSTED_ATTR, None)
+    if not isinstance(trusted, set):
+        trusted = set()
+        setattr(app.env, _TRUSTED_ATTR, trusted)
+    execution.READS.trusted = trusted
 
 
 def resolve_cache_dir(app: Sphinx) -> Path:

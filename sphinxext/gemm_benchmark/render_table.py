@@ -49,6 +49,7 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
             entry = nodes.entry(classes=list(item.classes))
             if item.morecols:
                 entry["morecols"] = item.morecols
+            # One paragraph per cell, as docutils' table model asks; HTML renders it without <p>.
             para = nodes.paragraph()
             inner: nodes.Node
             if item.markup:
@@ -109,7 +110,10 @@ def _gemm_label(report: Report, gemm: GemmShape) -> str:
 
 
 def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.table:
-    """Per GEMM (op and pass): shape, then ms and TFLOP/s per precision and the speedup vs BF16.
+    """Per GEMM (op and pass): shape, then ms per precision and the speedup vs BF16; TFLOP/s,
+    % of peak, the spread, the roofline prediction and the SQNR on hover of each time (compact:
+    two columns per precision fit a phone; the ``gemm-tflops`` role and ``gemm-bench report``
+    give the TFLOP/s as text).
 
     ``precisions`` are the measured ones (BF16 first). Model results get a sum row per pass.
     """
@@ -119,9 +123,9 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
     widths = [8, 18, 20] if report.kind == "model" else [14, 20]
     for p in precisions:
         extra = 0 if p == BASELINE else 1
-        top.append(Entry(PRECISIONS[p].display, morecols=1 + extra, classes=("gemm-precision",)))
-        second += [Entry("ms"), Entry("TFLOP/s")] + ([Entry("× BF16")] if extra else [])
-        widths += [8, 8] + ([7] if extra else [])
+        top.append(Entry(PRECISIONS[p].display, morecols=extra, classes=("gemm-precision",)))
+        second += [Entry("ms")] + ([Entry("× BF16")] if extra else [])
+        widths += [8] + ([7] if extra else [])
     rows: list[list[Entry]] = []
     for pass_ in PASSES:
         gemms = [g for g in report.gemms if g.pass_ == pass_]
@@ -132,8 +136,7 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
             row += [Entry(_gemm_label(report, g)), Entry(g.label)]
             for p in precisions:
                 cell = report.cell(mode, p, g)
-                row += [dataclasses.replace(_num(format_ms(cell.ms)), tooltip=_cell_detail(report, mode, p, g)),
-                        _num(format_tflops(cell.tflops))]
+                row.append(dataclasses.replace(_num(format_ms(cell.ms)), tooltip=_cell_detail(report, mode, p, g)))
                 if p != BASELINE:
                     row.append(_num(format_speedup(report.gemm_speedup(mode, p, g))))
             rows.append(row)
@@ -141,7 +144,7 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
             row = [Entry(PASS_NAMES[pass_], strong=True), Entry("sum", strong=True), Entry("")]
             for p in precisions:
                 total = report.total(mode, p)
-                row += [_num(format_ms(total.pass_ms.get(pass_)), strong=True), Entry("")]
+                row.append(_num(format_ms(total.pass_ms.get(pass_)), strong=True))
                 if p != BASELINE:
                     row.append(_num(format_speedup(report.pass_speedup(mode, p, pass_)), strong=True))
             rows.append(row)
@@ -150,8 +153,16 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
 
 
 def _cell_detail(report: Report, mode: str, precision: str, gemm: GemmShape) -> str:
-    """The hover text of one GEMM's time: % of the device's peak, the roofline prediction, the SQNR."""
+    """The hover text of one GEMM's time: its TFLOP/s and % of the device's peak, the spread of
+    its rounds, the roofline prediction, the SQNR."""
     parts = []
+    cell = report.cell(mode, precision, gemm)
+    tflops = cell.tflops
+    if tflops is not None:
+        parts.append(f"{format_tflops(tflops)} TFLOP/s")
+    iqr = cell.stats.get("iqr_ms") if isinstance(cell.stats, dict) else None
+    if isinstance(iqr, (int, float)) and not isinstance(iqr, bool):
+        parts.append(f"spread (IQR) {iqr:.4f} ms over {cell.stats.get('n', '?')} rounds")
     pct = report.pct_of_peak(mode, precision, gemm)
     if pct is not None:
         parts.append(f"{pct:.1f}% of the dense peak")
