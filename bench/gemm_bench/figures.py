@@ -388,7 +388,7 @@ def roofline_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec |
             points.append((value, None, None))
         if any(v[0] is not None for v in points):
             series.append(_series(p, points))
-    spec = FigureSpec("bars", title, f"Roofline-predicted / measured time ({MODE_NAMES[mode]}; 1 = at the roofline)",
+    spec = FigureSpec("bars", title, f"Roofline-predicted / measured time ({MODE_NAMES[mode]}; 100% = at the roofline)",
                       "", (Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series)),),
                       reference=1.0, value_format="{:.0%}")
     return None if spec.is_empty else spec
@@ -627,6 +627,10 @@ def _draw_bars(ax: Axes, spec: FigureSpec, panel: Panel, ink: str, right: float,
                 fontweight="bold" if bold else "normal", gid=f"ytick_{number}_{i}")
     ax.set_ylim(len(panel.categories) - 0.5, -0.5)
     ax.set_xlim(0, right * 1.2)
+    if spec.value_format.endswith("%}"):  # fractions shown as percentages: the axis says so too
+        from matplotlib.ticker import PercentFormatter
+
+        ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
     if panel.title:
         ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
 
