@@ -327,50 +327,59 @@ def _all_measured(report: Report, mode: str) -> list[str]:
     return [p for p in report.precisions if report.status(mode, p)[0] == "measured"]
 
 
-def latency_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
-    """Each GEMM's time per precision, BF16 included, with its interquartile range; None when
-    nothing is measured. No total row: one layer's sum would squash every GEMM's bar."""
+def _gemm_panel(report: Report, mode: str, point: Callable[[str, GemmShape], tuple[float | None, ...]]) -> Panel:
+    """One bar row per GEMM (no total), one series per precision measured in ``mode`` (BF16
+    included) whose ``point(precision, gemm)`` gives a value at least once."""
     gemms = _gemm_rows(report)
     series = []
     for p in _all_measured(report, mode):
-        points = []
-        for g in gemms:
-            cell = report.cell(mode, p, g)
-            q = quartiles(cell.stats)
-            value = _finite(cell.ms)
-            points.append((value, *((min(q[0], value), max(q[1], value)) if q and value else (None, None))))
-        series.append(_series(p, points))
+        points = [point(p, g) for g in gemms]
+        if any(v[0] is not None for v in points):
+            series.append(_series(p, points))
+    return Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series))
+
+
+def _with_spread(value: float | None, stats: dict[str, Any],
+                 of_ms: Callable[[float], float]) -> tuple[float | None, ...]:
+    """(value, low, high): the cell's quartile times mapped through ``of_ms`` (a time, or the rate
+    it gives), widened to contain ``value``; no bounds when the statistics give none."""
+    q = quartiles(stats)
+    if value is None or q is None:
+        return value, None, None
+    a, b = sorted((of_ms(q[0]), of_ms(q[1])))
+    return value, min(a, value), max(b, value)
+
+
+def latency_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
+    """Each GEMM's time per precision, BF16 included, with its interquartile range; None when
+    nothing is measured. No total row: one layer's sum would squash every GEMM's bar."""
+    def point(p: str, g: GemmShape) -> tuple[float | None, ...]:
+        cell = report.cell(mode, p, g)
+        return _with_spread(_finite(cell.ms), cell.stats, lambda ms: ms)
+
     spec = FigureSpec("bars", title, f"Time per GEMM, ms ({MODE_NAMES[mode]}; lower is faster)", "",
-                      (Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series)),),
-                      reference=None, value_format="{:.3f}")
+                      (_gemm_panel(report, mode, point),), reference=None, value_format="{:.3f}")
     return None if spec.is_empty else spec
 
 
 def tflops_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
     """Each GEMM's TFLOP/s per precision, BF16 included, with the device's dense peak of each
     format shown as a labelled line (:mod:`gemm_bench.hardware`); None when nothing is measured."""
-    gemms = _gemm_rows(report)
-    series = []
+    def point(p: str, g: GemmShape) -> tuple[float | None, ...]:
+        cell = report.cell(mode, p, g)
+        return _with_spread(_finite(cell.tflops), cell.stats, lambda ms: hardware.achieved_tflops(g.flops, ms))
+
+    panel = _gemm_panel(report, mode, point)
     peaks: dict[float, str] = {}
-    for p in _all_measured(report, mode):
-        points = []
-        for g in gemms:
-            cell = report.cell(mode, p, g)
-            value = _finite(cell.tflops)
-            q = quartiles(cell.stats)
-            rate = (lambda ms, flops=g.flops: flops / (ms * 1e-3) / 1e12)
-            points.append((value, *((min(rate(q[1]), value), max(rate(q[0]), value)) if q and value else (None, None))))
-        series.append(_series(p, points))
-        peak = hardware.peak_tflops(report.device, p)
+    for series in panel.series:
+        peak = hardware.peak_tflops(report.device, series.precision)
         if peak is not None:
-            fmt = hardware.precision_format(p).upper()
-            peaks.setdefault(peak, f"{fmt} dense peak")
+            peaks.setdefault(peak, f"{hardware.precision_format(series.precision).upper()} dense peak")
     label = f"TFLOP/s per GEMM ({MODE_NAMES[mode]}; higher is faster)"
     if peaks:
         label += "; dotted: " + ", ".join(f"{name} {value:.0f}" for value, name in sorted(peaks.items()))
-    spec = FigureSpec("bars", title, label, "",
-                      (Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series)),),
-                      reference=None, value_format="{:.0f}", references=tuple(sorted(peaks.items())))
+    spec = FigureSpec("bars", title, label, "", (panel,), reference=None, value_format="{:.0f}",
+                      references=tuple(sorted(peaks.items())))
     return None if spec.is_empty else spec
 
 
@@ -378,19 +387,12 @@ def roofline_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec |
     """Per GEMM and precision, the roofline-predicted time over the measured one: the fraction of
     the roofline's speed reached (1: at the roofline). None when no prediction exists (unknown
     device) or nothing is measured. A prediction is never shown without its measurement."""
-    gemms = _gemm_rows(report)
-    series = []
-    for p in _all_measured(report, mode):
-        points = []
-        for g in gemms:
-            predicted, measured = report.roofline_ms(mode, p, g), _finite(report.cell(mode, p, g).ms)
-            value = _finite(predicted / measured) if predicted and measured else None
-            points.append((value, None, None))
-        if any(v[0] is not None for v in points):
-            series.append(_series(p, points))
+    def point(p: str, g: GemmShape) -> tuple[float | None, ...]:
+        predicted, measured = report.roofline_ms(mode, p, g), _finite(report.cell(mode, p, g).ms)
+        return (_finite(predicted / measured) if predicted and measured else None), None, None
+
     spec = FigureSpec("bars", title, f"Roofline-predicted / measured time ({MODE_NAMES[mode]}; 100% = at the roofline)",
-                      "", (Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series)),),
-                      reference=1.0, value_format="{:.0%}")
+                      "", (_gemm_panel(report, mode, point),), reference=1.0, value_format="{:.0%}")
     return None if spec.is_empty else spec
 
 

@@ -63,7 +63,7 @@ class Cell:
     def tflops(self) -> float | None:
         if self.status != "measured" or not self.ms:
             return None
-        return self.gemm.flops / (self.ms * 1e-3) / 1e12
+        return hardware.achieved_tflops(self.gemm.flops, self.ms)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -560,7 +560,8 @@ class Report:
                 backend=raw["backend"], precision=label, kind=kind, op=raw["op"], pass_=pass_,
                 m=shape.m, k=shape.k, n=shape.n, groups=shape.groups, flops=flops, status=raw["status"],
                 ms=ms, reason=raw.get("reason", ""), run_id=peer_run_id(self.doc, raw),
-                tflops=flops / (ms * 1e-3) / 1e12 if ms else None, pct_of_peak=pct, pct_of_peak_reason=pct_reason,
+                tflops=hardware.achieved_tflops(flops, ms) if ms else None, pct_of_peak=pct,
+                pct_of_peak_reason=pct_reason,
             ))
         return rows
 

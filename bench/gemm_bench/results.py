@@ -38,6 +38,7 @@ from typing import Any
 
 from gemm_bench.config import MAX_DIMENSION
 from gemm_bench.devices import device_slug
+from gemm_bench.hardware import above_peak, achieved_tflops, peak_tflops, precision_format
 from gemm_bench.precisions import ALL_MODES, MODES, PRECISIONS
 from gemm_bench.shapes import PASSES, GemmShape
 
@@ -352,7 +353,7 @@ def _same_shape(item: dict[str, Any], gemm: GemmShape, where: str, *, required: 
 def _ms(item: dict[str, Any], gemm: GemmShape, where: str) -> float:
     ms = _number(item, "ms", where, MIN_MS, MAX_MS)
     assert ms is not None
-    tflops = gemm.flops / (ms * 1e-3) / 1e12
+    tflops = achieved_tflops(gemm.flops, ms)
     if tflops > MAX_TFLOPS:
         raise ResultError(f"{where}.ms", f"{ms!r} ms for {gemm.flops} FLOPs would be {tflops:.3g} TFLOP/s, "
                                          f"more than the plausible {MAX_TFLOPS:g}")
@@ -642,8 +643,6 @@ def _peaks(doc: dict[str, Any], gemms: dict[tuple[str, str], GemmShape]) -> None
     Such a cell can only come from a wrong FLOP count or a timer that missed work. Devices and
     formats without a published peak are not checked: there is nothing to hold them to.
     """
-    from gemm_bench.hardware import above_peak, peak_tflops, precision_format
-
     device = doc["device"]["name"]
     for i, cell in enumerate(doc["cells"]):
         if cell["status"] != "measured":
@@ -651,7 +650,7 @@ def _peaks(doc: dict[str, Any], gemms: dict[tuple[str, str], GemmShape]) -> None
         gemm = gemms[(cell["op"], cell["pass"])]
         pct = above_peak(device, cell["precision"], gemm.flops, cell["ms"])
         if pct is not None:
-            tflops = gemm.flops / (cell["ms"] * 1e-3) / 1e12
+            tflops = achieved_tflops(gemm.flops, cell["ms"])
             raise ResultError(
                 f"$.cells[{i}].ms",
                 f"{cell['ms']!r} ms for {cell['mode']}/{cell['precision']} {gemm.op}/{gemm.pass_} is "
