@@ -78,16 +78,18 @@ def test_samples_in_window_keeps_only_the_window_and_skips_torn_lines() -> None:
     assert telemetry.samples_in_window(text, 2.0, 3.0) == ([1500.0, 1400.0], [700.0, 690.0])
 
 
-def _fake_nvml_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str = FAKE_PYNVML,
+              ident: str = "index:0") -> None:
+    """The sampler child finds ``source`` as its ``pynvml``, and this process names the GPU ``ident``."""
     fake = tmp_path / "fake_nvml"
     fake.mkdir()
-    (fake / "pynvml.py").write_text(FAKE_PYNVML, encoding="utf-8")
+    (fake / "pynvml.py").write_text(source, encoding="utf-8")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: ident)
 
 
 def test_sampler_process_samples_a_window_and_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_nvml_env(tmp_path, monkeypatch)
-    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:0")
+    _fake_env(tmp_path, monkeypatch)
     sampler = telemetry.ClockSampler()
     with sampler.sampling():
         time.sleep(0.3)
@@ -103,8 +105,7 @@ def test_sampler_process_samples_a_window_and_stops(tmp_path: Path, monkeypatch:
 
 
 def test_sampler_without_nvml_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    _fake_nvml_env(tmp_path, monkeypatch)
-    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:3")  # no such GPU
+    _fake_env(tmp_path, monkeypatch, ident="index:3")  # no such GPU
     sampler = telemetry.ClockSampler()
     with sampler.sampling():
         pass
@@ -256,14 +257,6 @@ class _V:
 def nvmlDeviceGetFieldValues(handle, fields):
     return [_V()]
 """
-
-
-def _fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
-    fake = tmp_path / "fake_nvml_variant"
-    fake.mkdir()
-    (fake / "pynvml.py").write_text(source, encoding="utf-8")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:0")
 
 
 def test_a_sampler_that_dies_gives_no_partial_numbers_and_is_reaped(tmp_path: Path,

@@ -115,10 +115,9 @@ class Runner:
         self._groups: list[dict[str, Any]] = []
         self._to_check: list[tuple[dict[str, Any], dict[str, Callable[[], Competitor]], dict[str, float]]] = []
 
-    def _time_group(
-        self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = ""
-    ) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
-        """Build and probe each competitor; time the ones that work, interleaved."""
+    def _build(self, builders: dict[str, Callable[[], Competitor]]) -> tuple[dict[str, Competitor], dict[str, str]]:
+        """Build and probe (one untimed call) each competitor: the ones that work, and the reason
+        of each one that does not (its memory released)."""
         competitors: dict[str, Competitor] = {}
         failures: dict[str, str] = {}
         for name, build in builders.items():
@@ -134,6 +133,13 @@ class Runner:
                 competitors.pop(name, None)
                 with optional_phase(self.phases, RELEASE):
                     _release()
+        return competitors, failures
+
+    def _time_group(
+        self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = ""
+    ) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
+        """Build and probe each competitor; time the ones that work, interleaved."""
+        competitors, failures = self._build(builders)
         if not competitors:
             return {}, failures
         try:
@@ -164,14 +170,15 @@ class Runner:
             if not builders:
                 group["cross_check"] = {"rounds": 0, "reason": "no Transformer Engine competitor in this group"}
                 continue
-            competitors: dict[str, Competitor] = {}
-            try:
-                with optional_phase(self.phases, BUILD):
-                    competitors = {name: build() for name, build in builders.items()}
-                group["cross_check"] = telemetry_module.with_stored_ratios(
-                    self.timer.check(competitors, telemetry_module.CROSS_CHECK_ROUNDS), medians)
-            except Exception as exc:  # GPU boundary: the cross-check says why; the group's numbers stand
-                group["cross_check"] = {"rounds": 0, "reason": _short(exc)}
+            competitors, failures = self._build(builders)
+            if failures:  # all of the group's TE competitors, or no cross-check of it
+                group["cross_check"] = {"rounds": 0, "reason": next(iter(failures.values()))}
+            else:
+                try:
+                    group["cross_check"] = telemetry_module.with_stored_ratios(
+                        self.timer.check(competitors, telemetry_module.CROSS_CHECK_ROUNDS), medians)
+                except Exception as exc:  # GPU boundary: the cross-check says why; the group's numbers stand
+                    group["cross_check"] = {"rounds": 0, "reason": _short(exc)}
             del competitors
             with optional_phase(self.phases, RELEASE):
                 _release()

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemm_bench.cache import is_stale
-from gemm_bench.precisions import BASELINE, MODES, PRECISIONS
+from gemm_bench.precisions import BASELINE
 from gemm_bench.question import Question
 from gemm_bench.report import Report
 from gemm_bench.results import METHOD_VERSION
@@ -155,19 +155,14 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
     if stale:
         # A stale file is replaced whole (a new method or stack never merges with the old one), so
         # the new run also measures every mode and precision the file holds: no page loses them.
-        held = [c for c in doc.get("cells", []) if isinstance(c, dict)]
-        modes_held = [str(c.get("mode")) for c in held if c.get("mode") in MODES]
-        precisions_held = [str(c.get("precision")) for c in held if c.get("precision") in PRECISIONS]
-        return (list(dict.fromkeys([*everything, *precisions_held])), list(dict.fromkeys([*modes, *modes_held])),
-                f"stale: {stale}")
-    want_modes = []
-    for mode in modes:
-        report = Report(doc, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,
-                        modes=[mode], precisions=list(precisions))
-        if report.missing_cells():
-            want_modes.append(mode)
-    if not want_modes:
-        return None
+        want_modes = list(dict.fromkeys([*modes, *(c["mode"] for c in doc["cells"])]))
+        why = f"stale: {stale}"
+    else:
+        want_modes = [mode for mode in modes
+                      if Report(doc, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,
+                                modes=[mode], precisions=list(precisions)).missing_cells()]
+        if not want_modes:
+            return None
+        why = f"cells never measured in {', '.join(want_modes)}"
     cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
-    return (list(dict.fromkeys([*everything, *cached])), want_modes,
-            f"cells never measured in {', '.join(want_modes)}")
+    return list(dict.fromkeys([*everything, *cached])), want_modes, why

@@ -80,6 +80,8 @@ class ClockSampler:
         self._path = ""
         self._offset = 0
         self._window: tuple[float, float] | None = None
+        #: What the child's power readings are (the first line of its file), once it has started.
+        self._power_source = ""
 
     def start(self) -> None:
         """Start the child (once): find the GPU's NVML identity, spawn, wait for its first line.
@@ -113,6 +115,7 @@ class ClockSampler:
                     self._died("NVML sampler exited")
                     return
                 if os.path.getsize(self._path) > 0:
+                    self._power_source = _read_power_source(self._path)
                     return
                 time.sleep(0.01)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -174,18 +177,6 @@ class ClockSampler:
             block["power_source"] = self._power_source
         return block
 
-    @property
-    def _power_source(self) -> str:
-        """What the child's power readings are (its file's first line says), or ""."""
-        if not self._path:
-            return ""
-        try:
-            with open(self._path, encoding="ascii") as handle:
-                first = handle.readline()
-        except (OSError, UnicodeDecodeError):
-            return ""
-        return first[len("# power: "):].strip() if first.startswith("# power: ") else ""
-
     def close(self) -> None:
         """Stop the child and remove its file (safe to call more than once)."""
         proc, self._proc = self._proc, None
@@ -205,6 +196,16 @@ class ClockSampler:
                 os.unlink(self._path)
             self._path = ""
         self._offset, self._window = 0, None
+
+
+def _read_power_source(path: str) -> str:
+    """The ``# power: ...`` header the sampler child writes before its first sample, or ""."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            first = handle.readline()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return first[len("# power: "):].strip() if first.startswith("# power: ") else ""
 
 
 def samples_in_window(text: str, t0: float, t1: float) -> tuple[list[float], list[float]]:
