@@ -8,9 +8,11 @@ They print what they measured, so a run's log is the evidence quoted in the proj
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -167,21 +169,32 @@ def test_interrupted_refresh_leaves_the_old_or_the_new_file(tmp_path: Path) -> N
 def test_telemetry_does_not_slow_small_gemms() -> None:
     """Method v2 sampled NVML on a thread and ran the profiler between groups: small GEMMs came out
     up to 5.8x slower than without. v3 samples in another process and cross-checks after the
-    run's last group (CUPTI torn down): the same small GEMMs, timed without telemetry, with it,
-    with it again (after a profiler session in this process), and without again, must agree."""
+    run's last group (CUPTI torn down). The same small GEMMs are timed in six runs, three without
+    telemetry and three with it, in the order off, on, on, off, on, off (so that runs follow
+    profiler sessions of this process), and compared by the median of each side's three runs.
+
+    Why medians of runs and two bounds. These GEMMs take 4-30 us, so each run's number is mostly
+    launch time, which varies from run to run by itself (the first H100 run of this test saw two
+    runs *without* telemetry differ by 1.53x in one cell, and failed a max-over-min comparison on
+    that noise alone). A slowdown like v2's moves every cell, so the geometric mean over cells
+    must stay within 10% and no cell's median may exceed its baseline by half."""
     q = build_question(shapes=["512x512x512", "1024x1024x1024", "2048x2048x2048"])
-    runs = []
-    for telemetry in (False, True, True, False):
-        doc = Runner(FAST, peers=False, telemetry=telemetry).measure(q, ["bf16", "fp8-current"], ["prequant"])
-        runs.append({(c["op"], c["precision"]): c["ms"] for c in doc["cells"] if c["status"] == "measured"})
+    settings = TimerSettings(repetitions=100, warmup_s=0.2, spinup_s=1.0)
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    for telemetry in (False, True, True, False, True, False):
+        doc = Runner(settings, peers=False, telemetry=telemetry).measure(q, ["bf16", "fp8-current"], ["prequant"])
+        runs[telemetry].append({(c["op"], c["precision"]): c["ms"] for c in doc["cells"] if c["status"] == "measured"})
         if telemetry:
             for g in doc["groups"]:
                 print("group", g["label"], "clock", g["clock"], "cross-check", g["cross_check"])
-    worst = 1.0
-    for key in runs[0]:
-        off = min(runs[0][key], runs[3][key])
-        on = max(runs[1][key], runs[2][key])
-        worst = max(worst, on / off)
-        print("telemetry", *key, "off", runs[0][key], runs[3][key], "on", runs[1][key], runs[2][key])
-    print(f"worst on/off ratio {worst:.3f}")
-    assert worst < 1.3
+    ratios = []
+    for key in runs[False][0]:
+        off = [r[key] for r in runs[False]]
+        on = [r[key] for r in runs[True]]
+        ratios.append(statistics.median(on) / statistics.median(off))
+        print("telemetry", *key, "off", off, "on", on, f"median on/off {ratios[-1]:.3f}",
+              f"off max/min {max(off) / min(off):.3f}")
+    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    print(f"on/off: geometric mean {geomean:.3f}, worst cell {max(ratios):.3f}")
+    assert geomean < 1.10
+    assert max(ratios) < 1.5

@@ -41,6 +41,9 @@ CLOCK_DROP = 0.05
 
 #: Rounds of each group timed again under the profiler for the events-vs-kernels cross-check.
 CROSS_CHECK_ROUNDS = 3
+#: A region whose stored time exceeds its profiled kernel time by more than this factor waited on
+#: the host (launch-bound): its time is the host's, not the kernel's.
+HOST_BOUND = 1.1
 
 
 def method(*, teardown: bool = True) -> dict[str, Any]:
