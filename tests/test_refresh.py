@@ -297,8 +297,14 @@ def test_killed_worker_leaves_a_valid_cache_and_a_rerun_measures_only_what_is_mi
         assert (cache / name).read_bytes() == data  # what was stored before is untouched
 
 
-def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, calls: Path) -> None:
-    """Ctrl-C in a terminal: SIGINT to the whole process group (parent and workers)."""
+@pytest.mark.parametrize("swallowed", [False, True], ids=["plain", "swallowed-twice"])
+def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, calls: Path, swallowed: bool) -> None:
+    """Ctrl-C in a terminal: SIGINT to the whole process group (parent and workers).
+
+    ``swallowed-twice``: as on the GPU machine under ``timeout -s INT`` (which signals the command
+    and then its group), the parent gets SIGINT twice, and the hanging worker's measurement swallows
+    its KeyboardInterrupt and returns a result anyway: that result must not be stored, and the
+    parent must still finish its clean-up and say it was interrupted."""
     src = site(tmp_path)
     cache = tmp_path / "cache"
     jobs, _ = collect_jobs(src)
@@ -315,6 +321,8 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, cal
         """)
     env = dict(os.environ, FAKE_GPU_HANG=jobs[2].hash, PYTHONPATH=os.pathsep.join(
         [str(REPO), str(REPO / "bench"), str(REPO / "sphinxext"), os.environ.get("PYTHONPATH", "")]))
+    if swallowed:
+        env["FAKE_GPU_SWALLOW"] = "1"
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -322,9 +330,13 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, cal
         time.sleep(0.05)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)
+    if swallowed:
+        time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in out
+    assert "Traceback" not in err, err
     for path in cache.glob("*.json"):
         read_document(path)
     assert not any(jobs[2].hash in p.name for p in cache.glob("*.json"))

@@ -492,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        print("gemm-bench: interrupted; the cache is unchanged", file=sys.stderr)
+        # Every file is written whole or not at all; results stored before the interrupt stay.
+        print("gemm-bench: interrupted; no file is half-written, results stored before it are kept", file=sys.stderr)
         return 130
     except CacheError as exc:  # a cache directory or file the user named that cannot be used
         print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)

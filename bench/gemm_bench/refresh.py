@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -488,10 +489,25 @@ class WorkerSetup:
     rules: Rules
 
 
+class _Interrupt:
+    """A worker's Ctrl-C, remembered: a KeyboardInterrupt can be swallowed by a library callback
+    (JAX's garbage-collection callback catches it and prints "Exception ignored"; on the GPU machine
+    a measurement then went on and was stored), so the worker stores nothing once SIGINT arrived,
+    whatever became of the exception."""
+
+    received = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: object) -> None:
+        cls.received = True
+        raise KeyboardInterrupt
+
+
 def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> None:
     """A worker's life: take a task, lock the GPU, re-check the cache, measure, store, report."""
     from filelock import FileLock
 
+    signal.signal(signal.SIGINT, _Interrupt.handler)
     cache = Cache(setup.cache_dir)
     setup.lock_path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -510,6 +526,8 @@ def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> 
                     conn.send(("skipped", task.key, "another process measured it meanwhile"))
                     continue
                 doc = setup.measure(task.question, task.precisions, task.modes)
+                if _Interrupt.received:
+                    raise KeyboardInterrupt
                 try:
                     path = cache.store(doc)
                 except ResultError as exc:
@@ -610,6 +628,7 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
         child_end.close()
         workers[gpu.index] = (proc, parent_end)
     stopping = False
+    restore: Any = None  # the SIGINT handler to put back after an interrupted clean-up
     progress.start(len(tasks))
     done = 0
 
@@ -676,6 +695,11 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
                                 with contextlib.suppress(BrokenPipeError, OSError):
                                     other_conn.send(None)
     except KeyboardInterrupt:
+        # Ctrl-C reaches the whole process group, and `timeout -s INT` signals the command and then
+        # its group: a second SIGINT must not cut this clean-up short (it did on the GPU machine:
+        # the CLI said the cache was unchanged while a worker went on and stored a result).
+        if threading.current_thread() is threading.main_thread():
+            restore = signal.signal(signal.SIGINT, signal.SIG_IGN)
         outcome.interrupted = True
         stopping = True
         for proc, _ in workers.values():
@@ -696,6 +720,8 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
             conn.close()
             if proc.is_alive():
                 proc.join(timeout=5)
+        if restore is not None:
+            signal.signal(signal.SIGINT, restore)
     outcome.not_started = [t.key for t in pending]
     return outcome
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -283,6 +284,9 @@ def sampler_main(argv: Sequence[str]) -> int:
         print("usage: python -m gemm_bench.telemetry IDENT FILE", file=sys.stderr)
         return 2
     ident, path = argv
+    # Ctrl-C reaches the whole process group: the sampler outlives it so that the run it samples
+    # decides how it ends; it stops when the runner closes its stdin (or the runner is gone).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import pynvml  # nvidia-ml-py, in the GPU image
     except ImportError as exc:
