@@ -121,3 +121,26 @@ def test_latex_builder(app, real_result, warning):
     pdfs = list(Path(app.outdir).glob("gemm-*.pdf"))
     assert len(pdfs) == 2 and all(p.read_bytes().startswith(b"%PDF") for p in pdfs)
     assert "WARNING" not in warning.getvalue()
+
+
+@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-data-tables", confoverrides={"numfig": True})
+def test_tables_are_data_until_written(app, real_result, warning):
+    """The stored doctree holds each result table as one data node (issue 14: the tables were most
+    of a page's nodes); the written page has every one of them as a table, numbered with numfig."""
+    from docutils import nodes
+
+    from gemm_benchmark.nodes import gemm_data_table
+
+    soup = _build(app, real_result)
+    assert warning.getvalue() == ""
+    doctree = app.env.get_doctree("index")
+    data = list(doctree.findall(gemm_data_table))
+    assert data and not list(doctree.findall(nodes.table))
+    assert all(len(node.children) == 0 and node["ids"] for node in data)
+    tables = soup.select("div.gemm-benchmark table")
+    assert len(tables) == len(data)
+    assert [t.get("id") for t in tables] == [node["ids"][0] for node in data]
+    captions = [t.select_one("caption span.caption-number") for t in tables]
+    assert all(c is not None and c.get_text().startswith("Table ") for c in captions)
+    for table, node in zip(tables, data, strict=True):
+        assert len(table.select("tbody tr")) == len(node["table"].body_rows) > 0

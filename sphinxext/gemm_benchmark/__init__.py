@@ -34,6 +34,7 @@ from gemm_benchmark.reference import (
     GemmBenchmarkWarningsDirective,
 )
 from gemm_benchmark.render_block import setup_figures
+from gemm_benchmark.render_table import setup_tables
 from gemm_benchmark.roles import setup_roles
 from gemm_benchmark.summary import GemmBenchmarkSummaryDirective
 from gemm_benchmark.tabs import setup_tabs
@@ -51,6 +52,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     setup_tabs(app)
     setup_roles(app)
     setup_figures(app)
+    setup_tables(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)

@@ -10,6 +10,10 @@ every builder renders it. Our nodes:
   and into rubrics elsewhere (:mod:`.tabs`), as sphinx-design's tab-set transform does.
 * :class:`gemm_value` is a role's value waiting for all pages to be read (:mod:`.roles`).
 * :class:`gemm_freshness` is the freshness table's placeholder, filled the same way.
+* :class:`gemm_data_table` is a result table kept as data (:class:`.render_table.TableData`) until
+  a late post-transform turns it into a docutils table (:mod:`.render_table`). A page's tables
+  are most of its nodes, and every read-phase transform, pickle and early post-transform of a
+  build walks them all (issue 14).
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ class gemm_value(nodes.Inline, nodes.TextElement):
 
 class gemm_freshness(nodes.General, nodes.Element):
     """Placeholder for the site-wide freshness table."""
+
+
+class gemm_data_table(nodes.General, nodes.Element):
+    """A result table as data (attribute ``table``: a :class:`.render_table.TableData`)."""
 
 
 def app_of(env: BuildEnvironment) -> Sphinx:

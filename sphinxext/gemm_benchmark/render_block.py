@@ -160,7 +160,7 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
     return para
 
 
-def scrolling(table: nodes.table) -> nodes.container:
+def scrolling(table: nodes.Element) -> nodes.container:
     """A wide table in its own horizontal scroll box (HTML), so the page never scrolls sideways."""
     box = nodes.container(classes=["gemm-scroll"])
     box += table

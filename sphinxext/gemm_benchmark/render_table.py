@@ -1,4 +1,10 @@
-"""Result tables as plain docutils nodes, so HTML, LaTeX and text builders all render them.
+"""Result tables: kept as data in the doctree, docutils tables when written, for every builder.
+
+The directive's tables are built as :class:`TableData` in one :class:`.nodes.gemm_data_table` node
+(:func:`data_table`), which :class:`ExpandTables` turns into the docutils table of
+:func:`build_table` late in the post-transforms, for every builder: reading, the read-phase
+transforms, pickling and the environment see one node per table, and the writers and the search
+index see the same table as always.
 
 Every number comes from :class:`gemm_bench.report.Report` (cell times, TFLOP/s, per-pass sums, totals,
 speedups); this module only chooses rows, columns and formatting. Precisions that are not
@@ -11,12 +17,16 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
 
 from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import Report
 from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_benchmark.nodes import WRITERS, gemm_data_table
 from gemm_benchmark.values import format_ms, format_speedup, format_tflops
 
 
@@ -79,6 +89,67 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
     return table
 
 
+@dataclasses.dataclass(frozen=True)
+class TableData:
+    """What :func:`build_table` needs, as plain (picklable, immutable) data."""
+
+    header_rows: tuple[tuple[Entry, ...], ...]
+    body_rows: tuple[tuple[Entry, ...], ...]
+    colwidths: tuple[int, ...]
+    classes: tuple[str, ...] = ()
+    title: str = ""
+
+    def build(self) -> nodes.table:
+        return build_table(self.header_rows, self.body_rows, self.colwidths, classes=self.classes, title=self.title)
+
+
+def data_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequence[Entry]],
+               colwidths: Sequence[int], *, classes: Sequence[str] = (), title: str = "") -> gemm_data_table:
+    """:func:`build_table`'s table as one :class:`.nodes.gemm_data_table` node holding its data."""
+    return gemm_data_table(table=TableData(tuple(tuple(r) for r in header_rows), tuple(tuple(r) for r in body_rows),
+                                      tuple(colwidths), tuple(classes), title))
+
+
+def _expanded(node: gemm_data_table) -> nodes.table:
+    data = node["table"]
+    assert isinstance(data, TableData)
+    table = data.build()
+    table["ids"] = list(node["ids"])
+    return table
+
+
+def _title(node: nodes.Node) -> str:
+    """The table's title, for Sphinx's numbering of tables."""
+    assert isinstance(node, nodes.Element)
+    return str(node["table"].title)
+
+
+class ExpandTables(SphinxPostTransform):
+    """The data tables become docutils tables, for every builder, late among the post-transforms.
+
+    Late, so that the earlier post-transforms (reference resolution, figure inlining, tabs) walk
+    one node per table; before the theme's (Furo wraps each ``table`` for scrolling at 500), so
+    that the written page is exactly what a docutils table in the doctree would have given.
+    """
+
+    default_priority = 450
+
+    def run(self, **kwargs: Any) -> None:
+        for node in list(self.document.findall(gemm_data_table)):
+            node.replace_self(_expanded(node))
+
+
+def _unexpanded(self: Any, node: nodes.Node) -> None:
+    raise nodes.SkipNode  # ExpandTables replaced it; reaching a writer means post-transforms were skipped
+
+
+def setup_tables(app: Sphinx) -> None:
+    # A table to Sphinx's numbering: the same ids (and, with numfig, numbers) as the docutils table had.
+    visitors: dict[str, Any] = {w: (_unexpanded, None) for w in ("html", *WRITERS)}
+    app.add_enumerable_node(gemm_data_table, "table", _title, **visitors)
+    app.add_post_transform(ExpandTables)
+
+
 _LITERAL = re.compile(r"``(.+?)``(?!`)")
 
 
@@ -109,7 +180,7 @@ def _gemm_label(report: Report, gemm: GemmShape) -> str:
     return gemm.label
 
 
-def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.table:
+def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.Element:
     """Per GEMM (op and pass): shape, then ms per precision and the speedup vs BF16; TFLOP/s,
     % of peak, the spread, the roofline prediction and the SQNR on hover of each time (compact:
     two columns per precision fit a phone; the ``gemm-tflops`` role and ``gemm-bench report``
@@ -148,7 +219,7 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.ta
                 if p != BASELINE:
                     row.append(_num(format_speedup(report.pass_speedup(mode, p, pass_)), strong=True))
             rows.append(row)
-    return build_table([top, second], rows, widths, classes=["gemm-gemms"],
+    return data_table([top, second], rows, widths, classes=["gemm-gemms"],
                        title=f"{MODE_NAMES[mode]}: time per GEMM")
 
 
@@ -181,7 +252,7 @@ def _roofline_per_layer(report: Report, mode: str, precision: str) -> float | No
     return None if any(t is None for t in times) else sum(t for t in times if t is not None)
 
 
-def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.table:
+def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.Element:
     """Per precision: time per layer, for the whole model, and the speedup vs BF16; the
     roofline-predicted time per layer and the SQNR (least accurate GEMM) where the result has them."""
     layers = report.num_layers
@@ -215,7 +286,7 @@ def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.
             row.append(_num(f"{value:.1f}") if value is not None else
                        Entry("n/a", tooltip=report.sqnr_reason(mode, p)))
         rows.append(row)
-    return build_table([header], rows, widths, classes=["gemm-totals"], title=f"{MODE_NAMES[mode]}: totals")
+    return data_table([header], rows, widths, classes=["gemm-totals"], title=f"{MODE_NAMES[mode]}: totals")
 
 
 def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> nodes.Element | None:
@@ -235,7 +306,7 @@ def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> no
     return items if len(items) else None
 
 
-def peers_table(report: Report, kind: str) -> nodes.table | None:
+def peers_table(report: Report, kind: str) -> nodes.Element | None:
     """The peers' own table (PyTorch-native and registered GEMMs): never part of TE's totals.
 
     One row per GEMM, a column pair per peer: its time and TFLOP/s (and % of the dense peak in the
@@ -271,5 +342,5 @@ def peers_table(report: Report, kind: str) -> nodes.table | None:
         body.append(row)
     if not body:
         return None
-    return build_table([header], body, widths, classes=["gemm-peers"],
-                       title="Peers beside Transformer Engine (their own rows; not in TE's totals)")
+    return data_table([header], body, widths, classes=["gemm-peers"],
+                       title="Peers beside Transformer Engine (their own rows; not in TE’s totals)")

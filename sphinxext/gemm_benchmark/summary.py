@@ -32,7 +32,7 @@ from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError, Request, parse_options
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, scrolling
-from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.render_table import Entry, data_table
 from gemm_benchmark.values import format_speedup
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 self._warn(Subtype.MISSING, message)
         header = [Entry("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed")]
         header += [Entry(PRECISIONS[p].display) for p in precisions]
-        table = build_table([header], rows, [30] + [12] * len(precisions),
+        table = data_table([header], rows, [30] + [12] * len(precisions),
                             classes=["gemm-summary-table"],
                             title="Whole-model GEMM speedup vs BF16 "
                                   "(★ fastest; ≈ within its measured spread; hover for the source)")
