@@ -191,6 +191,17 @@ def test_text_from_files_is_never_markup(name: str, question: Any) -> None:
     assert name in shown and f"caption {name}" in shown
 
 
+def test_characters_xml_cannot_hold_become_replacement_characters(question: Any) -> None:
+    """A name with a control character or a lone surrogate (JSON can carry both) still gives a
+    well-formed SVG, the rest of the name shown as it is."""
+    name = "H200\x07 \udcff<x>"
+    doc = make_document(question(model="te-guide-5b"), device={**H200, "name": name},
+                        precisions=("bf16", "fp8-current"))
+    spec = summary_spec([(name, Report(doc))], ["autocast"])
+    assert spec is not None
+    assert "H200\ufffd \ufffd<x>" in [t.text for t in texts(render(spec, "svg"))]
+
+
 @pytest.mark.parametrize("which", ["bars", "sweep", "summary"])
 def test_labels_stay_readable_at_phone_width(which: str, question: Any) -> None:
     if which == "bars":
