@@ -1,49 +1,72 @@
-"""Timing script (not a test): draw+save time of the te-guide-5b figures, before and after.
+"""Timing script (not a test): draw+save time of the site's figures, before and after.
 
-``python tests/figure_timing.py [--rounds N] [--old REF]`` times, in alternating rounds so that
-machine load hits both alike, every figure the directive draws for the committed te-guide-5b
-results (each device, each mode):
+``python tests/figure_timing.py [--rounds N] [--specs DIR] [--old-figures REF] [--old REF]`` times,
+in alternating rounds so that machine load hits both alike, one page-theme SVG per figure:
 
-- ``new``: :func:`gemm_bench.figures.render` of one page-theme SVG per figure;
+- the figures: by default every figure the directive draws for the committed te-guide-5b results
+  (each device, each mode); with ``--specs DIR``, the specs a docs build stored beside its figures
+  (``DIR`` is ``<doctrees>/gemm_benchmark``: every figure of that build);
+- ``new``: :func:`gemm_bench.figures.render` of this tree (layout in Python, SVG written as text);
 - ``unchanged``: what a rebuild pays when the figure's inputs did not change (spec and key only;
   the file named by the key already exists);
-- ``old`` (with ``--old REF``, e.g. the commit before figures moved): the former
+- ``old-figures`` (with ``--old-figures REF``, e.g. the commit before the SVG writer):
+  ``bench/gemm_bench/figures.py`` as committed at REF, read from git, rendering the same specs
+  (matplotlib drawing and saving);
+- ``old`` (with ``--old REF``, a commit before figures moved to gemm_bench): the former
   ``sphinxext/gemm_benchmark/render_figure.py`` read from git, drawing a light and a dark SVG
-  per figure as the extension did.
+  per figure as the extension did (te-guide-5b figures only).
 
-It prints medians and the ratio; nothing is asserted (timings depend on the machine).
+It prints medians and the ratios; nothing is asserted (timings depend on the machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import pickle
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_old(ref: str) -> ModuleType:
-    source = subprocess.run(["git", "show", f"{ref}:sphinxext/gemm_benchmark/render_figure.py"], cwd=ROOT,
-                            check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "old_render_figure.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("old_render_figure", path)
+def load_from_git(ref: str, path: str, name: str) -> ModuleType:
+    """``path`` as committed at ``ref``, imported as module ``name`` (its own imports resolve to
+    this tree's packages)."""
+    source = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, check=True, capture_output=True,
+                            text=True).stdout
+    file = Path(tempfile.mkdtemp()) / f"{name}.py"
+    file.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 
 
+def convert(spec: Any, module: ModuleType) -> Any:
+    """A FigureSpec rebuilt with ``module``'s classes (same fields: the spec format did not change)."""
+    panels = tuple(module.Panel(p.title, p.categories, tuple(module.Series(**dataclasses.asdict(s)) for s in p.series),
+                                p.x)
+                   for p in spec.panels)
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    return module.FigureSpec(**{**fields, "panels": panels})
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--specs", type=Path, metavar="DIR", help="time the specs a docs build stored in DIR")
+    parser.add_argument("--old-figures", metavar="REF", help="git revision holding the old gemm_bench/figures.py")
     parser.add_argument("--old", metavar="REF", help="git revision holding the old render_figure.py")
     args = parser.parse_args()
 
@@ -55,22 +78,33 @@ def main() -> None:
     question = build_question(model="te-guide-5b")
     reports = [Report(d) for d in Cache(ROOT / "docs" / "_gemm_cache").lookup(question.hash).documents]
     pairs = [(r, m) for r in reports for m in r.modes]
+    if args.specs:
+        specs = [pickle.loads(p.read_bytes()) for p in sorted(args.specs.glob("*.spec"))]
+        what = f"{len(specs)} figures stored in {args.specs}"
+    else:
+        specs = [s for s in (figures.spec_for(r, m) for r, m in pairs) if s is not None]
+        what = f"te-guide-5b: {len(specs)} figures (devices x modes)"
 
     def new() -> None:
-        for report, mode in pairs:
-            spec = figures.spec_for(report, mode)
-            if spec is not None:
-                figures.render(spec, "svg")
+        for spec in specs:
+            figures.render(spec, "svg")
 
     def unchanged() -> None:
-        for report, mode in pairs:
-            spec = figures.spec_for(report, mode)
-            if spec is not None:
-                spec.key()
+        for spec in specs:
+            spec.key()
 
     runs: dict[str, Callable[[], None]] = {"new": new, "unchanged": unchanged}
+    if args.old_figures:
+        old_figures = load_from_git(args.old_figures, "bench/gemm_bench/figures.py", "old_figures")
+        old_specs = [convert(spec, old_figures) for spec in specs]
+
+        def old_figures_run() -> None:
+            for spec in old_specs:
+                old_figures.render(spec, "svg")
+
+        runs = {"old-figures": old_figures_run, **runs}
     if args.old:
-        old = load_old(args.old)
+        old = load_from_git(args.old, "sphinxext/gemm_benchmark/render_figure.py", "old_render_figure")
 
         def old_run() -> None:
             for report, mode in pairs:
@@ -86,12 +120,12 @@ def main() -> None:
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
-    print(f"te-guide-5b: {len(pairs)} figures (devices x modes), {args.rounds} alternating rounds")
+    print(f"{what}, {args.rounds} alternating rounds")
     for name, values in times.items():
-        print(f"  {name:<10} median {statistics.median(values):.3f} s  (min {min(values):.3f}, max {max(values):.3f})")
-    if args.old:
-        ratio = statistics.median(times["old"]) / statistics.median(times["new"])
-        print(f"  old / new: {ratio:.2f}x")
+        print(f"  {name:<12} median {statistics.median(values):.3f} s  (min {min(values):.3f}, max {max(values):.3f})")
+    for name in ("old-figures", "old"):
+        if name in times:
+            print(f"  {name} / new: {statistics.median(times[name]) / statistics.median(times['new']):.2f}x")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ spread from stored quartiles, readable at phone width, and the README's light an
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import random
 import re
 import statistics
 import subprocess
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gemm_bench import figure_layout as layout
 from gemm_bench import figures
 from gemm_bench.figures import FigureError, quartiles, ratio_spread, render, spec_for, summary_spec
 from gemm_bench.report import Report
@@ -135,9 +138,11 @@ def test_one_svg_follows_the_page_theme() -> None:
     root = ET.fromstring(svg)
     assert "gemm-figure-svg" in root.get("class", "")
     assert "var(--gemm-figure-ink" in root.get("style", "")
-    assert b"prefers-color-scheme: dark" in svg
-    assert b"currentColor" in svg and figures._PAGE_INK.encode() not in svg
-    assert figures._INK["light"].encode() not in svg.split(b"<g id=")[1]  # ink only through the root's rule
+    assert b"prefers-color-scheme: dark" in svg.split(b"<defs>")[1].split(b"</defs>")[0]  # the rule, in <defs>
+    drawing = svg.split(b"</defs>", 1)[1]
+    assert b"currentColor" in drawing
+    for ink in figures._INK.values():  # the fixed inks only in the root's rule and <defs>
+        assert ink.encode() not in drawing
     labels = [t.text for t in texts(svg)]
     assert "Whole model" in labels and "QKV projection · Fprop" in labels  # text as text: searchable
     assert b"<path id=\"DejaVu" not in svg  # no glyph outlines
@@ -186,6 +191,17 @@ def test_text_from_files_is_never_markup(name: str, question: Any) -> None:
     assert name in shown and f"caption {name}" in shown
 
 
+def test_characters_xml_cannot_hold_become_replacement_characters(question: Any) -> None:
+    """A name with a control character or a lone surrogate (JSON can carry both) still gives a
+    well-formed SVG, the rest of the name shown as it is."""
+    name = "H200\x07 \udcff<x>"
+    doc = make_document(question(model="te-guide-5b"), device={**H200, "name": name},
+                        precisions=("bf16", "fp8-current"))
+    spec = summary_spec([(name, Report(doc))], ["autocast"])
+    assert spec is not None
+    assert "H200\ufffd \ufffd<x>" in [t.text for t in texts(render(spec, "svg"))]
+
+
 @pytest.mark.parametrize("which", ["bars", "sweep", "summary"])
 def test_labels_stay_readable_at_phone_width(which: str, question: Any) -> None:
     if which == "bars":
@@ -201,20 +217,209 @@ def test_labels_stay_readable_at_phone_width(which: str, question: Any) -> None:
     assert smallest * figures.PHONE_WIDTH_PX / view_width >= figures.MIN_PHONE_PX
 
 
-def test_text_stays_inside_the_figure() -> None:
-    """Hand layout: every text lies wholly within the canvas (a cut-off label would not)."""
+def layout_specs(question: Any) -> list[figures.FigureSpec]:
+    """One spec of every kind and feature: bars with a bold total, percent ticks and dotted peaks,
+    a sweep, a scatter, the README's titled panels, a titled sweep, a hostile long name, a note."""
+    from .test_extra_figures import accuracy_report
+
+    report = real_report()
+    sweep = Report(make_document(question(sweep=["256", "1024", "4096", "16384"])))
+    hostile = "H100 <&> $x$ " + "very long device name " * 6
+    doc = make_document(question(model="te-guide-5b"), device={**H200, "name": hostile},
+                        precisions=("bf16", "fp8-current"))
+    specs = [spec_for(report, "prequant"), figures.readme_spec(ROOT / "docs" / "_gemm_cache"),
+             spec_for(sweep, "autocast"), figures.accuracy_spec(accuracy_report(), "autocast"),
+             figures.tflops_spec(report, "autocast"), figures.roofline_spec(report, "autocast"),
+             figures.latency_spec(report, "prequant"),
+             summary_spec([(hostile, Report(doc))], ["autocast", "prequant"], title="caption " + hostile * 2)]
+    titled = spec_for(sweep, "autocast")
+    assert titled is not None
+    specs.append(dataclasses.replace(titled, title="A sweep with a title long enough to take two lines of the figure"))
+    specs.append(figures.build_spec(Report(make_document(question(sweep=["256", "1024"]), precisions=("bf16",))),
+                                    "autocast"))
+    assert all(spec is not None for spec in specs)
+    return [spec for spec in specs if spec is not None]
+
+
+def test_text_stays_inside_the_figure(question: Any) -> None:
+    """Hand layout: every text's box (measured from the font table) and every mark lies within
+    the canvas (a cut-off label would not), and each text is one line."""
+    for spec in layout_specs(question):
+        scene = figures.scene(spec)
+        assert any(isinstance(item, layout.Text) for item in scene.items)
+        inside = (-0.01, -0.01, scene.width + 0.01, scene.height + 0.01)
+        for item in scene.items:
+            if isinstance(item, layout.Text):
+                x0, y0, x1, y1 = item.box()
+                assert "\n" not in item.text
+            elif isinstance(item, layout.Rect):
+                x0, y0, x1, y1 = item.x, item.y, item.x + item.width, item.y + item.height
+            elif isinstance(item, layout.Circle):
+                x0, y0, x1, y1 = item.x - item.radius, item.y - item.radius, item.x + item.radius, item.y + item.radius
+            else:
+                xs, ys = [x for x, _ in item.points], [y for _, y in item.points]
+                x0, y0, x1, y1 = min(xs), min(ys), max(xs), max(ys)
+            assert inside[0] <= x0 and inside[1] <= y0 and x1 <= inside[2] and y1 <= inside[3], (item, spec.title)
+
+
+def test_text_does_not_overlap_text(question: Any) -> None:
+    """No two texts of a figure share ink: labels, ticks, legend, titles each have their room.
+    (A sweep's value-axis label may reach past its panel into the legend's band, never onto text.)"""
+    for spec in layout_specs(question):
+        boxes = [(t.box(), t.text) for t in figures.scene(spec).items if isinstance(t, layout.Text)]
+        for i, ((a0, b0, a1, b1), first) in enumerate(boxes):
+            for (c0, d0, c1, d1), second in boxes[i + 1:]:
+                overlap_x = min(a1, c1) - max(a0, c0)
+                overlap_y = min(b1, d1) - max(b0, d0)
+                assert overlap_x <= 0.5 or overlap_y <= 0.5, (first, second, spec.title)
+
+
+def test_matplotlib_paints_the_scene_inside_the_figure() -> None:
+    """The PDF/PNG back end draws the scene where it is: matplotlib's own text extents (FreeType,
+    kerning included) stay within the canvas too, and each scene text is one matplotlib text."""
+    pytest.importorskip("matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from gemm_bench import figure_mpl
 
     for spec in (spec_for(real_report(), "prequant"), figures.readme_spec(ROOT / "docs" / "_gemm_cache")):
         assert spec is not None
-        fig = figures.draw(spec)
+        scene = figures.scene(spec)
+        fig = figure_mpl.figure(scene)
         canvas = FigureCanvasAgg(fig)
         canvas.draw()
-        renderer = canvas.get_renderer()
-        drawn = fig.get_tightbbox(renderer)  # inches: everything drawn, text included
+        drawn = fig.get_tightbbox(canvas.get_renderer())  # inches: everything drawn, text included
         width, height = fig.get_size_inches()
         assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01, (drawn, spec.title)
         assert drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01, (drawn, spec.title)
+        scene_texts = [t for t in scene.items if isinstance(t, layout.Text)]
+        assert [t.get_text() for t in fig.texts] == [t.text for t in scene_texts]
+        for artist, text in zip(fig.texts, scene_texts, strict=True):  # the anchor, back in points from the top
+            x, y = artist.get_transform().transform(artist.get_position()) / fig.dpi * 72
+            assert (x, scene.height - y) == pytest.approx((text.x, text.y), abs=1e-6)
+
+
+def test_category_labels_are_in_their_tick_groups_top_first() -> None:
+    """What tests/test_site_claims.py reads: ``g#ytick_<panel>_<row>`` holds row ``row``'s label,
+    rows go down the figure, the total is bold; no other id, none twice."""
+    spec = figures.readme_spec(ROOT / "docs" / "_gemm_cache")
+    bars = spec_for(real_report(), "autocast")
+    assert bars is not None
+    for which in (spec, bars):
+        root = ET.fromstring(render(which, "svg"))
+        ids = [e.get("id") for e in root.iter() if e.get("id")]
+        assert len(ids) == len(set(ids)) and all(re.fullmatch(r"ytick_\d+_\d+", i or "") for i in ids), ids
+        for number, panel in enumerate(which.panels):
+            ys = []
+            for row, category in enumerate(panel.categories):
+                group = root.find(f".//{SVG_NS}g[@id='ytick_{number}_{row}']")
+                assert group is not None
+                (text,) = list(group)
+                assert text.tag == f"{SVG_NS}text" and text.text == category
+                ys.append(float(text.get("y", "")))
+                bold = "font-weight: bold" in text.get("style", "")
+                assert bold == (which.emphasize_first and row == 0)
+            assert ys == sorted(ys) and len(set(ys)) == len(ys)
+
+
+# ------------------------------------------------------------------------ layout: metrics, ticks
+def test_font_table_is_what_the_fonts_give() -> None:
+    """bench/gemm_bench/dejavu_metrics.py is tools/font_metrics.py's output, not typed by hand."""
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location("font_metrics", ROOT / "tools" / "font_metrics.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    committed = (ROOT / "bench" / "gemm_bench" / "dejavu_metrics.py").read_text(encoding="utf-8")
+    assert tool.generate() == committed, "run python tools/font_metrics.py and commit"
+
+
+def test_text_widths_are_matplotlibs(question: Any) -> None:
+    """Every text of the figures measures what matplotlib's FreeType layout measures, to within
+    kerning (not in the table: a kerned pair measures a little wide, never narrow)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import text_to_path
+
+    seen = {(t.text, t.size, t.bold) for spec in layout_specs(question) for t in figures.scene(spec).items
+            if isinstance(t, layout.Text)}
+    seen |= {(label, size, bold) for label in ("Whole model", "É€ ×·–—µ≤≥ çñø", "AVATAR To") for size in (8.4, 9.0)
+             for bold in (False, True)}
+    assert len(seen) > 100
+    for text, size, bold in sorted(seen):
+        prop = FontProperties(family=["DejaVu Sans"], size=size, weight="bold" if bold else "normal")
+        theirs = text_to_path.get_text_width_height_descent(text, prop, ismath=False)[0]
+        mine = layout.text_width(text, size, bold=bold)
+        kerning = (0.1 if text == "AVATAR To" else 0.01) * theirs  # the figures' texts: under 1%
+        assert -0.01 <= mine - theirs <= kerning + 0.05, (text, size, bold, mine, theirs)
+    assert layout.text_width("\u4e2d", 9.0) >= max(layout.text_width(c, 9.0) for c in "W@%‰")  # unknown: widest
+
+
+def _limits() -> list[tuple[float, float]]:
+    """Axis limits these figures have (bars from 0, sweeps and scatters around their data) and
+    random ones of every magnitude."""
+    rng = random.Random(1)
+    out = [(0.0, 1.2 * v) for v in (1.0, 1.05, 1.7, 1.94, 2.3, 3.0, 4.4, 0.0123, 0.35, 7.9, 99.0, 990, 1979, 2250)]
+    out += [(0.17, 2.2), (0.27, 1.05), (0.95, 1.12), (24.1, 61.3), (0.9, 1.8), (29.9, 30.35), (-0.05, 1.05)]
+    for _ in range(400):
+        low = rng.uniform(-3, 3) * 10 ** rng.randint(-4, 5)
+        out.append((low, low + abs(rng.gauss(0, 1)) * 10 ** rng.randint(-4, 5) + 1e-9))
+    return out
+
+
+def test_ticks_are_matplotlibs_autolocator() -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.ticker import MaxNLocator
+
+    for low, high in _limits():
+        for nbins in range(1, 10):
+            expected = MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)
+            assert layout.tick_values(low, high, nbins) == [float(v) for v in expected], (low, high, nbins)
+
+
+def test_tick_texts_are_matplotlibs_formatters() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    from matplotlib.ticker import PercentFormatter, ScalarFormatter
+
+    def formatted(formatter: Any, locs: list[float], low: float, high: float) -> list[str]:
+        formatter.create_dummy_axis()
+        formatter.axis.set_view_interval(low, high)
+        with matplotlib.rc_context({"axes.unicode_minus": False}):  # as the figures drew them: a hyphen
+            return list(formatter.format_ticks(locs))
+
+    realistic = _limits()[:21]
+    for i, (low, high) in enumerate(_limits()):
+        for nbins in (2, 5, 9):
+            locs = [v for v in layout.tick_values(low, high, nbins) if low <= v <= high]
+            for subset in (locs, locs[:1]):  # one tick: the format comes from the limits
+                plain = ScalarFormatter(useOffset=False)
+                plain.set_scientific(False)
+                assert layout.tick_texts(subset, low, high) == formatted(plain, subset, low, high), (low, high)
+                if i < len(realistic):  # matplotlib's default shows the same: no offset, no exponent
+                    default = ScalarFormatter()
+                    assert layout.tick_texts(subset, low, high) == formatted(default, subset, low, high)
+                    assert default.get_offset() == ""
+                percent = PercentFormatter(xmax=1.0, decimals=0)
+                assert layout.tick_texts(subset, low, high, percent=True) == formatted(percent, subset, low, high)
+
+
+def test_tick_count_follows_the_axis_length_as_in_matplotlib() -> None:
+    """nbins as matplotlib's AutoLocator picks it from the axes' size and the 9 pt tick labels."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context({"xtick.labelsize": layout.FONT_PT, "ytick.labelsize": layout.FONT_PT}):
+        for length in (40.0, 95.0, 133.0, 170.0, 216.0, 260.0):
+            fig = Figure(figsize=(4, 4))
+            ax = fig.add_axes((0.1, 0.1, length / 288, length / 288))
+            for low, high in ((0.0, 2.33), (0.0, 2374.8), (0.18, 2.17), (21.0, 66.0)):
+                ax.set_xlim(low, high)
+                ax.set_ylim(low, high)
+                for axis, mpl_axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+                    expected = [float(v) for v in mpl_axis.get_major_locator()() if low <= v <= high]
+                    assert [v for v, _ in layout.axis_ticks(low, high, length, axis)] == expected, (length, axis)
 
 
 # ------------------------------------------------------------------------------------ figure files
@@ -247,6 +452,27 @@ def test_importing_figures_is_cheap_and_pure() -> None:
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_drawing_an_svg_imports_neither_matplotlib_nor_numpy(tmp_path: Path) -> None:
+    """What an HTML build does (a figure file per spec, the README's two files): no matplotlib,
+    no numpy, even where they are installed; and none is needed (they are made unimportable)."""
+    code = ("import sys, json\nfrom pathlib import Path\n"
+            "sys.modules.update(matplotlib=None, numpy=None)  # an import of either now fails\n"
+            "from gemm_bench import figures\nfrom gemm_bench.report import Report\n"
+            f"r = Report(json.loads(Path({str(DATA / 'h100-te-guide-5b.json')!r}).read_text()))\n"
+            f"out = Path({str(tmp_path)!r})\n"
+            "for mode in r.modes:\n"
+            "    figures.figure_file(figures.spec_for(r, mode), 'svg', out)\n"
+            "    for build in figures.EXTRA_FIGURES.values():\n"
+            "        spec = build(r, mode)\n"
+            "        if spec is not None: figures.render(spec, 'svg')\n"
+            f"figures.write_readme_figure(Path({str(ROOT / 'docs' / '_gemm_cache')!r}), out / 'readme.svg')\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'numpy') and sys.modules[m])\n"
+            "assert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert len(list(tmp_path.glob("gemm-*.svg"))) == 2 and (tmp_path / "readme-dark.svg").exists()
 
 
 # ------------------------------------------------------------------------------------------ README

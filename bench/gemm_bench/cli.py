@@ -6,7 +6,8 @@ pasted in. Whatever the input, the command never prints a traceback; it exits wi
 * 0 on success;
 * 2 on bad input, with one line on stderr naming the flag or file at fault;
 * 3 when software the command needs is missing (for ``run``: PyTorch, Transformer Engine or a
-  CUDA GPU; for ``readme-figure``: matplotlib), with one line saying what to install;
+  CUDA GPU), with one line saying what to install (``readme-figure`` writes its SVGs without
+  matplotlib);
 * 130 when interrupted (nothing half-written: the cache is written atomically).
 
 This module imports no torch: the GPU stack is imported by :func:`load_runner` only once every
@@ -364,19 +365,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------- readme-figure
 def load_figures() -> Any:
-    """The :mod:`gemm_bench.figures` module, imported only when the subcommand runs."""
-    try:
-        from gemm_bench import figures
-    except ModuleNotFoundError as exc:
-        raise _missing_drawing_software(exc) from None
+    """The :mod:`gemm_bench.figures` module, imported only when the subcommand runs (it writes
+    SVG as text: no matplotlib needed)."""
+    from gemm_bench import figures
+
     return figures
-
-
-def _missing_drawing_software(exc: ModuleNotFoundError) -> BaseException:
-    name = exc.name or ""
-    if name == "matplotlib" or name.startswith("matplotlib."):
-        return MissingSoftwareError("matplotlib is not installed; install the 'docs' extra")
-    return exc  # any other missing module is a broken installation: show it as it is
 
 
 def cmd_readme_figure(args: argparse.Namespace) -> int:
@@ -391,8 +384,6 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
 
     try:
         changed = figures.write_readme_figure(cache_dir, out, on_error=ignored)
-    except ModuleNotFoundError as exc:  # matplotlib is imported when drawing starts
-        raise _missing_drawing_software(exc) from None
     except figures.FigureError as exc:  # the cache holds no usable result for the README's question
         raise UsageError(f"--cache-dir: {exc}") from None
     except OSError as exc:

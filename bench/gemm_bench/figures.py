@@ -1,58 +1,61 @@
-"""Speedup figures: a plain-data *spec* built from a Report, drawn by matplotlib into bytes.
+"""Speedup figures: a plain-data *spec* built from a Report, laid out, then written as SVG, PDF or PNG.
 
-Why two steps. A :class:`FigureSpec` holds exactly what a figure shows (titles, categories, the
+Why a spec. A :class:`FigureSpec` holds exactly what a figure shows (titles, categories, the
 speedups and their spread, the reference line) and nothing else, so :meth:`FigureSpec.key` (a
 hash of that content, of :data:`FIGURE_VERSION` and of the style) names the file: a caller that
 keeps figures under their key never draws a figure whose inputs did not change, across rebuilds
-and across pages. Drawing (:func:`render`) is the expensive part and happens only for new keys.
+and across pages. Drawing (:func:`render`) happens only for new keys.
 
-Pure: matplotlib and :mod:`gemm_bench` only (no Sphinx, no torch), and matplotlib is imported only
-when something is drawn, so importing this module costs nothing to a build that draws nothing.
+One layout, two back ends. :func:`scene` lays a spec out in pure Python
+(:mod:`gemm_bench.figure_layout`: primitives in points, text measured from a committed table of
+DejaVu Sans metrics, ticks from a port of matplotlib's locator and formatters). SVG, what the HTML
+build shows, is written from that scene as text (:mod:`gemm_bench.figure_svg`); PDF and PNG (LaTeX
+and other builders) are painted from the same scene by matplotlib (:mod:`gemm_bench.figure_mpl`),
+imported only then. So a docs build that writes HTML imports neither matplotlib nor numpy.
+
+Pure: :mod:`gemm_bench` only (no Sphinx, no torch; matplotlib only for PDF and PNG), so importing
+this module costs nothing to a build that draws nothing.
 
 Theme. One SVG serves Furo's light and dark pages: text, axes, ticks, grid and the reference line
 are drawn in ``currentColor`` and the root element sets ``color`` from the CSS variable
 ``--gemm-figure-ink`` (which the page defines when the SVG is inlined), else from the reader's
 ``prefers-color-scheme`` (an SVG shown through ``<img>`` sees that, not the page's variables),
 else a dark ink. Data colours (Okabe-Ito) are mid-tones that read on both backgrounds. PDF and
-PNG (LaTeX and other builders) are drawn with a fixed light-page ink; the README, which GitHub
-shows through ``<img>`` in a ``<picture>``, gets fixed ``light`` and ``dark`` variants.
+PNG are drawn with a fixed light-page ink; the README, which GitHub shows through ``<img>`` in a
+``<picture>``, gets fixed ``light`` and ``dark`` SVG variants.
 
-Safety and determinism. Text comes from files (device names, titles, captions), so mathtext and
-usetex are off for every figure: a ``$`` is a dollar sign. Text is written as SVG text (smaller,
-selectable, searchable), ids use a fixed hash salt and no date is written, so the same spec gives
-the same bytes in any process.
+Safety and determinism. Text comes from files (device names, titles, captions), so it is never
+markup: the SVG escapes it, and matplotlib draws it with mathtext and usetex off (a ``$`` is a
+dollar sign). Text is written as SVG text (smaller, selectable, searchable); no id but the
+category labels' groups, no date: the same spec gives the same bytes in any process.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import io
 import json
 import math
 import pickle
 import statistics
 import sys
-import textwrap
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal
 
 from gemm_bench import hardware
 from gemm_bench.cache import write_atomic
 from gemm_bench.devices import device_label
+from gemm_bench.figure_layout import FONT_PT, SMALL_PT, WIDTH_IN, Scene, layout
+from gemm_bench.figure_layout import MIN_PHONE_PX as MIN_PHONE_PX  # the phone-width rule, for callers
+from gemm_bench.figure_layout import PHONE_WIDTH_PX as PHONE_WIDTH_PX
+from gemm_bench.figure_svg import PAGE_CLASS, to_svg
 from gemm_bench.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
 from gemm_bench.report import Report
 from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
-
 #: Bump when the drawing code changes what a spec looks like: every figure key changes with it.
-FIGURE_VERSION = "5"
+FIGURE_VERSION = "6"
 
 FORMATS: tuple[str, ...] = ("svg", "pdf", "png")
 #: ``page``: SVG whose ink follows the page (``currentColor``); ``light`` / ``dark``: fixed inks.
@@ -71,52 +74,14 @@ PRECISION_COLORS = {
     "nvfp4": "#D55E00",
 }
 
-#: Fixed inks (GitHub's light/dark foregrounds) and, for ``page``, a sentinel colour that no data
-#: colour uses, replaced by ``currentColor`` in the SVG text after drawing.
+#: Fixed inks (GitHub's light/dark foregrounds); a ``page`` SVG draws in ``currentColor``.
 _INK = {"light": "#1f2328", "dark": "#e6edf3"}
-_PAGE_INK = "#010203"
-_GRID_ALPHA = 0.22
-_SPINE_ALPHA = 0.45
-
-#: Width 3.8 in and no text below 8.4 pt. On a 390 px phone a figure nested in two tab panels gets
-#: about 296 px (measured in Chromium: Furo's margins and the panels' padding), so the smallest
-#: label renders at 8.4 * (4/3) * 296 / (3.8 * 96) = 9.1 px, above the 9 px floor (the browser test
-#: measures it; a unit test checks the SVG against PHONE_WIDTH_PX).
-WIDTH_IN = 3.8
-FONT_PT = 9.0
-SMALL_PT = 8.4
-PHONE_WIDTH_PX = 296
-MIN_PHONE_PX = 9.0
-
-_RC: dict[str, Any] = {
-    "svg.hashsalt": "gemm-benchmark",
-    "svg.fonttype": "none",
-    "text.parse_math": False,
-    "text.usetex": False,
-    "font.family": "sans-serif",
-    "font.sans-serif": ["DejaVu Sans"],
-    "font.size": FONT_PT,
-    "axes.titlesize": FONT_PT + 1,
-    "axes.labelsize": FONT_PT,
-    "xtick.labelsize": FONT_PT,
-    "ytick.labelsize": FONT_PT,
-    "legend.fontsize": FONT_PT,
-    "path.simplify": False,
-    "axes.unicode_minus": False,
-}
-
-_SAVE_METADATA: dict[str, dict[str, Any]] = {
-    "svg": {"Date": None, "Creator": None},
-    "pdf": {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None},
-    "png": {"Software": None},
-}
 
 #: The root ``<svg>`` of a ``page`` figure: ink from the page when inlined, else from the
 #: reader's colour scheme. The class scopes the style so that an inlined SVG styles nothing else.
-_PAGE_CLASS = "gemm-figure-svg"
-_PAGE_STYLE = (f'<style type="text/css">@media (prefers-color-scheme: dark) {{ svg.{_PAGE_CLASS} '
+_PAGE_STYLE = (f'<style type="text/css">@media (prefers-color-scheme: dark) {{ svg.{PAGE_CLASS} '
                f'{{ --gemm-figure-ink-auto: {_INK["dark"]} }} }}</style>')
-_PAGE_ROOT_ATTRS = (f'class="{_PAGE_CLASS}" style="color: var(--gemm-figure-ink, '
+_PAGE_ROOT_ATTRS = (f'class="{PAGE_CLASS}" style="color: var(--gemm-figure-ink, '
                     f'var(--gemm-figure-ink-auto, {_INK["light"]}))"')
 
 
@@ -190,7 +155,7 @@ class FigureSpec:
 
 
 _STYLE_FINGERPRINT = json.dumps(
-    {"rc": _RC, "colors": PRECISION_COLORS, "ink": _INK, "width": WIDTH_IN, "small": SMALL_PT},
+    {"colors": PRECISION_COLORS, "ink": _INK, "width": WIDTH_IN, "font": FONT_PT, "small": SMALL_PT},
     sort_keys=True, default=repr,
 )
 
@@ -450,339 +415,6 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
     return None if spec.is_empty else spec
 
 
-# ------------------------------------------------------------------------------------- drawing
-@contextmanager
-def _style() -> Iterator[None]:
-    import matplotlib
-
-    with matplotlib.rc_context(cast(Any, _RC)):
-        yield
-
-
-def _wrap(text: str, font_pt: float) -> str:
-    """Wrap a title to the figure's width (about 0.55 em per character in DejaVu Sans)."""
-    chars = max(int(WIDTH_IN * 72 / (font_pt * 0.58)), 20)
-    return "\n".join(textwrap.wrap(text, chars)) if len(text) > chars else text
-
-
-def _text_width_pt(texts: Sequence[str], size: float, *, bold: bool = False) -> float:
-    """The widest of ``texts`` in points, from the font's metrics (no renderer, no drawing)."""
-    return max((_line_width_pt(line, size, bold) for text in texts for line in text.split("\n")), default=0.0)
-
-
-@functools.lru_cache(maxsize=4096)
-def _line_width_pt(line: str, size: float, bold: bool) -> float:
-    """One line's width; memoized because the same labels recur in every figure of a build
-    (GEMM names, ``0.00``), and each measurement lays the text out with FreeType."""
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.textpath import text_to_path
-
-    prop = FontProperties(family=["DejaVu Sans"], size=size, weight="bold" if bold else "normal")
-    return float(text_to_path.get_text_width_height_descent(line, prop, ismath=False)[0])
-
-
-_PAD = 4.0  # figure edge, in points
-_TICK = 7.0  # tick length plus the label's pad, in points
-_LINE = FONT_PT * 1.3  # one line of text, in points
-_BAR_PT = 10.8  # one bar's slot (0.8 of a category holds all of a category's bars)
-_SWEEP_AXES_PT = 170.0
-_PANEL_GAP = 8.0
-
-
-def draw(spec: FigureSpec, theme: Theme = "light") -> Figure:
-    """The matplotlib Figure of ``spec`` with the ink of ``theme`` (``page``: a sentinel colour
-    that :func:`render` turns into ``currentColor``).
-
-    Laid out by hand from font metrics rather than by matplotlib's constrained layout, which
-    measured at about half of the drawing time: the margins are what the labels need, computed
-    before anything is drawn. For the same reason the axes have no matplotlib ticks: grids,
-    value labels, category labels and axis labels are a line collection and plain texts placed
-    from the same measures (with the bars as one collection per series, drawing and saving the
-    site's 15 figures took 0.57x the CPU time of the tick-and-patch version: 1.22 s against 2.15 s; issue 14).
-    """
-    from matplotlib.figure import Figure
-
-    ink = _PAGE_INK if theme == "page" else _INK[theme]
-    with _style():
-        width = WIDTH_IN * 72
-        title = _wrap(spec.title, FONT_PT + 1) if spec.title else ""
-        title_pt = (title.count("\n") + 1) * (FONT_PT + 1) * 1.3 + 2 if title else 0.0
-        entries = _legend_entries(spec)
-        legend_pt = math.ceil(entries / 3) * FONT_PT * 1.7 + 2 if entries else 0.0
-        bars = spec.kind == "bars"
-        axes_pt = [(len(p.categories) * max(len(p.series), 1) * _BAR_PT / 0.8 if bars else _SWEEP_AXES_PT)
-                   for p in spec.panels]
-        panel_title_pt = [(_LINE + 6 if p.title else 0.0) for p in spec.panels]
-        xlabel = spec.value_label if bars else spec.category_label
-        if _text_width_pt([xlabel], FONT_PT) > width - 2 * _PAD:
-            xlabel = _wrap(xlabel, FONT_PT)
-        bottom_pt = _PAD + _LINE * (2 + xlabel.count("\n")) + _TICK
-        height = _PAD + title_pt + legend_pt + sum(axes_pt) + sum(panel_title_pt) \
-            + _PANEL_GAP * (len(spec.panels) - 1) + bottom_pt
-        if bars:
-            labels = [c for p in spec.panels for c in p.categories]
-            left = _PAD + _TICK + _text_width_pt(labels, FONT_PT, bold=spec.emphasize_first)
-            right = _PAD + _text_width_pt(["0.00"], FONT_PT) / 2  # a tick label centred on the axes' end
-        elif spec.kind == "scatter":
-            left = _PAD + _LINE + _TICK + _text_width_pt(["0.00"], FONT_PT)
-            right = _PAD + _text_width_pt(["00.0"], FONT_PT) / 2
-        else:
-            left = _PAD + _LINE + _TICK + _text_width_pt(["0.00"], FONT_PT)
-            right = _PAD + _text_width_pt([spec.panels[0].categories[-1] if spec.panels[0].categories else ""],
-                                          FONT_PT) / 2
-        fig = Figure(figsize=(WIDTH_IN, height / 72))
-        fig.patch.set_alpha(0)
-        top = height - _PAD - title_pt - (0.0 if title else legend_pt)
-        value_max = _value_max(spec)
-        axes = []
-        for number, (panel, panel_pt, head_pt) in enumerate(zip(spec.panels, axes_pt, panel_title_pt, strict=True)):
-            top -= head_pt
-            ax = fig.add_axes((left / width, (top - panel_pt) / height, (width - left - right) / width,
-                               panel_pt / height))
-            top -= panel_pt + _PANEL_GAP
-            last = number == len(spec.panels) - 1
-            if bars:
-                _draw_bars(ax, spec, panel, ink, value_max, number)
-                _value_axis(ax, "x", ink, labels=last)
-            elif spec.kind == "scatter":
-                _draw_scatter(ax, spec, panel, ink)
-                _value_axis(ax, "y", ink, labels=True)
-                _value_axis(ax, "x", ink, labels=last)
-            else:
-                _draw_sweep(ax, spec, panel, ink)
-                _value_axis(ax, "y", ink, labels=True)
-                if last:
-                    _labels_below(ax, panel.x, panel.categories, ink)
-            _style_axes(ax, ink)
-            axes.append(ax)
-        # Right-aligned: a long label then extends over the category labels, never off the figure.
-        _axis_label(axes[-1], xlabel, ink, "x", loc="right" if bars else "center")
-        if not bars:
-            _axis_label(axes[-1], spec.value_label, ink, "y", offset=_text_width_pt(["0.00"], FONT_PT))
-        if title:
-            fig.text(_PAD / width, 1 - _PAD / height, title, ha="left", va="top", fontsize=FONT_PT + 1, color=ink)
-        # Above the plot, below it when a title takes the top.
-        if title:
-            _legend(fig, ink, "lower center", (0.5, _PAD / 2 / height))
-        else:
-            _legend(fig, ink, "upper center", (0.5, 1 - _PAD / 2 / height))
-        if spec.note:
-            axes[0].text(0.5, 0.5, spec.note, transform=axes[0].transAxes, ha="center", color=ink)
-    return fig
-
-
-def _legend_entries(spec: FigureSpec) -> int:
-    return len({s.precision for panel in spec.panels for s in panel.series})
-
-
-def _value_max(spec: FigureSpec) -> float:
-    values = [v for p in spec.panels for s in p.series for v in (*s.values, *s.high) if v is not None]
-    return max([*values, spec.reference or 0.0, *(value for value, _ in spec.references), 1.0])
-
-
-def _draw_bars(ax: Axes, spec: FigureSpec, panel: Panel, ink: str, right: float, number: int = 0) -> None:
-    """Bars, whiskers, value labels and category labels of one panel.
-
-    Cheap artists only: a series' bars are one PolyCollection (not a Rectangle patch per bar,
-    each updating the data limits) and the category labels are plain texts beside the axes (not
-    ticks, each of which is two tick lines, a grid line and two labels): at about half of the
-    drawing time, the ticks were the single largest cost of a figure, and the reader gets the
-    same labels. Each label's group keeps the id matplotlib gave category ticks
-    (``ytick_<panel>_<row>``), so that checks reading the SVG (tests/test_site_claims.py) find
-    the category labels where they always were.
-    """
-    from matplotlib.collections import PolyCollection
-    from matplotlib.transforms import offset_copy
-
-    n = max(len(panel.series), 1)
-    height = 0.8 / n
-    half = height * 0.9 / 2
-    whiskers: list[tuple[float, float, float]] = []
-    for j, series in enumerate(panel.series):
-        rows = [i for i, v in enumerate(series.values) if v is not None]
-        ys = [i + (j - (n - 1) / 2) * height for i in rows]
-        values = [series.values[i] or 0.0 for i in rows]
-        boxes = [((0.0, y - half), (0.0, y + half), (v, y + half), (v, y - half))
-                 for y, v in zip(ys, values, strict=True)]
-        ax.add_collection(PolyCollection(boxes, facecolors=series.color, edgecolors="none", linewidths=0,
-                                         label=series.label), autolim=False)
-        for y, i, value in zip(ys, rows, values, strict=True):
-            low, high = series.low[i], series.high[i]
-            end = value
-            if low is not None and high is not None:
-                whiskers.append((y, low, high))
-                end = max(end, high)
-            ax.text(end + right * 0.015, y, spec.value_format.format(value), va="center", ha="left",
-                    fontsize=SMALL_PT, color=ink)
-    if whiskers:
-        ax.hlines([w[0] for w in whiskers], [w[1] for w in whiskers], [w[2] for w in whiskers],
-                  colors=ink, linewidths=0.9)
-    if spec.reference is not None:
-        ax.axvline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
-    for value, _ in spec.references:  # named in the value axis' label (see tflops_spec)
-        ax.axvline(value, color=ink, linewidth=0.8, linestyle=":")
-    ax.set_yticks([])
-    beside = offset_copy(ax.get_yaxis_transform(), fig=cast(Any, ax.figure), x=-_TICK, units="points")
-    for i, category in enumerate(panel.categories):
-        bold = spec.emphasize_first and i == 0
-        ax.text(0, i, category, transform=beside, ha="right", va="center_baseline", color=ink, fontsize=FONT_PT,
-                fontweight="bold" if bold else "normal", gid=f"ytick_{number}_{i}")
-    ax.set_ylim(len(panel.categories) - 0.5, -0.5)
-    ax.set_xlim(0, right * 1.2)
-    if spec.value_format.endswith("%}"):  # fractions shown as percentages: the axis says so too
-        from matplotlib.ticker import PercentFormatter
-
-        ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
-    if panel.title:
-        ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
-
-
-def _draw_sweep(ax: Axes, spec: FigureSpec, panel: Panel, ink: str) -> None:
-    segments_x: list[float] = []
-    segments: list[tuple[float, float]] = []
-    colors: list[str] = []
-    n = len(panel.series)
-    for j, series in enumerate(panel.series):
-        # Dodge each series a little along the log axis so that whiskers at one size do not overlap.
-        dodge = 2 ** ((j - (n - 1) / 2) * 0.05)
-        xs = [x * dodge for x in panel.x]
-        points = [(x, v) for x, v in zip(xs, series.values, strict=True) if v is not None]
-        ax.plot([x for x, _ in points], [v for _, v in points], marker="o", markersize=4, color=series.color,
-                label=series.label)
-        for x, low, high in zip(xs, series.low, series.high, strict=True):
-            if low is not None and high is not None:
-                segments_x.append(x)
-                segments.append((low, high))
-                colors.append(series.color)
-    if segments:
-        ax.vlines(segments_x, [s[0] for s in segments], [s[1] for s in segments], colors=colors, linewidths=1.2)
-    if spec.reference is not None:
-        ax.axhline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
-    if panel.x:
-        ax.set_xscale("log", base=2)
-    if panel.title:
-        ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
-
-
-def _draw_scatter(ax: Axes, spec: FigureSpec, panel: Panel, ink: str) -> None:
-    """One marker per (series, value), labelled with the series' name, and the reference line."""
-    xs: list[float] = []
-    ys: list[float] = []
-    for series in panel.series:
-        for x, y in zip(series.x, series.values, strict=True):
-            if x is None or y is None:
-                continue
-            ax.plot([x], [y], marker="o", markersize=6, linestyle="none", color=series.color, label=series.label)
-            ax.annotate(series.label, (x, y), xytext=(5, 3), textcoords="offset points", fontsize=SMALL_PT,
-                        color=ink)
-            xs.append(x)
-            ys.append(y)
-    if spec.reference is not None:
-        ax.axhline(spec.reference, color=ink, linewidth=0.8, linestyle="--")
-        ys.append(spec.reference)
-    if xs:
-        span = max(max(xs) - min(xs), 1.0)
-        ax.set_xlim(min(xs) - 0.1 * span, max(xs) + 0.35 * span)  # room for the labels on the right
-        low, high = min(ys), max(ys)
-        pad = max(high - low, 0.1) * 0.15
-        ax.set_ylim(max(low - pad, 0.0), high + pad)
-    if panel.title:
-        ax.set_title(panel.title, loc="left", fontsize=FONT_PT, color=ink)
-
-
-def _style_axes(ax: Axes, ink: str) -> None:
-    """Only the artists a reader uses: two spines in the ink colour (grid and labels are drawn
-    by :func:`_value_axis` and :func:`_labels_below`)."""
-    ax.set_facecolor("none")
-    ax.spines[["top", "right"]].set_visible(False)
-    for spine in ("left", "bottom"):
-        ax.spines[spine].set_color(ink)
-        ax.spines[spine].set_alpha(_SPINE_ALPHA)
-
-
-def _no_ticks(ax: Axes, axis: Literal["x", "y"]) -> None:
-    from matplotlib.ticker import NullLocator
-
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    target.set_major_locator(NullLocator())
-    target.set_minor_locator(NullLocator())
-
-
-def _value_axis(ax: Axes, axis: Literal["x", "y"], ink: str, *, labels: bool) -> None:
-    """The value axis as a grid (one line collection) and plain texts, instead of matplotlib ticks.
-
-    The positions and texts are the ones matplotlib's own locator and formatter would show for
-    the final limits; drawing them by hand skips the Tick objects (two tick lines, a grid line and
-    two texts each, built anew per axes), which cost more than everything else in a figure.
-    """
-    from matplotlib.collections import LineCollection
-    from matplotlib.transforms import offset_copy
-
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    low, high = sorted(target.get_view_interval())
-    ax.set_xlim(ax.get_xlim()) if axis == "x" else ax.set_ylim(ax.get_ylim())  # freeze: nothing moves them now
-    slack = (high - low) * 1e-9
-    locs = [float(v) for v in target.get_major_locator().tick_values(low, high) if low - slack <= v <= high + slack]
-    texts = target.get_major_formatter().format_ticks(locs)
-    _no_ticks(ax, axis)
-    if axis == "x":
-        lines = [((v, 0.0), (v, 1.0)) for v in locs]
-        transform = ax.get_xaxis_transform()
-    else:
-        lines = [((0.0, v), (1.0, v)) for v in locs]
-        transform = ax.get_yaxis_transform()
-    ax.add_collection(LineCollection(lines, colors=ink, alpha=_GRID_ALPHA, linewidths=0.6, transform=transform,
-                                     zorder=0.5), autolim=False)
-    if not labels:
-        return
-    if axis == "x":
-        _labels_below(ax, locs, texts, ink)
-    else:
-        beside = offset_copy(transform, fig=cast(Any, ax.figure), x=-_TICK, units="points")
-        for value, text in zip(locs, texts, strict=True):
-            ax.text(0, value, text, transform=beside, ha="right", va="center_baseline", color=ink, fontsize=FONT_PT)
-
-
-def _labels_below(ax: Axes, positions: Sequence[float], texts: Sequence[str], ink: str) -> None:
-    """Texts centred under the x positions (data coordinates), where tick labels would be."""
-    from matplotlib.transforms import offset_copy
-
-    _no_ticks(ax, "x")
-    below = offset_copy(ax.get_xaxis_transform(), fig=cast(Any, ax.figure), y=-_TICK, units="points")
-    for position, text in zip(positions, texts, strict=True):
-        ax.text(position, 0, text, transform=below, ha="center", va="top", color=ink, fontsize=FONT_PT)
-
-
-def _axis_label(ax: Axes, text: str, ink: str, axis: Literal["x", "y"], *, loc: str = "center",
-                offset: float = 0.0) -> None:
-    """An axis label placed from the layout's own measures (below the x labels; left of the y
-    labels, ``offset`` being their width), since the axes have no ticks to place it from."""
-    from matplotlib.transforms import offset_copy
-
-    if axis == "x":
-        where = offset_copy(ax.transAxes, fig=cast(Any, ax.figure), y=-(_TICK + _LINE + 2), units="points")
-        x = {"right": 1.0, "center": 0.5, "left": 0.0}[loc]
-        ax.text(x, 0, text, transform=where, ha=loc, va="top", color=ink, fontsize=FONT_PT)
-    else:
-        where = offset_copy(ax.transAxes, fig=cast(Any, ax.figure), x=-(_TICK + offset + 2), units="points")
-        ax.text(0, 0.5, text, transform=where, rotation=90, ha="right", va="center", color=ink, fontsize=FONT_PT)
-
-
-def _legend(fig: Figure, ink: str, loc: str, anchor: tuple[float, float]) -> None:
-    """One legend outside the plot, where it cannot cover a bar; one entry per precision."""
-    handles: dict[str, Any] = {}
-    for ax in fig.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, handle)
-    if not handles:
-        return
-    options: dict[str, Any] = {"frameon": False, "loc": loc, "bbox_to_anchor": anchor, "ncols": min(len(handles), 3),
-                               "handlelength": 1.2, "columnspacing": 1.0, "borderaxespad": 0, "borderpad": 0}
-    legend = fig.legend(list(handles.values()), list(handles), **options)
-    for text in legend.get_texts():
-        text.set_color(ink)
-
-
 # ------------------------------------------------------------------------------------- writing
 def _check(fmt: str, theme: str | None) -> Theme:
     if fmt not in FORMATS:
@@ -795,32 +427,28 @@ def _check(fmt: str, theme: str | None) -> Theme:
     return chosen  # type: ignore[return-value]
 
 
-def _save(fig: Figure, fmt: str) -> bytes:
-    buffer = io.BytesIO()
-    with _style():
-        extra: dict[str, Any] = {} if fmt == "svg" else {"dpi": 150}
-        fig.savefig(buffer, format=fmt, metadata=_SAVE_METADATA[fmt], **extra)
-    return buffer.getvalue()
-
-
-def _follow_page(svg: bytes) -> bytes:
-    """Turn the sentinel ink into ``currentColor`` and give the root its colour rule."""
-    text = svg.decode("utf-8").replace(_PAGE_INK, "currentColor")
-    text = text.replace("<svg ", f"<svg {_PAGE_ROOT_ATTRS} ", 1)
-    text = text.replace("<defs>", f"<defs>\n  {_PAGE_STYLE}", 1)
-    return text.encode("utf-8")
+def scene(spec: FigureSpec, theme: Theme = "light") -> Scene:
+    """The laid-out figure of ``spec`` with the ink of ``theme`` (``page``: ``currentColor``)."""
+    return layout(spec, "currentColor" if theme == "page" else _INK[theme])
 
 
 def render(spec: FigureSpec, fmt: str, *, theme: Theme | None = None) -> bytes:
     """``spec`` drawn as ``svg``, ``pdf`` or ``png``.
 
     The default theme is ``page`` for SVG (one file for light and dark pages) and ``light`` for
-    PDF and PNG (LaTeX and other builders print on white). Raises :class:`FigureError` for an
+    PDF and PNG (LaTeX and other builders print on white). SVG is written without matplotlib;
+    PDF and PNG are painted by it from the same layout. Raises :class:`FigureError` for an
     unknown format or theme.
     """
     chosen = _check(fmt, theme)
-    data = _save(draw(spec, chosen), fmt)
-    return _follow_page(data) if chosen == "page" else data
+    laid_out = scene(spec, chosen)
+    if fmt == "svg":
+        if chosen == "page":
+            return to_svg(laid_out, page_style=_PAGE_STYLE, root_attrs=_PAGE_ROOT_ATTRS)
+        return to_svg(laid_out)
+    from gemm_bench import figure_mpl
+
+    return figure_mpl.render(laid_out, fmt)
 
 
 def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gemm") -> Path:
