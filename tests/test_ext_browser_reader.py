@@ -116,7 +116,9 @@ def _pages(site: BuiltSite) -> list[str]:
 
 SUMMARY_CELLS = """
 return {height: innerHeight, cells: [...document.querySelectorAll(
-    'div.gemm-summary table.gemm-summary-table td.gemm-num:not(.gemm-na)')].map(td => {
+    'div.gemm-summary table.gemm-summary-table td.gemm-num:not(.gemm-na)')]
+  .filter(td => !td.closest('tr').firstElementChild.innerText.includes('SQNR'))  // accuracy, in dB: no speedup
+  .map(td => {
   const r = td.getBoundingClientRect();
   return [td.innerText.trim(), Math.round(r.top), Math.round(r.bottom), td.classList.contains('gemm-fastest')];
 })};

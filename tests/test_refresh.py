@@ -32,6 +32,7 @@ from gemm_bench.refresh import (
     scan_rst,
     select_gpus,
 )
+from gemm_bench.stack import document_stack
 from tests.fake_gpu import DEVICE_NAME, REPO, fake_measure
 
 DOCS = REPO / "docs"
@@ -193,7 +194,8 @@ def test_plan_from_committed_cache_is_empty_and_a_missing_precision_is_planned(t
     jobs = measured_jobs()
     cache = Cache(DOCS / "_gemm_cache")
     stack = read_document(DOCS / "_gemm_cache" / f"{jobs[0].hash}--h100-80gb-hbm3.json")["provenance"]
-    local = {"method": "1", "transformer_engine": stack["transformer_engine"], "torch": stack["torch"],
+    local = {"method": document_stack(read_document(DOCS / "_gemm_cache" / f"{jobs[0].hash}--h100-80gb-hbm3.json"))[
+        "method"], "transformer_engine": stack["transformer_engine"], "torch": stack["torch"],
              "cuda": stack["cuda"], "driver": stack["driver"]}
     tasks, fresh = make_plan(jobs, cache, DEVICE_NAME, local, Rules())
     assert tasks == [] and len(fresh) == len(jobs)

@@ -43,13 +43,15 @@ from tests.helpers import synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_CACHE = ROOT / "docs" / "_gemm_cache"
+#: Old (schema 1) files as the site's cache held them before method v3 (tests/data/cache-v1/README.md).
+V1_CACHE = ROOT / "tests" / "data" / "cache-v1"
 Q = build_question(model="te-guide-5b")
 Doc = dict[str, Any]
 
 
 def committed(name: str = "6395c3eace1d229f--h100-80gb-hbm3.json") -> Doc:
     """A real v1 result (te-guide-5b on H100), parsed without validation."""
-    doc: Doc = json.loads((DOCS_CACHE / name).read_text(encoding="utf-8"))
+    doc: Doc = json.loads((V1_CACHE / name).read_text(encoding="utf-8"))
     return doc
 
 

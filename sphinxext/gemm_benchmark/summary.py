@@ -162,19 +162,23 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         report = device.reports[mode]
         name = "training step (layer)" if what == "step" else f"SQNR, dB ({MODE_NAMES[mode].lower()})"
         row = [Entry(" · ".join([*([label] if label else []), device_label(device.device), name]), strong=True)]
+        steps = {p: report.step(p) for p in precisions} if what == "step" else {}
+        speeds = {p: s.speedup_vs_bf16 for p, s in steps.items() if s.speedup_vs_bf16}
+        fastest = max(speeds, key=lambda p: speeds[p]) if speeds else None  # a speed too: ★ as in the GEMM rows
         for p in precisions:
             source = f"{PRECISIONS[p].display}, {device_label(device.device)}"
             if what == "step":
-                step = report.step(p)
+                step = steps[p]
                 value, why = step.speedup_vs_bf16, step.speedup_reason or step.reason
-                text = format_speedup(value) if value else ""
+                text = format_speedup(value) + (" ★" if p == fastest else "") if value else ""
                 tip = f"{value:.3f}× BF16 for the whole layer step: {source}" if value else ""
             else:
                 sqnr = report.sqnr(mode, p)
                 text, why = (f"{sqnr:.1f}" if sqnr is not None else ""), report.sqnr_reason(mode, p)
                 tip = f"{sqnr:.2f} dB, the layer's least accurate GEMM: {source}" if sqnr is not None else ""
-            row.append(Entry(text, classes=("gemm-num",), tooltip=tip) if text
-                       else Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{source}: {why}"))
+            star = what == "step" and p == fastest
+            row.append(Entry(text, strong=star, classes=("gemm-num", *(("gemm-fastest",) if star else ())), tooltip=tip)
+                       if text else Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{source}: {why}"))
         return row
 
     def _row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str]) -> list[Entry]:
