@@ -601,3 +601,14 @@ def test_fuzzed_argv_of_every_subcommand_exits_0_2_or_3_with_one_line(data: st.D
         assert len(lines) == 1 and "error:" in lines[0], (argv, err)
     before = {p for p in fuzz_tmp.rglob("*")}
     assert not before, before  # nothing measured, nothing written
+
+
+def test_python_dash_m_reports_errors_of_other_modules_as_usage_errors(tmp_path: Path) -> None:
+    """`python -m gemm_bench.cli` (how the GPU machine runs it) catches the UsageError that
+    cli_fleet raises, as the console script does; and Python 3.11's argparse, which can hand
+    `compare - -- --` a list for B, gets a usage error, not a TypeError."""
+    env = {"PYTHONPATH": str(ROOT / "bench"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "gemm_bench.cli", "compare", "-", "--", "--"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("gemm-bench compare: error: A, B:") and "Traceback" not in proc.stderr

@@ -496,4 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m gemm_bench.cli` (the GPU machine has no console script): run the importable module's
+    # main, so that the errors other modules raise (gemm_bench.cli.UsageError) are the ones it catches.
+    from gemm_bench.cli import main as module_main
+
+    sys.exit(module_main())

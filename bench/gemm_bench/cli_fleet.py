@@ -27,6 +27,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from gemm_bench.cache import CacheError
     from gemm_bench.compare import CompareError, compare, compare_dirs, load_result
 
+    if not (isinstance(args.a, str) and isinstance(args.b, str)):
+        # Python 3.11's argparse can hand a positional over as a list (`compare - -- --`)
+        raise _usage("A, B: give two result files or two cache directories")
     a, b = Path(args.a), Path(args.b)
     output: Any
     if a.is_dir() or b.is_dir():
