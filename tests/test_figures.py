@@ -322,6 +322,55 @@ def test_category_labels_are_in_their_tick_groups_top_first() -> None:
             assert ys == sorted(ys) and len(set(ys)) == len(ys)
 
 
+_RECT = re.compile(r"M([-0-9.]+) ([-0-9.]+)h([-0-9.]+)v([-0-9.]+)h[-0-9.]+z")
+
+
+@pytest.mark.parametrize("which", ["speedup", "latency", "tflops", "roofline", "readme"])
+def test_every_bar_is_as_long_as_its_value_on_the_drawn_axis(which: str) -> None:
+    """The figure's numbers, read back from the SVG the way a reader reads them: each bar's end,
+    mapped through the axis its tick labels draw, is its series' value, in row order (a bar drawn
+    at the wrong length or in the wrong row would show a wrong number)."""
+    report = real_report()
+    spec = {"speedup": spec_for(report, "autocast"), "latency": figures.latency_spec(report, "autocast"),
+            "tflops": figures.tflops_spec(report, "prequant"), "roofline": figures.roofline_spec(report, "autocast"),
+            "readme": figures.readme_spec(ROOT / "docs" / "_gemm_cache")}[which]
+    assert spec is not None and spec.kind == "bars"
+    root = ET.fromstring(render(spec, "svg", theme="light"))
+    # The value axis: its tick labels are the numeric texts of the lowest row of text under the plot.
+    numeric = [(float(t.get("x", "")), float(t.get("y", "")), t.text or "") for t in root.iter(f"{SVG_NS}text")
+               if re.fullmatch(r"-?[0-9.]+%?", t.text or "")]
+    bottom = max(y for _, y, _ in numeric)
+    ticks = sorted((x, float(text.rstrip("%")) / (100 if text.endswith("%") else 1))
+                   for x, y, text in numeric if y == bottom)
+    assert len(ticks) >= 2
+    (x0, v0), (x1, v1) = ticks[0], ticks[-1]
+    per_unit = (x1 - x0) / (v1 - v0)
+    for x, v in ticks:  # the axis is linear and its labels are where their values are
+        assert x == pytest.approx(x0 + (v - v0) * per_unit, abs=0.02)
+    # The legend's colour patches sit on the line of their precision's name: not bars.
+    labels = {s.label for p in spec.panels for s in p.series}
+    legend_ys = [float(t.get("y", "")) for t in root.iter(f"{SVG_NS}text") if t.text in labels]
+    bars: dict[str, list[tuple[float, float]]] = {}
+    for path in root.iter(f"{SVG_NS}path"):
+        fill = (path.get("fill") or "").upper()
+        for m in _RECT.finditer(path.get("d", "")):
+            x, y, w = float(m[1]), float(m[2]), float(m[3])
+            if any(abs(y + float(m[4]) / 2 - ly) < 8 for ly in legend_ys):
+                continue
+            assert x == pytest.approx(x0 + (0 - v0) * per_unit, abs=0.02)  # every bar starts at 0
+            bars.setdefault(fill, []).append((y, v0 + (x + w - x0) / per_unit))
+    span = v1 - v0
+    for panel_bars in (spec.panels,):
+        for series_fill in {s.color.upper() for p in panel_bars for s in p.series}:
+            expected = [v for p in spec.panels for s in p.series if s.color.upper() == series_fill
+                        for v in s.values if v is not None]
+            drawn = [v for _, v in sorted(bars.get(series_fill, []))]
+            # Rows go down the figure in category order; one bar per value.
+            assert len(drawn) == len(expected), (series_fill, drawn, expected)
+            for got, want in zip(drawn, expected, strict=True):
+                assert got == pytest.approx(want, abs=span * 0.002), (series_fill, got, want)
+
+
 # ------------------------------------------------------------------------ layout: metrics, ticks
 def test_font_table_is_what_the_fonts_give() -> None:
     """bench/gemm_bench/dejavu_metrics.py is tools/font_metrics.py's output, not typed by hand."""
