@@ -371,6 +371,36 @@ def test_every_bar_is_as_long_as_its_value_on_the_drawn_axis(which: str) -> None
                 assert got == pytest.approx(want, abs=span * 0.002), (series_fill, got, want)
 
 
+def test_every_sweep_point_is_at_its_value_on_the_drawn_axis() -> None:
+    """The sweep figure read back from the SVG: each series' markers, mapped through the value
+    axis (its grid lines at the values its tick labels name), are the series' speedups in size order."""
+    from gemm_bench.cache import Cache
+    from gemm_bench.question import build_question
+
+    q = build_question(sweep=["256", "512", "1024", "2048", "4096", "8192", "16384"])  # docs/index.rst
+    doc = Cache(ROOT / "docs" / "_gemm_cache").lookup(q.hash).documents[0]
+    spec = spec_for(Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind), "prequant")
+    assert spec is not None and spec.kind == "sweep"
+    root = ET.fromstring(render(spec, "svg", theme="light"))
+    labels = sorted((float(t.get("y", "")), float(t.text or "")) for t in root.iter(f"{SVG_NS}text")
+                    if "text-anchor: end" in t.get("style", "") and re.fullmatch(r"[0-9.]+", t.text or ""))
+    grid = next(path for path in root.iter(f"{SVG_NS}path") if path.get("stroke-opacity") == "0.22")
+    rows = sorted(float(m[1]) for m in re.finditer(r"M[0-9.]+ ([0-9.]+)L", grid.get("d", "")))
+    assert len(rows) == len(labels) >= 2
+    for (label_y, _), row_y in zip(labels, rows, strict=True):
+        assert 0 < label_y - row_y < 5  # each label beside its grid line (baseline a little below)
+    (y0, v0), (y1, v1) = (rows[0], labels[0][1]), (rows[-1], labels[-1][1])
+    names = {s.label for s in spec.panels[0].series}
+    legend_ys = [float(t.get("y", "")) for t in root.iter(f"{SVG_NS}text") if t.text in names]
+    for series in spec.panels[0].series:
+        markers = sorted((float(c.get("cx", "")), float(c.get("cy", ""))) for g in root.iter(f"{SVG_NS}g")
+                         if (g.get("fill") or "").upper() == series.color.upper() for c in g
+                         if not any(abs(float(c.get("cy", "")) - ly) < 8 for ly in legend_ys))  # legend marker
+        drawn = [v0 + (cy - y0) * (v1 - v0) / (y1 - y0) for _, cy in markers]
+        expected = [v for v in series.values if v is not None]
+        assert drawn == pytest.approx(expected, abs=abs(v1 - v0) * 0.002), series.label
+
+
 # ------------------------------------------------------------------------ layout: metrics, ticks
 def test_font_table_is_what_the_fonts_give() -> None:
     """bench/gemm_bench/dejavu_metrics.py is tools/font_metrics.py's output, not typed by hand."""
