@@ -538,6 +538,10 @@ def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> 
         sys.exit(130)
     except (EOFError, BrokenPipeError):
         sys.exit(1)  # the parent is gone: stop measuring
+    finally:
+        # Leaving: a late Ctrl-C has nothing left to stop (it would only print "Exception ignored"
+        # from the interpreter's shutdown).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class Progress(Protocol):
