@@ -97,14 +97,19 @@ def test_a_speedup_within_the_fastests_spread_is_marked_not_significant(project:
     assert "not significantly slower" in cells[1].abbr["title"]
 
 
-def test_step_share_sqnr_and_peak_roles_quote_the_report(project: Project) -> None:
-    """Issue 11's quantities through the roles, from a synthetic document with a layer step and SQNRs."""
+def _stored_beyond(project: Project) -> Report:
+    """A synthetic te-guide-5b result with a layer step and SQNRs, stored in the project; its Report."""
     from tests.fake_beyond import beyond_document
 
     doc = beyond_document()
     project.store(doc)
     q = build_question(model="te-guide-5b")
-    report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+    return Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+
+
+def test_step_share_sqnr_and_peak_roles_quote_the_report(project: Project) -> None:
+    """Issue 11's quantities through the roles, from a synthetic document with a layer step and SQNRs."""
+    report = _stored_beyond(project)
     project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
                  "   :precisions: bf16, fp8-current\n\n"
                  ":gemm-step-speedup:`te layer fp8-current` :gemm-share:`te layer bf16` "
@@ -133,12 +138,7 @@ def test_v1_results_say_why_there_is_no_step_or_sqnr(project: Project) -> None:
 
 
 def test_summary_adds_step_and_sqnr_rows_when_measured(project: Project) -> None:
-    from tests.fake_beyond import beyond_document
-
-    doc = beyond_document()
-    project.store(doc)
-    q = build_question(model="te-guide-5b")
-    report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+    report = _stored_beyond(project)
     project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
                  "   :precisions: bf16, fp8-current\n   :show: table\n")
     warnings, _ = project.build()

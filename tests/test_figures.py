@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +323,13 @@ def test_category_labels_are_in_their_tick_groups_top_first() -> None:
             assert ys == sorted(ys) and len(set(ys)) == len(ys)
 
 
+def _in_legend(root: ET.Element, spec: figures.FigureSpec) -> Callable[[float], bool]:
+    """Whether a mark at height ``y`` is a legend swatch: on the line of a precision's name."""
+    names = {s.label for p in spec.panels for s in p.series}
+    lines = [float(t.get("y", "")) for t in root.iter(f"{SVG_NS}text") if t.text in names]
+    return lambda y: any(abs(y - line) < 8 for line in lines)
+
+
 _RECT = re.compile(r"M([-0-9.]+) ([-0-9.]+)h([-0-9.]+)v([-0-9.]+)h[-0-9.]+z")
 
 
@@ -347,28 +355,25 @@ def test_every_bar_is_as_long_as_its_value_on_the_drawn_axis(which: str) -> None
     per_unit = (x1 - x0) / (v1 - v0)
     for x, v in ticks:  # the axis is linear and its labels are where their values are
         assert x == pytest.approx(x0 + (v - v0) * per_unit, abs=0.02)
-    # The legend's colour patches sit on the line of their precision's name: not bars.
-    labels = {s.label for p in spec.panels for s in p.series}
-    legend_ys = [float(t.get("y", "")) for t in root.iter(f"{SVG_NS}text") if t.text in labels]
+    in_legend = _in_legend(root, spec)  # the legend's colour patches: not bars
     bars: dict[str, list[tuple[float, float]]] = {}
     for path in root.iter(f"{SVG_NS}path"):
         fill = (path.get("fill") or "").upper()
         for m in _RECT.finditer(path.get("d", "")):
             x, y, w = float(m[1]), float(m[2]), float(m[3])
-            if any(abs(y + float(m[4]) / 2 - ly) < 8 for ly in legend_ys):
+            if in_legend(y + float(m[4]) / 2):
                 continue
             assert x == pytest.approx(x0 + (0 - v0) * per_unit, abs=0.02)  # every bar starts at 0
             bars.setdefault(fill, []).append((y, v0 + (x + w - x0) / per_unit))
     span = v1 - v0
-    for panel_bars in (spec.panels,):
-        for series_fill in {s.color.upper() for p in panel_bars for s in p.series}:
-            expected = [v for p in spec.panels for s in p.series if s.color.upper() == series_fill
-                        for v in s.values if v is not None]
-            drawn = [v for _, v in sorted(bars.get(series_fill, []))]
-            # Rows go down the figure in category order; one bar per value.
-            assert len(drawn) == len(expected), (series_fill, drawn, expected)
-            for got, want in zip(drawn, expected, strict=True):
-                assert got == pytest.approx(want, abs=span * 0.002), (series_fill, got, want)
+    for series_fill in {s.color.upper() for p in spec.panels for s in p.series}:
+        expected = [v for p in spec.panels for s in p.series if s.color.upper() == series_fill
+                    for v in s.values if v is not None]
+        drawn = [v for _, v in sorted(bars.get(series_fill, []))]
+        # Rows go down the figure in category order; one bar per value.
+        assert len(drawn) == len(expected), (series_fill, drawn, expected)
+        for got, want in zip(drawn, expected, strict=True):
+            assert got == pytest.approx(want, abs=span * 0.002), (series_fill, got, want)
 
 
 def test_every_sweep_point_is_at_its_value_on_the_drawn_axis() -> None:
@@ -390,12 +395,11 @@ def test_every_sweep_point_is_at_its_value_on_the_drawn_axis() -> None:
     for (label_y, _), row_y in zip(labels, rows, strict=True):
         assert 0 < label_y - row_y < 5  # each label beside its grid line (baseline a little below)
     (y0, v0), (y1, v1) = (rows[0], labels[0][1]), (rows[-1], labels[-1][1])
-    names = {s.label for s in spec.panels[0].series}
-    legend_ys = [float(t.get("y", "")) for t in root.iter(f"{SVG_NS}text") if t.text in names]
+    in_legend = _in_legend(root, spec)
     for series in spec.panels[0].series:
         markers = sorted((float(c.get("cx", "")), float(c.get("cy", ""))) for g in root.iter(f"{SVG_NS}g")
                          if (g.get("fill") or "").upper() == series.color.upper() for c in g
-                         if not any(abs(float(c.get("cy", "")) - ly) < 8 for ly in legend_ys))  # legend marker
+                         if not in_legend(float(c.get("cy", ""))))
         drawn = [v0 + (cy - y0) * (v1 - v0) / (y1 - y0) for _, cy in markers]
         expected = [v for v in series.values if v is not None]
         assert drawn == pytest.approx(expected, abs=abs(v1 - v0) * 0.002), series.label

@@ -60,8 +60,6 @@ FIGURE_VERSION = "6"
 FORMATS: tuple[str, ...] = ("svg", "pdf", "png")
 #: ``page``: SVG whose ink follows the page (``currentColor``); ``light`` / ``dark``: fixed inks.
 Theme = Literal["page", "light", "dark"]
-#: Kept for the extension's old two-file SVG path until it switches to one ``page`` SVG.
-THEMES: tuple[str, ...] = ("light", "dark")
 
 #: Okabe-Ito colours: distinguishable with colour-blindness, and mid-tone enough to read on both a
 #: white and a near-black background.

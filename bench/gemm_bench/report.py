@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gemm_bench import hardware, roofline, step, telemetry
@@ -360,11 +360,16 @@ class Report:
     def pct_of_peak_reason(self, mode: str, precision: str, gemm: GemmShape) -> str:
         return self._pct(self.cell(mode, precision, gemm))[1]
 
-    def _pct(self, c: Cell) -> tuple[float | None, str]:
+    def _of_measured(self, c: Cell, value: Callable[[Cell, float], float | None]) -> tuple[float | None, str]:
+        """``value(c, c.ms)`` of a measured cell, else None and why: not measured, or None from
+        ``value`` because the device has no peak for the cell's format."""
         if c.status != "measured" or not c.ms:
             return None, self._not_measured(c)
-        pct = hardware.pct_of_peak(c.gemm.flops, c.ms, self.device, c.precision)
-        return (pct, "") if pct is not None else (None, self._no_peak(c.precision))
+        result = value(c, c.ms)
+        return (result, "") if result is not None else (None, self._no_peak(c.precision))
+
+    def _pct(self, c: Cell) -> tuple[float | None, str]:
+        return self._of_measured(c, lambda c, ms: hardware.pct_of_peak(c.gemm.flops, ms, self.device, c.precision))
 
     def roofline(self, mode: str, precision: str, gemm: GemmShape) -> roofline.Prediction | None:
         """The roofline prediction of a cell (its GEMM and, in autocast, its quantization kernels).
@@ -384,10 +389,11 @@ class Report:
         return self._roof(self.cell(mode, precision, gemm))[1]
 
     def _roof(self, c: Cell) -> tuple[float | None, str]:
-        if c.status != "measured" or not c.ms:
-            return None, self._not_measured(c)
-        prediction = self.roofline(c.mode, c.precision, c.gemm)
-        return (prediction.total_ms, "") if prediction is not None else (None, self._no_peak(c.precision))
+        def predicted(c: Cell, ms: float) -> float | None:
+            prediction = self.roofline(c.mode, c.precision, c.gemm)
+            return prediction.total_ms if prediction is not None else None
+
+        return self._of_measured(c, predicted)
 
     # ------------------------------------------------------------------ the layer step
     def _method_lacks(self, key: str) -> str | None:
@@ -766,15 +772,15 @@ class Report:
             if stored:
                 yield (f"  stored time / profiled kernel time: median {statistics.median(stored):.3f}, "
                        f"{stored[0]:.3f}-{stored[-1]:.3f} over {len(stored)} region(s) in {len(checked)} group(s)")
-                high = sorted(name for name, _, s in rows if s is not None and s > limit)
-                low = sorted(name for name, _, s in rows if s is not None and s < 2 - limit)
-                if high:
+                waited = sorted(name for name, _, s in rows if s is not None and s > limit)
+                overlapped = sorted(name for name, _, s in rows if s is not None and s < 2 - limit)
+                if waited:
                     yield (f"  more than {limit - 1:.0%} above kernel time (the GPU waited on the host: the time "
-                           f"includes launch gaps) in {len(high)}: " + ", ".join(high))
-                if low:
+                           f"includes launch gaps) in {len(waited)}: " + ", ".join(waited))
+                if overlapped:
                     yield (f"  more than {limit - 1:.0%} below kernel time (the summed kernel time exceeds the "
                            "elapsed time: kernels overlapped, e.g. on several streams, or the trace's split into "
-                           f"regions counted a neighbour's kernels) in {len(low)}: " + ", ".join(low))
+                           f"regions counted a neighbour's kernels) in {len(overlapped)}: " + ", ".join(overlapped))
             yield (f"  under the profiler itself, events were up to {max(r for _, r, _ in rows):.2f}x kernel time "
                    "(the profiler slows launches; not a check of the stored numbers)")
         skipped = [g["cross_check"]["reason"] for g in groups if g.get("cross_check", {}).get("reason")]
@@ -794,8 +800,8 @@ class Report:
         for g in self.gemms:
             parts = []
             for p in measured:
-                roof = self._roof(self.cell(mode, p, g))[0]
                 c = self.cell(mode, p, g)
+                roof = self._roof(c)[0]
                 parts.append(f"{PRECISIONS[p].display} {roof:.4f}/{c.ms or 0.0:.4f}" if roof is not None
                              else f"{PRECISIONS[p].display} -")
             yield f"  {g.op + '/' + g.pass_:<18} " + " | ".join(parts)

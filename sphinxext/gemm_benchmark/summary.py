@@ -164,7 +164,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         row = [Entry(" · ".join([*([label] if label else []), device_label(device.device), name]), strong=True)]
         steps = {p: report.step(p) for p in precisions} if what == "step" else {}
         speeds = {p: s.speedup_vs_bf16 for p, s in steps.items() if s.speedup_vs_bf16}
-        fastest = max(speeds, key=lambda p: speeds[p]) if speeds else None  # a speed too: ★ as in the GEMM rows
+        fastest = _fastest(speeds)  # a speed too: ★ as in the GEMM rows
         for p in precisions:
             source = f"{PRECISIONS[p].display}, {device_label(device.device)}"
             if what == "step":
@@ -187,7 +187,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         head = " · ".join([*where, device_label(device.device), MODE_ROW_NAMES.get(mode, MODE_NAMES[mode])])
         totals = {p: report.total(mode, p) for p in precisions}
         speeds = {p: t.speedup_vs_bf16 for p, t in totals.items() if t.status == "measured" and t.speedup_vs_bf16}
-        fastest = max(speeds, key=lambda p: speeds[p]) if speeds else None
+        fastest = _fastest(speeds)
         spread = {p: figures.total_point(report, mode, p) for p in speeds}
         row = [Entry(head, strong=True)]
         for p in precisions:
@@ -221,6 +221,11 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if missing not in ("warn", "note"):
             raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
         return asks, show, missing == "note"
+
+
+def _fastest(speeds: Mapping[str, float]) -> str | None:
+    """The precision with the largest speedup (the row's ★), None when the row has none."""
+    return max(speeds, key=lambda p: speeds[p]) if speeds else None
 
 
 def _overlap(a: tuple[float | None, ...], b: tuple[float | None, ...]) -> bool:
