@@ -493,13 +493,16 @@ class _Interrupt:
     """A worker's Ctrl-C, remembered: a KeyboardInterrupt can be swallowed by a library callback
     (JAX's garbage-collection callback catches it and prints "Exception ignored"; on the GPU machine
     a measurement then went on and was stored), so the worker stores nothing once SIGINT arrived,
-    whatever became of the exception."""
+    whatever became of the exception. One KeyboardInterrupt per worker: Ctrl-C reaches it from the
+    terminal's process group and again from the pool's clean-up, and a second one raised inside the
+    first one's handling would escape as a traceback (the parent kills a worker that does not stop)."""
 
     received = False
 
     @classmethod
     def handler(cls, signum: int, frame: object) -> None:
         cls.received = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
 
