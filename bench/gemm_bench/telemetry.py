@@ -43,7 +43,8 @@ CLOCK_DROP = 0.05
 #: Rounds of each group timed again under the profiler for the events-vs-kernels cross-check.
 CROSS_CHECK_ROUNDS = 3
 #: A region whose stored time exceeds its profiled kernel time by more than this factor waited on
-#: the host (launch-bound): its time is the host's, not the kernel's.
+#: the host (launch-bound: its time is partly the host's), or was timed at a lower clock than the
+#: cross-check that profiled it after the run's last group.
 HOST_BOUND = 1.1
 
 
