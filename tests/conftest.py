@@ -80,8 +80,8 @@ def make_document(
     ``unsupported`` maps precision -> reason (every cell); ``failed`` maps (mode, precision) ->
     message. Precisions without a pre-quantized form get bench's own reason for that mode.
     """
-    from gemm_bench.precisions import PRECISIONS
-    from gemm_bench.results import new_document
+    from gemm_bench.question.precisions import PRECISIONS
+    from gemm_bench.results.schema import new_document
 
     precisions, modes = tuple(precisions), tuple(modes)
 
@@ -124,7 +124,7 @@ def make_document(
 
 def write_document(cache_dir: Path, doc: dict[str, Any]) -> Path:
     """Write ``doc`` where the cache looks for it (``<hash>--<device slug>.json``)."""
-    from gemm_bench.cache import dumps, file_name
+    from gemm_bench.results.cache import dumps, file_name
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / file_name(doc["question_hash"], doc["device"]["name"])
@@ -134,7 +134,7 @@ def write_document(cache_dir: Path, doc: dict[str, Any]) -> Path:
 
 def copy_real_document(cache_dir: Path, name: str) -> Path:
     """Copy a real GPU result from tests/data into a cache under its proper file name."""
-    from gemm_bench.cache import file_name, read_document
+    from gemm_bench.results.cache import file_name, read_document
 
     source = DATA / name
     doc = read_document_any_name(source)
@@ -154,7 +154,7 @@ def read_document_any_name(path: Path) -> dict[str, Any]:
 @pytest.fixture
 def question() -> Callable[..., Any]:
     """``question(model="te-guide-5b")``: bench's build_question."""
-    from gemm_bench.question import build_question
+    from gemm_bench.question.question import build_question
 
     return build_question
 

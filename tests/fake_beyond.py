@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gemm_bench.accuracy import ACCURACY_MODES, accuracy_method
-from gemm_bench.precisions import BASELINE, PRECISIONS
-from gemm_bench.question import Question
-from gemm_bench.results import stamp_run_ids
-from gemm_bench.step import WHAT_IS_TIMED
+from gemm_bench.measure.accuracy import accuracy_method
+from gemm_bench.measure.step import WHAT_IS_TIMED
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.question.question import Question
+from gemm_bench.results.accuracy_schema import ACCURACY_MODES
+from gemm_bench.results.schema import stamp_run_ids
 
 DATA = Path(__file__).parent / "data"
 SOURCE = DATA / "h100-te-guide-5b.json"
@@ -111,7 +112,7 @@ def beyond_document(*, modes: Sequence[str] = ("autocast", "prequant", "layer", 
 
 
 class FakeBeyondRunner:
-    """Stands in for :class:`gemm_bench.runner.Runner` (``cli.load_runner``) on CPU.
+    """Stands in for :class:`gemm_bench.measure.runner.Runner` (``cli.load_runner``) on CPU.
 
     Answers only the te-guide-5b question (the source's); records how it was built and asked.
     """

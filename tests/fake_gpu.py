@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.cache import read_document
-from gemm_bench.question import Question
+from gemm_bench.question.question import Question
+from gemm_bench.results.cache import read_document
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE_DEVICE = "h100-80gb-hbm3"

@@ -6,11 +6,11 @@ in alternating rounds so that machine load hits both alike, one page-theme SVG p
 - the figures: by default every figure the directive draws for the committed te-guide-5b results
   (each device, each mode); with ``--specs DIR``, the specs a docs build stored beside its figures
   (``DIR`` is ``<doctrees>/gemm_benchmark``: every figure of that build);
-- ``new``: :func:`gemm_bench.figures.render` of this tree (layout in Python, SVG written as text);
+- ``new``: :func:`gemm_bench.report.figures.render` of this tree (layout in Python, SVG written as text);
 - ``unchanged``: what a rebuild pays when the figure's inputs did not change (spec and key only;
   the file named by the key already exists);
 - ``old-figures`` (with ``--old-figures REF``, e.g. the commit before the SVG writer):
-  ``bench/gemm_bench/figures.py`` as committed at REF, read from git, rendering the same specs
+  ``bench/gemm_bench/report/figures.py`` as committed at REF, read from git, rendering the same specs
   (matplotlib drawing and saving);
 - ``old`` (with ``--old REF``, a commit before figures moved to gemm_bench): the former
   ``sphinxext/gemm_benchmark/render_figure.py`` read from git, drawing a light and a dark SVG
@@ -66,14 +66,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--specs", type=Path, metavar="DIR", help="time the specs a docs build stored in DIR")
-    parser.add_argument("--old-figures", metavar="REF", help="git revision holding the old gemm_bench/figures.py")
+    parser.add_argument("--old-figures", metavar="REF", help="git revision holding the old report/figures.py")
     parser.add_argument("--old", metavar="REF", help="git revision holding the old render_figure.py")
     args = parser.parse_args()
 
-    from gemm_bench import figures
-    from gemm_bench.cache import Cache
-    from gemm_bench.question import build_question
-    from gemm_bench.report import Report
+    from gemm_bench.question.question import build_question
+    from gemm_bench.report import figures
+    from gemm_bench.report.report import Report
+    from gemm_bench.results.cache import Cache
 
     question = build_question(model="te-guide-5b")
     reports = [Report(d) for d in Cache(ROOT / "docs" / "_gemm_cache").lookup(question.hash).documents]
@@ -95,7 +95,7 @@ def main() -> None:
 
     runs: dict[str, Callable[[], None]] = {"new": new, "unchanged": unchanged}
     if args.old_figures:
-        old_figures = load_from_git(args.old_figures, "bench/gemm_bench/figures.py", "old_figures")
+        old_figures = load_from_git(args.old_figures, "bench/gemm_bench/report/figures.py", "old_figures")
         old_specs = [convert(spec, old_figures) for spec in specs]
 
         def old_figures_run() -> None:

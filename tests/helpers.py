@@ -6,8 +6,8 @@ import copy
 import hashlib
 from typing import Any
 
-from gemm_bench.question import Question, build_question
-from gemm_bench.results import new_document
+from gemm_bench.question.question import Question, build_question
+from gemm_bench.results.schema import new_document
 
 
 def synthetic_document(

@@ -67,6 +67,6 @@ def build_docs(out: Path, *, timeout_s: float = 600) -> BuiltSite:
 
 def read_cache_file(name: str) -> dict[str, Any]:
     """A committed result document by file name (``<hash>--<device>.json``), validated."""
-    from gemm_bench.cache import read_document
+    from gemm_bench.results.cache import read_document
 
     return read_document(CACHE / name)

@@ -9,17 +9,10 @@ import sys
 
 import pytest
 
-from gemm_bench import accuracy
-from gemm_bench.accuracy import (
-    DISTRIBUTIONS,
-    AccuracyError,
-    accuracy_cell,
-    accuracy_method,
-    seed_for,
-    sqnr_db,
-    validate_accuracy_cells,
-)
-from gemm_bench.shapes import GemmShape, linear_gemms
+from gemm_bench.measure import accuracy
+from gemm_bench.measure.accuracy import accuracy_cell, accuracy_method, seed_for, sqnr_db
+from gemm_bench.question.shapes import GemmShape, linear_gemms
+from gemm_bench.results.accuracy_schema import DISTRIBUTIONS, AccuracyError, validate_accuracy_cells
 
 GEMMS = linear_gemms("qkv", 64, 32, 96)
 KNOWN = {(g.op, g.pass_) for g in GEMMS}
@@ -75,7 +68,7 @@ def test_seeds_are_deterministic_and_distinct() -> None:
     a = seed_for("gaussian", "qkv", "X")
     assert a == seed_for("gaussian", "qkv", "X")
     # Computed in a fresh interpreter: no dependence on Python's salted hash().
-    code = "from gemm_bench.accuracy import seed_for; print(seed_for('gaussian', 'qkv', 'X'))"
+    code = "from gemm_bench.measure.accuracy import seed_for; print(seed_for('gaussian', 'qkv', 'X'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONHASHSEED": "123", "PATH": ""}, check=True)
     assert int(out.stdout) == a
@@ -143,7 +136,7 @@ def test_validation_rejects_duplicates_and_non_lists() -> None:
 
 
 def test_unknown_distribution_is_refused_before_any_gpu_work() -> None:
-    from gemm_bench.question import build_question
+    from gemm_bench.question.question import build_question
 
     question = build_question(shapes=["64x64x64"])
     # No torch in the test environment: reaching the GPU part would raise ImportError instead.
@@ -153,7 +146,7 @@ def test_unknown_distribution_is_refused_before_any_gpu_work() -> None:
 
 
 def test_accuracy_imports_without_torch() -> None:
-    code = ("import sys, gemm_bench.accuracy\n"
+    code = ("import sys, gemm_bench.measure.accuracy\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'transformer_engine')]\n"
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

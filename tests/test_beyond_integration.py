@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from gemm_bench import cli
-from gemm_bench.cache import Cache, read_document
-from gemm_bench.plan import Support, make_plan
-from gemm_bench.precisions import ALL_MODES, PRECISIONS, normalize_mode
-from gemm_bench.question import build_question
-from gemm_bench.report import Report
-from gemm_bench.results import ResultError, cell_run_id, merge_documents, new_document, validate
-from gemm_bench.shapes import GemmShape
-from gemm_bench.step import MOE_REASON
+from gemm_bench.cli import commands as cli
+from gemm_bench.measure.step import MOE_REASON
+from gemm_bench.question.plan import Support, make_plan
+from gemm_bench.question.precisions import ALL_MODES, PRECISIONS, normalize_mode
+from gemm_bench.question.question import build_question
+from gemm_bench.question.shapes import GemmShape
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import Cache, read_document
+from gemm_bench.results.schema import ResultError, cell_run_id, merge_documents, new_document, validate
 from tests import fake_beyond
 from tests.fake_beyond import FakeBeyondRunner, autocast_gemm_ms, beyond_document, source_document
 
@@ -331,8 +331,8 @@ class _FakePeer:
 
 @pytest.fixture
 def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``gemm_bench.runner`` against fake torch, TE, provenance, peers, layer step and SQNRs."""
-    from gemm_bench import accuracy, peers
+    """``gemm_bench.measure.runner`` against fake torch, TE, provenance, peers, layer step and SQNRs."""
+    from gemm_bench.measure import accuracy, peers
 
     def competitor(*regions: str) -> Callable[[Callable[[str, str], None]], None]:
         def run(mark: Callable[[str, str], None]) -> None:
@@ -346,18 +346,18 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
         is_available=lambda: True, synchronize=lambda: None, empty_cache=lambda: None, Event=_Event,
         nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None))
-    te = types.ModuleType("gemm_bench.backends.te")
+    te = types.ModuleType("gemm_bench.measure.backends.te")
     te.VERSION = "0.0-fake"  # type: ignore[attr-defined]
     te.support = lambda: {p: Support(p != "mxfp8", "needs sm_100 (fake)") for p in PRECISIONS}  # type: ignore[attr-defined]
     te.prequant_competitor = lambda p, g: competitor(g.pass_)  # type: ignore[attr-defined]
     te.autocast_competitor = lambda p, g, backward: competitor("fprop", "dgrad", "wgrad")  # type: ignore[attr-defined]
-    prov = types.ModuleType("gemm_bench.provenance")
+    prov = types.ModuleType("gemm_bench.measure.provenance")
     prov.collect = lambda method, version: (dict(H100), {**PROV, "method": method})  # type: ignore[attr-defined]
-    layer = types.ModuleType("gemm_bench.backends.layer_step")
+    layer = types.ModuleType("gemm_bench.measure.backends.layer_step")
     asked: dict[str, Any] = {}
 
     def measure_layer_step(question: Any, precisions: Any, time_group: Any, *, support: Any, modes: Any) -> Any:
-        from gemm_bench.step import layer_cell
+        from gemm_bench.measure.step import layer_cell
 
         asked["layer"] = (list(precisions), list(modes))
         samples, _ = time_group({p: lambda: competitor("step") for p in precisions})
@@ -373,28 +373,28 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
                 for m in modes for p in precisions]
 
     import gemm_bench
-    import gemm_bench.backends
+    import gemm_bench.measure.backends
 
     monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.setitem(sys.modules, "gemm_bench.backends.te", te)
-    monkeypatch.setitem(sys.modules, "gemm_bench.backends.layer_step", layer)
-    monkeypatch.setitem(sys.modules, "gemm_bench.provenance", prov)
-    monkeypatch.setattr(gemm_bench, "provenance", prov, raising=False)
-    monkeypatch.setattr(gemm_bench.backends, "te", te, raising=False)
+    monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.te", te)
+    monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.layer_step", layer)
+    monkeypatch.setitem(sys.modules, "gemm_bench.measure.provenance", prov)
+    monkeypatch.setattr(gemm_bench.measure, "provenance", prov, raising=False)
+    monkeypatch.setattr(gemm_bench.measure.backends, "te", te, raising=False)
     monkeypatch.setattr(accuracy, "measure_accuracy", measure_accuracy)
     monkeypatch.setattr(peers, "registered_peers", lambda: [
         _FakePeer("gemm peer", "BF16"), _FakePeer("bf16", "FP8 rowwise"),  # a name equal to a precision id
         _FakePeer("linear peer", "FP8 tensorwise", kind="linear"), _FakePeer("absent peer", "BF16", ok=False)])
-    monkeypatch.delitem(sys.modules, "gemm_bench.runner", raising=False)
-    import gemm_bench.runner as runner
+    monkeypatch.delitem(sys.modules, "gemm_bench.measure.runner", raising=False)
+    import gemm_bench.measure.runner as runner
 
-    monkeypatch.delitem(sys.modules, "gemm_bench.runner")
+    monkeypatch.delitem(sys.modules, "gemm_bench.measure.runner")
     return runner, asked
 
 
 def test_runner_measures_peers_layer_step_and_accuracy_in_one_run(fake_runner_module: Any) -> None:
     runner, asked = fake_runner_module
-    from gemm_bench.timing import TimerSettings
+    from gemm_bench.measure.timing import TimerSettings
 
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
     question = build_question(fields=dict(hidden_size=256, ffn_hidden_size=512, num_attention_heads=4,
@@ -425,7 +425,7 @@ def test_runner_measures_peers_layer_step_and_accuracy_in_one_run(fake_runner_mo
 
 def test_runner_without_peers_or_extras_measures_only_gemms(fake_runner_module: Any) -> None:
     runner, asked = fake_runner_module
-    from gemm_bench.timing import TimerSettings
+    from gemm_bench.measure.timing import TimerSettings
 
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
     doc = runner.Runner(settings, peers=False, telemetry=False).measure(

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gemm_bench.choices import ChoiceError, parse_choices, split_list
-from gemm_bench.precisions import MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
+from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
+from gemm_bench.question.precisions import MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
 
 
 @pytest.mark.parametrize(

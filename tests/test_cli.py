@@ -17,10 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gemm_bench import cli, phases
-from gemm_bench.cache import Cache, read_document
+from gemm_bench.cli import commands as cli
 from gemm_bench.cli import main
-from gemm_bench.timing import TimerSettings
+from gemm_bench.measure import phases
+from gemm_bench.measure.timing import TimerSettings
+from gemm_bench.results.cache import Cache, read_document
 from tests.conftest import make_document
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,7 +129,7 @@ def no_gpu_stack_expected() -> Callable[[], Any]:
 
 
 class FakeRunner:
-    """Stands in for gemm_bench.runner.Runner: records how the CLI built it, returns a valid result."""
+    """Stands in for gemm_bench.measure.runner.Runner: records how the CLI built it, returns a valid result."""
 
     instances: ClassVar[list[FakeRunner]] = []
 
@@ -300,7 +301,7 @@ def test_rounds_never_exceed_the_request_nor_fall_below_the_floor(reps: int, flo
      ({"timer": "stopwatch"}, "timer")],
 )
 def test_timer_settings_refuse_what_would_hang_or_lie(fields: dict[str, Any], field: str) -> None:
-    from gemm_bench.timing import TimerSettingsError
+    from gemm_bench.measure.timing import TimerSettingsError
 
     with pytest.raises(TimerSettingsError) as info:
         TimerSettings(**fields)
@@ -347,7 +348,7 @@ def test_the_interleaver_times_the_rounds_the_settings_allow(repetitions: int, p
     """Interleaver's own loop on CPU (fake CUDA events): the sample count is the rounds that ran."""
     import time
 
-    from gemm_bench.timing import Interleaver
+    from gemm_bench.measure.timing import Interleaver
 
     def competitor(mark: Callable[[str, str], None]) -> None:
         mark("main", "start")
@@ -363,7 +364,7 @@ def test_the_interleaver_times_the_rounds_the_settings_allow(repetitions: int, p
 
 
 def test_few_samples_get_honest_quantiles() -> None:
-    from gemm_bench.timing import Samples
+    from gemm_bench.measure.timing import Samples
 
     stats = Samples([1.0, 2.0, 4.0]).to_stats()
     assert stats["n"] == 3 and stats["median_ms"] == 2.0 and stats["min_ms"] == 1.0
@@ -457,7 +458,7 @@ def test_profile_phases_prints_where_the_time_went(fake_gpu: type[FakeRunner], t
 # ------------------------------------------------------------------------------------ readme-figure
 @pytest.fixture
 def figures_available() -> None:
-    pytest.importorskip("gemm_bench.figures")
+    pytest.importorskip("gemm_bench.report.figures")
 
 
 @pytest.mark.usefixtures("figures_available")
@@ -473,8 +474,8 @@ def test_readme_figure_writes_the_variants_then_is_up_to_date(tmp_path: Path) ->
 
 @pytest.mark.usefixtures("figures_available")
 def test_readme_figure_without_a_usable_result_is_exit_2(tmp_path: Path) -> None:
-    from gemm_bench.cache import file_name
-    from gemm_bench.question import build_question
+    from gemm_bench.question.question import build_question
+    from gemm_bench.results.cache import file_name
 
     junk = tmp_path / file_name(build_question(model="te-guide-5b").hash, "NVIDIA H100 80GB HBM3")
     junk.write_text("{")  # the README's question, unreadable
@@ -507,7 +508,7 @@ def test_readme_figure_needs_no_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_
 
 # ------------------------------------------------------------------------------------ fuzz
 class FakeFigures:
-    """gemm_bench.figures for the fuzz: drawing is not what it tests, and must write nothing."""
+    """gemm_bench.report.figures for the fuzz: drawing is not what it tests, and must write nothing."""
 
     class FigureError(Exception):
         pass
@@ -517,7 +518,7 @@ class FakeFigures:
         raise FakeFigures.FigureError(f"no result in {cache_dir}")
 
 
-#: ``refresh`` and ``merge`` (gemm_bench.cli_fleet) are left out: given a real directory they scan
+#: ``refresh`` and ``merge`` (gemm_bench.cli.fleet) are left out: given a real directory they scan
 #: or write whole trees; their own tests (test_refresh, test_compare_merge) cover their errors.
 SUBCOMMANDS = ["shapes", "run", "report", "presets", "readme-figure", "compare"]
 MODEL_FLAGS = ["--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups", "--kv-channels",

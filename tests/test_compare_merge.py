@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.cache import dumps, read_document
-from gemm_bench.compare import CompareError, compare, compare_dirs, load_result
-from gemm_bench.fleet import MergeError, decide, merge
+from gemm_bench.report.compare import CompareError, compare, compare_dirs, load_result
+from gemm_bench.results.cache import dumps, read_document
+from gemm_bench.results.merge import MergeError, decide, merge
 
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
 TE_GUIDE = "6395c3eace1d229f"  # the question of the TE guide's layer (te-guide-5b)
@@ -29,7 +29,7 @@ def _scaled(cell: dict, factor: float) -> dict:
 
 
 def test_te_guide_hash_is_the_te_guide_question() -> None:
-    from gemm_bench.question import build_question
+    from gemm_bench.question.question import build_question
 
     assert build_question(model="te-guide-5b").hash == TE_GUIDE
 
@@ -111,8 +111,8 @@ def test_compare_dirs_lists_changed_added_removed(tmp_path: Path) -> None:
 
 def fleet_cli(argv: list[str]) -> int:
     """Run a fleet command through cli_fleet.add_commands on the CLI's own parser class."""
-    from gemm_bench.cli import Parser
-    from gemm_bench.cli_fleet import add_commands
+    from gemm_bench.cli.commands import Parser
+    from gemm_bench.cli.fleet import add_commands
 
     parser = Parser(prog="gemm-bench")
     add_commands(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
@@ -121,7 +121,7 @@ def fleet_cli(argv: list[str]) -> int:
 
 
 def test_cli_compare_merge_and_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from gemm_bench.cli import UsageError
+    from gemm_bench.cli.errors import UsageError
 
     assert fleet_cli(["compare", str(H100), str(H200), "--markdown"]) == 0
     assert "| Autocast | BF16 |" in capsys.readouterr().out
@@ -153,7 +153,7 @@ def _runner_dir(tmp_path: Path, name: str, *docs: dict) -> Path:
     directory = tmp_path / "incoming" / name
     directory.mkdir(parents=True)
     for doc in docs:
-        from gemm_bench.cache import file_name
+        from gemm_bench.results.cache import file_name
 
         (directory / file_name(doc["question_hash"], doc["device"]["name"])).write_text(dumps(doc), encoding="utf-8")
     return directory

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gemm_bench.config import PRESETS, ConfigError, ModelConfig, cli_flag, config_from_hf, config_from_mapping
-from gemm_bench.question import build_question
-from gemm_bench.shapes import GemmShape, layer_gemms, manual_gemms, parse_shape, square_sweep
+from gemm_bench.question.config import PRESETS, ConfigError, ModelConfig, cli_flag, config_from_hf, config_from_mapping
+from gemm_bench.question.question import build_question
+from gemm_bench.question.shapes import GemmShape, layer_gemms, manual_gemms, parse_shape, square_sweep
 
 HF = Path(__file__).parent / "data" / "hf"
 

@@ -19,10 +19,10 @@ import pytest
 from bs4 import BeautifulSoup
 from sphinx.testing.util import SphinxTestApp
 
-from gemm_bench.cache import dumps, file_name
-from gemm_bench.question import build_question
-from gemm_bench.report import Report
-from gemm_bench.results import METHOD_VERSION
+from gemm_bench.question.question import build_question
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import dumps, file_name
+from gemm_bench.results.schema import METHOD_VERSION
 from gemm_benchmark import execution
 
 from .conftest import H100, H200, make_document
@@ -352,7 +352,7 @@ def test_a_te_upgrade_on_the_gpu_box_re_measures_exactly_that_gpus_results(
 
 
 def test_device_slugs_are_idempotent_and_unchanged_for_cached_devices() -> None:
-    from gemm_bench.devices import ALIASES, device_slug, selects
+    from gemm_bench.question.devices import ALIASES, device_slug, selects
 
     for name, slug in (("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3"), ("NVIDIA H200", "h200"),
                        ("NVIDIA GH200 480GB", "gh200-480gb"), ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb")):
@@ -388,7 +388,7 @@ def test_a_prose_edit_reads_results_without_validating_them_again(project: Proje
 
 def test_trust_is_keyed_by_content_and_by_the_validators_code(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from gemm_bench import cache as cache_module
+    from gemm_bench.results import cache as cache_module
 
     q = build_question(model="te-guide-5b")
     good = tmp_path / file_name(q.hash, H100["name"])

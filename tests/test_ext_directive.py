@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench.precisions import PRECISIONS
-from gemm_bench.report import Report
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.report.report import Report
 from gemm_benchmark.values import format_ms, format_speedup
 
 

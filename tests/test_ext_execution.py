@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.cache import Cache
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import Cache
 from gemm_benchmark import execution
 
 FAKE = {"name": "NVIDIA Fake GPU", "compute_capability": "9.0"}

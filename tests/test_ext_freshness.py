@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench.question import build_question
-from gemm_bench.results import METHOD_VERSION
+from gemm_bench.question.question import build_question
+from gemm_bench.results.schema import METHOD_VERSION
 
 
 @pytest.mark.sphinx("html", testroot="freshness", srcdir="freshness-table",

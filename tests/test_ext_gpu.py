@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench.cache import Cache
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import Cache
 
 
 @pytest.mark.gpu

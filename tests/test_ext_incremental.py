@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.cache import Cache
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import Cache
 
 H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench.report import Report
+from gemm_bench.report.report import Report
 from gemm_benchmark.render_table import format_speedup
 from tests.helpers import near, tooltip_number
 

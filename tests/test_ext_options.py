@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench.config import BOOL_FIELDS, INT_FIELDS
+from gemm_bench.question.config import BOOL_FIELDS, INT_FIELDS
 from gemm_benchmark.config import CONFIG_VALUES
 from gemm_benchmark.directive import GemmBenchmarkDirective
 from gemm_benchmark.options import OPTIONS, OptionError, parse_options
@@ -35,7 +35,7 @@ def _parse(tmp_path: Path, **options: str):
 
 
 def test_parse_matches_the_cli_question(tmp_path):
-    from gemm_bench.question import build_question
+    from gemm_bench.question.question import build_question
 
     request = _parse(tmp_path, model="te-guide-5b", num_layers="4", swiglu="", precisions="fp8_current, BF16",
                      modes="pre-quantized", devices="H100 h200", show="table")

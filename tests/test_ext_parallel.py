@@ -6,7 +6,7 @@ import io
 import shutil
 from pathlib import Path
 
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
 
 H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
 

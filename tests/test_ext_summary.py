@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.precisions import PRECISIONS
-from gemm_bench.question import build_question
-from gemm_bench.report import Report
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.question.question import build_question
+from gemm_bench.report.report import Report
 from gemm_benchmark.values import format_ms, format_speedup
 
 from .conftest import H100, H200, make_document

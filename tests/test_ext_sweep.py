@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench.question import build_question
-from gemm_bench.report import Report
+from gemm_bench.question.question import build_question
+from gemm_bench.report.report import Report
 from tests.helpers import near, tooltip_number
 
 

@@ -9,8 +9,8 @@ import pytest
 from bs4 import BeautifulSoup
 from sphinx.cmd.build import build_main
 
-from gemm_bench.cache import file_name
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import file_name
 from tests.helpers import warnings_by_line
 
 ROOTS = Path(__file__).parent / "roots"

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench import figures, hardware
-from gemm_bench.precisions import BASELINE
-from gemm_bench.report import Report
+from gemm_bench.question import hardware
+from gemm_bench.question.precisions import BASELINE
+from gemm_bench.report import figures
+from gemm_bench.report.report import Report
 
 from .test_figures import font_px, real_report, texts
 

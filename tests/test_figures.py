@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from gemm_bench import figure_layout as layout
-from gemm_bench import figures
-from gemm_bench.figures import FigureError, quartiles, ratio_spread, render, spec_for, summary_spec
-from gemm_bench.report import Report
+from gemm_bench.report import figure_layout as layout
+from gemm_bench.report import figure_spec, figures
+from gemm_bench.report.figure_spec import FigureError
+from gemm_bench.report.figures import quartiles, ratio_spread, render, spec_for, summary_spec
+from gemm_bench.report.report import Report
 
 from .conftest import DATA, H200, make_document, read_document_any_name
 
@@ -114,7 +115,7 @@ def test_the_key_changes_with_the_figure_code_version(monkeypatch: pytest.Monkey
     spec = spec_for(real_report(), "autocast")
     assert spec is not None
     before = spec.key()
-    monkeypatch.setattr(figures, "FIGURE_VERSION", figures.FIGURE_VERSION + "-next")
+    monkeypatch.setattr(figure_spec, "FIGURE_VERSION", figure_spec.FIGURE_VERSION + "-next")
     assert spec.key() != before
 
 
@@ -142,7 +143,7 @@ def test_one_svg_follows_the_page_theme() -> None:
     assert b"prefers-color-scheme: dark" in svg.split(b"<defs>")[1].split(b"</defs>")[0]  # the rule, in <defs>
     drawing = svg.split(b"</defs>", 1)[1]
     assert b"currentColor" in drawing
-    for ink in figures._INK.values():  # the fixed inks only in the root's rule and <defs>
+    for ink in figure_spec._INK.values():  # the fixed inks only in the root's rule and <defs>
         assert ink.encode() not in drawing
     labels = [t.text for t in texts(svg)]
     assert "Whole model" in labels and "QKV projection · Fprop" in labels  # text as text: searchable
@@ -169,8 +170,8 @@ def test_bytes_are_deterministic_across_processes(tmp_path: Path) -> None:
     assert spec is not None
     mine = {fmt: render(spec, fmt) for fmt in figures.FORMATS}
     assert mine == {fmt: render(spec, fmt) for fmt in figures.FORMATS}
-    code = ("import sys, json\nfrom pathlib import Path\nfrom gemm_bench.report import Report\n"
-            "from gemm_bench.figures import spec_for, render\n"
+    code = ("import sys, json\nfrom pathlib import Path\nfrom gemm_bench.report.report import Report\n"
+            "from gemm_bench.report.figures import spec_for, render\n"
             f"r = Report(json.loads(Path({str(DATA / 'h100-te-guide-5b.json')!r}).read_text()))\n"
             "sys.stdout.buffer.write(render(spec_for(r, 'autocast'), 'svg'))\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
@@ -218,7 +219,7 @@ def test_labels_stay_readable_at_phone_width(which: str, question: Any) -> None:
     assert smallest * figures.PHONE_WIDTH_PX / view_width >= figures.MIN_PHONE_PX
 
 
-def layout_specs(question: Any) -> list[figures.FigureSpec]:
+def layout_specs(question: Any) -> list[figure_spec.FigureSpec]:
     """One spec of every kind and feature: bars with a bold total, percent ticks and dotted peaks,
     a sweep, a scatter, the README's titled panels, a titled sweep, a hostile long name, a note."""
     from .test_extra_figures import accuracy_report
@@ -281,7 +282,7 @@ def test_matplotlib_paints_the_scene_inside_the_figure() -> None:
     pytest.importorskip("matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from gemm_bench import figure_mpl
+    from gemm_bench.report import figure_mpl
 
     for spec in (spec_for(real_report(), "prequant"), figures.readme_spec(ROOT / "docs" / "_gemm_cache")):
         assert spec is not None
@@ -323,7 +324,7 @@ def test_category_labels_are_in_their_tick_groups_top_first() -> None:
             assert ys == sorted(ys) and len(set(ys)) == len(ys)
 
 
-def _in_legend(root: ET.Element, spec: figures.FigureSpec) -> Callable[[float], bool]:
+def _in_legend(root: ET.Element, spec: figure_spec.FigureSpec) -> Callable[[float], bool]:
     """Whether a mark at height ``y`` is a legend swatch: on the line of a precision's name."""
     names = {s.label for p in spec.panels for s in p.series}
     lines = [float(t.get("y", "")) for t in root.iter(f"{SVG_NS}text") if t.text in names]
@@ -379,8 +380,8 @@ def test_every_bar_is_as_long_as_its_value_on_the_drawn_axis(which: str) -> None
 def test_every_sweep_point_is_at_its_value_on_the_drawn_axis() -> None:
     """The sweep figure read back from the SVG: each series' markers, mapped through the value
     axis (its grid lines at the values its tick labels name), are the series' speedups in size order."""
-    from gemm_bench.cache import Cache
-    from gemm_bench.question import build_question
+    from gemm_bench.question.question import build_question
+    from gemm_bench.results.cache import Cache
 
     q = build_question(sweep=["256", "512", "1024", "2048", "4096", "8192", "16384"])  # docs/index.rst
     doc = Cache(ROOT / "docs" / "_gemm_cache").lookup(q.hash).documents[0]
@@ -407,13 +408,13 @@ def test_every_sweep_point_is_at_its_value_on_the_drawn_axis() -> None:
 
 # ------------------------------------------------------------------------ layout: metrics, ticks
 def test_font_table_is_what_the_fonts_give() -> None:
-    """bench/gemm_bench/dejavu_metrics.py is tools/font_metrics.py's output, not typed by hand."""
+    """bench/gemm_bench/report/dejavu_metrics.py is tools/font_metrics.py's output, not typed by hand."""
     pytest.importorskip("matplotlib")
     spec = importlib.util.spec_from_file_location("font_metrics", ROOT / "tools" / "font_metrics.py")
     assert spec is not None and spec.loader is not None
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    committed = (ROOT / "bench" / "gemm_bench" / "dejavu_metrics.py").read_text(encoding="utf-8")
+    committed = (ROOT / "bench" / "gemm_bench" / "report" / "dejavu_metrics.py").read_text(encoding="utf-8")
     assert tool.generate() == committed, "run python tools/font_metrics.py and commit"
 
 
@@ -511,7 +512,7 @@ def test_a_figure_is_drawn_once_per_key(tmp_path: Path, monkeypatch: pytest.Monk
     assert spec is not None
     drawn: list[str] = []
     real_render = figures.render
-    def counting_render(spec: figures.FigureSpec, fmt: str, **kwargs: Any) -> bytes:
+    def counting_render(spec: figure_spec.FigureSpec, fmt: str, **kwargs: Any) -> bytes:
         drawn.append(fmt)
         return real_render(spec, fmt, **kwargs)
 
@@ -530,7 +531,7 @@ def test_a_figure_is_drawn_once_per_key(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_importing_figures_is_cheap_and_pure() -> None:
-    code = ("import sys\nimport gemm_bench.figures\n"
+    code = ("import sys\nimport gemm_bench.report.figures\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'sphinx', 'torch', 'numpy'))\n"
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -542,7 +543,7 @@ def test_drawing_an_svg_imports_neither_matplotlib_nor_numpy(tmp_path: Path) -> 
     no numpy, even where they are installed; and none is needed (they are made unimportable)."""
     code = ("import sys, json\nfrom pathlib import Path\n"
             "sys.modules.update(matplotlib=None, numpy=None)  # an import of either now fails\n"
-            "from gemm_bench import figures\nfrom gemm_bench.report import Report\n"
+            "from gemm_bench.report import figures\nfrom gemm_bench.report.report import Report\n"
             f"r = Report(json.loads(Path({str(DATA / 'h100-te-guide-5b.json')!r}).read_text()))\n"
             f"out = Path({str(tmp_path)!r})\n"
             "for mode in r.modes:\n"

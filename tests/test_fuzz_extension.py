@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sphinx.testing.util import SphinxTestApp
 
-from gemm_bench.cache import CacheError, file_name, read_document
-from gemm_bench.devices import device_slug
+from gemm_bench.question.devices import device_slug
+from gemm_bench.results.cache import CacheError, file_name, read_document
 from tests.test_fuzz_results import BASES, hostile_documents
 
 TE_HASH = BASES[0]["question_hash"]

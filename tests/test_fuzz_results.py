@@ -26,13 +26,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gemm_bench import cli
-from gemm_bench.accuracy import DISTRIBUTIONS
-from gemm_bench.cache import CacheError, file_name, read_document
-from gemm_bench.precisions import ALL_MODES, PRECISION_IDS
-from gemm_bench.report import Report
-from gemm_bench.results import document_gemms
-from gemm_bench.shapes import PASSES
+from gemm_bench.cli import commands as cli
+from gemm_bench.question.precisions import ALL_MODES, PRECISION_IDS
+from gemm_bench.question.shapes import PASSES
+from gemm_bench.report.report import Report
+from gemm_bench.results.accuracy_schema import DISTRIBUTIONS
+from gemm_bench.results.cache import CacheError, file_name, read_document
+from gemm_bench.results.schema import document_gemms
 from tests.fake_beyond import beyond_document
 from tests.helpers import synthetic_document
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.cache import Cache, read_document
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import Cache, read_document
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytestmark = [
@@ -30,8 +30,8 @@ pytestmark = [
 ]
 te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
 
-from gemm_bench.runner import Runner  # noqa: E402
-from gemm_bench.timing import Interleaver, TimerSettings, time_many  # noqa: E402
+from gemm_bench.measure.runner import Runner  # noqa: E402
+from gemm_bench.measure.timing import Interleaver, TimerSettings, time_many  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ FAST = TimerSettings(repetitions=20, warmup_s=0.2, spinup_s=1.0)
 
 
 def test_support_comes_from_te_with_reasons() -> None:
-    from gemm_bench.backends.te import support
+    from gemm_bench.measure.backends.te import support
 
     result = support()
     for pid, s in result.items():

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import pytest
 
-from gemm_bench.config import ModelConfig, preset
-from gemm_bench.question import build_question
-from gemm_bench.shapes import GemmShape
+from gemm_bench.question.config import ModelConfig, preset
+from gemm_bench.question.question import build_question
+from gemm_bench.question.shapes import GemmShape
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytestmark = [
@@ -30,10 +30,11 @@ pytestmark = [
 ]
 te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
 
-from gemm_bench import accuracy, peers  # noqa: E402
-from gemm_bench.backends import layer_step  # noqa: E402
-from gemm_bench.backends.te import support  # noqa: E402
-from gemm_bench.timing import Competitor, Interleaver, Samples, TimerSettings  # noqa: E402
+from gemm_bench.measure import accuracy, peers  # noqa: E402
+from gemm_bench.measure.backends import layer_step  # noqa: E402
+from gemm_bench.measure.backends.te import support  # noqa: E402
+from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings  # noqa: E402
+from gemm_bench.results import accuracy_schema  # noqa: E402
 
 FAST = TimerSettings(repetitions=20, warmup_s=0.5, spinup_s=1.0)
 FP8_RECIPES = ("fp8-delayed", "fp8-current", "fp8-block", "mxfp8")
@@ -51,7 +52,7 @@ def _time_group(builders: dict[str, Callable[[], Competitor]]) -> tuple[dict[str
 
 
 # ----------------------------------------------------------------------------- accuracy
-@pytest.mark.parametrize("distribution", list(accuracy.DISTRIBUTIONS))
+@pytest.mark.parametrize("distribution", list(accuracy_schema.DISTRIBUTIONS))
 def test_bf16_sqnr_above_every_fp8_recipe(distribution: str) -> None:
     question = build_question(model="llama3-8b", fields={"seq_length": 1024, "num_layers": 1})
     mlp_up = next(g for g in question.gemms if g.op == "mlp_up" and g.pass_ == "fprop")
@@ -59,7 +60,7 @@ def test_bf16_sqnr_above_every_fp8_recipe(distribution: str) -> None:
     fp8 = _supported(FP8_RECIPES)
     assert fp8, "no FP8 recipe is supported on this GPU"
     cells = accuracy.measure_accuracy(sub, ["bf16", *fp8], ["autocast", "prequant"], distributions=[distribution])
-    accuracy.validate_accuracy_cells(cells, {(g.op, g.pass_) for g in sub.gemms})
+    accuracy_schema.validate_accuracy_cells(cells, {(g.op, g.pass_) for g in sub.gemms})
     measured = {(c["mode"], c["precision"], c["pass"]): c["sqnr_db"] for c in cells if c["status"] == "measured"}
     for c in cells:
         print(f"sqnr {distribution:<8} {c['mode']:<8} {c['precision']:<12} {c['pass']:<5} "
@@ -106,7 +107,7 @@ def test_moe_layer_step_is_unsupported_with_the_reason() -> None:
 # ----------------------------------------------------------------------------- peers
 @pytest.mark.parametrize("fp8", [False, True])
 def test_triton_example_matches_the_reference(fp8: bool) -> None:
-    triton_peer = pytest.importorskip("gemm_bench.backends.triton_peer", reason="Triton is not installed")
+    triton_peer = pytest.importorskip("gemm_bench.measure.backends.triton_peer", reason="Triton is not installed")
     m, k, n = 1000, 1024, 768  # M not a multiple of the tile: masks are exercised
     a = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -14,11 +14,12 @@ import sys
 
 import pytest
 
-from gemm_bench import hardware, roofline
-from gemm_bench.devices import ALIASES, device_slug
-from gemm_bench.hardware import HardwareError, pct_of_peak, peak_tflops, peak_violations
-from gemm_bench.roofline import Achievable, RooflineError, predict
-from gemm_bench.shapes import GemmShape
+from gemm_bench.question import hardware
+from gemm_bench.question.devices import ALIASES, device_slug
+from gemm_bench.question.hardware import HardwareError, pct_of_peak, peak_tflops, peak_violations
+from gemm_bench.question.shapes import GemmShape
+from gemm_bench.report import roofline
+from gemm_bench.report.roofline import Achievable, RooflineError, predict
 
 BIG = GemmShape("square", "fprop", 4096, 4096, 4096)
 SKINNY = GemmShape("skinny", "fprop", 16, 4096, 4096)
@@ -249,7 +250,7 @@ def test_method_and_prediction_serialize() -> None:
 
 
 def test_hardware_and_roofline_import_without_torch() -> None:
-    code = ("import sys, gemm_bench.hardware, gemm_bench.roofline\n"
+    code = ("import sys, gemm_bench.question.hardware, gemm_bench.report.roofline\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'transformer_engine')]\n"
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

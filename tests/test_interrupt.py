@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from gemm_bench.cache import Cache, read_document
+from gemm_bench.results.cache import Cache, read_document
 from tests.helpers import synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WRITER = """
 import sys, itertools
 sys.path.insert(0, {root!r})
-from gemm_bench.cache import Cache
+from gemm_bench.results.cache import Cache
 from tests.helpers import synthetic_document
 cache = Cache({cache!r})
 print("ready", flush=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.config import (
+from gemm_bench.question.config import (
     PRESET_DESCRIPTIONS,
     PRESET_SOURCES,
     PRESETS,
@@ -22,8 +22,8 @@ from gemm_bench.config import (
     megatron_args_to_fields,
     split_megatron_args,
 )
-from gemm_bench.question import Question, build_question
-from gemm_bench.shapes import OP_NAMES, OPS
+from gemm_bench.question.question import Question, build_question
+from gemm_bench.question.shapes import OP_NAMES, OPS
 
 DATA = Path(__file__).parent / "data"
 HF = DATA / "hf"

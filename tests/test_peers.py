@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gemm_bench import peers
-from gemm_bench.peers import DENSE_ONLY_REASON, ENTRY_POINT_GROUP, PeerError, discover, peers_from
-from gemm_bench.shapes import GemmShape
+from gemm_bench.measure import peers
+from gemm_bench.measure.peers import DENSE_ONLY_REASON, ENTRY_POINT_GROUP, PeerError, discover, peers_from
+from gemm_bench.question.shapes import GemmShape
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMM = GemmShape("qkv", "dgrad", 256, 512, 128)
@@ -72,7 +72,7 @@ def test_builtin_peers_without_entry_points() -> None:
 
 def test_torch_native_names_match_the_backend_rows() -> None:
     # The backend imports torch, so read its PEERS table from the source.
-    tree = ast.parse((ROOT / "bench/gemm_bench/backends/torch_native.py").read_text())
+    tree = ast.parse((ROOT / "bench/gemm_bench/measure/backends/torch_native.py").read_text())
     table = next(node.value for node in ast.walk(tree)
                  if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "PEERS")
     assert isinstance(table, ast.Dict)
@@ -90,8 +90,8 @@ def test_fake_entry_point_is_discovered() -> None:
 
 
 def test_builtin_entry_points_load_once() -> None:
-    found, problems = discover([ep("torch-native", "gemm_bench.peers:torch_native_peers"),
-                                ep("triton-example", "gemm_bench.peers:triton_example_peers")])
+    found, problems = discover([ep("torch-native", "gemm_bench.measure.peers:torch_native_peers"),
+                                ep("triton-example", "gemm_bench.measure.peers:triton_example_peers")])
     assert [p.name for p in found] == BUILTIN_NAMES and problems == []
 
 
@@ -102,7 +102,7 @@ def test_builtin_entry_points_load_once() -> None:
         ("tests.test_peers:no_such_name", "AttributeError"),
         ("tests.test_peers:NOT_A_PEER", "neither a peer nor a callable"),
         ("tests.test_peers:bad_kind", "kind 'conv'"),
-        ("tests.test_peers:duplicate_of_builtin", "already registered by gemm_bench.peers:torch_native_peers"),
+        ("tests.test_peers:duplicate_of_builtin", "already registered by gemm_bench.measure.peers:torch_native_peers"),
     ],
 )
 def test_broken_entry_points_are_reported_and_skipped(value: str, problem: str) -> None:
@@ -129,7 +129,7 @@ def test_installed_entry_points_discover_without_problems() -> None:
 def test_discovery_imports_no_torch() -> None:
     code = (
         "import sys\n"
-        "from gemm_bench.peers import discover\n"
+        "from gemm_bench.measure.peers import discover\n"
         "found, problems = discover()\n"
         "assert len(found) >= 7 and not problems, problems\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "

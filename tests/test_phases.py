@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gemm_bench import phases
-from gemm_bench.phases import PhaseError, PhaseProfiler
+from gemm_bench.measure import phases
+from gemm_bench.measure.phases import PhaseError, PhaseProfiler
 
 
 class FakeClock:
@@ -158,7 +158,7 @@ def test_process_start_age_from_the_kernel_counts_interpreter_start() -> None:
     code = (
         "import time; time.sleep(0.4)\n"
         "import sys\n"
-        "from gemm_bench.phases import process_start_age\n"
+        "from gemm_bench.measure.phases import process_start_age\n"
         "age = process_start_age()\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')]\n"
         "print(age)\n"
@@ -207,9 +207,9 @@ def _fake_torch() -> types.ModuleType:
 
 @pytest.fixture
 def fake_runner(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeClock, dict[str, Callable[..., Any]]]:
-    """``gemm_bench.runner`` imported against fakes (restored afterwards), and the fake clock."""
-    from gemm_bench.plan import Support
-    from gemm_bench.precisions import PRECISIONS
+    """``gemm_bench.measure.runner`` imported against fakes (restored afterwards), and the fake clock."""
+    from gemm_bench.question.plan import Support
+    from gemm_bench.question.precisions import PRECISIONS
 
     clock = FakeClock()
 
@@ -231,39 +231,39 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeClock, dict[s
         clock.advance(0.5)
         return {pid: Support(True) for pid in PRECISIONS}
 
-    te = types.ModuleType("gemm_bench.backends.te")
+    te = types.ModuleType("gemm_bench.measure.backends.te")
     te.VERSION = "0.0-fake"  # type: ignore[attr-defined]
     te.support = support  # type: ignore[attr-defined]
     te.prequant_competitor = prequant_competitor  # type: ignore[attr-defined]
     te.autocast_competitor = lambda *a, **k: competitor("fprop")  # type: ignore[attr-defined]
-    native = types.ModuleType("gemm_bench.backends.torch_native")
+    native = types.ModuleType("gemm_bench.measure.backends.torch_native")
     native.PEERS = {}  # type: ignore[attr-defined]
     native.peer_competitor = lambda *a: competitor("fprop")  # type: ignore[attr-defined]
-    provenance = types.ModuleType("gemm_bench.provenance")
+    provenance = types.ModuleType("gemm_bench.measure.provenance")
     provenance.collect = lambda method, te_version: (  # type: ignore[attr-defined]
         {"name": "Fake GPU", "compute_capability": "9.0"}, {"method": method, "transformer_engine": te_version}
     )
     import gemm_bench
-    import gemm_bench.backends
+    import gemm_bench.measure.backends
 
     monkeypatch.setitem(sys.modules, "torch", _fake_torch())
-    monkeypatch.setitem(sys.modules, "gemm_bench.backends.te", te)
-    monkeypatch.setitem(sys.modules, "gemm_bench.backends.torch_native", native)
-    monkeypatch.setitem(sys.modules, "gemm_bench.provenance", provenance)
-    monkeypatch.setattr(gemm_bench, "provenance", provenance, raising=False)
-    monkeypatch.setattr(gemm_bench.backends, "te", te, raising=False)
-    monkeypatch.setattr(gemm_bench.backends, "torch_native", native, raising=False)
-    monkeypatch.delitem(sys.modules, "gemm_bench.runner", raising=False)
-    import gemm_bench.runner as runner
+    monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.te", te)
+    monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.torch_native", native)
+    monkeypatch.setitem(sys.modules, "gemm_bench.measure.provenance", provenance)
+    monkeypatch.setattr(gemm_bench.measure, "provenance", provenance, raising=False)
+    monkeypatch.setattr(gemm_bench.measure.backends, "te", te, raising=False)
+    monkeypatch.setattr(gemm_bench.measure.backends, "torch_native", native, raising=False)
+    monkeypatch.delitem(sys.modules, "gemm_bench.measure.runner", raising=False)
+    import gemm_bench.measure.runner as runner
 
-    monkeypatch.delitem(sys.modules, "gemm_bench.runner")  # the next importer gets the real one
+    monkeypatch.delitem(sys.modules, "gemm_bench.measure.runner")  # the next importer gets the real one
     return runner, clock, {"competitor": competitor}
 
 
 def test_runner_charges_each_phase_of_a_refresh(fake_runner: tuple[Any, FakeClock, Any]) -> None:
     runner, clock, _ = fake_runner
-    from gemm_bench.question import build_question
-    from gemm_bench.timing import TimerSettings
+    from gemm_bench.measure.timing import TimerSettings
+    from gemm_bench.question.question import build_question
 
     profiler = PhaseProfiler(clock=clock)
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
@@ -292,8 +292,8 @@ def test_runner_charges_each_phase_of_a_refresh(fake_runner: tuple[Any, FakeCloc
 
 def test_runner_without_a_profiler_measures_the_same(fake_runner: tuple[Any, FakeClock, Any]) -> None:
     runner, _, _ = fake_runner
-    from gemm_bench.question import build_question
-    from gemm_bench.timing import TimerSettings
+    from gemm_bench.measure.timing import TimerSettings
+    from gemm_bench.question.question import build_question
 
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
     doc = runner.Runner(settings, peers=False, telemetry=False).measure(

@@ -6,9 +6,11 @@ import subprocess
 import sys
 
 CORE = [f"gemm_bench.{name}" for name in (
-    "config", "shapes", "precisions", "question", "plan", "results", "cache", "report", "cli", "devices", "choices",
-    "figures", "phases", "hardware", "roofline", "accuracy", "step", "peers", "compare", "fleet", "stack", "refresh",
-    "cli_fleet")]
+    "question.config", "question.shapes", "question.precisions", "question.question", "question.plan",
+    "results.schema", "results.cache", "report.report", "cli", "question.devices", "question.choices",
+    "report.figures", "measure.phases", "question.hardware", "report.roofline", "measure.accuracy", "measure.step",
+    "measure.peers", "report.compare", "results.merge", "results.stack", "cli.refresh", "cli.fleet",
+    "results.accuracy_schema", "results.step_schema", "report.figure_spec", "cli.errors")]
 
 
 def test_core_imports_no_torch() -> None:

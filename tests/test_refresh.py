@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.cache import Cache, read_document
-from gemm_bench.refresh import (
+from gemm_bench.cli.refresh import (
     GpuSlot,
     Job,
     RefreshError,
@@ -32,7 +31,8 @@ from gemm_bench.refresh import (
     scan_rst,
     select_gpus,
 )
-from gemm_bench.stack import document_stack
+from gemm_bench.results.cache import Cache, read_document
+from gemm_bench.results.stack import document_stack
 from tests.fake_gpu import DEVICE_NAME, REPO, fake_measure
 
 DOCS = REPO / "docs"
@@ -313,7 +313,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, cal
     code = textwrap.dedent(f"""\
         import sys
         from pathlib import Path
-        from gemm_bench.refresh import GpuSlot, refresh
+        from gemm_bench.cli.refresh import GpuSlot, refresh
         from tests.fake_gpu import fake_measure
         gpus = [GpuSlot(0, {DEVICE_NAME!r}, "a"), GpuSlot(1, {DEVICE_NAME!r}, "b")]
         outcome = refresh(Path({str(src)!r}), cache_dir=Path({str(cache)!r}), gpus=gpus, measure=fake_measure,

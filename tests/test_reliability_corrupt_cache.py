@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from bs4 import BeautifulSoup
 
-from gemm_bench.cache import dumps
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import dumps
 from tests.conftest import make_document, write_document
 from tests.helpers import warnings_by_line
 

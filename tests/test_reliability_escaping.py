@@ -21,7 +21,7 @@ import pytest
 from bs4 import BeautifulSoup
 from sphinx.cmd.build import build_main
 
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
 from tests.conftest import make_document, write_document
 
 ROOT = Path(__file__).parent / "roots" / "test-reliability-escaping"

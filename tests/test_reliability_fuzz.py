@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 from sphinx.testing.util import SphinxTestApp
 
 from gemm_bench.cli import main as cli_main
-from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, MAX_DIMENSION
-from gemm_bench.results import question_hash
-from gemm_bench.shapes import GemmShape
+from gemm_bench.question.config import BOOL_FIELDS, INT_FIELDS, MAX_DIMENSION
+from gemm_bench.question.question import question_hash
+from gemm_bench.question.shapes import GemmShape
 from gemm_benchmark import directive as directive_module
 from gemm_benchmark import records as site_records
 from gemm_benchmark.options import OPTIONS, OptionError, parse_options, split_list

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gemm_bench.config import ConfigError, cli_flag
-from gemm_bench.question import build_question
+from gemm_bench.question.config import ConfigError, cli_flag
+from gemm_bench.question.question import build_question
 
 HF = Path(__file__).parent / "data" / "hf"
 REAL = {p.name: json.loads(p.read_text()) for p in sorted(HF.glob("*.json"))}

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.cache import Cache, dumps, read_document
-from gemm_bench.question import build_question
-from gemm_bench.results import merge_documents
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import Cache, dumps, read_document
+from gemm_bench.results.schema import merge_documents
 from tests.helpers import synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def refresh_document(i: int) -> dict[str, Any]:
 
 WRITER = PRELUDE + """
 import itertools
-from gemm_bench.cache import Cache
+from gemm_bench.results.cache import Cache
 from tests.test_reliability_interrupt import refresh_document
 cache = Cache({cache!r})
 print("ready", flush=True)
@@ -97,7 +97,7 @@ def test_killed_refresh_leaves_exactly_the_old_or_the_new_file(tmp_path: Path) -
 
 PAUSED_WRITER = PRELUDE + """
 import os
-from gemm_bench.cache import Cache
+from gemm_bench.results.cache import Cache
 from tests.test_reliability_interrupt import refresh_document
 real_replace = os.replace
 def replace(src, dst):  # the worst instant: the new file is complete and fsynced, not yet renamed
@@ -136,7 +136,7 @@ def read_document_bytes(data: bytes) -> dict[str, Any]:
 
 
 HOLDER = PRELUDE + """
-from gemm_bench.cache import Cache, dumps, write_atomic
+from gemm_bench.results.cache import Cache, dumps, write_atomic
 from tests.helpers import synthetic_document
 cache = Cache({cache!r})
 doc = synthetic_document(ms={{("autocast", "fp8-current"): 1.25}})
@@ -148,7 +148,7 @@ print("released", flush=True)
 """
 
 STORER = PRELUDE + """
-from gemm_bench.cache import Cache
+from gemm_bench.results.cache import Cache
 from tests.helpers import synthetic_document
 cache = Cache({cache!r})
 doc = synthetic_document(ms={{("autocast", "bf16"): 2.5}})
@@ -185,7 +185,7 @@ def test_a_store_waits_for_another_process_holding_the_lock(tmp_path: Path) -> N
 
 BUILD = PRELUDE + """
 import os
-from gemm_bench.question import build_question
+from gemm_bench.question.question import build_question
 from gemm_benchmark import execution
 from tests.helpers import synthetic_document
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from bs4 import BeautifulSoup
 
-from gemm_bench.cache import read_document
-from gemm_bench.report import Report
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import read_document
 from gemm_benchmark.render_table import format_ms, format_speedup, format_tflops
 
 ROOT = Path(__file__).parent / "roots" / "test-reliability-parallel"

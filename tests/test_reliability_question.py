@@ -20,7 +20,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gemm_bench.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
+from gemm_bench.question.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
 from gemm_benchmark.options import OptionError, parse_options
 
 HERE = Path(__file__).parent

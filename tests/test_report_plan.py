@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gemm_bench.cache import Cache
-from gemm_bench.plan import Support, make_plan
-from gemm_bench.precisions import PRECISIONS
-from gemm_bench.question import build_question
-from gemm_bench.report import Report
+from gemm_bench.question.plan import Support, make_plan
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.question.question import build_question
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import Cache
 from tests.helpers import synthetic_document
 
 Q = build_question(model="te-guide-5b")
@@ -63,7 +63,7 @@ def test_real_cache_reports_are_consistent() -> None:
     from pathlib import Path
 
     for path in Cache(Path(__file__).parent.parent / "docs" / "_gemm_cache").files():
-        from gemm_bench.cache import read_document
+        from gemm_bench.results.cache import read_document
 
         report = Report(read_document(path))
         for total in report.totals():

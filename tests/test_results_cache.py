@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.cache import Cache, CacheError, file_name, is_stale, read_document
-from gemm_bench.question import build_question
-from gemm_bench.results import (
+from gemm_bench.question.question import build_question
+from gemm_bench.results.cache import Cache, CacheError, file_name, is_stale, read_document
+from gemm_bench.results.schema import (
     METHOD_VERSION,
     ResultError,
     cell_run_id,

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from gemm_bench import cache as cache_module
-from gemm_bench.cache import Cache, CacheError, dumps, file_name, is_stale, read_document
-from gemm_bench.precisions import PRECISIONS
-from gemm_bench.question import build_question
-from gemm_bench.report import Report
-from gemm_bench.results import (
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.question.question import build_question
+from gemm_bench.report.report import Report
+from gemm_bench.results import cache as cache_module
+from gemm_bench.results.cache import Cache, CacheError, dumps, file_name, is_stale, read_document
+from gemm_bench.results.schema import (
     MAX_LAYERS,
     MAX_MS,
     MIN_MS,
@@ -327,7 +327,7 @@ def test_store_after_a_malformed_peer_keeps_the_new_measurement(tmp_path: Path) 
 def test_the_writer_lock_is_filelock_not_fcntl() -> None:
     """The package imports where fcntl does not exist (Windows), even to read or write the cache."""
     code = ("import sys; sys.modules['fcntl'] = None\n"
-            "import gemm_bench.cache as c, tempfile, pathlib\n"
+            "import gemm_bench.results.cache as c, tempfile, pathlib\n"
             "from tests.helpers import synthetic_document\n"
             "d = tempfile.mkdtemp(); p = c.Cache(d).store(synthetic_document()); c.read_document(p); print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -148,7 +148,7 @@ def _unsupported_reason(doc: dict[str, Any], precision: str) -> str | None:
 def reasons_shown(heading: str, precisions: tuple[str, ...]) -> Check:
     """The blocks under ``heading`` show, in every device/mode panel, TE's reason for ``precisions``
     (as the result file the panel links records it), and no number for them."""
-    from gemm_bench.precisions import PRECISIONS
+    from gemm_bench.question.precisions import PRECISIONS
 
     def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
         section = _section(soup, heading)

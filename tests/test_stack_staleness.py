@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gemm_bench.cache import read_document
-from gemm_bench.stack import DEFAULT_STALE_WHEN, StackError, document_stack, stack_staleness, validate_fields
+from gemm_bench.results.cache import read_document
+from gemm_bench.results.stack import DEFAULT_STALE_WHEN, StackError, document_stack, stack_staleness, validate_fields
 
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
 

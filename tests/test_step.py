@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from gemm_bench import step
-from gemm_bench.config import preset
-from gemm_bench.step import StepError, amdahl, layer_cell, summarize, unsupported_reason, validate_layer_cells
+from gemm_bench.measure import step
+from gemm_bench.measure.step import amdahl, layer_cell, summarize, unsupported_reason
+from gemm_bench.question.config import preset
+from gemm_bench.results.step_schema import StepError, validate_layer_cells
 
 STATS = {"median_ms": 1.0, "iqr_ms": 0.01}
 
@@ -125,7 +126,7 @@ def test_step_imports_without_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, gemm_bench.step\n"
+    code = ("import sys, gemm_bench.measure.step\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'transformer_engine')]\n"
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""Clock/power telemetry and the events-vs-profiler cross-check (gemm_bench.telemetry), on CPU.
+"""Clock/power telemetry and the events-vs-profiler cross-check (gemm_bench.measure.telemetry), on CPU.
 
 The sampler child runs for real here, against a fake ``pynvml`` put on its path; the runner's
 order of work (every group timed before any profiler session) is checked with the fake GPU of
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from gemm_bench import telemetry
-from gemm_bench.results import ResultError, merge_documents, validate
-from gemm_bench.timing import Samples
+from gemm_bench.measure import telemetry
+from gemm_bench.measure.timing import Samples
+from gemm_bench.results.schema import ResultError, merge_documents, validate
 from tests.test_phases import fake_runner  # noqa: F401  (a fixture)
 
 FAKE_PYNVML = '''
@@ -114,14 +114,14 @@ def test_sampler_without_nvml_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_sampler_child_usage_errors() -> None:
-    out = subprocess.run([sys.executable, "-m", "gemm_bench.telemetry"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "gemm_bench.measure.telemetry"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(Path(telemetry.__file__).parents[1])})
     assert out.returncode == 2 and "usage" in out.stderr
 
 
 def _doc_with_groups() -> dict[str, Any]:
     doc = json.loads(Path("tests/data/cache-v1/6395c3eace1d229f--h100-80gb-hbm3.json").read_text(encoding="utf-8"))
-    from gemm_bench.results import stamp_run_ids
+    from gemm_bench.results.schema import stamp_run_ids
 
     doc = stamp_run_ids(doc) if doc["schema_version"] == 1 else doc
     doc["schema_version"] = 2
@@ -198,8 +198,8 @@ def test_merge_keeps_the_telemetry_of_kept_runs_only() -> None:
 def test_runner_cross_checks_only_after_every_group_is_timed(fake_runner: Any,  # noqa: F811
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     runner, _, _ = fake_runner
-    from gemm_bench.question import build_question
-    from gemm_bench.timing import Interleaver, TimerSettings
+    from gemm_bench.measure.timing import Interleaver, TimerSettings
+    from gemm_bench.question.question import build_question
 
     calls: list[str] = []
     real_run = Interleaver.run
@@ -228,7 +228,7 @@ def test_runner_cross_checks_only_after_every_group_is_timed(fake_runner: Any,  
 
 
 def test_report_prints_telemetry_and_flags() -> None:
-    from gemm_bench.report import Report
+    from gemm_bench.report.report import Report
 
     doc = _doc_with_groups()
     doc["provenance"]["method"]["telemetry"] = telemetry.method()["telemetry"]
@@ -314,8 +314,8 @@ def test_instantaneous_power_is_used_where_the_driver_has_it(tmp_path: Path, mon
 def test_the_sampler_process_ends_when_a_run_raises(fake_runner: Any,  # noqa: F811
                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     runner, _, _ = fake_runner
-    from gemm_bench.question import build_question
-    from gemm_bench.timing import Interleaver, TimerSettings
+    from gemm_bench.measure.timing import Interleaver, TimerSettings
+    from gemm_bench.question.question import build_question
 
     _fake_env(tmp_path, monkeypatch, FAKE_PYNVML)
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gemm_bench.devices import ALIASES
+from gemm_bench.question.devices import ALIASES
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -69,7 +69,7 @@ def test_docs_runs_the_readme_commands_from_the_cache_and_deploys_main(docs: dic
 
 
 def site_device_selectors() -> set[str]:
-    from gemm_bench.refresh import collect_jobs
+    from gemm_bench.cli.refresh import collect_jobs
 
     jobs, problems = collect_jobs(REPO / "docs")
     assert not problems

@@ -1,4 +1,4 @@
-"""Write ``bench/gemm_bench/dejavu_metrics.py``: DejaVu Sans advance widths for figure layout.
+"""Write ``bench/gemm_bench/report/dejavu_metrics.py``: DejaVu Sans advance widths for figure layout.
 
 ``python tools/font_metrics.py [--check]`` reads matplotlib's bundled ``DejaVuSans.ttf`` and
 ``DejaVuSans-Bold.ttf`` with :mod:`matplotlib.ft2font` (FreeType, no hinting, sized so that one
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "gemm_bench" / "dejavu_metrics.py"
+OUT = ROOT / "bench" / "gemm_bench" / "report" / "dejavu_metrics.py"
 
 #: Code point ranges (inclusive) and single characters recorded: what titles, labels, device
 #: names and value formats use (× · – — µ ≤ ≥ and accented letters among them).

@@ -517,7 +517,7 @@ class Cost:
 
 
 def _short(filename: str) -> str:
-    """A path from its package on (``gemm_bench/figures.py``, ``matplotlib/figure.py``)."""
+    """A path from its package on (``gemm_bench/report/figures.py``, ``matplotlib/figure.py``)."""
     for marker in EXTENSION_CODE:
         if marker in filename:
             return marker.lstrip("/") + filename.rsplit(marker, 1)[1]

@@ -17,7 +17,7 @@ class GemmBenchCli(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from gemm_bench.cli import build_parser
+        from gemm_bench.cli.commands import build_parser
 
         parser = build_parser()
         parser.prog = "gemm-bench"

@@ -16,7 +16,7 @@ from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.errors import ConfigError
 
-from gemm_bench.stack import DEFAULT_STALE_WHEN, STACK_FIELDS, StackError, validate_fields
+from gemm_bench.results.stack import DEFAULT_STALE_WHEN, STACK_FIELDS, StackError, validate_fields
 from gemm_benchmark import execution
 from gemm_benchmark.diagnostics import Subtype, warn
 

@@ -14,7 +14,7 @@ from docutils import nodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.devices import device_label
+from gemm_bench.question.devices import device_label
 from gemm_benchmark import execution, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn

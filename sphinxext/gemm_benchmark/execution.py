@@ -16,7 +16,7 @@ from the cache: a build measures the GPU it runs on.
 The answer path runs in one direction (see DESIGN.md): the cache files of the question are listed
 once and each is parsed at most once per build (:class:`ResultReads`); the GPU is asked once per
 build; a :class:`DeviceAnswer` carries the document read, its status and one
-:class:`~gemm_bench.report.Report` per mode, built from the *page's* question (its GEMMs, its layer
+:class:`~gemm_bench.report.report.Report` per mode, built from the *page's* question (its GEMMs, its layer
 count, its kind): the file only supplies per-GEMM measurements. Renderers and roles use these
 reports and nothing else.
 
@@ -37,12 +37,12 @@ from typing import Any
 from filelock import FileLock
 from sphinx.util import logging
 
-from gemm_bench.cache import Cache, CacheError, is_stale, read_document
-from gemm_bench.devices import device_slug, select
-from gemm_bench.question import Question
-from gemm_bench.report import Report
-from gemm_bench.results import ResultError
-from gemm_bench.stack import DEFAULT_STALE_WHEN, Rules, local_stack, remeasure, stack_staleness
+from gemm_bench.question.devices import device_slug, select
+from gemm_bench.question.question import Question
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import Cache, CacheError, is_stale, read_document
+from gemm_bench.results.schema import ResultError
+from gemm_bench.results.stack import DEFAULT_STALE_WHEN, Rules, local_stack, remeasure, stack_staleness
 from gemm_benchmark.diagnostics import TextEnum
 
 logger = logging.getLogger(__name__)
@@ -105,8 +105,8 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
         return None, f"Transformer Engine cannot be imported ({exc})"
 
     def measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
-        from gemm_bench.runner import Runner
-        from gemm_bench.timing import TimerSettings
+        from gemm_bench.measure.runner import Runner
+        from gemm_bench.measure.timing import TimerSettings
 
         return Runner(TimerSettings()).measure(question, list(precisions), list(modes))
 
@@ -142,7 +142,7 @@ class ResultReads:
         self._memo: dict[tuple[str, int, int, int], dict[str, Any] | CacheError] = {}
         self.parses = 0
         #: Contents validated by this code in an earlier build (kept in the environment, see
-        #: :func:`gemm_bench.cache.read_document`): an edit of prose re-reads a page's results
+        #: :func:`gemm_bench.results.cache.read_document`): an edit of prose re-reads a page's results
         #: without validating them again. ``validations`` counts the ones that were.
         self.trusted: set[str] = set()
         self.validations = 0
@@ -243,7 +243,7 @@ def to_measure(doc: dict[str, Any] | None, question: Question, precisions: Seque
                stale_when: Sequence[str] = DEFAULT_STALE_WHEN) -> tuple[list[str], list[str]] | None:
     """Which (precisions, modes) this GPU should measure now, or None when the cache suffices.
 
-    The rule is :func:`gemm_bench.stack.remeasure`, shared with ``gemm-bench refresh``: a mode is
+    The rule is :func:`gemm_bench.results.stack.remeasure`, shared with ``gemm-bench refresh``: a mode is
     measured whole, and a result measured with another software stack (the fields of
     ``gemm_benchmark_stale_when``) is stale on this GPU box.
     """

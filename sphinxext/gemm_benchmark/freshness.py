@@ -16,8 +16,8 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.devices import device_label
-from gemm_bench.results import METHOD_VERSION
+from gemm_bench.question.devices import device_label
+from gemm_bench.results.schema import METHOD_VERSION
 from gemm_benchmark import records as envdata
 from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
 from gemm_benchmark.render_block import scrolling

@@ -4,7 +4,7 @@
 the parser validates against it, and the ``gemm-benchmark-options`` directive renders the
 authoring reference from it, so documentation and behaviour cannot drift apart. Model options
 are Megatron-LM's argument names, exactly as the ``gemm-bench`` CLI spells them (``--hidden-size``
-there, ``:hidden-size:`` here), and they go through the same :func:`gemm_bench.question.build_question`,
+there, ``:hidden-size:`` here), and they go through the same :func:`gemm_bench.question.question.build_question`,
 so the directive accepts and rejects exactly what the CLI does.
 
 The directive accepts *any* option name at the docutils level (see :class:`PermissiveOptionSpec`)
@@ -20,11 +20,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gemm_bench import choices
-from gemm_bench.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
-from gemm_bench.devices import ALIASES, normalize_selector
-from gemm_bench.precisions import MODE_NAMES, MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
-from gemm_bench.question import Question, build_question
+from gemm_bench.question import choices
+from gemm_bench.question.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
+from gemm_bench.question.devices import ALIASES, normalize_selector
+from gemm_bench.question.precisions import (
+    MODE_NAMES,
+    MODES,
+    PRECISION_IDS,
+    PRECISIONS,
+    normalize_mode,
+    normalize_precision,
+)
+from gemm_bench.question.question import Question, build_question
 
 SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "peers", "provenance",
                                 "latency", "tflops", "roofline", "accuracy")
@@ -194,7 +201,7 @@ def _parse_choices(option: str, text: str, normalize: Callable[[str], str], know
 
 
 def _parse_devices(text: str) -> tuple[str, ...]:
-    """Device selectors, each an exact slug or an alias (:mod:`gemm_bench.devices`), normalized to slugs."""
+    """Device selectors, each an exact slug or an alias (:mod:`gemm_bench.question.devices`), normalized to slugs."""
     items = split_list(text)
     if not items:
         raise OptionError("devices", "needs at least one device (a slug like h100-80gb-hbm3, or an alias: "

@@ -23,7 +23,7 @@ from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.environment.collectors import EnvironmentCollector
 
-from gemm_bench.cache import Cache
+from gemm_bench.results.cache import Cache
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import re
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.config import PRESET_DESCRIPTIONS, PRESET_SOURCES
+from gemm_bench.question.config import PRESET_DESCRIPTIONS, PRESET_SOURCES
 from gemm_benchmark.config import CONFIG_VALUES
 from gemm_benchmark.diagnostics import DESCRIPTIONS, WARNING_TYPE
 from gemm_benchmark.options import OPTIONS

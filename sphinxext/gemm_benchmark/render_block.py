@@ -7,8 +7,8 @@ Layout::
         (H100 | H200)                          only when several devices answer
             figure, table per GEMM, totals, unavailable precisions, provenance
 
-Every number comes from the :class:`~gemm_bench.report.Report` objects of the directive's answer
-(built once from the page's question). Figures are drawn by :mod:`gemm_bench.figures` from a
+Every number comes from the :class:`~gemm_bench.report.report.Report` objects of the directive's answer
+(built once from the page's question). Figures are drawn by :mod:`gemm_bench.report.figures` from a
 spec of the numbers they show, into ``<doctreedir>/gemm_benchmark/gemm-<key>.svg`` where the key
 hashes the spec (the numbers, the figure code's version, the style): a figure whose inputs did not
 change is not drawn again, across pages and across incremental builds. The image is referenced by
@@ -31,10 +31,10 @@ from sphinx.environment import BuildEnvironment
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.transforms.post_transforms.images import ImageConverter
 
-from gemm_bench import figures
-from gemm_bench.devices import device_label
-from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from gemm_bench.report import Report, describe_method
+from gemm_bench.question.devices import device_label
+from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.report import figures
+from gemm_bench.report.report import Report, describe_method
 from gemm_benchmark import render_table
 from gemm_benchmark.execution import Answer, DeviceAnswer
 from gemm_benchmark.options import Request

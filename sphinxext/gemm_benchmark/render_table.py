@@ -6,7 +6,7 @@ The directive's tables are built as :class:`TableData` in one :class:`.nodes.gem
 transforms, pickling and the environment see one node per table, and the writers and the search
 index see the same table as always.
 
-Every number comes from :class:`gemm_bench.report.Report` (cell times, TFLOP/s, per-pass sums, totals,
+Every number comes from :class:`gemm_bench.report.report.Report` (cell times, TFLOP/s, per-pass sums, totals,
 speedups); this module only chooses rows, columns and formatting. Precisions that are not
 measured in a mode get no columns; :func:`unavailable_list` says why (TE's reason text, the
 failure message, or "not measured").
@@ -23,9 +23,9 @@ from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
 
-from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from gemm_bench.report import Report
-from gemm_bench.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_bench.report.report import Report
 from gemm_benchmark.nodes import WRITERS, gemm_data_table
 from gemm_benchmark.values import format_ms, format_speedup, format_tflops
 

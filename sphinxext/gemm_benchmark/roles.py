@@ -6,7 +6,7 @@ with GEMM, that GEMM's speedup)
 ``:gemm-tflops:`NAME MODE PRECISION GEMM``` -> ``612 TFLOP/s`` (one GEMM: ``op/pass`` or ``MxKxN``)
 
 ``NAME@DEVICE`` picks one device of a directive by its exact slug or alias
-(:mod:`gemm_bench.devices`); without it the role quotes the directive's first ``:devices:`` entry,
+(:mod:`gemm_bench.question.devices`); without it the role quotes the directive's first ``:devices:`` entry,
 or its only device. NAME is a directive's ``:name:`` on any page. A role becomes a
 :class:`~.nodes.gemm_value` node while reading; after reading, :class:`ResolveGemmValues` replaces it
 by the value the directive recorded (:mod:`.values`), under ``-j`` too. Copies of the node that
@@ -26,8 +26,8 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
-from gemm_bench.devices import selects
-from gemm_bench.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
+from gemm_bench.question.devices import selects
+from gemm_bench.question.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
 from gemm_benchmark import records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value

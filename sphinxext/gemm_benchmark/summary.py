@@ -3,7 +3,7 @@
 The landing page opens with it; the "Speedup by model" page is one. Each entry of ``:models:`` is a
 preset, optionally at a tensor-parallel size (``llama3-70b/tp8``); each becomes a question through
 the directive's own option parser and is answered through the same path as ``gemm-benchmark``
-(:func:`.execution.answer`, one :class:`~gemm_bench.report.Report` per mode from the page's
+(:func:`.execution.answer`, one :class:`~gemm_bench.report.report.Report` per mode from the page's
 question), so the summary and the detailed blocks cannot disagree. Rows are (model, device, mode);
 columns are precisions; the fastest precision of a row is marked. A model no device has measured yet
 gets one row saying so, with the command that measures it. A figure (whole-model speedups, a panel
@@ -21,12 +21,12 @@ from docutils import nodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench import figures
-from gemm_bench.choices import split_list
-from gemm_bench.config import PRESET_DESCRIPTIONS
-from gemm_bench.devices import device_label
-from gemm_bench.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from gemm_bench.report import Report
+from gemm_bench.question.choices import split_list
+from gemm_bench.question.config import PRESET_DESCRIPTIONS
+from gemm_bench.question.devices import device_label
+from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.report import figures
+from gemm_bench.report.report import Report
 from gemm_benchmark import execution
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn

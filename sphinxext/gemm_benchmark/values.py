@@ -1,6 +1,6 @@
 """Every value a role may quote, computed once from a directive's answer.
 
-The directive calls :func:`device_values` with the same :class:`~gemm_bench.report.Report` objects
+The directive calls :func:`device_values` with the same :class:`~gemm_bench.report.report.Report` objects
 its tables and figures are drawn from, and records the result in the environment; roles only look
 values up (:mod:`.roles`). A table and a role on any page therefore cannot disagree, and a role
 never re-reads a file or recomputes a number.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-from gemm_bench.precisions import MODE_NAMES, PRECISIONS
-from gemm_bench.report import Report
+from gemm_bench.question.precisions import MODE_NAMES, PRECISIONS
+from gemm_bench.report.report import Report
 from gemm_benchmark.records import Value, value_key
 
 ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-tflops")

@@ -1,1 +1,0 @@
-"""GPU backends. Importing anything here imports torch (and, for ``te``, Transformer Engine)."""

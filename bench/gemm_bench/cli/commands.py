@@ -1,0 +1,485 @@
+"""``gemm-bench``: list a model's GEMMs, measure them on the GPU, print a saved result.
+
+Config flags are Megatron-LM's (``--hidden-size`` ...), so a launch script's arguments can be
+pasted in. Whatever the input, the command never prints a traceback; it exits with
+
+* 0 on success;
+* 2 on bad input, with one line on stderr naming the flag or file at fault;
+* 3 when software the command needs is missing (for ``run``: PyTorch, Transformer Engine or a
+  CUDA GPU), with one line saying what to install (``readme-figure`` writes its SVGs without
+  matplotlib);
+* 130 when interrupted (nothing half-written: the cache is written atomically).
+
+This module imports no torch: the GPU stack is imported by :func:`load_runner` only once every
+flag has been checked, so bad input is reported as such on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+from gemm_bench.cli import fleet as cli_fleet
+from gemm_bench.cli.errors import MissingSoftwareError, UsageError, one_line
+from gemm_bench.measure import phases
+from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TimerSettings, TimerSettingsError
+from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
+from gemm_bench.question.config import (
+    FIELD_HELP,
+    INT_FIELDS,
+    PRESET_DESCRIPTIONS,
+    ConfigError,
+    cli_flag,
+    split_megatron_args,
+)
+from gemm_bench.question.precisions import ALL_MODES, MODES, PRECISION_IDS, normalize_mode, normalize_precision
+from gemm_bench.question.question import Question, build_question
+from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import Cache, CacheError, read_document
+
+DEFAULT_CACHE = Path("docs/_gemm_cache")
+DEFAULT_README_FIGURE = Path("docs/_static/readme-speedups.svg")
+
+#: Which flag sets which :class:`TimerSettings` field, to name the flag in an error.
+TIMER_FLAGS = {"timer": "--timer", "warmup_s": "--warmup", "repetitions": "--repetitions"}
+
+#: What the Runner reports progress with: ``(groups done, groups in all, what runs now)``.
+Progress = Callable[[int, int, str], None]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors kept to one line (a hostile value may hold newlines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def _whole_number(high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 (to ``high``), with a message naming the value."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} is more than {high}")
+        return value
+
+    return parse
+
+
+_positive_int = _whole_number()
+
+
+def _warmup_seconds(text: str) -> float:
+    """``--warmup``: finite seconds from 0 to :data:`MAX_WARMUP_S` (NaN would warm up forever)."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_WARMUP_S:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 0 to {MAX_WARMUP_S:g}")
+    return value
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model (Megatron-LM flag names; override a --model preset)")
+    g.add_argument("--model", metavar="PRESET", help="preset: " + ", ".join(PRESET_DESCRIPTIONS))
+    g.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
+    for field in INT_FIELDS:
+        g.add_argument(cli_flag(field), dest=field, type=_positive_int, metavar="N", help=FIELD_HELP.get(field))
+    g.add_argument("--swiglu", action="store_true", default=None, help=FIELD_HELP["swiglu"])
+    g.add_argument("--sequence-parallel", action="store_true", default=None,
+                   help=FIELD_HELP["sequence_parallel"])
+    g.add_argument("--megatron-args", metavar="ARGS",
+                   help="a Megatron-LM argument list in one quoted string, as a launch script has it (flags "
+                        "that change no GEMM are listed as ignored; write --megatron-args='--hidden-size ...' "
+                        "when it starts with --); the config flags above override it")
+    m = p.add_argument_group("manual shapes")
+    m.add_argument("--shape", action="append", metavar="MxKxN", help="a GEMM shape (repeatable)")
+    m.add_argument("--sweep", metavar="S1,S2,...", help="square GEMMs SxSxS, comma or space separated sizes")
+
+
+def question_from_args(args: argparse.Namespace) -> Question:
+    fields: dict[str, Any] = {f: getattr(args, f) for f in INT_FIELDS}
+    fields["swiglu"] = args.swiglu
+    fields["sequence_parallel"] = args.sequence_parallel
+    sweep = split_list(args.sweep) if args.sweep is not None else None
+    try:
+        megatron = split_megatron_args(args.megatron_args) if args.megatron_args is not None else None
+        return build_question(model=args.model, hf_config=args.hf_config, shapes=args.shape,
+                              sweep=sweep, fields=fields, megatron_args=megatron)
+    except ConfigError as exc:
+        raise UsageError(exc.describe(cli_flag)) from None
+
+
+def _choices(text: str, flag: str, normalize: Callable[[str], str], known: Sequence[str]) -> tuple[str, ...]:
+    """A list flag through the one parser the directive uses too (:mod:`gemm_bench.question.choices`)."""
+    try:
+        return parse_choices(text, normalize, known)
+    except ChoiceError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------- shapes
+def cmd_shapes(args: argparse.Namespace) -> int:
+    q = question_from_args(args)
+    if args.json:
+        print(json.dumps([g.to_dict() for g in q.gemms], indent=1))
+        return 0
+    print(q.describe())
+    for note in q.notes:
+        print(f"note: {note}")
+    if q.ignored_flags:
+        print(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
+    print(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
+    for g in q.gemms:
+        print(f"{OP_NAMES.get(g.op, g.op):<18}{PASS_NAMES[g.pass_]:<7}{f'{g.m}x{g.k}x{g.n}':>24}"
+              f"{g.groups:>8}{g.flops / 1e9:>12.1f}")
+    total = sum(g.flops for g in q.gemms)
+    print(f"{'per layer':<25}{'':>24}{'':>8}{total / 1e9:>12.1f}")
+    if q.config is not None:
+        print(f"{'model':<25}{'':>24}{'':>8}{total * q.num_layers / 1e9:>12.1f}  ({q.num_layers} layers)")
+    return 0
+
+
+# ------------------------------------------------------------------------------- run
+class PlainProgress:
+    """Progress as one plain line per group: for logs and pipes, where a live bar is noise."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.start = time.monotonic()
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        elapsed = time.monotonic() - self.start
+        eta = f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+        self.stream.write(f"[{done}/{total} groups, {elapsed:.0f} s{eta}] {label}\n")
+        self.stream.flush()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+@contextlib.contextmanager
+def progress_display(stream: IO[str] | None = None) -> Iterator[Progress]:
+    """A live ``rich`` progress bar on a terminal; plain lines otherwise or without rich.
+
+    rich is imported here, not at module level, so that ``shapes`` and ``report`` work without
+    it; the bar is closed (and the cursor restored) even when measuring fails.
+    """
+    out = stream if stream is not None else sys.stderr
+    if not _is_terminal(out):
+        yield PlainProgress(out)
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
+    except ImportError:
+        yield PlainProgress(out)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with RichProgress(*columns, console=Console(file=out)) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def update(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        yield update
+
+
+def load_runner() -> tuple[Any, type[BaseException]]:
+    """Import the GPU stack: ``(Runner, NoGpuError)``, or :class:`MissingSoftwareError` saying why not.
+
+    Only failures of the third-party imports themselves are caught (a missing package, a shared
+    library that does not load, TE refusing the installed CUDA); the project's own modules are
+    imported after these checks, so a bug in them still shows as the bug it is.
+    """
+    hint = "install the 'gpu' extra (torch, transformer_engine[pytorch]) on a machine with an NVIDIA GPU"
+    try:
+        import torch
+    except (ImportError, OSError) as exc:
+        raise MissingSoftwareError(f"PyTorch is not importable ({_short(exc)}); {hint}") from None
+    if not torch.cuda.is_available():
+        raise MissingSoftwareError("no CUDA GPU is visible to PyTorch")
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise MissingSoftwareError(f"Transformer Engine is not importable ({_short(exc)}); {hint}") from None
+    from gemm_bench.measure.runner import NoGpuError, Runner
+
+    return Runner, NoGpuError
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def new_phase_profiler() -> phases.PhaseProfiler:
+    """A profiler counting from the process's start (read from the kernel), so imports count too."""
+    profiler = phases.PhaseProfiler()
+    profiler.mark_process_start()
+    return profiler
+
+
+def _writable_destination(path: Path, flag: str, *, directory: bool) -> None:
+    """Refuse, before minutes of measuring, a destination the result could not be written to."""
+    target = path if directory else path.parent
+    if not directory and path.is_dir():
+        raise UsageError(f"{flag}: {path} is a directory; give a file name")
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{flag}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag}: {existing} is not writable")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    q = question_from_args(args)
+    precisions = _choices(args.precisions, "--precisions", normalize_precision, PRECISION_IDS)
+    modes = _choices(args.modes, "--modes", normalize_mode, ALL_MODES)
+    try:
+        settings = TimerSettings(timer=args.timer, repetitions=args.repetitions, warmup_s=args.warmup)
+    except TimerSettingsError as exc:
+        raise UsageError(f"{TIMER_FLAGS.get(exc.field, exc.field)}: {exc.message}") from None
+    if args.out and args.cache_dir:
+        raise UsageError("--out: cannot be combined with --cache-dir")
+    if args.out:
+        _writable_destination(Path(args.out), "--out", directory=False)
+    else:
+        _writable_destination(Path(args.cache_dir or DEFAULT_CACHE), "--cache-dir", directory=True)
+    if args.nsys and not os.environ.get("GEMM_BENCH_NSYS_CHILD"):
+        return _rerun_under_nsys(args)
+    profiler = new_phase_profiler() if args.profile_phases else None
+
+    with phases.optional_phase(profiler, phases.IMPORTS):
+        runner_class, no_gpu_error = load_runner()
+    options: dict[str, Any] = {"peers": not args.no_peers, "nvtx": bool(args.nsys)}
+    if args.accuracy:
+        options["accuracy"] = True
+    if profiler is not None:
+        options["phases"] = profiler
+    with progress_display() as progress:
+        with phases.optional_phase(profiler, phases.CUDA_START):
+            try:
+                runner = runner_class(settings, progress=progress, **options)
+            except no_gpu_error as exc:
+                raise MissingSoftwareError(str(exc)) from None
+        doc = runner.measure(q, list(precisions), list(modes))
+    with phases.optional_phase(profiler, phases.WRITING):
+        path = _write_result(doc, args)
+    print(Report(doc, modes=modes, precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)]).to_text())
+    print(f"\nwrote {path}")
+    if profiler is not None:
+        profiler.finish()
+        print()
+        print(profiler.to_text())
+    return 0
+
+
+def _write_result(doc: dict[str, Any], args: argparse.Namespace) -> Path:
+    """Store the measured document (``--out`` or the cache); a failure names the destination."""
+    flag = "--out" if args.out else "--cache-dir"
+    try:
+        if args.out:
+            from gemm_bench.results.cache import dumps, write_atomic
+            from gemm_bench.results.schema import validate
+
+            validate(doc)
+            path = Path(args.out)
+            write_atomic(path, dumps(doc))
+            return path
+        return Cache(args.cache_dir or DEFAULT_CACHE).store(doc)
+    except CacheError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot write {exc.filename or ''} ({exc.strerror or exc})") from None
+
+
+def _rerun_under_nsys(args: argparse.Namespace) -> int:
+    nsys = shutil.which("nsys")
+    if not nsys:
+        raise UsageError("--nsys: Nsight Systems ('nsys') is not on PATH")
+    cmd = [nsys, "profile", "--trace=cuda,nvtx", "--force-overwrite=true", "-o", args.nsys,
+           sys.executable, "-m", "gemm_bench.cli", *args.argv]
+    env = dict(os.environ, GEMM_BENCH_NSYS_CHILD="1")
+    try:
+        return subprocess.call(cmd, env=env)
+    except OSError as exc:
+        raise UsageError(f"--nsys: cannot start {nsys} ({exc.strerror or exc})") from None
+
+
+# ------------------------------------------------------------------------------- report, presets
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        doc = read_document(Path(args.file))
+    except CacheError as exc:
+        raise UsageError(f"FILE: {exc}") from None
+    report = Report(doc, num_layers=args.num_layers)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(report.to_text())
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    for name, text in PRESET_DESCRIPTIONS.items():
+        print(f"{name:<14} {text}")
+    return 0
+
+
+# ------------------------------------------------------------------------------- readme-figure
+def load_figures() -> Any:
+    """The :mod:`gemm_bench.report.figures` module, imported only when the subcommand runs (it writes
+    SVG as text: no matplotlib needed)."""
+    from gemm_bench.report import figures
+
+    return figures
+
+
+def cmd_readme_figure(args: argparse.Namespace) -> int:
+    cache_dir, out = Path(args.cache_dir), Path(args.out)
+    if not cache_dir.is_dir():
+        raise UsageError(f"--cache-dir: {cache_dir} is not a directory")
+    _writable_destination(out, "--out", directory=False)
+    figures = load_figures()
+
+    def ignored(error: Exception) -> None:
+        print(f"gemm-bench readme-figure: warning: ignoring {one_line(str(error))}", file=sys.stderr)
+
+    try:
+        changed = figures.write_readme_figure(cache_dir, out, on_error=ignored)
+    except figures.FigureError as exc:  # the cache holds no usable result for the README's question
+        raise UsageError(f"--cache-dir: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--out: cannot write {exc.filename or out} ({exc.strerror or exc})") from None
+    for path in changed:
+        print(f"wrote {path}")
+    if not changed:
+        print(f"{out} is up to date")
+    return 0
+
+
+# ------------------------------------------------------------------------------- parser, main
+def build_parser() -> Parser:
+    parser = Parser(prog="gemm-bench", description=(__doc__ or "").splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("shapes", help="list the GEMMs of one transformer layer")
+    _add_config_flags(p)
+    p.add_argument("--json", action="store_true", help="print a JSON list, one object per GEMM")
+    p.set_defaults(func=cmd_shapes)
+
+    p = sub.add_parser("run", help="measure on this GPU and store the result")
+    _add_config_flags(p)
+    p.add_argument("--precisions", default=",".join(PRECISION_IDS),
+                   help="comma or space separated list (default: all)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma or space separated list of " + ", ".join(ALL_MODES) + " (default: "
+                        + ",".join(MODES) + "; layer and layer-graphed time a whole te.TransformerLayer "
+                        "step, for a dense model config)")
+    p.add_argument("--accuracy", action="store_true",
+                   help="also measure each precision's SQNR against an FP32 reference (per GEMM pass, "
+                        "Gaussian and outlier-channel inputs)")
+    p.add_argument("--out", metavar="FILE", help="write the result here instead of the cache")
+    p.add_argument("--cache-dir", metavar="DIR", help=f"cache directory (default: {DEFAULT_CACHE})")
+    p.add_argument("--timer", choices=("events", "profiler"), default="events")
+    p.add_argument("--repetitions", type=_whole_number(MAX_REPETITIONS), default=40, metavar="N",
+                   help="timed rounds per GEMM group (fewer only where 20 s would not hold them; "
+                        "each cell records how many ran)")
+    p.add_argument("--warmup", type=_warmup_seconds, default=0.25, metavar="SECONDS",
+                   help=f"warm-up per GEMM group, 0 to {MAX_WARMUP_S:g} s")
+    p.add_argument("--no-peers", action="store_true",
+                   help="skip the peers (torch.matmul, torch._scaled_mm, torchao, Triton and plugins "
+                        "registered under the gemm_bench.peers entry point group)")
+    p.add_argument("--nsys", metavar="OUT", help="capture the run with Nsight Systems into OUT.nsys-rep")
+    p.add_argument("--profile-phases", action="store_true",
+                   help="print where the run's wall time went (imports, spin-up, warm-up, timed rounds, writing)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="print the summary of a saved result")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--num-layers", type=_positive_int, metavar="N", help="layers for the model total")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("presets", help="list the model presets")
+    p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("readme-figure", help="draw the README's speedup figure from the cache")
+    p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),
+                   help=f"result cache (default: {DEFAULT_CACHE})")
+    p.add_argument("--out", metavar="PATH", default=str(DEFAULT_README_FIGURE),
+                   help=f"figure to write; a dark variant goes beside it (default: {DEFAULT_README_FIGURE})")
+    p.set_defaults(func=cmd_readme_figure)
+
+    cli_fleet.add_commands(sub)  # compare, merge, refresh
+    return parser
+
+
+def _escape_unencodable_output() -> None:
+    """Print text from files (config names, device names) even where the terminal cannot encode it."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError):  # a closed or detached stream
+                reconfigure(errors="backslashreplace")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _escape_unencodable_output()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if any("\x00" in arg for arg in argv):  # no shell can pass one; file APIs raise ValueError on it
+        parser.error("an argument contains a NUL character")
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except MissingSoftwareError as exc:
+        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 3
+    except BrokenPipeError:  # `gemm-bench shapes | head`: stop quietly, and keep Python's exit flush quiet too
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        # Every file is written whole or not at all; results stored before the interrupt stay.
+        print("gemm-bench: interrupted; no file is half-written, results stored before it are kept", file=sys.stderr)
+        return 130
+    except CacheError as exc:  # a cache directory or file the user named that cannot be used
+        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the user gave that the system refuses (too long, no permission, ...)
+        where = exc.filename if exc.filename is not None else "a path"
+        print(f"gemm-bench {args.command}: error: {one_line(f'{where}: {exc.strerror or exc}')}", file=sys.stderr)
+        return 2
+

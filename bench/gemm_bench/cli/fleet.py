@@ -1,0 +1,149 @@
+"""``gemm-bench compare | merge | refresh``: the fleet commands, added to the CLI's parser.
+
+Kept apart from :mod:`gemm_bench.cli.commands` so the fleet flow (many runners, one pull request)
+reads as one piece. ``commands.build_parser`` calls :func:`add_commands` once. Bad input raises
+:class:`gemm_bench.cli.errors.UsageError` (one line, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gemm_bench.cli.errors import UsageError
+
+DEFAULT_CACHE = Path("docs/_gemm_cache")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from gemm_bench.report.compare import CompareError, compare, compare_dirs, load_result
+    from gemm_bench.results.cache import CacheError
+
+    if not (isinstance(args.a, str) and isinstance(args.b, str)):
+        # Python 3.11's argparse can hand a positional over as a list (`compare - -- --`)
+        raise UsageError("A, B: give two result files or two cache directories")
+    a, b = Path(args.a), Path(args.b)
+    output: Any
+    if a.is_dir() or b.is_dir():
+        if not (a.is_dir() and b.is_dir()):
+            raise UsageError(f"A, B: give two result files or two cache directories ({a} and {b} are not both "
+                         "directories)")
+        output = compare_dirs(a, b)
+    else:
+        try:
+            doc_a, doc_b = load_result(a), load_result(b)
+            output = compare(doc_a, doc_b)
+        except CacheError as exc:
+            raise UsageError(f"{'A' if exc.path == a else 'B'}: {exc}") from None
+        except CompareError as exc:
+            raise UsageError(f"A, B: {exc}") from None
+    if args.json:
+        print(json.dumps(output.to_json(), indent=1))
+    elif args.markdown:
+        sys.stdout.write(output.to_markdown())
+    else:
+        print(output.to_text())
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from gemm_bench.results.merge import MergeError, merge
+
+    try:
+        actions = merge([Path(d) for d in args.dirs], Path(args.cache_dir))
+    except MergeError as exc:
+        raise UsageError(str(exc)) from None
+    for action in actions:
+        print(action.describe())
+    rejected = [a for a in actions if a.action == "rejected"]
+    counts: dict[str, int] = {}
+    for action in actions:
+        counts[action.action] = counts.get(action.action, 0) + 1
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no result files found"
+    print(f"merge: {summary}")
+    return 1 if rejected else 0
+
+
+def cmd_refresh(args: argparse.Namespace) -> int:
+    from gemm_bench.cli import refresh as refresh_mod
+    from gemm_bench.results.stack import StackError, local_stack, validate_fields
+
+    try:
+        stale_when = validate_fields([f.strip() for f in args.stale_when.split(",") if f.strip()],
+                                     source="--stale-when")
+    except StackError as exc:
+        raise UsageError(str(exc)) from None
+    rules = refresh_mod.Rules(stale_when=stale_when, max_age_days=args.max_age_days, force=args.force)
+    srcdir = Path(args.srcdir)
+    try:
+        if args.device:
+            if not args.dry_run:
+                raise refresh_mod.RefreshError("--device: plans for another GPU only with --dry-run")
+            from gemm_bench.question.devices import normalize_selector
+
+            gpus = [refresh_mod.GpuSlot(0, normalize_selector(args.device))]
+            local = None
+        else:
+            gpus = refresh_mod.select_gpus(refresh_mod.probe_gpus(), args.gpus)
+            local = local_stack()
+        outcome = refresh_mod.refresh(
+            srcdir, cache_dir=Path(args.cache_dir) if args.cache_dir else None, gpus=gpus, local=local,
+            rules=rules, dry_run=args.dry_run, progress=refresh_mod.default_progress(),
+        )
+    except refresh_mod.RefreshError as exc:
+        raise UsageError(str(exc)) from None
+    for path in outcome.stored:
+        print(f"wrote {path}")
+    for line in outcome.failed:
+        print(f"not measured: {line}", file=sys.stderr)
+    if outcome.not_started:
+        print(f"not started: {', '.join(outcome.not_started)} (re-run to measure them)", file=sys.stderr)
+    if outcome.interrupted:
+        print("gemm-bench refresh: interrupted; every result stored so far is kept", file=sys.stderr)
+        return 130
+    return 0 if outcome.ok else 1
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return value
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``compare``, ``merge`` and ``refresh`` to ``gemm-bench``'s sub-command parsers."""
+    from gemm_bench.results.stack import DEFAULT_STALE_WHEN, STACK_FIELDS
+
+    p = subparsers.add_parser("compare", help="compare two results of one question (devices or software stacks)")
+    p.add_argument("a", metavar="A", help="a result file, or a cache directory (then B is one too)")
+    p.add_argument("b", metavar="B", help="a result file of the same question, or a cache directory")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print JSON")
+    fmt.add_argument("--markdown", action="store_true", help="print Markdown (a pull request body)")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser("merge", help="validate result files from several runners and merge them into the cache")
+    p.add_argument("dirs", metavar="DIR", nargs="+", help="directories of result files (searched recursively)")
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), metavar="DIR",
+                   help=f"the cache to merge into (default: {DEFAULT_CACHE})")
+    p.set_defaults(func=cmd_merge)
+
+    p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU")
+    p.add_argument("srcdir", metavar="SRCDIR", help="the documentation source directory (docs/)")
+    p.add_argument("--gpus", default="all", metavar="all|0,1", help="which local GPUs measure (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
+    p.add_argument("--device", metavar="NAME", help="with --dry-run: plan for this device (h100, b200, ...)")
+    p.add_argument("--cache-dir", metavar="DIR", help="the result cache (default: SRCDIR/_gemm_cache)")
+    p.add_argument("--stale-when", default=",".join(DEFAULT_STALE_WHEN), metavar="FIELDS",
+                   help=f"stack differences that make a result stale, of {', '.join(STACK_FIELDS)} "
+                        f"(default: {','.join(DEFAULT_STALE_WHEN)})")
+    p.add_argument("--max-age-days", type=_positive_float, metavar="DAYS", help="results older than this are stale")
+    p.add_argument("--force", action="store_true", help="re-measure every question")
+    p.set_defaults(func=cmd_refresh)

@@ -1,0 +1,760 @@
+"""``gemm-bench refresh docs/``: measure every question the site asks, on every local GPU.
+
+Why not just ``nox -s docs``? A docs build measures one question at a time on one GPU; a box
+with eight GPUs, or a CI job that should only measure, wants the work shared out and no HTML.
+
+1. **Scan.** Every ``gemm-benchmark`` directive in ``**/*.rst`` and ``**/*.md`` (rST
+   ``.. gemm-benchmark::`` blocks, MyST ```` ```{gemm-benchmark} ```` / ``:::{gemm-benchmark}``
+   fences) is found, skipping examples inside literal/code blocks, and its options go through the
+   directive's own parser (:func:`gemm_benchmark.options.parse_options`), so refresh and build
+   can never disagree about a question.
+2. **Plan.** Directives asking the same question are merged (one file per question per device);
+   for this box's GPU, each question is measured when the cache lacks it, lacks cells a page
+   asks for, or holds a stale result: another method version, too old, or (the fleet rule) another
+   software stack (:mod:`gemm_bench.results.stack`). The plan is printed with an estimate of the time
+   taken from a cached run of the same question, where there is one.
+3. **Measure.** One worker process per GPU, pinned with ``CUDA_VISIBLE_DEVICES`` (set before the
+   process starts, so the GPU stack only ever sees its one device). The parent keeps the queue of
+   questions and hands the next one to whichever worker finishes; workers talk to the parent over
+   their own pipes only, so a worker killed at any instant cannot leave a shared lock held. Each
+   worker holds its GPU's lock (:func:`gpu_lock_path`, shared with concurrent refreshes and
+   builds on the box) while it times, re-reads the cache inside the lock, and stores through
+   :meth:`gemm_bench.results.cache.Cache.store` (atomic, merged). Ctrl-C (or a worker's death) stops
+   the dispatch, interrupts the workers, and keeps every result already stored.
+
+The measure function is injectable (``measure=``), so the whole pool runs on CPU with fake GPUs
+in the tests. Nothing here imports torch: the default measure function does, inside the worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import multiprocessing
+import multiprocessing.connection
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from gemm_bench.question.devices import device_slug, selects
+from gemm_bench.question.precisions import BASELINE, MODES, PRECISION_IDS
+from gemm_bench.question.question import Question
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import Cache, CacheError
+from gemm_bench.results.schema import ResultError
+from gemm_bench.results.stack import Rules, remeasure
+
+#: ``(question, precisions, modes) -> result document``; runs inside a worker process.
+Measure = Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
+
+DIRECTIVE = "gemm-benchmark"
+#: Directives that ask questions: the result block, and the summary (one question per model).
+QUESTION_DIRECTIVES = (DIRECTIVE, "gemm-benchmark-summary")
+
+
+class RefreshError(ValueError):
+    """Bad input to a refresh (a missing directory, an unknown GPU index); the message says which."""
+
+
+# ------------------------------------------------------------------------------- scanning pages
+@dataclasses.dataclass(frozen=True)
+class Directive:
+    """One ``gemm-benchmark`` directive as written: where, and its raw options."""
+
+    path: Path
+    lineno: int
+    options: dict[str, str]
+    name: str = DIRECTIVE
+
+    @property
+    def location(self) -> str:
+        return f"{self.path}:{self.lineno}"
+
+
+_RST_START = re.compile(r"^(?P<indent>[ \t]*)\.\.[ \t]+(?P<name>[A-Za-z0-9_:.-]+)::(?P<rest>.*)$")
+_RST_OPTION = re.compile(r"^[ \t]*:(?P<key>[^:\s][^:]*):(?:[ \t]+(?P<value>.*))?$")
+_LITERAL_DIRECTIVES = {"code-block", "code", "sourcecode", "literalinclude", "highlight", "raw", "math",
+                       "parsed-literal"}
+_FENCE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|:{3,})[ \t]*(?P<info>.*)$")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def scan_rst(path: Path, text: str) -> list[Directive]:
+    """``.. gemm-benchmark::`` blocks of an rST page, outside literal blocks."""
+    lines = text.splitlines()
+    found: list[Directive] = []
+    literal_indent: int | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() and literal_indent is not None:
+            if _indent(line) > literal_indent:
+                i += 1
+                continue
+            literal_indent = None
+        start = _RST_START.match(line)
+        if start and start.group("name") in QUESTION_DIRECTIVES:
+            base = _indent(line)
+            options: dict[str, str] = {}
+            key: str | None = None
+            option_indent = 0
+            j = i + 1
+            while j < len(lines) and lines[j].strip() and _indent(lines[j]) > base:
+                option = _RST_OPTION.match(lines[j])
+                if option and (key is None or _indent(lines[j]) <= option_indent):
+                    key = option.group("key")
+                    option_indent = _indent(lines[j])
+                    options[key] = (option.group("value") or "").strip()
+                elif key is not None:
+                    options[key] = (options[key] + " " + lines[j].strip()).strip()
+                else:
+                    break
+                j += 1
+            found.append(Directive(path, i + 1, options, start.group("name")))
+            i = j
+            continue
+        if start and start.group("name") in _LITERAL_DIRECTIVES:
+            literal_indent = _indent(line)
+        elif line.rstrip().endswith("::") and not start and not line.lstrip().startswith(".."):
+            literal_indent = _indent(line)  # "paragraph::" introduces a literal block
+        i += 1
+    return found
+
+
+def scan_myst(path: Path, text: str) -> list[Directive]:
+    """```` ```{gemm-benchmark} ```` and ``:::{gemm-benchmark}`` fences of a MyST page.
+
+    Fences of other directives (``{note}``, ``{tab-item}``) hold Markdown and are scanned inside;
+    plain code fences (```` ```md ````) are examples and are skipped whole.
+    """
+    lines = text.splitlines()
+    found: list[Directive] = []
+    code_fence: str | None = None  # the opening fence of a code block we are inside
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        match = _FENCE.match(line)
+        if code_fence is not None:
+            if match and match.group("fence")[0] == code_fence[0] and len(match.group("fence")) >= len(code_fence) \
+                    and not match.group("info").strip():
+                code_fence = None
+            i += 1
+            continue
+        if not match:
+            i += 1
+            continue
+        info = match.group("info").strip()
+        asked = next((name for name in QUESTION_DIRECTIVES if info.startswith("{" + name + "}")), None)
+        if asked is not None:
+            fence = match.group("fence")
+            options: dict[str, str] = {}
+            j = i + 1
+            if j < len(lines) and lines[j].strip() == "---":  # YAML-style option block
+                j += 1
+                while j < len(lines) and lines[j].strip() != "---":
+                    if ":" in lines[j]:
+                        key, _, value = lines[j].strip().partition(":")
+                        options[key.strip()] = value.strip().strip("'\"")
+                    j += 1
+                j += 1
+            while j < len(lines):
+                option = _RST_OPTION.match(lines[j])
+                if not option:
+                    break
+                options[option.group("key")] = (option.group("value") or "").strip()
+                j += 1
+            while j < len(lines):
+                close = _FENCE.match(lines[j])
+                if close and close.group("fence")[0] == fence[0] and len(close.group("fence")) >= len(fence) \
+                        and not close.group("info").strip():
+                    break
+                j += 1
+            found.append(Directive(path, i + 1, options, asked))
+            i = j + 1
+            continue
+        if info and not info.startswith("{"):
+            code_fence = match.group("fence")  # a code block: an example, not a page's directive
+        elif info.startswith("{") and re.match(r"\{(code-block|code|sourcecode|literalinclude|eval-rst)\}", info):
+            code_fence = match.group("fence")
+        elif not info and match.group("fence")[0] == "`":
+            code_fence = match.group("fence")
+        i += 1
+    return found
+
+
+def page_files(srcdir: Path) -> list[Path]:
+    """The site's pages: ``*.rst`` and ``*.md`` under ``srcdir``, outside ``_*`` and ``.*`` folders."""
+    pages = []
+    for path in sorted([*srcdir.rglob("*.rst"), *srcdir.rglob("*.md")]):
+        relative = path.relative_to(srcdir).parts
+        if any(part.startswith(("_", ".")) for part in relative[:-1]):
+            continue
+        pages.append(path)
+    return pages
+
+
+def scan(srcdir: Path) -> list[Directive]:
+    found: list[Directive] = []
+    for path in page_files(srcdir):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RefreshError(f"{path}: cannot be read ({exc})") from None
+        found += scan_rst(path, text) if path.suffix == ".rst" else scan_myst(path, text)
+    return found
+
+
+# ------------------------------------------------------------------------------- questions
+@dataclasses.dataclass(frozen=True)
+class Ask:
+    """What one directive asks of one question: cells, and on which devices."""
+
+    precisions: tuple[str, ...]
+    modes: tuple[str, ...]
+    devices: tuple[str, ...]  # selectors; empty: every device
+    location: str
+
+
+@dataclasses.dataclass
+class Job:
+    """One question, deduplicated across every directive that asks it."""
+
+    question: Question
+    asks: list[Ask]
+
+    @property
+    def hash(self) -> str:
+        return self.question.hash
+
+    def wanted_on(self, device_name: str) -> tuple[list[str], list[str]] | None:
+        """(precisions, modes) the pages ask of this device, or None when no page shows it."""
+        chosen = [a for a in self.asks if not a.devices or any(selects(s, device_name) for s in a.devices)]
+        if not chosen:
+            return None
+        precisions = [p for p in PRECISION_IDS if any(p in a.precisions for a in chosen)]
+        modes = [m for m in MODES if any(m in a.modes for a in chosen)]
+        return list(dict.fromkeys([BASELINE, *precisions])), modes
+
+
+def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
+    """Questions of every directive, deduplicated; and one problem line per invalid directive.
+
+    The sphinx extension's option parser is imported here, not at module level: ``gemm-bench``'s
+    other commands must keep working without the docs extra installed.
+    """
+    try:
+        from gemm_benchmark.options import OptionError, parse_options
+        from gemm_benchmark.summary import summary_asks
+    except ImportError as exc:
+        raise RefreshError(f"refresh reads pages with the Sphinx extension's option parser, which cannot be "
+                           f"imported ({exc}); install the 'docs' extra") from None
+    jobs: dict[str, Job] = {}
+    problems: list[str] = []
+    for directive in scan(srcdir):
+        try:
+            if directive.name == DIRECTIVE:
+                requests = [parse_options(directive.options, srcdir=srcdir, docdir=directive.path.parent)]
+            else:
+                asks = summary_asks(directive.options, srcdir=srcdir, docdir=directive.path.parent)
+                requests = [a.request for a in asks]
+        except OptionError as exc:
+            problems.append(f"{directive.location}: {exc} (skipped; the docs build warns about it too)")
+            continue
+        for request in requests:
+            ask = Ask(tuple(request.precisions), tuple(request.modes), tuple(request.devices), directive.location)
+            job = jobs.setdefault(request.question.hash, Job(request.question, []))
+            job.asks.append(ask)
+    return list(jobs.values()), problems
+
+
+# ------------------------------------------------------------------------------- freshness
+def needs_measuring(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str],
+                    modes: Sequence[str], local: Mapping[str, str] | None,
+                    rules: Rules) -> tuple[list[str], list[str], str] | None:
+    """(precisions, modes, why) to measure now on this box: the docs build's own rule (stack.remeasure)."""
+    return remeasure(doc, question, precisions, modes, local=local, rules=rules)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One question to measure on this box's GPU kind."""
+
+    question: Question
+    device_name: str
+    precisions: tuple[str, ...]
+    modes: tuple[str, ...]
+    reason: str
+    locations: tuple[str, ...]
+    #: Seconds, from a cached run of the same question; None where there is none to go by.
+    estimate_s: float | None = None
+    estimate_source: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.question.hash}--{device_slug(self.device_name)}"
+
+
+def estimate_seconds(reference: dict[str, Any], precisions: Sequence[str], modes: Sequence[str]) -> float | None:
+    """Timing cost of re-running ``reference``'s measured cells with its own method settings.
+
+    Per measured cell: repetitions x launches x its median time; per GEMM group: the warm-up; per
+    run: the spin-up. Tensor creation and TE's setup are not counted, so it is a lower bound.
+    """
+    method = reference["provenance"]["method"]
+    reps = method.get("repetitions")
+    if not isinstance(reps, int):
+        return None
+    launches = method.get("launches_per_repetition", 1)
+    warmup = float(method.get("warmup_s", 0.0))
+    report = Report(reference, modes=modes, precisions=precisions)
+    seconds = float(method.get("spinup_s", 0.0))
+    groups = 0
+    for mode in modes:
+        for gemm in report.gemms:
+            cells = [report.cell(mode, p, gemm) for p in precisions]
+            timed = [c.ms for c in cells if c.status == "measured" and c.ms]
+            if timed:
+                groups += 1
+                seconds += sum(timed) * 1e-3 * reps * launches
+    return seconds + groups * warmup
+
+
+def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mapping[str, str] | None,
+              rules: Rules) -> tuple[list[Task], list[str]]:
+    """The tasks for this box's GPU, and one line per question that needs nothing (for the plan)."""
+    tasks: list[Task] = []
+    fresh: list[str] = []
+    for job in jobs:
+        wanted = job.wanted_on(device_name)
+        if wanted is None:
+            continue
+        precisions, modes = wanted
+        lookup = cache.lookup(job.hash)
+        current = next((d for d in lookup.documents if device_slug(d["device"]["name"]) == device_slug(device_name)),
+                       None)
+        todo = needs_measuring(current, job.question, precisions, modes, local, rules)
+        locations = tuple(a.location for a in job.asks)
+        if todo is None:
+            fresh.append(f"{job.hash} ({job.question.describe()}): fresh")
+            continue
+        want_p, want_m, why = todo
+        reference = current or next(iter(sorted(lookup.documents, key=lambda d: d["device"]["name"])), None)
+        estimate = estimate_seconds(reference, want_p, want_m) if reference is not None else None
+        source = f"cached run on {reference['device']['name']}" if reference is not None else ""
+        tasks.append(Task(job.question, device_name, tuple(want_p), tuple(want_m), why, locations, estimate, source))
+    return tasks, fresh
+
+
+def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[GpuSlot]) -> str:
+    gpu_text = ", ".join(f"{g.index} ({g.name})" for g in gpus)
+    lines = [f"gemm-bench refresh: {len(tasks)} question(s) to measure on {len(gpus)} GPU(s): {gpu_text}"]
+    for task in tasks:
+        estimate = (f"~{task.estimate_s:.0f} s of timing (from the {task.estimate_source})"
+                    if task.estimate_s is not None else "no estimate (no cached run of this question)")
+        lines.append(f"  {task.question.hash}  {task.question.describe()}")
+        lines.append(f"      {', '.join(task.precisions)} | {', '.join(task.modes)} | {task.reason} | {estimate}")
+        lines.append(f"      asked at {', '.join(task.locations)}")
+    known = [t.estimate_s for t in tasks if t.estimate_s is not None]
+    if tasks:
+        total = sum(known) / max(len(gpus), 1)
+        unknown = len(tasks) - len(known)
+        lines.append(f"estimated time: at least {total / 60:.1f} min of timing across {len(gpus)} GPU(s)"
+                     + (f", plus {unknown} question(s) without an estimate" if unknown else ""))
+    if fresh:
+        lines.append(f"{len(fresh)} question(s) already fresh for this GPU")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------- GPUs and locks
+@dataclasses.dataclass(frozen=True)
+class GpuSlot:
+    """One local GPU: its index (for ``CUDA_VISIBLE_DEVICES``), name, and a stable id for its lock."""
+
+    index: int
+    name: str
+    uuid: str = ""
+
+    @property
+    def lock_key(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", self.uuid or f"index{self.index}")
+
+
+def probe_gpus() -> list[GpuSlot]:
+    """This box's GPUs through ``nvidia-smi`` (no torch in the parent: workers own the GPU stack)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=index,name,uuid", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    slots = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            slots.append(GpuSlot(int(parts[0]), parts[1], parts[2]))
+    return slots
+
+
+def select_gpus(available: Sequence[GpuSlot], selection: str) -> list[GpuSlot]:
+    """``all`` or a comma list of indices (``--gpus 0,1``); one kind of GPU per refresh."""
+    if not available:
+        raise RefreshError("--gpus: no NVIDIA GPU found on this machine (nvidia-smi lists none)")
+    text = selection.strip().lower()
+    if text == "all":
+        chosen = list(available)
+    else:
+        by_index = {g.index: g for g in available}
+        chosen = []
+        for item in (s.strip() for s in text.split(",")):
+            if not item.isdigit() or int(item) not in by_index:
+                raise RefreshError(f"--gpus: {item!r} is not a GPU index here; choose from "
+                                   f"{', '.join(str(i) for i in by_index)} or 'all'")
+            chosen.append(by_index[int(item)])
+        chosen = list(dict.fromkeys(chosen))
+    names = sorted({g.name for g in chosen})
+    if len(names) > 1:
+        raise RefreshError(f"--gpus: the selected GPUs are of different kinds ({', '.join(names)}); "
+                           "refresh one kind at a time with --gpus INDEX,...")
+    return chosen
+
+
+def default_lock_dir() -> Path:
+    """Box-wide, so two checkouts (or a build and a refresh) never time on one GPU at once."""
+    return Path(tempfile.gettempdir()) / "gemm-bench-gpu-locks"
+
+
+def gpu_lock_path(gpu: GpuSlot, lock_dir: Path | None = None) -> Path:
+    return (lock_dir or default_lock_dir()) / f"gpu-{gpu.lock_key}.lock"
+
+
+@contextlib.contextmanager
+def pinned(index: int) -> Iterator[None]:
+    """``CUDA_VISIBLE_DEVICES=index`` for a child started inside the block (spawn copies the env)."""
+    old = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = old
+
+
+def measure_on_gpu(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
+    """The real measure function: the runner, imported in the worker that owns the GPU.
+
+    A refresh measures each question completely, whatever mode a page shows: with its GEMM
+    modes, the layer step of a model question (MoE models record why they have none) and the
+    SQNRs, so the site's summary, step and accuracy rows come from the same run as its GEMMs.
+    """
+    from gemm_bench.measure.runner import Runner
+    from gemm_bench.measure.timing import TimerSettings
+
+    return Runner(TimerSettings()).measure(question, list(precisions), complete_modes(question, modes),
+                                           accuracy=True)
+
+
+def complete_modes(question: Question, modes: Sequence[str]) -> list[str]:
+    """The modes a refresh measures for ``question``: those asked, plus ``layer`` for a model."""
+    wanted = list(dict.fromkeys(modes))
+    if question.kind == "model" and question.config is not None and "layer" not in wanted:
+        wanted.append("layer")
+    return wanted
+
+
+# ------------------------------------------------------------------------------- the pool
+@dataclasses.dataclass(frozen=True)
+class WorkerSetup:
+    gpu: GpuSlot
+    cache_dir: Path
+    lock_path: Path
+    measure: Measure
+    local: dict[str, str] | None
+    rules: Rules
+
+
+class _Interrupt:
+    """A worker's Ctrl-C, remembered: a KeyboardInterrupt can be swallowed by a library callback
+    (JAX's garbage-collection callback catches it and prints "Exception ignored"; on the GPU machine
+    a measurement then went on and was stored), so the worker stores nothing once SIGINT arrived,
+    whatever became of the exception. One KeyboardInterrupt per worker: Ctrl-C reaches it from the
+    terminal's process group and again from the pool's clean-up, and a second one raised inside the
+    first one's handling would escape as a traceback (the parent kills a worker that does not stop)."""
+
+    received = False
+
+    @classmethod
+    def handler(cls, signum: int, frame: object) -> None:
+        cls.received = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+
+def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> None:
+    """A worker's life: take a task, lock the GPU, re-check the cache, measure, store, report."""
+    from filelock import FileLock
+
+    signal.signal(signal.SIGINT, _Interrupt.handler)
+    cache = Cache(setup.cache_dir)
+    setup.lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        while True:
+            task: Task | None = conn.recv()
+            if task is None:
+                return
+            conn.send(("start", task.key, os.getpid()))
+            started = time.monotonic()
+            with FileLock(str(setup.lock_path)):
+                current = next((d for d in cache.lookup(task.question.hash).documents
+                                if device_slug(d["device"]["name"]) == device_slug(task.device_name)), None)
+                unforced = dataclasses.replace(setup.rules, force=False)
+                if current is not None and not setup.rules.force and needs_measuring(
+                        current, task.question, task.precisions, task.modes, setup.local, unforced) is None:
+                    conn.send(("skipped", task.key, "another process measured it meanwhile"))
+                    continue
+                doc = setup.measure(task.question, task.precisions, task.modes)
+                if _Interrupt.received:
+                    raise KeyboardInterrupt
+                try:
+                    path = cache.store(doc)
+                except ResultError as exc:
+                    conn.send(("failed", task.key, f"the measured result is invalid: {exc}"))
+                    continue
+            conn.send(("stored", task.key, str(path), time.monotonic() - started))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (EOFError, BrokenPipeError):
+        sys.exit(1)  # the parent is gone: stop measuring
+    finally:
+        # Leaving: a late Ctrl-C has nothing left to stop (it would only print "Exception ignored"
+        # from the interpreter's shutdown).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Progress(Protocol):
+    def start(self, total: int) -> None: ...
+    def event(self, text: str, done: int) -> None: ...
+    def stop(self) -> None: ...
+
+
+class PlainProgress:
+    """One line per event: logs of CI jobs and pipes."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.total = 0
+
+    def start(self, total: int) -> None:
+        self.total = total
+
+    def event(self, text: str, done: int) -> None:
+        print(f"[{done}/{self.total}] {text}", file=self.stream, flush=True)
+
+    def stop(self) -> None:
+        pass
+
+
+class RichProgress:
+    """A live bar on a terminal (rich, imported only when there is a terminal to draw on)."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), transient=False)
+        self._task: Any = None
+
+    def start(self, total: int) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task("measuring", total=total)
+
+    def event(self, text: str, done: int) -> None:
+        self._progress.console.print(text)
+        self._progress.update(self._task, completed=done)
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+
+def default_progress() -> Progress:
+    if sys.stderr.isatty():
+        try:
+            return RichProgress()
+        except ImportError:
+            pass
+    return PlainProgress()
+
+
+@dataclasses.dataclass
+class Outcome:
+    stored: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)
+    not_started: list[str] = dataclasses.field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.not_started and not self.interrupted
+
+
+def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path, measure: Measure = measure_on_gpu,
+             local: dict[str, str] | None = None, rules: Rules = Rules(), lock_dir: Path | None = None,
+             progress: Progress | None = None) -> Outcome:
+    """Share ``tasks`` out over one worker process per GPU; stop cleanly on Ctrl-C or a worker's death."""
+    progress = progress or PlainProgress()
+    outcome = Outcome()
+    if not tasks:
+        return outcome
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold a CUDA context
+    pending = collections.deque(tasks)
+    workers: dict[int, tuple[Any, multiprocessing.connection.Connection]] = {}
+    inflight: dict[int, Task | None] = {}
+    for gpu in gpus[: len(tasks)]:
+        parent_end, child_end = ctx.Pipe()
+        setup = WorkerSetup(gpu, cache_dir, gpu_lock_path(gpu, lock_dir), measure, local, rules)
+        with pinned(gpu.index):
+            proc = ctx.Process(target=_worker, args=(child_end, setup), name=f"gemm-bench-gpu{gpu.index}")
+            proc.start()
+        child_end.close()
+        workers[gpu.index] = (proc, parent_end)
+    stopping = False
+    restore: Any = None  # the SIGINT handler to put back after an interrupted clean-up
+    progress.start(len(tasks))
+    done = 0
+
+    def dispatch(index: int) -> None:
+        _, conn = workers[index]
+        task = pending.popleft() if pending and not stopping else None
+        inflight[index] = task
+        with contextlib.suppress(BrokenPipeError, OSError):
+            conn.send(task)
+
+    def receive(index: int) -> None:
+        """Handle every message waiting from one worker; hand it its next task after each result."""
+        nonlocal done
+        _, conn = workers[index]
+        while not conn.closed and conn.poll():
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                conn.close()
+                return
+            kind, key = message[0], message[1]
+            if kind == "start":
+                continue
+            done += 1
+            if kind == "stored":
+                outcome.stored.append(message[2])
+                progress.event(f"GPU {index}: stored {Path(message[2]).name} ({message[3]:.0f} s)", done)
+            elif kind == "skipped":
+                outcome.skipped.append(key)
+                progress.event(f"GPU {index}: {key} skipped: {message[2]}", done)
+            else:
+                outcome.failed.append(f"{key}: {message[2]}")
+                progress.event(f"GPU {index}: {key} FAILED: {message[2]}", done)
+            dispatch(index)
+
+    try:
+        for index in workers:
+            dispatch(index)
+        while any(proc.is_alive() for proc, _ in workers.values()) or any(
+                conn.poll() for _, conn in workers.values() if not conn.closed):
+            live = {conn: i for i, (_, conn) in workers.items() if not conn.closed}
+            sentinels = {proc.sentinel: i for i, (proc, _) in workers.items() if proc.is_alive()}
+            ready = multiprocessing.connection.wait([*live, *sentinels], timeout=1.0)
+            for item in ready:
+                if item in live:
+                    receive(live[item])
+            for item in ready:
+                if item in sentinels:
+                    index = sentinels[item]
+                    proc, conn = workers[index]
+                    proc.join()
+                    receive(index)  # what it sent just before it exited
+                    lost = inflight.get(index)
+                    if lost is not None and proc.exitcode != 0:
+                        outcome.failed.append(f"{lost.key}: the worker for GPU {index} exited with code "
+                                              f"{proc.exitcode} while measuring it; nothing of it was stored")
+                        progress.event(f"GPU {index}: worker exited ({proc.exitcode}); stopping", done)
+                        inflight[index] = None
+                        stopping = True
+                        if proc.exitcode in (130, -signal.SIGINT):
+                            outcome.interrupted = True
+                        for other, (_, other_conn) in workers.items():
+                            if other != index and inflight.get(other) is None:
+                                with contextlib.suppress(BrokenPipeError, OSError):
+                                    other_conn.send(None)
+    except KeyboardInterrupt:
+        # Ctrl-C reaches the whole process group, and `timeout -s INT` signals the command and then
+        # its group: a second SIGINT must not cut this clean-up short (it did on the GPU machine:
+        # the CLI said the cache was unchanged while a worker went on and stored a result).
+        if threading.current_thread() is threading.main_thread():
+            restore = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        outcome.interrupted = True
+        stopping = True
+        for proc, _ in workers.values():
+            if proc.is_alive() and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGINT)  # raises KeyboardInterrupt in the worker: no store
+        for index, (proc, _) in workers.items():
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            task = inflight.get(index)
+            if task is not None:
+                outcome.failed.append(f"{task.key}: interrupted")
+    finally:
+        progress.stop()
+        for proc, conn in workers.values():
+            conn.close()
+            if proc.is_alive():
+                proc.join(timeout=5)
+        if restore is not None:
+            signal.signal(signal.SIGINT, restore)
+    outcome.not_started = [t.key for t in pending]
+    return outcome
+
+
+# ------------------------------------------------------------------------------- the command
+def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSlot], measure: Measure = measure_on_gpu,
+            local: dict[str, str] | None = None, rules: Rules = Rules(), dry_run: bool = False,
+            lock_dir: Path | None = None, progress: Progress | None = None,
+            out: Callable[[str], None] = print) -> Outcome:
+    """Scan, plan (printed through ``out``), and unless ``dry_run`` measure on ``gpus``."""
+    if not srcdir.is_dir():
+        raise RefreshError(f"SRCDIR: {srcdir} is not a directory")
+    cache = Cache(cache_dir or srcdir / "_gemm_cache")
+    jobs, problems = collect_jobs(srcdir)
+    for problem in problems:
+        out(f"warning: {problem}")
+    if not gpus:
+        raise RefreshError("--gpus: no GPU selected")
+    tasks, fresh = make_plan(jobs, cache, gpus[0].name, local, rules)
+    out(describe_plan(tasks, fresh, gpus))
+    if dry_run or not tasks:
+        return Outcome()
+    return run_pool(tasks, gpus, cache_dir=cache.directory, measure=measure, local=local, rules=rules,
+                    lock_dir=lock_dir, progress=progress)
+
+
+__all__ = ["CacheError", "Directive", "GpuSlot", "Job", "Outcome", "RefreshError", "Rules", "Task", "collect_jobs",
+           "gpu_lock_path", "make_plan", "needs_measuring", "probe_gpus", "refresh", "run_pool", "scan",
+           "select_gpus"]

@@ -1,0 +1,354 @@
+"""Measure a question on the current GPU and return a result document.
+
+Order of work: TE's support checks decide which cells are ``unsupported`` (with TE's reason);
+then, GEMM by GEMM, every requested precision and every registered peer of that kind
+(:mod:`gemm_bench.measure.peers`) is built, probed once (a precision that raises, out of memory say,
+becomes a ``failed`` cell with the message, and the others go on), and the survivors are timed
+interleaved, round by round. Then, when asked, the whole layer step (``layer``,
+``layer-graphed``: :mod:`gemm_bench.measure.backends.layer_step`) and each precision's SQNR
+(:mod:`gemm_bench.measure.accuracy`). Imports torch and Transformer Engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import gc
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from gemm_bench.measure import peers as peer_registry
+from gemm_bench.measure import provenance
+from gemm_bench.measure import telemetry as telemetry_module
+from gemm_bench.measure.backends import te as te_backend
+from gemm_bench.measure.phases import BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
+from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings
+from gemm_bench.question.plan import PlannedCell, make_plan
+from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
+from gemm_bench.question.question import Question
+from gemm_bench.question.shapes import GemmShape
+from gemm_bench.results.schema import new_document
+
+Progress = Callable[[int, int, str], None]
+
+
+class NoGpuError(RuntimeError):
+    pass
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _cell(cell: PlannedCell, status: str, *, samples: Samples | None = None, reason: str = "") -> dict[str, Any]:
+    g = cell.gemm
+    out: dict[str, Any] = {
+        "mode": cell.mode, "precision": cell.precision, "op": g.op, "pass": g.pass_,
+        "m": g.m, "k": g.k, "n": g.n, "groups": g.groups, "status": status,
+    }
+    if samples is not None:
+        out["ms"] = round(samples.median, 6)
+        out["stats"] = samples.to_stats()
+        out["measured_at"] = _now()
+    else:
+        out["reason"] = reason
+    return out
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:400]
+
+
+def _release() -> None:
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def _nvtx(name: str, enabled: bool) -> Iterator[None]:
+    if enabled:
+        torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        if enabled:
+            torch.cuda.nvtx.range_pop()
+
+
+class Runner:
+    def __init__(self, settings: TimerSettings, *, peers: bool = True, progress: Progress | None = None,
+                 nvtx: bool = False, phases: PhaseProfiler | None = None, accuracy: bool = False,
+                 telemetry: bool = True) -> None:
+        """``phases``: charge this run's wall time to its phases (``gemm-bench run --profile-phases``).
+
+        The runner records support checks, building, probing and releasing memory; the timer
+        records spin-up, warm-up and timed rounds; the caller records imports and writing.
+        ``peers``: time the registered peers (:mod:`gemm_bench.measure.peers`) beside TE. ``accuracy``:
+        also measure each precision's SQNR (:mod:`gemm_bench.measure.accuracy`) in every run.
+        ``telemetry``: sample SM clock and power during each timed group and cross-check its
+        events against the profiler (:mod:`gemm_bench.measure.telemetry`); stored in ``doc["groups"]``.
+        """
+        if not torch.cuda.is_available():
+            raise NoGpuError("no CUDA GPU is visible to PyTorch")
+        self.settings = settings
+        self.peers = peers
+        self.accuracy = accuracy
+        self.progress = progress or (lambda done, total, label: None)
+        self.nvtx = nvtx
+        self.phases = phases
+        if telemetry:
+            # A torch.profiler session (the cross-check) leaves CUPTI attached and later kernel
+            # launches slower unless Kineto tears CUPTI down when the session ends (it reads this
+            # when a session starts): a refresh worker times many questions in one process.
+            os.environ.setdefault("TEARDOWN_CUPTI", "1")
+        self.sampler = telemetry_module.ClockSampler() if telemetry else None
+        self.timer = Interleaver(settings, phases=phases, sampler=self.sampler)
+        self.telemetry = telemetry
+        #: Each timed group's record in the run under way (``doc["groups"]``), and what its
+        #: cross-check needs after the run's last group: TE's builders and the stored medians.
+        self._groups: list[dict[str, Any]] = []
+        self._to_check: list[tuple[dict[str, Any], dict[str, Callable[[], Competitor]], dict[str, float]]] = []
+
+    def _build(self, builders: dict[str, Callable[[], Competitor]]) -> tuple[dict[str, Competitor], dict[str, str]]:
+        """Build and probe (one untimed call) each competitor: the ones that work, and the reason
+        of each one that does not (its memory released)."""
+        competitors: dict[str, Competitor] = {}
+        failures: dict[str, str] = {}
+        for name, build in builders.items():
+            try:
+                with optional_phase(self.phases, BUILD):
+                    fn = build()
+                with optional_phase(self.phases, PROBE):
+                    fn(lambda region, edge: None)
+                    torch.cuda.synchronize()
+                competitors[name] = fn
+            except Exception as exc:  # GPU boundary: any failure is recorded as the cell's reason
+                failures[name] = _short(exc)
+                competitors.pop(name, None)
+                with optional_phase(self.phases, RELEASE):
+                    _release()
+        return competitors, failures
+
+    def _time_group(
+        self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = ""
+    ) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
+        """Build and probe each competitor; time the ones that work, interleaved."""
+        competitors, failures = self._build(builders)
+        if not competitors:
+            return {}, failures
+        try:
+            samples = self.timer.run(competitors)
+        except Exception as exc:  # GPU boundary: the group's cells become failed, the run goes on
+            message = _short(exc)
+            samples = {}
+            failures.update({name: message for name in competitors})
+        else:
+            if self.telemetry:
+                group = {"label": label, "mode": mode, "members": sorted(competitors), **self.timer.last_group}
+                self._groups.append(group)
+                # Peers are not cross-checked: a compiled peer would be compiled again for it.
+                te_builders = {n: b for n, b in builders.items() if n in competitors and not n.startswith(_PEER_KEY)}
+                medians = {f"{n}/{r}": s.median for n, regions in samples.items() if n in te_builders
+                           for r, s in regions.items()}
+                self._to_check.append((group, te_builders, medians))
+        del competitors
+        with optional_phase(self.phases, RELEASE):
+            _release()
+        return samples, failures
+
+    def _cross_check_groups(self) -> None:
+        """After every group of the run is timed: each group's TE competitors rebuilt and timed
+        :data:`~gemm_bench.measure.telemetry.CROSS_CHECK_ROUNDS` rounds under the profiler. Never before a
+        timed group, because a profiler session slows the CUDA runtime's launches afterwards."""
+        for group, builders, medians in self._to_check:
+            if not builders:
+                group["cross_check"] = {"rounds": 0, "reason": "no Transformer Engine competitor in this group"}
+                continue
+            competitors, failures = self._build(builders)
+            if failures:  # all of the group's TE competitors, or no cross-check of it
+                group["cross_check"] = {"rounds": 0, "reason": next(iter(failures.values()))}
+            else:
+                try:
+                    group["cross_check"] = telemetry_module.with_stored_ratios(
+                        self.timer.check(competitors, telemetry_module.CROSS_CHECK_ROUNDS), medians)
+                except Exception as exc:  # GPU boundary: the cross-check says why; the group's numbers stand
+                    group["cross_check"] = {"rounds": 0, "reason": _short(exc)}
+            del competitors
+            with optional_phase(self.phases, RELEASE):
+                _release()
+        self._to_check = []
+
+    def measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
+                accuracy: bool | None = None) -> dict[str, Any]:
+        """One run: the GEMM cells of ``autocast``/``prequant``, the layer step of ``layer``/
+        ``layer-graphed``, the peers, and (``accuracy``, default the runner's) the SQNRs.
+
+        Everything in the returned document is one run (one ``run_id``): speedups between any
+        two of its cells are legitimate, and its method says what the run includes. The clock
+        sampler's process ends with the run, however the run ends.
+        """
+        try:
+            return self._measure(question, precisions, modes, accuracy=accuracy)
+        finally:
+            if self.sampler is not None:
+                self.sampler.close()
+
+    def _measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
+                 accuracy: bool | None) -> dict[str, Any]:
+        modes = list(dict.fromkeys(modes))
+        unknown = [m for m in modes if m not in ALL_MODES]
+        if unknown:
+            raise ValueError(f"unknown modes {', '.join(map(repr, unknown))}; choose from {', '.join(ALL_MODES)}")
+        per_gemm, layer = gemm_modes(modes), layer_modes(modes)
+        with_accuracy = self.accuracy if accuracy is None else accuracy
+        wanted = list(dict.fromkeys([BASELINE, *precisions]))
+        with optional_phase(self.phases, SUPPORT):
+            support = te_backend.support()
+            plan = make_plan(question.gemms, precisions, per_gemm, support)
+            method = run_method(self.settings, telemetry=self.telemetry,
+                                teardown=os.environ.get("TEARDOWN_CUPTI") == "1")
+            device, prov = provenance.collect(method, te_backend.VERSION)
+            registry = peer_registry.registered_peers() if self.peers else []
+            available = peer_registry.availability(registry)
+            if self.sampler is not None:
+                self.sampler.start()  # before any warm-up: its start-up never idles a warm GPU
+        doc = new_document(
+            kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
+            config=question.config.to_dict() if question.config else None,
+            device=device, provenance=prov, notes=question.notes,
+        )
+        run_id = doc["run_id"]
+        self._groups, self._to_check = [], []
+        doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
+        cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
+        autocast = [c for c in plan.to_measure if c.mode == "autocast"]
+        prequant = [c for c in plan.to_measure if c.mode == "prequant"]
+        ops = list(dict.fromkeys(c.gemm.op for c in autocast))
+        prequant_gemms = list(dict.fromkeys(c.gemm for c in prequant))
+        total = len(ops) + len(prequant_gemms) + len(layer) + int(with_accuracy)
+        done = 0
+        fprop_of = {g.op: g for g in question.gemms if g.pass_ == "fprop"}
+        peers_out: list[dict[str, Any]] = []
+
+        for op in ops:
+            self.progress(done, total, f"autocast {op}")
+            wanted_cells = [c for c in autocast if c.gemm.op == op]
+            chosen = list(dict.fromkeys(c.precision for c in wanted_cells))
+            fprop = fprop_of[op]
+            backward = any(c.gemm.pass_ != "fprop" for c in wanted_cells)
+            builders: dict[str, Callable[[], Competitor]] = {
+                p: functools.partial(te_backend.autocast_competitor, p, fprop, backward) for p in chosen
+            }
+            # Linear peers (torchao Float8Linear ...) time the op's training step beside TE's autocast.
+            linear = _peer_builders(registry, fprop, "linear", available)
+            with _nvtx(f"autocast {op}", self.nvtx):
+                samples, failures = self._time_group({**builders, **linear}, label=f"autocast {op}",
+                                                     mode="autocast")
+            cells += _timed_cells(wanted_cells, samples, failures)
+            peers_out += _peer_rows(registry, fprop, "linear", available, samples, failures)
+            done += 1
+
+        for gemm in prequant_gemms:
+            self.progress(done, total, f"prequant {gemm.op}/{gemm.pass_}")
+            wanted_cells = [c for c in prequant if c.gemm == gemm]
+            builders = {c.precision: functools.partial(te_backend.prequant_competitor, c.precision, gemm)
+                        for c in wanted_cells}
+            # GEMM peers (torch.matmul, torch._scaled_mm, plugins) time the same pass beside TE's GEMM.
+            extra = _peer_builders(registry, gemm, "gemm", available)
+            with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
+                samples, failures = self._time_group({**builders, **extra},
+                                                     label=f"prequant {gemm.op}/{gemm.pass_}", mode="prequant")
+            cells += _timed_cells(wanted_cells, samples, failures)
+            peers_out += _peer_rows(registry, gemm, "gemm", available, samples, failures)
+            done += 1
+
+        doc["cells"] = cells
+        doc["peers"] = peers_out
+        if layer:
+            from gemm_bench.measure.backends.layer_step import measure_layer_step
+
+            self.progress(done, total, f"layer step ({', '.join(layer)})")
+            with _nvtx("layer step", self.nvtx):
+                # measure_layer_step times one group per mode, in the order of ``layer``.
+                layer_order = iter(layer)
+
+                def layer_group(builders: dict[str, Callable[[], Competitor]]) -> Any:
+                    mode = next(layer_order, "layer")
+                    return self._time_group(builders, label=f"layer step ({mode})", mode=mode)
+
+                doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
+                    question, wanted, layer_group, support=support, modes=layer)]
+            done += len(layer)
+        if with_accuracy:
+            from gemm_bench.measure.accuracy import accuracy_method, measure_accuracy
+
+            self.progress(done, total, "accuracy (SQNR)")
+            with _nvtx("accuracy", self.nvtx):
+                doc["accuracy"] = measure_accuracy(question, wanted, per_gemm or ["autocast"],
+                                                   support=support, run_id=run_id)
+            doc["accuracy_method"] = accuracy_method()
+            done += 1
+        if self.telemetry:
+            self.progress(done, total, "events-vs-profiler cross-check")
+            self._cross_check_groups()
+            telemetry_module.flag_clock_drops(self._groups)
+            doc["groups"] = [{**g, "run_id": run_id} for g in self._groups]
+        self.progress(done, total, "done")
+        return doc
+
+
+#: Keys of the competitors of peers in a timed group: never equal to a precision id.
+_PEER_KEY = "peer:"
+
+
+def _peer_builders(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: str,
+                   available: dict[str, tuple[bool, str]]) -> dict[str, Callable[[], Competitor]]:
+    return {_PEER_KEY + name: build
+            for name, build in peer_registry.builders(registry, gemm, kind, available).items()}
+
+
+def _peer_rows(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: str,
+               available: dict[str, tuple[bool, str]], samples: dict[str, dict[str, Samples]],
+               failures: dict[str, str]) -> list[dict[str, Any]]:
+    def mine(table: dict[str, Any]) -> dict[str, Any]:
+        return {k[len(_PEER_KEY):]: v for k, v in table.items() if k.startswith(_PEER_KEY)}
+
+    return peer_registry.rows(registry, gemm, kind, available, mine(samples), mine(failures))
+
+
+def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: bool = True) -> dict[str, Any]:
+    """The method a run records: the timer's parameters, and what else this version measures.
+
+    The ``layer_step``, ``accuracy`` and ``peers`` entries are written by every run of this code
+    (whether or not the run measured them), so a result of the earlier method, which has none,
+    is told apart: its report says "not measured in this result (method v1)".
+    """
+    from gemm_bench.measure.step import WHAT_IS_TIMED
+    from gemm_bench.results.accuracy_schema import DISTRIBUTIONS
+
+    return {
+        **settings.method(),
+        **(telemetry_module.method(teardown=teardown) if telemetry else {}),
+        "layer_step": WHAT_IS_TIMED,
+        "accuracy": "SQNR in dB of each pass's output against an FP32 reference of the same BF16 inputs, "
+        f"inputs {' and '.join(DISTRIBUTIONS)} (details in the result's accuracy_method)",
+        "peers": "registered peers (entry point group gemm_bench.peers), timed in the same interleaved "
+        "groups as TE: GEMM peers with pre-quantized GEMMs, Linear peers with autocast",
+    }
+
+
+def _timed_cells(
+    wanted: list[PlannedCell], samples: dict[str, dict[str, Samples]], failures: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Cells of one timed group: each precision's samples of its pass, or its failure."""
+    return [
+        _cell(c, "failed", reason=failures[c.precision]) if c.precision in failures
+        else _cell(c, "measured", samples=samples[c.precision][c.gemm.pass_])
+        for c in wanted
+    ]

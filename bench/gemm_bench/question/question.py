@@ -1,0 +1,165 @@
+"""A *question*: which GEMMs to measure, built from CLI flags or directive options.
+
+Three spellings lead here: a model (a preset, a Hugging Face ``config.json``, a Megatron-LM
+argument list or Megatron-style fields, where fields override the preset, file or argument
+list), manual ``MxKxN`` shapes, or a square-size sweep. The
+CLI and the Sphinx directive both call :func:`build_question`, so they accept exactly the same
+inputs and reject them with the same messages.
+
+A question is the set of GEMMs, independent of how it was spelled: a preset and the same numbers
+written out, options in any order, give the same GEMMs and so the same :func:`question_hash`, the
+name of its cache files. Precisions and modes are not part of the question: they select cells
+inside the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gemm_bench.question.config import (
+    ConfigError,
+    ModelConfig,
+    config_from_hf,
+    config_from_mapping,
+    megatron_args_to_fields,
+    preset,
+)
+from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
+
+
+def question_payload(gemms: Iterable[GemmShape]) -> list[list[Any]]:
+    """The canonical, order-free form of a question: sorted (op, pass, m, k, n, groups) rows."""
+    return sorted([g.op, g.pass_, g.m, g.k, g.n, g.groups] for g in gemms)
+
+
+def question_hash(gemms: Iterable[GemmShape]) -> str:
+    text = json.dumps(question_payload(gemms), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    kind: str  # "model" | "shapes" | "sweep"
+    gemms: tuple[GemmShape, ...]
+    #: Layers the GEMMs stand for: model totals are per-layer values times this. For an MoE
+    #: model with leading dense layers (DeepSeek-V3) only the MoE layers, which the GEMMs are.
+    num_layers: int
+    config: ModelConfig | None
+    #: Megatron-LM flags of the question's argument list that change no GEMM (not part of the hash).
+    ignored_flags: tuple[str, ...] = ()
+
+    @property
+    def hash(self) -> str:
+        return question_hash(self.gemms)
+
+    @property
+    def notes(self) -> list[str]:
+        notes = []
+        c = self.config
+        if c is not None and c.is_moe:
+            notes.append(BALANCED_ROUTING_NOTE)
+        if c is not None and c.has_shared_experts:
+            notes.append(
+                f"Shared experts (total MLP hidden size {c.moe_shared_expert_intermediate_size}) see every token: "
+                "dense GEMMs over all tokens beside the routed experts' grouped GEMMs."
+            )
+        if c is not None and c.dense_layers:
+            notes.append(
+                f"The first {c.dense_layers} of the {c.num_layers} layers are dense (an MLP of hidden size "
+                f"{c.ffn_hidden_size} instead of experts): they differ from this MoE layer and their GEMMs are "
+                f"not included; model totals count the {c.measured_layers} MoE layers only."
+            )
+        if c is not None and c.is_mla:
+            q = (f"Q down to rank {c.q_lora_rank} and back up" if c.q_lora_rank is not None
+                 else "Q projected directly")
+            notes.append(
+                f"Multi-latent attention: {q}, KV down to rank {c.kv_lora_rank} (+ {c.qk_pos_emb_head_dim} rotary "
+                "dims) and back up, as Megatron-LM builds it; at tensor-parallel size > 1 the down projections are "
+                "duplicated on every rank (not split), and with sequence parallelism each projects 1/TP of the tokens."
+            )
+        if self.config is not None and self.config.tensor_model_parallel_size > 1:
+            notes.append(
+                f"Shapes of one rank at tensor-parallel size {self.config.tensor_model_parallel_size}; "
+                "communication (all-gather / reduce-scatter) is not timed."
+            )
+        return notes
+
+    def describe(self) -> str:
+        if self.config is None:
+            return f"{len(self.gemms)} {'square sizes' if self.kind == 'sweep' else 'manual shapes'}"
+        c = self.config
+        parts = [f"hidden {c.hidden_size}", f"FFN {c.ffn_hidden_size}", f"{c.num_attention_heads} heads"]
+        if c.query_groups != c.num_attention_heads:
+            parts.append(f"{c.query_groups} KV groups")
+        if c.is_mla:
+            parts.append(f"MLA (Q rank {c.q_lora_rank or 'none'}, KV rank {c.kv_lora_rank})")
+        if c.swiglu:
+            parts.append("gated MLP")
+        if c.is_moe:
+            parts.append(f"{c.num_experts} experts top-{c.moe_router_topk}")
+        if c.has_shared_experts:
+            parts.append(f"shared experts {c.moe_shared_expert_intermediate_size}")
+        if c.tensor_model_parallel_size > 1:
+            parts.append(f"TP {c.tensor_model_parallel_size}")
+        if c.dense_layers:
+            parts.append(f"{c.num_layers} layers (first {c.dense_layers} dense, not included)")
+        else:
+            parts.append(f"{c.num_layers} layers")
+        parts.append(f"{c.micro_batch_size} x {c.seq_length} tokens")
+        return ", ".join(parts)
+
+
+def build_question(
+    *,
+    model: str | None = None,
+    hf_config: str | Path | None = None,
+    shapes: Sequence[str] | None = None,
+    sweep: Sequence[int | str] | None = None,
+    fields: Mapping[str, Any] | None = None,
+    megatron_args: Sequence[str] | None = None,
+) -> Question:
+    """Turn user input into a validated :class:`Question` (raises :class:`ConfigError`).
+
+    ``megatron_args`` is a Megatron-LM argument list (already split into words:
+    :func:`~gemm_bench.question.config.split_megatron_args` splits a pasted string); ``fields`` override it.
+    """
+    fields = {k: v for k, v in (fields or {}).items() if v is not None}
+    # A source given but empty is a mistake, never "no source": it would silently ask another question.
+    if model is not None and not model.strip():
+        raise ConfigError("model", "needs a preset name")
+    if hf_config is not None and not str(hf_config).strip():
+        raise ConfigError("hf_config", "needs a path")
+    if shapes is not None and not any(s.strip() for s in shapes):
+        raise ConfigError("shape", "needs at least one MxKxN shape")
+    if sweep is not None and not any(str(s).strip() for s in sweep):
+        raise ConfigError("sweep", "needs at least one size")
+    if megatron_args is not None and not any(a.strip() for a in megatron_args):
+        raise ConfigError("megatron_args", "needs at least one flag")
+    sources = [name for name, value in (("model", model), ("hf_config", hf_config), ("megatron_args", megatron_args),
+                                        ("shape", shapes), ("sweep", sweep)) if value]
+    if len(sources) > 1:
+        raise ConfigError(sources[1], f"cannot be combined with {{{sources[0]}}}")
+    if shapes or sweep:
+        if fields:
+            field = sorted(fields)[0]
+            raise ConfigError(field, f"is a model option; it cannot be combined with {{{sources[0]}}}")
+        gemms = manual_gemms(shapes) if shapes else square_sweep(sweep or ())
+        return Question("shapes" if shapes else "sweep", tuple(gemms), 1, None)
+    ignored: list[str] = []
+    if hf_config:
+        training = {k: fields.pop(k) for k in list(fields)}
+        config = config_from_hf(hf_config, **training)
+    elif megatron_args:
+        from_args, ignored = megatron_args_to_fields(megatron_args)
+        config = config_from_mapping({**from_args, **fields})
+    elif model:
+        config = config_from_mapping(fields, base=preset(model))
+    else:
+        config = config_from_mapping(fields)
+    config = config.resolved()
+    return Question("model", tuple(layer_gemms(config)), config.measured_layers, config, tuple(ignored))

@@ -1,0 +1,118 @@
+"""What a figure shows, as plain data, and the style it is drawn in: the one module the figure
+writers share.
+
+A :class:`FigureSpec` holds exactly what a figure shows; :meth:`FigureSpec.key` hashes that, the
+drawing code's :data:`FIGURE_VERSION` and the style (colours, inks, width, font sizes), so equal
+keys draw equal bytes. :mod:`gemm_bench.report.figures` builds specs from reports and writes them;
+the layout (:mod:`gemm_bench.report.figure_layout`), the SVG writer and the matplotlib painter
+import this module, never :mod:`~gemm_bench.report.figures`. Pure: no matplotlib, no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Literal
+
+#: Bump when the drawing code changes what a spec looks like: every figure key changes with it.
+FIGURE_VERSION = "6"
+
+#: Okabe-Ito colours: distinguishable with colour-blindness, and mid-tone enough to read on both a
+#: white and a near-black background.
+PRECISION_COLORS = {
+    "bf16": "#999999",
+    "fp8-delayed": "#E69F00",
+    "fp8-current": "#56B4E9",
+    "fp8-block": "#009E73",
+    "mxfp8": "#CC79A7",
+    "nvfp4": "#D55E00",
+}
+
+#: Fixed inks (GitHub's light/dark foregrounds); a ``page`` SVG draws in ``currentColor``.
+_INK = {"light": "#1f2328", "dark": "#e6edf3"}
+
+#: Width 3.8 in and no text below 8.4 pt. On a 390 px phone a figure nested in two tab panels gets
+#: about 296 px (measured in Chromium: Furo's margins and the panels' padding), so the smallest
+#: label renders at 8.4 * (4/3) * 296 / (3.8 * 96) = 9.1 px, above the 9 px floor (the browser test
+#: measures it; a unit test checks the SVG against PHONE_WIDTH_PX).
+WIDTH_IN = 3.8
+FONT_PT = 9.0
+SMALL_PT = 8.4
+PHONE_WIDTH_PX = 296
+MIN_PHONE_PX = 9.0
+
+
+class FigureError(Exception):
+    """A figure that cannot be made from what was given (no result, an unknown format or theme)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One precision's values across a panel's categories; None where nothing was measured.
+
+    ``low`` and ``high`` bound the spread of each value (see
+    :func:`gemm_bench.report.figures.ratio_spread`); None where the stored statistics cannot give
+    one, and then no error bar is drawn.
+    """
+
+    precision: str
+    label: str
+    color: str
+    values: tuple[float | None, ...]
+    low: tuple[float | None, ...]
+    high: tuple[float | None, ...]
+    #: ``scatter`` figures: each value's x coordinate (``values`` are the y coordinates).
+    x: tuple[float | None, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One axes: categories (bar rows, or sweep points at positions ``x``) and their series."""
+
+    title: str
+    categories: tuple[str, ...]
+    series: tuple[Series, ...]
+    x: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+    """Everything a figure shows, as plain data; equal specs draw equal bytes.
+
+    ``kind`` ``bars``: horizontal bars, one row per category, one bar per series, the first row
+    in bold when ``emphasize_first`` (the whole-model total). ``sweep``: one line per series
+    against ``Panel.x`` on a log-2 axis. ``scatter``: one labelled point per series value at
+    (``Series.x``, value), ``category_label`` naming the x axis. ``reference`` draws a dashed line
+    (1.0: as fast as BF16); ``references`` draws dotted lines with a label each (a device's peak).
+    ``value_format`` formats the value printed beside each bar.
+    """
+
+    kind: Literal["bars", "sweep", "scatter"]
+    title: str
+    value_label: str
+    category_label: str
+    panels: tuple[Panel, ...]
+    reference: float | None = 1.0
+    emphasize_first: bool = False
+    note: str = ""
+    value_format: str = "{:.2f}×"
+    references: tuple[tuple[float, str], ...] = ()
+
+    def key(self) -> str:
+        """A stable hash of the content, :data:`FIGURE_VERSION` and the style: the file's name."""
+        payload = json.dumps(
+            {"version": FIGURE_VERSION, "style": _STYLE_FINGERPRINT, "spec": dataclasses.asdict(self)},
+            sort_keys=True, ensure_ascii=False, default=repr,
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(panel.series for panel in self.panels)
+
+
+_STYLE_FINGERPRINT = json.dumps(
+    {"colors": PRECISION_COLORS, "ink": _INK, "width": WIDTH_IN, "font": FONT_PT, "small": SMALL_PT},
+    sort_keys=True, default=repr,
+)

@@ -1,0 +1,905 @@
+"""The report model: per-GEMM times, TFLOP/s, per-pass sums, totals and speedups vs BF16.
+
+Pure arithmetic over a validated result document; the CLI prints it as text or JSON and the
+Sphinx extension renders it as tables, figures and role values. Every number a reader sees is
+computed here, once.
+
+Two rules keep those numbers right whatever the file holds:
+
+* The page's question decides what is shown: its GEMMs (order included), its layer count and
+  its kind. The file only supplies per-GEMM measurements, so two pages asking for 24 and 48
+  layers of one model share a file and still show their own totals.
+* A speedup divides two cells of one run only (see :func:`gemm_bench.results.schema.cell_run_id`);
+  otherwise it is None, with a reason saying why, never a ratio of two runs' clocks.
+
+Beside the times, and never in their place, it computes the quantities of issue 11: % of the
+device's dense peak and the roofline prediction per cell (:mod:`gemm_bench.question.hardware`,
+:mod:`gemm_bench.report.roofline`), the layer step with its GEMM share and Amdahl's law
+(:mod:`gemm_bench.measure.step`), each precision's SQNR (:mod:`gemm_bench.measure.accuracy`) and the peers (their
+own rows, never in TE's totals). A value a file does not hold is None with a reason ("not measured
+in this result (method v1)"), never a number.
+
+Nothing here raises on a document :func:`gemm_bench.results.schema.validate` accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gemm_bench.measure import step, telemetry
+from gemm_bench.question import hardware
+from gemm_bench.question.precisions import (
+    ALL_MODES,
+    BASELINE,
+    LAYER_MODES,
+    MODE_NAMES,
+    MODES,
+    PRECISIONS,
+    gemm_modes,
+    layer_modes,
+)
+from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_bench.report import roofline
+from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
+from gemm_bench.results.schema import (
+    KINDS,
+    MAX_LAYERS,
+    cached_precisions,
+    cell_run_id,
+    document_gemms,
+    peer_run_id,
+    unstored_reason,
+)
+
+Key = tuple[str, str]  # (mode, precision)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    mode: str
+    precision: str
+    gemm: GemmShape
+    status: str
+    ms: float | None
+    reason: str
+    stats: dict[str, Any]
+    #: The run that measured it ("" for a cell the document does not hold).
+    run_id: str = ""
+
+    @property
+    def tflops(self) -> float | None:
+        if self.status != "measured" or not self.ms:
+            return None
+        return hardware.achieved_tflops(self.gemm.flops, self.ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class Total:
+    mode: str
+    precision: str
+    #: Sum over the layer's GEMMs per pass (None when a GEMM of that pass is not measured).
+    pass_ms: dict[str, float | None]
+    per_layer_ms: float | None
+    model_ms: float | None
+    speedup_vs_bf16: float | None
+    status: str
+    reason: str
+    #: Why ``speedup_vs_bf16`` is None ("" when it is a number).
+    speedup_reason: str = ""
+    #: The one run all of this precision's cells come from, or None (none measured, or several).
+    run_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """One precision's layer step (``layer`` or ``layer-graphed``), with Amdahl's law beside it."""
+
+    mode: str
+    precision: str
+    #: measured, failed, unsupported or missing (the file holds no such cell).
+    status: str
+    reason: str
+    step_ms: float | None
+    stats: dict[str, Any]
+    #: BF16 step time / this precision's, both from one run (1.0 for BF16 itself).
+    speedup_vs_bf16: float | None
+    speedup_reason: str
+    #: The 12 BF16 autocast GEMM times of this question / the BF16 step time (same run).
+    gemm_share: float | None
+    gemm_share_reason: str
+    #: This precision's summed autocast GEMM time, and BF16's sum over it (same run as the step).
+    gemm_ms: float | None
+    gemm_speedup: float | None
+    #: What Amdahl's law predicts for the step from ``gemm_share`` and ``gemm_speedup``.
+    amdahl_speedup: float | None
+    #: "With FP8 Current, the layer's GEMMs get 1.70x and the whole step 1.40x, because ..."
+    sentence: str | None
+    run_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerRow:
+    """One peer's timing of one GEMM pass (``gemm`` peers) or Linear region (``linear`` peers)."""
+
+    backend: str
+    #: The peer's own label of what it computes in ("BF16", "FP8 rowwise"), not a TE precision id.
+    precision: str
+    kind: str
+    op: str
+    #: The pass (``gemm``), or ``fprop``/``backward`` (``linear``: backward is Dgrad + Wgrad).
+    pass_: str
+    m: int
+    k: int
+    n: int
+    groups: int
+    flops: int
+    status: str
+    ms: float | None
+    reason: str
+    run_id: str
+    tflops: float | None
+    pct_of_peak: float | None
+    pct_of_peak_reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["pass"] = out.pop("pass_")
+        return out
+
+
+#: Labels of the peers results already hold, for rows written before peers carried a precision.
+_PEER_PRECISIONS = {"torch.matmul": "BF16", "torch._scaled_mm (FP8 tensorwise)": "FP8 tensorwise",
+                    "torch._scaled_mm (FP8 rowwise)": "FP8 rowwise"}
+
+
+def _peer_precision(backend: str) -> str:
+    for prefix, label in _PEER_PRECISIONS.items():
+        if backend.startswith(prefix):
+            return label
+    if "(" in backend and backend.endswith(")"):
+        return backend[backend.rindex("(") + 1:-1]
+    return ""
+
+
+def _peer_format(label: str) -> str | None:
+    """The tensor-core format a peer's label names (``FP8 rowwise`` -> ``fp8``), else None."""
+    head = label.strip().lower().split(" ")[0] if label.strip() else ""
+    return head if head in hardware.FORMATS else None
+
+
+class Report:
+    """A view of one result document for the question a page asked.
+
+    ``gemms``, ``num_layers`` and ``kind`` are the page's (defaults: the document's); ``gemms``
+    must be the document's question, in any order, else :class:`ValueError`. ``modes`` and
+    ``precisions`` are what was asked, as asked; by default whatever the document holds.
+    """
+
+    def __init__(
+        self,
+        doc: dict[str, Any],
+        *,
+        gemms: Sequence[GemmShape] | None = None,
+        num_layers: int | None = None,
+        kind: str | None = None,
+        modes: Sequence[str] | None = None,
+        precisions: Sequence[str] | None = None,
+    ) -> None:
+        self.doc = doc
+        stored = document_gemms(doc)
+        if gemms is None:
+            self.gemms = stored
+        else:
+            self.gemms = list(dict.fromkeys(gemms))
+            if set(self.gemms) != set(stored):
+                raise ValueError(f"the page asks for {len(self.gemms)} GEMMs that are not the question of "
+                                 f"result {doc['question_hash']} ({len(stored)} GEMMs)")
+        if num_layers is None:
+            num_layers = doc["question"]["num_layers"]
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= MAX_LAYERS:
+            raise ValueError(f"num_layers must be a whole number from 1 to {MAX_LAYERS}, got {num_layers!r}")
+        self.num_layers: int = num_layers
+        self.kind: str = kind if kind is not None else doc["question"]["kind"]
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        held = doc["cells"]
+        self._layer_raw: list[dict[str, Any]] = doc.get("layer", [])
+        self._accuracy_raw: list[dict[str, Any]] = doc.get("accuracy", [])
+        asked = list(dict.fromkeys(modes)) if modes else None
+        unknown = [m for m in asked or () if m not in ALL_MODES]
+        #: The per-GEMM modes shown (tables of cells); the layer modes asked are :attr:`layer_modes`.
+        self.modes = (gemm_modes(asked) if asked is not None
+                      else [m for m in MODES if any(c["mode"] == m for c in held)])
+        #: The whole-layer modes shown (:meth:`step`): asked, or those the file holds.
+        self.layer_modes = (layer_modes(asked) if asked is not None
+                            else [m for m in LAYER_MODES if any(c["mode"] == m for c in self._layer_raw)])
+        self.precisions = list(dict.fromkeys(precisions)) if precisions else cached_precisions(doc)
+        unknown += [p for p in self.precisions if p not in PRECISIONS]
+        if unknown:
+            raise ValueError(f"unknown mode or precision: {', '.join(map(repr, unknown))}")
+        by_gemm = {(g.op, g.pass_): g for g in self.gemms}
+        self._cells: dict[tuple[str, str, str, str], Cell] = {}
+        for raw in held:
+            gemm = by_gemm[(raw["op"], raw["pass"])]
+            self._cells[(raw["mode"], raw["precision"], raw["op"], raw["pass"])] = Cell(
+                raw["mode"], raw["precision"], gemm, raw["status"], raw.get("ms"),
+                raw.get("reason", ""), raw.get("stats", {}), cell_run_id(doc, raw),
+            )
+        self._support: dict[str, Any] = doc.get("support") or {}
+        self._layer = {(c["mode"], c["precision"]): c for c in self._layer_raw}
+        self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
+                          for c in self._accuracy_raw}
+
+    # ------------------------------------------------------------------ lookups
+    def cell(self, mode: str, precision: str, gemm: GemmShape) -> Cell:
+        """The stored cell; else ``unsupported`` where the registry or the device's recorded
+        support says so (with that reason), else ``missing``."""
+        found = self._cells.get((mode, precision, gemm.op, gemm.pass_))
+        if found is not None:
+            return found
+        reason = unstored_reason(self.doc, mode, precision)
+        if reason is not None:
+            return Cell(mode, precision, gemm, "unsupported", None, reason, {})
+        return Cell(mode, precision, gemm, "missing", None, "not measured in this result", {})
+
+    def cells(self, mode: str, precision: str) -> list[Cell]:
+        return [self.cell(mode, precision, g) for g in self.gemms]
+
+    def status(self, mode: str, precision: str) -> tuple[str, str]:
+        """Overall status of one (mode, precision): measured only if every GEMM is."""
+        cells = self.cells(mode, precision)
+        for status in ("unsupported", "failed", "missing"):
+            bad = [c for c in cells if c.status == status]
+            if bad:
+                return status, bad[0].reason
+        return "measured", ""
+
+    def missing_cells(self) -> list[tuple[str, str, GemmShape]]:
+        return [
+            (m, p, g)
+            for m in self.modes
+            for p in self.precisions
+            for g in self.gemms
+            if self.cell(m, p, g).status == "missing"
+        ]
+
+    def run_ids(self) -> list[str]:
+        """The runs the shown cells come from, sorted."""
+        return sorted({c.run_id for m in self.modes for p in self.precisions for c in self.cells(m, p) if c.run_id})
+
+    # ------------------------------------------------------------------ speedups
+    def _speedup(self, mode: str, precision: str, gemms: list[GemmShape], what: str) -> tuple[float | None, str]:
+        """BF16's summed time over ``precision``'s for ``gemms``, only within one run."""
+        if not gemms:
+            return None, f"the question has no {what}"
+        name = PRECISIONS[precision].display
+        mine = [self.cell(mode, precision, g) for g in gemms]
+        base = [self.cell(mode, BASELINE, g) for g in gemms]
+        for label, group in ((name, mine), (PRECISIONS[BASELINE].display, base)):
+            bad = next((c for c in group if c.status != "measured" or not c.ms), None)
+            if bad is not None:
+                return None, f"{label} {what} is {bad.status}: {bad.reason}"
+        runs = sorted({c.run_id for c in mine + base})
+        if len(runs) != 1:
+            return None, (f"BF16 and {name} {what} come from different measurement runs ({', '.join(runs)}); "
+                          "a speedup across runs would compare two runs' clocks")
+        return sum(c.ms or 0.0 for c in base) / sum(c.ms or 0.0 for c in mine), ""
+
+    def gemm_speedup(self, mode: str, precision: str, gemm: GemmShape) -> float | None:
+        """BF16's time for one GEMM over this precision's (same run only)."""
+        return self._speedup(mode, precision, [gemm], f"{gemm.op}/{gemm.pass_}")[0]
+
+    def gemm_speedup_reason(self, mode: str, precision: str, gemm: GemmShape) -> str:
+        """Why :meth:`gemm_speedup` is None ("" when it is a number)."""
+        return self._speedup(mode, precision, [gemm], f"{gemm.op}/{gemm.pass_}")[1]
+
+    def pass_speedup(self, mode: str, precision: str, pass_: str) -> float | None:
+        """BF16's time for one pass (Fprop, Dgrad or Wgrad) over this precision's (same run only)."""
+        return self._speedup(mode, precision, self._pass_gemms(pass_), PASS_NAMES.get(pass_, pass_))[0]
+
+    def pass_speedup_reason(self, mode: str, precision: str, pass_: str) -> str:
+        """Why :meth:`pass_speedup` is None ("" when it is a number)."""
+        return self._speedup(mode, precision, self._pass_gemms(pass_), PASS_NAMES.get(pass_, pass_))[1]
+
+    def _pass_gemms(self, pass_: str) -> list[GemmShape]:
+        return [g for g in self.gemms if g.pass_ == pass_]
+
+    def find_gemm(self, text: str) -> GemmShape:
+        """A GEMM named ``op/pass`` (``mlp_up/fprop``) or by its ``MxKxN`` label."""
+        text = text.strip()
+        for g in self.gemms:
+            if text in (f"{g.op}/{g.pass_}", f"{g.op}.{g.pass_}", g.label, g.op):
+                return g
+        raise KeyError(text)
+
+    # ------------------------------------------------------------------ totals
+    def total(self, mode: str, precision: str) -> Total:
+        cells = self.cells(mode, precision)
+        status, reason = self.status(mode, precision)
+        pass_ms: dict[str, float | None] = {}
+        for pass_ in PASSES:
+            chosen = [c for c in cells if c.gemm.pass_ == pass_]
+            if chosen:
+                pass_ms[pass_] = (sum(c.ms or 0.0 for c in chosen)
+                                  if all(c.status == "measured" for c in chosen) else None)
+        per_layer = sum(c.ms or 0.0 for c in cells) if status == "measured" else None
+        model = per_layer * self.num_layers if per_layer is not None else None
+        if precision == BASELINE:
+            speedup, why = (1.0, "") if per_layer is not None else (None, f"BF16 is {status}: {reason}")
+        else:
+            speedup, why = self._speedup(mode, precision, self.gemms, "GEMMs")
+        runs = {c.run_id for c in cells if c.run_id}
+        return Total(mode, precision, pass_ms, per_layer, model, speedup, status, reason, why,
+                     runs.pop() if len(runs) == 1 else None)
+
+    def totals(self) -> list[Total]:
+        return [self.total(m, p) for m in self.modes for p in self.precisions]
+
+    # ------------------------------------------------------------------ hardware: % of peak, roofline
+    @property
+    def device(self) -> str:
+        return str(self.doc["device"]["name"])
+
+    def _not_measured(self, c: Cell) -> str:
+        name = PRECISIONS[c.precision].display if c.precision in PRECISIONS else c.precision
+        return f"{name} {c.gemm.op}/{c.gemm.pass_} is {c.status}: {c.reason}"
+
+    def _no_peak(self, precision: str) -> str:
+        spec = hardware.spec_for(self.device)
+        if spec is None:
+            return (f"no published peak for {self.device} in gemm_bench.question.hardware "
+                    f"(known: {', '.join(s.name for s in hardware.SPECS.values())})")
+        fmt = hardware.precision_format(precision)
+        return f"{spec.name} has no {fmt.upper()} tensor cores"
+
+    def pct_of_peak(self, mode: str, precision: str, gemm: GemmShape) -> float | None:
+        """The cell's TFLOP/s as a % of the device's dense peak for its format (None: see reason)."""
+        return self._pct(self.cell(mode, precision, gemm))[0]
+
+    def pct_of_peak_reason(self, mode: str, precision: str, gemm: GemmShape) -> str:
+        return self._pct(self.cell(mode, precision, gemm))[1]
+
+    def _of_measured(self, c: Cell, value: Callable[[Cell, float], float | None]) -> tuple[float | None, str]:
+        """``value(c, c.ms)`` of a measured cell, else None and why: not measured, or None from
+        ``value`` because the device has no peak for the cell's format."""
+        if c.status != "measured" or not c.ms:
+            return None, self._not_measured(c)
+        result = value(c, c.ms)
+        return (result, "") if result is not None else (None, self._no_peak(c.precision))
+
+    def _pct(self, c: Cell) -> tuple[float | None, str]:
+        return self._of_measured(c, lambda c, ms: hardware.pct_of_peak(c.gemm.flops, ms, self.device, c.precision))
+
+    def roofline(self, mode: str, precision: str, gemm: GemmShape) -> roofline.Prediction | None:
+        """The roofline prediction of a cell (its GEMM and, in autocast, its quantization kernels).
+
+        A prediction exists for a cell that was not measured too; it is shown beside a
+        measurement, never instead of one (:meth:`roofline_ms` is None for an unmeasured cell).
+        """
+        if mode not in roofline.MODES:
+            return None
+        return roofline.predict(gemm, precision, mode, self.device)
+
+    def roofline_ms(self, mode: str, precision: str, gemm: GemmShape) -> float | None:
+        """The roofline-predicted time of a *measured* cell, to set beside its measured time."""
+        return self._roof(self.cell(mode, precision, gemm))[0]
+
+    def roofline_reason(self, mode: str, precision: str, gemm: GemmShape) -> str:
+        return self._roof(self.cell(mode, precision, gemm))[1]
+
+    def _roof(self, c: Cell) -> tuple[float | None, str]:
+        def predicted(c: Cell, ms: float) -> float | None:
+            prediction = self.roofline(c.mode, c.precision, c.gemm)
+            return prediction.total_ms if prediction is not None else None
+
+        return self._of_measured(c, predicted)
+
+    # ------------------------------------------------------------------ the layer step
+    def _method_lacks(self, key: str) -> str | None:
+        """The reason a quantity is absent because the file's method predates it, else None."""
+        if key in self.doc["provenance"]["method"]:
+            return None
+        return f"not measured in this result (method v{self.doc['method_version']})"
+
+    def _layer_cell(self, mode: str, precision: str) -> tuple[dict[str, Any] | None, str, str]:
+        """(the stored cell or None, status, reason) of one layer-step cell."""
+        found = self._layer.get((mode, precision))
+        if found is not None:
+            return found, found["status"], found.get("reason", "")
+        config = self.doc["question"].get("config")
+        if self.kind != "model" or config is None:
+            return None, "unsupported", step.unsupported_reason(None) or ""
+        if config.get("num_experts"):
+            return None, "unsupported", step.MOE_REASON
+        if (config.get("tensor_model_parallel_size") or 1) > 1:
+            return None, "unsupported", step.TP_REASON
+        verdict = self._support.get(precision)
+        if verdict is not None and not verdict["available"]:
+            return None, "unsupported", verdict["reason"] or f"{PRECISIONS[precision].display} is not supported"
+        lacks = self._method_lacks("layer_step")
+        if lacks:
+            return None, "missing", lacks
+        return None, "missing", f"not measured in this result (gemm-bench run --modes {mode})"
+
+    def _autocast_gemm_ms(self, precision: str, run: str) -> tuple[float | None, str]:
+        """Sum of the layer's autocast GEMM times, when all are measured in ``run``."""
+        cells = self.cells("autocast", precision)
+        bad = next((c for c in cells if c.status != "measured" or not c.ms), None)
+        if bad is not None:
+            return None, f"autocast {self._not_measured(bad)}"
+        runs = {c.run_id for c in cells}
+        if runs != {run}:
+            return None, (f"the autocast GEMMs ({', '.join(sorted(runs))}) and the layer step ({run}) come "
+                          "from different measurement runs")
+        return sum(c.ms or 0.0 for c in cells), ""
+
+    def step(self, precision: str, graphed: bool = False) -> StepResult:
+        """The layer step of one precision: time, speedup vs BF16 and the GEMM share of the BF16 step.
+
+        Every ratio is within one run: the step speedup divides two layer cells of one run, and the
+        GEMM share divides the 12 BF16 autocast GEMM times of this question by the BF16 step time
+        of the same run. ``sentence`` is Amdahl's law in words (:meth:`gemm_bench.measure.step.StepSummary.sentence`).
+        """
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}")
+        mode = LAYER_MODES[1] if graphed else LAYER_MODES[0]
+        raw, status, reason = self._layer_cell(mode, precision)
+        base, base_status, base_reason = self._layer_cell(mode, BASELINE)
+        run = cell_run_id(self.doc, raw) if raw is not None else None
+        ms = raw["ms"] if raw is not None and status == "measured" else None
+        stats = raw.get("stats", {}) if raw is not None and status == "measured" else {}
+        # speedup: two layer cells of one run
+        speedup, speedup_reason = None, ""
+        base_run = cell_run_id(self.doc, base) if base is not None else None
+        if ms is None:
+            speedup_reason = f"{PRECISIONS[precision].display} step is {status}: {reason}"
+        elif base is None or base_status != "measured":
+            speedup_reason = f"BF16 step is {base_status}: {base_reason}"
+        elif base_run != run:
+            speedup_reason = (f"BF16 and {PRECISIONS[precision].display} steps come from different measurement "
+                              f"runs ({base_run}, {run})")
+        else:
+            speedup = base["ms"] / ms
+        # GEMM share of the BF16 step, from the same run
+        share, share_reason, bf16_gemm = None, "", None
+        if base is None or base_status != "measured" or base_run is None:
+            share_reason = f"BF16 step is {base_status}: {base_reason}"
+        else:
+            bf16_gemm, share_reason = self._autocast_gemm_ms(BASELINE, base_run)
+            if bf16_gemm is not None:
+                share = bf16_gemm / base["ms"]
+        gemm_ms, gemm_speedup, amdahl_speedup, sentence = None, None, None, None
+        if base_run is not None and share is not None:
+            mine, _ = self._autocast_gemm_ms(precision, base_run)
+            summary = step.summarize(
+                [c for c in (base, raw) if c is not None and cell_run_id(self.doc, c) == base_run],
+                {BASELINE: bf16_gemm, precision: mine}, mode=mode)
+            row = next((r for r in summary.rows if r.precision == precision), None)
+            if row is not None:
+                gemm_ms, gemm_speedup, amdahl_speedup = row.gemm_ms, row.gemm_speedup, row.amdahl_speedup
+                if share <= 1 and precision != BASELINE:
+                    sentence = summary.sentence(precision)
+        elif precision == BASELINE:
+            gemm_ms = bf16_gemm
+        return StepResult(mode, precision, status, reason, ms, stats, speedup, speedup_reason, share,
+                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run)
+
+    def steps(self, *, default: bool = False) -> list[StepResult]:
+        """Every (layer mode, precision) the report shows; with ``default``, the eager ``layer``
+        mode when none is shown (so a file without a layer step says why, per precision)."""
+        modes = self.layer_modes or ([LAYER_MODES[0]] if default else [])
+        return [self.step(p, graphed=m == LAYER_MODES[1]) for m in modes for p in self.precisions]
+
+    # ------------------------------------------------------------------ accuracy
+    def _accuracy_cell(self, mode: str, precision: str, gemm: GemmShape, distribution: str) -> tuple[float | None, str]:
+        found = self._accuracy.get((mode, precision, gemm.op, gemm.pass_, distribution))
+        if found is not None:
+            if found["status"] == "measured":
+                return float(found["sqnr_db"]), ""
+            return None, f"{found['status']}: {found.get('reason', '')}"
+        info = PRECISIONS[precision]
+        if not info.has_mode(mode) and mode in info.absent_modes:
+            return None, f"unsupported: {info.absent_modes[mode]}"
+        verdict = self._support.get(precision)
+        if verdict is not None and not verdict["available"]:
+            return None, f"unsupported: {verdict['reason'] or info.display + ' is not supported'}"
+        lacks = self._method_lacks("accuracy")
+        if lacks:
+            return None, lacks
+        return None, "not measured in this result (gemm-bench run --accuracy)"
+
+    def _sqnr(self, mode: str, precision: str, gemm: GemmShape | None, distribution: str) -> tuple[float | None, str]:
+        if mode not in ACCURACY_MODES:
+            raise ValueError(f"accuracy is measured per GEMM in {', '.join(ACCURACY_MODES)}, not {mode!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}")
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"unknown distribution {distribution!r}; choose from {', '.join(DISTRIBUTIONS)}")
+        gemms = [gemm] if gemm is not None else self.gemms
+        values = []
+        for g in gemms:
+            value, reason = self._accuracy_cell(mode, precision, g, distribution)
+            if value is None:
+                return None, f"{PRECISIONS[precision].display} {g.op}/{g.pass_} SQNR is {reason}"
+            values.append(value)
+        return min(values), ""
+
+    def sqnr(self, mode: str, precision: str, gemm: GemmShape | None = None,
+             distribution: str = "gaussian") -> float | None:
+        """SQNR in dB of one GEMM's output against the FP32 reference; with no ``gemm``, the
+        minimum over the question's GEMMs (the worst pass a training step runs: a recipe is as
+        accurate as its least accurate GEMM). None, with :meth:`sqnr_reason`, unless every GEMM
+        asked for is measured."""
+        return self._sqnr(mode, precision, gemm, distribution)[0]
+
+    def sqnr_reason(self, mode: str, precision: str, gemm: GemmShape | None = None,
+                    distribution: str = "gaussian") -> str:
+        return self._sqnr(mode, precision, gemm, distribution)[1]
+
+    def accuracy_modes(self) -> list[str]:
+        """The GEMM modes shown that have accuracy (autocast, prequant)."""
+        return [m for m in self.modes if m in ACCURACY_MODES]
+
+    # ------------------------------------------------------------------ peers
+    def peers(self) -> list[PeerRow]:
+        """The peers' rows, as stored: their own section, never part of TE's totals or speedups."""
+        rows = []
+        by_gemm = {(g.op, g.pass_): g for g in self.gemms}
+        for raw in self.doc.get("peers", []):
+            kind = raw.get("kind", "gemm")
+            pass_ = raw["pass"]
+            shape = by_gemm[(raw["op"], "fprop" if kind == "linear" else pass_)]
+            flops = shape.flops * (2 if pass_ == "backward" else 1)
+            ms = raw.get("ms") if raw["status"] == "measured" else None
+            label = raw.get("precision") or _peer_precision(raw["backend"])
+            fmt = _peer_format(label)
+            pct, pct_reason = None, ""
+            if ms is None:
+                pct_reason = f"{raw['status']}: {raw.get('reason', '')}"
+            elif fmt is None:
+                pct_reason = f"no tensor-core format known for the label {label!r}"
+            else:
+                pct = hardware.pct_of_peak(flops, ms, self.device, fmt)
+                if pct is None:
+                    pct_reason = self._no_peak(fmt)
+            rows.append(PeerRow(
+                backend=raw["backend"], precision=label, kind=kind, op=raw["op"], pass_=pass_,
+                m=shape.m, k=shape.k, n=shape.n, groups=shape.groups, flops=flops, status=raw["status"],
+                ms=ms, reason=raw.get("reason", ""), run_id=peer_run_id(self.doc, raw),
+                tflops=hardware.achieved_tflops(flops, ms) if ms else None, pct_of_peak=pct,
+                pct_of_peak_reason=pct_reason,
+            ))
+        return rows
+
+    # ------------------------------------------------------------------ output
+    def to_json(self) -> dict[str, Any]:
+        """The ``gemm-bench report --json`` object: the page's question, each value's run id.
+
+        Per cell: ``pct_of_peak`` and ``roofline_ms`` (and ``sqnr_db`` per distribution), each None
+        with a ``*_reason`` when absent; then the layer ``steps``, the ``accuracy`` aggregates, the
+        ``peers`` (never in ``totals``), the device's ``peaks`` and the ``roofline_method``.
+        """
+        doc = self.doc
+        prov = doc["provenance"]
+        spec = hardware.spec_for(self.device)
+        return {
+            "question_hash": doc["question_hash"],
+            "kind": self.kind,
+            "device": {
+                "name": doc["device"]["name"],
+                "compute_capability": doc["device"]["compute_capability"],
+            },
+            "provenance": {
+                "torch": prov["torch"],
+                "transformer_engine": prov["transformer_engine"],
+                "cuda": prov["cuda"],
+                "driver": prov["driver"],
+                "date": prov["date"],
+                "method": prov["method"],
+            },
+            "num_layers": self.num_layers,
+            "run_ids": self.run_ids(),
+            "notes": doc.get("notes", []),
+            "cells": [
+                {
+                    "mode": c.mode,
+                    "precision": c.precision,
+                    "op": c.gemm.op,
+                    "pass": c.gemm.pass_,
+                    "m": c.gemm.m,
+                    "k": c.gemm.k,
+                    "n": c.gemm.n,
+                    "groups": c.gemm.groups,
+                    "status": c.status,
+                    "ms": c.ms,
+                    "tflops": c.tflops,
+                    "reason": c.reason or None,
+                    "run_id": c.run_id or None,
+                    **self._cell_extras(c),
+                }
+                for m in self.modes
+                for p in self.precisions
+                for c in self.cells(m, p)
+            ],
+            "totals": [
+                {
+                    "mode": t.mode,
+                    "precision": t.precision,
+                    "status": t.status,
+                    "pass_ms": t.pass_ms,
+                    "per_layer_ms": t.per_layer_ms,
+                    "model_ms": t.model_ms,
+                    "speedup_vs_bf16": t.speedup_vs_bf16,
+                    "speedup_reason": t.speedup_reason or None,
+                    "run_id": t.run_id,
+                }
+                for t in self.totals()
+            ],
+            "peers": [row.to_dict() for row in self.peers()],
+            "peaks": {
+                "device": spec.to_dict() if spec is not None else None,
+                "reason": "" if spec is not None else self._no_peak(BASELINE),
+                "note": hardware.DENSE_NOTE,
+            },
+            "roofline_method": roofline.method(),
+            "steps": [_step_json(r) for r in self.steps(default=True)],
+            "accuracy": {
+                "method": doc.get("accuracy_method"),
+                "aggregate": "sqnr_db is the minimum over the question's GEMMs (the least accurate pass)",
+                "rows": [
+                    {"mode": m, "precision": p, "distribution": d, "sqnr_db": self.sqnr(m, p, distribution=d),
+                     "reason": self.sqnr_reason(m, p, distribution=d) or None}
+                    for m in self.accuracy_modes() for p in self.precisions for d in DISTRIBUTIONS
+                ],
+            },
+        }
+
+    def _cell_extras(self, c: Cell) -> dict[str, Any]:
+        """% of peak, roofline and SQNR of one cell, each None with its reason when absent."""
+        pct, pct_reason = self._pct(c)
+        roof, roof_reason = self._roof(c)
+        out: dict[str, Any] = {"pct_of_peak": pct, "pct_of_peak_reason": pct_reason or None,
+                               "roofline_ms": roof, "roofline_reason": roof_reason or None}
+        if c.mode in ACCURACY_MODES:
+            out["sqnr_db"] = {d: self.sqnr(c.mode, c.precision, c.gemm, d) for d in DISTRIBUTIONS}
+            out["sqnr_reason"] = {d: self.sqnr_reason(c.mode, c.precision, c.gemm, d) or None for d in DISTRIBUTIONS}
+        return out
+
+    def to_text(self) -> str:
+        return "\n".join(self._text_lines())
+
+    def _text_lines(self) -> Iterable[str]:
+        doc = self.doc
+        dev, prov = doc["device"], doc["provenance"]
+        yield (
+            f"{dev['name']} (sm_{dev['compute_capability'].replace('.', '')}) | driver {prov['driver']}"
+            f" | CUDA {prov['cuda']} | torch {prov['torch']} | TE {prov['transformer_engine']}"
+            f" | {prov['date']}"
+        )
+        yield f"method: {describe_method(prov['method'])}"
+        for note in doc.get("notes", []):
+            yield f"note: {note}"
+        for mode in self.modes:
+            yield ""
+            yield f"== {MODE_NAMES[mode]} =="
+            runs = sorted({c.run_id for p in self.precisions for c in self.cells(mode, p) if c.run_id})
+            if runs:
+                yield f"run: {', '.join(runs)}"
+            measured = [p for p in self.precisions if self.status(mode, p)[0] == "measured"]
+            for pass_ in PASSES:
+                gemms = [g for g in self.gemms if g.pass_ == pass_]
+                if not gemms:
+                    continue
+                yield ""
+                header = f"{PASS_NAMES[pass_]:<18}{'shape (MxKxN)':>26}"
+                for p in measured:
+                    header += f" | {PRECISIONS[p].display + ' ms':>15}{'TFLOP/s':>9}{'%peak':>6}"
+                    if p != BASELINE:
+                        header += f"{'x':>7}"
+                yield header
+                for g in gemms:
+                    line = f"  {OP_NAMES.get(g.op, g.op):<16}{g.label:>26}"
+                    for p in measured:
+                        c = self.cell(mode, p, g)
+                        pct = self._pct(c)[0]
+                        line += f" | {c.ms or 0.0:>15.4f}{c.tflops or 0.0:>9.1f}"
+                        line += f"{pct:>6.0f}" if pct is not None else f"{'-':>6}"
+                        if p != BASELINE:
+                            s = self.gemm_speedup(mode, p, g)
+                            line += f"{s:>6.2f}x" if s else f"{'-':>7}"
+                    yield line
+                line = f"  {'sum':<16}{'':>26}"
+                for p in measured:
+                    line += f" | {self.total(mode, p).pass_ms.get(pass_) or 0.0:>15.4f}{'':>15}"
+                    if p != BASELINE:
+                        line += f"{'':>7}"
+                yield line
+            yield ""
+            layers = self.num_layers
+            whole = f"model ({layers} layers)" if self.kind == "model" else "all shapes"
+            for p in self.precisions:
+                t = self.total(mode, p)
+                name = PRECISIONS[p].display
+                if t.status != "measured" or t.per_layer_ms is None or t.model_ms is None:
+                    yield f"  {name:<12} {t.status}: {t.reason}"
+                    continue
+                if p == BASELINE:
+                    vs = ""
+                elif t.speedup_vs_bf16 is not None:
+                    vs = f"  {t.speedup_vs_bf16:.2f}x vs BF16"
+                else:
+                    vs = f"  (no speedup vs BF16: {t.speedup_reason})"
+                passes = ", ".join(f"{PASS_NAMES[k]} {v:.3f}" for k, v in t.pass_ms.items() if v is not None)
+                yield (f"  {name:<12} per layer {t.per_layer_ms:9.3f} ms ({passes})"
+                       f" | {whole} {t.model_ms:9.2f} ms{vs}")
+            yield from self._roofline_lines(mode, measured)
+            yield from self._accuracy_lines(mode)
+        yield from self._step_lines()
+        yield from self._peer_lines()
+        yield from self._telemetry_lines()
+
+    def _telemetry_lines(self) -> Iterable[str]:
+        """What the GPU did while each group was timed (clock, power) and the events-vs-profiler check."""
+        groups = self.doc.get("groups") or []
+        yield ""
+        if not groups:
+            yield "telemetry: " + (self._method_lacks("telemetry") or "not recorded in this result")
+            return
+        clocked = [g for g in groups if g.get("clock", {}).get("samples")]
+        if clocked:
+            medians = [g["clock"]["sm_clock_mhz_median"] for g in clocked]
+            watts = [g["clock"]["power_w_max"] for g in clocked if "power_w_max" in g["clock"]]
+            yield (f"telemetry: {len(groups)} timed groups; SM clock medians {min(medians):.0f}-{max(medians):.0f} MHz"
+                   + (f", board power up to {max(watts):.0f} W" if watts else ""))
+            low = [g["label"] for g in clocked if g.get("clock_low")]
+            if low:
+                yield (f"  clock more than {telemetry.CLOCK_DROP:.0%} below the run's median in {len(low)} group(s) "
+                       f"(power- or heat-limited while timed): {', '.join(low)}")
+        else:
+            reason = next((g["clock"].get("reason") for g in groups if g.get("clock")), "no clock samples")
+            yield f"telemetry: {len(groups)} timed groups; no clock samples ({reason})"
+        checked = [(g["label"], g["cross_check"]) for g in groups if g.get("cross_check", {}).get("ratios")]
+        if checked:
+            # The check of the stored numbers is stored time / profiled kernel time of the same region:
+            # about 1 when the events timed the kernels. Events taken *under* the profiler are no check:
+            # CUPTI slows every launch, so they exceed kernel time by whatever the host adds (seen up to
+            # 5x on an H100 for regions of 0.05-0.6 ms whose stored time matched kernel time within 9%).
+            limit = telemetry.HOST_BOUND
+            rows = [(f"{label} {region}", c["ratios"][region], c.get("stored_ratios", {}).get(region))
+                    for label, c in checked for region in c["ratios"]]
+            stored = sorted(s for _, _, s in rows if s is not None)
+            if stored:
+                yield (f"  stored time / profiled kernel time: median {statistics.median(stored):.3f}, "
+                       f"{stored[0]:.3f}-{stored[-1]:.3f} over {len(stored)} region(s) in {len(checked)} group(s)")
+                waited = sorted(name for name, _, s in rows if s is not None and s > limit)
+                overlapped = sorted(name for name, _, s in rows if s is not None and s < 2 - limit)
+                if waited:
+                    # The kernels are profiled after the run's last group, at that moment's clock: a
+                    # power-limited GPU whose clock moved between the two shows up here too.
+                    yield (f"  more than {limit - 1:.0%} above kernel time (the GPU waited on the host, so the "
+                           "time includes launch gaps, or ran at a lower clock than when profiled) "
+                           f"in {len(waited)}: " + ", ".join(waited))
+                if overlapped:
+                    yield (f"  more than {limit - 1:.0%} below kernel time (the summed kernel time exceeds the "
+                           "elapsed time: kernels overlapped, e.g. on several streams, or the trace's split into "
+                           f"regions counted a neighbour's kernels) in {len(overlapped)}: " + ", ".join(overlapped))
+            yield (f"  under the profiler itself, events were up to {max(r for _, r, _ in rows):.2f}x kernel time "
+                   "(the profiler slows launches; not a check of the stored numbers)")
+        skipped = [g["cross_check"]["reason"] for g in groups if g.get("cross_check", {}).get("reason")]
+        if skipped:
+            yield f"  cross-check not possible in {len(skipped)} group(s), e.g. {skipped[0]}"
+
+    def _roofline_lines(self, mode: str, measured: list[str]) -> Iterable[str]:
+        """Roofline-predicted vs measured per GEMM: a prediction beside each measurement, never alone."""
+        if not measured:
+            return
+        if hardware.spec_for(self.device) is None:
+            yield ""
+            yield f"roofline: {self._no_peak(BASELINE)}"
+            return
+        yield ""
+        yield "roofline-predicted vs measured (ms; the prediction omits host overhead, launch gaps and tiling):"
+        for g in self.gemms:
+            parts = []
+            for p in measured:
+                c = self.cell(mode, p, g)
+                roof = self._roof(c)[0]
+                parts.append(f"{PRECISIONS[p].display} {roof:.4f}/{c.ms or 0.0:.4f}" if roof is not None
+                             else f"{PRECISIONS[p].display} -")
+            yield f"  {g.op + '/' + g.pass_:<18} " + " | ".join(parts)
+
+    def _accuracy_lines(self, mode: str) -> Iterable[str]:
+        if mode not in ACCURACY_MODES:
+            return
+        yield ""
+        if not any(c["mode"] == mode for c in self._accuracy_raw):
+            lacks = self._method_lacks("accuracy") or "not measured in this result (gemm-bench run --accuracy)"
+            yield f"accuracy (SQNR): {lacks}"
+            return
+        yield "accuracy: SQNR vs FP32 reference, dB, minimum over the GEMMs (higher is more accurate)"
+        for p in self.precisions:
+            parts = []
+            for d in DISTRIBUTIONS:
+                value = self._sqnr(mode, p, None, d)[0]
+                parts.append(f"{DISTRIBUTIONS[d].display} {value:.1f}" if value is not None else None)
+            if all(part is None for part in parts):
+                yield f"  {PRECISIONS[p].display:<12} {self.sqnr_reason(mode, p)}"
+            else:
+                yield f"  {PRECISIONS[p].display:<12} " + ", ".join(x if x is not None else "-" for x in parts)
+
+    def _step_lines(self) -> Iterable[str]:
+        if not self.layer_modes and self.precisions:
+            first = self.step(self.precisions[0])
+            yield ""
+            yield f"== {MODE_NAMES[LAYER_MODES[0]]} ==: {first.status}: {first.reason}"
+        for mode in self.layer_modes:
+            yield ""
+            yield f"== {MODE_NAMES[mode]} =="
+            yield f"({step.WHAT_IS_TIMED})"
+            rows = [self.step(p, graphed=mode == LAYER_MODES[1]) for p in self.precisions]
+            base = next((r for r in rows if r.precision == BASELINE), None)
+            if base is not None and base.gemm_share is not None:
+                yield f"GEMM share of the BF16 step: {base.gemm_share:.0%} (the 12 autocast GEMMs / the step)"
+            elif base is not None:
+                yield f"GEMM share of the BF16 step: n/a ({base.gemm_share_reason})"
+            for r in rows:
+                name = PRECISIONS[r.precision].display
+                if r.step_ms is None:
+                    yield f"  {name:<12} {r.status}: {r.reason}"
+                    continue
+                line = f"  {name:<12} step {r.step_ms:9.3f} ms"
+                if r.precision != BASELINE:
+                    line += (f"  {r.speedup_vs_bf16:.2f}x vs BF16" if r.speedup_vs_bf16 is not None
+                             else f"  (no speedup vs BF16: {r.speedup_reason})")
+                    if r.gemm_speedup is not None:
+                        line += f" | GEMMs {r.gemm_speedup:.2f}x"
+                    if r.amdahl_speedup is not None:
+                        line += f" | Amdahl {r.amdahl_speedup:.2f}x"
+                yield line
+            for r in rows:
+                if r.sentence:
+                    yield f"  {r.sentence}"
+
+    def _peer_lines(self) -> Iterable[str]:
+        rows = self.peers()
+        if not rows:
+            return
+        yield ""
+        yield "== Peers (context; not in TE totals) =="
+        for r in rows:
+            where = f"{r.op}/{r.pass_:<8}"
+            if r.ms is not None:
+                pct = f" {r.pct_of_peak:4.0f}% of peak" if r.pct_of_peak is not None else ""
+                yield f"  {r.backend:<44} {where} {r.ms:.4f} ms {r.tflops or 0.0:7.1f} TFLOP/s{pct}"
+            else:
+                yield f"  {r.backend:<44} {where} {r.status}: {r.reason}"
+
+
+def _step_json(r: StepResult) -> dict[str, Any]:
+    out = dataclasses.asdict(r)
+    for key in ("reason", "speedup_reason", "gemm_share_reason"):
+        out[key] = out[key] or None
+    return out
+
+
+def describe_method(method: dict[str, Any]) -> str:
+    """One line saying how the numbers were taken (shown in the CLI and on every page)."""
+    name = method.get("timer", "?")
+    parts = [f"{name}"]
+    if "warmup_s" in method:
+        parts.append(f"warm-up {method['warmup_s']} s")
+    if isinstance(method.get("rounds_rule"), str):
+        parts.append(method["rounds_rule"])
+    elif "repetitions" in method:
+        launches = method.get("launches_per_repetition", 1)
+        parts.append(f"up to {method['repetitions']} timed rounds of {launches} "
+                     f"launch{'' if launches == 1 else 'es'} (each cell records how many)")
+    if method.get("l2_flush"):
+        parts.append("L2 flushed between launches")
+    if method.get("interleaved"):
+        parts.append("precisions interleaved round by round")
+    parts.append(f"statistic: {method.get('statistic', 'median')}")
+    return ", ".join(parts)

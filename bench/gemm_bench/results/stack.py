@@ -1,0 +1,165 @@
+"""Software-stack staleness: a result is re-measured when the box that would re-measure it runs
+another Transformer Engine, PyTorch, CUDA or driver than the result was measured with.
+
+Why: a number measured with TE 2.20 says nothing certain about TE 2.21 (new kernels, new
+heuristics in cuBLASLt). Upgrading TE on a GPU runner must therefore refresh the guide by itself,
+without anyone remembering to force a run. Which differences count is configurable
+(``gemm_benchmark_stale_when`` in ``conf.py``, ``--stale-when`` on ``gemm-bench refresh``): a
+driver bump rarely changes GEMM times, a TE upgrade often does.
+
+:func:`stack_staleness` is pure (it compares two dicts); only :func:`local_stack` touches the GPU
+stack, and it imports torch and Transformer Engine when called, never at import time, so the
+documentation still builds on machines without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gemm_bench.question.precisions import BASELINE
+from gemm_bench.question.question import Question
+from gemm_bench.results.cache import is_stale
+from gemm_bench.results.schema import METHOD_VERSION, missing_cells
+
+#: Every field a staleness rule may name, with the words the reason uses. ``method`` is the
+#: measurement method's version (``results.METHOD_VERSION``); the others are provenance fields.
+STACK_FIELDS: dict[str, str] = {
+    "method": "measurement method version",
+    "transformer_engine": "Transformer Engine",
+    "torch": "PyTorch",
+    "cuda": "CUDA",
+    "driver": "driver",
+}
+
+#: What a refresh treats as stale unless told otherwise: the method and the two libraries whose
+#: upgrades change GEMM kernels. CUDA and the driver are opt-in.
+DEFAULT_STALE_WHEN: tuple[str, ...] = ("method", "transformer_engine", "torch")
+
+
+class StackError(ValueError):
+    """A staleness rule naming a field that does not exist (message names the bad value)."""
+
+
+def validate_fields(fields: Sequence[str], *, source: str = "stale-when") -> tuple[str, ...]:
+    """Check a rule's field list; ``source`` names the option or config value in the message."""
+    if isinstance(fields, str):
+        raise StackError(f"{source}: must be a list of field names, not the string {fields!r}")
+    out = []
+    for field in fields:
+        if field not in STACK_FIELDS:
+            raise StackError(f"{source}: unknown field {field!r}; choose from {', '.join(STACK_FIELDS)}")
+        out.append(field)
+    return tuple(dict.fromkeys(out))
+
+
+def document_stack(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The stack a result was measured with, in the same keys as :func:`local_stack`."""
+    provenance = doc.get("provenance", {})
+    stack = {key: str(provenance.get(key, "unknown")) for key in STACK_FIELDS if key != "method"}
+    stack["method"] = str(doc.get("method_version", "unknown"))
+    return stack
+
+
+def stack_staleness(doc: Mapping[str, Any], local: Mapping[str, str] | None, fields: Sequence[str]) -> str | None:
+    """Why ``doc`` is stale on a box running ``local``, or None when every chosen field agrees.
+
+    ``local`` None means the box's stack is unknown (no GPU stack here): nothing can be said, so
+    nothing is stale for that reason. A field the box cannot report (``"unknown"``) is skipped
+    rather than called a difference, since "unknown" differs from every real version.
+    """
+    if local is None:
+        return None
+    measured = document_stack(doc)
+    reasons = []
+    for field in validate_fields(fields):
+        here = local.get(field, "unknown")
+        then = measured[field]
+        if here == "unknown" or here == then:
+            continue
+        reasons.append(f"{STACK_FIELDS[field]} {then} -> {here}")
+    if not reasons:
+        return None
+    return "measured with another software stack: " + ", ".join(reasons)
+
+
+def driver_version() -> str:
+    """The NVIDIA driver's version from ``nvidia-smi`` (``"unknown"`` where it cannot be asked)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return "unknown"
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    first = out.strip().splitlines()[0].strip() if out.strip() else ""
+    return first or "unknown"
+
+
+def local_stack() -> dict[str, str] | None:
+    """This box's stack in :func:`document_stack`'s keys, or None without torch and TE.
+
+    The TE version is read as the runner records it (``transformer_engine.__version__``), so a
+    fresh result is never stale against the box that just measured it.
+    """
+    try:
+        import torch
+        import transformer_engine
+    except ImportError:
+        return None
+    te_version = getattr(transformer_engine, "__version__", None)
+    if not te_version:
+        try:
+            te_version = importlib.metadata.version("transformer_engine")
+        except importlib.metadata.PackageNotFoundError:
+            te_version = "unknown"
+    return {
+        "method": METHOD_VERSION,
+        "transformer_engine": str(te_version),
+        "torch": str(torch.__version__),
+        "cuda": str(torch.version.cuda or "unknown"),
+        "driver": driver_version(),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """The freshness rules of ``auto`` mode: one definition for the docs build and ``gemm-bench refresh``."""
+
+    stale_when: tuple[str, ...] = DEFAULT_STALE_WHEN
+    max_age_days: float | None = None
+    force: bool = False
+
+
+def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
+              *, local: Mapping[str, str] | None, rules: Rules) -> tuple[list[str], list[str], str] | None:
+    """(precisions, modes, why) this box should measure now, or None when the cached result suffices.
+
+    A mode is always measured whole: the requested precisions, BF16 (the baseline) and every
+    precision the cached file already holds in that mode, so the new run replaces the mode's cells
+    as one run (no speedup ever compares two runs) and no page loses what another page asked for.
+    Cells are judged against the page's question (its GEMMs), as the page renders them.
+    """
+    everything = list(dict.fromkeys([BASELINE, *precisions]))
+    if doc is None:
+        return everything, list(modes), "not measured on this device yet"
+    if rules.force:
+        return everything, list(modes), "forced"
+    stale = is_stale(doc, max_age_days=rules.max_age_days) or stack_staleness(doc, local, rules.stale_when)
+    if stale:
+        # A stale file is replaced whole (a new method or stack never merges with the old one), so
+        # the new run also measures every mode and precision the file holds: no page loses them.
+        want_modes = list(dict.fromkeys([*modes, *(c["mode"] for c in doc["cells"])]))
+        why = f"stale: {stale}"
+    else:
+        want_modes = [mode for mode in modes if missing_cells(doc, question.gemms, [mode], precisions)]
+        if not want_modes:
+            return None
+        why = f"cells never measured in {', '.join(want_modes)}"
+    cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
+    return list(dict.fromkeys([*everything, *cached])), want_modes, why
