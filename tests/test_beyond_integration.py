@@ -26,7 +26,7 @@ from gemm_bench.question.shapes import GemmShape
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, read_document
 from gemm_bench.results.schema import ResultError, cell_run_id, merge_documents, new_document, validate
-from tests import fake_beyond
+from tests import fake_beyond, fake_cuda
 from tests.fake_beyond import FakeBeyondRunner, autocast_gemm_ms, beyond_document, source_document
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
@@ -342,10 +342,7 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
 
         return run
 
-    torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        is_available=lambda: True, synchronize=lambda: None, empty_cache=lambda: None, Event=_Event,
-        nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None))
+    torch = fake_cuda.fake_torch(fake_cuda.FakeCuda())
     te = types.ModuleType("gemm_bench.measure.backends.te")
     te.VERSION = "0.0-fake"  # type: ignore[attr-defined]
     te.support = lambda: {p: Support(p != "mxfp8", "needs sm_100 (fake)") for p in PRECISIONS}  # type: ignore[attr-defined]
@@ -360,9 +357,9 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
         from gemm_bench.measure.step import layer_cell
 
         asked["layer"] = (list(precisions), list(modes))
-        samples, _ = time_group({p: lambda: competitor("step") for p in precisions})
-        return [layer_cell(m, p, "measured", ms=samples[p]["step"].median, stats=samples[p]["step"].to_stats())
-                for m in modes for p in precisions]
+        timed = time_group({p: lambda: competitor("step") for p in precisions}, "layer-graphed" in modes)
+        return [layer_cell(m, p, "measured", ms=timed.samples[p]["step"].median,
+                           stats=timed.samples[p]["step"].to_stats()) for m in modes for p in precisions]
 
     layer.measure_layer_step = measure_layer_step  # type: ignore[attr-defined]
 
@@ -376,6 +373,7 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     import gemm_bench.measure.backends
 
     monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.profiler", torch.profiler)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.te", te)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.layer_step", layer)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.provenance", prov)

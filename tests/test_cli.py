@@ -272,12 +272,13 @@ def test_repetitions_3_times_3_rounds_and_the_method_says_so() -> None:
     for per_round in (1e-9, 1e-3, 1.0, 100.0, float("nan")):
         assert three.rounds(per_round) == 3
     method = three.method()
-    assert method["repetitions"] == 3 and method["min_repetitions"] == 3 and method["max_group_s"] == 20.0
+    assert method["repetitions"] == 3 and method["min_repetitions"] == 3 and method["max_group_s"] == 10.0
     assert "exactly 3 rounds" in method["rounds_rule"] and "stats.n" in method["rounds_rule"]
     default = TimerSettings()
-    assert default.rounds(0.001) == 40 and default.rounds(1.0) == 20 and default.rounds(100.0) == 10
+    assert default.rounds(0.001) == 100 and default.rounds(0.5) == 20 and default.rounds(100.0) == 10
     assert default.method()["min_repetitions"] == 10
-    assert "fewer (never fewer than 10) when that many would take longer than 20 s" in default.method()["rounds_rule"]
+    assert ("until every region's median was known to 0.5% (half-width of its 95% confidence interval), at least "
+            "10 and at most 100 rounds or 10 s") in default.method()["rounds_rule"]
 
 
 @settings(max_examples=200, deadline=None)
@@ -355,9 +356,10 @@ def test_the_interleaver_times_the_rounds_the_settings_allow(repetitions: int, p
         time.sleep(per_launch_s)
         mark("main", "end")
 
-    s = TimerSettings(repetitions=repetitions, warmup_s=0.0, spinup_s=0.0, l2_flush=False, max_group_s=cap_s)
+    s = TimerSettings(repetitions=repetitions, warmup_s=0.0, spinup_s=0.0, l2_flush=False, max_group_s=cap_s,
+                      graphs=False, target_ci=0.0)
     phases = PhaseLog()
-    result = Interleaver(s, phases=phases).run({"a": competitor, "b": competitor})
+    result = Interleaver(s, phases=phases).run({"a": competitor, "b": competitor}).samples
     assert {name: len(r["main"].ms) for name, r in result.items()} == {"a": expected, "b": expected}
     assert result["a"]["main"].to_stats()["n"] == expected
     assert phases.names == ["spin-up", "warm-up", "timed rounds"]

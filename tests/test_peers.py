@@ -171,12 +171,13 @@ def test_torchao_without_gpu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     assert peers.TorchaoFloat8Peer("tensorwise").available() == (False, "no CUDA GPU is visible to PyTorch")
 
 
-@dataclasses.dataclass
-class FakeSamples:
-    median: float
+def fields_of(samples: dict[str, dict[str, float]]) -> Any:
+    """The runner's ``Timed.fields`` for fake medians: what a measured row stores."""
+    def fields(name: str, region: str) -> dict[str, Any]:
+        ms = samples[name][region]
+        return {"ms": ms, "stats": {"median_ms": ms, "iqr_ms": 0.0}}
 
-    def to_stats(self) -> dict[str, Any]:
-        return {"median_ms": self.median, "iqr_ms": 0.0}
+    return fields
 
 
 def test_builders_and_rows_for_gemm_peers() -> None:
@@ -186,12 +187,12 @@ def test_builders_and_rows_for_gemm_peers() -> None:
     built = peers.builders(found, GEMM, "gemm", available)
     assert list(built) == ["My kernel (BF16)"]
     assert callable(built["My kernel (BF16)"]())
-    rows = peers.rows(found, GEMM, "gemm", available, {"My kernel (BF16)": {"dgrad": FakeSamples(0.5)}}, {})
+    rows = peers.rows(found, GEMM, "gemm", available, fields_of({"My kernel (BF16)": {"dgrad": 0.5}}), {})
     assert rows[0] == {"backend": "My kernel (BF16)", "precision": "BF16", "kind": "gemm", "op": "qkv",
                        "pass": "dgrad", "m": 256, "k": 512, "n": 128, "groups": 1, "status": "measured",
                        "ms": 0.5, "stats": {"median_ms": 0.5, "iqr_ms": 0.0}}
     assert rows[1]["status"] == "unsupported" and rows[1]["reason"] == "needs a Foo accelerator"
-    failed = peers.rows(found[:1], GEMM, "gemm", available, {}, {"My kernel (BF16)": "RuntimeError: boom"})
+    failed = peers.rows(found[:1], GEMM, "gemm", available, fields_of({}), {"My kernel (BF16)": "RuntimeError: boom"})
     assert failed[0]["status"] == "failed" and failed[0]["reason"] == "RuntimeError: boom"
 
 
@@ -201,8 +202,8 @@ def test_linear_peers_give_fprop_and_backward_rows() -> None:
     available = peers.availability(linear)
     assert list(peers.builders(linear, fprop, "linear", available)) == ["Compiled FP8 Linear"]
     assert peers.builders(linear, fprop, "gemm", available) == {}
-    samples = {"Compiled FP8 Linear": {"fprop": FakeSamples(1.0), "backward": FakeSamples(2.0)}}
-    rows = peers.rows(linear, fprop, "linear", available, samples, {})
+    samples = {"Compiled FP8 Linear": {"fprop": 1.0, "backward": 2.0}}
+    rows = peers.rows(linear, fprop, "linear", available, fields_of(samples), {})
     assert [(r["pass"], r["ms"]) for r in rows] == [("fprop", 1.0), ("backward", 2.0)]
 
 
@@ -211,5 +212,5 @@ def test_grouped_gemms_are_unsupported_for_peers() -> None:
     found = fake_factory()
     available = peers.availability(found)
     assert peers.builders(found, grouped, "gemm", available) == {}
-    rows = peers.rows(found, grouped, "gemm", available, {}, {})
+    rows = peers.rows(found, grouped, "gemm", available, fields_of({}), {})
     assert {r["reason"] for r in rows} == {DENSE_ONLY_REASON}

@@ -3,10 +3,11 @@ runner's phase wiring on CPU with a fake torch and fake backends."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -195,11 +196,35 @@ class _FakeEvent:
         return 1.0
 
 
-def _fake_torch() -> types.ModuleType:
+class _FakeGraph:
+    """A graph that replays in the wall time its capture took (the fake work is clock time)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.start, self.seconds = clock, 0.0, 0.0
+
+    def capture_begin(self, pool: Any = None) -> None:
+        self.start = self.clock.now
+
+    def capture_end(self) -> None:
+        self.seconds = self.clock.now - self.start
+
+    def replay(self) -> None:
+        self.clock.advance(self.seconds)
+
+
+def _fake_torch(clock: FakeClock) -> types.ModuleType:
     torch = types.ModuleType("torch")
+
+    @contextlib.contextmanager
+    def stream(s: Any) -> Iterator[None]:
+        yield
+
+    streams = types.SimpleNamespace(wait_stream=lambda other: None)
     cuda: Any = types.SimpleNamespace(
         is_available=lambda: True, synchronize=lambda: None, empty_cache=lambda: None, Event=_FakeEvent,
         nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None),
+        CUDAGraph=lambda: _FakeGraph(clock), graph_pool_handle=lambda: None, Stream=lambda: streams,
+        stream=stream, current_stream=lambda: streams,
     )
     torch.cuda = cuda  # type: ignore[attr-defined]
     return torch
@@ -246,7 +271,7 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeClock, dict[s
     import gemm_bench
     import gemm_bench.measure.backends
 
-    monkeypatch.setitem(sys.modules, "torch", _fake_torch())
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(clock))
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.te", te)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.torch_native", native)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.provenance", provenance)
@@ -266,7 +291,8 @@ def test_runner_charges_each_phase_of_a_refresh(fake_runner: tuple[Any, FakeCloc
     from gemm_bench.question.question import build_question
 
     profiler = PhaseProfiler(clock=clock)
-    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False,
+                             eager_repetitions=2, target_ci=0.0)
     r = runner.Runner(settings, peers=False, phases=profiler, telemetry=False)
     question = build_question(shapes=["128x256x512", "64x64x64"])
     doc = r.measure(question, ["bf16", "fp8-current", "fp8-block"], ["prequant"])
@@ -276,15 +302,18 @@ def test_runner_charges_each_phase_of_a_refresh(fake_runner: tuple[Any, FakeCloc
     assert statuses == sorted([("bf16", "measured"), ("fp8-current", "measured"), ("fp8-block", "failed")] * 2)
     seconds = seconds_of(profiler)
     counts = {p["name"]: p["count"] for p in profiler.to_dict()["phases"]}
-    # 2 GEMMs x 3 precisions built at 1 s each; 2 x 2 survivors probed once, warmed up for 2
-    # rounds, timed for 3 rounds, at 0.01 s a call; one support check at 0.5 s.
+    # 2 GEMMs x 3 precisions built at 1 s each; 2 x 2 survivors probed once, warmed up eagerly for
+    # 2 rounds, timed eagerly for 2 rounds, captured once, their graphs warmed up for 2 rounds and
+    # timed for 3 rounds, at 0.01 s a call (a replay takes what its capture took); one support check at 0.5 s.
     assert seconds[phases.SUPPORT] == pytest.approx(0.5)
     assert seconds[phases.BUILD] == pytest.approx(6.0)
     assert counts[phases.BUILD] == 6
     assert seconds[phases.PROBE] == pytest.approx(4 * 0.01)
-    assert seconds[phases.WARM_UP] == pytest.approx(4 * 2 * 0.01)
+    assert seconds[phases.WARM_UP] == pytest.approx(4 * (2 + 2) * 0.01)
+    assert seconds[phases.EAGER] == pytest.approx(4 * 2 * 0.01)
+    assert seconds[phases.CAPTURE] == pytest.approx(4 * 0.01)
     assert seconds[phases.TIMED] == pytest.approx(4 * 3 * 0.01)
-    assert counts[phases.WARM_UP] == counts[phases.TIMED] == 2
+    assert counts[phases.WARM_UP] == 4 and counts[phases.TIMED] == counts[phases.CAPTURE] == 2
     assert counts[phases.RELEASE] == 4  # one per failed build, one per group
     assert phases.SPIN_UP in counts  # charged by the timer (zero seconds here: spinup_s=0)
     assert profiler.to_dict()["unaccounted_s"] == pytest.approx(0.0)

@@ -195,35 +195,43 @@ def test_merge_keeps_the_telemetry_of_kept_runs_only() -> None:
     assert {g["run_id"] for g in merged["groups"]} == {new["run_id"]}
 
 
-def test_runner_cross_checks_only_after_every_group_is_timed(fake_runner: Any,  # noqa: F811
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runner_cross_checks_each_group_right_after_its_timed_rounds(fake_runner: Any,  # noqa: F811
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Method v4: the cross-check profiles the very graph replays just timed (nothing rebuilt), and
+    each cell stores its kernel time beside its published time."""
     runner, _, _ = fake_runner
-    from gemm_bench.measure.timing import Interleaver, TimerSettings
+    from gemm_bench.measure.timing import GraphedCompetitor, Interleaver, TimerSettings
     from gemm_bench.question.question import build_question
 
     calls: list[str] = []
-    real_run = Interleaver.run
+    real_adaptive = Interleaver._adaptive
 
-    def run(self: Interleaver, competitors: dict[str, Any]) -> Any:
+    def adaptive(self: Interleaver, competitors: dict[str, Any], cap: int, *, profile: bool) -> Any:
         calls.append("time")
-        return real_run(self, competitors)
+        assert all(isinstance(c, GraphedCompetitor) for c in competitors.values())
+        return real_adaptive(self, competitors, cap, profile=profile)
 
-    def check(self: Interleaver, competitors: dict[str, Any], rounds: int) -> dict[str, Any]:
+    def check(self: Interleaver, timed: dict[str, Any], samples: dict[str, Any]) -> dict[str, Any]:
         calls.append("check")
-        return {"rounds": rounds, "ratios": {f"{n}/fprop": 1.0 for n in competitors},
-                "kernel_ms": {f"{n}/fprop": 0.01 for n in competitors}, "max_deviation": 0.0}
+        assert timed.keys() == samples.keys() and all(isinstance(c, GraphedCompetitor) for c in timed.values())
+        return {"rounds": 3, "ratios": {f"{n}/fprop": 1.0 for n in timed},
+                "kernel_ms": {f"{n}/fprop": 0.5 for n in timed}, "max_deviation": 0.0,
+                "stored_ratios": {f"{n}/fprop": 2.0 for n in timed}}
 
-    monkeypatch.setattr(Interleaver, "run", run)
-    monkeypatch.setattr(Interleaver, "check", check)
+    monkeypatch.setattr(Interleaver, "_adaptive", adaptive)
+    monkeypatch.setattr(Interleaver, "_check", check)
     monkeypatch.setattr(telemetry, "gpu_identity", lambda index: "index:0")
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
     doc = runner.Runner(settings, peers=False).measure(build_question(shapes=["128x256x512", "64x64x64"]),
                                                       ["bf16", "fp8-current"], ["prequant"])
-    assert calls == ["time", "time", "check", "check"]
+    assert calls == ["time", "check", "time", "check"]
     assert os.environ["TEARDOWN_CUPTI"] == "1"
     assert [g["label"] for g in doc["groups"]] == ["prequant 128x256x512/fprop", "prequant 64x64x64/fprop"]
-    assert all(g["cross_check"]["stored_ratios"] for g in doc["groups"])
+    assert all(g["cross_check"]["stored_ratios"] and g["timed"] == "graph replays" for g in doc["groups"])
+    measured = [c for c in doc["cells"] if c["status"] == "measured"]
+    assert measured and all(c["kernel_ms"] == 0.5 and c["eager"]["n"] == settings.eager_repetitions
+                            for c in measured)
     assert "cross_check" in doc["provenance"]["method"] and "telemetry" in doc["provenance"]["method"]
 
 
@@ -237,14 +245,15 @@ def test_report_prints_telemetry_and_flags() -> None:
     text = Report(doc).to_text()
     assert "telemetry: 2 timed groups; SM clock medians 1755-1755 MHz, board power up to 690 W" in text
     assert "below the run's median in 1 group(s) (power- or heat-limited while timed): prequant qkv/fprop" in text
-    assert "stored time / profiled kernel time: median 1.500, 1.500-1.500 over 1 region(s) in 1 group(s)" in text
-    assert "above kernel time (the GPU waited on the host, so the time includes launch gaps, or ran at a " \
-        "lower clock than when profiled) in 1: prequant qkv/fprop bf16/fprop" in text
+    assert "stored time / profiled kernel time per group: median 1.500, 1.500-1.500 over 1 region(s) in 1 group(s)" \
+        in text
+    assert "above kernel time (the GPU was idle for part of the region: gaps between its kernels, the host's " \
+        "work in an eager group, or a lower clock than when profiled) in 1: prequant qkv/fprop bf16/fprop" in text
     assert "under the profiler itself, events were up to 1.00x kernel time" in text
     doc["groups"][0]["cross_check"]["stored_ratios"] = {"bf16/fprop": 0.6}
     text = Report(doc).to_text()
     assert "below kernel time (the summed kernel time exceeds the elapsed time: kernels overlapped" in text
-    assert "waited on the host" not in text
+    assert "idle for part" not in text
     assert "cross-check not possible in 1 group(s), e.g. found 3 L2 flushes" in text
     v1 = json.loads(Path("tests/data/cache-v1/6395c3eace1d229f--h200.json").read_text(encoding="utf-8"))
     assert "telemetry: not measured in this result (method v1)" in Report(v1).to_text()
@@ -319,7 +328,7 @@ def test_the_sampler_process_ends_when_a_run_raises(fake_runner: Any,  # noqa: F
 
     _fake_env(tmp_path, monkeypatch, FAKE_PYNVML)
 
-    def broken(self: Interleaver, competitors: dict[str, Any]) -> Any:
+    def broken(self: Interleaver, competitors: dict[str, Any], *, graphs: bool | None = None) -> Any:
         raise KeyboardInterrupt  # not a GPU failure: it ends the run
 
     monkeypatch.setattr(Interleaver, "run", broken)

@@ -52,7 +52,8 @@ DEFAULT_CACHE = Path("docs/_gemm_cache")
 DEFAULT_README_FIGURE = Path("docs/_static/readme-speedups.svg")
 
 #: Which flag sets which :class:`TimerSettings` field, to name the flag in an error.
-TIMER_FLAGS = {"timer": "--timer", "warmup_s": "--warmup", "repetitions": "--repetitions"}
+TIMER_FLAGS = {"timer": "--timer", "warmup_s": "--warmup", "repetitions": "--repetitions", "graphs": "--eager"}
+_DEFAULT_TIMER = TimerSettings()
 
 #: What the Runner reports progress with: ``(groups done, groups in all, what runs now)``.
 Progress = Callable[[int, int, str], None]
@@ -262,7 +263,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     precisions = _choices(args.precisions, "--precisions", normalize_precision, PRECISION_IDS)
     modes = _choices(args.modes, "--modes", normalize_mode, ALL_MODES)
     try:
-        settings = TimerSettings(timer=args.timer, repetitions=args.repetitions, warmup_s=args.warmup)
+        settings = TimerSettings(timer=args.timer, repetitions=args.repetitions, warmup_s=args.warmup,
+                                 graphs=not args.eager)
     except TimerSettingsError as exc:
         raise UsageError(f"{TIMER_FLAGS.get(exc.field, exc.field)}: {exc.message}") from None
     if args.out and args.cache_dir:
@@ -408,11 +410,15 @@ def build_parser() -> Parser:
     p.add_argument("--out", metavar="FILE", help="write the result here instead of the cache")
     p.add_argument("--cache-dir", metavar="DIR", help=f"cache directory (default: {DEFAULT_CACHE})")
     p.add_argument("--timer", choices=("events", "profiler"), default="events")
-    p.add_argument("--repetitions", type=_whole_number(MAX_REPETITIONS), default=40, metavar="N",
-                   help="timed rounds per GEMM group (fewer only where 20 s would not hold them; "
-                        "each cell records how many ran)")
-    p.add_argument("--warmup", type=_warmup_seconds, default=0.25, metavar="SECONDS",
-                   help=f"warm-up per GEMM group, 0 to {MAX_WARMUP_S:g} s")
+    p.add_argument("--repetitions", type=_whole_number(MAX_REPETITIONS), default=_DEFAULT_TIMER.repetitions,
+                   metavar="N", help="most timed rounds per group: rounds stop once every median is known to "
+                   f"{_DEFAULT_TIMER.target_ci:.1%} (at least {_DEFAULT_TIMER.min_repetitions} rounds); each cell "
+                   "records how many ran")
+    p.add_argument("--warmup", type=_warmup_seconds, default=_DEFAULT_TIMER.warmup_s, metavar="SECONDS",
+                   help=f"warm-up per group, 0 to {MAX_WARMUP_S:g} s")
+    p.add_argument("--eager", action="store_true",
+                   help="publish eager times (host work included) instead of CUDA-graph replays; for "
+                        "investigating host overhead, never for the site (the result's method says so)")
     p.add_argument("--no-peers", action="store_true",
                    help="skip the peers (torch.matmul, torch._scaled_mm, torchao, Triton and plugins "
                         "registered under the gemm_bench.peers entry point group)")

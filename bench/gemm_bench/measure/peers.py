@@ -296,11 +296,12 @@ def builders(peers: Sequence[Peer], gemm: GemmShape, kind: str,
 
 
 def rows(peers: Sequence[Peer], gemm: GemmShape, kind: str, available: Mapping[str, tuple[bool, str]],
-         samples: Mapping[str, Mapping[str, Any]], failures: Mapping[str, str]) -> list[dict[str, Any]]:
+         fields: Callable[[str, str], dict[str, Any]], failures: Mapping[str, str]) -> list[dict[str, Any]]:
     """``doc["peers"]`` rows of one GEMM: measured, failed or unsupported with the reason.
 
     A ``gemm`` peer gives one row (its pass); a ``linear`` peer two (``fprop`` and ``backward``).
-    ``samples`` are :class:`gemm_bench.measure.timing.Samples` per peer per region.
+    ``fields(peer name, region)`` gives a measured row's timing fields (``ms``, ``stats``, ``eager``,
+    ``kernel_ms``: the runner's ``Timed.fields``).
     """
     out = []
     for p in peers:
@@ -318,7 +319,6 @@ def rows(peers: Sequence[Peer], gemm: GemmShape, kind: str, available: Mapping[s
             elif p.name in failures:
                 row.update(status="failed", reason=failures[p.name])
             else:
-                s = samples[p.name][region]
-                row.update(status="measured", ms=round(s.median, 6), stats=s.to_stats())
+                row.update(status="measured", **fields(p.name, region))
             out.append(row)
     return out

@@ -12,10 +12,12 @@ interleaved, round by round. Then, when asked, the whole layer step (``layer``,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import gc
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -44,16 +46,39 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def _cell(cell: PlannedCell, status: str, *, samples: Samples | None = None, reason: str = "") -> dict[str, Any]:
+@dataclasses.dataclass
+class Timed:
+    """One group's outcome: published samples, eager samples, failures, and the cross-check's
+    median kernel time per ``competitor/region``."""
+
+    samples: dict[str, dict[str, Samples]]
+    eager: dict[str, dict[str, Samples]]
+    failures: dict[str, str]
+    kernel_ms: dict[str, float]
+
+    def fields(self, name: str, region: str) -> dict[str, Any]:
+        """What a measured cell (or peer row, or layer cell) of ``name``'s ``region`` stores: the
+        published median and its statistics, the eager time kept beside it, the profiled kernel time."""
+        s = self.samples[name][region]
+        out: dict[str, Any] = {"ms": round(s.median, 6), "stats": s.to_stats()}
+        eager = self.eager.get(name, {}).get(region)
+        if eager is not None:
+            out["eager"] = eager.to_stats()
+        kernel = self.kernel_ms.get(f"{name}/{region}")
+        if kernel is not None:
+            out["kernel_ms"] = kernel
+        out["measured_at"] = _now()
+        return out
+
+
+def _cell(cell: PlannedCell, status: str, *, fields: dict[str, Any] | None = None, reason: str = "") -> dict[str, Any]:
     g = cell.gemm
     out: dict[str, Any] = {
         "mode": cell.mode, "precision": cell.precision, "op": g.op, "pass": g.pass_,
         "m": g.m, "k": g.k, "n": g.n, "groups": g.groups, "status": status,
     }
-    if samples is not None:
-        out["ms"] = round(samples.median, 6)
-        out["stats"] = samples.to_stats()
-        out["measured_at"] = _now()
+    if fields is not None:
+        out.update(fields)
     else:
         out["reason"] = reason
     return out
@@ -108,12 +133,15 @@ class Runner:
             # when a session starts): a refresh worker times many questions in one process.
             os.environ.setdefault("TEARDOWN_CUPTI", "1")
         self.sampler = telemetry_module.ClockSampler() if telemetry else None
-        self.timer = Interleaver(settings, phases=phases, sampler=self.sampler)
+        self.timer = Interleaver(settings, phases=phases, sampler=self.sampler, cross_check=telemetry)
         self.telemetry = telemetry
-        #: Each timed group's record in the run under way (``doc["groups"]``), and what its
-        #: cross-check needs after the run's last group: TE's builders and the stored medians.
+        #: Each timed group's record in the run under way (``doc["groups"]``).
         self._groups: list[dict[str, Any]] = []
-        self._to_check: list[tuple[dict[str, Any], dict[str, Callable[[], Competitor]], dict[str, float]]] = []
+        # What is alive now (torch, Transformer Engine, their caches) lives for the whole process:
+        # out of the collector's sight, a full collection after each group (releasing its memory)
+        # takes milliseconds instead of a quarter of a second.
+        gc.collect()
+        gc.freeze()
 
     def _build(self, builders: dict[str, Callable[[], Competitor]]) -> tuple[dict[str, Competitor], dict[str, str]]:
         """Build and probe (one untimed call) each competitor: the ones that work, and the reason
@@ -135,54 +163,35 @@ class Runner:
                     _release()
         return competitors, failures
 
-    def _time_group(
-        self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = ""
-    ) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
-        """Build and probe each competitor; time the ones that work, interleaved."""
+    def _time_group(self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = "",
+                    *, graphs: bool | None = None) -> Timed:
+        """Build and probe each competitor; time the ones that work, interleaved (:meth:`Interleaver.run`).
+
+        ``graphs``: publish graph-replay time (default: the settings'), with the eager time kept
+        beside it; False for a group whose published time is eager by definition (the eager step).
+        """
         competitors, failures = self._build(builders)
+        timed = Timed({}, {}, failures, {})
         if not competitors:
-            return {}, failures
+            return timed
         try:
-            samples = self.timer.run(competitors)
+            result = self.timer.run(competitors, graphs=graphs)
         except Exception as exc:  # GPU boundary: the group's cells become failed, the run goes on
             message = _short(exc)
-            samples = {}
             failures.update({name: message for name in competitors})
         else:
-            if self.telemetry:
-                group = {"label": label, "mode": mode, "members": sorted(competitors), **self.timer.last_group}
+            failures.update(result.failures)
+            kernels = result.cross_check.get("kernel_ms", {})
+            timed = Timed(result.samples, result.eager, failures, kernels)
+            if self.telemetry and result.samples:
+                group = {"label": label, "mode": mode, "members": sorted(result.samples),
+                         "timed": "graph replays" if (self.settings.graphs if graphs is None else graphs) else "eager",
+                         **result.record, "cross_check": result.cross_check}
                 self._groups.append(group)
-                # Peers are not cross-checked: a compiled peer would be compiled again for it.
-                te_builders = {n: b for n, b in builders.items() if n in competitors and not n.startswith(_PEER_KEY)}
-                medians = {f"{n}/{r}": s.median for n, regions in samples.items() if n in te_builders
-                           for r, s in regions.items()}
-                self._to_check.append((group, te_builders, medians))
         del competitors
         with optional_phase(self.phases, RELEASE):
             _release()
-        return samples, failures
-
-    def _cross_check_groups(self) -> None:
-        """After every group of the run is timed: each group's TE competitors rebuilt and timed
-        :data:`~gemm_bench.measure.telemetry.CROSS_CHECK_ROUNDS` rounds under the profiler. Never before a
-        timed group, because a profiler session slows the CUDA runtime's launches afterwards."""
-        for group, builders, medians in self._to_check:
-            if not builders:
-                group["cross_check"] = {"rounds": 0, "reason": "no Transformer Engine competitor in this group"}
-                continue
-            competitors, failures = self._build(builders)
-            if failures:  # all of the group's TE competitors, or no cross-check of it
-                group["cross_check"] = {"rounds": 0, "reason": next(iter(failures.values()))}
-            else:
-                try:
-                    group["cross_check"] = telemetry_module.with_stored_ratios(
-                        self.timer.check(competitors, telemetry_module.CROSS_CHECK_ROUNDS), medians)
-                except Exception as exc:  # GPU boundary: the cross-check says why; the group's numbers stand
-                    group["cross_check"] = {"rounds": 0, "reason": _short(exc)}
-            del competitors
-            with optional_phase(self.phases, RELEASE):
-                _release()
-        self._to_check = []
+        return timed
 
     def measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
                 accuracy: bool | None = None) -> dict[str, Any]:
@@ -193,8 +202,11 @@ class Runner:
         two of its cells are legitimate, and its method says what the run includes. The clock
         sampler's process ends with the run, however the run ends.
         """
+        started = time.monotonic()
         try:
-            return self._measure(question, precisions, modes, accuracy=accuracy)
+            doc = self._measure(question, precisions, modes, accuracy=accuracy)
+            doc["provenance"]["measure_s"] = round(time.monotonic() - started, 1)
+            return doc
         finally:
             if self.sampler is not None:
                 self.sampler.close()
@@ -224,7 +236,7 @@ class Runner:
             device=device, provenance=prov, notes=question.notes,
         )
         run_id = doc["run_id"]
-        self._groups, self._to_check = [], []
+        self._groups = []
         doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
         cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
@@ -248,10 +260,9 @@ class Runner:
             # Linear peers (torchao Float8Linear ...) time the op's training step beside TE's autocast.
             linear = _peer_builders(registry, fprop, "linear", available)
             with _nvtx(f"autocast {op}", self.nvtx):
-                samples, failures = self._time_group({**builders, **linear}, label=f"autocast {op}",
-                                                     mode="autocast")
-            cells += _timed_cells(wanted_cells, samples, failures)
-            peers_out += _peer_rows(registry, fprop, "linear", available, samples, failures)
+                timed = self._time_group({**builders, **linear}, label=f"autocast {op}", mode="autocast")
+            cells += _timed_cells(wanted_cells, timed)
+            peers_out += _peer_rows(registry, fprop, "linear", available, timed)
             done += 1
 
         for gemm in prequant_gemms:
@@ -262,10 +273,10 @@ class Runner:
             # GEMM peers (torch.matmul, torch._scaled_mm, plugins) time the same pass beside TE's GEMM.
             extra = _peer_builders(registry, gemm, "gemm", available)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
-                samples, failures = self._time_group({**builders, **extra},
-                                                     label=f"prequant {gemm.op}/{gemm.pass_}", mode="prequant")
-            cells += _timed_cells(wanted_cells, samples, failures)
-            peers_out += _peer_rows(registry, gemm, "gemm", available, samples, failures)
+                timed = self._time_group({**builders, **extra}, label=f"prequant {gemm.op}/{gemm.pass_}",
+                                         mode="prequant")
+            cells += _timed_cells(wanted_cells, timed)
+            peers_out += _peer_rows(registry, gemm, "gemm", available, timed)
             done += 1
 
         doc["cells"] = cells
@@ -275,12 +286,10 @@ class Runner:
 
             self.progress(done, total, f"layer step ({', '.join(layer)})")
             with _nvtx("layer step", self.nvtx):
-                # measure_layer_step times one group per mode, in the order of ``layer``.
-                layer_order = iter(layer)
-
-                def layer_group(builders: dict[str, Callable[[], Competitor]]) -> Any:
-                    mode = next(layer_order, "layer")
-                    return self._time_group(builders, label=f"layer step ({mode})", mode=mode)
+                # One group: the step's eager rounds give ``layer``, its graph replays ``layer-graphed``.
+                def layer_group(builders: dict[str, Callable[[], Competitor]], graphs: bool) -> Timed:
+                    return self._time_group(builders, label=f"layer step ({', '.join(layer)})",
+                                            mode="layer-graphed" if graphs else "layer", graphs=graphs)
 
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
                     question, wanted, layer_group, support=support, modes=layer)]
@@ -295,8 +304,6 @@ class Runner:
             doc["accuracy_method"] = accuracy_method()
             done += 1
         if self.telemetry:
-            self.progress(done, total, "events-vs-profiler cross-check")
-            self._cross_check_groups()
             telemetry_module.flag_clock_drops(self._groups)
             doc["groups"] = [{**g, "run_id": run_id} for g in self._groups]
         self.progress(done, total, "done")
@@ -314,12 +321,12 @@ def _peer_builders(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind
 
 
 def _peer_rows(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: str,
-               available: dict[str, tuple[bool, str]], samples: dict[str, dict[str, Samples]],
-               failures: dict[str, str]) -> list[dict[str, Any]]:
-    def mine(table: dict[str, Any]) -> dict[str, Any]:
-        return {k[len(_PEER_KEY):]: v for k, v in table.items() if k.startswith(_PEER_KEY)}
+               available: dict[str, tuple[bool, str]], timed: Timed) -> list[dict[str, Any]]:
+    def fields(name: str, region: str) -> dict[str, Any]:
+        return timed.fields(_PEER_KEY + name, region)
 
-    return peer_registry.rows(registry, gemm, kind, available, mine(samples), mine(failures))
+    failures = {k[len(_PEER_KEY):]: v for k, v in timed.failures.items() if k.startswith(_PEER_KEY)}
+    return peer_registry.rows(registry, gemm, kind, available, fields, failures)
 
 
 def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: bool = True) -> dict[str, Any]:
@@ -343,12 +350,10 @@ def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: boo
     }
 
 
-def _timed_cells(
-    wanted: list[PlannedCell], samples: dict[str, dict[str, Samples]], failures: dict[str, str]
-) -> list[dict[str, Any]]:
+def _timed_cells(wanted: list[PlannedCell], timed: Timed) -> list[dict[str, Any]]:
     """Cells of one timed group: each precision's samples of its pass, or its failure."""
     return [
-        _cell(c, "failed", reason=failures[c.precision]) if c.precision in failures
-        else _cell(c, "measured", samples=samples[c.precision][c.gemm.pass_])
+        _cell(c, "failed", reason=timed.failures[c.precision]) if c.precision in timed.failures
+        else _cell(c, "measured", fields=timed.fields(c.precision, c.gemm.pass_))
         for c in wanted
     ]

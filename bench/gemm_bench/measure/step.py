@@ -24,8 +24,11 @@ WHAT_IS_TIMED = (
     "One te.TransformerLayer (LayerNorm, fused QKV, TE's default attention backend with a causal "
     "mask, output projection, MLP: SwiGLU when the MLP is gated, else GELU), BF16 parameters, no "
     "bias, no dropout, micro-batch x sequence tokens: forward + backward in one timed region, L2 "
-    "flushed before it. Excluded: optimizer step, gradient all-reduce, embedding and loss, and "
-    "weight-quantization caching across micro-batches."
+    "flushed before it. layer: called eagerly, as an eager training loop runs it (host work "
+    "included wherever the GPU waits for it); layer-graphed: the same region captured as one CUDA "
+    "graph and its replays timed (the GPU's time; the same group's eager rounds give layer). "
+    "Excluded: optimizer step, gradient all-reduce, embedding and loss, and weight-quantization "
+    "caching across micro-batches."
 )
 
 MOE_REASON = (
@@ -51,11 +54,15 @@ def unsupported_reason(config: ModelConfig | None) -> str | None:
 
 def layer_cell(mode: str, precision: str, status: str, *, ms: float | None = None,
                stats: dict[str, Any] | None = None, reason: str = "",
-               measured_at: str | None = None, run_id: str | None = None) -> dict[str, Any]:
-    """One layer cell in the proposed result form (``doc["layer"]`` is a list of these)."""
+               measured_at: str | None = None, run_id: str | None = None,
+               kernel_ms: float | None = None) -> dict[str, Any]:
+    """One layer cell in the proposed result form (``doc["layer"]`` is a list of these).
+    ``kernel_ms``: the cross-check's profiled kernel time of the step (graph replays only)."""
     cell: dict[str, Any] = {"mode": mode, "precision": precision, "status": status}
     if status == "measured":
         cell.update(ms=ms, stats=stats or {})
+        if kernel_ms is not None:
+            cell["kernel_ms"] = kernel_ms
         if measured_at is not None:
             cell["measured_at"] = measured_at
     else:

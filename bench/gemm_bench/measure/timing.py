@@ -1,15 +1,35 @@
-"""GPU timing you can defend: CUDA events or torch.profiler kernel time, L2 flushed, warmed up.
+"""GPU timing you can defend: what the GPU does for a region, not the host's work around it.
 
-Modelled on ``triton.testing.do_bench``: warm-up by wall time (the GPU idles at a low clock),
-a fresh L2 before every timed launch, and per-launch event pairs enqueued back to back so the
-host never stalls the stream between repetitions. What is measured is returned as
-:class:`Samples`, which carries its own statistics (as ``torch.utils.benchmark`` does).
+Method v4. Every competitor is a callable of one training-like iteration that marks its timed
+regions (``mark(region, "start")`` ... ``mark(region, "end")``). A group of competitors is timed
+like this (:meth:`Interleaver.run`):
 
-The *rounds* interface exists for interleaving: :class:`Interleaver` runs every competitor once
-per round, round after round, so clock and thermal drift hit all of them alike.
+1. **Eager warm-up by time**, every competitor once per round (the GPU idles at a low clock, and
+   cuBLAS, TE and Triton choose and build their kernels on first use).
+2. **Eager rounds** (``eager_repetitions``): each region timed by an event pair around its eager
+   call. This time includes the host's Python and launch work whenever that work is longer than
+   the GPU's, as it is for an autocast ``te.Linear`` of modest size. It is kept as a second
+   quantity (``eager``), never the headline.
+3. **Capture**: each region captured as its own CUDA graph (one memory pool per competitor, regions
+   captured and replayed in the competitor's order, so a backward graph reads what its forward
+   graph wrote). What happens between regions in the competitor (``x.grad = None``) is host work
+   and stays out. FP8 delayed scaling's amax and scale update runs on the GPU at the end of the
+   forward and the backward, so it is captured and replayed with them, as in a graphed step.
+4. **Graph rounds**: each region's graph replayed with an L2 flush and an event pair around it,
+   every competitor once per round, rounds enqueued back to back: the host only launches a graph
+   (microseconds) while the GPU flushes L2 (tens of microseconds), so the GPU never waits for it.
+   Rounds go on until the median's 95% confidence interval is within ``target_ci`` of the median
+   for every region (at least ``min_repetitions``, at most ``repetitions`` or ``max_group_s``).
+   These samples are the published time.
+5. **Cross-check**: a few more rounds of the same replays under ``torch.profiler``; per region,
+   the published median over the profiled kernel time (sum of the region's kernels between two
+   flushes). A ratio near 1 says the published time is GPU time.
 
-torch is imported inside the functions that need it, not at module level: the CLI validates
-:class:`TimerSettings` (and says "no GPU stack" with exit status 3) on machines without torch.
+With ``graphs=False`` (a group whose regions are host-inclusive by definition, the eager layer
+step) steps 2-3 are skipped and the eager rounds are what is published and cross-checked.
+
+torch is imported inside the functions that need it: the CLI validates :class:`TimerSettings` (and
+says "no GPU stack" with exit status 3) on machines without torch.
 """
 
 from __future__ import annotations
@@ -22,7 +42,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from gemm_bench.measure.phases import CROSS_CHECK, SPIN_UP, TIMED, WARM_UP
+from gemm_bench.measure.phases import CAPTURE, CROSS_CHECK, EAGER, SPIN_UP, TIMED, WARM_UP
+from gemm_bench.measure.telemetry import CROSS_CHECK_ROUNDS, cross_check_block, with_stored_ratios
 
 #: Twice any Hopper / Blackwell L2 (50-126 MB): copying half of it onto the other half touches
 #: every byte, evicting every cached line.
@@ -36,8 +57,12 @@ MAX_WARMUP_S = 600.0
 #: time cap (``max_group_s``) stops far earlier on any real shape.
 MAX_REPETITIONS = 100_000
 
+#: z for a two-sided 95% interval: the median's distribution-free confidence interval runs between
+#: the order statistics ``n/2 -+ Z95 * sqrt(n)/2`` (the binomial's normal approximation).
+Z95 = 1.96
+
 TIMERS = {
-    "events": "CUDA events around each launch",
+    "events": "CUDA events around each region",
     "profiler": "torch.profiler CUDA kernel time, summed per region between L2 flushes",
 }
 
@@ -51,11 +76,15 @@ class TimerSettingsError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
+class GraphCaptureError(RuntimeError):
+    """A competitor whose regions cannot be captured as CUDA graphs (the reason is its cell's)."""
+
+
 class PhaseRecorder(Protocol):
     """Where wall time goes (``gemm_bench.measure.phases.PhaseProfiler`` satisfies this).
 
-    The timer charges its spin-up, warm-up and timed rounds to the phases of those names, so
-    ``gemm-bench run --profile-phases`` separates them from building and probing.
+    The timer charges its spin-up, warm-up, eager rounds, capture, timed rounds and cross-check
+    to the phases of those names, so ``gemm-bench run --profile-phases`` separates them.
     """
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[Any]: ...
@@ -65,18 +94,23 @@ class PhaseRecorder(Protocol):
 class TimerSettings:
     """How to time; validated on construction, because a NaN warm-up loops forever.
 
-    ``repetitions`` is what the caller asks for. A group whose rounds would take longer than
-    ``max_group_s`` times fewer rounds, but never fewer than ``min_repetitions``, and that
-    minimum never exceeds ``repetitions``: ``repetitions=3`` times exactly 3 rounds.
+    Graph rounds stop adaptively: once every region's median is known to ``target_ci`` (the 95%
+    confidence interval's half-width over the median), after at least ``min_repetitions`` rounds
+    and at most ``repetitions`` rounds or ``max_group_s`` seconds. ``target_ci=0`` times
+    ``repetitions`` rounds, or fewer (never fewer than ``min_repetitions``) where they would take
+    longer than ``max_group_s``; ``min_repetitions`` is lowered to ``repetitions`` when above it.
     """
 
     timer: str = "events"  # "events" | "profiler"
-    warmup_s: float = 0.25  # per competitor group, after a global clock spin-up
+    warmup_s: float = 0.1  # per competitor group, after a global clock spin-up
     spinup_s: float = 2.0  # once per process: bring SM clocks out of idle
-    repetitions: int = 40  # timed rounds asked for
-    min_repetitions: int = 10  # floor under the time cap (lowered to ``repetitions`` if above it)
-    max_group_s: float = 20.0  # cap on one group's timed rounds (huge shapes get fewer rounds)
+    repetitions: int = 100  # most timed rounds
+    min_repetitions: int = 10  # fewest timed rounds (lowered to ``repetitions`` if above it)
+    max_group_s: float = 10.0  # cap on one group's timed rounds (huge shapes get fewer rounds)
     l2_flush: bool = True
+    graphs: bool = True  # publish CUDA-graph replay time (GPU time); False: eager time
+    eager_repetitions: int = 10  # eager rounds kept beside graph rounds (host-inclusive time)
+    target_ci: float = 0.005  # stop once every region's median is known to 0.5%
 
     def __post_init__(self) -> None:
         if self.timer not in TIMERS:
@@ -91,6 +125,14 @@ class TimerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPETITIONS:
                 raise TimerSettingsError(name, f"{value!r} is not a whole number from 1 to {MAX_REPETITIONS}")
+        value = self.eager_repetitions
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPETITIONS:
+            raise TimerSettingsError("eager_repetitions",
+                                     f"{value!r} is not a whole number from 0 to {MAX_REPETITIONS}")
+        if not _is_real(self.target_ci) or not 0 <= self.target_ci < 1:
+            raise TimerSettingsError("target_ci", f"{self.target_ci!r} is not a fraction from 0 to below 1")
+        if not isinstance(self.graphs, bool):
+            raise TimerSettingsError("graphs", f"{self.graphs!r} is not true or false")
 
     @property
     def floor(self) -> int:
@@ -98,7 +140,7 @@ class TimerSettings:
         return min(self.min_repetitions, self.repetitions)
 
     def rounds(self, seconds_per_round: float) -> int:
-        """Rounds to time for a group whose warm-up rounds took ``seconds_per_round`` each."""
+        """Most rounds to time for a group whose warm-up rounds took ``seconds_per_round`` each."""
         per_round = seconds_per_round if _is_real(seconds_per_round) and seconds_per_round > 1e-6 else 1e-6
         fit = int(self.max_group_s / per_round)
         return max(self.floor, min(self.repetitions, fit))
@@ -107,25 +149,33 @@ class TimerSettings:
         """How many rounds each group timed, in words (stored with the method)."""
         if self.floor == self.repetitions:
             rule = f"each group timed exactly {self.repetitions} rounds"
-        else:
+        elif self.target_ci == 0:
             rule = (f"each group timed {self.repetitions} rounds, or fewer (never fewer than {self.floor}) "
                     f"when that many would take longer than {self.max_group_s:g} s")
+        else:
+            rule = (f"each group timed rounds until every region's median was known to {self.target_ci:.1%} "
+                    f"(half-width of its 95% confidence interval), at least {self.floor} and at most "
+                    f"{self.repetitions} rounds or {self.max_group_s:g} s")
         return rule + "; each cell's stats.n is the number of rounds it was timed"
 
     def method(self) -> dict[str, Any]:
-        """Every parameter of the method, stored in each result's provenance.
-
-        It states what ran: the rounds asked for, the time cap and the floor actually applied,
-        and that each cell's ``stats.n`` is the number of rounds that cell was timed.
-        """
+        """Every parameter of the method, stored in each result's provenance."""
+        what = ("GPU time: each region captured as a CUDA graph (quantization kernels included) and its "
+                "replays timed, so the host's launch work stays out; the eager, host-inclusive time of the same "
+                "regions is kept as a second quantity (eager)") if self.graphs else (
+                "eager time: each region called eagerly, host work included where the GPU waits for it")
         return {
             "timer": TIMERS[self.timer],
             "timer_id": self.timer,
+            "timed": what,
+            "graphs": self.graphs,
             "spinup_s": self.spinup_s,
             "warmup_s": self.warmup_s,
             "repetitions": self.repetitions,
             "min_repetitions": self.floor,
             "max_group_s": self.max_group_s,
+            "target_ci": self.target_ci,
+            "eager_repetitions": self.eager_repetitions if self.graphs else 0,
             "rounds_rule": self.rounds_rule(),
             "launches_per_repetition": 1,
             "l2_flush": self.l2_flush,
@@ -142,7 +192,7 @@ def _is_real(value: object) -> bool:
 
 @dataclasses.dataclass
 class Samples:
-    """Per-repetition times of one competitor, in milliseconds."""
+    """Per-repetition times of one competitor's region, in milliseconds."""
 
     ms: list[float]
 
@@ -155,6 +205,24 @@ class Samples:
         """Interquartile range; 0.0 for one sample (``stats.n`` says there was only one)."""
         q = _quantiles(self.ms, 4)
         return q[2] - q[0]
+
+    def ci_half_width(self) -> float:
+        """Half the width of the median's distribution-free 95% confidence interval, in ms.
+
+        The interval runs between the order statistics of rank ``n/2 -+ 1.96 sqrt(n)/2`` (clamped
+        to the sample): with 10 samples it is the whole range, with 40 the 14th to 27th value.
+        """
+        ordered = sorted(self.ms)
+        n = len(ordered)
+        half = Z95 * math.sqrt(n) / 2
+        low = max(0, math.floor(n / 2 - half) - 1)
+        high = min(n - 1, math.ceil(n / 2 + half))
+        return (ordered[high] - ordered[low]) / 2
+
+    def converged(self, target: float) -> bool:
+        """Whether the median is known to ``target`` (relative half-width of its 95% interval)."""
+        median = self.median
+        return median > 0 and self.ci_half_width() <= target * median
 
     def to_stats(self) -> dict[str, Any]:
         q = _quantiles(self.ms, 10)
@@ -221,72 +289,168 @@ def spin_up(seconds: float) -> None:
     _SPUN_UP = True
 
 
-#: A competitor is a callable of one iteration: it receives ``mark(i)`` and must call it around
+#: A competitor is a callable of one iteration: it receives ``mark`` and must call it around
 #: each timed region (``mark(region, "start")`` / ``mark(region, "end")``). Most competitors
 #: have one region; an autocast Linear has three (fprop, dgrad, wgrad) in one iteration.
 Mark = Callable[[str, str], None]
 Competitor = Callable[[Mark], None]
 
 
+class GraphedCompetitor:
+    """A competitor's regions as CUDA graphs, replayed in capture order (a :data:`Competitor`).
+
+    Holds the graphs (and so their memory pool) for as long as it lives.
+    """
+
+    def __init__(self, graphs: list[tuple[str, Any]]) -> None:
+        self.graphs = graphs
+
+    def __call__(self, mark: Mark) -> None:
+        for region, graph in self.graphs:
+            mark(region, "start")
+            graph.replay()
+            mark(region, "end")
+
+
+def capture(fn: Competitor) -> GraphedCompetitor:
+    """Run one iteration of ``fn`` with each of its regions captured as its own CUDA graph.
+
+    All graphs of one competitor share one memory pool, so a later region may read what an earlier
+    one allocated (a backward reads the forward's saved tensors); they must be replayed in the
+    order they were captured, which :class:`GraphedCompetitor` does. Capture runs on a side stream
+    (CUDA requires a non-default stream), after the caller's eager warm-up. Raises
+    :class:`GraphCaptureError` with CUDA's reason when a region cannot be captured (a host sync
+    inside it, for instance) or when the competitor's regions nest or are left open.
+    """
+    import torch
+
+    graphs: list[tuple[str, Any]] = []
+    pool = torch.cuda.graph_pool_handle()
+    current: list[tuple[str, Any]] = []
+
+    def mark(region: str, edge: str) -> None:
+        if edge == "start":
+            if current:
+                raise GraphCaptureError(f"region {region!r} starts inside region {current[0][0]!r}")
+            graph = torch.cuda.CUDAGraph()
+            graph.capture_begin(pool=pool)
+            current.append((region, graph))
+        else:
+            if not current or current[0][0] != region:
+                raise GraphCaptureError(f"region {region!r} ends without having started")
+            name, graph = current.pop()
+            graph.capture_end()
+            graphs.append((name, graph))
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(stream):
+            fn(mark)
+    except GraphCaptureError:
+        raise
+    except RuntimeError as exc:  # CUDA: "operation not permitted when stream is capturing", ...
+        raise GraphCaptureError(f"CUDA graph capture failed: {exc}") from exc
+    finally:
+        if current:  # a region left open by an exception: end the capture, whatever it holds
+            with contextlib.suppress(RuntimeError):
+                current[0][1].capture_end()
+    if current:
+        raise GraphCaptureError(f"region {current[0][0]!r} never ended")
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return GraphedCompetitor(graphs)
+
+
+@dataclasses.dataclass
+class GroupTiming:
+    """What timing one group gave.
+
+    ``samples``: the published samples per competitor per region (graph replays with ``graphs``,
+    else eager calls). ``eager``: the eager samples kept beside graph replays (empty without
+    ``graphs``). ``failures``: competitors that could not be captured, with the reason.
+    ``record``: the group's ``rounds``, ``eager_rounds``, ``converged``, and with a sampler its
+    ``clock``; ``cross_check``: the events-vs-profiler block (:func:`cross_check_block`).
+    """
+
+    samples: dict[str, dict[str, Samples]]
+    eager: dict[str, dict[str, Samples]]
+    failures: dict[str, str]
+    record: dict[str, Any]
+    cross_check: dict[str, Any]
+
+
 class Interleaver:
     """Times several competitors round by round; each may have several named regions."""
 
     def __init__(self, settings: TimerSettings, *, phases: PhaseRecorder | None = None,
-                 sampler: Any = None) -> None:
-        """``sampler``: a :class:`gemm_bench.measure.telemetry.ClockSampler` whose window is each group's
-        timed rounds. What the last group recorded is in :attr:`last_group`."""
+                 sampler: Any = None, cross_check: bool = False) -> None:
+        """``sampler``: a :class:`gemm_bench.measure.telemetry.ClockSampler` whose window is each
+        group's timed rounds. ``cross_check``: profile :data:`CROSS_CHECK_ROUNDS` more rounds of
+        each group (:attr:`GroupTiming.cross_check`)."""
         self.settings = settings
         self.phases = phases
         self.flush = L2Flusher(settings.l2_flush)
         self.sampler = sampler
-        #: The last group's record: ``rounds``, and ``clock`` when a sampler is set.
-        self.last_group: dict[str, Any] = {}
+        self.cross_check = cross_check
 
     def _phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
         return self.phases.phase(name) if self.phases is not None else contextlib.nullcontext()
 
-    def run(self, competitors: dict[str, Competitor]) -> dict[str, dict[str, Samples]]:
-        """Samples per competitor per region, by the configured timer."""
-        reps = self._warm_up(competitors)
-        profile = self.settings.timer == "profiler"
+    def run(self, competitors: dict[str, Competitor], *, graphs: bool | None = None) -> GroupTiming:
+        """Time one group (the module docstring's steps). ``graphs`` overrides the settings' choice
+        for this group (the eager layer step is timed eagerly by definition)."""
+        import torch
+
+        s = self.settings
+        graphed = s.graphs if graphs is None else graphs
+        cap = self._warm_up(competitors, s.warmup_s)
+        eager: dict[str, dict[str, Samples]] = {}
+        failures: dict[str, str] = {}
+        timed = competitors
+        record: dict[str, Any] = {}
+        if graphed:
+            if s.eager_repetitions:
+                with self._phase(EAGER):
+                    eager, _ = self._rounds(competitors, s.eager_repetitions, profile=False)
+                record["eager_rounds"] = s.eager_repetitions
+            with self._phase(CAPTURE):
+                torch.cuda.empty_cache()  # the eager rounds' cached blocks, before the graphs' pools
+                timed = {}
+                for name, fn in competitors.items():
+                    try:
+                        timed[name] = capture(fn)
+                    except GraphCaptureError as exc:
+                        failures[name] = str(exc)[:400]
+            if not timed:
+                return GroupTiming({}, eager, failures, record, {})
+            cap = self._warm_up(timed, s.warmup_s / 2)
         sampling = self.sampler.sampling() if self.sampler is not None else contextlib.nullcontext()
         with self._phase(TIMED), sampling:
-            events, kernels = self._rounds(competitors, reps, profile=profile)
-        self.last_group = {"rounds": reps}
+            samples, converged = self._adaptive(timed, cap, profile=s.timer == "profiler")
+        record["rounds"] = max((len(r.ms) for regions in samples.values() for r in regions.values()), default=0)
+        record["converged"] = converged
         if self.sampler is not None:
-            self.last_group["clock"] = self.sampler.summary()
-        return kernels if kernels is not None else events
+            record["clock"] = self.sampler.summary()
+        check: dict[str, Any] = {}
+        if self.cross_check:
+            check = self._check(timed, samples)
+        return GroupTiming(samples, eager, failures, record, check)
 
-    def check(self, competitors: dict[str, Competitor], rounds: int) -> dict[str, Any]:
-        """The events-vs-profiler cross-check block of a group (:func:`gemm_bench.measure.telemetry.cross_check_block`):
-        ``rounds`` rounds after a warm-up, timed by CUDA events and by the profiler at once.
-
-        Runs the profiler, which leaves the CUDA runtime slower to launch for the rest of the
-        process unless CUPTI is torn down (``TEARDOWN_CUPTI=1``, which the runner sets): the
-        runner therefore cross-checks only after every group of its run is timed.
-        """
-        from gemm_bench.measure import telemetry
-
-        self._warm_up(competitors)
+    def _check(self, timed: dict[str, Competitor], samples: dict[str, dict[str, Samples]]) -> dict[str, Any]:
+        """:data:`CROSS_CHECK_ROUNDS` rounds of the very competitors just timed, under the profiler."""
         with self._phase(CROSS_CHECK):
             try:
-                events, kernels = self._rounds(competitors, rounds, profile=True)
+                events, kernels = self._rounds(timed, CROSS_CHECK_ROUNDS, profile=True)
             except (RuntimeError, ValueError, KeyError, OSError) as exc:
                 # the profiler, or kernel_ms_per_region (a trace that cannot be split per region)
                 return {"rounds": 0, "reason": str(exc)[:300]}
         assert kernels is not None
-        return telemetry.cross_check_block(events, kernels)
+        stored = {f"{n}/{r}": s.median for n, regions in samples.items() for r, s in regions.items()}
+        return with_stored_ratios(cross_check_block(events, kernels), stored)
 
-    def cross_check(self, competitors: dict[str, Competitor]) -> tuple[dict, dict]:
-        """(event samples, profiler kernel samples) of the very same launches."""
-        reps = self._warm_up(competitors)
-        with self._phase(TIMED):
-            events, kernels = self._rounds(competitors, reps, profile=True)
-        assert kernels is not None
-        return events, kernels
-
-    def _warm_up(self, competitors: dict[str, Competitor]) -> int:
-        """Warm up by time; return how many timed rounds fit the group's time cap."""
+    def _warm_up(self, competitors: dict[str, Competitor], seconds: float) -> int:
+        """Warm up by time (at least two rounds); return the most timed rounds the group's time cap allows."""
         import torch
 
         s = self.settings
@@ -300,13 +464,34 @@ class Interleaver:
                 torch.cuda.synchronize()
                 rounds_done += 1
                 elapsed = time.perf_counter() - start
-                if elapsed >= s.warmup_s and rounds_done >= 2:
+                if elapsed >= seconds and rounds_done >= 2:
                     break
         return s.rounds(elapsed / rounds_done)
 
     def _untimed_mark(self, region: str, edge: str) -> None:
         if edge == "start":
             self.flush()
+
+    def _adaptive(self, competitors: dict[str, Competitor], cap: int, *,
+                  profile: bool) -> tuple[dict[str, dict[str, Samples]], bool]:
+        """Rounds in batches until every region's median is known to ``target_ci`` (or ``cap``, or
+        the group's time cap): the samples, and whether they converged."""
+        s = self.settings
+        merged: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
+        done, start = 0, time.perf_counter()
+        batch = cap if s.target_ci == 0 else min(s.floor, cap)
+        while True:
+            events, kernels = self._rounds(competitors, batch, profile=profile)
+            for name, regions in (kernels if kernels is not None else events).items():
+                for region, smp in regions.items():
+                    merged[name].setdefault(region, []).extend(smp.ms)
+            done += batch
+            out = {n: {r: Samples(v) for r, v in regions.items()} for n, regions in merged.items()}
+            converged = s.target_ci > 0 and all(smp.converged(s.target_ci) for regions in out.values()
+                                                for smp in regions.values())
+            if converged or done >= cap or s.target_ci == 0 or time.perf_counter() - start >= s.max_group_s:
+                return out, converged
+            batch = min(cap - done, max(5, done // 2))
 
     def _rounds(
         self, competitors: dict[str, Competitor], reps: int, *, profile: bool
@@ -357,7 +542,8 @@ def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:
     """Sum of kernel durations after each L2-flush memcpy, one number per timed region.
 
     The trace's GPU activity is split at the flush copies (device-to-device memcpy events);
-    everything between one flush and the next belongs to the region that flush preceded.
+    everything between one flush and the next belongs to the region that flush preceded. Kernels
+    replayed from a CUDA graph appear in the trace as kernels like any other.
     """
     import json
     import os
@@ -382,20 +568,14 @@ def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:
     if len(totals) != regions:
         raise RuntimeError(
             f"profiler timer: found {len(totals)} L2 flushes for {regions} timed regions "
-            "(the timed code copies device-to-device itself); use the events timer"
+            "(the timed code copies device-to-device itself)"
         )
     return totals
 
 
 def single(settings: TimerSettings, fn: Callable[[], Any]) -> Samples:
     """Time one plain callable (one region): for tests and quick checks."""
-
-    def competitor(mark: Mark) -> None:
-        mark("main", "start")
-        fn()
-        mark("main", "end")
-
-    return Interleaver(settings).run({"only": competitor})["only"]["main"]
+    return time_many(settings, [("only", fn)])["only"]
 
 
 def time_many(settings: TimerSettings, fns: Sequence[tuple[str, Callable[[], Any]]]) -> dict[str, Samples]:
@@ -410,4 +590,6 @@ def time_many(settings: TimerSettings, fns: Sequence[tuple[str, Callable[[], Any
         return competitor
 
     result = Interleaver(settings).run({name: wrap(fn) for name, fn in fns})
-    return {name: regions["main"] for name, regions in result.items()}
+    if result.failures:
+        raise GraphCaptureError("; ".join(f"{n}: {why}" for n, why in result.failures.items()))
+    return {name: regions["main"] for name, regions in result.samples.items()}

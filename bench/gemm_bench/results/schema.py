@@ -76,28 +76,20 @@ READABLE_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
 
 #: Bumped whenever what is timed, or how, changes: results of another method version are stale,
 #: except those of :data:`STILL_VALID_METHODS` (re-measured by GPU boxes, shown elsewhere).
-METHOD_VERSION = "3"
+METHOD_VERSION = "4"
 
 #: Earlier method versions whose numbers stay correct under the current one, with what the
-#: current method adds. Version 2 (never published) sampled NVML on a thread of the timing
-#: process and ran the profiler between timed groups; one or both slowed host-bound regions
-#: (measured on an H100: small GEMMs up to 5.8x slower than version 1), so it is not listed.
-#: Version 3 times GEMMs as version 1 did (same timer, warm-up,
-#: rounds, L2 flush, interleaving; telemetry in another process, the profiler only after the
-#: run's last timed group; the GPU test ``test_telemetry_does_not_slow_small_gemms`` checks
-#: this) and adds quantities: clock/power telemetry and the
-#: events-vs-profiler cross-check per group, the layer step and the SQNRs in every refresh. A
-#: version-1 result is therefore not wrong, only incomplete: builds without a GPU show it (with its
-#: method version on the freshness page and a note that the new quantities are missing), and a
-#: GPU box re-measures it (the ``method`` field of the staleness rule). A method change that makes
-#: old numbers wrong (a FLOP-count fix, a timer change) must not be listed here: its results are
-#: then stale everywhere.
-STILL_VALID_METHODS: dict[str, str] = {
-    "1": "GEMM times as in version 3, without clock telemetry, the events-vs-profiler cross-check, "
-         "the layer step and SQNRs",
-}
+#: current method adds; a method change that makes old numbers wrong must not be listed here, and
+#: its results are then stale everywhere. Version 4 changes what a published time is: the GPU's
+#: time for a region (its CUDA-graph replay), where versions 1 and 3 timed one eager call and so
+#: included Transformer Engine's host work wherever the GPU waited for it (up to 8x the kernel time
+#: on the H100, by version 3's own cross-check). Their numbers answer another question (the eager
+#: time, which version 4 keeps as ``eager``), so none is listed. Version 2 was never published.
+STILL_VALID_METHODS: dict[str, str] = {}
 
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
+#: What a group published (method v4): its regions' CUDA-graph replays, or eager calls.
+GROUP_TIMINGS: tuple[str, ...] = ("graph replays", "eager")
 KINDS: tuple[str, ...] = ("model", "shapes", "sweep")
 
 #: Plausible GEMM times. Below 0.1 us no kernel launch completes; above ~3 hours nothing was
@@ -350,12 +342,14 @@ def _ms(item: dict[str, Any], gemm: GemmShape, where: str) -> float:
     return ms
 
 
-def _stats(item: dict[str, Any], ms: float, where: str) -> None:
-    stats = _get(item, "stats", dict, where)
-    at = f"{where}.stats"
+def _stats(item: dict[str, Any], ms: float | None, where: str, key: str = "stats") -> None:
+    """``item[key]``: a statistics block (median, spread, quantiles in order, samples); with ``ms``,
+    its median must be the item's published ``ms``."""
+    stats = _get(item, key, dict, where)
+    at = f"{where}.{key}"
     median = _number(stats, "median_ms", at, 0.0, MAX_MS, low_open=True)
     assert median is not None
-    if not math.isclose(median, ms, rel_tol=1e-6, abs_tol=_ROUNDING):
+    if ms is not None and not math.isclose(median, ms, rel_tol=1e-6, abs_tol=_ROUNDING):
         raise ResultError(f"{at}.median_ms", f"is {median!r}, but the cell's ms is {ms!r}")
     _number(stats, "iqr_ms", at, 0.0, MAX_MS)
     order = [(key, _number(stats, key, at, 0.0, MAX_MS, required=False, low_open=True))
@@ -386,6 +380,7 @@ def _outcome(item: dict[str, Any], gemm: GemmShape, where: str, version: int) ->
         raise ResultError(f"{where}.status", f"{status!r} is not one of {', '.join(STATUSES)}")
     if status == "measured":
         _stats(item, _ms(item, gemm, where), where)
+        timing_extras(item, where)
         _optional_text(item, "reason", where, max_len=MAX_TEXT)
     else:
         _text(item, "reason", where, max_len=MAX_TEXT)
@@ -396,6 +391,14 @@ def _outcome(item: dict[str, Any], gemm: GemmShape, where: str, version: int) ->
     else:
         _run_id(item, where, required=False)
     return status
+
+
+def timing_extras(item: dict[str, Any], where: str) -> None:
+    """The method-v4 quantities beside a measured time: ``eager`` (statistics of the same region
+    called eagerly, host work included) and ``kernel_ms`` (the cross-check's profiled kernel time)."""
+    if "eager" in item:
+        _stats(item, None, where, key="eager")
+    _number(item, "kernel_ms", where, 0.0, MAX_MS, required=False, low_open=True)
 
 
 def _run_id(obj: dict[str, Any], where: str, *, required: bool) -> None:
@@ -463,6 +466,9 @@ def validate(doc: Any) -> dict[str, Any]:
         _text(provenance, key, "$.provenance")
     for key in ("cublas", "commit"):
         _optional_text(provenance, key, "$.provenance")
+    # Wall seconds the measurement of this question took (process start excluded): what
+    # ``gemm-bench refresh --dry-run`` estimates the next measurement of it from.
+    _number(provenance, "measure_s", "$.provenance", 0.0, 1e7, required=False)
     method = _get(provenance, "method", dict, "$.provenance")
     for key, value in method.items():
         if not isinstance(value, _SCALARS):
@@ -576,6 +582,11 @@ def _groups_block(doc: dict[str, Any], groups: Any) -> None:
         if not all(isinstance(m, str) for m in members):
             raise ResultError(f"{where}.members", "must be a list of strings")
         _get(group, "clock_low", bool, where, required=False)
+        timed = _optional_text(group, "timed", where)
+        if timed is not None and timed not in GROUP_TIMINGS:
+            raise ResultError(f"{where}.timed", f"{timed!r} is not one of {', '.join(GROUP_TIMINGS)}")
+        _optional_integer(group, "eager_rounds", where, 1, 1_000_000)
+        _get(group, "converged", bool, where, required=False)
         clock = _get(group, "clock", dict, where, required=False)
         if clock is not None:
             _clock_block(clock, f"{where}.clock")
@@ -671,6 +682,7 @@ def _layer_block(cells: Any, version: int) -> None:
             ms = _number(cell, "ms", where, MIN_MS, MAX_MS)
             assert ms is not None
             _stats(cell, ms, where)
+            timing_extras(cell, where)
         else:
             _text(cell, "reason", where, max_len=MAX_TEXT)
         _optional_text(cell, "measured_at", where)

@@ -1,10 +1,11 @@
 """The ``layer`` modes: one ``te.TransformerLayer`` forward + backward, timed as one region.
 
-What is timed, and what is not, is :data:`gemm_bench.measure.step.WHAT_IS_TIMED`. The timing discipline is
-the GEMMs': competitors of :class:`gemm_bench.measure.timing.Interleaver` (warm-up by time, L2 flushed
-before each region, BF16 and every recipe interleaved round by round). The graphed variant captures
-forward and backward with ``te.make_graphed_callables`` (the fix maintainers give for host
-overhead at small shapes) and is its own mode, ``layer-graphed``.
+What is timed, and what is not, is :data:`gemm_bench.measure.step.WHAT_IS_TIMED`. The timing
+discipline is the GEMMs' (:class:`gemm_bench.measure.timing.Interleaver`: warm-up by time, L2 flushed
+before each region, BF16 and every recipe interleaved round by round), and one group gives both
+modes: its eager rounds are ``layer`` (the step as an eager training loop runs it, host work
+included where the GPU waits for it) and its CUDA-graph replays are ``layer-graphed`` (the GPU's
+time for the step, as a step captured in CUDA graphs runs it).
 
 Imports torch and Transformer Engine.
 """
@@ -12,7 +13,6 @@ Imports torch and Transformer Engine.
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,17 +22,17 @@ import transformer_engine.pytorch as te
 from gemm_bench.measure.backends.te import make_recipe
 from gemm_bench.measure.backends.te import support as te_support
 from gemm_bench.measure.step import LAYER_MODES, layer_cell, unsupported_reason
-from gemm_bench.measure.timing import Competitor, Mark, Samples
+from gemm_bench.measure.timing import Competitor, Mark
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.plan import Support
 from gemm_bench.question.question import Question
 
-#: The runner's ``_time_group``: build and probe each competitor, time the survivors interleaved;
-#: returns (samples per competitor per region, failure message per competitor).
-TimeGroup = Callable[[dict[str, Callable[[], Competitor]]], tuple[dict[str, dict[str, Samples]], dict[str, str]]]
+#: The runner's group timer: build and probe each competitor, time the survivors interleaved (as
+#: graph replays, with eager rounds beside them, when the second argument is true); returns the
+#: runner's ``Timed`` (``samples``, ``eager``, ``failures``, ``kernel_ms``).
+TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool], Any]
 
 REGION = "step"
-GRAPH_WARMUP_ITERS = 3
 
 
 def build_layer(config: ModelConfig) -> Any:
@@ -47,18 +47,7 @@ def build_layer(config: ModelConfig) -> Any:
     )
 
 
-def _graph(layer: Any, sample: torch.Tensor, recipe: Any) -> Any:
-    """``te.make_graphed_callables`` with the recipe, across TE's renamed keyword arguments."""
-    params = inspect.signature(te.make_graphed_callables).parameters
-    enabled = recipe is not None
-    if "enabled" in params:  # TE >= 2.9 names: enabled / recipe
-        kwargs: dict[str, Any] = {"enabled": enabled, "recipe": recipe}
-    else:
-        kwargs = {"fp8_enabled": enabled, "fp8_recipe": recipe}
-    return te.make_graphed_callables(layer, (sample,), num_warmup_iters=GRAPH_WARMUP_ITERS, **kwargs)
-
-
-def layer_step_competitor(config: ModelConfig, precision_id: str, *, graphed: bool = False) -> Competitor:
+def layer_step_competitor(config: ModelConfig, precision_id: str) -> Competitor:
     """One training step of the layer under the precision's ``te.autocast`` (one timed region)."""
     reason = unsupported_reason(config)
     if reason:
@@ -69,7 +58,7 @@ def layer_step_competitor(config: ModelConfig, precision_id: str, *, graphed: bo
     shape = (config.seq_length, config.micro_batch_size, config.hidden_size)  # TE's default "sbhd"
     x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
-    forward: Callable[[torch.Tensor], torch.Tensor] = _graph(layer, x, recipe) if graphed else layer
+    forward: Callable[[torch.Tensor], torch.Tensor] = layer
 
     def iteration(mark: Mark) -> None:
         mark(REGION, "start")
@@ -89,21 +78,20 @@ def _now() -> str:
 
 
 def measure_layer_step(question: Question, precisions: Sequence[str], time_group: TimeGroup, *,
-                       graphed: bool = False, support: Mapping[str, Support] | None = None,
-                       modes: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Layer cells (``doc["layer"]``) for ``layer`` and, with ``graphed``, ``layer-graphed``.
+                       support: Mapping[str, Support] | None = None,
+                       modes: Sequence[str] = LAYER_MODES) -> list[dict[str, Any]]:
+    """Layer cells (``doc["layer"]``) of ``modes`` (``layer``, ``layer-graphed`` or both).
 
-    ``modes`` names the layer modes to time instead (the runner passes what was asked, so
-    ``--modes layer-graphed`` alone does not also time the eager step). Every precision of one
-    mode is timed in one interleaved group with BF16, so a step speedup is always between cells
-    of one group. Unsupported configs and precisions become ``unsupported`` cells with the
-    reason; a precision that raises becomes ``failed`` with the message.
+    Every precision is timed in one interleaved group with BF16, so a step speedup is always
+    between cells of one group; with ``layer-graphed`` the group's graph replays give that mode and
+    its eager rounds give ``layer``. Unsupported configs and precisions become ``unsupported`` cells
+    with the reason; a precision that raises (or cannot be captured, for ``layer-graphed``) becomes
+    ``failed`` with the message.
     """
-    if modes is None:
-        modes = LAYER_MODES if graphed else LAYER_MODES[:1]
     unknown = [m for m in modes if m not in LAYER_MODES]
     if unknown:
         raise ValueError(f"not layer modes: {', '.join(map(repr, unknown))}; choose from {', '.join(LAYER_MODES)}")
+    modes = [m for m in LAYER_MODES if m in modes]
     reason = unsupported_reason(question.config)
     if reason:
         return [layer_cell(m, p, "unsupported", reason=reason) for m in modes for p in precisions]
@@ -111,26 +99,32 @@ def measure_layer_step(question: Question, precisions: Sequence[str], time_group
     assert config is not None  # unsupported_reason(None) is a reason
     support = support if support is not None else te_support()
     cells: list[dict[str, Any]] = []
+    runnable = []
+    for p in precisions:
+        s = support.get(p)
+        if s is not None and not s.available:
+            cells += [layer_cell(m, p, "unsupported", reason=s.reason) for m in modes]
+        else:
+            runnable.append(p)
+    if not runnable:
+        return cells
+    graphed = "layer-graphed" in modes
+
+    def builder(p: str) -> Callable[[], Competitor]:
+        return lambda: layer_step_competitor(config, p)
+
+    timed = time_group({p: builder(p) for p in runnable}, graphed)
     for mode in modes:
-        runnable = []
-        for p in precisions:
-            s = support.get(p)
-            if s is not None and not s.available:
-                cells.append(layer_cell(mode, p, "unsupported", reason=s.reason))
-            else:
-                runnable.append(p)
-        graph = mode == "layer-graphed"
-
-        def builder(p: str, graph: bool = graph) -> Callable[[], Competitor]:
-            return lambda: layer_step_competitor(config, p, graphed=graph)
-
-        builders = {p: builder(p) for p in runnable}
-        samples, failures = time_group(builders)
+        source = timed.samples if mode == "layer-graphed" or not graphed else timed.eager
         for p in runnable:
-            if p in failures:
-                cells.append(layer_cell(mode, p, "failed", reason=failures[p]))
+            if p in timed.failures and (mode == "layer-graphed" or p not in timed.eager):
+                cells.append(layer_cell(mode, p, "failed", reason=timed.failures[p]))
+            elif p in source:
+                samples = source[p][REGION]
+                extra = {"kernel_ms": timed.kernel_ms[f"{p}/{REGION}"]} if (
+                    source is timed.samples and f"{p}/{REGION}" in timed.kernel_ms) else {}
+                cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6), stats=samples.to_stats(),
+                                        measured_at=_now(), **extra))
             else:
-                timed = samples[p][REGION]
-                cells.append(layer_cell(mode, p, "measured", ms=round(timed.median, 6), stats=timed.to_stats(),
-                                        measured_at=_now()))
+                cells.append(layer_cell(mode, p, "failed", reason="no samples were taken of this step"))
     return cells

@@ -1,0 +1,198 @@
+"""Method v4 on a fake CUDA timeline: what the timer publishes is GPU time, not the host's.
+
+The fake (:mod:`tests.fake_cuda`) gives the host and the GPU their own clocks, so a competitor whose
+Python work (TE's host overhead) is longer than its kernels makes the GPU wait in eager mode, as
+on the real H100. The tests check the method's promises: graph replays time the kernels (and the
+small gaps a graph has), eager rounds keep the host-inclusive time beside them, rounds stop once
+the median is known, a region that cannot be captured fails alone, and the cross-check's kernel
+time is the kernels' sum.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gemm_bench.measure.timing import (
+    GraphCaptureError,
+    Interleaver,
+    Samples,
+    TimerSettings,
+    TimerSettingsError,
+)
+from tests import fake_cuda
+from tests.fake_cuda import FakeCuda
+
+Mark = Callable[[str, str], None]
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCuda]:
+    device = FakeCuda()
+    torch = fake_cuda.fake_torch(device)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.profiler", torch.profiler)
+    yield device
+
+
+def linear(cuda: FakeCuda, host_ms: float, kernels: dict[str, list[float]]) -> Callable[[Mark], None]:
+    """A fake autocast Linear: per region, ``host_ms`` of Python, then its kernels (quantize, GEMM)."""
+
+    def iteration(mark: Mark) -> None:
+        for region, durations in kernels.items():
+            mark(region, "start")
+            cuda.host_work(host_ms)
+            for ms in durations:
+                cuda.kernel(ms)
+            mark(region, "end")
+        cuda.host_work(0.05)  # x.grad = None and friends, between iterations: never timed
+
+    return iteration
+
+
+SETTINGS = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=40, min_repetitions=10)
+
+
+def test_graph_replays_time_the_kernels_and_eager_rounds_the_host(cuda: FakeCuda) -> None:
+    """Host work of 0.8 ms per region around 0.2 ms of kernels: the eager time is the host's, the
+    published time is the kernels' (plus a graph's launch gap and one gap per kernel)."""
+    kernels = {"fprop": [0.02, 0.2], "dgrad": [0.03, 0.18], "wgrad": [0.15]}
+    result = Interleaver(SETTINGS, cross_check=True).run({"fp8": linear(cuda, 0.8, kernels)})
+    assert not result.failures
+    for region, durations in kernels.items():
+        gpu = sum(durations) + fake_cuda.GRAPH_GAP_MS * len(durations)
+        assert result.samples["fp8"][region].median == pytest.approx(gpu, rel=1e-6)
+        # the host's 0.8 ms, less what the flush overlapped: host time, which a step would hide
+        assert result.eager["fp8"][region].median > 3 * result.samples["fp8"][region].median
+        assert result.cross_check["kernel_ms"][f"fp8/{region}"] == pytest.approx(sum(durations), rel=1e-6)
+        assert result.cross_check["stored_ratios"][f"fp8/{region}"] == pytest.approx(gpu / sum(durations), rel=1e-4)
+    assert result.record["eager_rounds"] == SETTINGS.eager_repetitions
+    assert cuda.captures == 3  # one graph per region
+
+
+def test_without_graphs_the_eager_time_is_published(cuda: FakeCuda) -> None:
+    result = Interleaver(SETTINGS).run({"bf16": linear(cuda, 0.8, {"step": [0.3]})}, graphs=False)
+    assert result.eager == {} and cuda.captures == 0
+    assert result.samples["bf16"]["step"].median > 0.6  # the host's 0.8 ms, less the flush it overlapped
+
+
+def test_a_gpu_bound_region_measures_the_same_both_ways(cuda: FakeCuda) -> None:
+    """Kernels far longer than the host's work: eager and graph times agree (within the gaps)."""
+    result = Interleaver(SETTINGS).run({"bf16": linear(cuda, 0.01, {"fprop": [2.0]})})
+    graph, eager = result.samples["bf16"]["fprop"].median, result.eager["bf16"]["fprop"].median
+    assert graph == pytest.approx(eager, rel=0.01)
+
+
+def test_regions_are_replayed_in_capture_order_and_interleaved(cuda: FakeCuda) -> None:
+    order: list[str] = []
+    a = linear(cuda, 0.1, {"fprop": [0.1], "dgrad": [0.1]})
+    b = linear(cuda, 0.1, {"fprop": [0.2]})
+    timer = Interleaver(dataclass_replace(SETTINGS, repetitions=3, min_repetitions=3, target_ci=0.0))
+    real = timer._rounds
+
+    def spy(competitors: dict[str, Any], reps: int, *, profile: bool) -> Any:
+        wrapped = {}
+        for name, fn in competitors.items():
+            def run(mark: Mark, fn: Any = fn, name: str = name) -> None:
+                def noted(region: str, edge: str) -> None:
+                    if edge == "start":
+                        order.append(f"{name}:{region}")
+                    mark(region, edge)
+
+                fn(noted)
+
+            wrapped[name] = run
+        return real(wrapped, reps, profile=profile)
+
+    timer._rounds = spy  # type: ignore[method-assign]
+    timer.run({"a": a, "b": b})
+    timed = order[-9:]  # the graph rounds: a's two regions then b's, round after round
+    assert timed == ["a:fprop", "a:dgrad", "b:fprop"] * 3
+
+
+def dataclass_replace(settings: TimerSettings, **changes: Any) -> TimerSettings:
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
+
+
+def test_a_competitor_that_cannot_be_captured_fails_alone(cuda: FakeCuda) -> None:
+    def syncs(mark: Mark) -> None:
+        mark("fprop", "start")
+        cuda.kernel(0.1)
+        cuda.host_sync()  # .item() inside the region
+        mark("fprop", "end")
+
+    result = Interleaver(SETTINGS).run({"bad": syncs, "good": linear(cuda, 0.5, {"fprop": [0.1]})})
+    assert "not permitted when stream is capturing" in result.failures["bad"]
+    assert "bad" not in result.samples and result.samples["good"]["fprop"].median == pytest.approx(0.101)
+    assert cuda.capturing is None  # the failed capture was ended
+
+
+def test_nested_or_unclosed_regions_are_capture_errors(cuda: FakeCuda) -> None:
+    from gemm_bench.measure.timing import capture
+
+    def nested(mark: Mark) -> None:
+        mark("outer", "start")
+        mark("inner", "start")
+
+    with pytest.raises(GraphCaptureError, match="starts inside"):
+        capture(nested)
+    assert cuda.capturing is None
+
+    def unclosed(mark: Mark) -> None:
+        mark("fprop", "start")
+        cuda.kernel(0.1)
+
+    with pytest.raises(GraphCaptureError, match="never ended"):
+        capture(unclosed)
+
+
+def test_rounds_stop_once_the_median_is_known(cuda: FakeCuda) -> None:
+    steady = Interleaver(SETTINGS).run({"bf16": linear(cuda, 0.01, {"fprop": [1.0]})})
+    assert steady.record["converged"] and steady.samples["bf16"]["fprop"].to_stats()["n"] == SETTINGS.floor
+
+
+def test_noisy_rounds_go_on_to_the_cap(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A region whose replays vary by 10%: the 0.5% target is never met, so the cap decides."""
+    durations = iter([1.0 + 0.1 * ((i * 7919) % 11) / 10 for i in range(10_000)])
+    real_replay = fake_cuda.FakeCuda.replay
+
+    def noisy(self: FakeCuda, graph: Any) -> None:
+        graph.kernels = [(name, next(durations), kind) for name, _, kind in graph.kernels]
+        real_replay(self, graph)
+
+    monkeypatch.setattr(fake_cuda.FakeCuda, "replay", noisy)
+    result = Interleaver(SETTINGS).run({"bf16": linear(cuda, 0.01, {"fprop": [1.0]})})
+    assert not result.record["converged"]
+    assert result.samples["bf16"]["fprop"].to_stats()["n"] == SETTINGS.repetitions
+
+
+def test_the_confidence_interval_of_the_median() -> None:
+    # 10 samples: the whole range; 100 samples: the 40th to 61st value (ranks n/2 -+ 9.8)
+    assert Samples([1.0] * 9 + [2.0]).ci_half_width() == pytest.approx(0.5)
+    hundred = Samples([float(i) for i in range(100)])
+    assert hundred.ci_half_width() == pytest.approx((60 - 39) / 2)
+    assert Samples([5.0, 5.0, 5.0]).converged(0.005)
+    assert not Samples([1.0, 1.1, 1.2]).converged(0.005)
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"eager_repetitions": -1}, "eager_repetitions"), ({"eager_repetitions": True}, "eager_repetitions"),
+    ({"target_ci": float("nan")}, "target_ci"), ({"target_ci": 1.0}, "target_ci"), ({"graphs": "yes"}, "graphs"),
+])
+def test_new_settings_are_validated(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(TimerSettingsError) as info:
+        TimerSettings(**changes)
+    assert info.value.field == field
+
+
+def test_the_method_says_what_is_published() -> None:
+    assert "CUDA graph" in TimerSettings().method()["timed"] and TimerSettings().method()["graphs"] is True
+    eager = TimerSettings(graphs=False).method()
+    assert eager["graphs"] is False and eager["eager_repetitions"] == 0 and "eager" in eager["timed"]
+    exact = TimerSettings(repetitions=3, target_ci=0.0)
+    assert "exactly 3 rounds" in exact.rounds_rule() and exact.floor == 3
