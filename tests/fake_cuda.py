@@ -5,8 +5,9 @@ does in Python (:meth:`FakeCuda.host_work`) and by the cost of each launch; a la
 on the GPU from ``max(GPU free, host now)``, so when the host is slower than the kernels, the GPU
 waits, exactly the effect that makes eager timing measure host time. Events take the GPU's time
 when the stream reaches them. A :class:`FakeGraph` records the kernels launched while it captures
-and replays them back to back for one launch's host cost, with a small gap between kernels, like a
-real CUDA graph. Nothing here is random unless a competitor adds jitter itself.
+and replays them back to back for one launch's host cost, after a start-up preamble and with a
+small gap between nodes, like a real CUDA graph; an external event recorded while capturing
+becomes a node whose time is set when a replay reaches it. Nothing here is random unless a competitor adds jitter itself.
 
 :func:`fake_torch` returns a ``torch`` module stand-in exposing what :mod:`gemm_bench.measure.timing`
 uses (``torch.cuda`` events, graphs, streams, synchronize; ``torch.zeros``/``empty`` for the L2 flush
@@ -25,7 +26,9 @@ from typing import Any
 LAUNCH_MS = 0.005
 EVENT_MS = 0.002
 GRAPH_LAUNCH_MS = 0.006
-#: GPU time between the kernels of a replayed graph, and before its first kernel (ms).
+#: GPU time a replayed graph takes to start (its launch, before its first node), and between
+#: its dependent nodes (ms).
+GRAPH_PREAMBLE_MS = 0.003
 GRAPH_GAP_MS = 0.001
 #: The L2 flush copy's GPU time (ms).
 FLUSH_MS = 0.09
@@ -66,29 +69,38 @@ class FakeCuda:
         self.gpu = start + ms
         self.trace.append((kind, name, start, self.gpu))
 
-    def record(self) -> float:
+    def record(self, event: _Event) -> None:
         self.host += EVENT_MS
         if self.capturing is not None:
-            raise RuntimeError("the fake does not record timing events inside a capture")
+            if not event.external:
+                raise RuntimeError("an internal event recorded during capture is no timing node")
+            self.capturing.kernels.append(("event", 0.0, event))  # an event record node
+            return
         self.gpu = max(self.gpu, self.host)
-        return self.gpu
+        event.t = self.gpu
 
     def synchronize(self) -> None:
         self.host = max(self.host, self.gpu)
 
     def replay(self, graph: FakeGraph) -> None:
         self.host += GRAPH_LAUNCH_MS
-        t = max(self.gpu, self.host)
-        for name, ms, kind in graph.kernels:
-            t += GRAPH_GAP_MS
+        t = max(self.gpu, self.host) + GRAPH_PREAMBLE_MS
+        for i, (name, ms, kind) in enumerate(graph.kernels):
+            if i:
+                t += GRAPH_GAP_MS
+            if name == "event":
+                kind.t = t  # an event record node: its time is when the graph reaches it
+                continue
             self._run(kind, name, t, ms)
             t = self.gpu
+        self.gpu = max(self.gpu, t)
 
 
 class FakeGraph:
     def __init__(self, cuda: FakeCuda) -> None:
         self.cuda = cuda
-        self.kernels: list[tuple[str, float, str]] = []
+        #: Nodes in capture order: (kernel name, ms, kind), or ("event", 0.0, the event).
+        self.kernels: list[tuple[str, float, Any]] = []
 
     def capture_begin(self, pool: Any = None) -> None:
         if self.cuda.capturing is not None:
@@ -104,12 +116,13 @@ class FakeGraph:
 
 
 class _Event:
-    def __init__(self, cuda: FakeCuda) -> None:
+    def __init__(self, cuda: FakeCuda, external: bool = False) -> None:
         self.cuda = cuda
+        self.external = external
         self.t: float | None = None
 
     def record(self) -> None:
-        self.t = self.cuda.record()
+        self.cuda.record(self)
 
     def elapsed_time(self, other: _Event) -> float:
         assert self.t is not None and other.t is not None
@@ -159,7 +172,7 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
 
     torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
         is_available=lambda: True, synchronize=cuda.synchronize, empty_cache=lambda: None,
-        Event=lambda enable_timing=False: _Event(cuda), CUDAGraph=lambda: FakeGraph(cuda),
+        Event=lambda enable_timing=False, external=False: _Event(cuda, external), CUDAGraph=lambda: FakeGraph(cuda),
         graph_pool_handle=lambda: object(), Stream=_Stream, stream=stream, current_stream=lambda: _Stream(),
         nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None),
     )

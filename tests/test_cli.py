@@ -275,10 +275,10 @@ def test_repetitions_3_times_3_rounds_and_the_method_says_so() -> None:
     assert method["repetitions"] == 3 and method["min_repetitions"] == 3 and method["max_group_s"] == 10.0
     assert "exactly 3 rounds" in method["rounds_rule"] and "stats.n" in method["rounds_rule"]
     default = TimerSettings()
-    assert default.rounds(0.001) == 100 and default.rounds(0.5) == 20 and default.rounds(100.0) == 10
+    assert default.rounds(0.001) == 40 and default.rounds(0.5) == 20 and default.rounds(100.0) == 10
     assert default.method()["min_repetitions"] == 10
-    assert ("until every region's median was known to 0.5% (half-width of its 95% confidence interval), at least "
-            "10 and at most 100 rounds or 10 s") in default.method()["rounds_rule"]
+    assert ("until every region's median was known to 1.0% (half-width of its 95% confidence interval), at least "
+            "10 and at most 40 rounds or 10 s") in default.method()["rounds_rule"]
 
 
 @settings(max_examples=200, deadline=None)

@@ -186,7 +186,7 @@ def test_process_start_age_rejects_a_start_in_the_future() -> None:
 
 
 class _FakeEvent:
-    def __init__(self, enable_timing: bool = False) -> None:
+    def __init__(self, enable_timing: bool = False, external: bool = False) -> None:
         pass
 
     def record(self) -> None:

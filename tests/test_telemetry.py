@@ -211,7 +211,7 @@ def test_runner_cross_checks_each_group_right_after_its_timed_rounds(fake_runner
         assert all(isinstance(c, GraphedCompetitor) for c in competitors.values())
         return real_adaptive(self, competitors, cap, profile=profile)
 
-    def check(self: Interleaver, timed: dict[str, Any], samples: dict[str, Any]) -> dict[str, Any]:
+    def check(self: Interleaver, timed: dict[str, Any], samples: dict[str, Any], per_round: float) -> dict[str, Any]:
         calls.append("check")
         assert timed.keys() == samples.keys() and all(isinstance(c, GraphedCompetitor) for c in timed.values())
         return {"rounds": 3, "ratios": {f"{n}/fprop": 1.0 for n in timed},

@@ -1,4 +1,4 @@
-"""The torchao peer: ``Float8Linear`` (tensorwise or rowwise scaling) under ``torch.compile``.
+"""The torchao peer: ``Float8Linear`` (tensorwise or rowwise scaling) under ``torch.compile(dynamic=True)``.
 
 What a PyTorch-native user would use instead of Transformer Engine: ``convert_to_float8_training``
 swaps ``nn.Linear`` for torchao's ``Float8Linear``, and ``torch.compile`` fuses its casts into the
@@ -49,7 +49,11 @@ def linear_competitor(recipe: str, fprop: GemmShape) -> Competitor:
     if not isinstance(model[0], Float8Linear):  # never time BF16 under an FP8 label
         raise RuntimeError(f"convert_to_float8_training left {type(model[0]).__name__} unconverted")
     _never_fall_back_to_eager()
-    compiled = torch.compile(model)
+    # Dynamic shapes: one compilation serves every Linear of a refresh (each op, each question),
+    # where static shapes recompiled for each of them (about 10 s each on an H100 box, most of a
+    # question's wall time). Timed as CUDA-graph replays like every competitor, so the dynamic
+    # graph's host-side shape logic is not in the published time.
+    compiled = torch.compile(model, dynamic=True)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
 
