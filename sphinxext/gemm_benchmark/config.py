@@ -19,6 +19,7 @@ from sphinx.errors import ConfigError
 from gemm_bench.results.stack import DEFAULT_STALE_WHEN, STACK_FIELDS, StackError, validate_fields
 from gemm_benchmark import execution
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.questions_builder import BUILDER_NAME as QUESTIONS_BUILDER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,8 @@ class Settings:
     max_age_days: float | None
     build_started: float
     stale_when: tuple[str, ...] = DEFAULT_STALE_WHEN
+    #: The ``gemm-questions`` builder reads: directives record what they ask and render nothing.
+    questions_only: bool = False
 
 
 _ATTR = "gemm_benchmark_settings"
@@ -93,7 +96,8 @@ def init_settings(app: Sphinx) -> None:
         stale_when = validate_fields(list(app.config.gemm_benchmark_stale_when), source="gemm_benchmark_stale_when")
     except StackError as exc:
         raise ConfigError(str(exc)) from None
-    setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time(), stale_when))
+    setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time(), stale_when,
+                                     questions_only=app.builder.name == QUESTIONS_BUILDER))
     execution.reset_detection()
     # Validations remembered across builds travel with the environment (pickled with it).
     trusted = getattr(app.env, _TRUSTED_ATTR, None)

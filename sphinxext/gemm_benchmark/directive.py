@@ -15,7 +15,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from gemm_bench.question.devices import device_label
-from gemm_benchmark import execution, records
+from gemm_benchmark import execution, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import gemm_benchmark_block
@@ -49,11 +49,16 @@ class GemmBenchmarkDirective(SphinxDirective):
         try:
             request = parse_options(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
         except OptionError as exc:
+            if settings(self.env).questions_only:
+                questions_builder.note_problem(self, str(exc))
             self.warn(Subtype(exc.subtype), str(exc))
             return []
         if request.hf_config is not None:
             self.env.note_dependency(str(request.hf_config))
         config = settings(self.env)
+        if config.questions_only:
+            questions_builder.note_asks(self, [request])
+            return []
         answer = execution.answer(
             request.question, precisions=request.precisions, modes=request.modes, devices=request.devices,
             cache_dir=config.cache_dir, mode=config.mode, max_age_days=config.max_age_days,

@@ -27,7 +27,7 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report
-from gemm_benchmark import execution
+from gemm_benchmark import execution, questions_builder
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError, Request, parse_options
@@ -81,10 +81,15 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         try:
             asks, show, note_missing = self._parse()
         except OptionError as exc:
+            if settings(self.env).questions_only:
+                questions_builder.note_problem(self, str(exc))
             self._warn(Subtype(exc.subtype) if exc.subtype in Subtype._value2member_map_ else Subtype.OPTION,
                        str(exc))
             return []
         config = settings(self.env)
+        if config.questions_only:
+            questions_builder.note_asks(self, [ask.request for ask in asks])
+            return []
         rows: list[list[Entry]] = []
         figure_reports: list[tuple[str, Report]] = []
         documents: list[dict[str, object]] = []

@@ -3,11 +3,11 @@
 Why not just ``nox -s docs``? A docs build measures one question at a time on one GPU; a box
 with eight GPUs, or a CI job that should only measure, wants the work shared out and no HTML.
 
-1. **Scan.** Every ``gemm-benchmark`` directive in ``**/*.rst`` and ``**/*.md`` (rST
-   ``.. gemm-benchmark::`` blocks, MyST ```` ```{gemm-benchmark} ```` / ``:::{gemm-benchmark}``
-   fences) is found, skipping examples inside literal/code blocks, and its options go through the
-   directive's own parser (:func:`gemm_benchmark.options.parse_options`), so refresh and build
-   can never disagree about a question.
+1. **Read.** Sphinx reads the site with the extension's ``gemm-questions`` builder, in another
+   process (:func:`read_site`): every ``gemm-benchmark`` and ``gemm-benchmark-summary`` directive
+   the HTML build runs is found (in included files, MyST ``{eval-rst}`` blocks, any letter case),
+   its options parsed by the directive itself, so refresh and build can never disagree about a
+   question. This library never imports Sphinx or the extension.
 2. **Plan.** Directives asking the same question are merged (one file per question per device);
    for this box's GPU, each question is measured when the cache lacks it, lacks cells a page
    asks for, or holds a stale result: another method version, too old, or (the fleet rule) another
@@ -31,6 +31,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import importlib.util
+import json
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -57,164 +59,69 @@ from gemm_bench.results.stack import Rules, remeasure
 #: ``(question, precisions, modes) -> result document``; runs inside a worker process.
 Measure = Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
 
-DIRECTIVE = "gemm-benchmark"
-#: Directives that ask questions: the result block, and the summary (one question per model).
-QUESTION_DIRECTIVES = (DIRECTIVE, "gemm-benchmark-summary")
-
 
 class RefreshError(ValueError):
     """Bad input to a refresh (a missing directory, an unknown GPU index); the message says which."""
 
 
-# ------------------------------------------------------------------------------- scanning pages
-@dataclasses.dataclass(frozen=True)
-class Directive:
-    """One ``gemm-benchmark`` directive as written: where, and its raw options."""
-
-    path: Path
-    lineno: int
-    options: dict[str, str]
-    name: str = DIRECTIVE
-
-    @property
-    def location(self) -> str:
-        return f"{self.path}:{self.lineno}"
+# ------------------------------------------------------------------------------- reading the site
+#: The Sphinx builder of the extension that writes the questions a site asks
+#: (``sphinxext/gemm_benchmark/questions_builder.py``), its output file and format.
+QUESTIONS_BUILDER = "gemm-questions"
+QUESTIONS_FILE = "questions.json"
+QUESTIONS_FORMAT = 1
 
 
-_RST_START = re.compile(r"^(?P<indent>[ \t]*)\.\.[ \t]+(?P<name>[A-Za-z0-9_:.-]+)::(?P<rest>.*)$")
-_RST_OPTION = re.compile(r"^[ \t]*:(?P<key>[^:\s][^:]*):(?:[ \t]+(?P<value>.*))?$")
-_LITERAL_DIRECTIVES = {"code-block", "code", "sourcecode", "literalinclude", "highlight", "raw", "math",
-                       "parsed-literal"}
-_FENCE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|:{3,})[ \t]*(?P<info>.*)$")
+def read_site(srcdir: Path) -> dict[str, Any]:
+    """What the site's directives ask: the ``gemm-questions`` builder's JSON.
 
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
-def scan_rst(path: Path, text: str) -> list[Directive]:
-    """``.. gemm-benchmark::`` blocks of an rST page, outside literal blocks."""
-    lines = text.splitlines()
-    found: list[Directive] = []
-    literal_indent: int | None = None
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.strip() and literal_indent is not None:
-            if _indent(line) > literal_indent:
-                i += 1
-                continue
-            literal_indent = None
-        start = _RST_START.match(line)
-        if start and start.group("name") in QUESTION_DIRECTIVES:
-            base = _indent(line)
-            options: dict[str, str] = {}
-            key: str | None = None
-            option_indent = 0
-            j = i + 1
-            while j < len(lines) and lines[j].strip() and _indent(lines[j]) > base:
-                option = _RST_OPTION.match(lines[j])
-                if option and (key is None or _indent(lines[j]) <= option_indent):
-                    key = option.group("key")
-                    option_indent = _indent(lines[j])
-                    options[key] = (option.group("value") or "").strip()
-                elif key is not None:
-                    options[key] = (options[key] + " " + lines[j].strip()).strip()
-                else:
-                    break
-                j += 1
-            found.append(Directive(path, i + 1, options, start.group("name")))
-            i = j
-            continue
-        if start and start.group("name") in _LITERAL_DIRECTIVES:
-            literal_indent = _indent(line)
-        elif line.rstrip().endswith("::") and not start and not line.lstrip().startswith(".."):
-            literal_indent = _indent(line)  # "paragraph::" introduces a literal block
-        i += 1
-    return found
-
-
-def scan_myst(path: Path, text: str) -> list[Directive]:
-    """```` ```{gemm-benchmark} ```` and ``:::{gemm-benchmark}`` fences of a MyST page.
-
-    Fences of other directives (``{note}``, ``{tab-item}``) hold Markdown and are scanned inside;
-    plain code fences (```` ```md ````) are examples and are skipped whole.
+    Sphinx reads the project in another process (so this library never imports Sphinx or the
+    extension): every directive a build runs is found, in included files and MyST ``{eval-rst}``
+    blocks too, and its options go through the directive's own parser. Nothing is measured:
+    while that builder reads, the directives only record what they ask.
     """
-    lines = text.splitlines()
-    found: list[Directive] = []
-    code_fence: str | None = None  # the opening fence of a code block we are inside
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        match = _FENCE.match(line)
-        if code_fence is not None:
-            if match and match.group("fence")[0] == code_fence[0] and len(match.group("fence")) >= len(code_fence) \
-                    and not match.group("info").strip():
-                code_fence = None
-            i += 1
-            continue
-        if not match:
-            i += 1
-            continue
-        info = match.group("info").strip()
-        asked = next((name for name in QUESTION_DIRECTIVES if info.startswith("{" + name + "}")), None)
-        if asked is not None:
-            fence = match.group("fence")
-            options: dict[str, str] = {}
-            j = i + 1
-            if j < len(lines) and lines[j].strip() == "---":  # YAML-style option block
-                j += 1
-                while j < len(lines) and lines[j].strip() != "---":
-                    if ":" in lines[j]:
-                        key, _, value = lines[j].strip().partition(":")
-                        options[key.strip()] = value.strip().strip("'\"")
-                    j += 1
-                j += 1
-            while j < len(lines):
-                option = _RST_OPTION.match(lines[j])
-                if not option:
-                    break
-                options[option.group("key")] = (option.group("value") or "").strip()
-                j += 1
-            while j < len(lines):
-                close = _FENCE.match(lines[j])
-                if close and close.group("fence")[0] == fence[0] and len(close.group("fence")) >= len(fence) \
-                        and not close.group("info").strip():
-                    break
-                j += 1
-            found.append(Directive(path, i + 1, options, asked))
-            i = j + 1
-            continue
-        if info and not info.startswith("{"):
-            code_fence = match.group("fence")  # a code block: an example, not a page's directive
-        elif info.startswith("{") and re.match(r"\{(code-block|code|sourcecode|literalinclude|eval-rst)\}", info):
-            code_fence = match.group("fence")
-        elif not info and match.group("fence")[0] == "`":
-            code_fence = match.group("fence")
-        i += 1
-    return found
-
-
-def page_files(srcdir: Path) -> list[Path]:
-    """The site's pages: ``*.rst`` and ``*.md`` under ``srcdir``, outside ``_*`` and ``.*`` folders."""
-    pages = []
-    for path in sorted([*srcdir.rglob("*.rst"), *srcdir.rglob("*.md")]):
-        relative = path.relative_to(srcdir).parts
-        if any(part.startswith(("_", ".")) for part in relative[:-1]):
-            continue
-        pages.append(path)
-    return pages
-
-
-def scan(srcdir: Path) -> list[Directive]:
-    found: list[Directive] = []
-    for path in page_files(srcdir):
+    if importlib.util.find_spec("sphinx") is None:
+        raise RefreshError("SRCDIR: refresh reads the pages with Sphinx, which is not installed; "
+                           "install the 'docs' extra")
+    if not (srcdir / "conf.py").is_file():
+        raise RefreshError(f"SRCDIR: {srcdir} has no conf.py; refresh reads the site with its Sphinx configuration")
+    with tempfile.TemporaryDirectory(prefix="gemm-questions-") as tmp:
+        out = Path(tmp) / "out"
+        cmd = [sys.executable, "-m", "sphinx", "-b", QUESTIONS_BUILDER, "-E", "-q", "-d", str(Path(tmp) / "doctrees"),
+               str(srcdir), str(out)]
+        env = {**os.environ, "GEMM_BENCH_EXECUTION_MODE": "cache"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            tail = _sphinx_error(proc.stderr)
+            hint = (f" (does conf.py enable the gemm_benchmark extension, which provides the {QUESTIONS_BUILDER!r} "
+                    "builder?)" if QUESTIONS_BUILDER in proc.stderr else "")
+            raise RefreshError(f"SRCDIR: Sphinx could not read {srcdir} (exit status {proc.returncode}): "
+                               f"{tail}{hint}")
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RefreshError(f"{path}: cannot be read ({exc})") from None
-        found += scan_rst(path, text) if path.suffix == ".rst" else scan_myst(path, text)
-    return found
+            data = json.loads((out / QUESTIONS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RefreshError(f"SRCDIR: the {QUESTIONS_BUILDER} builder wrote no readable {QUESTIONS_FILE} ({exc})") \
+                from None
+    if not isinstance(data, dict) or data.get("format") != QUESTIONS_FORMAT:
+        raise RefreshError(f"SRCDIR: {QUESTIONS_FILE} is not format {QUESTIONS_FORMAT} (is the gemm_benchmark "
+                           "extension of another version than gemm-bench?)")
+    return data
+
+
+def _sphinx_error(stderr: str) -> str:
+    """The line of Sphinx's output that says what went wrong (its error, else its last lines)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    headings = ("sphinx error:", "configuration error:", "extension error:")
+    for i, line in enumerate(lines):
+        if line.lower().startswith(headings) and i + 1 < len(lines):
+            return f"{line} {lines[i + 1]}"
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception): ", line)]
+    return errors[-1] if errors else " | ".join(lines[-3:]) or "no message"
+
+
+def _location(srcdir: Path, entry: Mapping[str, Any]) -> str:
+    """``path:line`` of a directive, the path as the pages' (under ``srcdir`` as given)."""
+    return f"{srcdir / str(entry['source'])}:{entry['line']}"
 
 
 # ------------------------------------------------------------------------------- questions
@@ -250,34 +157,23 @@ class Job:
 
 
 def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
-    """Questions of every directive, deduplicated; and one problem line per invalid directive.
-
-    The sphinx extension's option parser is imported here, not at module level: ``gemm-bench``'s
-    other commands must keep working without the docs extra installed.
-    """
+    """Questions of every directive, deduplicated; and one problem line per invalid directive."""
+    data = read_site(srcdir)
+    jobs: list[Job] = []
     try:
-        from gemm_benchmark.options import OptionError, parse_options
-        from gemm_benchmark.summary import summary_asks
-    except ImportError as exc:
-        raise RefreshError(f"refresh reads pages with the Sphinx extension's option parser, which cannot be "
-                           f"imported ({exc}); install the 'docs' extra") from None
-    jobs: dict[str, Job] = {}
-    problems: list[str] = []
-    for directive in scan(srcdir):
-        try:
-            if directive.name == DIRECTIVE:
-                requests = [parse_options(directive.options, srcdir=srcdir, docdir=directive.path.parent)]
-            else:
-                asks = summary_asks(directive.options, srcdir=srcdir, docdir=directive.path.parent)
-                requests = [a.request for a in asks]
-        except OptionError as exc:
-            problems.append(f"{directive.location}: {exc} (skipped; the docs build warns about it too)")
-            continue
-        for request in requests:
-            ask = Ask(tuple(request.precisions), tuple(request.modes), tuple(request.devices), directive.location)
-            job = jobs.setdefault(request.question.hash, Job(request.question, []))
-            job.asks.append(ask)
-    return list(jobs.values()), problems
+        for entry in data["questions"]:
+            question = Question.from_dict(entry["question"])
+            if question.hash != entry["hash"]:
+                raise ValueError(f"question {entry['hash']} reads back as {question.hash}")
+            asks = [Ask(tuple(a["precisions"]), tuple(a["modes"]), tuple(a["devices"]), _location(srcdir, a))
+                    for a in entry["asks"]]
+            jobs.append(Job(question, asks))
+        problems = [f"{_location(srcdir, p)}: {p['message']} (skipped; the docs build warns about it too)"
+                    for p in data["problems"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RefreshError(f"SRCDIR: {QUESTIONS_FILE} does not hold what the {QUESTIONS_BUILDER} builder writes "
+                           f"({type(exc).__name__}: {exc})") from None
+    return jobs, problems
 
 
 # ------------------------------------------------------------------------------- freshness
@@ -738,7 +634,7 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
             local: dict[str, str] | None = None, rules: Rules = Rules(), dry_run: bool = False,
             lock_dir: Path | None = None, progress: Progress | None = None,
             out: Callable[[str], None] = print) -> Outcome:
-    """Scan, plan (printed through ``out``), and unless ``dry_run`` measure on ``gpus``."""
+    """Read the site, plan (printed through ``out``), and unless ``dry_run`` measure on ``gpus``."""
     if not srcdir.is_dir():
         raise RefreshError(f"SRCDIR: {srcdir} is not a directory")
     cache = Cache(cache_dir or srcdir / "_gemm_cache")
@@ -755,6 +651,6 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
                     lock_dir=lock_dir, progress=progress)
 
 
-__all__ = ["CacheError", "Directive", "GpuSlot", "Job", "Outcome", "RefreshError", "Rules", "Task", "collect_jobs",
-           "gpu_lock_path", "make_plan", "needs_measuring", "probe_gpus", "refresh", "run_pool", "scan",
+__all__ = ["CacheError", "GpuSlot", "Job", "Outcome", "RefreshError", "Rules", "Task", "collect_jobs",
+           "gpu_lock_path", "make_plan", "needs_measuring", "probe_gpus", "read_site", "refresh", "run_pool",
            "select_gpus"]

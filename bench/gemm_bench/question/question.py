@@ -57,6 +57,34 @@ class Question:
     def hash(self) -> str:
         return question_hash(self.gemms)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The whole question as JSON data (what a run needs, not only what is hashed)."""
+        return {
+            "kind": self.kind,
+            "gemms": [g.to_dict() for g in self.gemms],
+            "num_layers": self.num_layers,
+            "config": self.config.to_dict() if self.config is not None else None,
+            "ignored_flags": list(self.ignored_flags),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Question:
+        """The question :meth:`to_dict` wrote; :class:`ValueError` (a :class:`ConfigError` for a bad
+        model) for anything it would not write."""
+        try:
+            config = data["config"]
+            model = None if config is None else ModelConfig(**config)
+            if model is not None:
+                model.validate()
+            question = cls(str(data["kind"]), tuple(GemmShape.from_dict(g) for g in data["gemms"]),
+                           int(data["num_layers"]), model, tuple(str(f) for f in data.get("ignored_flags", ())))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a question written by Question.to_dict ({exc!r})") from None
+        if question.kind not in ("model", "shapes", "sweep") or not question.gemms:
+            raise ValueError(f"not a question written by Question.to_dict (kind {question.kind!r}, "
+                             f"{len(question.gemms)} GEMMs)")
+        return question
+
     @property
     def notes(self) -> list[str]:
         notes = []
