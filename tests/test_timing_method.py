@@ -88,30 +88,15 @@ def test_a_gpu_bound_region_measures_the_same_both_ways(cuda: FakeCuda) -> None:
 
 
 def test_regions_are_replayed_in_capture_order_and_interleaved(cuda: FakeCuda) -> None:
-    order: list[str] = []
-    a = linear(cuda, 0.1, {"fprop": [0.1], "dgrad": [0.1]})
-    b = linear(cuda, 0.1, {"fprop": [0.2]})
-    timer = Interleaver(dataclass_replace(SETTINGS, repetitions=3, min_repetitions=3, target_ci=0.0))
-    real = timer._rounds
+    from gemm_bench.measure.timing import capture
 
-    def spy(competitors: dict[str, Any], reps: int, *, profile: bool) -> Any:
-        wrapped = {}
-        for name, fn in competitors.items():
-            def run(mark: Mark, fn: Any = fn, name: str = name) -> None:
-                def noted(region: str, edge: str) -> None:
-                    if edge == "start":
-                        order.append(f"{name}:{region}")
-                    mark(region, edge)
-
-                fn(noted)
-
-            wrapped[name] = run
-        return real(wrapped, reps, profile=profile)
-
-    timer._rounds = spy  # type: ignore[method-assign]
-    timer.run({"a": a, "b": b})
-    timed = order[-9:]  # the graph rounds: a's two regions then b's, round after round
-    assert timed == ["a:fprop", "a:dgrad", "b:fprop"] * 3
+    graphed = {"a": capture(linear(cuda, 0.1, {"fprop": [0.1], "dgrad": [0.2]})),
+               "b": capture(linear(cuda, 0.1, {"fprop": [0.3]}))}
+    launched: list[tuple[str, str]] = []
+    events, _ = Interleaver(SETTINGS)._rounds(graphed, 3, profile=False, order=launched)
+    assert launched == [("a", "fprop"), ("a", "dgrad"), ("b", "fprop")] * 3
+    assert [round(events[n][r].median, 4) for n, r in (("a", "fprop"), ("a", "dgrad"), ("b", "fprop"))] == \
+        [0.102, 0.202, 0.302]
 
 
 def dataclass_replace(settings: TimerSettings, **changes: Any) -> TimerSettings:

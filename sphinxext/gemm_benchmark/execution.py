@@ -105,10 +105,11 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
         return None, f"Transformer Engine cannot be imported ({exc})"
 
     def measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
-        from gemm_bench.measure.runner import Runner
-        from gemm_bench.measure.timing import TimerSettings
+        # The one measuring path, shared with ``gemm-bench refresh``: GEMMs, step, SQNRs, peers,
+        # telemetry, whatever this page shows of them.
+        from gemm_bench.measure.runner import measure_question
 
-        return Runner(TimerSettings()).measure(question, list(precisions), list(modes))
+        return measure_question(question, precisions, modes)
 
     return LocalGpu(torch.cuda.get_device_name(), measure), ""
 

@@ -411,9 +411,9 @@ def build_parser() -> Parser:
     p.add_argument("--cache-dir", metavar="DIR", help=f"cache directory (default: {DEFAULT_CACHE})")
     p.add_argument("--timer", choices=("events", "profiler"), default="events")
     p.add_argument("--repetitions", type=_whole_number(MAX_REPETITIONS), default=_DEFAULT_TIMER.repetitions,
-                   metavar="N", help="most timed rounds per group: rounds stop once every median is known to "
-                   f"{_DEFAULT_TIMER.target_ci * 100:g}%% (at least {_DEFAULT_TIMER.min_repetitions} rounds); each cell "
-                   "records how many ran")
+                   metavar="N", help="most timed rounds per group: rounds stop once every median is known "
+                   f"to {_DEFAULT_TIMER.target_ci * 100:g}%% (at least {_DEFAULT_TIMER.min_repetitions} rounds); "
+                   "each cell records how many ran")
     p.add_argument("--warmup", type=_warmup_seconds, default=_DEFAULT_TIMER.warmup_s, metavar="SECONDS",
                    help=f"warm-up per group, 0 to {MAX_WARMUP_S:g} s")
     p.add_argument("--eager", action="store_true",

@@ -353,25 +353,11 @@ def pinned(index: int) -> Iterator[None]:
 
 
 def measure_on_gpu(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
-    """The real measure function: the runner, imported in the worker that owns the GPU.
+    """The real measure function: :func:`gemm_bench.measure.runner.measure_question`, imported in
+    the worker that owns the GPU (the docs build on a GPU box calls the same function)."""
+    from gemm_bench.measure.runner import measure_question
 
-    A refresh measures each question completely, whatever mode a page shows: with its GEMM
-    modes, the layer step of a model question (MoE models record why they have none) and the
-    SQNRs, so the site's summary, step and accuracy rows come from the same run as its GEMMs.
-    """
-    from gemm_bench.measure.runner import Runner
-    from gemm_bench.measure.timing import TimerSettings
-
-    return Runner(TimerSettings()).measure(question, list(precisions), complete_modes(question, modes),
-                                           accuracy=True)
-
-
-def complete_modes(question: Question, modes: Sequence[str]) -> list[str]:
-    """The modes a refresh measures for ``question``: those asked, plus ``layer`` for a model."""
-    wanted = list(dict.fromkeys(modes))
-    if question.kind == "model" and question.config is not None and "layer" not in wanted:
-        wanted.append("layer")
-    return wanted
+    return measure_question(question, precisions, modes)
 
 
 # ------------------------------------------------------------------------------- the pool

@@ -137,6 +137,8 @@ class Runner:
         self.telemetry = telemetry
         #: Each timed group's record in the run under way (``doc["groups"]``).
         self._groups: list[dict[str, Any]] = []
+        #: Wall seconds each competitor of the last group took to build and probe.
+        self.setup_s: dict[str, float] = {}
         # What is alive now (torch, Transformer Engine, their caches) lives for the whole process:
         # out of the collector's sight, a full collection after each group (releasing its memory)
         # takes milliseconds instead of a quarter of a second.
@@ -145,10 +147,13 @@ class Runner:
 
     def _build(self, builders: dict[str, Callable[[], Competitor]]) -> tuple[dict[str, Competitor], dict[str, str]]:
         """Build and probe (one untimed call) each competitor: the ones that work, and the reason
-        of each one that does not (its memory released)."""
+        of each one that does not (its memory released). Each one's wall seconds of building and
+        probing (compilation, autotuning, first-call set-up) go to :attr:`setup_s`."""
         competitors: dict[str, Competitor] = {}
         failures: dict[str, str] = {}
+        self.setup_s = {}
         for name, build in builders.items():
+            started = time.monotonic()
             try:
                 with optional_phase(self.phases, BUILD):
                     fn = build()
@@ -161,6 +166,7 @@ class Runner:
                 competitors.pop(name, None)
                 with optional_phase(self.phases, RELEASE):
                     _release()
+            self.setup_s[name] = round(time.monotonic() - started, 3)
         return competitors, failures
 
     def _time_group(self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = "",
@@ -186,7 +192,7 @@ class Runner:
             if self.telemetry and result.samples:
                 group = {"label": label, "mode": mode, "members": sorted(result.samples),
                          "timed": "graph replays" if (self.settings.graphs if graphs is None else graphs) else "eager",
-                         **result.record, "cross_check": result.cross_check}
+                         **result.record, "setup_s": dict(self.setup_s), "cross_check": result.cross_check}
                 self._groups.append(group)
         del competitors
         with optional_phase(self.phases, RELEASE):
@@ -308,6 +314,21 @@ class Runner:
             doc["groups"] = [{**g, "run_id": run_id} for g in self._groups]
         self.progress(done, total, "done")
         return doc
+
+
+def measure_question(question: Question, precisions: Sequence[str], modes: Sequence[str], *,
+                     settings: TimerSettings | None = None) -> dict[str, Any]:
+    """The one measuring path of ``gemm-bench refresh`` and of a docs build on a GPU box.
+
+    A question is measured completely, whatever mode a page shows: the modes asked (with
+    :func:`~gemm_bench.results.stack.complete_modes`, the layer step of a model in both forms), the
+    peers, clock telemetry and the cross-check, and the SQNRs, so every page that shows any of
+    them reads one run, and re-measuring after a stack change drops nothing another page shows.
+    """
+    from gemm_bench.results.stack import complete_modes
+
+    return Runner(settings or TimerSettings(), accuracy=True).measure(
+        question, list(precisions), complete_modes(question, modes))
 
 
 #: Keys of the competitors of peers in a timed group: never equal to a precision id.

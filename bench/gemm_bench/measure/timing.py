@@ -22,10 +22,10 @@ like this (:meth:`Interleaver.run`):
    work nor the graph's own launch is in it. Rounds go on until the median's 95% confidence
    interval is within ``target_ci`` of the median for every region (at least ``min_repetitions``,
    at most ``repetitions`` or ``max_group_s``). These samples are the published time.
-5. **Cross-check**: a few more rounds of the same replays under ``torch.profiler`` (after a tenth
-   of a second of them that keeps the GPU at the clock the timed rounds ran at); per region, the
-   published median over the profiled kernel time (sum of the region's kernels between two
-   flushes). A ratio near 1 says the published time is GPU time.
+5. **Cross-check**: the graph rounds run inside one ``torch.profiler`` session, so each region's
+   published median has beside it the median of its kernels' summed durations (the trace split
+   at the L2 flushes) from the very same launches, at the same clock. A ratio near 1 says the
+   published time is the GPU's time for the region's kernels.
 
 With ``graphs=False`` (a group whose regions are host-inclusive by definition, the eager layer
 step) steps 2-3 are skipped and the eager rounds are what is published and cross-checked.
@@ -44,8 +44,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from gemm_bench.measure.phases import CAPTURE, CROSS_CHECK, EAGER, SPIN_UP, TIMED, WARM_UP
-from gemm_bench.measure.telemetry import CROSS_CHECK_ROUNDS, cross_check_block, with_stored_ratios
+from gemm_bench.measure.phases import CAPTURE, EAGER, SPIN_UP, TIMED, WARM_UP
+from gemm_bench.measure.telemetry import cross_check_block, with_stored_ratios
 
 #: Twice any Hopper / Blackwell L2 (50-126 MB): copying half of it onto the other half touches
 #: every byte, evicting every cached line.
@@ -58,10 +58,6 @@ MAX_WARMUP_S = 600.0
 #: Most timed rounds accepted: each round keeps one sample per region in memory, and the group
 #: time cap (``max_group_s``) stops far earlier on any real shape.
 MAX_REPETITIONS = 100_000
-
-#: Seconds of the group's own rounds run under the profiler before the rounds it compares (see
-#: :meth:`Interleaver._check`).
-CROSS_CHECK_HEAT_S = 0.1
 
 #: z for a two-sided 95% interval: the median's distribution-free confidence interval runs between
 #: the order statistics ``n/2 -+ Z95 * sqrt(n)/2`` (the binomial's normal approximation).
@@ -398,8 +394,8 @@ class Interleaver:
     def __init__(self, settings: TimerSettings, *, phases: PhaseRecorder | None = None,
                  sampler: Any = None, cross_check: bool = False) -> None:
         """``sampler``: a :class:`gemm_bench.measure.telemetry.ClockSampler` whose window is each
-        group's timed rounds. ``cross_check``: profile :data:`CROSS_CHECK_ROUNDS` more rounds of
-        each group (:attr:`GroupTiming.cross_check`)."""
+        group's timed rounds. ``cross_check``: time each group's rounds under the profiler and
+        compare the two (:attr:`GroupTiming.cross_check`)."""
         self.settings = settings
         self.phases = phases
         self.flush = L2Flusher(settings.l2_flush)
@@ -438,40 +434,25 @@ class Interleaver:
                 return GroupTiming({}, eager, failures, record, {})
             cap = self._warm_up(timed, s.warmup_s / 2)
         sampling = self.sampler.sampling() if self.sampler is not None else contextlib.nullcontext()
-        started = time.perf_counter()
+        profile = self.cross_check or s.timer == "profiler"
         with self._phase(TIMED), sampling:
-            samples, converged = self._adaptive(timed, cap, profile=s.timer == "profiler")
-        rounds = max((len(r.ms) for regions in samples.values() for r in regions.values()), default=1)
-        per_round = (time.perf_counter() - started) / rounds
-        record["rounds"] = rounds
+            samples, kernels, converged, why = self._adaptive(timed, cap, profile=profile)
+        if s.timer == "profiler":
+            if kernels is None:
+                raise RuntimeError(f"profiler timer: {why}")
+            samples, kernels = kernels, samples  # publish kernel time; events are the second method
+        record["rounds"] = max((len(r.ms) for regions in samples.values() for r in regions.values()), default=0)
         record["converged"] = converged
         if self.sampler is not None:
             record["clock"] = self.sampler.summary()
         check: dict[str, Any] = {}
         if self.cross_check:
-            check = self._check(timed, samples, per_round)
+            if kernels is None:
+                check = {"rounds": 0, "reason": why[:300]}
+            else:
+                stored = {f"{n}/{r}": smp.median for n, regions in samples.items() for r, smp in regions.items()}
+                check = with_stored_ratios(cross_check_block(samples, kernels), stored)
         return GroupTiming(samples, eager, failures, record, check)
-
-    def _check(self, timed: dict[str, Competitor], samples: dict[str, dict[str, Samples]],
-               seconds_per_round: float) -> dict[str, Any]:
-        """:data:`CROSS_CHECK_ROUNDS` rounds of the very competitors just timed, under the profiler.
-
-        Starting the profiler leaves the GPU idle for a moment, and a GPU that ran at its power
-        limit through the timed rounds comes back at a higher clock: profiled right away, large
-        GEMMs ran up to 20% faster than in the timed rounds on an H100. So the session first runs
-        :data:`CROSS_CHECK_HEAT_S` of the same rounds, and only the last rounds are compared.
-        """
-        heat = min(200, math.ceil(CROSS_CHECK_HEAT_S / max(seconds_per_round, 1e-6)))
-        with self._phase(CROSS_CHECK):
-            try:
-                events, kernels = self._rounds(timed, heat + CROSS_CHECK_ROUNDS, profile=True,
-                                               keep=CROSS_CHECK_ROUNDS)
-            except (RuntimeError, ValueError, KeyError, OSError) as exc:
-                # the profiler, or kernel_ms_per_region (a trace that cannot be split per region)
-                return {"rounds": 0, "reason": str(exc)[:300]}
-        assert kernels is not None
-        stored = {f"{n}/{r}": s.median for n, regions in samples.items() for r, s in regions.items()}
-        return with_stored_ratios(cross_check_block(events, kernels), stored)
 
     def _warm_up(self, competitors: dict[str, Competitor], seconds: float) -> int:
         """Warm up by time (at least two rounds); return the most timed rounds the group's time cap allows."""
@@ -496,32 +477,53 @@ class Interleaver:
         if edge == "start":
             self.flush()
 
-    def _adaptive(self, competitors: dict[str, Competitor], cap: int, *,
-                  profile: bool) -> tuple[dict[str, dict[str, Samples]], bool]:
+    def _adaptive(self, competitors: dict[str, Competitor], cap: int, *, profile: bool
+                  ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None, bool, str]:
         """Rounds in batches until every region's median is known to ``target_ci`` (or ``cap``, or
-        the group's time cap): the samples, and whether they converged."""
+        the group's time cap): the event samples, the profiled kernel samples of the very same
+        launches (with ``profile``; None and the reason when the trace cannot be split per region),
+        and whether the samples converged.
+
+        One profiler session covers every batch: the published and the profiled times come from
+        the same launches at the same clock. (Profiled afterwards, in a session of its own, a GPU
+        that ran at its power limit through the timed rounds came back at a higher clock: large
+        GEMMs ran up to 20% faster than in the timed rounds on an H100.)
+        """
         s = self.settings
         merged: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
+        order: list[tuple[str, str]] = []
         done, start = 0, time.perf_counter()
         batch = cap if s.target_ci == 0 else min(s.floor, cap)
-        while True:
-            events, kernels = self._rounds(competitors, batch, profile=profile)
-            for name, regions in (kernels if kernels is not None else events).items():
-                for region, smp in regions.items():
-                    merged[name].setdefault(region, []).extend(smp.ms)
-            done += batch
-            out = {n: {r: Samples(v) for r, v in regions.items()} for n, regions in merged.items()}
-            converged = s.target_ci > 0 and all(smp.converged(s.target_ci) for regions in out.values()
-                                                for smp in regions.values())
-            if converged or done >= cap or s.target_ci == 0 or time.perf_counter() - start >= s.max_group_s:
-                return out, converged
-            batch = min(cap - done, max(5, done // 2))
+        converged = False
+        with contextlib.ExitStack() as stack:
+            prof = stack.enter_context(_profiler()) if profile else None
+            while True:
+                events, _ = self._rounds(competitors, batch, profile=False, order=order)
+                for name, regions in events.items():
+                    for region, smp in regions.items():
+                        merged[name].setdefault(region, []).extend(smp.ms)
+                done += batch
+                out = {n: {r: Samples(v) for r, v in regions.items()} for n, regions in merged.items()}
+                converged = s.target_ci > 0 and all(smp.converged(s.target_ci) for regions in out.values()
+                                                    for smp in regions.values())
+                if converged or done >= cap or s.target_ci == 0 or time.perf_counter() - start >= s.max_group_s:
+                    break
+                batch = min(cap - done, max(5, done // 2))
+        if prof is None:
+            return out, None, converged, "not profiled"
+        try:
+            return out, _split_kernels(prof, order), converged, ""
+        except (RuntimeError, ValueError, KeyError, OSError) as exc:
+            # the profiler's trace, or one that cannot be split per region
+            return out, None, converged, str(exc)
 
     def _rounds(
-        self, competitors: dict[str, Competitor], reps: int, *, profile: bool, keep: int | None = None
+        self, competitors: dict[str, Competitor], reps: int, *, profile: bool,
+        order: list[tuple[str, str]] | None = None,
     ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None]:
-        """``reps`` interleaved rounds: event samples, and kernel samples when ``profile``; only the
-        last ``keep`` rounds of each (the cross-check heats the GPU with the rounds before them).
+        """``reps`` interleaved rounds: event samples, and kernel samples when ``profile``.
+        ``order`` collects (competitor, region) of every timed region in launch order, for a
+        caller that profiles several calls in one session.
 
         Eager competitors are timed by an event pair around each region, all rounds enqueued back
         to back; graphed ones (:class:`GraphedCompetitor`) by the events inside each region's graph,
@@ -531,14 +533,12 @@ class Interleaver:
 
         samples: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
         pairs: list[tuple[str, str, Any, Any]] = []  # eager: (competitor, region, start, end)
-        order: list[tuple[str, str]] = []  # (competitor, region) of every timed region, in launch order
+        order = [] if order is None else order
+        first = len(order)
         prof = None
         with contextlib.ExitStack() as stack:
             if profile:
-                from torch.profiler import ProfilerActivity
-                from torch.profiler import profile as profiler
-
-                prof = stack.enter_context(profiler(activities=[ProfilerActivity.CUDA]))
+                prof = stack.enter_context(_profiler())
             for _ in range(reps):
                 graphed: list[tuple[str, str, Any, Any]] = []
                 for name, fn in competitors.items():
@@ -571,15 +571,26 @@ class Interleaver:
             torch.cuda.synchronize()
         for name, region, start, end in pairs:
             samples[name].setdefault(region, []).append(start.elapsed_time(end))
-        last = slice(-keep if keep else None, None)
-        events = {name: {region: Samples(ms[last]) for region, ms in regions.items()}
-                  for name, regions in samples.items()}
+        events = {name: {region: Samples(ms) for region, ms in regions.items()} for name, regions in samples.items()}
         if prof is None:
             return events, None
-        kernels: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
-        for (name, region), ms in zip(order, kernel_ms_per_region(prof, len(order)), strict=True):
-            kernels[name].setdefault(region, []).append(ms)
-        return events, {n: {r: Samples(v[last]) for r, v in regions.items()} for n, regions in kernels.items()}
+        return events, _split_kernels(prof, order[first:])
+
+
+def _profiler() -> Any:
+    """A torch.profiler session recording CUDA activity (kernels, memcpys)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    return profiler(activities=[ProfilerActivity.CUDA])
+
+
+def _split_kernels(prof: Any, order: list[tuple[str, str]]) -> dict[str, dict[str, Samples]]:
+    """Kernel samples per competitor per region: the trace split at the L2 flushes, in ``order``."""
+    kernels: dict[str, dict[str, list[float]]] = {}
+    for (name, region), ms in zip(order, kernel_ms_per_region(prof, len(order)), strict=True):
+        kernels.setdefault(name, {}).setdefault(region, []).append(ms)
+    return {n: {r: Samples(v) for r, v in regions.items()} for n, regions in kernels.items()}
 
 
 def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:

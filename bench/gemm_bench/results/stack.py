@@ -21,7 +21,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gemm_bench.question.precisions import BASELINE
+from gemm_bench.question.precisions import BASELINE, LAYER_MODES
 from gemm_bench.question.question import Question
 from gemm_bench.results.cache import is_stale
 from gemm_bench.results.schema import METHOD_VERSION, missing_cells
@@ -163,3 +163,13 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
         why = f"cells never measured in {', '.join(want_modes)}"
     cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
     return list(dict.fromkeys([*everything, *cached])), want_modes, why
+
+
+def complete_modes(question: Question, modes: Sequence[str]) -> list[str]:
+    """The modes a measurement of ``question`` covers: those asked, plus for a model question its
+    layer step eager and graphed (both come from one timed group), so step rows exist wherever a
+    page may show them."""
+    wanted = list(dict.fromkeys(modes))
+    if question.kind == "model" and question.config is not None:
+        wanted += [m for m in LAYER_MODES if m not in wanted]
+    return wanted
