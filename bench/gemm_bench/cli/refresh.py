@@ -203,12 +203,22 @@ class Task:
         return f"{self.question.hash}--{device_slug(self.device_name)}"
 
 
-def estimate_seconds(reference: dict[str, Any], precisions: Sequence[str], modes: Sequence[str]) -> float | None:
-    """Timing cost of re-running ``reference``'s measured cells with its own method settings.
+#: Seconds a refresh worker takes to start and import torch and Transformer Engine (an H100 box's
+#: phase profile of method v4: 13-18 s), added once per GPU to the plan's estimate.
+WORKER_START_S = 15.0
 
-    Per measured cell: repetitions x launches x its median time; per GEMM group: the warm-up; per
-    run: the spin-up. Tensor creation and TE's setup are not counted, so it is a lower bound.
+
+def estimate_seconds(reference: dict[str, Any], precisions: Sequence[str], modes: Sequence[str]) -> float | None:
+    """Wall seconds a measurement of ``reference``'s question will take.
+
+    A result of method v4 stores the wall time its measurement took (``provenance.measure_s``,
+    everything but the process's start): that is the estimate. An older one gives only a lower
+    bound: per measured cell, repetitions x launches x its median time; per group the warm-up;
+    per run the spin-up (building, compiling and probing are not counted).
     """
+    measured = reference["provenance"].get("measure_s")
+    if isinstance(measured, (int, float)):
+        return float(measured)
     method = reference["provenance"]["method"]
     reps = method.get("repetitions")
     if not isinstance(reps, int):
@@ -247,9 +257,14 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
             fresh.append(f"{job.hash} ({job.question.describe()}): fresh")
             continue
         want_p, want_m, why = todo
-        reference = current or next(iter(sorted(lookup.documents, key=lambda d: d["device"]["name"])), None)
+        # A run that recorded its wall time first (this device's, then any other's): it is the estimate.
+        timed = [d for d in lookup.documents if "measure_s" in d["provenance"]]
+        candidates = sorted(timed, key=lambda d: (d is not current, d["device"]["name"])) or (
+            [current] if current is not None else sorted(lookup.documents, key=lambda d: d["device"]["name"]))
+        reference = next(iter(candidates), None)
         estimate = estimate_seconds(reference, want_p, want_m) if reference is not None else None
-        source = f"cached run on {reference['device']['name']}" if reference is not None else ""
+        source = ("" if reference is None else f"cached run on {reference['device']['name']}"
+                  + (", its measure_s" if "measure_s" in reference["provenance"] else ", a lower bound"))
         tasks.append(Task(job.question, device_name, tuple(want_p), tuple(want_m), why, locations, estimate, source))
     return tasks, fresh
 
@@ -258,16 +273,18 @@ def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[Gp
     gpu_text = ", ".join(f"{g.index} ({g.name})" for g in gpus)
     lines = [f"gemm-bench refresh: {len(tasks)} question(s) to measure on {len(gpus)} GPU(s): {gpu_text}"]
     for task in tasks:
-        estimate = (f"~{task.estimate_s:.0f} s of timing (from the {task.estimate_source})"
+        estimate = (f"~{task.estimate_s:.0f} s (from the {task.estimate_source})"
                     if task.estimate_s is not None else "no estimate (no cached run of this question)")
         lines.append(f"  {task.question.hash}  {task.question.describe()}")
         lines.append(f"      {', '.join(task.precisions)} | {', '.join(task.modes)} | {task.reason} | {estimate}")
         lines.append(f"      asked at {', '.join(task.locations)}")
     known = [t.estimate_s for t in tasks if t.estimate_s is not None]
     if tasks:
-        total = sum(known) / max(len(gpus), 1)
+        total = sum(known) / max(len(gpus), 1) + WORKER_START_S
         unknown = len(tasks) - len(known)
-        lines.append(f"estimated time: at least {total / 60:.1f} min of timing across {len(gpus)} GPU(s)"
+        lower = any(t.estimate_s is not None and "measure_s" not in t.estimate_source for t in tasks)
+        lines.append(f"estimated time: {'at least ' if unknown or lower else ''}{total / 60:.1f} min across "
+                     f"{len(gpus)} GPU(s), worker start included"
                      + (f", plus {unknown} question(s) without an estimate" if unknown else ""))
     if fresh:
         lines.append(f"{len(fresh)} question(s) already fresh for this GPU")
