@@ -316,6 +316,12 @@ class GraphedCompetitor:
             graph.replay()
 
 
+#: The graphs of captures that failed, kept for the life of the process: torch 2.11 aborts the
+#: process ("The graph should be registered to the state", in ``~CUDAGraph``) when it destroys a
+#: graph whose capture failed; seen on an H100 refreshing DeepSeek-V3.
+_FAILED_CAPTURES: list[Any] = []
+
+
 def capture(fn: Competitor) -> GraphedCompetitor:
     """Run one iteration of ``fn`` with each of its regions captured as its own CUDA graph.
 
@@ -355,15 +361,20 @@ def capture(fn: Competitor) -> GraphedCompetitor:
     try:
         with torch.cuda.stream(stream):
             fn(mark)
-    except GraphCaptureError:
+    except BaseException as exc:
+        _FAILED_CAPTURES.extend([current[0][1]] if current else [])
+        _FAILED_CAPTURES.extend(graph for _, graph, _, _ in graphs)
+        if isinstance(exc, RuntimeError) and not isinstance(exc, GraphCaptureError):
+            # CUDA: "operation not permitted when stream is capturing", out of memory, ...
+            raise GraphCaptureError(f"CUDA graph capture failed: {exc}") from exc
         raise
-    except RuntimeError as exc:  # CUDA: "operation not permitted when stream is capturing", ...
-        raise GraphCaptureError(f"CUDA graph capture failed: {exc}") from exc
     finally:
         if current:  # a region left open by an exception: end the capture, whatever it holds
             with contextlib.suppress(RuntimeError):
                 current[0][1].capture_end()
     if current:
+        _FAILED_CAPTURES.append(current[0][1])
+        _FAILED_CAPTURES.extend(graph for _, graph, _, _ in graphs)
         raise GraphCaptureError(f"region {current[0][0]!r} never ended")
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
