@@ -42,6 +42,8 @@ class FakeCuda:
         #: Every GPU activity in order: (kind, name, start, end), for the fake profiler.
         self.trace: list[tuple[str, str, float, float]] = []
         self.captures = 0
+        #: The current stream (``torch.cuda.stream(s)`` sets it), as CUDA's capture rules need it.
+        self.stream: _Stream = _Stream()
 
     # --- what fake competitors call
     def host_work(self, ms: float) -> None:
@@ -107,8 +109,11 @@ class FakeGraph:
             raise RuntimeError("a capture is already under way")
         self.cuda.capturing = self
         self.cuda.captures += 1
+        self.stream = self.cuda.stream
 
     def capture_end(self) -> None:
+        if self.cuda.stream is not self.stream:  # torch's own check: the capture stays open
+            raise RuntimeError("Capture must end on the same stream it began on.")
         self.cuda.capturing = None
 
     def replay(self) -> None:
@@ -167,13 +172,17 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
     torch = types.ModuleType("torch")
 
     @contextlib.contextmanager
-    def stream(s: Any) -> Iterator[None]:
-        yield
+    def stream(s: _Stream) -> Iterator[None]:
+        before, cuda.stream = cuda.stream, s
+        try:
+            yield
+        finally:
+            cuda.stream = before
 
     torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
         is_available=lambda: True, synchronize=cuda.synchronize, empty_cache=lambda: None,
         Event=lambda enable_timing=False, external=False: _Event(cuda, external), CUDAGraph=lambda: FakeGraph(cuda),
-        graph_pool_handle=lambda: object(), Stream=_Stream, stream=stream, current_stream=lambda: _Stream(),
+        graph_pool_handle=lambda: object(), Stream=_Stream, stream=stream, current_stream=lambda: cuda.stream,
         nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None),
     )
     torch.uint8 = "uint8"  # type: ignore[attr-defined]

@@ -33,7 +33,8 @@ te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engin
 from gemm_bench.measure import accuracy, peers  # noqa: E402
 from gemm_bench.measure.backends import layer_step  # noqa: E402
 from gemm_bench.measure.backends.te import support  # noqa: E402
-from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings  # noqa: E402
+from gemm_bench.measure.runner import Timed  # noqa: E402
+from gemm_bench.measure.timing import Competitor, Interleaver, TimerSettings  # noqa: E402
 from gemm_bench.results import accuracy_schema  # noqa: E402
 
 FAST = TimerSettings(repetitions=20, warmup_s=0.5, spinup_s=1.0)
@@ -45,10 +46,11 @@ def _supported(ids: tuple[str, ...]) -> list[str]:
     return [p for p in ids if s[p].available]
 
 
-def _time_group(builders: dict[str, Callable[[], Competitor]]) -> tuple[dict[str, dict[str, Samples]], dict[str, str]]:
-    """The runner's discipline without its failure handling: a failure here fails the test."""
+def _time_group(builders: dict[str, Callable[[], Competitor]], graphs: bool = True) -> Timed:
+    """The runner's discipline without its failure handling: a build failure here fails the test."""
     competitors = {name: build() for name, build in builders.items()}
-    return Interleaver(FAST).run(competitors), {}
+    result = Interleaver(FAST, cross_check=True).run(competitors, graphs=graphs)
+    return Timed(result.samples, result.eager, result.failures, result.cross_check.get("kernel_ms", {}))
 
 
 # ----------------------------------------------------------------------------- accuracy
@@ -76,7 +78,7 @@ def test_bf16_sqnr_above_every_fp8_recipe(distribution: str) -> None:
 def test_fp8_step_faster_than_bf16_on_te_guide_layer() -> None:
     question = build_question(model="te-guide-5b")
     fp8 = _supported(("fp8-delayed", "fp8-current", "fp8-block"))
-    cells = layer_step.measure_layer_step(question, ["bf16", *fp8], _time_group)
+    cells = layer_step.measure_layer_step(question, ["bf16", *fp8], _time_group, modes=["layer-graphed"])
     ms = {c["precision"]: c["ms"] for c in cells if c["status"] == "measured"}
     print("layer step te-guide-5b:", {p: round(v, 3) for p, v in ms.items()})
     assert set(ms) == {"bf16", *fp8}
@@ -89,7 +91,7 @@ def test_graphed_autocast_not_slower_than_eager_at_1024() -> None:
                          micro_batch_size=1, seq_length=1024).resolved()
     question = dataclasses.replace(build_question(model="te-guide-5b"), config=config)
     precision = (_supported(("fp8-current",)) or ["bf16"])[0]
-    cells = layer_step.measure_layer_step(question, [precision], _time_group, graphed=True)
+    cells = layer_step.measure_layer_step(question, [precision], _time_group)
     ms = {c["mode"]: c["ms"] for c in cells if c["status"] == "measured"}
     print(f"layer step 1024 {precision}:", ms)
     # 5% allowance for run-to-run noise: graphs remove host work, they cannot add GPU work.
@@ -99,7 +101,7 @@ def test_graphed_autocast_not_slower_than_eager_at_1024() -> None:
 def test_moe_layer_step_is_unsupported_with_the_reason() -> None:
     moe = dataclasses.replace(preset("llama3-8b"), num_experts=8, moe_router_topk=2).resolved()
     question = dataclasses.replace(build_question(model="llama3-8b"), config=moe)
-    cells = layer_step.measure_layer_step(question, ["bf16"], _time_group, graphed=True)
+    cells = layer_step.measure_layer_step(question, ["bf16"], _time_group)
     assert {c["status"] for c in cells} == {"unsupported"}
     assert all("no MoE transformer layer" in c["reason"] for c in cells)
 
@@ -129,8 +131,8 @@ def test_every_registered_peer_runs_or_says_why() -> None:
     available = peers.availability(found)
     gemm = GemmShape("square", "fprop", 2048, 2048, 2048)
     for kind in peers.KINDS:
-        samples, failures = _time_group(peers.builders(found, gemm, kind, available))
-        for row in peers.rows(found, gemm, kind, available, samples, failures):
+        timed = _time_group(peers.builders(found, gemm, kind, available))
+        for row in peers.rows(found, gemm, kind, available, timed.fields, timed.failures):
             print(f"peer {row['backend']:<50} {row['pass']:<8} {row['status']:<11} "
                   f"{row.get('ms', row.get('reason'))}")
             assert row["status"] in ("measured", "unsupported")

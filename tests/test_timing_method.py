@@ -115,7 +115,9 @@ def test_a_competitor_that_cannot_be_captured_fails_alone(cuda: FakeCuda) -> Non
     result = Interleaver(SETTINGS).run({"bad": syncs, "good": linear(cuda, 0.5, {"fprop": [0.1]})})
     assert "not permitted when stream is capturing" in result.failures["bad"]
     assert "bad" not in result.samples and result.samples["good"]["fprop"].median == pytest.approx(0.102)
-    assert cuda.capturing is None  # the failed capture was ended
+    # the failed capture was ended, on its own stream (torch ends a capture only there: ended from the
+    # caller's stream, it stayed open and the next allocator call failed on the H100, DeepSeek-V3)
+    assert cuda.capturing is None
 
 
 def test_nested_or_unclosed_regions_are_capture_errors(cuda: FakeCuda) -> None:

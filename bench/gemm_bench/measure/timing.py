@@ -356,26 +356,30 @@ def capture(fn: Competitor) -> GraphedCompetitor:
             graph.capture_end()
             graphs.append((name, graph, start, end))
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    try:
-        with torch.cuda.stream(stream):
-            fn(mark)
-    except BaseException as exc:
-        _FAILED_CAPTURES.extend([current[0][1]] if current else [])
-        _FAILED_CAPTURES.extend(graph for _, graph, _, _ in graphs)
-        if isinstance(exc, RuntimeError) and not isinstance(exc, GraphCaptureError):
-            # CUDA: "operation not permitted when stream is capturing", out of memory, ...
-            raise GraphCaptureError(f"CUDA graph capture failed: {exc}") from exc
-        raise
-    finally:
-        if current:  # a region left open by an exception: end the capture, whatever it holds
+    def abandon() -> None:
+        """End a capture left open (on its own stream: CUDA ends a capture only there, and a capture
+        left open makes every later allocator call fail), and keep the graphs alive."""
+        if current:
             with contextlib.suppress(RuntimeError):
                 current[0][1].capture_end()
-    if current:
-        _FAILED_CAPTURES.append(current[0][1])
+            _FAILED_CAPTURES.append(current.pop()[1])
         _FAILED_CAPTURES.extend(graph for _, graph, _, _ in graphs)
-        raise GraphCaptureError(f"region {current[0][0]!r} never ended")
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        try:
+            fn(mark)
+        except BaseException as exc:
+            abandon()
+            if isinstance(exc, RuntimeError) and not isinstance(exc, GraphCaptureError):
+                # CUDA: "operation not permitted when stream is capturing", out of memory, ...
+                raise GraphCaptureError(f"CUDA graph capture failed: {exc}") from exc
+            raise
+        if current:
+            region = current[0][0]
+            abandon()
+            raise GraphCaptureError(f"region {region!r} never ended")
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     return GraphedCompetitor(graphs)
