@@ -7,7 +7,8 @@ waits, exactly the effect that makes eager timing measure host time. Events take
 when the stream reaches them. A :class:`FakeGraph` records the kernels launched while it captures
 and replays them back to back for one launch's host cost, after a start-up preamble and with a
 small gap between nodes, like a real CUDA graph; an external event recorded while capturing
-becomes a node whose time is set when a replay reaches it. Nothing here is random unless a competitor adds jitter itself.
+becomes a node whose time is set when a replay reaches it. Nothing here is random unless a
+competitor adds jitter itself.
 
 :func:`fake_torch` returns a ``torch`` module stand-in exposing what :mod:`gemm_bench.measure.timing`
 uses (``torch.cuda`` events, graphs, streams, synchronize; ``torch.zeros``/``empty`` for the L2 flush
