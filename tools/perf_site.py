@@ -484,7 +484,40 @@ def _rows(result: dict[str, Any]) -> Iterator[str]:
 
 def to_text(result: dict[str, Any]) -> str:
     """The compact table the nox session prints."""
-    return "\n".join(_rows(result))
+    return "\n".join([*_rows(result), *refresh_rows(result.get("refresh", []))])
+
+
+def refresh_walltimes(cache_dir: Path) -> list[dict[str, Any]]:
+    """The GPU side of the site's cost: per committed result of method v4, the wall seconds its
+    measurement took on its GPU (``provenance.measure_s``, written by the runner; the refresh
+    worker's start is not in it). Read from the cache, never typed: the last GPU run's numbers."""
+    from gemm_bench.results.cache import CacheError, read_document
+
+    rows = []
+    for path in sorted(cache_dir.glob("*.json")):
+        try:
+            doc = read_document(path)
+        except CacheError:
+            continue
+        seconds = doc["provenance"].get("measure_s")
+        if isinstance(seconds, (int, float)):
+            rows.append({"file": path.name, "device": doc["device"]["name"], "measure_s": float(seconds),
+                         "date": doc["provenance"].get("date", "")})
+    return rows
+
+
+def refresh_rows(rows: list[dict[str, Any]]) -> list[str]:
+    """Per GPU: each question's refresh wall time and their sum (from :func:`refresh_walltimes`)."""
+    if not rows:
+        return []
+    out = ["", "GPU refresh wall time per question (last GPU run, from each result's provenance.measure_s):"]
+    for device in sorted({r["device"] for r in rows}):
+        mine = [r for r in rows if r["device"] == device]
+        for r in mine:
+            out.append(f"  {device:<24} {r['file']:<44} {r['measure_s']:7.1f} s  ({r['date']})")
+        out.append(f"  {device:<24} {len(mine)} question(s): {sum(r['measure_s'] for r in mine) / 60:.1f} min "
+                   "plus one worker start")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -605,6 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PerfError as exc:
         print(f"perf: error: {exc}", file=sys.stderr)
         return 1
+    result["refresh"] = refresh_walltimes(REPO / "docs" / "_gemm_cache")
     print(to_text(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -26,6 +26,7 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report.report import Report
+from gemm_bench.results import cross_check
 from gemm_benchmark.nodes import WRITERS, gemm_data_table
 from gemm_benchmark.values import format_ms, format_speedup, format_tflops
 
@@ -207,9 +208,10 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.El
             row += [Entry(_gemm_label(report, g)), Entry(g.label)]
             for p in precisions:
                 cell = report.cell(mode, p, g)
-                row.append(dataclasses.replace(_num(format_ms(cell.ms)), tooltip=_cell_detail(report, mode, p, g)))
+                row.append(_time_entry(report, mode, p, g))
                 if p != BASELINE:
-                    row.append(_num(format_speedup(report.gemm_speedup(mode, p, g))))
+                    row.append(_num(format_speedup(report.gemm_speedup(mode, p, g))) if cell.status == "measured"
+                               else Entry(""))
             rows.append(row)
         if report.kind == "model":
             row = [Entry(PASS_NAMES[pass_], strong=True), Entry("sum", strong=True), Entry("")]
@@ -219,15 +221,43 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.El
                 if p != BASELINE:
                     row.append(_num(format_speedup(report.pass_speedup(mode, p, pass_)), strong=True))
             rows.append(row)
+    flagged = any(report.cell(mode, p, g).cross_check_flag for p in precisions for g in report.gemms)
+    legend = (f" ({FLAG_MARK}: timed more than {cross_check.REGION_MAX - 1:.0%} above its profiled kernel time, "
+              "so the GPU was idle for part of it; the time's detail says how much)") if flagged else ""
     return data_table([top, second], rows, widths, classes=["gemm-gemms"],
-                       title=f"{MODE_NAMES[mode]}: time per GEMM")
+                       title=f"{MODE_NAMES[mode]}: time per GEMM{legend}")
+
+
+#: The mark beside a time whose cross-check is outside its bound (the reason is in its detail).
+FLAG_MARK = "†"
+
+
+def _time_entry(report: Report, mode: str, precision: str, gemm: GemmShape) -> Entry:
+    """One GEMM's time, or why it has none: a failed cell reads "failed" (its reason in the detail),
+    never the "n/a" of a precision the device does not support; a time the cross-check flags carries
+    :data:`FLAG_MARK`."""
+    cell = report.cell(mode, precision, gemm)
+    if cell.status == "measured":
+        flag = cell.cross_check_flag
+        text = format_ms(cell.ms) + (f" {FLAG_MARK}" if flag else "")
+        classes = ("gemm-num", "gemm-flagged") if flag else ("gemm-num",)
+        return Entry(text, classes=classes, tooltip=_cell_detail(report, mode, precision, gemm))
+    word = {"failed": "failed", "unsupported": "n/a", "missing": "not measured"}.get(cell.status, cell.status)
+    return Entry(word, classes=("gemm-num", f"gemm-{cell.status}"), tooltip=f"{cell.status}: {cell.reason}")
 
 
 def _cell_detail(report: Report, mode: str, precision: str, gemm: GemmShape) -> str:
-    """The hover text of one GEMM's time: its TFLOP/s and % of the device's peak, the spread of
-    its rounds, the roofline prediction, the SQNR."""
+    """The hover text of one GEMM's time: the cross-check's flag, the eager time and the profiled
+    kernel time beside the published GPU time, its TFLOP/s and % of the device's peak, the spread
+    of its rounds, the roofline prediction, the SQNR."""
     parts = []
     cell = report.cell(mode, precision, gemm)
+    if cell.cross_check_flag:
+        parts.append(f"{FLAG_MARK} {cell.cross_check_flag}")
+    if cell.kernel_ms is not None:
+        parts.append(f"kernels {cell.kernel_ms:.4f} ms")
+    if cell.eager_ms is not None:
+        parts.append(f"eager (host work included) {cell.eager_ms:.4f} ms")
     tflops = cell.tflops
     if tflops is not None:
         parts.append(f"{format_tflops(tflops)} TFLOP/s")

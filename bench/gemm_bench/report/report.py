@@ -69,6 +69,21 @@ class Cell:
     stats: dict[str, Any]
     #: The run that measured it ("" for a cell the document does not hold).
     run_id: str = ""
+    #: Method v4: the same region's eager (host-inclusive) median, and its profiled kernel time.
+    eager_ms: float | None = None
+    kernel_ms: float | None = None
+
+    @property
+    def cross_check_flag(self) -> str | None:
+        """Why this time is not plainly the GPU's time for the region (:mod:`gemm_bench.results.cross_check`)."""
+        return cross_check.region_flag({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms})
+
+    @property
+    def host_share(self) -> float | None:
+        """How much longer the eager call took than the GPU's time (eager / published - 1), where both exist."""
+        if self.status != "measured" or not self.ms or not self.eager_ms:
+            return None
+        return self.eager_ms / self.ms - 1
 
     @property
     def tflops(self) -> float | None:
@@ -119,6 +134,8 @@ class StepResult:
     #: "With FP8 Current, the layer's GEMMs get 1.70x and the whole step 1.40x, because ..."
     sentence: str | None
     run_id: str | None
+    #: The relative spread (IQR / median) of this step plus BF16's: how far the speedup is known.
+    spread: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,9 +242,11 @@ class Report:
         self._cells: dict[tuple[str, str, str, str], Cell] = {}
         for raw in held:
             gemm = by_gemm[(raw["op"], raw["pass"])]
+            eager = raw.get("eager")
             self._cells[(raw["mode"], raw["precision"], raw["op"], raw["pass"])] = Cell(
                 raw["mode"], raw["precision"], gemm, raw["status"], raw.get("ms"),
                 raw.get("reason", ""), raw.get("stats", {}), cell_run_id(doc, raw),
+                eager.get("median_ms") if isinstance(eager, dict) else None, raw.get("kernel_ms"),
             )
         self._support: dict[str, Any] = doc.get("support") or {}
         self._layer = {(c["mode"], c["precision"]): c for c in self._layer_raw}
@@ -485,8 +504,28 @@ class Report:
                     sentence = summary.sentence(precision)
         elif precision == BASELINE:
             gemm_ms = bf16_gemm
+        spread = None
+        if speedup is not None and base is not None:
+            spread = _relative_iqr(stats) + _relative_iqr(base.get("stats", {}))
         return StepResult(mode, precision, status, reason, ms, stats, speedup, speedup_reason, share,
-                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run)
+                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread)
+
+    def step_contradictions(self) -> list[str]:
+        """Every step the report shows whose speedup exceeds its own GEMMs' speedup by more than
+        the spread of the two step times: Amdahl's law says a step cannot gain more than the part
+        that got faster, so such a pair is a measurement problem, never something to publish
+        silently (method v3 published Qwen2.5-7B's step at 1.43x over GEMMs at 1.13x)."""
+        problems = []
+        for result in self.steps():
+            if result.precision == BASELINE or result.speedup_vs_bf16 is None or result.gemm_speedup is None:
+                continue
+            allowed = result.gemm_speedup * (1 + (result.spread or 0.0))
+            if result.speedup_vs_bf16 > allowed:
+                problems.append(
+                    f"{MODE_NAMES[result.mode]} {PRECISIONS[result.precision].display}: the step gains "
+                    f"{result.speedup_vs_bf16:.2f}x but its GEMMs only {result.gemm_speedup:.2f}x, beyond the "
+                    f"steps' spread ({(result.spread or 0.0):.1%})")
+        return problems
 
     def steps(self, *, default: bool = False) -> list[StepResult]:
         """Every (layer mode, precision) the report shows; with ``default``, the eager ``layer``
@@ -907,3 +946,13 @@ def describe_method(method: dict[str, Any]) -> str:
         parts.append("precisions interleaved round by round")
     parts.append(f"statistic: {method.get('statistic', 'median')}")
     return ", ".join(parts)
+
+
+def _relative_iqr(stats: Any) -> float:
+    """IQR / median of a stored time's statistics (0 where the file has no spread)."""
+    if not isinstance(stats, dict):
+        return 0.0
+    iqr, median = stats.get("iqr_ms"), stats.get("median_ms")
+    if not isinstance(iqr, (int, float)) or not isinstance(median, (int, float)) or median <= 0:
+        return 0.0
+    return float(iqr) / float(median)
