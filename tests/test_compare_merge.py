@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import shutil
 from pathlib import Path
@@ -178,6 +179,10 @@ def test_merge_adds_new_results_and_rejects_invalid_files(tmp_path: Path) -> Non
         merge([tmp_path / "nope"], cache)
 
 
+#: The merge refuses dates ahead of its clock: these tests' "later" runs (2027) are merged at this time.
+NOW = dt.datetime(2027, 6, 1, tzinfo=dt.timezone.utc)
+
+
 def _later(doc: dict, date: str, **stack: str) -> dict:
     doc = copy.deepcopy(doc)
     doc["provenance"]["date"] = date
@@ -189,15 +194,15 @@ def test_conflict_other_stack_keeps_the_newer_run_and_says_why(tmp_path: Path) -
     old = read_document(H100)
     new = _later(old, "2027-01-01T00:00:00+00:00", transformer_engine="2.21.0")
     new["cells"] = [c for c in new["cells"] if c["precision"] == "bf16"]
-    action, doc, reason = decide(old, new)
+    action, doc, reason = decide(old, new, now=NOW)
     assert action == "replaced" and doc is new
     assert "another software stack and newer" in reason and "TE 2.21.0" in reason
-    action, doc, reason = decide(new, old)
+    action, doc, reason = decide(new, old, now=NOW)
     assert action == "kept-existing" and doc is None and "not newer" in reason
 
     cache = tmp_path / "cache"
     merge([_runner_dir(tmp_path, "a", old)], cache)
-    actions = merge([_runner_dir(tmp_path, "b", new)], cache)
+    actions = merge([_runner_dir(tmp_path, "b", new)], cache, now=NOW)
     assert [a.action for a in actions] == ["replaced"]
     stored = read_document(cache / H100.name)
     assert stored["provenance"]["transformer_engine"] == "2.21.0"
@@ -213,14 +218,14 @@ def test_conflict_same_stack_merges_cells_newer_wins(tmp_path: Path) -> None:
     def times(doc: dict, mode: str) -> dict:
         return {(c["precision"], c["op"], c["pass"]): c.get("ms") for c in doc["cells"] if c["mode"] == mode}
 
-    action, doc, reason = decide(old, new)
+    action, doc, reason = decide(old, new, now=NOW)
     assert action == "merged" and doc is not None and "newer" in reason
     assert times(doc, "autocast") == times(new, "autocast")
     assert times(doc, "prequant") == times(old, "prequant")  # the mode the new run did not measure is kept
-    action, doc, reason = decide(new, old)  # the cached run is the newer one: its cells win
+    action, doc, reason = decide(new, old, now=NOW)  # the cached run is the newer one: its cells win
     assert action == "merged" and doc is not None and "its cells win" in reason
     assert times(doc, "autocast") == times(new, "autocast") and times(doc, "prequant") == times(old, "prequant")
     cache = tmp_path / "cache"
     merge([_runner_dir(tmp_path, "a", old)], cache)
-    assert [a.action for a in merge([_runner_dir(tmp_path, "b", new)], cache)] == ["merged"]
+    assert [a.action for a in merge([_runner_dir(tmp_path, "b", new)], cache, now=NOW)] == ["merged"]
     assert times(read_document(cache / H100.name), "autocast") == times(new, "autocast")

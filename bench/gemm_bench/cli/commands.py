@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from gemm_bench.cli import fleet as cli_fleet
-from gemm_bench.cli.errors import MissingSoftwareError, UsageError, one_line
+from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, one_line
 from gemm_bench.measure import phases
 from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TimerSettings, TimerSettingsError
 from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
@@ -140,21 +140,21 @@ def _choices(text: str, flag: str, normalize: Callable[[str], str], known: Seque
 def cmd_shapes(args: argparse.Namespace) -> int:
     q = question_from_args(args)
     if args.json:
-        print(json.dumps([g.to_dict() for g in q.gemms], indent=1))
+        echo(json.dumps([g.to_dict() for g in q.gemms], indent=1))
         return 0
-    print(q.describe())
+    echo(q.describe())
     for note in q.notes:
-        print(f"note: {note}")
+        echo(f"note: {note}")
     if q.ignored_flags:
-        print(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
-    print(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
+        echo(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
+    echo(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
     for g in q.gemms:
-        print(f"{OP_NAMES.get(g.op, g.op):<18}{PASS_NAMES[g.pass_]:<7}{f'{g.m}x{g.k}x{g.n}':>24}"
+        echo(f"{OP_NAMES.get(g.op, g.op):<18}{PASS_NAMES[g.pass_]:<7}{f'{g.m}x{g.k}x{g.n}':>24}"
               f"{g.groups:>8}{g.flops / 1e9:>12.1f}")
     total = sum(g.flops for g in q.gemms)
-    print(f"{'per layer':<25}{'':>24}{'':>8}{total / 1e9:>12.1f}")
+    echo(f"{'per layer':<25}{'':>24}{'':>8}{total / 1e9:>12.1f}")
     if q.config is not None:
-        print(f"{'model':<25}{'':>24}{'':>8}{total * q.num_layers / 1e9:>12.1f}  ({q.num_layers} layers)")
+        echo(f"{'model':<25}{'':>24}{'':>8}{total * q.num_layers / 1e9:>12.1f}  ({q.num_layers} layers)")
     return 0
 
 
@@ -169,7 +169,7 @@ class PlainProgress:
     def __call__(self, done: int, total: int, label: str) -> None:
         elapsed = time.monotonic() - self.start
         eta = f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
-        self.stream.write(f"[{done}/{total} groups, {elapsed:.0f} s{eta}] {label}\n")
+        self.stream.write(f"[{done}/{total} groups, {elapsed:.0f} s{eta}] {one_line(label)}\n")
         self.stream.flush()
 
 
@@ -293,12 +293,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc = runner.measure(q, list(precisions), list(modes))
     with phases.optional_phase(profiler, phases.WRITING):
         path = _write_result(doc, args)
-    print(Report(doc, modes=modes, precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)]).to_text())
-    print(f"\nwrote {path}")
+    echo(Report(doc, modes=modes, precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)]).to_text())
+    echo(f"\nwrote {path}")
     if profiler is not None:
         profiler.finish()
-        print()
-        print(profiler.to_text())
+        echo()
+        echo(profiler.to_text())
     return 0
 
 
@@ -342,15 +342,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"FILE: {exc}") from None
     report = Report(doc, num_layers=args.num_layers)
     if args.json:
-        print(json.dumps(report.to_json(), indent=1))
+        echo(json.dumps(report.to_json(), indent=1))
     else:
-        print(report.to_text())
+        echo(report.to_text())
     return 0
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
     for name, text in PRESET_DESCRIPTIONS.items():
-        print(f"{name:<14} {text}")
+        echo(f"{name:<14} {text}")
     return 0
 
 
@@ -371,7 +371,7 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
     figures = load_figures()
 
     def ignored(error: Exception) -> None:
-        print(f"gemm-bench readme-figure: warning: ignoring {one_line(str(error))}", file=sys.stderr)
+        echo(f"gemm-bench readme-figure: warning: ignoring {one_line(str(error))}", file=sys.stderr)
 
     try:
         changed = figures.write_readme_figure(cache_dir, out, on_error=ignored)
@@ -380,9 +380,9 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out: cannot write {exc.filename or out} ({exc.strerror or exc})") from None
     for path in changed:
-        print(f"wrote {path}")
+        echo(f"wrote {path}")
     if not changed:
-        print(f"{out} is up to date")
+        echo(f"{out} is up to date")
     return 0
 
 
@@ -467,10 +467,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        echo(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except MissingSoftwareError as exc:
-        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        echo(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 3
     except BrokenPipeError:  # `gemm-bench shapes | head`: stop quietly, and keep Python's exit flush quiet too
         with contextlib.suppress(OSError):
@@ -479,13 +479,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         # Every file is written whole or not at all; results stored before the interrupt stay.
-        print("gemm-bench: interrupted; no file is half-written, results stored before it are kept", file=sys.stderr)
+        echo("gemm-bench: interrupted; no file is half-written, results stored before it are kept", file=sys.stderr)
         return 130
     except CacheError as exc:  # a cache directory or file the user named that cannot be used
-        print(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        echo(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user gave that the system refuses (too long, no permission, ...)
         where = exc.filename if exc.filename is not None else "a path"
-        print(f"gemm-bench {args.command}: error: {one_line(f'{where}: {exc.strerror or exc}')}", file=sys.stderr)
+        echo(f"gemm-bench {args.command}: error: {one_line(f'{where}: {exc.strerror or exc}')}", file=sys.stderr)
         return 2
 

@@ -1,4 +1,8 @@
-"""The command line's errors: what ``gemm-bench`` prints as one line and the exit status it returns.
+"""The command line's errors and output: what ``gemm-bench`` prints, and the exit status it returns.
+
+Every line ``gemm-bench`` prints goes through :func:`echo`, which escapes terminal controls
+(:func:`gemm_bench.results.untrusted_text.terminal`): result files, configs and error messages
+carry strings from other machines, and none of them may drive the reader's terminal.
 
 In a module of their own so that every command module (:mod:`gemm_bench.cli.commands`,
 :mod:`gemm_bench.cli.fleet`, :mod:`gemm_bench.cli.refresh`) raises the one class that
@@ -6,6 +10,11 @@ In a module of their own so that every command module (:mod:`gemm_bench.cli.comm
 """
 
 from __future__ import annotations
+
+import sys
+from typing import IO
+
+from gemm_bench.results.untrusted_text import field, terminal
 
 
 class UsageError(Exception):
@@ -17,5 +26,11 @@ class MissingSoftwareError(Exception):
 
 
 def one_line(text: str) -> str:
-    """Escape anything that is not printable (newlines, separators) so a message stays one line."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    """Escape anything that is not printable (newlines, separators, terminal controls) so a message
+    stays one line: :func:`gemm_bench.results.untrusted_text.field`, the rule for result strings."""
+    return field(text)
+
+
+def echo(text: object = "", *, file: IO[str] | None = None, end: str = "\n") -> None:
+    """Print ``text`` with every control character but the newline escaped: the CLI's one printer."""
+    print(terminal(str(text)), file=file if file is not None else sys.stdout, end=end)

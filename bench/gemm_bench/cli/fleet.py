@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.cli.errors import UsageError
+from gemm_bench.cli.errors import UsageError, echo
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
 
@@ -41,11 +41,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except CompareError as exc:
             raise UsageError(f"A, B: {exc}") from None
     if args.json:
-        print(json.dumps(output.to_json(), indent=1))
+        echo(json.dumps(output.to_json(), indent=1))
     elif args.markdown:
-        sys.stdout.write(output.to_markdown())
+        echo(output.to_markdown(), end="")
     else:
-        print(output.to_text())
+        echo(output.to_text())
     return 0
 
 
@@ -57,13 +57,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
     except MergeError as exc:
         raise UsageError(str(exc)) from None
     for action in actions:
-        print(action.describe())
+        echo(action.describe())
     rejected = [a for a in actions if a.action == "rejected"]
     counts: dict[str, int] = {}
     for action in actions:
         counts[action.action] = counts.get(action.action, 0) + 1
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no result files found"
-    print(f"merge: {summary}")
+    echo(f"merge: {summary}")
     return 1 if rejected else 0
 
 
@@ -96,13 +96,13 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     except refresh_mod.RefreshError as exc:
         raise UsageError(str(exc)) from None
     for path in outcome.stored:
-        print(f"wrote {path}")
+        echo(f"wrote {path}")
     for line in outcome.failed:
-        print(f"not measured: {line}", file=sys.stderr)
+        echo(f"not measured: {line}", file=sys.stderr)
     if outcome.not_started:
-        print(f"not started: {', '.join(outcome.not_started)} (re-run to measure them)", file=sys.stderr)
+        echo(f"not started: {', '.join(outcome.not_started)} (re-run to measure them)", file=sys.stderr)
     if outcome.interrupted:
-        print("gemm-bench refresh: interrupted; every result stored so far is kept", file=sys.stderr)
+        echo("gemm-bench refresh: interrupted; every result stored so far is kept", file=sys.stderr)
         return 130
     return 0 if outcome.ok else 1
 

@@ -7,23 +7,33 @@ two runs measured (the sum of their interquartile ranges), so run-to-run noise i
 as a regression. Speedups vs BF16 are shown per result and are always computed inside one run
 (:class:`gemm_bench.report.report.Report`): a speedup never divides one run's time by another's.
 
+GEMMs are paired by what they are, never by where they sit in a file's list: :func:`gemm_identity`
+is the one key (op, pass, M, K, N, groups, mode, precision), so two runs that stored one sweep in
+another order compare equal, and a GEMM only one side holds is listed as ``only in A`` or ``only
+in B``.
+
 Directories compare file by file (the refresh pull request compares the cache before and after
 a merge); a file only one side has is listed as added or removed.
+
+Every string that comes from a result file is escaped where it is shown
+(:mod:`gemm_bench.results.untrusted_text`): the text output is one line per row with no
+terminal controls, the Markdown (a pull request body) has no markup, HTML or mention of its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from gemm_bench.question.precisions import MODE_NAMES, PRECISION_IDS, PRECISIONS
-from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES
-from gemm_bench.report.report import Report
+from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
+from gemm_bench.report.report import Cell, Report
 from gemm_bench.results.cache import CacheError, read_document
 from gemm_bench.results.schema import ResultError, validate
+from gemm_bench.results.untrusted_text import field, markdown
 
 #: Pull-request bodies are limited to 65,536 characters; leave room for the workflow's text.
 MARKDOWN_LIMIT = 60_000
@@ -47,6 +57,8 @@ class Change:
     spread_ms: float | None
     a_speedup: float | None = None  # vs BF16 inside run A (totals only)
     b_speedup: float | None = None
+    #: ``only in A`` / ``only in B``: a GEMM one result holds and the other does not.
+    unmatched: str | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -65,14 +77,19 @@ class Change:
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "precision": self.precision, "gemm": self.gemm, "shape": self.shape,
                 "a_ms": self.a_ms, "b_ms": self.b_ms, "ratio": self.ratio, "spread_ms": self.spread_ms,
-                "flagged": self.flagged, "a_speedup_vs_bf16": self.a_speedup, "b_speedup_vs_bf16": self.b_speedup}
+                "flagged": self.flagged, "a_speedup_vs_bf16": self.a_speedup, "b_speedup_vs_bf16": self.b_speedup,
+                "unmatched": self.unmatched}
 
 
-def describe_side(doc: dict[str, Any]) -> str:
-    """Device, stack and date of a result: what a reader needs to know which side is which."""
+def describe_side(doc: dict[str, Any], escape: Callable[[str], str] = field) -> str:
+    """Device, stack and date of a result: what a reader needs to know which side is which.
+
+    Each string from the file goes through ``escape`` (one line, no controls; :func:`markdown`
+    for a pull request body)."""
     prov = doc["provenance"]
-    return (f"{doc['device']['name']} | TE {prov['transformer_engine']} | torch {prov['torch']} | "
-            f"CUDA {prov['cuda']} | driver {prov['driver']} | {prov['date']}")
+    parts = [doc["device"]["name"], f"TE {prov['transformer_engine']}", f"torch {prov['torch']}",
+             f"CUDA {prov['cuda']}", f"driver {prov['driver']}", prov["date"]]
+    return " | ".join(escape(str(part)) for part in parts)
 
 
 def _iqr(stats: dict[str, Any]) -> float | None:
@@ -116,34 +133,37 @@ class Comparison:
                 lines.append(f"  {PRECISIONS[t.precision].display:<14}{_num(t.a_ms, 12, 3)}{_num(t.b_ms, 12, 3)}"
                              f"{_ratio(t, 8)} {_x(t.a_speedup, 9)}{_x(t.b_speedup, 10)}")
             lines.append("")
-            lines.append(f"  {'GEMM':<26}{'shape':>22}  {'precision':<13}{'A ms':>10}{'B ms':>10}{'ratio':>8}")
+            lines.append(f"  {'GEMM':<26}{'shape':>22}  {'precision':<13}{'A ms':>10}{'B ms':>10} {'ratio':>8}")
             for g in (g for g in self.gemms if g.mode == mode):
-                lines.append(f"  {_gemm_name(g.gemm):<26}{g.shape:>22}  {PRECISIONS[g.precision].display:<13}"
-                             f"{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)}{_ratio(g, 8)}")
+                lines.append(f"  {field(_gemm_name(g.gemm)):<26}{field(g.shape):>22}  "
+                             f"{PRECISIONS[g.precision].display:<13}{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)}"
+                             f" {_ratio(g, 8)}" + (f"  {field(g.unmatched)}" if g.unmatched else ""))
         return "\n".join(lines)
 
     def to_markdown(self, *, all_gemms: bool = False) -> str:
         """Totals of every mode and precision, then the GEMMs whose change exceeds the spread."""
         out = []
         if self.title:
-            out += [f"### {self.title}", ""]
-        out += [f"- **A**: {_md(describe_side(self.a))}", f"- **B**: {_md(describe_side(self.b))}", ""]
+            out += [f"### {markdown(self.title)}", ""]
+        out += [f"- **A**: {describe_side(self.a, markdown)}", f"- **B**: {describe_side(self.b, markdown)}", ""]
         out += ["| mode | precision | A ms/layer | B ms/layer | A/B | A vs BF16 | B vs BF16 |",
                 "|---|---|---:|---:|---:|---:|---:|"]
         for t in self.totals:
             out.append(f"| {MODE_NAMES[t.mode]} | {PRECISIONS[t.precision].display} | {_num(t.a_ms, 0, 3)} | "
                        f"{_num(t.b_ms, 0, 3)} | {_ratio(t, 0).strip()} | {_x(t.a_speedup, 0)} | {_x(t.b_speedup, 0)} |")
-        shown = self.gemms if all_gemms else [g for g in self.gemms if g.flagged]
+        shown = self.gemms if all_gemms else [g for g in self.gemms if g.flagged or g.unmatched]
         out.append("")
         if not shown:
             out.append("No GEMM changed by more than the runs' measured spread.")
         else:
-            out += [f"GEMMs changed by more than the measured spread ({len(shown)}):" if not all_gemms
-                    else "Every GEMM:", "",
+            out += [f"GEMMs changed by more than the measured spread, or held by one side only ({len(shown)}):"
+                    if not all_gemms else "Every GEMM:", "",
                     "| mode | precision | GEMM | shape | A ms | B ms | A/B |", "|---|---|---|---|---:|---:|---:|"]
             for g in shown:
-                out.append(f"| {MODE_NAMES[g.mode]} | {PRECISIONS[g.precision].display} | {_gemm_name(g.gemm)} | "
-                           f"{g.shape} | {_num(g.a_ms, 0, 4)} | {_num(g.b_ms, 0, 4)} | {_ratio(g, 0).strip()} |")
+                ratio = markdown(g.unmatched) if g.unmatched else _ratio(g, 0).strip()
+                out.append(f"| {MODE_NAMES[g.mode]} | {PRECISIONS[g.precision].display} | "
+                           f"{markdown(_gemm_name(g.gemm))} | {markdown(g.shape)} | {_num(g.a_ms, 0, 4)} | "
+                           f"{_num(g.b_ms, 0, 4)} | {ratio} |")
         return "\n".join(out) + "\n"
 
 
@@ -174,9 +194,29 @@ def _ratio(change: Change, width: int) -> str:
     return f"{r:>{max(width - 1, 0)}.3f}" + ("!" if change.flagged else " ")
 
 
-def _md(text: str) -> str:
-    """Text from a result file, safe inside a Markdown table or list (no markup, no HTML)."""
-    return "".join("\\" + ch if ch in "\\`*_[]<>|#" else ch for ch in text)
+def gemm_identity(mode: str, precision: str, gemm: GemmShape) -> tuple[str, str, int, int, int, int, str, str]:
+    """What makes two cells of two results the same measurement: the one pairing key of compare.
+
+    Everything the GEMM is (op, pass, M, K, N, groups) and how it ran (mode, precision); never its
+    position in a file's list, which a sweep written in another order changes.
+    """
+    return (gemm.op, gemm.pass_, gemm.m, gemm.k, gemm.n, gemm.groups, mode, precision)
+
+
+def _unmatched(ca: Cell | None, cb: Cell | None, a_ms: float | None, b_ms: float | None) -> str | None:
+    """``only in A`` / ``only in B`` where one side has no measurement of the GEMM (with the other
+    side's status where it holds the cell unmeasured); None where both measured it."""
+    if a_ms is not None and b_ms is not None:
+        return None
+    side, other, other_cell = ("A", "B", cb) if a_ms is not None else ("B", "A", ca)
+    return f"only in {side}" + (f" ({other}: {other_cell.status})" if other_cell is not None else "")
+
+
+def _paired(cells_a: Sequence[Cell], cells_b: Sequence[Cell]) -> list[tuple[Cell | None, Cell | None]]:
+    """The cells of A and B paired by :func:`gemm_identity`, in A's order then B's extra ones."""
+    by_a = {gemm_identity(c.mode, c.precision, c.gemm): c for c in cells_a}
+    by_b = {gemm_identity(c.mode, c.precision, c.gemm): c for c in cells_b}
+    return [(by_a.get(key), by_b.get(key)) for key in dict.fromkeys([*by_a, *by_b])]
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], *, modes: Sequence[str] | None = None,
@@ -202,15 +242,18 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, modes: Sequence[str] | None
             total_spread = sum(s for s in spreads if s is not None) if all(s is not None for s in spreads) else None
             totals.append(Change(mode, precision, None, "", ta.per_layer_ms, tb.per_layer_ms, total_spread,
                                  ta.speedup_vs_bf16, tb.speedup_vs_bf16))
-            for ca, cb in zip(cells_a, cells_b, strict=True):
-                a_ms = ca.ms if ca.status == "measured" else None
-                b_ms = cb.ms if cb.status == "measured" else None
+            for ca, cb in _paired(cells_a, cells_b):
+                a_ms = ca.ms if ca is not None and ca.status == "measured" else None
+                b_ms = cb.ms if cb is not None and cb.status == "measured" else None
                 if a_ms is None and b_ms is None:
                     continue
-                ia, ib = _iqr(ca.stats), _iqr(cb.stats)
+                ia = _iqr(ca.stats) if ca is not None else None
+                ib = _iqr(cb.stats) if cb is not None else None
                 spread = ia + ib if ia is not None and ib is not None else None
-                gemms.append(Change(mode, precision, f"{ca.gemm.op}/{ca.gemm.pass_}", ca.gemm.label,
-                                    a_ms, b_ms, spread))
+                gemm = (ca or cb).gemm  # type: ignore[union-attr]  # one side at least holds it
+                unmatched = _unmatched(ca, cb, a_ms, b_ms)
+                gemms.append(Change(mode, precision, f"{gemm.op}/{gemm.pass_}", gemm.label, a_ms, b_ms, spread,
+                                    unmatched=unmatched))
     return Comparison(a, b, chosen_modes, chosen_precisions, gemms, totals, title)
 
 
@@ -230,10 +273,10 @@ class DirectoryComparison:
                 "removed": self.removed, "unreadable": [str(e) for e in self.unreadable]}
 
     def to_text(self) -> str:
-        parts = [f"== {name} ==\n{c.to_text()}" for name, c in self.compared]
-        parts += [f"added {name}: {describe_side(d)}" for name, d in self.added]
-        parts += [f"removed {name}" for name in self.removed]
-        parts += [f"unreadable: {e}" for e in self.unreadable]
+        parts = [f"== {field(name)} ==\n{c.to_text()}" for name, c in self.compared]
+        parts += [f"added {field(name)}: {describe_side(d)}" for name, d in self.added]
+        parts += [f"removed {field(name)}" for name in self.removed]
+        parts += [f"unreadable: {field(str(e))}" for e in self.unreadable]
         return "\n\n".join(parts) if parts else "no result changed"
 
     def to_markdown(self) -> str:
@@ -243,18 +286,19 @@ class DirectoryComparison:
         out += ["Ratios are old time / new time (above 1: the new run is faster); a change is listed per GEMM "
                 "only when it exceeds the two runs' interquartile ranges combined.", ""]
         if self.added:
-            out += ["New results:", ""] + [f"- `{name}`: {_md(describe_side(d))}" for name, d in self.added] + [""]
+            out += ["New results:", ""] + [f"- {markdown(name)}: {describe_side(d, markdown)}"
+                                           for name, d in self.added] + [""]
         if self.removed:
-            out += ["Removed:", ""] + [f"- `{name}`" for name in self.removed] + [""]
+            out += ["Removed:", ""] + [f"- {markdown(name)}" for name in self.removed] + [""]
         if self.unreadable:
-            out += ["Unreadable (ignored):", ""] + [f"- {_md(str(e))}" for e in self.unreadable] + [""]
+            out += ["Unreadable (ignored):", ""] + [f"- {markdown(str(e))}" for e in self.unreadable] + [""]
         text = "\n".join(out)
         for index, (_name, comparison) in enumerate(self.compared):
             section = "\n" + comparison.to_markdown()
             if len(text) + len(section) > MARKDOWN_LIMIT:
                 rest = [n for n, _ in self.compared[index:]]
                 text += (f"\n_{len(rest)} more changed files are not shown (the pull request body has a size limit): "
-                         + ", ".join(f"`{n}`" for n in rest) + "._\n")
+                         + ", ".join(markdown(n) for n in rest) + "._\n")
                 break
             text += section
         return text

@@ -15,24 +15,43 @@ When the cache already holds a file for the same question and device, the rule i
   measured, the newer run's measurement is kept.
 
 Each decision is returned as a :class:`MergeAction` saying which run was kept and why, and
-printed by ``gemm-bench merge``. Writes are atomic under the file's lock.
+printed by ``gemm-bench merge``. What it says was kept and dropped is counted from the document
+actually written (:func:`account`), never from what the rule intends, so the message cannot
+disagree with the file: one mode is one run, so a re-measured mode drops every cached cell of
+that mode, re-measured precision or not, and the message names them.
+
+"Newer" needs dates that mean something: a date that does not parse, or one later than now plus
+:data:`MAX_CLOCK_SKEW`, would win or lose every merge, so the file is rejected, by name (a cached
+file too: it is never silently outranked or obeyed). Writes are atomic under the file's lock.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.cache import Cache, CacheError, dumps, read_document, write_atomic
 from gemm_bench.results.schema import merge_documents, validate
 from gemm_bench.results.stack import document_stack
+from gemm_bench.results.untrusted_text import field
+
+#: How far ahead of this machine's clock a runner's clock may be: a date later than now plus this
+#: is refused (a file dated 2099 would otherwise win every merge).
+MAX_CLOCK_SKEW = dt.timedelta(hours=1)
 
 
 class MergeError(ValueError):
     """A merge that cannot start (a source directory that does not exist)."""
+
+
+class DateError(ValueError):
+    """A result whose date cannot order it against another run; the message names the file."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,17 +68,101 @@ class MergeAction:
 
 
 def _when(doc: dict[str, Any]) -> dt.datetime | None:
+    text = doc["provenance"]["date"]
     try:
-        when = dt.datetime.fromisoformat(doc["provenance"]["date"])
+        when = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except (ValueError, TypeError):
         return None
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
+def check_date(doc: dict[str, Any], path: str | Path, now: dt.datetime | None = None) -> dt.datetime:
+    """The run's date, or :class:`DateError` naming ``path`` when it does not parse or lies ahead
+    of ``now`` (default: this machine's clock) by more than :data:`MAX_CLOCK_SKEW`."""
+    text = doc["provenance"]["date"]
+    when = _when(doc)
+    if when is None:
+        raise DateError(f"{path}: its date {field(str(text))!r} is not an ISO 8601 date and time, so it "
+                        "cannot be ordered against another run")
+    now = now if now is not None else dt.datetime.now(dt.timezone.utc)
+    now = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)
+    if when > now + MAX_CLOCK_SKEW:
+        raise DateError(f"{path}: its date {field(text)} is in the future (this machine's clock reads "
+                        f"{now.replace(microsecond=0).isoformat()}; at most {MAX_CLOCK_SKEW} of clock skew "
+                        "is allowed); a run cannot be newer than now, so it would win every merge")
+    return when
+
+
+#: The blocks of per-run entries of a document (``cells``, ``peers`` and
+#: :data:`~gemm_bench.results.schema.RUN_BLOCKS`), and what one entry is called in a message.
+_BLOCKS = {"cells": "cells", "peers": "peer rows", "layer": "layer-step cells", "accuracy": "SQNR cells"}
+
+
+#: The fields that say which measurement an entry is (not what was measured): two entries with
+#: the same identity are two runs' measurements of one cell.
+_IDENTITY = ("backend", "kind", "mode", "precision", "op", "pass", "m", "k", "n", "groups", "distribution")
+
+
+def _content(entry: dict[str, Any]) -> str:
+    """One entry's content, whatever run id the merge stamped on it."""
+    return json.dumps({k: v for k, v in entry.items() if k != "run_id"}, sort_keys=True, default=str)
+
+
+def _identity(entry: dict[str, Any]) -> str:
+    return json.dumps({k: entry[k] for k in _IDENTITY if k in entry}, sort_keys=True, default=str)
+
+
+def _where(entry: dict[str, Any]) -> str:
+    """Mode and precision of an entry, as a message lists them (``autocast FP8 Current``)."""
+    precision = str(entry.get("precision", ""))
+    shown = PRECISIONS[precision].display if precision in PRECISIONS else field(precision)
+    mode = entry.get("mode", entry.get("backend", ""))
+    return f"{field(str(mode))} {shown}".strip()
+
+
+def _listed(counts: Counter[str]) -> str:
+    return ", ".join(f"{where}: {n}" for where, n in sorted(counts.items()))
+
+
+def account(existing: dict[str, Any], incoming: dict[str, Any], written: dict[str, Any] | None) -> str:
+    """What of each run the resulting file holds, counted from it: the facts of a merge message.
+
+    ``written`` None means the cached file stays as it is. Per block (GEMM cells, peer rows,
+    layer-step and SQNR cells) and per run, an entry is *kept* when the file holds its content
+    (whatever run id the merge stamped on it), *superseded* when the file holds the other run's
+    measurement of the same cell instead, and *dropped* when the file holds no measurement of
+    that cell at all; superseded and dropped ones are counted by mode and precision.
+    """
+    result = existing if written is None else written
+    parts = []
+    for side, doc in (("incoming", incoming), ("cached", existing)):
+        for block, noun in _BLOCKS.items():
+            contents = {_content(e) for e in result.get(block, [])}
+            identities = {_identity(e) for e in result.get(block, [])}
+            kept = 0
+            superseded: Counter[str] = Counter()
+            dropped: Counter[str] = Counter()
+            for entry in doc.get(block, []):
+                if _content(entry) in contents:
+                    kept += 1
+                elif _identity(entry) in identities:
+                    superseded[_where(entry)] += 1
+                else:
+                    dropped[_where(entry)] += 1
+            if kept:
+                parts.append(f"kept {kept} {side} {noun}")
+            if superseded:
+                parts.append(f"{sum(superseded.values())} {side} {noun} superseded by the other run's measurement "
+                             f"({_listed(superseded)})")
+            if dropped:
+                parts.append(f"dropped {sum(dropped.values())} {side} {noun} ({_listed(dropped)})")
+    return "; ".join(parts) or "neither run holds any cell"
+
+
 def _stack_text(doc: dict[str, Any]) -> str:
     stack = document_stack(doc)
-    return (f"TE {stack['transformer_engine']}, torch {stack['torch']}, CUDA {stack['cuda']}, "
-            f"driver {stack['driver']}, method {stack['method']}")
+    return field(f"TE {stack['transformer_engine']}, torch {stack['torch']}, CUDA {stack['cuda']}, "
+                 f"driver {stack['driver']}, method {stack['method']}")
 
 
 def incoming_files(dirs: Sequence[Path]) -> list[Path]:
@@ -72,46 +175,64 @@ def incoming_files(dirs: Sequence[Path]) -> list[Path]:
     return files
 
 
-def decide(existing: dict[str, Any], incoming: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str]:
-    """(action, document to write or None, reason) for one conflict; pure, for tests and dry runs."""
+def decide(existing: dict[str, Any], incoming: dict[str, Any], *, now: dt.datetime | None = None,
+           existing_path: str | Path = "the cached file", incoming_path: str | Path = "the incoming file",
+           ) -> tuple[str, dict[str, Any] | None, str]:
+    """(action, document to write or None, reason) for one conflict; pure, for tests and dry runs.
+
+    Raises :class:`DateError` (naming the path given for it) when either run's date does not
+    parse or lies in the future. The reason ends with :func:`account` of the outcome.
+    """
     if existing == incoming:
         return "identical", None, "same content as the cached file"
-    when_old, when_new = _when(existing), _when(incoming)
-    newer_incoming = when_old is not None and when_new is not None and when_new > when_old
+    when_old = check_date(existing, Path(existing_path), now)
+    when_new = check_date(incoming, Path(incoming_path), now)
+    old_date, new_date = field(existing["provenance"]["date"]), field(incoming["provenance"]["date"])
+    written: dict[str, Any] | None
     if document_stack(existing) != document_stack(incoming):
-        if newer_incoming:
-            return "replaced", incoming, (f"another software stack and newer: kept the incoming run "
-                                          f"({_stack_text(incoming)}, {incoming['provenance']['date']}) over the "
-                                          f"cached one ({_stack_text(existing)}, {existing['provenance']['date']})")
-        return "kept-existing", None, (f"another software stack but not newer: kept the cached run "
-                                       f"({_stack_text(existing)}, {existing['provenance']['date']}) over the "
-                                       f"incoming one ({_stack_text(incoming)}, {incoming['provenance']['date']})")
-    if newer_incoming:
-        merged = merge_documents(existing, incoming)
-        return "merged", validate(merged), (
-            f"same stack; the incoming run ({incoming['provenance']['date']}) is newer: "
-            "its cells replace the cached ones; cached cells it did not re-measure are kept")
-    merged = merge_documents(incoming, existing)
-    if merged == existing:
-        return "kept-existing", None, (f"same stack; the cached run ({existing['provenance']['date']}) is not older "
-                                       "and already holds every cell of the incoming one")
-    return "merged", validate(merged), (f"same stack; the cached run ({existing['provenance']['date']}) is not older: "
-                                        "its cells win, the incoming run adds the cells it lacks")
+        if when_new > when_old:
+            action, written = "replaced", incoming
+            why = (f"another software stack and newer: the incoming run ({_stack_text(incoming)}, {new_date}) "
+                   f"replaces the cached one ({_stack_text(existing)}, {old_date}) whole")
+        else:
+            action, written = "kept-existing", None
+            why = (f"another software stack but not newer: the cached run ({_stack_text(existing)}, {old_date}) "
+                   f"stays whole over the incoming one ({_stack_text(incoming)}, {new_date})")
+    elif when_new > when_old:
+        action, written = "merged", validate(merge_documents(existing, incoming))
+        why = (f"same stack; the incoming run ({new_date}) is newer: every mode it measured replaces the cached "
+               "cells of that mode (one mode is one run); cached modes it did not measure stay")
+    else:
+        merged = merge_documents(incoming, existing)
+        if merged == existing:
+            action, written = "kept-existing", None
+            why = f"same stack; the cached run ({old_date}) is not older and holds every mode of the incoming one"
+        else:
+            action, written = "merged", validate(merged)
+            why = (f"same stack; the cached run ({old_date}) is not older: its cells win, whole modes "
+                   "(one mode is one run); the incoming run adds the modes the cached one lacks")
+    return action, written, f"{why}: {account(existing, incoming, written)}"
 
 
-def merge(dirs: Iterable[str | Path], cache_dir: str | Path) -> list[MergeAction]:
+def merge(dirs: Iterable[str | Path], cache_dir: str | Path, *, now: dt.datetime | None = None) -> list[MergeAction]:
     """Validate every result file under ``dirs`` and place it in ``cache_dir``; say what was done.
 
     Files are taken in the order of ``dirs`` and, within one, by path, so a run is reproducible.
-    A rejected file is reported and skipped; it never stops the others.
+    A rejected file (invalid, or dated in the future, or meeting a cached file dated in the
+    future) is reported and skipped; it never stops the others. ``now`` is the clock dates are
+    checked against (default: this machine's).
     """
     cache = Cache(cache_dir)
     actions: list[MergeAction] = []
     for source in incoming_files([Path(d) for d in dirs]):
         try:
             incoming = read_document(source)
+            check_date(incoming, source, now)
         except CacheError as exc:
             actions.append(MergeAction(source, None, "rejected", exc.problem))
+            continue
+        except DateError as exc:
+            actions.append(MergeAction(source, None, "rejected", str(exc)))
             continue
         with cache.locked(incoming["question_hash"], incoming["device"]["name"]) as target:
             existing: dict[str, Any] | None = None
@@ -123,11 +244,16 @@ def merge(dirs: Iterable[str | Path], cache_dir: str | Path) -> list[MergeAction
                     corrupt = exc.problem
             if existing is None:
                 write_atomic(target, dumps(incoming))
-                reason = (f"replaced an unusable cached file ({corrupt})" if corrupt
-                          else f"new result for {incoming['device']['name']}")
+                reason = (f"replaced an unusable cached file ({field(corrupt)})" if corrupt
+                          else f"new result for {field(incoming['device']['name'])}")
                 actions.append(MergeAction(source, target, "replaced" if corrupt else "added", reason))
                 continue
-            action, document, reason = decide(existing, incoming)
+            try:
+                action, document, reason = decide(existing, incoming, now=now, existing_path=target,
+                                                  incoming_path=source)
+            except DateError as exc:
+                actions.append(MergeAction(source, target, "rejected", f"not merged: {exc}"))
+                continue
             if document is not None:
                 write_atomic(target, dumps(document))
             actions.append(MergeAction(source, target, action, reason))
