@@ -24,7 +24,7 @@ from typing import Any
 
 from sphinx.application import Sphinx
 
-from gemm_benchmark.config import CONFIG_VALUES, init_settings
+from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
 from gemm_benchmark.directive import GemmBenchmarkDirective
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.nodes import setup_nodes
@@ -69,9 +69,10 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_post_transform(ResolveFreshness)
     app.add_env_collector(GemmBenchmarkCollector)
     app.connect("builder-inited", init_settings)
+    app.connect("config-inited", validate_config, priority=400)
     app.connect("config-inited", _add_static)
     app.connect("build-finished", log_summary)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 3}
+    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 4}
 
 
 def _add_static(app: Sphinx, config: Any) -> None:

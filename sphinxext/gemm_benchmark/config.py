@@ -8,11 +8,15 @@ variable overrides ``conf.py``), the cache directory as a path, and when this bu
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from sphinx.application import Sphinx
+from sphinx.config import Config
 from sphinx.environment import BuildEnvironment
 from sphinx.errors import ConfigError
 
@@ -20,6 +24,37 @@ from gemm_bench.results.stack import DEFAULT_STALE_WHEN, STACK_FIELDS, StackErro
 from gemm_benchmark import execution
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.questions_builder import BUILDER_NAME as QUESTIONS_BUILDER
+
+
+def _check_mode(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, one of {', '.join(execution.EXECUTION_MODES)}"
+    return None  # an unknown word is a warning at builder-inited (the build stays cache-only)
+
+
+def _check_cache_dir(value: Any) -> str | None:
+    if not isinstance(value, (str, os.PathLike)) or not str(os.fspath(value)).strip():
+        return "must be a directory path (a non-empty string, relative to the directory of conf.py)"
+    return None
+
+
+def _check_stale_when(value: Any) -> str | None:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        return "must be a list of field names (strings): " + ", ".join(STACK_FIELDS)
+    try:
+        validate_fields(list(value), source="gemm_benchmark_stale_when")
+    except StackError as exc:
+        return str(exc)
+    return None
+
+
+def _check_max_age(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
+        hint = " (a number, not a string)" if isinstance(value, str) else ""
+        return f"must be a positive number of days{hint}, or None"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +65,8 @@ class ConfigValue:
     #: Sphinx's rebuild scope: "env" re-reads every page when the value changes.
     rebuild: Literal["", "env", "html"] = "env"
     types: tuple[type, ...] = ()
+    #: What is wrong with a value (None: nothing), checked at ``config-inited`` (:func:`validate_config`).
+    check: Callable[[Any], str | None] = lambda value: None
 
 
 CONFIG_VALUES: tuple[ConfigValue, ...] = (
@@ -38,28 +75,41 @@ CONFIG_VALUES: tuple[ConfigValue, ...] = (
         "When to measure: ``cache`` never measures; ``auto`` measures this machine's GPU result when the "
         "cache lacks it or holds a stale one (needs a CUDA GPU and Transformer Engine); ``force`` re-measures "
         f"every question once per build. The environment variable ``{execution.ENV_VAR}`` overrides it.",
-        types=(str,),
+        types=(str,), check=_check_mode,
     ),
     ConfigValue(
         "gemm_benchmark_cache_dir", "_gemm_cache",
         "The result cache: a directory of JSON result files, relative to the directory of ``conf.py``. "
         "Commit it: a build without a GPU renders from it.",
-        types=(str,),
+        types=(str,), check=_check_cache_dir,
     ),
     ConfigValue(
         "gemm_benchmark_stale_when", list(DEFAULT_STALE_WHEN),
         "In ``auto`` mode on a GPU box, a result of this GPU is stale when any of these differ between the box "
         "and the result's provenance: " + ", ".join(f"``{f}``" for f in STACK_FIELDS) + ". Upgrading "
         "Transformer Engine on a GPU runner then refreshes the guide.",
-        types=(list, tuple),
+        types=(list, tuple), check=_check_stale_when,
     ),
     ConfigValue(
         "gemm_benchmark_max_age_days", None,
         "Results older than this many days are stale (re-measured where a GPU is present, flagged in the "
         "freshness table otherwise). ``None``: results never age.",
-        types=(int, float, type(None)),
+        types=(int, float, type(None)), check=_check_max_age,
     ),
 )
+
+
+def validate_config(app: Sphinx, config: Config) -> None:
+    """``config-inited``: every ``gemm_benchmark_*`` value checked, a :class:`ConfigError` naming
+    ``conf.py``, the value and what it must be (not a TypeError later in ``builder-inited``)."""
+    conf_py = Path(app.confdir, "conf.py")
+    for value in CONFIG_VALUES:
+        given = config[value.name]
+        problem = value.check(given)
+        if problem:
+            raise ConfigError(f"{conf_py}: {value.name} = {given!r}: {problem}")
+    resolve_cache_dir(app, config)
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,13 +139,9 @@ def init_settings(app: Sphinx) -> None:
     except execution.ExecutionModeError as exc:
         warn(Subtype.CONFIG, f"{exc}; measuring nothing (cache mode)", location=None)
         mode = "cache"
+    validate_config(app, app.config)  # already done at config-inited; a builder may be made without it
     max_age = app.config.gemm_benchmark_max_age_days
-    if max_age is not None and (isinstance(max_age, bool) or not max_age > 0 or max_age == float("inf")):
-        raise ConfigError(f"gemm_benchmark_max_age_days = {max_age!r} must be a positive number of days or None")
-    try:
-        stale_when = validate_fields(list(app.config.gemm_benchmark_stale_when), source="gemm_benchmark_stale_when")
-    except StackError as exc:
-        raise ConfigError(str(exc)) from None
+    stale_when = validate_fields(list(app.config.gemm_benchmark_stale_when), source="gemm_benchmark_stale_when")
     setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time(), stale_when,
                                      questions_only=app.builder.name == QUESTIONS_BUILDER))
     execution.reset_detection()
@@ -107,18 +153,19 @@ def init_settings(app: Sphinx) -> None:
     execution.READS.trusted = trusted
 
 
-def resolve_cache_dir(app: Sphinx) -> Path:
+def resolve_cache_dir(app: Sphinx, config: Config | None = None) -> Path:
     """The cache directory, refused (a configuration error) when it lies outside the project.
 
     A build reads every file there and, on a GPU machine, writes into it: ``"../../etc"`` must not
     make a documentation build read or write outside the documentation's own tree (the source
     directory, or the directory of ``conf.py`` where that is elsewhere).
     """
-    value = app.config.gemm_benchmark_cache_dir
+    value = (config or app.config).gemm_benchmark_cache_dir
     cache_dir = Path(app.confdir, value).resolve()
     roots = {Path(app.srcdir).resolve(), Path(app.confdir).resolve()}
     if not any(cache_dir == root or root in cache_dir.parents for root in roots):
-        raise ConfigError(f"gemm_benchmark_cache_dir = {value!r} resolves to {cache_dir}, outside the "
+        raise ConfigError(f"{Path(app.confdir, 'conf.py')}: gemm_benchmark_cache_dir = {value!r} resolves to "
+                          f"{cache_dir}, outside the "
                           f"documentation source directory {Path(app.srcdir).resolve()}; the result cache "
                           "must lie inside it (e.g. '_gemm_cache')")
     return cache_dir

@@ -66,6 +66,7 @@ class GemmBenchmarkDirective(SphinxDirective):
         )
         for path in answer.files:  # a fixed or replaced file re-reads the page
             self.env.note_dependency(str(path))
+        records.watch(self.env, config.cache_dir, request.question.hash, answer)
         for error in answer.errors:
             self.warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
         for problem in answer.problems:

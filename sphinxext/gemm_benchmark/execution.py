@@ -28,7 +28,9 @@ Inside the lock the cache is consulted again, because another process may just h
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import importlib.util
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,7 +43,7 @@ from gemm_bench.question.devices import device_slug, select
 from gemm_bench.question.question import Question
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError, is_stale, read_document
-from gemm_bench.results.schema import ResultError
+from gemm_bench.results.schema import METHOD_VERSION, ResultError
 from gemm_bench.results.stack import DEFAULT_STALE_WHEN, Rules, local_stack, remeasure, stack_staleness
 from gemm_benchmark.diagnostics import TextEnum
 
@@ -223,9 +225,31 @@ def reports_for(doc: dict[str, Any], question: Question, precisions: Sequence[st
     }
 
 
+def clock() -> dt.datetime:
+    """Now, for judging a result's age (one function, so a test can move time)."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def freshness_key(dates: Sequence[str], *, max_age_days: float | None, mode: str) -> str:
+    """What a page's rendering of results dated ``dates`` depends on beyond their files' contents.
+
+    Which of them are older than the configured age *now*, and this GPU box's software stack where
+    this build may measure (:func:`answer` judges this box's own result against it). A page whose
+    key changed since it was read is read again (:class:`.records.GemmBenchmarkCollector`), so an
+    incremental build re-judges staleness as a full one would.
+    """
+    now = clock()
+    aged = [bool(is_stale({"method_version": METHOD_VERSION, "provenance": {"date": date}},
+                          max_age_days=max_age_days, now=now)) for date in dates]
+    stack = None
+    if mode != "cache" and local_gpu()[0] is not None:
+        stack = _local_stack()
+    return json.dumps([aged, stack], sort_keys=True, default=str)
+
+
 def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float | None) -> tuple[Status, str]:
     """(status, reason) of one cached document for the cells a directive asks for."""
-    stale = is_stale(doc, max_age_days=max_age_days)
+    stale = is_stale(doc, max_age_days=max_age_days, now=clock())
     if stale:
         return Status.STALE, stale
     missing = [cell for report in reports.values() for cell in report.missing_cells()]

@@ -23,6 +23,7 @@ from typing import Any
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
+from sphinx.transforms.post_transforms import SphinxPostTransform
 
 
 class gemm_benchmark_block(nodes.General, nodes.Element):
@@ -92,6 +93,33 @@ def block_title(node: nodes.Node) -> str:
 
 WRITERS = ("latex", "text", "man", "texinfo")
 
+#: Formats whose writers cannot span a table entry over columns (docutils' man writer drops
+#: ``morecols``, so every later entry of the row moved one column left per spanned column).
+NO_COLUMN_SPANS = ("man",)
+
+
+class UnspanColumns(SphinxPostTransform):
+    """Where a writer cannot span columns, a spanning entry becomes itself plus empty entries.
+
+    Every table of the page, whoever built it: the row keeps its width, so each header stands over
+    its own column ("FP8 Current" over FP8 Current's times, not over FP8 Delayed's speedups).
+    After :class:`.render_table.ExpandTables` (450), which makes our data tables docutils tables.
+    """
+
+    default_priority = 460
+    formats = NO_COLUMN_SPANS
+
+    def run(self, **kwargs: Any) -> None:
+        for entry in list(self.document.findall(nodes.entry)):
+            span = int(entry.get("morecols", 0) or 0)
+            if span <= 0:
+                continue
+            del entry["morecols"]
+            row = entry.parent
+            at = row.index(entry)
+            for offset in range(1, span + 1):
+                row.insert(at + offset, nodes.entry("", nodes.paragraph()))
+
 
 def setup_nodes(app: Sphinx) -> None:
     block_visitors: dict[str, Any] = {w: (_pass, _pass) for w in WRITERS}
@@ -100,3 +128,4 @@ def setup_nodes(app: Sphinx) -> None:
     placeholders: dict[str, Any] = {w: (_unresolved, None) for w in WRITERS}
     for node_class in (gemm_tab_set, gemm_tab, gemm_freshness):
         app.add_node(node_class, html=(_unresolved, None), **placeholders)
+    app.add_post_transform(UnspanColumns)

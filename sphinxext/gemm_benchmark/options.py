@@ -235,8 +235,12 @@ def resolve_hf_config(text: str, *, srcdir: Path, docdir: Path) -> Path:
     return path
 
 
-def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> Request:
+def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path,
+                  modes_known: tuple[str, ...] = MODES) -> Request:
     """Validate a directive's raw options (strings) into a :class:`Request`.
+
+    ``modes_known`` are the modes the directive renders: ``gemm-benchmark`` renders per-GEMM tables
+    (autocast, prequant, as :data:`OPTIONS` documents); the summary renders the layer step too.
 
     Raises :class:`OptionError` naming the option at fault; config errors from the bench core are
     re-spelled with directive option names (``:num-query-groups:``).
@@ -275,7 +279,13 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path) -> 
                           subtype="config") from None
     precisions = (_parse_choices("precisions", text["precisions"], normalize_precision, PRECISION_IDS)
                   if "precisions" in text else PRECISION_IDS)
-    modes = _parse_choices("modes", text["modes"], normalize_mode, MODES) if "modes" in text else MODES
+    modes = _parse_choices("modes", text["modes"], normalize_mode, modes_known) if "modes" in text else MODES
+    for mode in modes:
+        if mode not in modes_known:
+            raise OptionError("modes", f"{mode!r} is the whole-layer step, which gemm-benchmark (per-GEMM tables) "
+                              f"does not show; choose from {', '.join(modes_known)}. The step is shown by "
+                              "gemm-benchmark-summary (:modes: layer, layer-graphed) and quoted by "
+                              ":gemm-step-speedup: and :gemm-share:", subtype="modes")
     devices = _parse_devices(text["devices"]) if "devices" in text else ()
     show = _parse_choices("show", text["show"], _normalize_show, SHOW_PARTS) if "show" in text else DEFAULT_SHOW
     name = text.get("name", "").strip()

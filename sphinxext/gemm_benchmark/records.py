@@ -23,7 +23,8 @@ from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.environment.collectors import EnvironmentCollector
 
-from gemm_bench.results.cache import Cache
+from gemm_bench.results.cache import Cache, CacheError
+from gemm_benchmark import execution
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,10 @@ class Value:
 
     text: str
     tooltip: str
+    #: Why the value is absent when its own cell is: ``failed``, ``unsupported``, ``missing`` ("" else),
+    #: and that cell's reason, so a role reads "failed: CUDA out of memory", never one "n/a" for all.
+    status: str = ""
+    reason: str = ""
 
     @property
     def available(self) -> bool:
@@ -72,8 +77,8 @@ class DirectiveRecord:
     #: The directive listed ``:devices:``: a role without ``@DEVICE`` then means its first device.
     devices_listed: bool
     #: Every spelling of each GEMM a role may use (``mlp_up/fprop``, ``mlp_up.fprop``, the shape
-    #: label) -> its ``op/pass`` id.
-    gemm_names: dict[str, str]
+    #: label) -> the ``op/pass`` ids it names (several: ambiguous; see :func:`.values.resolve_gemm`).
+    gemm_names: dict[str, tuple[str, ...]]
 
     def default_device(self) -> DeviceRecord | None:
         """The device a role without ``@DEVICE`` quotes: unambiguous or None.
@@ -97,11 +102,27 @@ def value_key(role: str, mode: str, precision: str, gemm: str = "") -> str:
     return f"{role} {mode} {precision} {gemm}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Watch:
+    """One question a page asked (a ``gemm-benchmark`` or one model of a summary), as it was answered:
+    what an incremental build compares to decide whether the page must be read again."""
+
+    cache_dir: str
+    question_hash: str
+    #: The question's cache files when the page was read (a new device's file re-reads the page).
+    cache_files: tuple[str, ...]
+    #: The measured dates of the results shown, and :func:`.execution.freshness_key` of them then.
+    dates: tuple[str, ...]
+    freshness: str
+
+
 @dataclasses.dataclass
 class SiteData:
     records: dict[str, list[DirectiveRecord]] = dataclasses.field(default_factory=dict)
     role_uses: dict[str, set[str]] = dataclasses.field(default_factory=dict)
     freshness: set[str] = dataclasses.field(default_factory=set)
+    #: Per page: every question it asked and how it was answered (directives and summaries alike).
+    watches: dict[str, list[Watch]] = dataclasses.field(default_factory=dict)
     execution_mode: str | None = None
     #: Per role page: the digests of the records its roles quoted when it was last written.
     role_digests: dict[str, dict[str, str | None]] = dataclasses.field(default_factory=dict)
@@ -123,6 +144,17 @@ def data(env: BuildEnvironment) -> SiteData:
 
 def add_record(env: BuildEnvironment, record: DirectiveRecord) -> None:
     data(env).records.setdefault(record.docname, []).append(record)
+
+
+def watch(env: BuildEnvironment, cache_dir: Path, question_hash: str, answer: execution.Answer) -> None:
+    """Remember a question the current page asked, for :meth:`GemmBenchmarkCollector.get_outdated_docs`."""
+    from gemm_benchmark.config import settings
+
+    config = settings(env)
+    dates = tuple(str(d.doc["provenance"]["date"]) for d in answer.devices)
+    data(env).watches.setdefault(env.docname, []).append(Watch(
+        str(cache_dir), question_hash, tuple(p.name for p in answer.files), dates,
+        execution.freshness_key(dates, max_age_days=config.max_age_days, mode=config.mode)))
 
 
 def note_role_use(env: BuildEnvironment, docname: str, name: str) -> None:
@@ -175,6 +207,7 @@ class GemmBenchmarkCollector(EnvironmentCollector):
     def clear_doc(self, app: Sphinx, env: BuildEnvironment, docname: str) -> None:
         store = data(env)
         store.records.pop(docname, None)
+        store.watches.pop(docname, None)
         store.role_uses.pop(docname, None)
         store.freshness.discard(docname)
 
@@ -183,6 +216,8 @@ class GemmBenchmarkCollector(EnvironmentCollector):
         for docname in docnames:
             if docname in theirs.records:
                 mine.records[docname] = theirs.records[docname]
+            if docname in theirs.watches:
+                mine.watches[docname] = theirs.watches[docname]
             if docname in theirs.role_uses:
                 mine.role_uses[docname] = theirs.role_uses[docname]
             if docname in theirs.freshness:
@@ -195,26 +230,34 @@ class GemmBenchmarkCollector(EnvironmentCollector):
                           removed: set[str]) -> list[str]:
         """Pages to re-read for a change Sphinx cannot see by itself.
 
-        A directive whose set of cache files changed (a new device measured, a file deleted:
-        Sphinx tracks files a page used, not files that appeared since), and every directive when
-        the execution mode changed or is ``force`` (it may measure now).
+        A question whose set of cache files changed (a new device measured, a file deleted: Sphinx
+        tracks files a page used, not files that appeared since), whose results' freshness changed
+        since the page was read (a result aged past ``gemm_benchmark_max_age_days``, this GPU box's
+        software stack changed: :func:`.execution.freshness_key`), for ``gemm-benchmark`` directives
+        and summaries alike; and every page when the execution mode changed or is ``force``.
         """
         from gemm_benchmark.config import settings
 
         store = data(env)
-        mode = settings(env).mode
+        config = settings(env)
+        mode = config.mode
         previous_mode, store.execution_mode = store.execution_mode, mode
         extra: set[str] = set()
-        for docname, records in store.records.items():
+        for docname, watches in store.watches.items():
             if docname in removed:
                 continue
             if mode == "force" or (previous_mode is not None and previous_mode != mode):
                 extra.add(docname)
                 continue
-            for record in records:
-                files = tuple(p.name for p in Cache(record.cache_dir).files(record.question_hash))
-                if files != record.cache_files:
+            for asked in watches:
+                try:
+                    files = cache_file_names(Path(asked.cache_dir), asked.question_hash)
+                except CacheError:
+                    files = ()
+                if files != asked.cache_files or asked.freshness != execution.freshness_key(
+                        asked.dates, max_age_days=config.max_age_days, mode=mode):
                     extra.add(docname)
+                    break
         return sorted(extra - removed - changed - added)
 
     def get_updated_docs(self, app: Sphinx, env: BuildEnvironment) -> list[str]:

@@ -31,6 +31,7 @@ from gemm_bench.question.precisions import MODE_NAMES, PRECISIONS, normalize_mod
 from gemm_benchmark import records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
+from gemm_benchmark.values import GemmNameError, resolve_gemm, unavailable_text
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +127,19 @@ class GemmValueRole(SphinxRole):
 
 
 class Unavailable(Exception):
-    """Why a role has no value (a warning at the role, not an error)."""
+    """Why a role has no value (a warning at the role, not an error); ``value`` the absent value
+    recorded, when the directive recorded one (its status says failed or unsupported)."""
+
+    def __init__(self, message: str, value: records.Value | None = None) -> None:
+        super().__init__(message)
+        self.value = value
+
+    @property
+    def shown(self) -> str:
+        """What the reader sees instead of a number: "failed: <reason>", "unsupported: <reason>", or n/a."""
+        if self.value is not None and self.value.status in ("failed", "unsupported"):
+            return unavailable_text(self.value.status, self.value.reason)
+        return NOT_AVAILABLE
 
 
 def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
@@ -154,16 +167,15 @@ def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
                           f"(it shows {', '.join(record.precisions)})")
     gemm = ""
     if node["gemm"]:
-        key = node["gemm"].strip().lower()
-        gemm = record.gemm_names.get(key) or record.gemm_names.get(key.replace(" ", ""), "")
-        if not gemm:
-            known = ", ".join(sorted(set(record.gemm_names.values())))
-            raise Unavailable(f"{record.name} has no GEMM {node['gemm']!r} (known: {known})")
+        try:
+            gemm = resolve_gemm(record.gemm_names, node["gemm"])
+        except GemmNameError as exc:
+            raise Unavailable(f"{record.name}: {exc}") from None
     value = device.values.get(records.value_key(node["kind"], mode, precision, gemm))
     if value is None:
         raise Unavailable(f"{record.name} recorded no {node['kind']} value for {mode}/{precision} {gemm}".rstrip())
     if not value.available:
-        raise Unavailable(value.tooltip)
+        raise Unavailable(value.tooltip, value)
     return value
 
 
@@ -177,11 +189,13 @@ def _rendered(value: records.Value, html: bool) -> nodes.Element:
 NOT_AVAILABLE = "n/a"
 
 
-def _not_available(role_text: str, reason: str, html: bool) -> nodes.Element:
-    tooltip = f"{reason} ({role_text})"
+def _not_available(role_text: str, why: Unavailable, html: bool) -> nodes.Element:
+    tooltip = f"{why} ({role_text})"
+    shown = why.shown
+    classes = ["gemm-value-error", *([f"gemm-{why.value.status}"] if why.value and shown != NOT_AVAILABLE else [])]
     if html:
-        return nodes.abbreviation(NOT_AVAILABLE, NOT_AVAILABLE, explanation=tooltip, classes=["gemm-value-error"])
-    return nodes.inline(NOT_AVAILABLE, NOT_AVAILABLE, classes=["gemm-value-error"])
+        return nodes.abbreviation(shown, shown, explanation=tooltip, classes=classes)
+    return nodes.inline(shown, shown, classes=classes)
 
 
 class ResolveGemmValues(SphinxPostTransform):
@@ -202,7 +216,7 @@ class ResolveGemmValues(SphinxPostTransform):
                     logger.info(":%s:`%s`: %s", node["kind"], node["text"], exc, location=node)
                 else:
                     warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
-                node.replace_self(_not_available(node["text"], str(exc), html))
+                node.replace_self(_not_available(node["text"], exc, html))
                 continue
             node.replace_self(_rendered(value, html))
 
@@ -213,7 +227,7 @@ def _visit_html(self: Any, node: gemm_value) -> None:
         value = lookup(self.builder.env, node)
     except Unavailable as exc:
         self.body.append(self.starttag(node, "abbr", "", title=f"{exc} ({node['text']})", CLASS="gemm-value-error"))
-        self.body.append(NOT_AVAILABLE + "</abbr>")
+        self.body.append(self.encode(exc.shown) + "</abbr>")
     else:
         self.body.append(self.starttag(node, "abbr", "", title=value.tooltip, CLASS="gemm-value"))
         self.body.append(self.encode(value.text) + "</abbr>")
@@ -224,8 +238,8 @@ def _visit_text_like(self: Any, node: gemm_value) -> None:
     """LaTeX, text, man, texinfo: the value's text through the writer's own escaping."""
     try:
         text = lookup(self.builder.env, node).text
-    except Unavailable:
-        text = NOT_AVAILABLE
+    except Unavailable as exc:
+        text = exc.shown
     node.children = [nodes.Text(text)]  # a copy outside the body: let the writer write it
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from docutils import nodes
@@ -24,16 +24,24 @@ from sphinx.util.docutils import SphinxDirective
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS
 from gemm_bench.question.devices import device_label
-from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.question.precisions import (
+    ALL_MODES,
+    BASELINE,
+    LAYER_MODES,
+    MODE_NAMES,
+    PRECISIONS,
+    gemm_modes,
+    layer_modes,
+)
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report
-from gemm_benchmark import execution, questions_builder
+from gemm_benchmark import execution, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError, Request, parse_options
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, scrolling
 from gemm_benchmark.render_table import Entry, data_table
-from gemm_benchmark.values import format_speedup
+from gemm_benchmark.values import Fastest, Point, decide_fastest, format_speedup, total_points, unavailable_text
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +85,13 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
     def _warn(self, subtype: Subtype, message: str) -> None:
         warn(subtype, f"gemm-benchmark-summary: {message}", location=(self.env.docname, self.lineno))
 
+    def _report_missing(self, message: str, note: bool) -> None:
+        if note:
+            logger.info("gemm-benchmark-summary: %s (:missing: note)", message,
+                        location=(self.env.docname, self.lineno))
+        else:
+            self._warn(Subtype.MISSING, message)
+
     def run(self) -> list[nodes.Node]:
         try:
             asks, show, note_missing = self._parse()
@@ -90,12 +105,14 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if config.questions_only:
             questions_builder.note_asks(self, [ask.request for ask in asks])
             return []
-        rows: list[list[Entry]] = []
         figure_reports: list[tuple[str, Report]] = []
         documents: list[dict[str, object]] = []
         precisions = [p for p in asks[0].request.precisions if p != BASELINE]
         modes = list(asks[0].request.modes)
-        unmeasured: list[ModelAsk] = []
+        per_gemm, steps = gemm_modes(modes), layer_modes(modes)
+        table = SummaryTable("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed",
+                             [PRECISIONS[p].display for p in precisions])
+        unmeasured: list[str] = []
         for ask in asks:
             req = ask.request
             answer = execution.answer(req.question, precisions=req.precisions, modes=req.modes, devices=req.devices,
@@ -104,46 +121,49 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                       stale_when=config.stale_when)
             for path in answer.files:
                 self.env.note_dependency(str(path))
+            records.watch(self.env, config.cache_dir, req.question.hash, answer)
             for error in answer.errors:
                 self._warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
-            if not answer.devices:
-                unmeasured.append(ask)
-                rows.append([Entry(ask.label, strong=True),
-                             Entry(f"not measured yet: ``{ask.command}``", morecols=len(precisions) - 1,
-                                   classes=("gemm-summary-missing",), markup=True)])
+            for problem in answer.problems:
+                self._warn(Subtype.MEASURE, problem)
+            if not answer.devices and not answer.unmatched:
+                unmeasured.append(f"{ask.label or ask.preset} ({ask.command})")
+                table.span(Entry(ask.label, strong=True),
+                           Entry(f"not measured yet: ``{ask.command}``", classes=("gemm-summary-missing",),
+                                 markup=True))
                 continue
             for device in answer.devices:
+                self._assess(ask, device, note_missing)
                 documents.append(device.doc)
-                for mode in modes:
-                    rows.append(self._row(ask.label, device, mode, precisions))
-                if device.doc.get("layer"):
-                    rows.append(self._extra_row(ask.label, device, modes[0], precisions, "step"))
-                if device.doc.get("accuracy"):
-                    rows.append(self._extra_row(ask.label, device, modes[0], precisions, "sqnr"))
-                if len(asks) > 1 or len(answer.devices) > 1:
+                for mode in per_gemm:
+                    table.row(self._row(ask.label, device, mode, precisions))
+                for mode in steps:
+                    table.row(self._extra_row(ask.label, device, mode, precisions, "step"))
+                if not steps and per_gemm and device.doc.get("layer"):
+                    table.row(self._extra_row(ask.label, device, per_gemm[0], precisions, "step"))
+                if per_gemm and device.doc.get("accuracy"):
+                    table.row(self._extra_row(ask.label, device, per_gemm[0], precisions, "sqnr"))
+                if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{ask.label} · {device_label(device.device)}" if len(asks) > 1
-                                           else device_label(device.device), device.reports[modes[0]]))
+                                           else device_label(device.device), device.reports[per_gemm[0]]))
+            for selector in answer.unmatched:
+                unmeasured.append(f"{ask.label or ask.preset} on {selector} ({ask.command})")
+                head = " · ".join([*([ask.label] if ask.label else []), selector])
+                table.span(Entry(head, strong=True),
+                           Entry(f"not measured on {selector} yet: ``{ask.command}``",
+                                 classes=("gemm-summary-missing",), markup=True))
         if unmeasured:
-            message = "not measured yet: " + "; ".join(f"{a.label or a.preset} ({a.command})" for a in unmeasured)
-            if note_missing:
-                logger.info("gemm-benchmark-summary: %s", message, location=(self.env.docname, self.lineno))
-            else:
-                self._warn(Subtype.MISSING, message)
-        header = [Entry("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed")]
-        header += [Entry(PRECISIONS[p].display) for p in precisions]
-        table = data_table([header], rows, [30] + [12] * len(precisions),
-                            classes=["gemm-summary-table"],
-                            title="Whole-model GEMM speedup vs BF16 "
-                                  "(★ fastest; ≈ within its measured spread; hover for the source)")
+            self._report_missing("not measured yet: " + "; ".join(unmeasured), note_missing)
         out = nodes.container(classes=["gemm-summary"])
         caption = self.options.get("caption", "").strip()
         if caption:
             out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
-        out += scrolling(table)
+        out += scrolling(table.node("Whole-model GEMM speedup vs BF16 "
+                                    "(★ fastest; ≈ within its measured spread; hover for the source)"))
         if unmeasured:
-            text = (f"{len(unmeasured)} of {len(asks)} models are not measured yet. On a GPU box, gemm-bench refresh "
-                    "docs/ measures every question the site asks (or run the command in the model's row), then "
-                    "commit the new files of the result cache.")
+            text = (f"{len(unmeasured)} of the models and devices asked for are not measured yet. On a GPU box, "
+                    "gemm-bench refresh docs/ measures every question the site asks (or run the command in the "
+                    "model's row), then commit the new files of the result cache.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         lacking = [what for key, what in (("layer", "training-step speedups"), ("accuracy", "accuracy (SQNR)"))
                    if documents and not any(doc.get(key) for doc in documents)]
@@ -151,8 +171,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
                     "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
-        if "figure" in show and figure_reports:
-            spec = figures.summary_spec([(label, report) for label, report in figure_reports], modes,
+        if "figure" in show and figure_reports and per_gemm:
+            spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
                                         title="Whole-model GEMM speedup vs BF16")
             if spec is not None:
                 path = figures.figure_file(spec, "svg", Path(self.env.doctreedir) / FIGURE_DIR)
@@ -161,58 +181,85 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         self.set_source_info(out)
         return [out]
 
+    def _assess(self, ask: ModelAsk, device: execution.DeviceAnswer, note_missing: bool) -> None:
+        """Freshness as the ``gemm-benchmark`` directive judges it: a stale result is said to be."""
+        where = f"{ask.label + ' ' if ask.label else ''}result on {device.device}"
+        if device.status is execution.Status.STALE:
+            self._warn(Subtype.STALE, f"{where} is stale: {device.reason}")
+        elif device.status is execution.Status.MISSING:
+            self._report_missing(f"{where} is missing: {device.reason}", note_missing)
+
+    def _head(self, label: str, device: execution.DeviceAnswer, what: str, verdict: Fastest | None) -> Entry:
+        """A row's first cell: model, GPU, what is timed; the result's staleness; BF16 when it is the answer."""
+        text = " · ".join([*([label] if label else []), device_label(device.device), what])
+        classes: tuple[str, ...] = ()
+        if device.status in (execution.Status.STALE, execution.Status.MISSING):
+            text += f" ({device.status.value}: {device.reason})"
+            classes = (f"gemm-{device.status.value}",)
+        if verdict is not None and verdict.starred is None:
+            text += f" · fastest: {verdict.text}"
+        return Entry(text, strong=True, classes=classes)
+
     def _extra_row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str],
                    what: str) -> list[Entry]:
-        """The training step's speedup, or the accuracy (SQNR of the least accurate GEMM), per precision."""
+        """The training step's speedup (``layer``, ``layer-graphed``), or the accuracy (SQNR of the least
+        accurate GEMM), per precision."""
+        graphed = mode == LAYER_MODES[1]
         report = device.reports[mode]
-        name = "training step (layer)" if what == "step" else f"SQNR, dB ({MODE_NAMES[mode].lower()})"
-        row = [Entry(" · ".join([*([label] if label else []), device_label(device.device), name]), strong=True)]
-        steps = {p: report.step(p) for p in precisions} if what == "step" else {}
+        if what == "step":
+            name = "training step (layer, CUDA graphs)" if graphed else "training step (layer)"
+        else:
+            name = f"SQNR, dB ({MODE_NAMES[mode].lower()})"
+        steps = {p: report.step(p, graphed=graphed) for p in precisions} if what == "step" else {}
         speeds = {p: s.speedup_vs_bf16 for p, s in steps.items() if s.speedup_vs_bf16}
-        fastest = _fastest(speeds)  # a speed too: ★ as in the GEMM rows
+        verdict = decide_fastest({p: Point(v) for p, v in speeds.items()})  # a speed too: ★ as in the GEMM rows
+        row = [self._head(label, device, name, verdict)]
         for p in precisions:
             source = f"{PRECISIONS[p].display}, {device_label(device.device)}"
+            status, why = "", ""
             if what == "step":
                 step = steps[p]
-                value, why = step.speedup_vs_bf16, step.speedup_reason or step.reason
-                text = format_speedup(value) + (" ★" if p == fastest else "") if value else ""
+                value = step.speedup_vs_bf16
+                status, why = (step.status if step.status != "measured" else ""), step.speedup_reason or step.reason
+                text = format_speedup(value) + (" ★" if verdict and p == verdict.starred else "") if value else ""
                 tip = f"{value:.3f}× BF16 for the whole layer step: {source}" if value else ""
             else:
                 sqnr = report.sqnr(mode, p)
                 text, why = (f"{sqnr:.1f}" if sqnr is not None else ""), report.sqnr_reason(mode, p)
                 tip = f"{sqnr:.2f} dB, the layer's least accurate GEMM: {source}" if sqnr is not None else ""
-            star = what == "step" and p == fastest
+            star = what == "step" and verdict is not None and p == verdict.starred
             row.append(Entry(text, strong=star, classes=("gemm-num", *(("gemm-fastest",) if star else ())), tooltip=tip)
-                       if text else Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{source}: {why}"))
+                       if text else _absent(status, why, source))
         return row
 
     def _row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str]) -> list[Entry]:
         report = device.reports[mode]
-        where = [label] if label else []
-        head = " · ".join([*where, device_label(device.device), MODE_ROW_NAMES.get(mode, MODE_NAMES[mode])])
-        totals = {p: report.total(mode, p) for p in precisions}
-        speeds = {p: t.speedup_vs_bf16 for p, t in totals.items() if t.status == "measured" and t.speedup_vs_bf16}
-        fastest = _fastest(speeds)
-        spread = {p: figures.total_point(report, mode, p) for p in speeds}
-        row = [Entry(head, strong=True)]
+        points = total_points(report, mode, precisions)
+        verdict = decide_fastest(points)
+        star = verdict.starred if verdict else None
+        row = [self._head(label, device, MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
         for p in precisions:
-            total = totals[p]
+            total = report.total(mode, p)
             source = f"{PRECISIONS[p].display}, {MODE_NAMES[mode]}, {device_label(device.device)}"
-            if p in speeds:
-                speedup = speeds[p]
-                tied = p != fastest and fastest is not None and _overlap(spread[p], spread[fastest])
-                text = format_speedup(speedup) + (" ★" if p == fastest else " ≈" if tied else "")
-                why = (f"; within the measured spread of the fastest ({PRECISIONS[fastest].display}): "
-                       "not significantly slower" if tied and fastest else "")
-                low, high = spread[p][1], spread[p][2]
-                range_text = f" (spread {low:.2f}–{high:.2f}×)" if low is not None and high is not None else ""
-                classes = ("gemm-num", *(("gemm-fastest",) if p == fastest else ("gemm-tie",) if tied else ()))
-                row.append(Entry(text, strong=p == fastest, classes=classes,
-                                 tooltip=f"{speedup:.3f}× BF16{range_text}, whole model ({report.num_layers} layers): "
-                                         f"{source}{why}"))
+            if p in points:
+                point = points[p]
+                tied = verdict is not None and p in verdict.tied
+                text = format_speedup(point.value) + (" ★" if p == star else " ≈" if tied else "")
+                why = ""
+                if tied and verdict is not None and verdict.answer == BASELINE:
+                    why = "; within the measured spread of BF16: not significantly faster"
+                elif tied and verdict is not None:
+                    why = (f"; within the measured spread of the fastest ({PRECISIONS[verdict.answer].display}): "
+                           "not significantly slower")
+                range_text = (f" (spread {point.low:.2f}–{point.high:.2f}×)"
+                              if point.low is not None and point.high is not None else "")
+                classes = ("gemm-num", *(("gemm-fastest",) if p == star else ("gemm-tie",) if tied else ()))
+                row.append(Entry(text, strong=p == star, classes=classes,
+                                 tooltip=f"{point.value:.3f}× BF16{range_text}, whole model ({report.num_layers} "
+                                         f"layers): {source}{why}"))
             else:
-                why = total.reason or getattr(total, "speedup_reason", "") or total.status
-                row.append(Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{source}: {total.status}: {why}"))
+                status = total.status if total.status != "measured" else ""
+                row.append(_absent(status, total.reason or total.speedup_reason, source))
         return row
 
     def _parse(self) -> tuple[list[ModelAsk], tuple[str, ...], bool]:
@@ -228,16 +275,40 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         return asks, show, missing == "note"
 
 
-def _fastest(speeds: Mapping[str, float]) -> str | None:
-    """The precision with the largest speedup (the row's ★), None when the row has none."""
-    return max(speeds, key=lambda p: speeds[p]) if speeds else None
+def _absent(status: str, reason: str, source: str) -> Entry:
+    """A cell without a number: "failed: <reason>" or "unsupported: <reason>" (never one "n/a" for all)."""
+    text = unavailable_text(status, reason) if status in ("failed", "unsupported") else "n/a"
+    classes = ("gemm-num", "gemm-na", *((f"gemm-{status}",) if status else ()))
+    return Entry(text, classes=classes, tooltip=f"{source}: {unavailable_text(status, reason, limit=10_000)}")
 
 
-def _overlap(a: tuple[float | None, ...], b: tuple[float | None, ...]) -> bool:
-    """Whether two speedups' spreads (value, low, high) overlap: their difference is not significant."""
-    if None in (a[1], a[2], b[1], b[2]):
-        return False
-    return bool(a[2] >= b[1] and b[2] >= a[1])  # type: ignore[operator]
+class SummaryTable:
+    """The summary's rows, each exactly as wide as the header: no row of another width can be built.
+
+    A row of the wrong width (a span of ``-1`` columns when a summary shows no precision besides
+    BF16) made docutils' writers fail; every row goes through :meth:`row`, which refuses one.
+    """
+
+    def __init__(self, head: str, columns: Sequence[str]) -> None:
+        self.header = [Entry(head), *(Entry(c) for c in columns)]
+        self.width = len(self.header)
+        if self.width < 2:
+            raise ValueError("a summary table needs a column besides its row heads")
+        self.rows: list[list[Entry]] = []
+
+    def row(self, entries: Sequence[Entry]) -> None:
+        width = sum(1 + e.morecols for e in entries)
+        if width != self.width or any(e.morecols < 0 for e in entries):
+            raise ValueError(f"a summary row of {width} columns in a table of {self.width} columns")
+        self.rows.append(list(entries))
+
+    def span(self, head: Entry, entry: Entry) -> None:
+        """A row whose one entry spans every column after the head."""
+        self.row([head, dataclasses.replace(entry, morecols=self.width - 2)])
+
+    def node(self, title: str) -> nodes.Element:
+        return data_table([self.header], self.rows, [30] + [12] * (self.width - 1),
+                          classes=["gemm-summary-table"], title=title)
 
 
 def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> list[ModelAsk]:
@@ -258,6 +329,9 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> l
         tp = int(match["tp"]) if match["tp"] else None
         if tp:
             fields["tensor-model-parallel-size"] = str(tp)
-        request = parse_options(fields, srcdir=srcdir, docdir=docdir)
+        request = parse_options(fields, srcdir=srcdir, docdir=docdir, modes_known=ALL_MODES)
+        if not any(p != BASELINE for p in request.precisions):
+            raise OptionError("precisions", "the summary shows speedups vs BF16: name at least one precision "
+                              "besides BF16", subtype="precisions")
         asks.append(ModelAsk(model_label(match["preset"], tp) if len(models) > 1 else "", request, match["preset"], tp))
     return asks

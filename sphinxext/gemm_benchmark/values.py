@@ -11,9 +11,12 @@ Displayed text and tooltips round to the shown precision (tooltips one digit mor
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Iterable, Mapping
 
-from gemm_bench.question.precisions import MODE_NAMES, PRECISIONS
+from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.report import figures
 from gemm_bench.report.report import Report
 from gemm_benchmark.records import Value, value_key
 
@@ -53,45 +56,136 @@ def _tooltip_tflops(tflops: float) -> str:
     return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
-#: The rule behind ``:gemm-fastest:`` and the ``fastest`` precision, stated where it is applied.
+#: The rule behind ``:gemm-fastest:``, the summary's ★ and ``fastest``, stated where it is applied.
 FASTEST_RULE = ("the precision with the largest whole-model GEMM speedup vs BF16 among those the directive shows "
-                "and this device measured in this mode")
+                "and this device measured in this mode, BF16 included: a precision whose speedup lies within "
+                "BF16's measured spread is not called faster than BF16")
 
 
-def _fastest(report: Report, mode: str) -> tuple[str, float] | None:
-    best: tuple[str, float] | None = None
-    for precision in report.precisions:
-        if precision == "bf16":
-            continue
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """A speedup vs BF16 and its measured spread (``low``/``high`` None when unknown)."""
+
+    value: float
+    low: float | None = None
+    high: float | None = None
+
+
+def overlaps(a: Point, b: Point) -> bool:
+    """Whether two speedups' spreads overlap: their difference is not significant."""
+    if a.low is None or a.high is None or b.low is None or b.high is None:
+        return False
+    return a.high >= b.low and b.high >= a.low
+
+
+@dataclasses.dataclass(frozen=True)
+class Fastest:
+    """The answer to "which precision is fastest here", decided by :func:`decide_fastest` only."""
+
+    #: The precision to recommend: BF16 when no other precision is clearly (beyond the spread) faster.
+    answer: str
+    #: The answer's speedup vs BF16 (1.0 when the answer is BF16).
+    speedup: float
+    #: The largest speedup's precision (differs from ``answer`` when it is within BF16's spread).
+    best: str
+    best_speedup: float
+    #: The other precisions whose spread overlaps the answer's (shown ≈: not significantly slower).
+    tied: tuple[str, ...]
+    #: Lower precisions among the candidates ("FP8", "FP8 or FP4"), for the words.
+    family: str
+
+    @property
+    def starred(self) -> str | None:
+        """The precision a table marks ★: the answer, unless the answer is BF16 (no column of its own)."""
+        return None if self.answer == BASELINE else self.answer
+
+    @property
+    def text(self) -> str:
+        """The answer in words: a precision's name, or BF16 and why."""
+        if self.answer != BASELINE:
+            return PRECISIONS[self.answer].display
+        if self.best == BASELINE:
+            return f"BF16 (no {self.family} recipe is faster here)"
+        return (f"BF16 (no {self.family} recipe is clearly faster here: {PRECISIONS[self.best].display}'s "
+                f"{self.best_speedup:.2f}× is within the measured spread)")
+
+
+def decide_fastest(points: Mapping[str, Point]) -> Fastest | None:
+    """The one rule for "fastest", used by the summary, the roles and every other place that picks one.
+
+    ``points`` holds every precision shown that has a speedup, BF16 included (1.0 with its own
+    spread; added as 1.0 when absent). The largest speedup wins; an exact tie goes to BF16. A
+    winner whose spread overlaps BF16's is not clearly faster than BF16: BF16 is then the answer.
+    None when nothing besides BF16 has a number.
+    """
+    candidates = {p: v for p, v in points.items() if p != BASELINE and _finite(v.value)}
+    if not candidates:
+        return None
+    everyone = {BASELINE: points.get(BASELINE, Point(1.0)), **candidates}
+    best = max(everyone, key=lambda p: (everyone[p].value, p == BASELINE))
+    answer = best if best == BASELINE or not overlaps(everyone[best], everyone[BASELINE]) else BASELINE
+    tied = tuple(p for p in everyone if p != answer and overlaps(everyone[p], everyone[answer]))
+    family = "FP8 or FP4" if any(p == "nvfp4" for p in candidates) else "FP8"
+    return Fastest(answer, everyone[answer].value, best, everyone[best].value, tied, family)
+
+
+def total_points(report: Report, mode: str, precisions: Iterable[str]) -> dict[str, Point]:
+    """Whole-model speedups vs BF16 with their spreads (BF16 included) of the precisions measured."""
+    out: dict[str, Point] = {}
+    for precision in dict.fromkeys((BASELINE, *precisions)):
         total = report.total(mode, precision)
-        speedup = total.speedup_vs_bf16
-        if total.status == "measured" and _finite(speedup) and speedup and (best is None or speedup > best[1]):
-            best = (precision, speedup)
-    return best
+        if total.status != "measured" or not _finite(total.speedup_vs_bf16):
+            continue
+        value, low, high = figures.total_point(report, mode, precision)
+        assert value is not None
+        out[precision] = Point(value, low, high)
+    return out
+
+
+def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = None) -> Fastest | None:
+    """:func:`decide_fastest` over a report's whole-model speedups in ``mode``."""
+    return decide_fastest(total_points(report, mode, report.precisions if precisions is None else precisions))
+
+
+#: What a reader sees for each reason a number is absent (the table owner uses the same words).
+STATUS_WORDS = {"failed": "failed", "unsupported": "unsupported", "missing": "not measured"}
+
+
+def unavailable_text(status: str, reason: str, *, limit: int = 60) -> str:
+    """``failed: <reason>`` / ``unsupported: <reason>`` (shortened to ``limit``), never one "n/a" for all."""
+    word = STATUS_WORDS.get(status, status or "n/a")
+    reason = " ".join(reason.split())
+    if not reason:
+        return word
+    if len(reason) > limit:
+        reason = reason[:limit - 1].rstrip() + "…"
+    return f"{word}: {reason}"
 
 
 def device_values(reports: dict[str, Report], device: str, name: str) -> dict[str, Value]:
     """All quotable values of one device's answer, keyed by :func:`~.records.value_key`."""
     out: dict[str, Value] = {}
     for mode, report in reports.items():
-        fastest = _fastest(report, mode)
+        fastest = fastest_total(report, mode)
         where = f"{MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
         if fastest is None:
             out[value_key("gemm-fastest", mode, "")] = Value("", f"{where}: no precision besides BF16 measured")
             out[value_key("gemm-speedup", mode, "fastest")] = Value("", f"{where}: no precision besides BF16 measured")
         else:
-            display = PRECISIONS[fastest[0]].display
+            display = PRECISIONS[fastest.answer].display
+            ties = (f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}"
+                    if fastest.tied else "")
             out[value_key("gemm-fastest", mode, "")] = Value(
-                display, f"{display} ({fastest[1]:.3f}× BF16): {FASTEST_RULE}; {where}")
+                fastest.text, f"{display} ({fastest.speedup:.3f}× BF16): {FASTEST_RULE}{ties}; {where}")
             out[value_key("gemm-speedup", mode, "fastest")] = Value(
-                format_speedup(fastest[1]), f"{fastest[1]:.3f}× BF16 by {display}, the fastest: {where}")
+                format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the fastest: {where}")
         for precision in report.precisions:
             where = f"{PRECISIONS[precision].display}, {MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
             total = report.total(mode, precision)
             if total.status != "measured" or not _finite(total.model_ms):
                 why = f"{where}: {total.status}" + (f" ({total.reason})" if total.reason else "")
-                out[value_key("gemm-time", mode, precision)] = Value("", why)
-                out[value_key("gemm-speedup", mode, precision)] = Value("", why)
+                out[value_key("gemm-time", mode, precision)] = Value("", why, total.status, total.reason)
+                out[value_key("gemm-speedup", mode, precision)] = Value("", why, total.status, total.reason)
             else:
                 assert total.model_ms is not None
                 layers = f"{report.num_layers} layers" if report.kind == "model" else "all shapes"
@@ -113,7 +207,7 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 if cell.status != "measured" or not _finite(cell.ms):
                     why = f"{at}: {cell.status}" + (f" ({cell.reason})" if cell.reason else "")
                     for kind in ROLE_KINDS:
-                        out[value_key(kind, mode, precision, gid)] = Value("", why)
+                        out[value_key(kind, mode, precision, gid)] = Value("", why, cell.status, cell.reason)
                     continue
                 assert cell.ms is not None
                 out[value_key("gemm-time", mode, precision, gid)] = Value(
@@ -138,6 +232,11 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
     return out
 
 
+def _absent(status: str, reason: str) -> tuple[str, str]:
+    """(status, reason) of a value that is absent because its own cell is (measured: no status)."""
+    return ("", "") if status == "measured" else (status, reason)
+
+
 def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: str, where: str) -> None:
     """SQNR of the whole layer (its least accurate GEMM), and the training step (once per precision)."""
     sqnr = report.sqnr(mode, precision)
@@ -152,19 +251,47 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
         speedup, share = step.speedup_vs_bf16, step.gemm_share
         out[value_key("gemm-step-speedup", layer_mode, precision)] = (
             Value(format_speedup(speedup), f"{speedup:.3f}× BF16 for the whole layer step: {at}")
-            if _finite(speedup) and speedup else Value("", f"{at}: {step.speedup_reason or step.reason}"))
+            if _finite(speedup) and speedup else Value("", f"{at}: {step.speedup_reason or step.reason}",
+                                                       *_absent(step.status, step.reason)))
         out[value_key("gemm-share", layer_mode, precision)] = (
             Value(f"{share * 100:.0f}%", f"{share * 100:.1f}% of the BF16 step is its GEMMs: {at}")
             if _finite(share) and share else Value("", f"{at}: {step.gemm_share_reason or step.reason}"))
 
 
-def gemm_names(report: Report) -> dict[str, str]:
-    """Every spelling a role may use for each GEMM -> its ``op/pass`` id."""
-    names: dict[str, str] = {}
+def gemm_names(report: Report) -> dict[str, tuple[str, ...]]:
+    """Every spelling a role may use for each GEMM -> the ``op/pass`` ids it names (one, or several
+    when GEMMs share a shape: ``attn_out`` Fprop and Dgrad are both ``MxHxH``)."""
+    names: dict[str, list[str]] = {}
+
+    def add(spelling: str, gid: str) -> None:
+        owners = names.setdefault(spelling.lower(), [])
+        if gid not in owners:
+            owners.append(gid)
+
     for g in report.gemms:
         gid = f"{g.op}/{g.pass_}"
         for spelling in (gid, f"{g.op}.{g.pass_}", g.label, g.label.replace(" ", "")):
-            names.setdefault(spelling.lower(), gid)
+            add(spelling, gid)
         if g.pass_ == "fprop":
-            names.setdefault(g.op.lower(), gid)
-    return names
+            add(g.op, gid)  # an op alone means its forward GEMM, by definition
+    return {spelling: tuple(owners) for spelling, owners in names.items()}
+
+
+class GemmNameError(LookupError):
+    """A GEMM name that names no GEMM, or several (the message names the candidates)."""
+
+
+def resolve_gemm(names: Mapping[str, tuple[str, ...]], text: str) -> str:
+    """The one lookup of a GEMM a role names: its ``op/pass`` id, or :class:`GemmNameError`.
+
+    A shape several GEMMs share is ambiguous, never "the first one": the error names them all.
+    """
+    key = text.strip().lower()
+    owners = names.get(key) or names.get(key.replace(" ", "")) or ()
+    if len(owners) == 1:
+        return owners[0]
+    if owners:
+        raise GemmNameError(f"GEMM {text.strip()!r} is ambiguous: it is the shape of {', '.join(owners)}; "
+                            "name one as op/pass")
+    known = sorted({gid for ids in names.values() for gid in ids})
+    raise GemmNameError(f"no GEMM {text.strip()!r} (known: {', '.join(known)})")
