@@ -13,7 +13,8 @@ spec of the numbers they show, into ``<doctreedir>/gemm_benchmark/gemm-<key>.svg
 hashes the spec (the numbers, the figure code's version, the style): a figure whose inputs did not
 change is not drawn again, across pages and across incremental builds. The image is referenced by
 a wildcard URI; builders that take no SVG (LaTeX) get PDF or PNG from :class:`FigureConverter`,
-which re-draws the stored spec at write time, so reading never depends on the builder.
+which re-draws the stored spec at write time, so reading never depends on the builder. The spec
+is JSON read field by field (never unpickled) and only from the build's own figure directory.
 """
 
 from __future__ import annotations
@@ -74,6 +75,18 @@ def figure_nodes(env: BuildEnvironment, report: Report, mode: str, device: str,
     return [nodes.image(uri=uri, alt=f"{MODE_NAMES[mode]}: {what} on {device}", classes=[FIGURE_CLASS])]
 
 
+def _own_figure(image: Path, doctreedir: Path) -> bool:
+    """Whether ``image`` lies in the figure directory this build writes (``<doctreedir>/gemm_benchmark``).
+
+    Only there does a figure's ``.spec`` come from this build (:func:`figure_nodes`): an image a
+    page takes from the source tree, whatever its class, is never re-drawn from a file beside it.
+    """
+    try:
+        return image.resolve().parent == (doctreedir / FIGURE_DIR).resolve()
+    except (OSError, RuntimeError):  # a path the system cannot resolve (a symlink loop)
+        return False
+
+
 class FigureConverter(ImageConverter):
     """PDF or PNG of our figures for builders without SVG, re-drawn from the stored spec."""
 
@@ -86,6 +99,8 @@ class FigureConverter(ImageConverter):
         return True
 
     def convert(self, _from: str | os.PathLike[str], _to: str | os.PathLike[str]) -> bool:
+        if not _own_figure(Path(_from), Path(self.env.doctreedir)):
+            return False  # an image carrying our class from anywhere else: nothing beside it is read
         spec = figures.load_spec(Path(_from))
         if spec is None:
             return False  # not ours, or from another version: Sphinx warns that it cannot convert

@@ -33,8 +33,10 @@ category labels' groups, no date: the same spec gives the same bytes in any proc
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-import pickle
+import re
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -367,18 +369,119 @@ def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gem
     if not path.exists():
         # The spec first: a figure file always has the spec it was drawn from beside it, so a
         # builder that needs another format can draw that from it (:func:`load_spec`).
-        _write_atomic(path.with_suffix(".spec"), pickle.dumps(spec))
+        _write_atomic(path.with_suffix(".spec"), spec_to_json(spec).encode("utf-8"))
         _write_atomic(path, render(spec, fmt))
+    elif load_spec(path) != spec:  # drawn by an older build (a pickled spec): the JSON spec beside it
+        _write_atomic(path.with_suffix(".spec"), spec_to_json(spec).encode("utf-8"))
     return path
 
 
-def load_spec(figure: Path) -> FigureSpec | None:
-    """The spec a :func:`figure_file` was drawn from, or None (not ours, or another code version)."""
-    try:
-        spec = pickle.loads(figure.with_suffix(".spec").read_bytes())
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+# ------------------------------------------------------------------------------- spec files
+# A spec file is plain JSON, read back field by field into the dataclasses: never a pickle,
+# because an image with a ``.spec`` beside it can come from anywhere a page can put files (the
+# source tree included), and unpickling runs whatever the file says. Read back, a spec must hash
+# to the key in its figure's file name, so a spec beside any other image is refused.
+
+#: The formats the figure code writes values with (``{:.2f}×``, ``{:.0%}``, ...): a spec file
+#: with another format string is refused (``str.format`` of a foreign string can pad to any size).
+_VALUE_FORMAT = re.compile(r"\{:\.\d[f%]\}×?")
+_COLOR = re.compile(r"#[0-9A-Fa-f]{6}")
+#: Larger than any spec the figure code writes (a sweep of hundreds of sizes is tens of kB).
+MAX_SPEC_BYTES = 4 << 20
+
+
+def spec_to_json(spec: FigureSpec) -> str:
+    """The spec file's text: the dataclasses as JSON objects, read back by :func:`spec_from_json`."""
+    return json.dumps(dataclasses.asdict(spec), sort_keys=True, ensure_ascii=False)
+
+
+class _NotASpec(Exception):
+    """Raised inside :func:`spec_from_json` where a value is not what the figure code writes."""
+
+
+def _json_text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _NotASpec
+    return value
+
+
+def _json_number(value: Any, *, optional: bool = False) -> float | None:
+    if value is None and optional:
         return None
-    return spec if isinstance(spec, FigureSpec) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _NotASpec
+    return float(value)
+
+
+def _json_numbers(value: Any, *, optional: bool = True) -> tuple[float | None, ...]:
+    if not isinstance(value, list):
+        raise _NotASpec
+    return tuple(_json_number(v, optional=optional) for v in value)
+
+
+def _json_fields(value: Any, cls: type) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(value, dict) or set(value) != names:
+        raise _NotASpec
+    return value
+
+
+def _json_series(value: Any) -> Series:
+    data = _json_fields(value, Series)
+    color = _json_text(data["color"])
+    if not _COLOR.fullmatch(color):
+        raise _NotASpec
+    return Series(_json_text(data["precision"]), _json_text(data["label"]), color, _json_numbers(data["values"]),
+                  _json_numbers(data["low"]), _json_numbers(data["high"]), _json_numbers(data["x"]))
+
+
+def _json_panel(value: Any) -> Panel:
+    data = _json_fields(value, Panel)
+    if not isinstance(data["categories"], list) or not isinstance(data["series"], list):
+        raise _NotASpec
+    x = _json_numbers(data["x"], optional=False)
+    return Panel(_json_text(data["title"]), tuple(_json_text(c) for c in data["categories"]),
+                 tuple(_json_series(s) for s in data["series"]), tuple(v for v in x if v is not None))
+
+
+def spec_from_json(value: Any) -> FigureSpec | None:
+    """A :class:`FigureSpec` from parsed spec-file JSON, or None where anything in it is not what
+    :func:`spec_to_json` writes (a field missing or extra, a type, a colour, a format string)."""
+    try:
+        data = _json_fields(value, FigureSpec)
+        kind = _json_text(data["kind"])
+        value_format = _json_text(data["value_format"])
+        if kind not in ("bars", "sweep", "scatter") or not _VALUE_FORMAT.fullmatch(value_format):
+            raise _NotASpec
+        if not isinstance(data["emphasize_first"], bool) or not isinstance(data["panels"], list):
+            raise _NotASpec
+        references = data["references"]
+        if not isinstance(references, list) or not all(isinstance(r, list) and len(r) == 2 for r in references):
+            raise _NotASpec
+        return FigureSpec(
+            kind, _json_text(data["title"]), _json_text(data["value_label"]), _json_text(data["category_label"]),  # type: ignore[arg-type]
+            tuple(_json_panel(p) for p in data["panels"]), reference=_json_number(data["reference"], optional=True),
+            emphasize_first=data["emphasize_first"], note=_json_text(data["note"]), value_format=value_format,
+            references=tuple((float(_json_number(v) or 0.0), _json_text(label)) for v, label in references),
+        )
+    except _NotASpec:
+        return None
+
+
+def load_spec(figure: Path) -> FigureSpec | None:
+    """The spec a :func:`figure_file` was drawn from, or None: no spec file, not a regular file,
+    not a JSON spec (an older build's pickle too: never unpickled), or a spec whose key is not the
+    one in ``figure``'s name."""
+    path = figure.with_suffix(".spec")
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_SPEC_BYTES:
+            return None
+        spec = spec_from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    if spec is None or figure.stem.rsplit("-", 1)[-1] != spec.key():
+        return None
+    return spec
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
