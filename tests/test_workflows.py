@@ -57,8 +57,9 @@ def test_docs_runs_the_readme_commands_from_the_cache_and_deploys_main(docs: dic
     assert build["env"]["GEMM_BENCH_EXECUTION_MODE"] == "cache"
     script = runs(build)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "pip install nox && nox -s docs" in readme and "pip install nox && nox -s docs" in script
-    assert "nox -s tests" in script and "nox -s lint" in script
+    first = "python3 -m venv .venv && .venv/bin/pip install -q nox && .venv/bin/nox -s docs"
+    assert first in readme and first in script
+    assert ".venv/bin/nox -s tests" in script and ".venv/bin/nox -s lint" in script
     upload = uses(build, "actions/upload-pages-artifact")
     assert upload and upload[0]["with"]["path"] == "docs/_build/html"
     main_only = "github.event_name == 'push' && github.ref == 'refs/heads/main'"

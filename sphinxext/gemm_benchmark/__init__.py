@@ -24,6 +24,7 @@ from typing import Any
 
 from sphinx.application import Sphinx
 
+from gemm_benchmark.buildlog import setup_buildlog
 from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
 from gemm_benchmark.directive import GemmBenchmarkDirective
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
@@ -58,6 +59,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     setup_figures(app)
     setup_tables(app)
     setup_questions(app)
+    setup_buildlog(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)

@@ -317,17 +317,19 @@ class Runner:
 
 
 def measure_question(question: Question, precisions: Sequence[str], modes: Sequence[str], *,
-                     settings: TimerSettings | None = None) -> dict[str, Any]:
+                     settings: TimerSettings | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """The one measuring path of ``gemm-bench refresh`` and of a docs build on a GPU box.
 
     A question is measured completely, whatever mode a page shows: the modes asked (with
     :func:`~gemm_bench.results.stack.complete_modes`, the layer step of a model in both forms), the
     peers, clock telemetry and the cross-check, and the SQNRs, so every page that shows any of
     them reads one run, and re-measuring after a stack change drops nothing another page shows.
+    ``progress``: the Runner's ``(groups done, groups in all, what runs now)`` callback (a docs
+    build's progress lines: ``gemm_benchmark.buildlog.MeasureProgress``).
     """
     from gemm_bench.results.stack import complete_modes
 
-    return Runner(settings or TimerSettings(), accuracy=True).measure(
+    return Runner(settings or TimerSettings(), accuracy=True, progress=progress).measure(
         question, list(precisions), complete_modes(question, modes))
 
 
