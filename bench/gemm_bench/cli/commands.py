@@ -21,6 +21,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
 from gemm_bench.question.config import (
     FIELD_HELP,
     INT_FIELDS,
+    MAX_DIMENSION,
     PRESET_DESCRIPTIONS,
     ConfigError,
     cli_flag,
@@ -47,6 +49,7 @@ from gemm_bench.question.question import Question, build_question
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError, read_document
+from gemm_bench.results.schema import MAX_LAYERS
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
 DEFAULT_README_FIGURE = Path("docs/_static/readme-speedups.svg")
@@ -66,24 +69,54 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
 
-def _whole_number(high: int | None = None) -> Callable[[str], int]:
-    """An argparse type: a whole number from 1 (to ``high``), with a message naming the value."""
+#: The largest whole number any flag takes (every dimension, layer count and size is far below):
+#: a number is refused by its digit count before Python converts it (a 5000-digit string raises
+#: ValueError, a 400-digit one makes a number no check downstream expects).
+MAX_WHOLE_NUMBER = MAX_DIMENSION
+
+
+def shown(text: str, limit: int = 24) -> str:
+    """A value from the command line as an error message quotes it: never a screenful of digits."""
+    text = one_line(text)
+    return repr(text) if len(text) <= limit else f"'{text[:limit]}...' ({len(text)} characters)"
+
+
+def _whole_number(high: int = MAX_WHOLE_NUMBER) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``high``, with a message quoting the value."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        digits = text.strip().lstrip("+")
+        if not (digits.isascii() and digits.isdigit()):
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+        digits = digits.lstrip("0") or "0"
+        if len(digits) > len(str(high)) or int(digits) > high:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is more than {high}")
+        value = int(digits)
         if value < 1:
             raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-        if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"{value} is more than {high}")
         return value
 
     return parse
 
 
 _positive_int = _whole_number()
+
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def _dimensions(what: str) -> Callable[[str], str]:
+    """An argparse type for ``--shape`` and ``--sweep``: every number in the text at most
+    :data:`MAX_DIMENSION`, checked by its digits (the text itself is parsed by the question)."""
+
+    def check(text: str) -> str:
+        for run in _DIGIT_RUN.findall(text):
+            digits = run.lstrip("0") or "0"
+            if len(digits) > len(str(MAX_DIMENSION)) or (digits.isascii() and int(digits) > MAX_DIMENSION):
+                raise argparse.ArgumentTypeError(f"{shown(text)}: the {what} {shown(run)} is more than the "
+                                                 f"supported {MAX_DIMENSION}")
+        return text
+
+    return check
 
 
 def _warmup_seconds(text: str) -> float:
@@ -111,8 +144,10 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
                         "that change no GEMM are listed as ignored; write --megatron-args='--hidden-size ...' "
                         "when it starts with --); the config flags above override it")
     m = p.add_argument_group("manual shapes")
-    m.add_argument("--shape", action="append", metavar="MxKxN", help="a GEMM shape (repeatable)")
-    m.add_argument("--sweep", metavar="S1,S2,...", help="square GEMMs SxSxS, comma or space separated sizes")
+    m.add_argument("--shape", action="append", type=_dimensions("dimension"), metavar="MxKxN",
+                   help="a GEMM shape (repeatable)")
+    m.add_argument("--sweep", type=_dimensions("size"), metavar="S1,S2,...",
+                   help="square GEMMs SxSxS, comma or space separated sizes")
 
 
 def question_from_args(args: argparse.Namespace) -> Question:
@@ -368,6 +403,11 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
     if not cache_dir.is_dir():
         raise UsageError(f"--cache-dir: {cache_dir} is not a directory")
     _writable_destination(out, "--out", directory=False)
+    from gemm_bench.report.figures import readme_paths
+
+    for path in readme_paths(out):
+        if path.exists() and not path.is_file():  # /dev/full, a FIFO, a link to /dev/zero: never read or replaced
+            raise UsageError(f"--out: {path} is not a regular file; give the path of an SVG file")
     figures = load_figures()
 
     def ignored(error: Exception) -> None:
@@ -430,7 +470,7 @@ def build_parser() -> Parser:
     p = sub.add_parser("report", help="print the summary of a saved result")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--num-layers", type=_positive_int, metavar="N", help="layers for the model total")
+    p.add_argument("--num-layers", type=_whole_number(MAX_LAYERS), metavar="N", help="layers for the model total")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("presets", help="list the model presets")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.cli.errors import UsageError, echo
+from gemm_bench.cli.errors import UsageError, echo, one_line
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
 
@@ -107,14 +108,37 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     return 0 if outcome.ok else 1
 
 
+#: ``--max-age-days`` at most this (about 2700 years): finite, and a date minus it still a date.
+MAX_AGE_DAYS = 1_000_000.0
+#: ``--gpus`` indices: far more than one host holds, few enough digits to convert safely.
+MAX_GPU_INDEX = 1023
+
+
+def _shown(text: str) -> str:
+    text = one_line(text)
+    return repr(text) if len(text) <= 24 else f"'{text[:24]}...' ({len(text)} characters)"
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_AGE_DAYS):
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be a number of days above 0 and at most "
+                                         f"{MAX_AGE_DAYS:g}")
     return value
+
+
+def _gpu_selection(text: str) -> str:
+    """``--gpus``: ``all`` or a comma list of small indices (the refresh matches them to the GPUs)."""
+    if text.strip().lower() == "all":
+        return text
+    for item in (part.strip() for part in text.split(",")):
+        if not (item.isascii() and item.isdigit()) or len(item.lstrip("0")) > len(str(MAX_GPU_INDEX)) \
+                or int(item) > MAX_GPU_INDEX:
+            raise argparse.ArgumentTypeError(f"{_shown(item)} is not a GPU index (0 to {MAX_GPU_INDEX}) or 'all'")
+    return text
 
 
 def add_commands(subparsers: Any) -> None:
@@ -137,7 +161,8 @@ def add_commands(subparsers: Any) -> None:
 
     p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU")
     p.add_argument("srcdir", metavar="SRCDIR", help="the documentation source directory (docs/)")
-    p.add_argument("--gpus", default="all", metavar="all|0,1", help="which local GPUs measure (default: all)")
+    p.add_argument("--gpus", default="all", type=_gpu_selection, metavar="all|0,1",
+                   help="which local GPUs measure (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
     p.add_argument("--device", metavar="NAME", help="with --dry-run: plan for this device (h100, b200, ...)")
     p.add_argument("--cache-dir", metavar="DIR", help="the result cache (default: SRCDIR/_gemm_cache)")

@@ -31,7 +31,7 @@ from typing import Any
 from gemm_bench.question.precisions import MODE_NAMES, PRECISION_IDS, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
 from gemm_bench.report.report import Cell, Report
-from gemm_bench.results.cache import CacheError, read_document
+from gemm_bench.results.cache import MAX_FILE_BYTES, CacheError, read_document
 from gemm_bench.results.schema import ResultError, validate
 from gemm_bench.results.untrusted_text import field, markdown
 
@@ -340,8 +340,13 @@ def load_result(path: Path) -> dict[str, Any]:
     Raises :class:`CacheError` naming the file.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-        doc = json.loads(text)
+        if not path.is_file():  # a device or a FIFO can be endless: never read
+            raise CacheError(path, "is not a regular file")
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise CacheError(path, f"is more than the {MAX_FILE_BYTES} bytes a result may have")
+        doc = json.loads(data.decode("utf-8"))
         return validate(doc)
     except OSError as exc:
         raise CacheError(path, f"cannot be read ({exc.strerror or exc})") from None

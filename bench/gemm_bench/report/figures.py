@@ -534,15 +534,33 @@ def write_readme_figure(cache_dir: Path, out: Path = DEFAULT_README_OUT, *,
 
     GitHub shows README images through ``<img>``, which cannot see the page's colours, so the
     README gets two fixed-ink variants instead of the site's one ``page`` SVG. A file whose bytes
-    would not change is left alone (an empty list: up to date). Raises :class:`FigureError`.
+    would not change is left alone (an empty list: up to date). Raises :class:`FigureError`, also
+    when a destination exists and is not a regular file (a device, a FIFO: never read, never
+    replaced).
     """
+    paths = readme_paths(out)
+    for path in paths:
+        if path.exists() and not path.is_file():
+            raise FigureError(f"{path} is not a regular file: the README figure is written only to a file")
     spec = readme_spec(cache_dir, on_error=on_error)
     changed = []
     themes: tuple[Theme, Theme] = ("light", "dark")
-    for path, theme in zip(readme_paths(out), themes, strict=True):
+    for path, theme in zip(paths, themes, strict=True):
         data = render(spec, "svg", theme=theme)
-        if path.exists() and path.read_bytes() == data:
+        if _holds(path, data):
             continue
         _write_atomic(path, data)
         changed.append(path)
     return changed
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether the regular file ``path`` holds exactly ``data``; reads at most ``len(data) + 1``
+    bytes, and nothing at all from anything but a regular file (a device can be endless)."""
+    try:
+        if not path.is_file() or path.stat().st_size != len(data):
+            return False
+        with path.open("rb") as file:
+            return file.read(len(data) + 1) == data
+    except OSError:
+        return False
