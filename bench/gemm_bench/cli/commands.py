@@ -3,8 +3,9 @@
 Config flags are Megatron-LM's (``--hidden-size`` ...), so a launch script's arguments can be
 pasted in. Whatever the input, the command never prints a traceback; it exits with
 
-* 0 on success;
-* 2 on bad input, with one line on stderr naming the flag or file at fault;
+* 0 on success (``--version``, ``--help`` included);
+* 2 on bad input, with one line on stderr naming the flag or file at fault; ``gemm-bench`` with no
+  command prints its usage and the list of commands on stderr and exits 2 too;
 * 3 when software the command needs is missing (for ``run``: PyTorch, Transformer Engine or a
   CUDA GPU), with one line saying what to install (``readme-figure`` writes its SVGs without
   matplotlib);
@@ -427,9 +428,18 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------- parser, main
+#: The help's first line: plain text (the module docstring's first line is reStructuredText).
+DESCRIPTION = "gemm-bench: list a model's GEMMs, measure them on the GPU, print a saved result."
+
+
 def build_parser() -> Parser:
-    parser = Parser(prog="gemm-bench", description=(__doc__ or "").splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    import gemm_bench
+
+    parser = Parser(prog="gemm-bench", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"gemm-bench {gemm_bench.__version__}")
+    # Not required: with no command, main prints the usage and the commands (argparse would print
+    # only "the following arguments are required").
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND", parser_class=Parser)
 
     p = sub.add_parser("shapes", help="list the GEMMs of one transformer layer")
     _add_config_flags(p)
@@ -503,6 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any("\x00" in arg for arg in argv):  # no shell can pass one; file APIs raise ValueError on it
         parser.error("an argument contains a NUL character")
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
     args.argv = argv
     try:
         return int(args.func(args))
