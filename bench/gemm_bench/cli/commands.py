@@ -3,9 +3,10 @@
 Config flags are Megatron-LM's (``--hidden-size`` ...), so a launch script's arguments can be
 pasted in. Whatever the input, the command never prints a traceback; it exits with
 
-* 0 on success (``--version``, ``--help`` included);
-* 2 on bad input, with one line on stderr naming the flag or file at fault; ``gemm-bench`` with no
-  command prints its usage and the list of commands on stderr and exits 2 too;
+* 0 on success (``--version``, ``--help`` included; ``gemm-bench`` with no command prints the
+  help, usage and the list of commands, on stdout: a newcomer's question, not an error, and every
+  error stays one line);
+* 2 on bad input, with one line on stderr naming the flag or file at fault;
 * 3 when software the command needs is missing (for ``run``: PyTorch, Transformer Engine or a
   CUDA GPU), with one line saying what to install (``readme-figure`` writes its SVGs without
   matplotlib);
@@ -514,8 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("an argument contains a NUL character")
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
+        echo(parser.format_help(), end="")
+        return 0
     args.argv = argv
     try:
         return int(args.func(args))
