@@ -55,8 +55,6 @@ def _hostile_doc(date: str = "2026-11-01T00:00:00+00:00") -> dict[str, Any]:
 def test_compare_pairs_gemms_by_identity_not_list_position() -> None:
     """Defect class: compare paired GEMMs by list position, so a reordered sweep of identical
     data showed 512x changes. One function (gemm_identity) decides the pairing key."""
-    from gemm_bench.report.compare import gemm_identity
-
     a = synthetic_document(build_question(sweep=["1024", "8192"]), ms={("autocast", "bf16"): 2.0})
     b = synthetic_document(build_question(sweep=["8192", "1024"]), ms={("autocast", "bf16"): 2.0})
     assert a["question_hash"] == b["question_hash"]  # one question, the GEMMs stored in another order
@@ -70,6 +68,8 @@ def test_compare_pairs_gemms_by_identity_not_list_position() -> None:
     unmatched = [g for g in c.gemms if g.unmatched]
     assert [(g.shape, g.unmatched) for g in unmatched] == [("1024x1024x1024", "only in A (B: missing)")]
     assert "only in A" in c.to_text() and "only in A" in c.to_markdown(all_gemms=True)
+    from gemm_bench.report.compare import gemm_identity
+
     assert gemm_identity("autocast", "bf16", build_question(sweep=["8"]).gemms[0]) == (
         "8x8x8", "fprop", 8, 8, 8, 1, "autocast", "bf16")
 
@@ -194,7 +194,7 @@ def test_merge_says_exactly_which_cached_cells_it_dropped(tmp_path: Path) -> Non
     The message is computed from the document written, so it cannot disagree with it."""
     cached = synthetic_document(date="2026-11-01T00:00:00+00:00")
     incoming = synthetic_document(ms={("autocast", "bf16"): 2.5}, date="2026-11-02T00:00:00+00:00")
-    action, written, reason = decide(cached, incoming, now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
+    action, written, reason = decide(cached, incoming)
     assert action == "merged" and written is not None
     dropped = _cells(cached) - _cells(written)
     assert dropped  # the rule: one mode is one run, so the cached FP8 autocast cells go
@@ -204,19 +204,19 @@ def test_merge_says_exactly_which_cached_cells_it_dropped(tmp_path: Path) -> Non
     # And through the command: the printed line is the one computed.
     _write(tmp_path / "cache", cached)
     _write(tmp_path / "in", incoming)
-    actions = merge([tmp_path / "in"], tmp_path / "cache", now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
+    actions = merge([tmp_path / "in"], tmp_path / "cache")
     assert f"dropped {len(dropped)} cached cells" in actions[0].describe()
 
 
 def test_merge_rejects_dates_in_the_future_naming_the_file(tmp_path: Path) -> None:
     """Defect class (lost data): merge trusted unvalidated dates, so a file dated 2099 won every
     merge. A date beyond a small clock skew, or one that does not parse, is rejected by name."""
-    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime.now(dt.timezone.utc)
     cached = synthetic_document(date="2026-11-01T00:00:00+00:00")
     _write(tmp_path / "cache", cached)
     future = synthetic_document(ms={("autocast", "bf16"): 9.0}, date="2099-01-01T00:00:00+00:00")
     source = _write(tmp_path / "in", future)
-    actions = merge([tmp_path / "in"], tmp_path / "cache", now=now)
+    actions = merge([tmp_path / "in"], tmp_path / "cache")
     assert [a.action for a in actions] == ["rejected"]
     assert "2099-01-01" in actions[0].reason and "future" in actions[0].reason
     assert str(source) in actions[0].describe()
@@ -224,17 +224,17 @@ def test_merge_rejects_dates_in_the_future_naming_the_file(tmp_path: Path) -> No
     # A cached file dated in the future blocks nothing silently either: the merge says which file.
     (tmp_path / "cache" / source.name).write_text(dumps(future), encoding="utf-8")
     source.write_text(dumps(cached), encoding="utf-8")
-    actions = merge([tmp_path / "in"], tmp_path / "cache", now=now)
+    actions = merge([tmp_path / "in"], tmp_path / "cache")
     assert [a.action for a in actions] == ["rejected"] and str(tmp_path / "cache") in actions[0].reason
     bad = synthetic_document(date="next tuesday")
     source.write_text(dumps(bad), encoding="utf-8")
     (tmp_path / "cache" / source.name).unlink()
-    actions = merge([tmp_path / "in"], tmp_path / "cache", now=now)
+    actions = merge([tmp_path / "in"], tmp_path / "cache")
     assert [a.action for a in actions] == ["rejected"] and "next tuesday" in actions[0].reason
     # A clock a few minutes ahead is not a future date.
     soon = synthetic_document(date=(now + dt.timedelta(minutes=5)).isoformat())
     source.write_text(dumps(soon), encoding="utf-8")
-    assert [a.action for a in merge([tmp_path / "in"], tmp_path / "cache", now=now)] == ["added"]
+    assert [a.action for a in merge([tmp_path / "in"], tmp_path / "cache")] == ["added"]
 
 
 # ---------------------------------------------------------------------------- 5. crashes
