@@ -288,7 +288,8 @@ def summary_rows(soup: BeautifulSoup) -> Iterator[tuple[str, list[SummaryCell]]]
 
 
 def fastest_starred(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
-    """Each summary row with numbers has one ★, on its largest speedup."""
+    """Each summary row with numbers has one ★, on its largest speedup, and it is faster than BF16;
+    a row where nothing is (beyond the spread) says "fastest: BF16" instead and stars nothing."""
     problems, rows = [], 0
     for label, cells in summary_rows(soup):
         if not cells:
@@ -296,10 +297,17 @@ def fastest_starred(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) ->
         rows += 1
         starred = [c for c in cells if c.fastest]
         best = max(c.value for c in cells)
-        if len(starred) != 1:
+        if "fastest: BF16" in label:
+            clearly = [c.value for c in cells if c.value > 1 and (c.low is None or c.low > 1)]
+            if starred or clearly:
+                problems.append(f"{label}: says BF16 is fastest, but {len(starred)} cells are marked ★ and "
+                                f"{clearly} are faster than BF16 beyond their spread")
+        elif len(starred) != 1:
             problems.append(f"{label}: {len(starred)} cells marked ★")
         elif starred[0].value != best:
             problems.append(f"{label}: ★ on {starred[0].value}, the largest is {best}")
+        elif starred[0].value <= 1:
+            problems.append(f"{label}: ★ on {starred[0].value}, not faster than BF16")
     return problems or ([] if rows else ["no summary row with a number"])
 
 

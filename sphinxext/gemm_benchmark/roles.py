@@ -79,7 +79,9 @@ ROLES: dict[str, RoleSpec] = {
                  "te-5b layer bf16", gemm="none"),
         RoleSpec("gemm-fastest", "NAME[@DEVICE] MODE",
                  "The fastest precision's name: the largest whole-model speedup vs BF16 among the precisions the "
-                 "directive shows and the device measured. ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup.",
+                 "directive shows and the device measured, BF16 included; when no precision is faster than BF16 "
+                 "beyond the measured spread it reads \"BF16 (no FP8 recipe is faster here)\" (one rule, "
+                 "shared with the summary's ★). ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
     )
 }

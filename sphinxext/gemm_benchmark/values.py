@@ -71,6 +71,10 @@ class Point:
     high: float | None = None
 
 
+#: BF16's speedup vs itself: exactly 1, no spread of its own (see :func:`decide_fastest`).
+BF16_POINT = Point(1.0, 1.0, 1.0)
+
+
 def overlaps(a: Point, b: Point) -> bool:
     """Whether two speedups' spreads overlap: their difference is not significant."""
     if a.low is None or a.high is None or b.low is None or b.high is None:
@@ -113,15 +117,17 @@ class Fastest:
 def decide_fastest(points: Mapping[str, Point]) -> Fastest | None:
     """The one rule for "fastest", used by the summary, the roles and every other place that picks one.
 
-    ``points`` holds every precision shown that has a speedup, BF16 included (1.0 with its own
-    spread; added as 1.0 when absent). The largest speedup wins; an exact tie goes to BF16. A
-    winner whose spread overlaps BF16's is not clearly faster than BF16: BF16 is then the answer.
-    None when nothing besides BF16 has a number.
+    ``points`` holds every precision shown that has a speedup vs BF16 with its spread. BF16 is
+    always a candidate, at exactly 1.0: its run-to-run variability is already inside every other
+    precision's ratio spread (:func:`gemm_bench.report.figures.ratio_spread`), so it is not counted
+    twice. The largest speedup wins; an exact tie goes to BF16. A winner whose spread reaches down
+    to 1.0 is not clearly faster than BF16: BF16 is then the answer. None when nothing besides BF16
+    has a number.
     """
     candidates = {p: v for p, v in points.items() if p != BASELINE and _finite(v.value)}
     if not candidates:
         return None
-    everyone = {BASELINE: points.get(BASELINE, Point(1.0)), **candidates}
+    everyone = {BASELINE: BF16_POINT, **candidates}
     best = max(everyone, key=lambda p: (everyone[p].value, p == BASELINE))
     answer = best if best == BASELINE or not overlaps(everyone[best], everyone[BASELINE]) else BASELINE
     tied = tuple(p for p in everyone if p != answer and overlaps(everyone[p], everyone[answer]))
@@ -138,7 +144,7 @@ def total_points(report: Report, mode: str, precisions: Iterable[str]) -> dict[s
             continue
         value, low, high = figures.total_point(report, mode, precision)
         assert value is not None
-        out[precision] = Point(value, low, high)
+        out[precision] = BF16_POINT if precision == BASELINE else Point(value, low, high)
     return out
 
 
