@@ -266,9 +266,6 @@ def test_man_and_text_headers_stand_over_their_columns(project: Project) -> None
 
 
 # ------------------------------------------------------------------ 10. the Linear peers' backward
-@pytest.mark.xfail(strict=True, reason="render_table.peers_table (the table owner's) walks the question's GEMM "
-                   "passes, and a Linear peer's backward row (pass 'backward': Dgrad + Wgrad) matches none of "
-                   "them; remove this mark with that fix")
 def test_linear_peers_backward_is_rendered_beside_their_fprop(project: Project) -> None:
     """Class: the Linear peers' backward region (Dgrad + Wgrad, peers rows with pass "backward") was
     stored in every result but rendered nowhere; it belongs in the table that shows their Fprop."""

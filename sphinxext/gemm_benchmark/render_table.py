@@ -28,7 +28,7 @@ from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report.report import Report
 from gemm_bench.results import cross_check
 from gemm_benchmark.nodes import WRITERS, gemm_data_table
-from gemm_benchmark.values import format_ms, format_speedup, format_tflops
+from gemm_benchmark.values import format_ms, format_speedup, format_tflops, unavailable_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,11 +326,11 @@ def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> no
         status, reason = report.status(mode, p)
         if status == "measured":
             continue
-        word = {"unsupported": "not supported", "failed": "failed", "missing": "not measured"}[status]
         item = nodes.list_item()
         para = nodes.paragraph()
         para += nodes.strong(PRECISIONS[p].display, PRECISIONS[p].display)
-        para += nodes.Text(f" {word}: {reason}" if reason else f" {word}")
+        # One wording with the summary and the roles: "failed: ..." never reads as "unsupported: ...".
+        para += nodes.Text(" " + unavailable_text(status, reason, limit=10_000))
         item += para
         items += item
     return items if len(items) else None
@@ -339,8 +339,10 @@ def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> no
 def peers_table(report: Report, kind: str) -> nodes.Element | None:
     """The peers' own table (PyTorch-native and registered GEMMs): never part of TE's totals.
 
-    One row per GEMM, a column pair per peer: its time and TFLOP/s (and % of the dense peak in the
-    tooltip), or why it has none. ``kind`` is ``gemm`` (pre-quantized panel) or ``linear`` (autocast).
+    One row per timed region, a column per peer: its time and TFLOP/s (and % of the dense peak in
+    the tooltip), or why it has none. ``kind`` is ``gemm`` (pre-quantized panel: one row per GEMM
+    pass) or ``linear`` (autocast: per op, its Fprop and its backward, Dgrad and Wgrad timed as
+    one region, as the Linear peers run them).
     """
     rows = [r for r in report.peers() if r.kind == kind]
     if not rows:
@@ -353,13 +355,11 @@ def peers_table(report: Report, kind: str) -> nodes.Element | None:
         header.append(Entry(f"{backend}: ms · TFLOP/s"))
         widths.append(16)
     body = []
-    for gemm in report.gemms:
-        cells = [by_key.get((b, gemm.op, gemm.pass_)) for b in backends]
+    for op, pass_, label, shape in _peer_regions(report, kind):
+        cells = [by_key.get((b, op, pass_)) for b in backends]
         if not any(cells):
             continue
-        label = f"{OP_NAMES.get(gemm.op, gemm.op)} {PASS_NAMES.get(gemm.pass_, gemm.pass_)}" \
-            if report.kind == "model" else gemm.label
-        row = [Entry(label), Entry(gemm.label)]
+        row = [Entry(label), Entry(shape)]
         for cell in cells:
             if cell is None:
                 row.append(Entry("–", classes=("gemm-num",)))
@@ -368,9 +368,27 @@ def peers_table(report: Report, kind: str) -> nodes.Element | None:
                 row.append(Entry(f"{format_ms(cell.ms)} · {format_tflops(cell.tflops)}", classes=("gemm-num",),
                                  tooltip=f"{cell.ms:.5g} ms, {cell.tflops or 0:.1f} TFLOP/s{pct}: {cell.backend}"))
             else:
-                row.append(Entry("n/a", classes=("gemm-num", "gemm-na"), tooltip=f"{cell.status}: {cell.reason}"))
+                row.append(Entry(unavailable_text(cell.status, cell.reason), classes=("gemm-num", "gemm-na"),
+                                 tooltip=f"{cell.status}: {cell.reason}"))
         body.append(row)
     if not body:
         return None
     return data_table([header], body, widths, classes=["gemm-peers"],
                        title="Peers beside Transformer Engine (their own rows; not in TE’s totals)")
+
+
+def _peer_regions(report: Report, kind: str) -> list[tuple[str, str, str, str]]:
+    """(op, region, row label, shape) of each row of a peers table, in the question's order."""
+    def name(gemm: GemmShape, what: str) -> str:
+        return f"{OP_NAMES.get(gemm.op, gemm.op)} {what}" if report.kind == "model" else f"{gemm.label} {what}"
+
+    if kind != "linear":
+        return [(g.op, g.pass_, name(g, PASS_NAMES.get(g.pass_, g.pass_)) if report.kind == "model" else g.label,
+                 g.label) for g in report.gemms]
+    out = []
+    for g in report.gemms:
+        if g.pass_ != "fprop":
+            continue
+        out.append((g.op, "fprop", name(g, "Fprop"), g.label))
+        out.append((g.op, "backward", name(g, "backward (Dgrad + Wgrad)"), g.label))
+    return out
