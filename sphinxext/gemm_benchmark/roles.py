@@ -3,6 +3,7 @@
 ``:gemm-speedup:`NAME MODE PRECISION [GEMM]``` -> ``1.93×`` (whole-model GEMM time, BF16 / PRECISION;
 with GEMM, that GEMM's speedup)
 ``:gemm-time:`NAME MODE PRECISION [GEMM]```    -> ``657.3 ms`` (whole-model GEMM time; with GEMM, that GEMM's)
+``:gemm-eager-time:`NAME MODE PRECISION GEMM``` -> that GEMM called eagerly, host work included, in ms
 ``:gemm-tflops:`NAME MODE PRECISION GEMM``` -> ``612 TFLOP/s`` (one GEMM: ``op/pass`` or ``MxKxN``)
 
 ``NAME@DEVICE`` picks one device of a directive by its exact slug or alias
@@ -59,6 +60,11 @@ ROLES: dict[str, RoleSpec] = {
                  "GEMM time in milliseconds: the whole model's (Report total ``model_ms``: per layer x the "
                  "page's layers), or with GEMM that GEMM's.",
                  "te-5b prequant bf16"),
+        RoleSpec("gemm-eager-time", "NAME[@DEVICE] MODE PRECISION GEMM",
+                 "One GEMM's eager time in milliseconds: the same region called eagerly, the host's work included "
+                 "wherever the GPU waits for it (method v4 stores it beside each GPU time; Report cell "
+                 "``eager_ms``). Far above ``gemm-time``, the GEMM is host-bound when run eagerly.",
+                 "te-5b autocast fp8-current attn_out/dgrad", gemm="required"),
         RoleSpec("gemm-tflops", "NAME[@DEVICE] MODE PRECISION GEMM",
                  "Throughput of one GEMM, named ``op/pass`` (``mlp_up/fprop``) or by its ``MxKxN`` shape.",
                  "te-5b prequant fp8-block mlp_up/fprop", gemm="required"),

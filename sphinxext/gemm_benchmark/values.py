@@ -20,7 +20,7 @@ from gemm_bench.report import figures
 from gemm_bench.report.report import Report
 from gemm_benchmark.records import Value, value_key
 
-ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-tflops")
+ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "gemm-tflops")
 
 
 def _finite(value: float | None) -> bool:
@@ -218,6 +218,11 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 assert cell.ms is not None
                 out[value_key("gemm-time", mode, precision, gid)] = Value(
                     f"{format_ms(cell.ms)} ms", f"{_tooltip_ms(cell.ms)}: {at}")
+                out[value_key("gemm-eager-time", mode, precision, gid)] = (
+                    Value(f"{format_ms(cell.eager_ms)} ms",
+                          f"{_tooltip_ms(cell.eager_ms)} called eagerly, host work included: {at}")
+                    if _finite(cell.eager_ms) and cell.eager_ms
+                    else Value("", f"{at}: no eager time in this result (method v4 measures it)"))
                 tflops = cell.tflops
                 shown = f"{format_tflops(tflops)} TFLOP/s"
                 out[value_key("gemm-tflops", mode, precision, gid)] = (
