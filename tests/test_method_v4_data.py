@@ -99,3 +99,19 @@ def test_a_flagged_time_carries_the_mark_and_why(question: Any) -> None:
     row = _table_text(doc)[0]
     assert f"{FLAG_MARK} [" in row and "timed 1.30x its profiled kernel time" in row
     assert row.count(FLAG_MARK) == 2  # BF16's mark and its reason; FP8 Current is not flagged
+
+
+def test_a_step_faster_than_its_gemms_fails_the_build_where_the_page_shows_it(tmp_path: Path) -> None:
+    """Method v3's Qwen2.5-7B result, shown by a summary: the step row would publish a step faster
+    than its GEMMs, so the build warns at the directive's line (``-W`` fails it)."""
+    from tests.test_correctness import Project
+
+    project = Project(tmp_path)
+    v3 = json.loads((Path(__file__).parent / "data" / "cache-v3" / "c1ead6d262e78825--h100-80gb-hbm3.json")
+                    .read_text(encoding="utf-8"))
+    project.store(v3)
+    project.page("index", "Models\n======\n\n.. gemm-benchmark-summary::\n   :models: qwen2.5-7b\n"
+                 "   :precisions: bf16, fp8-delayed, fp8-current\n   :devices: h100\n")
+    warnings, _ = project.build()
+    claim = [line for line in warnings.splitlines() if "[gemm_benchmark.claim]" in line]
+    assert claim and "index.rst:4" in claim[0] and "gains 1.43x but its GEMMs only 1.13x" in claim[0], warnings

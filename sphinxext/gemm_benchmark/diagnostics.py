@@ -37,6 +37,7 @@ class Subtype(TextEnum):
     STALE = "stale"
     MEASURE = "measure"
     ROLE = "role"
+    CLAIM = "claim"
 
 
 DESCRIPTIONS: dict[Subtype, str] = {
@@ -53,6 +54,8 @@ DESCRIPTIONS: dict[Subtype, str] = {
     Subtype.STALE: "A result measured with another method version, or older than the configured age.",
     Subtype.MEASURE: "Measuring on this machine's GPU failed; the cache is left as it was.",
     Subtype.ROLE: "A role whose directive, device, GEMM or value does not exist.",
+    Subtype.CLAIM: "A result whose numbers contradict each other where the page shows them (a layer step "
+    "gaining more than its own GEMMs, beyond the spread): a measurement problem, never published silently.",
 }
 
 
