@@ -108,10 +108,12 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
 
     def measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
         # The one measuring path, shared with ``gemm-bench refresh``: GEMMs, step, SQNRs, peers,
-        # telemetry, whatever this page shows of them.
+        # telemetry, whatever this page shows of them; a progress line with an estimate meanwhile.
         from gemm_bench.measure.runner import measure_question
+        from gemm_benchmark.buildlog import MeasureProgress
 
-        return measure_question(question, precisions, modes)
+        progress = MeasureProgress(f"{question.hash} ({question.describe()}) on {torch.cuda.get_device_name()}")
+        return measure_question(question, precisions, modes, progress=progress)
 
     return LocalGpu(torch.cuda.get_device_name(), measure), ""
 
