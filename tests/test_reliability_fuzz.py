@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from sphinx.testing.util import SphinxTestApp
 
 from gemm_bench.cli import main as cli_main
+from gemm_bench.cli.commands import build_parser, question_from_args
 from gemm_bench.question.config import BOOL_FIELDS, INT_FIELDS, MAX_DIMENSION
-from gemm_bench.question.question import question_hash
 from gemm_bench.question.shapes import GemmShape
 from gemm_benchmark import directive as directive_module
 from gemm_benchmark import records as site_records
@@ -323,7 +323,9 @@ def test_fuzzed_directives_warn_at_their_line_and_agree_with_the_cli(fuzz_projec
             assert (code == 0) == directive_accepts, (config_opts, found.get(line), err)
             if code == 0:
                 gemms = [GemmShape.from_dict(g) for g in json.loads(out)]
-                assert question_hash(gemms) == records[line].question_hash, config_opts
+                asked = question_from_args(build_parser().parse_args(_cli_argv(config_opts)))
+                assert [g.to_dict() for g in gemms] == [g.to_dict() for g in asked.gemms], config_opts
+                assert asked.hash == records[line].question_hash, config_opts
                 compared["agree_valid"] += 1
             else:
                 lines = err.strip().splitlines()

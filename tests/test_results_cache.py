@@ -27,7 +27,7 @@ def test_question_hash_ignores_order_and_spelling() -> None:
     preset = build_question(model="te-guide-5b")
     spelled = build_question(fields=dict(num_layers=24, seq_length=512, micro_batch_size=31, num_attention_heads=32,
                                          ffn_hidden_size=16384, hidden_size=4096))
-    assert preset.hash == spelled.hash == question_hash(reversed(preset.gemms))
+    assert preset.hash == spelled.hash == question_hash(reversed(preset.gemms), preset.config.to_dict())
     other = build_question(model="te-guide-5b", fields={"seq_length": 1024})
     assert other.hash != preset.hash
     # Layers do not change what is measured, only the model total.

@@ -49,7 +49,7 @@ Q = build_question(model="te-guide-5b")
 Doc = dict[str, Any]
 
 
-def committed(name: str = "6395c3eace1d229f--h100-80gb-hbm3.json") -> Doc:
+def committed(name: str = "dd2edd9a39221809--h100-80gb-hbm3.json") -> Doc:
     """A real v1 result (te-guide-5b on H100), parsed without validation."""
     doc: Doc = json.loads((V1_CACHE / name).read_text(encoding="utf-8"))
     return doc
@@ -528,4 +528,17 @@ def test_a_hostile_date_is_a_reason_to_re_measure_never_an_exception(date: Any) 
 
 def test_question_hash_is_unchanged_by_the_schema_bump() -> None:
     """Schema 2 changes what a cell records, not which file a question maps to."""
-    assert question_hash(Q.gemms) == "6395c3eace1d229f" == committed()["question_hash"]
+    assert Q.hash == question_hash(Q.gemms, Q.config.to_dict()) == "dd2edd9a39221809" == committed()["question_hash"]
+
+
+def test_the_key_holds_everything_the_step_depends_on() -> None:
+    """Class (issue 24, wrong numbers): the key held only GEMM shapes, so a page asking 1 x 15872 tokens
+    was answered with the layer step of a 31 x 512 run (same GEMMs, another step). The key now holds
+    the config too, canonically (a file of an older version that omits a field asks the same)."""
+    split = build_question(model="te-guide-5b", fields={"micro_batch_size": 1, "seq_length": 15872})
+    assert split.gemms == Q.gemms and split.hash != Q.hash
+    fewer_heads = build_question(model="te-guide-5b", fields={"num_attention_heads": 16})
+    assert fewer_heads.gemms == Q.gemms and fewer_heads.hash != Q.hash
+    assert build_question(model="te-guide-5b", fields={"num_layers": 48}).hash == Q.hash  # totals only
+    stored = committed()["question"]["config"]
+    assert question_hash(Q.gemms, {k: v for k, v in stored.items() if k != "v_head_dim"}) == Q.hash

@@ -31,14 +31,41 @@ from gemm_bench.question.config import (
 )
 from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
 
+#: Config fields that change no measured quantity, only how a page scales per-layer values to the
+#: model (layer counts): they are not part of a question's key.
+UNKEYED_CONFIG_FIELDS: tuple[str, ...] = ("num_layers", "moe_dense_layers")
 
-def question_payload(gemms: Iterable[GemmShape]) -> list[list[Any]]:
-    """The canonical, order-free form of a question: sorted (op, pass, m, k, n, groups) rows."""
-    return sorted([g.op, g.pass_, g.m, g.k, g.n, g.groups] for g in gemms)
+
+def step_key(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a result's layer step depends on beyond its GEMM shapes: every config field but the
+    layer counts (tokens per micro-batch, heads, query groups, MoE and MLA fields ...); None
+    without a config (manual shapes and sweeps have no step)."""
+    if config is None:
+        return None
+    # Canonical through the config class: a field a file of an older version does not store takes
+    # its default, and derived fields (query groups, head size) their resolved value, so the same
+    # model asks the same question whichever version wrote it down.
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    try:
+        canonical = ModelConfig(**{k: v for k, v in config.items() if k in known}).resolved().to_dict()
+    except (TypeError, ValueError, ConfigError):
+        canonical = dict(config)  # not a config this code can build: keyed as written (it fails validation)
+    return {k: canonical[k] for k in sorted(canonical) if k not in UNKEYED_CONFIG_FIELDS}
 
 
-def question_hash(gemms: Iterable[GemmShape]) -> str:
-    text = json.dumps(question_payload(gemms), separators=(",", ":"))
+def question_payload(gemms: Iterable[GemmShape], config: Mapping[str, Any] | None = None) -> Any:
+    """The canonical, order-free form of a question: sorted (op, pass, m, k, n, groups) rows, and
+    with a model config its :func:`step_key`, because a layer step of 31 x 512 tokens is not one
+    of 1 x 15872 tokens although their GEMMs are the same."""
+    rows = sorted([g.op, g.pass_, g.m, g.k, g.n, g.groups] for g in gemms)
+    key = step_key(config)
+    return rows if key is None else {"gemms": rows, "step": key}
+
+
+def question_hash(gemms: Iterable[GemmShape], config: Mapping[str, Any] | None = None) -> str:
+    """The key of a question: one cache file per question per device. One key holds everything a
+    stored quantity depends on: the GEMMs for their cells and SQNRs, the config for the step."""
+    text = json.dumps(question_payload(gemms, config), separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -55,7 +82,7 @@ class Question:
 
     @property
     def hash(self) -> str:
-        return question_hash(self.gemms)
+        return question_hash(self.gemms, self.config.to_dict() if self.config is not None else None)
 
     def to_dict(self) -> dict[str, Any]:
         """The whole question as JSON data (what a run needs, not only what is hashed)."""

@@ -439,13 +439,13 @@ def validate(doc: Any) -> dict[str, Any]:
     kind = _text(question, "kind", "$.question")
     if kind not in KINDS:
         raise ResultError("$.question.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
-    _get(question, "config", (dict, type(None)), "$.question", required=False)
+    config = _get(question, "config", (dict, type(None)), "$.question", required=False)
     stored_hash = _text(doc, "question_hash", "$")
-    expected_hash = question_hash(gemms.values())
+    expected_hash = question_hash(gemms.values(), config)
     if stored_hash != expected_hash:
         raise ResultError(
             "$.question_hash",
-            f"{stored_hash} does not match the question's GEMMs (hash {expected_hash}): "
+            f"{stored_hash} does not match the question's GEMMs and config (hash {expected_hash}): "
             "the file was edited or corrupted",
         )
     for i, (row, gemm) in enumerate(zip(rows, gemms.values(), strict=True)):
@@ -743,7 +743,7 @@ def new_document(
         "schema_version": SCHEMA_VERSION,
         "method_version": METHOD_VERSION,
         "run_id": run_id or new_run_id(),
-        "question_hash": question_hash(gemms),
+        "question_hash": question_hash(gemms, config),
         "question": {
             "kind": kind,
             "gemms": [g.to_dict() for g in gemms],
