@@ -500,7 +500,8 @@ DEFAULT_README_OUT = Path("docs/_static/readme-speedups.svg")
 def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:
     """The README figure: the Transformer Engine guide's example layer on every cached device.
 
-    Unreadable cache files are passed to ``on_error`` (default: printed to stderr) and skipped.
+    Unreadable cache files and stale results (another method version) are passed to ``on_error``
+    (default: printed to stderr) and skipped.
     Raises :class:`FigureError` naming the cache directory when no device has a result.
     """
     from gemm_bench.question.question import build_question
@@ -510,7 +511,16 @@ def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None
     lookup = Cache(cache_dir).lookup(question.hash)
     for error in lookup.errors:
         (on_error or _print_error)(error)
-    documents = sorted(lookup.documents, key=lambda d: str(d["device"]["name"]))
+    from gemm_bench.results.cache import is_stale
+
+    fresh = []
+    for doc in lookup.documents:
+        why = is_stale(doc)
+        if why is None:
+            fresh.append(doc)
+        else:  # never draw another method's numbers beside the current one's
+            (on_error or _print_error)(FigureError(f"skipping the result on {doc['device']['name']}: {why}"))
+    documents = sorted(fresh, key=lambda d: str(d["device"]["name"]))
     reports = [(device_label(d["device"]["name"]), Report(d)) for d in documents]
     spec = summary_spec(reports, MODES, title=f"{README_MODEL}: {question.describe()}") if reports else None
     if spec is None:
