@@ -287,3 +287,17 @@ def test_linear_peers_backward_is_rendered_beside_their_fprop(project: Project) 
     text = " ".join(t.get_text() for t in project.html().select("table.gemm-peers"))
     assert all(format_ms(r.ms) in text for r in fprop)  # the Fprop is rendered today ...
     assert all(format_ms(r.ms) in text for r in backward)  # ... its backward beside it
+
+
+# ------------------------------------------------------------------ huge numbers in directive options
+def test_a_5000_digit_size_in_a_directive_is_a_located_warning(project: Project) -> None:
+    """Class (issue 24, crashes): Python refuses to convert more than 4300 digits, and ``:sweep:`` /
+    ``:shapes:`` converted before checking, so a 5000-digit size raised from inside the build. Digits
+    are counted first now, in the one parser the CLI and the directive share."""
+    huge = "9" * 5000
+    project.page("index", f"T\n=\n\n.. gemm-benchmark::\n   :sweep: 256, {huge}\n\n"
+                 f".. gemm-benchmark::\n   :shapes: 16x{huge}x16\n")
+    warnings, _ = project.build()
+    assert "index.rst:4" in warnings and "index.rst:7" in warnings, warnings
+    assert "positive whole number up to" in warnings and "every dimension must be between" in warnings
+    assert "Traceback" not in warnings and "Exceeds the limit" not in warnings

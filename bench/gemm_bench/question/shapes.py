@@ -185,6 +185,10 @@ def parse_shape(text: str, *, field: str = "shape") -> GemmShape:
     match = _SHAPE_RE.match(text)
     if not match:
         raise ConfigError(field, f"{text!r} is not of the form MxKxN (three positive integers)")
+    # Digits are counted before int() converts them: a 5000-digit number is a clear error, not
+    # Python's conversion limit raised from deep inside a build.
+    if any(len(v.lstrip("0")) > len(str(MAX_DIMENSION)) for v in match.groups()):
+        raise ConfigError(field, f"{text[:40]!r}: every dimension must be between 1 and {MAX_DIMENSION}")
     m, k, n = (int(v) for v in match.groups())
     for v in (m, k, n):
         if not 1 <= v <= MAX_DIMENSION:
@@ -205,8 +209,9 @@ def square_sweep(sizes: Iterable[int | str], *, field: str = "sweep") -> list[Ge
     out = []
     for size in sizes:
         text = str(size).strip()
-        if not text.isdecimal() or int(text) < 1:  # isdigit() admits '²', which int() refuses
-            raise ConfigError(field, f"{text!r} is not a positive whole number")
+        if not text.isdecimal() or len(text.lstrip("0")) > len(str(MAX_DIMENSION)) or int(text) < 1:
+            # isdigit() admits '²', which int() refuses; digits are counted before int() converts
+            raise ConfigError(field, f"{text[:40]!r} is not a positive whole number up to {MAX_DIMENSION}")
         out.append(parse_shape(f"{text}x{text}x{text}", field=field))
     if not out:
         raise ConfigError(field, "needs at least one size")
