@@ -329,3 +329,20 @@ def test_version_bare_command_and_plain_help(capsys: pytest.CaptureFixture[str])
     for text in texts:
         assert "``" not in text and ":func:" not in text and ":mod:" not in text
     assert parser.description == "gemm-bench: list a model's GEMMs, measure them on the GPU, print a saved result."
+
+
+def test_report_keeps_every_line_one_line_whatever_a_result_string_holds() -> None:
+    """Class (issue 24, security): ``Report.to_text`` printed a result file's strings as they are, so
+    a newline or an escape sequence in a device name began a line of its own or drove the terminal."""
+    import json
+    from pathlib import Path
+
+    from gemm_bench.report.report import Report
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache" / "dd2edd9a39221809--h100-80gb-hbm3.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    clean = Report(doc).to_text().splitlines()
+    doc["device"]["name"] = "Evil\n## heading \x1b]0;pwned\x07"
+    text = Report(doc).to_text()
+    assert len(text.splitlines()) == len(clean)
+    assert "\x1b" not in text and "\x07" not in text and "\\x1b]0;pwned\\x07" in text

@@ -43,7 +43,7 @@ from gemm_bench.question.precisions import (
 )
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
-from gemm_bench.results import cross_check
+from gemm_bench.results import cross_check, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.schema import (
     KINDS,
@@ -709,7 +709,9 @@ class Report:
         return out
 
     def to_text(self) -> str:
-        return "\n".join(self._text_lines())
+        """The report as lines of text; every line is one line whatever a result file's strings hold
+        (a newline or an escape sequence in a device name or reason is shown escaped)."""
+        return "\n".join(untrusted_text.field(line) for line in self._text_lines())
 
     def _text_lines(self) -> Iterable[str]:
         doc = self.doc
