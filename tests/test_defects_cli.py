@@ -341,6 +341,7 @@ def test_report_keeps_every_line_one_line_whatever_a_result_string_holds() -> No
 
     path = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache" / "dd2edd9a39221809--h100-80gb-hbm3.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["device"]["name"] = "Evil ## heading ]0;pwned"
     clean = Report(doc).to_text().splitlines()
     doc["device"]["name"] = "Evil\n## heading \x1b]0;pwned\x07"
     text = Report(doc).to_text()
