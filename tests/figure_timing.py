@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import pickle
 import statistics
 import subprocess
 import sys
@@ -79,7 +78,9 @@ def main() -> None:
     reports = [Report(d) for d in Cache(ROOT / "docs" / "_gemm_cache").lookup(question.hash).documents]
     pairs = [(r, m) for r in reports for m in r.modes]
     if args.specs:
-        specs = [pickle.loads(p.read_bytes()) for p in sorted(args.specs.glob("*.spec"))]
+        # JSON specs, checked against their figure's name (never unpickled: see figures.load_spec)
+        loaded = (figures.load_spec(p.with_suffix(".svg")) for p in sorted(args.specs.glob("*.spec")))
+        specs = [s for s in loaded if s is not None]
         what = f"{len(specs)} figures stored in {args.specs}"
     else:
         specs = [s for s in (figures.spec_for(r, m) for r, m in pairs) if s is not None]
