@@ -339,7 +339,7 @@ def test_report_keeps_every_line_one_line_whatever_a_result_string_holds() -> No
 
     from gemm_bench.report.report import Report
 
-    path = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache" / "dd2edd9a39221809--h100-80gb-hbm3.json"
+    path = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache" / "2160d33ec54a347e--h100-80gb-hbm3.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
     doc["device"]["name"] = "Evil ## heading ]0;pwned"
     clean = Report(doc).to_text().splitlines()

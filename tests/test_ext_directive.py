@@ -78,8 +78,8 @@ def test_provenance_and_download(app, real_result):
         assert expected in text, expected
     link = prov.select_one("a.download")
     downloaded = Path(app.outdir) / link["href"]
-    assert downloaded.name.startswith("dd2edd9a39221809--h100-80gb-hbm3")
-    assert json.loads(downloaded.read_text())["question_hash"] == "dd2edd9a39221809"
+    assert downloaded.name.startswith("2160d33ec54a347e--h100-80gb-hbm3")
+    assert json.loads(downloaded.read_text())["question_hash"] == "2160d33ec54a347e"
 
 
 @pytest.mark.sphinx("html", testroot="basic", srcdir="directive-label")

@@ -155,7 +155,7 @@ def test_summary_adds_step_and_sqnr_rows_when_measured(project: Project) -> None
 
 
 def test_peers_have_their_own_table_never_in_te_totals(project: Project) -> None:
-    source = Path(__file__).parent.parent / "docs" / "_gemm_cache" / "dd2edd9a39221809--h100-80gb-hbm3.json"
+    source = Path(__file__).parent.parent / "docs" / "_gemm_cache" / "2160d33ec54a347e--h100-80gb-hbm3.json"
     doc = __import__("json").loads(source.read_text(encoding="utf-8"))
     project.store(doc)
     project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"

@@ -66,7 +66,7 @@ def _beyond_document() -> dict[str, Any]:
 
 
 BASES: list[dict[str, Any]] = [
-    json.loads((DOCS_CACHE / "dd2edd9a39221809--h100-80gb-hbm3.json").read_text(encoding="utf-8")),
+    json.loads((DOCS_CACHE / "2160d33ec54a347e--h100-80gb-hbm3.json").read_text(encoding="utf-8")),
     json.loads((DOCS_CACHE / "4803128f66703ed6--h200.json").read_text(encoding="utf-8")),
     _v2_document(),
     _beyond_document(),

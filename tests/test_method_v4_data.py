@@ -62,7 +62,7 @@ def test_no_committed_step_gains_more_than_its_gemms(path: Path) -> None:
 def test_the_step_check_catches_method_v3s_qwen_7b() -> None:
     """Method v3 timed Qwen2.5-7B's autocast GEMMs with TE's host work in them: the step (1.43x)
     came out faster than its GEMMs (1.13x); Amdahl's law says it cannot."""
-    path = Path(__file__).parent / "data" / "cache-v3" / "fb8a93cc0e739889--h100-80gb-hbm3.json"
+    path = Path(__file__).parent / "data" / "cache-v3" / "79ed3c3008ca6c12--h100-80gb-hbm3.json"
     report = Report(json.loads(path.read_text(encoding="utf-8")), modes=["autocast", "layer", "layer-graphed"])
     problems = report.step_contradictions()
     assert problems and "gains 1.43x but its GEMMs only 1.13x" in problems[0]
@@ -107,7 +107,7 @@ def test_a_step_faster_than_its_gemms_fails_the_build_where_the_page_shows_it(tm
     from tests.test_correctness import Project
 
     project = Project(tmp_path)
-    v3 = json.loads((Path(__file__).parent / "data" / "cache-v3" / "fb8a93cc0e739889--h100-80gb-hbm3.json")
+    v3 = json.loads((Path(__file__).parent / "data" / "cache-v3" / "79ed3c3008ca6c12--h100-80gb-hbm3.json")
                     .read_text(encoding="utf-8"))
     project.store(v3)
     project.page("index", "Models\n======\n\n.. gemm-benchmark-summary::\n   :models: qwen2.5-7b\n"

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemm_bench.question.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
+from gemm_bench.question.question import step_key
 from gemm_benchmark.options import OptionError, parse_options
 
 HERE = Path(__file__).parent
@@ -106,8 +107,8 @@ MOE_FIELDS = ["num_experts", "moe_router_topk", "moe_ffn_hidden_size", "expert_m
               "moe_shared_expert_intermediate_size"]
 #: Multi-latent attention's dims: shape fields of an MLA model, errors on any other.
 MLA_FIELDS = ["q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"]
-#: Change no GEMM, only what the model total counts (sequence parallelism: except MLA's down projections).
-NOT_MEASURED = ["num_layers", "sequence_parallel", "moe_dense_layers"]
+#: Change nothing measured, only what the model total counts.
+NOT_MEASURED = ["num_layers", "moe_dense_layers"]
 
 
 @settings(max_examples=400, deadline=None)
@@ -132,8 +133,9 @@ def test_changing_a_measured_dimension_changes_the_hash(preset_and_fields, field
     # With its own expert FFN size an MoE model has no GEMM of ffn_hidden_size (DeepSeek's dense layers).
     expert_ffn_given = bool(PRESETS[name].moe_ffn_hidden_size or fields.get("moe_ffn_hidden_size"))
     tp = after.config.tensor_model_parallel_size
-    if field == "sequence_parallel" and mla and tp > 1:
-        assert after.hash != before.hash, (name, fields, new)  # MLA's duplicated down projections: tokens / TP
+    if field == "sequence_parallel":
+        # With tensor parallelism, the step (and MLA's duplicated down projections: tokens / TP); without, nothing
+        assert (after.hash != before.hash) == (tp > 1), (name, fields, new)
     elif field in NOT_MEASURED:
         assert after.hash == before.hash, (name, field, new)
         layers = new if field == "num_layers" else before.config.num_layers
@@ -149,12 +151,15 @@ def test_changing_a_measured_dimension_changes_the_hash(preset_and_fields, field
         assert after.hash != before.hash, (name, fields, field, old, new)
     elif field == "num_experts" and new > 1:  # a dense model becomes a mixture of experts
         assert after.hash != before.hash, (name, fields, field, new)
-    elif field != "num_attention_heads":  # routing options of a dense model: nothing to route, nothing changes
+    elif field == "num_attention_heads":  # the layer step's attention: a new question even where no GEMM changes
+        assert after.hash != before.hash, (name, fields, field, new)
+    else:  # routing options of a dense model: nothing to route, nothing changes
         assert after.hash == before.hash, (name, fields, field, new)
-    # And the hash is the GEMMs': equal hashes exactly when the measured GEMMs are equal.
-    assert (after.hash == before.hash) == (set(after.gemms) == set(before.gemms))
+    # And the hash is the measured quantities': equal hashes exactly when the GEMMs and the step's inputs are.
+    same = set(after.gemms) == set(before.gemms) and step_key(after.config.to_dict()) == step_key(before.config.to_dict())
+    assert (after.hash == before.hash) == same
 
 
 def test_every_config_field_is_classified():
     assert set(INT_FIELDS) | set(BOOL_FIELDS) == {*SHAPE_FIELDS, *MOE_FIELDS, *MLA_FIELDS, *NOT_MEASURED,
-                                                  "num_attention_heads"}
+                                                  "num_attention_heads", "sequence_parallel"}

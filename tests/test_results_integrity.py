@@ -49,7 +49,7 @@ Q = build_question(model="te-guide-5b")
 Doc = dict[str, Any]
 
 
-def committed(name: str = "dd2edd9a39221809--h100-80gb-hbm3.json") -> Doc:
+def committed(name: str = "2160d33ec54a347e--h100-80gb-hbm3.json") -> Doc:
     """A real v1 result (te-guide-5b on H100), parsed without validation."""
     doc: Doc = json.loads((V1_CACHE / name).read_text(encoding="utf-8"))
     return doc
@@ -528,7 +528,7 @@ def test_a_hostile_date_is_a_reason_to_re_measure_never_an_exception(date: Any) 
 
 def test_question_hash_is_unchanged_by_the_schema_bump() -> None:
     """Schema 2 changes what a cell records, not which file a question maps to."""
-    assert Q.hash == question_hash(Q.gemms, Q.config.to_dict()) == "dd2edd9a39221809" == committed()["question_hash"]
+    assert Q.hash == question_hash(Q.gemms, Q.config.to_dict()) == "2160d33ec54a347e" == committed()["question_hash"]
 
 
 def test_the_key_holds_everything_the_step_depends_on() -> None:

@@ -121,7 +121,7 @@ def test_sampler_child_usage_errors() -> None:
 
 
 def _doc_with_groups() -> dict[str, Any]:
-    doc = json.loads(Path("tests/data/cache-v1/dd2edd9a39221809--h100-80gb-hbm3.json").read_text(encoding="utf-8"))
+    doc = json.loads(Path("tests/data/cache-v1/2160d33ec54a347e--h100-80gb-hbm3.json").read_text(encoding="utf-8"))
     from gemm_bench.results.schema import stamp_run_ids
 
     doc = stamp_run_ids(doc) if doc["schema_version"] == 1 else doc
@@ -252,7 +252,7 @@ def test_report_prints_telemetry_and_flags() -> None:
     assert "below kernel time (the summed kernel time exceeds the elapsed time: kernels overlapped" in text
     assert "idle for part" not in text
     assert "cross-check not possible in 1 group(s), e.g. found 3 L2 flushes" in text
-    v1 = json.loads(Path("tests/data/cache-v1/dd2edd9a39221809--h200.json").read_text(encoding="utf-8"))
+    v1 = json.loads(Path("tests/data/cache-v1/2160d33ec54a347e--h200.json").read_text(encoding="utf-8"))
     assert "telemetry: not measured in this result (method v1)" in Report(v1).to_text()
 
 

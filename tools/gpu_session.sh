@@ -44,7 +44,7 @@ grep -l "\"run_id\": \"$(date -u +%Y%m%d)" docs/_gemm_cache/*.json | xargs -r -I
 pack
 
 # 2. Reproducibility: the TE guide question in a second process, compared with the refresh's run.
-ref=$(ls "$OUT"/s/cache/${REPRO_HASH:-dd2edd9a39221809}--*.json 2>/dev/null | head -1)
+ref=$(ls "$OUT"/s/cache/${REPRO_HASH:-2160d33ec54a347e}--*.json 2>/dev/null | head -1)
 if [ -n "$ref" ] && [ "$(left)" -gt 90 ]; then
   timeout $(( $(left) - 20 )) python3 -m gemm_bench.cli run --model te-guide-5b --accuracy \
     --modes autocast,prequant,layer,layer-graphed --profile-phases --out "$OUT/s/repro/b.json" 2>&1 | quiet \

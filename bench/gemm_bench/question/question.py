@@ -34,12 +34,18 @@ from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_g
 #: Config fields that change no measured quantity, only how a page scales per-layer values to the
 #: model (layer counts): they are not part of a question's key.
 UNKEYED_CONFIG_FIELDS: tuple[str, ...] = ("num_layers", "moe_dense_layers")
+#: Fields that only a mixture of experts, or only multi-latent attention, reads.
+MOE_CONFIG_FIELDS: tuple[str, ...] = ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                                      "expert_model_parallel_size", "moe_shared_expert_intermediate_size")
+MLA_CONFIG_FIELDS: tuple[str, ...] = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                                      "v_head_dim")
 
 
 def step_key(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """What a result's layer step depends on beyond its GEMM shapes: every config field but the
-    layer counts (tokens per micro-batch, heads, query groups, MoE and MLA fields ...); None
-    without a config (manual shapes and sweeps have no step)."""
+    """What a result's layer step depends on beyond its GEMM shapes: the model's fields (tokens per
+    micro-batch, heads, query groups, ...; MoE fields for a mixture of experts, MLA fields for
+    multi-latent attention, sequence parallelism with tensor parallelism), never the layer
+    counts; None without a config (manual shapes and sweeps have no step)."""
     if config is None:
         return None
     # Canonical through the config class: a field a file of an older version does not store takes
@@ -47,10 +53,20 @@ def step_key(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
     # model asks the same question whichever version wrote it down.
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     try:
-        canonical = ModelConfig(**{k: v for k, v in config.items() if k in known}).resolved().to_dict()
+        model = ModelConfig(**{k: v for k, v in config.items() if k in known}).resolved()
     except (TypeError, ValueError, ConfigError):
-        canonical = dict(config)  # not a config this code can build: keyed as written (it fails validation)
-    return {k: canonical[k] for k in sorted(canonical) if k not in UNKEYED_CONFIG_FIELDS}
+        return {k: config[k] for k in sorted(config)}  # not a config this code builds: keyed as written
+    unread = set(UNKEYED_CONFIG_FIELDS)
+    if not model.is_moe:
+        unread |= set(MOE_CONFIG_FIELDS)
+    else:  # the experts' width is moe_ffn_hidden_size; ffn_hidden_size is the dense layers', never measured
+        unread.add("ffn_hidden_size")
+    if not model.is_mla:
+        unread |= set(MLA_CONFIG_FIELDS)
+    if model.tensor_model_parallel_size == 1:
+        unread.add("sequence_parallel")
+    canonical = model.to_dict()
+    return {k: canonical[k] for k in sorted(canonical) if k not in unread}
 
 
 def question_payload(gemms: Iterable[GemmShape], config: Mapping[str, Any] | None = None) -> Any:
