@@ -10,6 +10,7 @@ from bs4 import BeautifulSoup
 
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report.report import Report
+from gemm_bench.results.schema import METHOD_VERSION
 from gemm_benchmark.values import format_ms, format_speedup
 
 
@@ -65,7 +66,7 @@ def test_table_numbers_come_from_report(app, real_result):
                                        format_speedup(total.speedup_vs_bf16), format_ms(roofline)]
     unavailable = panel.select_one("ul.gemm-unavailable").get_text()
     assert "FP8 Delayed" in unavailable and PRECISIONS["fp8-delayed"].absent_modes["prequant"][:40] in unavailable
-    assert "MXFP8 not supported: Device compute capability 10.0" in unavailable
+    assert "MXFP8 unsupported: Device compute capability 10.0" in unavailable
 
 
 @pytest.mark.sphinx("html", testroot="basic", srcdir="directive-provenance")
@@ -74,7 +75,7 @@ def test_provenance_and_download(app, real_result):
     prov = soup.select_one("div.gemm-benchmark#te-5b-h100 p.gemm-provenance")
     text = prov.get_text(" ")
     for expected in ("NVIDIA H100 80GB HBM3", "driver 580.159.04", "CUDA 13.0", "PyTorch 2.11.0+cu130",
-                     "Transformer Engine 2.20.2", "2026-11-23", "method v1", "L2 flushed"):
+                     "Transformer Engine 2.20.2", "2026-11-23", f"method v{METHOD_VERSION}", "L2 flushed"):
         assert expected in text, expected
     link = prov.select_one("a.download")
     downloaded = Path(app.outdir) / link["href"]

@@ -29,8 +29,8 @@ def test_freshness_table_and_log(app, real_result, make_result, store_result, st
     statuses = [r[5].split()[0] for r in rows]
     assert statuses == ["fresh", "stale", "missing", "failed"]
     assert f"measured with method version '0', current is {METHOD_VERSION}" in rows[1][5]
-    assert rows[0][2] == "H100 80GB HBM3" and rows[0][3] == "2026-11-23" and rows[0][4] == "1"
-    assert "method v1: still valid" in rows[0][5]  # a real method-1 result: shown, and said so
+    assert rows[0][2] == "H100 80GB HBM3" and rows[0][3] == "2026-11-23" and rows[0][4] == METHOD_VERSION
+    assert rows[0][5] == "fresh"  # no earlier method is still valid since method v4 (STILL_VALID_METHODS is empty)
     assert rows[2][2] == "–"
     assert table.select_one("a.reference.internal")["href"] == "results.html"
     log = re.sub(r"\x1b\[[0-9;]*m", "", status.getvalue())
