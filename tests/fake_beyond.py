@@ -29,7 +29,7 @@ from gemm_bench.measure.step import WHAT_IS_TIMED
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.question import Question
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
-from gemm_bench.results.schema import stamp_run_ids
+from gemm_bench.results.schema import METHOD_VERSION, stamp_run_ids
 
 DATA = Path(__file__).parent / "data"
 SOURCE = DATA / "h100-te-guide-5b.json"
@@ -61,6 +61,7 @@ def beyond_document(*, modes: Sequence[str] = ("autocast", "prequant", "layer", 
     """A valid schema-2 document of one (synthetic) run with the layer and accuracy blocks."""
     doc = stamp_run_ids(source_document())
     doc["run_id"] = run_id
+    doc["method_version"] = METHOD_VERSION  # a synthetic document of this code's method (its source is method v1)
     for key in ("cells", "peers"):
         for item in doc[key]:
             item.pop("run_id", None)

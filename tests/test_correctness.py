@@ -308,7 +308,8 @@ def test_html_latex_text_on_one_doctree_dir(project: Project) -> None:
 
 def test_committed_cache_files_render_with_the_site_question(project: Project) -> None:
     """The committed H100 te-guide-5b result answers its page question (a real-file smoke test)."""
-    source = Path(__file__).parent / "data" / "h100-te-guide-5b.json"
+    question = build_question(model="te-guide-5b")
+    source = Path(__file__).parent.parent / "docs" / "_gemm_cache" / f"{question.hash}--h100-80gb-hbm3.json"
     doc = json.loads(source.read_text(encoding="utf-8"))
     project.store(copy.deepcopy(doc))
     project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
