@@ -88,7 +88,9 @@ def _whole_number(high: int = MAX_WHOLE_NUMBER) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         digits = text.strip().lstrip("+")
-        if not (digits.isascii() and digits.isdigit()):
+        # Decimal digits of any script, as int() and the directive's option parser read them (they
+        # must agree: the fuzz test builds both); isdigit() alone admits '²', which int() refuses.
+        if not digits.isdecimal():
             raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
         digits = digits.lstrip("0") or "0"
         if len(digits) > len(str(high)) or int(digits) > high:
