@@ -370,7 +370,7 @@ def capture(fn: Competitor) -> GraphedCompetitor:
     with torch.cuda.stream(stream):
         try:
             fn(mark)
-        except BaseException as exc:
+        except BaseException as exc:  # GPU boundary: cleanup only (end the capture), then re-raised
             abandon()
             if isinstance(exc, RuntimeError) and not isinstance(exc, GraphCaptureError):
                 # CUDA: "operation not permitted when stream is capturing", out of memory, ...
