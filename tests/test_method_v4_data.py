@@ -115,3 +115,60 @@ def test_a_step_faster_than_its_gemms_fails_the_build_where_the_page_shows_it(tm
     warnings, _ = project.build()
     claim = [line for line in warnings.splitlines() if "[gemm_benchmark.claim]" in line]
     assert claim and "index.rst:4" in claim[0] and "gains 1.43x but its GEMMs only 1.13x" in claim[0], warnings
+
+
+def test_a_prose_comparison_the_data_contradicts_fails_the_build(tmp_path: Path) -> None:
+    """Class (issue 24, wrong numbers): "70B at TP 8 gains less than 8B" was checked only by the test
+    suite, so a cache refresh could publish it false. A summary's ``:gains-less:`` states it in a form
+    the build checks on every device and precision both models have: a pair that does not hold warns
+    at the directive's line; one that holds says nothing."""
+    from gemm_bench.question.question import build_question
+    from tests.conftest import H100
+    from tests.test_correctness import Project
+
+    project = Project(tmp_path)
+    # The 8B made to gain *less* than the 70B at TP 8: its FP8 cells take twice their synthetic time
+    slow = make_document(build_question(model="llama3-8b"), device=H100)
+    for cell in slow["cells"]:
+        if cell["status"] == "measured" and cell["precision"] != "bf16":
+            cell["ms"] = cell["stats"]["median_ms"] = round(cell["ms"] * 2, 6)
+            cell["stats"]["iqr_ms"] = round(cell["ms"] * 0.01, 6)
+    project.store(slow)
+    project.store(make_document(build_question(model="llama3-70b", fields={"tensor_model_parallel_size": 8}),
+                                device=H100))
+    page = ("Models\n======\n\n.. gemm-benchmark-summary::\n   :models: llama3-8b, llama3-70b/tp8\n"
+            "   :precisions: bf16, fp8-current\n   :devices: h100\n   :gains-less: {claim}\n")
+    project.page("index", page.format(claim="llama3-70b/tp8 < llama3-8b"))
+    warnings, _ = project.build()
+    claim = [line for line in warnings.splitlines() if "[gemm_benchmark.claim]" in line]
+    assert claim and "index.rst:4" in claim[0] and "llama3-70b/tp8 < llama3-8b does not hold" in claim[0], warnings
+    project.page("index", page.format(claim="llama3-8b < llama3-70b/tp8"))
+    warnings, _ = project.build()
+    assert "[gemm_benchmark.claim]" not in warnings, warnings
+    project.page("index", page.format(claim="llama3-8b < gemma2-27b"))
+    warnings, _ = project.build()
+    assert "'gemma2-27b' is not one of :models:" in warnings
+
+
+def test_the_models_page_prose_states_exactly_the_pairs_its_build_checks() -> None:
+    """The sentence on the models page and its summary's ``:gains-less:`` name the same pairs."""
+    import re
+
+    from gemm_benchmark.summary import gains_less_claims, model_label
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "models.rst").read_text(encoding="utf-8")
+    option = re.search(r":gains-less: (.+)", text)
+    models = re.search(r":models: (.+)", text)
+    assert option and models
+    entries = [m.strip() for m in models.group(1).split(",")]
+    claims = gains_less_claims(option.group(1), entries)
+    prose = " ".join(text.split())
+
+    def label(entry: str) -> str:
+        preset, _, tp = entry.partition("/tp")
+        return model_label(preset, int(tp) if tp else None)
+
+    sentence = prose[prose.index("gains less with every"):prose.index(":doc:`tutorial`")]
+    for a, b in claims:  # "A ... less than B" within one clause of the sentence
+        assert re.search(re.escape(label(a)) + r"[^.]{0,80}? less than " + re.escape(label(b)), sentence), (a, b)
+    assert sentence.count(" less than ") == len(claims)  # and no pair the build does not check

@@ -57,6 +57,11 @@ class ModelAsk:
     tp: int | None
 
     @property
+    def entry(self) -> str:
+        """The model as ``:models:`` names it (``PRESET`` or ``PRESET/tpN``)."""
+        return f"{self.preset}/tp{self.tp}" if self.tp else self.preset
+
+    @property
     def command(self) -> str:
         """The command that measures this model on a GPU box."""
         tp = f" --tensor-model-parallel-size {self.tp}" if self.tp and self.tp > 1 else ""
@@ -80,6 +85,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         "show": lambda text: text or "",
         "missing": lambda text: text or "",
         "caption": lambda text: text or "",
+        "gains-less": lambda text: text or "",
     }
 
     def _warn(self, subtype: Subtype, message: str) -> None:
@@ -113,12 +119,13 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         table = SummaryTable("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed",
                              [PRECISIONS[p].display for p in precisions])
         unmeasured: list[str] = []
+        answers: dict[str, execution.Answer] = {}
         for ask in asks:
             req = ask.request
-            answer = execution.answer(req.question, precisions=req.precisions, modes=req.modes, devices=req.devices,
-                                      cache_dir=config.cache_dir, mode=config.mode,
-                                      max_age_days=config.max_age_days, build_started=config.build_started,
-                                      stale_when=config.stale_when)
+            answer = answers[ask.entry] = execution.answer(
+                req.question, precisions=req.precisions, modes=req.modes, devices=req.devices,
+                cache_dir=config.cache_dir, mode=config.mode, max_age_days=config.max_age_days,
+                build_started=config.build_started, stale_when=config.stale_when)
             for path in answer.files:
                 self.env.note_dependency(str(path))
             records.watch(self.env, config.cache_dir, req.question.hash, answer)
@@ -160,6 +167,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 table.span(Entry(head, strong=True),
                            Entry(f"not measured on {selector} yet: ``{ask.command}``",
                                  classes=("gemm-summary-missing",), markup=True))
+        if per_gemm:
+            self._check_claims(answers, precisions, per_gemm[0])
         if unmeasured:
             self._report_missing("not measured yet: " + "; ".join(unmeasured), note_missing)
         out = nodes.container(classes=["gemm-summary"])
@@ -280,7 +289,26 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         missing = self.options.get("missing", "warn").strip().lower() or "warn"
         if missing not in ("warn", "note"):
             raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
+        self.claims = gains_less_claims(self.options.get("gains-less", ""), [ask.entry for ask in asks])
         return asks, show, missing == "note"
+
+    def _check_claims(self, answers: dict[str, execution.Answer], precisions: list[str], mode: str) -> None:
+        """Each ``:gains-less:`` pair, on every device both models have a result of and every precision
+        both measured: the first model's whole-model speedup is below the second's, or the build warns
+        at this directive (the prose that states the pair is then false)."""
+        for left, right in self.claims:
+            devices = {d.device: d for d in answers[right].devices}
+            for mine in answers[left].devices:
+                theirs = devices.get(mine.device)
+                if theirs is None or mode not in mine.reports or mode not in theirs.reports:
+                    continue
+                for p in precisions:
+                    a = mine.reports[mode].total(mode, p).speedup_vs_bf16
+                    b = theirs.reports[mode].total(mode, p).speedup_vs_bf16
+                    if a is not None and b is not None and not a < b:
+                        self._warn(Subtype.CLAIM, f":gains-less: {left} < {right} does not hold on "
+                                   f"{device_label(mine.device)} with {PRECISIONS[p].display} ({MODE_NAMES[mode]}): "
+                                   f"{a:.2f}x against {b:.2f}x")
 
 
 def _absent(status: str, reason: str, source: str) -> Entry:
@@ -317,6 +345,24 @@ class SummaryTable:
     def node(self, title: str) -> nodes.Element:
         return data_table([self.header], self.rows, [30] + [12] * (self.width - 1),
                           classes=["gemm-summary-table"], title=title)
+
+
+def gains_less_claims(text: str, entries: Sequence[str]) -> list[tuple[str, str]]:
+    """``:gains-less: A < B, C < D``: the comparisons a page's prose makes between its models, in a
+    form the build checks (each side one of ``:models:``'s entries)."""
+    claims = []
+    for item in (part.strip() for part in (text or "").split(",")):
+        if not item:
+            continue
+        left, sep, right = item.partition("<")
+        left, right = left.strip(), right.strip()
+        if not sep or not left or not right:
+            raise OptionError("gains-less", f"{item!r} is not MODEL < MODEL")
+        for side in (left, right):
+            if side not in entries:
+                raise OptionError("gains-less", f"{side!r} is not one of :models: ({', '.join(entries)})")
+        claims.append((left, right))
+    return claims
 
 
 def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> list[ModelAsk]:
