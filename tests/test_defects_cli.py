@@ -347,3 +347,25 @@ def test_report_keeps_every_line_one_line_whatever_a_result_string_holds() -> No
     text = Report(doc).to_text()
     assert len(text.splitlines()) == len(clean)
     assert "\x1b" not in text and "\x07" not in text and "\\x1b]0;pwned\\x07" in text
+
+
+def test_the_build_log_never_prints_control_characters_from_result_files(tmp_path) -> None:
+    """Class (issue 24, security): the build log (warnings, the freshness table) printed a result
+    file's strings raw, so an OSC sequence in a device name reached the terminal."""
+    from gemm_bench.question.question import build_question
+    from gemm_bench.results.schema import METHOD_VERSION
+    from tests.conftest import H100, make_document
+    from tests.test_correctness import Project
+
+    project = Project(tmp_path)
+    doc = make_document(build_question(model="te-guide-5b"), device={**H100})
+    doc["method_version"] = "0"  # stale: its warning quotes the device name
+    project.store(doc)
+    project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :model: te-guide-5b\n   :precisions: bf16, fp8-current\n")
+    path = next(project.cache.glob("*.json"))
+    path.write_text(path.read_text(encoding="utf-8").replace('"method_version": "0"',
+                    '"method_version": "0\\u001b]0;pwned\\u0007"'), encoding="utf-8")
+    warnings, _ = project.build()
+    assert METHOD_VERSION and "stale" in warnings, warnings
+    assert "\x1b]0;pwned" not in warnings and "\x07" not in warnings
+    assert "\\x1b]0;pwned\\x07" in warnings

@@ -13,6 +13,8 @@ from typing import Any
 
 from sphinx.util import logging
 
+from gemm_bench.results import untrusted_text
+
 logger = logging.getLogger("gemm_benchmark")
 
 WARNING_TYPE = "gemm_benchmark"
@@ -60,5 +62,7 @@ DESCRIPTIONS: dict[Subtype, str] = {
 
 
 def warn(subtype: Subtype, message: str, *, location: Any) -> None:
-    """Log one located warning of the extension's type."""
-    logger.warning(message, location=location, type=WARNING_TYPE, subtype=subtype.value)
+    """Log one located warning of the extension's type. The message may quote a result file's
+    strings (a device name, a reason): control characters are shown escaped, never sent to the
+    terminal (an OSC sequence in a device name would retitle it), and the message stays one line."""
+    logger.warning(untrusted_text.field(message), location=location, type=WARNING_TYPE, subtype=subtype.value)

@@ -17,6 +17,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from gemm_bench.question.devices import device_label
+from gemm_bench.results import untrusted_text
 from gemm_bench.results.schema import METHOD_VERSION
 from gemm_benchmark import records as envdata
 from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
@@ -112,5 +113,5 @@ def log_summary(app: Sphinx, exception: Exception | None) -> None:
         counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     logger.info("gemm-benchmark: %d results (%s)", len(records), summary)
-    for row in rows(records):
-        logger.info("  %-24s %-18s %-28s %-12s v%-3s %s", *row)
+    for row in rows(records):  # device names, dates and reasons come from result files: escaped
+        logger.info("  %-24s %-18s %-28s %-12s v%-3s %s", *(untrusted_text.field(str(cell)) for cell in row))
