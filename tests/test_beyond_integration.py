@@ -431,3 +431,27 @@ def test_runner_without_peers_or_extras_measures_only_gemms(fake_runner_module: 
     assert doc["peers"] == [] and "layer" not in doc and "accuracy" not in doc and asked == {}
     with pytest.raises(ValueError, match="unknown modes"):
         runner.Runner(settings).measure(build_question(shapes=["128x256x512"]), ["bf16"], ["training"])
+
+
+def test_one_measuring_path_measures_everything_a_page_may_show(fake_runner_module: Any) -> None:
+    """Class (issue 24, lost data): a GPU docs build re-measuring a stale result asked only for the
+    page's GEMM modes and replaced the whole file, dropping its step and SQNRs. The docs build and
+    ``gemm-bench refresh`` now measure through one function, which always adds the layer step in
+    both forms (for a model) and the SQNRs."""
+    runner, asked = fake_runner_module
+    from gemm_bench.question.question import build_question
+
+    question = build_question(fields=dict(hidden_size=256, ffn_hidden_size=512, num_attention_heads=4,
+                                          micro_batch_size=1, seq_length=128))
+    from gemm_bench.measure.timing import TimerSettings
+
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    doc = runner.measure_question(question, ["fp8-current"], ["autocast"], settings=settings)
+    assert asked["layer"][1] == ["layer", "layer-graphed"]
+    assert "accuracy" in asked and doc.get("accuracy") and doc.get("layer")
+    assert {c["mode"] for c in doc["layer"]} == {"layer", "layer-graphed"}
+    import inspect
+
+    from gemm_benchmark import execution
+
+    assert "measure_question(" in inspect.getsource(execution.detect_gpu)  # the docs build's path is the same
