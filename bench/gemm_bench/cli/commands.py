@@ -83,15 +83,19 @@ def shown(text: str, limit: int = 24) -> str:
     return repr(text) if len(text) <= limit else f"'{text[:limit]}...' ({len(text)} characters)"
 
 
+_WHOLE = re.compile(r"\+?\d(?:_?\d)*")
+
+
 def _whole_number(high: int = MAX_WHOLE_NUMBER) -> Callable[[str], int]:
     """An argparse type: a whole number from 1 to ``high``, with a message quoting the value."""
 
     def parse(text: str) -> int:
-        digits = text.strip().lstrip("+")
-        # Decimal digits of any script, as int() and the directive's option parser read them (they
-        # must agree: the fuzz test builds both); isdigit() alone admits '²', which int() refuses.
-        if not digits.isdecimal():
+        # What int() reads, as the directive's option parser does (they must agree: the fuzz test
+        # builds both): decimal digits of any script, single underscores between them, one '+'.
+        # isdigit() alone admits '²', which int() refuses.
+        if not _WHOLE.fullmatch(text.strip()):
             raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+        digits = text.strip().lstrip("+").replace("_", "")
         digits = digits.lstrip("0") or "0"
         if len(digits) > len(str(high)) or int(digits) > high:
             raise argparse.ArgumentTypeError(f"{shown(text)} is more than {high}")
