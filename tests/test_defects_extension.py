@@ -111,8 +111,10 @@ def test_summary_shows_stale_results_and_unmeasured_listed_devices(project: Proj
     warnings, _ = project.build()
     assert re.search(r"index\.rst:4: WARNING: .*stale.*\[gemm_benchmark\.stale\]", warnings), warnings
     assert re.search(r"index\.rst:4: WARNING: .*h200.*\[gemm_benchmark\.missing\]", warnings), warnings
-    text = project.html().select_one("table.gemm-summary-table").get_text()
-    assert "stale" in text and "days old" in text
+    table = project.html().select_one("table.gemm-summary-table")
+    text = table.get_text()
+    assert "(stale)" in text  # one word in the row; the reason on hover (and on the freshness page)
+    assert any("stale:" in a.get("title", "") and "days old" in a["title"] for a in table.select("abbr")), table
     assert "not measured on h200 yet" in text
 
 
@@ -159,8 +161,8 @@ def test_layer_modes_render_in_the_summary_and_are_refused_by_gemm_benchmark(pro
     assert len(others) == 1, warnings
     rows = {r.td.get_text(): r.select("td")[1].get_text()
             for r in project.html().select("table.gemm-summary-table tbody tr")}
-    eager = next(v for k, v in rows.items() if "training step (layer)" in k)
-    graphed = next(v for k, v in rows.items() if "CUDA graphs" in k)
+    eager = next(v for k, v in rows.items() if "training step (eager)" in k)
+    graphed = next(v for k, v in rows.items() if "training step (graphed)" in k)
     assert eager.startswith(format_speedup(report.step("fp8-current").speedup_vs_bf16))
     assert graphed.startswith(format_speedup(report.step("fp8-current", graphed=True).speedup_vs_bf16))
 
