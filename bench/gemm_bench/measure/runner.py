@@ -190,9 +190,8 @@ class Runner:
             kernels = result.cross_check.get("kernel_ms", {})
             timed = Timed(result.samples, result.eager, failures, kernels)
             if self.telemetry and result.samples:
-                group = {"label": label, "mode": mode, "members": sorted(result.samples),
-                         "timed": "graph replays" if (self.settings.graphs if graphs is None else graphs) else "eager",
-                         **result.record, "setup_s": dict(self.setup_s), "cross_check": result.cross_check}
+                group = {"label": label, "mode": mode, "members": sorted(result.samples), **result.record,
+                         "setup_s": dict(self.setup_s), "cross_check": result.cross_check}
                 self._groups.append(group)
         del competitors
         with optional_phase(self.phases, RELEASE):

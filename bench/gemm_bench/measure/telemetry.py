@@ -8,12 +8,12 @@ step) records a ``groups`` entry in the result:
   and maximum power, number of samples). After the run, a group whose median clock fell more than
   :data:`CLOCK_DROP` below the median of the run's groups is flagged ``clock_low``: its numbers
   were measured on a throttled GPU, and ``gemm-bench report`` says so.
-* ``cross_check``: right after the group's timed rounds, the very same competitors (their CUDA-graph
-  replays) are timed a few more rounds by CUDA events *and* by the profiler's kernel time of the
-  very same launches: per region, the ratio of the two medians, the kernel median itself, and the
-  stored (published) median over that kernel time. A stored ratio near 1 says the published time
-  is the GPU's time for the region's kernels; well above 1, it includes time the GPU spent idle
-  (between the region's kernels, or waiting on the host in an eager group).
+* ``cross_check``: the group's timed rounds run inside one profiler session, so each region's
+  published median (CUDA events) has beside it the kernel time of the very same launches: per
+  region, the ratio of the two medians, the kernel median itself, and the stored (published)
+  median over that kernel time. A stored ratio near 1 says the published time is the GPU's time
+  for the region's kernels; well above 1, it includes time the GPU spent idle (between the
+  region's kernels, or waiting on the host in an eager group).
 
 The pure functions (summaries, flags, validation helpers) need neither torch nor NVML; the
 sampler imports NVML (``nvidia-ml-py``, in the GPU image) when it starts, and records why when it
@@ -40,8 +40,6 @@ SAMPLE_INTERVAL_S = 0.02
 #: A group whose median SM clock is this fraction below the run's median is flagged.
 CLOCK_DROP = 0.05
 
-#: Rounds of each group timed again under the profiler for the events-vs-kernels cross-check.
-CROSS_CHECK_ROUNDS = 3
 
 
 def method(*, teardown: bool = True) -> dict[str, Any]:
@@ -52,10 +50,10 @@ def method(*, teardown: bool = True) -> dict[str, Any]:
         "process during each group's timed rounds (power instantaneous where the driver offers it, else NVML's "
         f"1 s average: each group's power_source says); a group whose median clock is more than {CLOCK_DROP:.0%} "
         "below the run's median group clock is flagged clock_low",
-        "cross_check": f"right after each group's timed rounds, the same competitors timed {CROSS_CHECK_ROUNDS} "
-        "more rounds under torch.profiler ("
+        "cross_check": "each group's timed rounds run inside one torch.profiler session ("
         + ("CUPTI torn down after each session" if teardown else "CUPTI teardown disabled by the environment")
-        + "): per region, median CUDA-event time / median kernel time of the same launches (ratios), the "
+        + "), the trace split into regions at the L2 flushes: per region, median CUDA-event time / median "
+        "kernel time of the same launches (ratios), the "
         "kernel median (kernel_ms, also stored on each cell), and the stored median / that kernel time "
         "(stored_ratios; above 1: the stored time includes GPU idle time between or before the region's kernels)",
     }

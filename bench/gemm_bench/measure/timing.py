@@ -85,8 +85,9 @@ class GraphCaptureError(RuntimeError):
 class PhaseRecorder(Protocol):
     """Where wall time goes (``gemm_bench.measure.phases.PhaseProfiler`` satisfies this).
 
-    The timer charges its spin-up, warm-up, eager rounds, capture, timed rounds and cross-check
-    to the phases of those names, so ``gemm-bench run --profile-phases`` separates them.
+    The timer charges its spin-up, warm-up, eager rounds, capture and timed rounds (profiled for
+    the cross-check) to the phases of those names, so ``gemm-bench run --profile-phases``
+    separates them.
     """
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[Any]: ...
@@ -392,7 +393,8 @@ class GroupTiming:
     ``samples``: the published samples per competitor per region (graph replays with ``graphs``,
     else eager calls). ``eager``: the eager samples kept beside graph replays (empty without
     ``graphs``). ``failures``: competitors that could not be captured, with the reason.
-    ``record``: the group's ``rounds``, ``eager_rounds``, ``converged``, and with a sampler its
+    ``record``: what the group published (``timed``: graph replays or eager), its ``rounds``,
+    ``eager_rounds``, ``converged``, and with a sampler its
     ``clock``; ``cross_check``: the events-vs-profiler block (:func:`cross_check_block`).
     """
 
@@ -431,7 +433,7 @@ class Interleaver:
         eager: dict[str, dict[str, Samples]] = {}
         failures: dict[str, str] = {}
         timed = competitors
-        record: dict[str, Any] = {}
+        record: dict[str, Any] = {"timed": "graph replays" if graphed else "eager"}
         if graphed:
             if s.eager_repetitions:
                 with self._phase(EAGER):

@@ -79,13 +79,6 @@ class Cell:
         return cross_check.region_flag({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms})
 
     @property
-    def host_share(self) -> float | None:
-        """How much longer the eager call took than the GPU's time (eager / published - 1), where both exist."""
-        if self.status != "measured" or not self.ms or not self.eager_ms:
-            return None
-        return self.eager_ms / self.ms - 1
-
-    @property
     def tflops(self) -> float | None:
         if self.status != "measured" or not self.ms:
             return None
