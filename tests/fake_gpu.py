@@ -41,6 +41,8 @@ def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[
         n = len(list(Path(calls).glob(f"{question.hash}.*")))
         pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         (Path(calls) / f"{question.hash}.{os.getpid()}.{n}").write_text(pinned, encoding="utf-8")
+        if os.environ.get("FAKE_GPU_ABORT") in (question.hash, "*"):
+            os.abort()  # as torch's ~CUDAGraph did on the H100 (DeepSeek-V3): the process dies
         if os.environ.get("FAKE_GPU_HANG") == question.hash:
             (Path(calls) / f"hang.{os.getpid()}").write_text(question.hash, encoding="utf-8")
             deadline = time.monotonic() + 60

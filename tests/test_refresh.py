@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gemm_bench.cli.refresh import (
+    MAX_WORKER_DEATHS,
     GpuSlot,
     Job,
     RefreshError,
@@ -383,6 +384,36 @@ def test_killed_worker_leaves_a_valid_cache_and_a_rerun_measures_only_what_is_mi
     assert victim in measured(calls)
     for name, data in kept.items():
         assert (cache / name).read_bytes() == data  # what was stored before is untouched
+
+
+def test_a_question_that_kills_its_worker_fails_alone_and_the_gpu_goes_on(
+        tmp_path: Path, calls: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library abort (torch's ~CUDAGraph on DeepSeek-V3, on the H100) kills the worker: that
+    question fails with the exit code, a new worker measures the GPU's remaining questions."""
+    src = site(tmp_path)
+    cache = tmp_path / "cache"
+    jobs, _ = collect_jobs(src)
+    victim = jobs[0].hash
+    monkeypatch.setenv("FAKE_GPU_ABORT", victim)
+    monkeypatch.setenv("FAKE_GPU_CALLS", str(calls))
+    outcome = run(src, cache, H100, tmp_path)
+    assert outcome.failed == [f"{victim}--h100-80gb-hbm3: the worker for GPU 0 exited with code "  # type: ignore[attr-defined]
+                              f"{-signal.SIGABRT} while measuring it; nothing of it was stored"]
+    assert outcome.not_started == [] and not outcome.interrupted  # type: ignore[attr-defined]
+    stored = sorted(p.name.split("--")[0] for p in cache.glob("*.json"))
+    assert stored == sorted(j.hash for j in jobs if j.hash != victim)
+    assert len({p.name.split(".")[1] for p in calls.iterdir()}) == 2  # two worker processes
+
+
+def test_a_gpu_whose_workers_keep_dying_is_given_up(tmp_path: Path, calls: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    src = site(tmp_path)
+    jobs, _ = collect_jobs(src)
+    assert len(jobs) > MAX_WORKER_DEATHS
+    monkeypatch.setenv("FAKE_GPU_ABORT", "*")
+    outcome = run(src, tmp_path / "cache", H100, tmp_path)
+    assert len(outcome.failed) == MAX_WORKER_DEATHS  # type: ignore[attr-defined]
+    assert len(outcome.not_started) == len(jobs) - MAX_WORKER_DEATHS  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("swallowed", [False, True], ids=["plain", "swallowed-twice"])

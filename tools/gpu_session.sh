@@ -11,7 +11,12 @@
 #   1. the plan with its time estimate (refresh --dry-run), then the refresh itself, timed
 #      (SIGINT at the deadline: finished questions stay stored, a later call measures the rest);
 #   2. reproducibility: one question again in a second process, compared with the refresh's run;
-#   3. the GPU tests (-m gpu), with what they print.
+#   3. the GPU tests (-m gpu), with what they print;
+#   4. the README's docs command measuring on this box: `nox --no-venv --no-install -s docs` (torch
+#      lives in the image's own venv, which a venv nox makes would not see) with a scratch page
+#      (orphan, removed afterwards) asking one question the cache lacks: an author's new question.
+# STEPS picks steps (default "refresh,repro,tests"; add "docs" for step 4), REFRESH_ARGS adds
+# refresh flags ("--force" re-measures the whole site: the whole-site wall time).
 # Everything comes back in $OUT/session.tgz plus the logs. Nothing here types a number.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +24,8 @@ OUT="${OUT:-/tmp/gpu-session}"
 BUDGET_S="${1:-540}"
 START=$(date +%s)
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+STEPS="${STEPS:-refresh,repro,tests}"
+step() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$OUT/s/cache" "$OUT/s/repro"
 if [ -d .devkit-docs ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -34,18 +41,22 @@ trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$OUT/s/gpu.txt"
 
 # 1. The plan, then the whole site's refresh on this GPU, timed.
-bench refresh docs/ --gpus all --dry-run 2>&1 | quiet > "$OUT/s/plan.txt"
-tail -2 "$OUT/s/plan.txt"
-t0=$(date +%s.%N)
-timeout -s INT $(( $(left) - ${RESERVE_S:-60} )) python3 -m gemm_bench.cli refresh docs/ --gpus all 2>&1 | quiet \
-  | tee "$OUT/s/refresh.txt" | grep -v "^      "
-echo "whole-site refresh: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" | tee -a "$OUT/s/refresh.txt"
-grep -l "\"run_id\": \"$(date -u +%Y%m%d)" docs/_gemm_cache/*.json | xargs -r -I{} cp {} "$OUT/s/cache/"
-pack
+if step refresh; then
+  # shellcheck disable=SC2086
+  bench refresh docs/ --gpus all --dry-run ${REFRESH_ARGS:-} 2>&1 | quiet > "$OUT/s/plan.txt"
+  tail -2 "$OUT/s/plan.txt"
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  timeout -s INT $(( $(left) - ${RESERVE_S:-60} )) python3 -m gemm_bench.cli refresh docs/ --gpus all ${REFRESH_ARGS:-} \
+    2>&1 | quiet | tee "$OUT/s/refresh.txt" | grep -v "^      "
+  echo "whole-site refresh: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" | tee -a "$OUT/s/refresh.txt"
+  grep -l "\"run_id\": \"$(date -u +%Y%m%d)" docs/_gemm_cache/*.json | xargs -r -I{} cp {} "$OUT/s/cache/"
+  pack
+fi
 
 # 2. Reproducibility: the TE guide question in a second process, compared with the refresh's run.
 ref=$(ls "$OUT"/s/cache/${REPRO_HASH:-2160d33ec54a347e}--*.json 2>/dev/null | head -1)
-if [ -n "$ref" ] && [ "$(left)" -gt 90 ]; then
+if step repro && [ -n "$ref" ] && [ "$(left)" -gt 90 ]; then
   timeout $(( $(left) - 20 )) python3 -m gemm_bench.cli run --model te-guide-5b --accuracy \
     --modes autocast,prequant,layer,layer-graphed --profile-phases --out "$OUT/s/repro/b.json" 2>&1 | quiet \
     | tail -22 > "$OUT/s/repro/phases.txt"
@@ -54,8 +65,35 @@ if [ -n "$ref" ] && [ "$(left)" -gt 90 ]; then
 fi
 pack
 
+# 4 (first when asked: it is short). The docs build measuring an author's new question.
+if step docs && [ "$(left)" -gt 120 ]; then
+  scratch=docs/_gpu_scratch.rst
+  cat > "$scratch" <<'RST'
+:orphan:
+
+A new question (GPU session scratch page)
+=========================================
+
+.. gemm-benchmark::
+   :model: llama3-8b
+   :micro-batch-size: 2
+   :seq-length: 2048
+   :precisions: bf16, fp8-current
+RST
+  before=$(ls docs/_gemm_cache | sort)
+  t0=$(date +%s.%N)
+  timeout $(( $(left) - 30 )) python3 -m nox --no-venv --no-install -s docs -- -d /tmp/doctrees 2>&1 \
+    | tee "$OUT/s/nox-docs.txt" | tail -15
+  echo "nox -s docs (one new question): $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" \
+    | tee -a "$OUT/s/nox-docs.txt"
+  comm -13 <(echo "$before") <(ls docs/_gemm_cache | sort) | while read -r f; do
+    mv "docs/_gemm_cache/$f" "$OUT/s/cache/scratch--$f"; done
+  rm -f "$scratch"
+  pack
+fi
+
 # 3. The GPU tests, with what they print, in what time is left.
-if [ "$(left)" -gt 60 ]; then
+if step tests && [ "$(left)" -gt 60 ]; then
   timeout $(( $(left) - 10 )) python3 -m pytest -m gpu -s -q -p no:cacheprovider tests 2>&1 | quiet \
     > "$OUT/s/gpu-tests.txt"
   echo "gpu tests rc=$?"; tail -5 "$OUT/s/gpu-tests.txt"

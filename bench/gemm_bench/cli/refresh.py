@@ -513,10 +513,16 @@ class Outcome:
         return not self.failed and not self.not_started and not self.interrupted
 
 
+#: Workers of one GPU that may die mid-question before the refresh stops giving that GPU work
+#: (a GPU that kills every process is broken; one question that does is that question's failure).
+MAX_WORKER_DEATHS = 3
+
+
 def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path, measure: Measure = measure_on_gpu,
              local: dict[str, str] | None = None, rules: Rules = Rules(), lock_dir: Path | None = None,
              progress: Progress | None = None) -> Outcome:
-    """Share ``tasks`` out over one worker process per GPU; stop cleanly on Ctrl-C or a worker's death."""
+    """Share ``tasks`` out over one worker process per GPU; stop cleanly on Ctrl-C. A worker that dies
+    mid-question fails that question and is replaced (up to :data:`MAX_WORKER_DEATHS` per GPU)."""
     progress = progress or PlainProgress()
     outcome = Outcome()
     if not tasks:
@@ -525,7 +531,10 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
     pending = collections.deque(tasks)
     workers: dict[int, tuple[Any, multiprocessing.connection.Connection]] = {}
     inflight: dict[int, Task | None] = {}
-    for gpu in gpus[: len(tasks)]:
+    slots = {gpu.index: gpu for gpu in gpus[: len(tasks)]}
+    deaths: collections.Counter[int] = collections.Counter()
+
+    def start_worker(gpu: GpuSlot) -> None:
         parent_end, child_end = ctx.Pipe()
         setup = WorkerSetup(gpu, cache_dir, gpu_lock_path(gpu, lock_dir), measure, local, rules)
         with pinned(gpu.index):
@@ -533,6 +542,9 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
             proc.start()
         child_end.close()
         workers[gpu.index] = (proc, parent_end)
+
+    for gpu in slots.values():
+        start_worker(gpu)
     stopping = False
     restore: Any = None  # the SIGINT handler to put back after an interrupted clean-up
     progress.start(len(tasks))
@@ -591,10 +603,22 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
                     if lost is not None and proc.exitcode != 0:
                         outcome.failed.append(f"{lost.key}: the worker for GPU {index} exited with code "
                                               f"{proc.exitcode} while measuring it; nothing of it was stored")
-                        progress.event(f"GPU {index}: worker exited ({proc.exitcode}); stopping", done)
                         inflight[index] = None
+                        done += 1
+                        deaths[index] += 1
+                        interrupted = proc.exitcode in (130, -signal.SIGINT)
+                        if not interrupted and not stopping and pending and deaths[index] < MAX_WORKER_DEATHS:
+                            # One question that kills its process (a CUDA abort in a library) costs
+                            # that question only: a fresh worker takes the GPU's next question.
+                            progress.event(f"GPU {index}: worker exited ({proc.exitcode}) measuring {lost.key}; "
+                                           "starting a new worker for the rest", done)
+                            conn.close()
+                            start_worker(slots[index])
+                            dispatch(index)
+                            continue
+                        progress.event(f"GPU {index}: worker exited ({proc.exitcode}); stopping", done)
                         stopping = True
-                        if proc.exitcode in (130, -signal.SIGINT):
+                        if interrupted:
                             outcome.interrupted = True
                         for other, (_, other_conn) in workers.items():
                             if other != index and inflight.get(other) is None:

@@ -38,6 +38,8 @@ WARM_UP = "warm-up"
 EAGER = "eager rounds"
 CAPTURE = "CUDA graph capture"
 TIMED = "timed rounds"
+TRACE = "profiler trace (cross-check)"
+ACCURACY = "accuracy (SQNR)"
 RELEASE = "releasing memory"
 WRITING = "writing"
 UNACCOUNTED = "unaccounted"
@@ -168,6 +170,15 @@ class PhaseProfiler:
             "unaccounted_share": rest / total if total > 0 else 0.0,
             "clock": "host wall time (monotonic); GPU work is charged to the phase that synchronises on it",
         }
+
+    def summary(self) -> dict[str, float]:
+        """Seconds per phase (exclusive, rounded to 0.1 s), the unaccounted rest and the total:
+        what a stored result keeps of its own measurement (``provenance.phases_s``)."""
+        data = self.to_dict()
+        out = {p["name"]: round(p["seconds"], 1) for p in data["phases"]}
+        out[UNACCOUNTED] = round(max(data["unaccounted_s"], 0.0), 1)
+        out["total"] = round(data["total_s"], 1)
+        return out
 
     def to_text(self) -> str:
         """A table for the terminal, phases in the order they first began."""

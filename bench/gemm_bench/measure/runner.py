@@ -27,7 +27,7 @@ from gemm_bench.measure import peers as peer_registry
 from gemm_bench.measure import provenance
 from gemm_bench.measure import telemetry as telemetry_module
 from gemm_bench.measure.backends import te as te_backend
-from gemm_bench.measure.phases import BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
+from gemm_bench.measure.phases import ACCURACY, BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
 from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings
 from gemm_bench.question.plan import PlannedCell, make_plan
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
@@ -303,7 +303,7 @@ class Runner:
             from gemm_bench.measure.accuracy import accuracy_method, measure_accuracy
 
             self.progress(done, total, "accuracy (SQNR)")
-            with _nvtx("accuracy", self.nvtx):
+            with _nvtx("accuracy", self.nvtx), optional_phase(self.phases, ACCURACY):
                 doc["accuracy"] = measure_accuracy(question, wanted, per_gemm or ["autocast"],
                                                    support=support, run_id=run_id)
             doc["accuracy_method"] = accuracy_method()
@@ -328,8 +328,14 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     """
     from gemm_bench.results.stack import complete_modes
 
-    return Runner(settings or TimerSettings(), accuracy=True, progress=progress).measure(
+    phases = PhaseProfiler()
+    doc = Runner(settings or TimerSettings(), accuracy=True, progress=progress, phases=phases).measure(
         question, list(precisions), complete_modes(question, modes))
+    phases.finish()
+    # Where this question's wall time went, kept beside measure_s: the refresh's speed is
+    # profiled from every GPU run, not only from a `gemm-bench run --profile-phases` by hand.
+    doc["provenance"]["phases_s"] = phases.summary()
+    return doc
 
 
 #: Keys of the competitors of peers in a timed group: never equal to a precision id.

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from gemm_bench.measure.phases import CAPTURE, EAGER, SPIN_UP, TIMED, WARM_UP
+from gemm_bench.measure.phases import CAPTURE, EAGER, SPIN_UP, TIMED, TRACE, WARM_UP
 from gemm_bench.measure.telemetry import cross_check_block, with_stored_ratios
 
 #: Twice any Hopper / Blackwell L2 (50-126 MB): copying half of it onto the other half touches
@@ -526,13 +526,16 @@ class Interleaver:
                 if converged or done >= cap or s.target_ci == 0 or time.perf_counter() - start >= s.max_group_s:
                     break
                 batch = min(cap - done, max(5, done // 2))
+            with self._phase(TRACE):
+                stack.close()  # the profiler's stop: Kineto collects the session's activity here
         if prof is None:
             return out, None, converged, "not profiled"
-        try:
-            return out, _split_kernels(prof, order), converged, ""
-        except (RuntimeError, ValueError, KeyError, OSError) as exc:
-            # the profiler's trace, or one that cannot be split per region
-            return out, None, converged, str(exc)
+        with self._phase(TRACE):
+            try:
+                return out, _split_kernels(prof, order), converged, ""
+            except (RuntimeError, ValueError, KeyError, OSError) as exc:
+                # the profiler's trace, or one that cannot be split per region
+                return out, None, converged, str(exc)
 
     def _rounds(
         self, competitors: dict[str, Competitor], reps: int, *, profile: bool,

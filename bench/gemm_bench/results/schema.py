@@ -469,6 +469,10 @@ def validate(doc: Any) -> dict[str, Any]:
     # Wall seconds the measurement of this question took (process start excluded): what
     # ``gemm-bench refresh --dry-run`` estimates the next measurement of it from.
     _number(provenance, "measure_s", "$.provenance", 0.0, 1e7, required=False)
+    # ... and where that time went, seconds per phase (``PhaseProfiler.summary``).
+    phases = _get(provenance, "phases_s", dict, "$.provenance", required=False)
+    for name in phases or {}:
+        _number(phases, name, "$.provenance.phases_s", 0.0, 1e7)
     method = _get(provenance, "method", dict, "$.provenance")
     for key, value in method.items():
         if not isinstance(value, _SCALARS):

@@ -75,7 +75,11 @@ def linear_competitor(recipe: str, fprop: GemmShape) -> Competitor:
     _never_fall_back_to_eager()
     layer = model[0]
     compiled = _compiled_forward(recipe, layer)
-    weight = layer.weight
+    # A plain leaf tensor, not the module's Parameter: dynamo gives every nn.Parameter static
+    # shapes even under dynamic=True (torch._dynamo.config.force_parameter_static_shapes), so
+    # passing the Parameter recompiled the function for every (K, N) after all (3-6 s per op on
+    # the H100, in the setup_s of the method-v4 files). The Wgrad still reaches weight.grad.
+    weight = layer.weight.detach().clone().requires_grad_(True)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
 
@@ -87,7 +91,6 @@ def linear_competitor(recipe: str, fprop: GemmShape) -> Competitor:
         y.backward(dy)
         mark("backward", "end")
         x.grad = None
-        for p in model.parameters():
-            p.grad = None
+        weight.grad = None
 
     return iteration
