@@ -106,6 +106,7 @@ class FakeGraph:
         self.kernels: list[tuple[str, float, Any]] = []
 
     def capture_begin(self, pool: Any = None) -> None:
+        self.pool = pool
         if self.cuda.capturing is not None:
             raise RuntimeError("a capture is already under way")
         self.cuda.capturing = self

@@ -216,3 +216,28 @@ def test_telemetry_does_not_slow_small_gemms() -> None:
     print(f"on/off: geometric mean {geomean:.3f}, worst cell {max(ratios):.3f}")
     assert geomean < 1.10
     assert max(ratios) < 1.5
+
+
+def test_every_precision_of_an_op_shares_one_set_of_weights_and_one_graph_pool() -> None:
+    """DeepSeek-V3's 256-expert MLP up (15 GB of BF16 weights) ran an H100 out of memory with one
+    weight copy and one graph pool per precision. Shared, the group's memory is one copy of the
+    weights plus what one precision's graphs need at a time; and every precision runs."""
+    from gemm_bench.measure.backends import te as te_backend
+    from gemm_bench.question.shapes import GemmShape
+
+    fprop = GemmShape(op="mlp_up", pass_="fprop", m=128, k=2048, n=1024, groups=32)
+    shared = te_backend.Operands()
+    competitors = {p: te_backend.autocast_competitor(p, fprop, True, shared)
+                   for p in ("bf16", "fp8-delayed", "fp8-current", "fp8-block")}
+    weights = {name: p.data_ptr() for name, p in (shared.params or {}).items()}
+    assert len(weights) == 32
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    result = Interleaver(TimerSettings(warmup_s=0.02, repetitions=10)).run(competitors)
+    peak = torch.cuda.max_memory_allocated()
+    print(f"\n32 experts 128x2048x1024: {sorted(result.samples)} timed, failures {result.failures}; "
+          f"weights {sum(p.numel() * 2 for p in shared.params.values()) / 2**20:.0f} MiB, "  # type: ignore[union-attr]
+          f"allocated before {before / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB")
+    assert result.failures == {}
+    assert sorted(result.samples) == sorted(competitors)
+    assert {name: p.data_ptr() for name, p in shared.params.items()} == weights  # type: ignore[union-attr]

@@ -99,6 +99,30 @@ def test_regions_are_replayed_in_capture_order_and_interleaved(cuda: FakeCuda) -
         [0.102, 0.202, 0.302]
 
 
+def test_one_group_captures_into_one_pool_in_replay_order(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every graph of a group shares one memory pool (a gradient freed by one competitor's graphs
+    serves the next one's: DeepSeek-V3's experts ran an H100 out of memory with a pool each), and
+    the rounds replay the graphs in the order they were captured, which that sharing requires."""
+    from gemm_bench.measure import timing
+
+    captured: list[tuple[str, Any]] = []
+    real_capture = timing.capture
+
+    def spy(fn: Any, pool: Any = None) -> Any:
+        graphed = real_capture(fn, pool)
+        captured.extend((region, graph.pool) for region, graph, _, _ in graphed.graphs)
+        return graphed
+
+    monkeypatch.setattr(timing, "capture", spy)
+    competitors = {"a": linear(cuda, 0.1, {"fprop": [0.1], "dgrad": [0.2]}), "b": linear(cuda, 0.1, {"fprop": [0.3]})}
+    Interleaver(SETTINGS).run(competitors)
+    first = [pool for _, pool in captured]
+    assert len(captured) == 3 and first[0] is not None and all(p is first[0] for p in first)
+    captured.clear()
+    Interleaver(SETTINGS).run(competitors)
+    assert captured[0][1] is not first[0]  # a new group, a new pool
+
+
 def dataclass_replace(settings: TimerSettings, **changes: Any) -> TimerSettings:
     import dataclasses
 

@@ -55,7 +55,11 @@ if step refresh; then
 fi
 
 # 2. Reproducibility: the TE guide question in a second process, compared with the refresh's run.
-ref=$(ls "$OUT"/s/cache/${REPRO_HASH:-2160d33ec54a347e}--*.json 2>/dev/null | head -1)
+# (the refresh's run when this call refreshed, else the committed result of this GPU)
+slug=$(python3 -c "import sys; from gemm_bench.question.devices import device_slug; print(device_slug(sys.argv[1]))" \
+  "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")
+ref=$(ls "$OUT"/s/cache/${REPRO_HASH:-2160d33ec54a347e}--*.json docs/_gemm_cache/${REPRO_HASH:-2160d33ec54a347e}--"$slug".json \
+  2>/dev/null | head -1)
 if step repro && [ -n "$ref" ] && [ "$(left)" -gt 90 ]; then
   timeout $(( $(left) - 20 )) python3 -m gemm_bench.cli run --model te-guide-5b --accuracy \
     --modes autocast,prequant,layer,layer-graphed --profile-phases --out "$OUT/s/repro/b.json" 2>&1 | quiet \

@@ -259,8 +259,12 @@ class Runner:
             chosen = list(dict.fromkeys(c.precision for c in wanted_cells))
             fprop = fprop_of[op]
             backward = any(c.gemm.pass_ != "fprop" for c in wanted_cells)
+            # One set of BF16 weights and inputs for every precision of the op (te_backend.Operands):
+            # the same numbers for all, and DeepSeek-V3's 256-expert MLP (15 GB of weights per copy)
+            # fits a GPU only once, not once per precision (four copies ran an H100 out of memory).
+            shared = te_backend.Operands()
             builders: dict[str, Callable[[], Competitor]] = {
-                p: functools.partial(te_backend.autocast_competitor, p, fprop, backward) for p in chosen
+                p: functools.partial(te_backend.autocast_competitor, p, fprop, backward, shared) for p in chosen
             }
             # Linear peers (torchao Float8Linear ...) time the op's training step beside TE's autocast.
             linear = _peer_builders(registry, fprop, "linear", available)

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from gemm_bench.measure.phases import CAPTURE, EAGER, SPIN_UP, TIMED, TRACE, WARM_UP
+from gemm_bench.measure.phases import CAPTURE, EAGER, PROFILER_START, SPIN_UP, TIMED, TRACE, WARM_UP
 from gemm_bench.measure.telemetry import cross_check_block, with_stored_ratios
 
 #: Twice any Hopper / Blackwell L2 (50-126 MB): copying half of it onto the other half touches
@@ -323,12 +323,15 @@ class GraphedCompetitor:
 _FAILED_CAPTURES: list[Any] = []
 
 
-def capture(fn: Competitor) -> GraphedCompetitor:
+def capture(fn: Competitor, pool: Any = None) -> GraphedCompetitor:
     """Run one iteration of ``fn`` with each of its regions captured as its own CUDA graph.
 
-    All graphs of one competitor share one memory pool, so a later region may read what an earlier
-    one allocated (a backward reads the forward's saved tensors); they must be replayed in the
-    order they were captured, which the timer does. Capture runs on a side stream (CUDA requires a
+    All graphs of one competitor share one memory pool (``pool``, else a new one), so a later
+    region may read what an earlier one allocated (a backward reads the forward's saved tensors);
+    they must be replayed in the order they were captured, which the timer does. The timer passes
+    one pool for a whole group: its competitors are captured and replayed in one fixed order, so
+    memory one competitor's graphs freed (its gradients) serves the next one's, as with
+    ``make_graphed_callables``. Capture runs on a side stream (CUDA requires a
     non-default stream), after the caller's eager warm-up. Raises :class:`GraphCaptureError` with
     CUDA's reason when a region cannot be captured (a host sync inside it, for instance) or when
     the competitor's regions nest or are left open.
@@ -336,7 +339,7 @@ def capture(fn: Competitor) -> GraphedCompetitor:
     import torch
 
     graphs: list[tuple[str, Any, Any, Any]] = []
-    pool = torch.cuda.graph_pool_handle()
+    pool = torch.cuda.graph_pool_handle() if pool is None else pool
     current: list[tuple[str, Any, Any]] = []
 
     def mark(region: str, edge: str) -> None:
@@ -440,11 +443,12 @@ class Interleaver:
                     eager, _ = self._rounds(competitors, s.eager_repetitions, profile=False)
                 record["eager_rounds"] = s.eager_repetitions
             with self._phase(CAPTURE):
-                torch.cuda.empty_cache()  # the eager rounds' cached blocks, before the graphs' pools
+                torch.cuda.empty_cache()  # the eager rounds' cached blocks, before the graphs' pool
                 timed = {}
+                pool = torch.cuda.graph_pool_handle()  # one for the group, replayed in capture order
                 for name, fn in competitors.items():
                     try:
-                        timed[name] = capture(fn)
+                        timed[name] = capture(fn, pool)
                     except GraphCaptureError as exc:
                         failures[name] = str(exc)[:400]
             if not timed:
@@ -513,7 +517,8 @@ class Interleaver:
         batch = cap if s.target_ci == 0 else min(s.floor, cap)
         converged = False
         with contextlib.ExitStack() as stack:
-            prof = stack.enter_context(_profiler()) if profile else None
+            with self._phase(PROFILER_START):
+                prof = stack.enter_context(_profiler()) if profile else None
             while True:
                 events, _ = self._rounds(competitors, batch, profile=False, order=order)
                 for name, regions in events.items():

@@ -59,11 +59,43 @@ def make_recipe(precision_id: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- autocast
-def autocast_competitor(precision_id: str, fprop: GemmShape, backward: bool = True) -> Competitor:
+class Operands:
+    """The BF16 weights, input and output gradient that every precision of one op shares.
+
+    The first competitor built for the op keeps its module's parameters and its tensors here; each
+    later one puts the same parameters into its own module (TE reads a module's weights by
+    attribute at every call) and uses the same ``x`` and ``dy``. Each iteration clears the
+    gradients it made, and competitors run one after another, never at once.
+    """
+
+    def __init__(self) -> None:
+        self.params: dict[str, torch.nn.Parameter] | None = None
+        self.x: torch.Tensor | None = None
+        self.dy: torch.Tensor | None = None
+
+    def adopt(self, layer: torch.nn.Module, make_x: Callable[[], torch.Tensor],
+              make_dy: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Give ``layer`` the shared parameters (the first layer's become them); the shared x, dy."""
+        own = dict(layer.named_parameters())
+        if self.params is None:
+            self.params, self.x, self.dy = own, make_x(), make_dy()
+        else:
+            if sorted(own) != sorted(self.params) or any(
+                    own[name].shape != p.shape or own[name].dtype != p.dtype for name, p in self.params.items()):
+                raise RuntimeError(f"{type(layer).__name__}'s parameters differ from the op's shared ones")
+            for name, param in self.params.items():
+                setattr(layer, name, param)  # the module's own copy is freed here
+        assert self.x is not None and self.dy is not None
+        return self.x, self.dy
+
+
+def autocast_competitor(precision_id: str, fprop: GemmShape, backward: bool = True,
+                        shared: Operands | None = None) -> Competitor:
     """One training iteration of the Linear whose Fprop is ``fprop`` (three timed regions).
 
     Without ``backward`` (a question made of Fprop shapes alone, like a square sweep) only the
-    forward region runs and is timed.
+    forward region runs and is timed. ``shared``: the op's weights and inputs, common to every
+    precision (:class:`Operands`); without it the competitor makes its own.
     """
     m, k, n, groups = fprop.m, fprop.k, fprop.n, fprop.groups
     recipe = make_recipe(precision_id)
@@ -76,8 +108,14 @@ def autocast_competitor(precision_id: str, fprop: GemmShape, backward: bool = Tr
         layer = te.Linear(k, n, bias=False, params_dtype=torch.bfloat16, device="cuda",
                           delay_wgrad_compute=True)
         forward = layer
-    x = torch.randn(m * groups, k, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
-    dy = torch.randn(m * groups, n, device="cuda", dtype=torch.bfloat16)
+
+    def make_x() -> torch.Tensor:
+        return torch.randn(m * groups, k, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+
+    def make_dy() -> torch.Tensor:
+        return torch.randn(m * groups, n, device="cuda", dtype=torch.bfloat16)
+
+    x, dy = (shared or Operands()).adopt(layer, make_x, make_dy)
     enabled = recipe is not None
 
     def iteration(mark: Mark) -> None:
