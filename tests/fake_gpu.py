@@ -41,6 +41,10 @@ def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[
         n = len(list(Path(calls).glob(f"{question.hash}.*")))
         pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         (Path(calls) / f"{question.hash}.{os.getpid()}.{n}").write_text(pinned, encoding="utf-8")
+        if os.environ.get("FAKE_GPU_LEAK") == question.hash:
+            from gemm_bench.measure import timing  # a failed capture's graphs, kept for the process's life
+
+            timing._FAILED_CAPTURES.append(object())
         if os.environ.get("FAKE_GPU_ABORT") in (question.hash, "*"):
             os.abort()  # as torch's ~CUDAGraph did on the H100 (DeepSeek-V3): the process dies
         if os.environ.get("FAKE_GPU_HANG") == question.hash:

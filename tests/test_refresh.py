@@ -405,6 +405,23 @@ def test_a_question_that_kills_its_worker_fails_alone_and_the_gpu_goes_on(
     assert len({p.name.split(".")[1] for p in calls.iterdir()}) == 2  # two worker processes
 
 
+def test_a_worker_that_holds_a_failed_capture_is_replaced_after_storing(
+        tmp_path: Path, calls: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed CUDA graph capture's graphs (and memory pool) live as long as the process: after
+    storing that question the worker hands its GPU to a fresh one (an out-of-memory capture on
+    DeepSeek-V3 ran gpt-oss-120b, next in the same process, out of memory too)."""
+    src = site(tmp_path)
+    cache = tmp_path / "cache"
+    jobs, _ = collect_jobs(src)
+    monkeypatch.setenv("FAKE_GPU_LEAK", jobs[0].hash)
+    outcome = run(src, cache, H100, tmp_path)
+    assert outcome.ok  # type: ignore[attr-defined]
+    assert sorted(p.name.split("--")[0] for p in cache.glob("*.json")) == sorted(j.hash for j in jobs)
+    pids = {p.name.split(".")[1] for p in calls.iterdir()}
+    first = {p.name.split(".")[1] for p in calls.glob(f"{jobs[0].hash}.*")}
+    assert len(pids) == 2 and len(first) == 1  # the leaking question's worker measured only it
+
+
 def test_a_gpu_whose_workers_keep_dying_is_given_up(tmp_path: Path, calls: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     src = site(tmp_path)

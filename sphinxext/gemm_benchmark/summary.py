@@ -45,7 +45,7 @@ from gemm_benchmark.values import Fastest, Point, decide_fastest, format_speedup
 
 logger = logging.getLogger(__name__)
 
-_MODEL = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d+))?$")
+_MODEL = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d+))?(?:/ep(?P<ep>\d+))?$")
 MODE_ROW_NAMES = {"autocast": "autocast", "prequant": "pre-quantized"}
 
 
@@ -55,22 +55,26 @@ class ModelAsk:
     request: Request
     preset: str
     tp: int | None
+    ep: int | None = None
 
     @property
     def entry(self) -> str:
-        """The model as ``:models:`` names it (``PRESET`` or ``PRESET/tpN``)."""
-        return f"{self.preset}/tp{self.tp}" if self.tp else self.preset
+        """The model as ``:models:`` names it (``PRESET``, ``PRESET/tpN``, ``PRESET/epN``, ``PRESET/tpN/epM``)."""
+        return self.preset + (f"/tp{self.tp}" if self.tp else "") + (f"/ep{self.ep}" if self.ep else "")
 
     @property
     def command(self) -> str:
         """The command that measures this model on a GPU box."""
         tp = f" --tensor-model-parallel-size {self.tp}" if self.tp and self.tp > 1 else ""
-        return f"gemm-bench run --model {self.preset}{tp}"
+        ep = f" --expert-model-parallel-size {self.ep}" if self.ep and self.ep > 1 else ""
+        return f"gemm-bench run --model {self.preset}{tp}{ep}"
 
 
-def model_label(preset: str, tp: int | None) -> str:
+def model_label(preset: str, tp: int | None, ep: int | None = None) -> str:
     name = PRESET_DESCRIPTIONS.get(preset, preset).split(":")[0]
-    return f"{name} (TP {tp})" if tp and tp > 1 else name
+    parallel = [f"TP {tp}"] if tp and tp > 1 else []
+    parallel += [f"EP {ep}"] if ep and ep > 1 else []
+    return f"{name} ({', '.join(parallel)})" if parallel else name
 
 
 class GemmBenchmarkSummaryDirective(SphinxDirective):
@@ -382,14 +386,18 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> l
     for entry in models:
         match = _MODEL.match(entry)
         if not match:
-            raise OptionError("models", f"{entry!r} is not PRESET or PRESET/tpN")
+            raise OptionError("models", f"{entry!r} is not PRESET, PRESET/tpN, PRESET/epN or PRESET/tpN/epM")
         fields = {"model": match["preset"], **shared}
         tp = int(match["tp"]) if match["tp"] else None
+        ep = int(match["ep"]) if match["ep"] else None
         if tp:
             fields["tensor-model-parallel-size"] = str(tp)
+        if ep:
+            fields["expert-model-parallel-size"] = str(ep)
         request = parse_options(fields, srcdir=srcdir, docdir=docdir, modes_known=ALL_MODES)
         if not any(p != BASELINE for p in request.precisions):
             raise OptionError("precisions", "the summary shows speedups vs BF16: name at least one precision "
                               "besides BF16", subtype="precisions")
-        asks.append(ModelAsk(model_label(match["preset"], tp) if len(models) > 1 else "", request, match["preset"], tp))
+        asks.append(ModelAsk(model_label(match["preset"], tp, ep) if len(models) > 1 else "", request,
+                             match["preset"], tp, ep))
     return asks

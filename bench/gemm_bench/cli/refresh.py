@@ -405,6 +405,17 @@ class _Interrupt:
         raise KeyboardInterrupt
 
 
+#: A worker's exit code for "done with this question, start a fresh worker for the next one".
+RESTART_EXIT = 75
+
+
+def _holds_failed_captures() -> bool:
+    """Whether this process keeps the graphs of a failed CUDA graph capture alive (only if the
+    timer was imported: a fake measure never imports torch)."""
+    timing = sys.modules.get("gemm_bench.measure.timing")
+    return bool(timing is not None and getattr(timing, "_FAILED_CAPTURES", None))
+
+
 def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> None:
     """A worker's life: take a task, lock the GPU, re-check the cache, measure, store, report."""
     from filelock import FileLock
@@ -435,6 +446,12 @@ def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> 
                 except ResultError as exc:
                     conn.send(("failed", task.key, f"the measured result is invalid: {exc}"))
                     continue
+            if _holds_failed_captures():
+                # The graphs of a failed capture (and so their memory pool) live until the process
+                # ends (timing._FAILED_CAPTURES): a fresh worker measures the rest, so one question's
+                # out-of-memory capture cannot run the next questions out of memory too.
+                conn.send(("stored", task.key, str(path), time.monotonic() - started, "restart"))
+                sys.exit(RESTART_EXIT)
             conn.send(("stored", task.key, str(path), time.monotonic() - started))
     except KeyboardInterrupt:
         sys.exit(130)
@@ -574,6 +591,9 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
             if kind == "stored":
                 outcome.stored.append(message[2])
                 progress.event(f"GPU {index}: stored {Path(message[2]).name} ({message[3]:.0f} s)", done)
+                if message[4:] == ("restart",):
+                    inflight[index] = None  # the worker exits; its successor gets the next task
+                    continue
             elif kind == "skipped":
                 outcome.skipped.append(key)
                 progress.event(f"GPU {index}: {key} skipped: {message[2]}", done)
@@ -600,6 +620,11 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
                     proc.join()
                     receive(index)  # what it sent just before it exited
                     lost = inflight.get(index)
+                    if lost is None and proc.exitcode == RESTART_EXIT and pending and not stopping:
+                        conn.close()
+                        start_worker(slots[index])
+                        dispatch(index)
+                        continue
                     if lost is not None and proc.exitcode != 0:
                         outcome.failed.append(f"{lost.key}: the worker for GPU {index} exited with code "
                                               f"{proc.exitcode} while measuring it; nothing of it was stored")
