@@ -347,7 +347,8 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     te.VERSION = "0.0-fake"  # type: ignore[attr-defined]
     te.support = lambda: {p: Support(p != "mxfp8", "needs sm_100 (fake)") for p in PRECISIONS}  # type: ignore[attr-defined]
     te.prequant_competitor = lambda p, g: competitor(g.pass_)  # type: ignore[attr-defined]
-    te.autocast_competitor = lambda p, g, backward: competitor("fprop", "dgrad", "wgrad")  # type: ignore[attr-defined]
+    te.Operands = object  # type: ignore[attr-defined]
+    te.autocast_competitor = lambda p, g, backward, shared: competitor("fprop", "dgrad", "wgrad")  # type: ignore[attr-defined]
     prov = types.ModuleType("gemm_bench.measure.provenance")
     prov.collect = lambda method, version: (dict(H100), {**PROV, "method": method})  # type: ignore[attr-defined]
     layer = types.ModuleType("gemm_bench.measure.backends.layer_step")

@@ -502,7 +502,8 @@ def refresh_walltimes(cache_dir: Path) -> list[dict[str, Any]]:
         seconds = doc["provenance"].get("measure_s")
         if isinstance(seconds, (int, float)):
             rows.append({"file": path.name, "device": doc["device"]["name"], "measure_s": float(seconds),
-                         "date": doc["provenance"].get("date", "")})
+                         "date": doc["provenance"].get("date", ""),
+                         "phases_s": dict(doc["provenance"].get("phases_s") or {})})
     return rows
 
 
@@ -517,6 +518,14 @@ def refresh_rows(rows: list[dict[str, Any]]) -> list[str]:
             out.append(f"  {device:<24} {r['file']:<44} {r['measure_s']:7.1f} s  ({r['date']})")
         out.append(f"  {device:<24} {len(mine)} question(s): {sum(r['measure_s'] for r in mine) / 60:.1f} min "
                    "plus one worker start")
+        phases: dict[str, float] = {}
+        for r in mine:
+            for name, seconds in r.get("phases_s", {}).items():
+                if name != "total":
+                    phases[name] = phases.get(name, 0.0) + float(seconds)
+        if phases:
+            top = sorted(phases.items(), key=lambda item: -item[1])[:6]
+            out.append(f"  {device:<24} where it went: " + ", ".join(f"{n} {v:.0f} s" for n, v in top))
     return out
 
 

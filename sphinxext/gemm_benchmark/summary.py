@@ -16,6 +16,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from docutils import nodes
 from sphinx.util import logging
@@ -120,8 +121,6 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         precisions = [p for p in asks[0].request.precisions if p != BASELINE]
         modes = list(asks[0].request.modes)
         per_gemm, steps = gemm_modes(modes), layer_modes(modes)
-        table = SummaryTable("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed",
-                             [PRECISIONS[p].display for p in precisions])
         unmeasured: list[str] = []
         answers: dict[str, execution.Answer] = {}
         for ask in asks:
@@ -137,6 +136,15 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 self._warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
             for problem in answer.problems:
                 self._warn(Subtype.MEASURE, problem)
+        # A precision no shown GPU can run (MXFP8 and NVFP4 on Hopper) is one line under the table,
+        # not a column of "unsupported" in every row (on a phone it pushed the answer off the screen).
+        collapsed = unsupported_everywhere(precisions, [d.doc for a in answers.values() for d in a.devices])
+        precisions = [p for p in precisions if p not in collapsed] or precisions
+        collapsed = {p: why for p, why in collapsed.items() if p not in precisions}
+        table = SummaryTable("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed",
+                             [PRECISIONS[p].display for p in precisions])
+        for ask in asks:
+            answer = answers[ask.entry]
             if not answer.devices and not answer.unmatched:
                 unmeasured.append(f"{ask.label or ask.preset} ({ask.command})")
                 table.span(Entry(ask.label, strong=True),
@@ -181,6 +189,9 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
         out += scrolling(table.node("Whole-model GEMM speedup vs BF16 "
                                     "(★ fastest; ≈ within its measured spread; hover for the source)"))
+        if collapsed:
+            for text in collapsed_notes(collapsed):
+                out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-collapsed"])
         if unmeasured:
             text = (f"{len(unmeasured)} of the models and devices asked for are not measured yet. On a GPU box, "
                     "gemm-bench refresh docs/ measures every question the site asks (or run the command in the "
@@ -317,6 +328,28 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                         self._warn(Subtype.CLAIM, f":gains-less: {left} < {right} does not hold on "
                                    f"{device_label(mine.device)} with {PRECISIONS[p].display} ({MODE_NAMES[mode]}): "
                                    f"{a:.2f}x against {b:.2f}x")
+
+
+def unsupported_everywhere(precisions: Sequence[str], docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The precisions that every shown result reports unsupported (none when nothing is shown), with
+    the reason (the first result's, as TE gave it)."""
+    if not docs:
+        return {}
+    out = {}
+    for p in precisions:
+        verdicts = [(doc.get("support") or {}).get(p) for doc in docs]
+        if all(isinstance(v, Mapping) and v.get("available") is False for v in verdicts):
+            out[p] = str(verdicts[0].get("reason", ""))  # type: ignore[union-attr]
+    return out
+
+
+def collapsed_notes(collapsed: Mapping[str, str]) -> list[str]:
+    """One line per distinct reason: "MXFP8, NVFP4: not measured on any GPU shown (unsupported: ...)"."""
+    by_reason: dict[str, list[str]] = {}
+    for p, why in collapsed.items():
+        by_reason.setdefault(why, []).append(PRECISIONS[p].display)
+    return [f"{', '.join(names)}: not measured on any GPU shown ({unavailable_text('unsupported', why)})."
+            for why, names in by_reason.items()]
 
 
 def _absent(status: str, reason: str, source: str) -> Entry:

@@ -517,8 +517,10 @@ class Interleaver:
         batch = cap if s.target_ci == 0 else min(s.floor, cap)
         converged = False
         with contextlib.ExitStack() as stack:
-            with self._phase(PROFILER_START):
-                prof = stack.enter_context(_profiler()) if profile else None
+            prof = None
+            if profile:
+                with self._phase(PROFILER_START):
+                    prof = stack.enter_context(_profiler())
             while True:
                 events, _ = self._rounds(competitors, batch, profile=False, order=order)
                 for name, regions in events.items():
@@ -531,8 +533,9 @@ class Interleaver:
                 if converged or done >= cap or s.target_ci == 0 or time.perf_counter() - start >= s.max_group_s:
                     break
                 batch = min(cap - done, max(5, done // 2))
-            with self._phase(TRACE):
-                stack.close()  # the profiler's stop: Kineto collects the session's activity here
+            if prof is not None:
+                with self._phase(TRACE):
+                    stack.close()  # the profiler's stop: Kineto collects the session's activity here
         if prof is None:
             return out, None, converged, "not profiled"
         with self._phase(TRACE):
