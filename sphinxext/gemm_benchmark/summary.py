@@ -139,8 +139,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         # A precision no shown GPU can run (MXFP8 and NVFP4 on Hopper) is one line under the table,
         # not a column of "unsupported" in every row (on a phone it pushed the answer off the screen).
         collapsed = unsupported_everywhere(precisions, [d.doc for a in answers.values() for d in a.devices])
-        precisions = [p for p in precisions if p not in collapsed] or precisions
-        collapsed = {p: why for p, why in collapsed.items() if p not in precisions}
+        if len(collapsed) < len(precisions):
+            precisions = [p for p in precisions if p not in collapsed]
+        else:
+            collapsed = {}  # every column would go: keep them, each cell saying why
         table = SummaryTable("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed",
                              [PRECISIONS[p].display for p in precisions])
         for ask in asks:

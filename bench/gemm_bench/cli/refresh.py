@@ -413,7 +413,7 @@ def _holds_failed_captures() -> bool:
     """Whether this process keeps the graphs of a failed CUDA graph capture alive (only if the
     timer was imported: a fake measure never imports torch)."""
     timing = sys.modules.get("gemm_bench.measure.timing")
-    return bool(timing is not None and getattr(timing, "_FAILED_CAPTURES", None))
+    return timing is not None and timing.holds_failed_captures()
 
 
 def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> None:
@@ -560,6 +560,12 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
         child_end.close()
         workers[gpu.index] = (proc, parent_end)
 
+    def replace_worker(index: int) -> None:
+        """A fresh worker for a GPU whose worker exited, handed the GPU's next task."""
+        workers[index][1].close()
+        start_worker(slots[index])
+        dispatch(index)
+
     for gpu in slots.values():
         start_worker(gpu)
     stopping = False
@@ -621,9 +627,7 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
                     receive(index)  # what it sent just before it exited
                     lost = inflight.get(index)
                     if lost is None and proc.exitcode == RESTART_EXIT and pending and not stopping:
-                        conn.close()
-                        start_worker(slots[index])
-                        dispatch(index)
+                        replace_worker(index)
                         continue
                     if lost is not None and proc.exitcode != 0:
                         outcome.failed.append(f"{lost.key}: the worker for GPU {index} exited with code "
@@ -637,9 +641,7 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
                             # that question only: a fresh worker takes the GPU's next question.
                             progress.event(f"GPU {index}: worker exited ({proc.exitcode}) measuring {lost.key}; "
                                            "starting a new worker for the rest", done)
-                            conn.close()
-                            start_worker(slots[index])
-                            dispatch(index)
+                            replace_worker(index)
                             continue
                         progress.event(f"GPU {index}: worker exited ({proc.exitcode}); stopping", done)
                         stopping = True

@@ -323,6 +323,11 @@ class GraphedCompetitor:
 _FAILED_CAPTURES: list[Any] = []
 
 
+def holds_failed_captures() -> bool:
+    """Whether this process keeps a failed capture's graphs (and so their memory pool) alive."""
+    return bool(_FAILED_CAPTURES)
+
+
 def capture(fn: Competitor, pool: Any = None) -> GraphedCompetitor:
     """Run one iteration of ``fn`` with each of its regions captured as its own CUDA graph.
 
