@@ -98,12 +98,43 @@ def test_graphed_autocast_not_slower_than_eager_at_1024() -> None:
     assert ms["layer-graphed"] <= ms["layer"] * 1.05
 
 
-def test_moe_layer_step_is_unsupported_with_the_reason() -> None:
-    moe = dataclasses.replace(preset("llama3-8b"), num_experts=8, moe_router_topk=2).resolved()
-    question = dataclasses.replace(build_question(model="llama3-8b"), config=moe)
-    cells = layer_step.measure_layer_step(question, ["bf16"], _time_group)
-    assert {c["status"] for c in cells} == {"unsupported"}
-    assert all("no MoE transformer layer" in c["reason"] for c in cells)
+def _small(name: str, **fields: object) -> ModelConfig:
+    """A preset shrunk to a few seconds of GPU time, keeping its structure (MoE, MLA, TP)."""
+    return dataclasses.replace(preset(name), seq_length=1024, **fields).resolved()  # type: ignore[arg-type]
+
+
+RANK_CONFIGS = {
+    "llama3-70b/tp8": _small("llama3-70b", tensor_model_parallel_size=8),
+    "mixtral-8x7b": _small("mixtral-8x7b", hidden_size=1024, ffn_hidden_size=2048, moe_ffn_hidden_size=2048,
+                           num_attention_heads=8, kv_channels=128),
+    "deepseek-v3/ep64": _small("deepseek-v3", expert_model_parallel_size=64, num_attention_heads=16),
+    "gpt-oss-120b": _small("gpt-oss-120b", num_experts=32),
+}
+
+
+@pytest.mark.parametrize("name", list(RANK_CONFIGS))
+def test_rank_layer_runs_exactly_the_questions_gemms(name: str) -> None:
+    """The step's modules have the weights of the rank's GEMMs (layer_gemms), and a step of every
+    routing runs forward and backward in BF16 and FP8 with finite gradients."""
+    from gemm_bench.measure.step import routings
+    from gemm_bench.question.shapes import layer_gemms
+
+    config = RANK_CONFIGS[name]
+    layer = layer_step.build_layer(config)
+    weights = sorted(tuple(p.shape) for n, p in layer.named_parameters() if p.dim() == 2 and "router" not in n)
+    fprops = [g for g in layer_gemms(config) if g.pass_ == "fprop"]
+    if config.is_moe or config.is_mla:  # te.TransformerLayer fuses QKV the same way: checked by the step below
+        expected = sorted((g.n, g.k) for g in fprops for _ in range(g.groups))
+        assert weights == expected, f"{name}: step weights {weights} != GEMMs {expected}"
+    timed = layer_step.measure_layer_step(
+        dataclasses.replace(build_question(model="llama3-8b"), config=config), ["bf16", "fp8-current"],
+        _time_group)
+    assert {c["status"] for c in timed} == {"measured"}, [c.get("reason") for c in timed]
+    assert {c.get("routing", "balanced") for c in timed} == set(routings(config))
+    graphed = {(c["precision"], c.get("routing", "balanced")): c for c in timed if c["mode"] == "layer-graphed"}
+    for (precision, routing), cell in graphed.items():
+        print(f"{name} {precision} {routing}: {cell['ms']:.3f} ms (kernels {cell.get('kernel_ms', 0):.3f} ms)")
+        assert cell["ms"] > 0
 
 
 # ----------------------------------------------------------------------------- peers

@@ -68,6 +68,7 @@ def site(tmp_path: Path) -> Path:
 
 def run(src: Path, cache: Path, gpus: list[GpuSlot], tmp_path: Path, **kwargs: object) -> object:
     lines: list[str] = []
+    kwargs.setdefault("with_studies", False)
     outcome = refresh(src, cache_dir=cache, gpus=gpus, measure=fake_measure, lock_dir=tmp_path / "locks",
                       out=lines.append, **kwargs)  # type: ignore[arg-type]
     outcome.plan = "\n".join(lines)  # type: ignore[attr-defined]
@@ -451,7 +452,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, cal
         from tests.fake_gpu import fake_measure
         gpus = [GpuSlot(0, {DEVICE_NAME!r}, "a"), GpuSlot(1, {DEVICE_NAME!r}, "b")]
         outcome = refresh(Path({str(src)!r}), cache_dir=Path({str(cache)!r}), gpus=gpus, measure=fake_measure,
-                          lock_dir=Path({str(tmp_path / 'locks')!r}))
+                          lock_dir=Path({str(tmp_path / 'locks')!r}), with_studies=False)
         print("interrupted" if outcome.interrupted else "finished", flush=True)
         sys.exit(130 if outcome.interrupted else 0)
         """)

@@ -15,15 +15,67 @@ from gemm_bench.results.step_schema import StepError, validate_layer_cells
 STATS = {"median_ms": 1.0, "iqr_ms": 0.01}
 
 
-def test_dense_configs_are_timed_moe_and_tp_are_not() -> None:
+def test_every_model_config_has_a_step_but_mla_with_sequence_parallelism() -> None:
     assert unsupported_reason(preset("te-guide-5b")) is None
     assert unsupported_reason(preset("llama3-8b")) is None
     moe = dataclasses.replace(preset("llama3-8b"), num_experts=8, moe_router_topk=2)
-    assert unsupported_reason(moe) == step.MOE_REASON
-    assert "no MoE transformer layer" in step.MOE_REASON
-    tp = dataclasses.replace(preset("llama3-8b"), tensor_model_parallel_size=2)
-    assert unsupported_reason(tp) == step.TP_REASON
+    assert unsupported_reason(moe) is None
+    tp = dataclasses.replace(preset("llama3-70b"), tensor_model_parallel_size=8)
+    assert unsupported_reason(tp) is None
+    assert unsupported_reason(preset("deepseek-v3")) is None
+    mla_sp = dataclasses.replace(preset("deepseek-v3"), tensor_model_parallel_size=2, sequence_parallel=True)
+    assert unsupported_reason(mla_sp) == step.MLA_SP_REASON
     assert "manual shapes" in (unsupported_reason(None) or "")
+
+
+def test_routing_splits_keep_the_gemm_tables_tokens() -> None:
+    from gemm_bench.question.shapes import layer_gemms
+
+    mixtral = preset("mixtral-8x7b").resolved()
+    balanced = step.routing_splits(mixtral)
+    up = next(g for g in layer_gemms(mixtral) if g.op == "mlp_up" and g.pass_ == "fprop")
+    assert balanced == [up.m] * up.groups == [1024] * 8
+    skewed = step.routing_splits(mixtral, "skewed")
+    assert sum(skewed) == sum(balanced) and skewed == sorted(skewed, reverse=True)
+    assert all(n % step.SPLIT_ALIGN == 0 for n in skewed)
+    # Zipf: the second expert gets about half the first's share (before the remainder goes to the first)
+    assert skewed[1] / skewed[3] == pytest.approx(2.0, rel=0.05)
+    ep = dataclasses.replace(preset("deepseek-v3").resolved(), expert_model_parallel_size=64)
+    assert step.routing_splits(ep) == [4096 * 8 * 64 // 256] * 4
+    assert step.routings(ep) == ("balanced", "skewed") and step.routings(preset("llama3-8b")) == ("balanced",)
+    with pytest.raises(ValueError, match="only a mixture of experts"):
+        step.routing_splits(preset("llama3-8b"))
+
+
+def test_collectives_and_what_is_left_out_are_stated() -> None:
+    tp = dataclasses.replace(preset("llama3-70b").resolved(), tensor_model_parallel_size=8)
+    (ar,) = step.collectives(tp)
+    activation = 8192 * 8192 * 2  # tokens x hidden x BF16
+    assert (ar.name, ar.count, ar.tensor_bytes, ar.sent_bytes) == ("all-reduce", 4, activation, activation * 2 * 7 // 8)
+    assert step.collective_floor_ms(tp) == pytest.approx(4 * activation * 14 / 8 / 450e9 * 1e3)
+    sp = dataclasses.replace(tp, sequence_parallel=True)
+    assert sum(c.step_sent_bytes for c in step.collectives(sp)) == ar.step_sent_bytes  # AG + RS = AR
+    assert any("1/8" in line for line in step.left_out(sp))
+    assert step.collectives(preset("llama3-8b")) == [] and step.collective_floor_ms(preset("llama3-8b")) is None
+    ep = dataclasses.replace(preset("deepseek-v3").resolved(), expert_model_parallel_size=64)
+    (a2a,) = step.collectives(ep)
+    assert a2a.name == "all-to-all" and a2a.sent_bytes == 4096 * 8 * 7168 * 2 * 63 // 64
+    lines = step.left_out(ep)
+    assert any("rotary" in line for line in lines) and any("fixed assignment" in line for line in lines)
+
+
+def test_a_skewed_cell_is_its_own_cell_and_never_the_summary() -> None:
+    cells = [
+        layer_cell("layer", "bf16", "measured", ms=10.0, stats=STATS),
+        layer_cell("layer", "bf16", "measured", ms=14.0, stats=STATS, routing="skewed"),
+    ]
+    assert "routing" not in cells[0] and cells[1]["routing"] == "skewed"
+    validate_layer_cells(cells)
+    assert summarize(cells, {"bf16": 5.0}).bf16_step_ms == 10.0
+    with pytest.raises(StepError, match="routing"):
+        validate_layer_cells([{**cells[1], "routing": "zipf"}])
+    with pytest.raises(StepError, match="duplicate"):
+        validate_layer_cells([cells[1], dict(cells[1])])
 
 
 def test_amdahl_hand_computed() -> None:

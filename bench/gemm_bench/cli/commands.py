@@ -406,6 +406,23 @@ def load_figures() -> Any:
     return figures
 
 
+def cmd_study(args: argparse.Namespace) -> int:
+    """Measure one study on this GPU and store it (atomically) under the cache's studies/ folder."""
+    from gemm_bench.measure.studies import load_registry
+    from gemm_bench.results import studies
+
+    known = load_registry()
+    if args.name not in known:
+        raise UsageError(f"STUDY: {args.name!r} is not a study; choose from {', '.join(sorted(known))}")
+    load_runner()  # torch, a visible GPU and TE, or MissingSoftwareError saying which is missing
+    from gemm_bench.measure.studies import measure_study
+
+    doc = measure_study(args.name)
+    path = studies.write_study(args.cache_dir, doc)
+    echo(f"stored {path} ({doc['provenance']['method'].get('measure_s', '?')} s)")
+    return 0
+
+
 def cmd_readme_figure(args: argparse.Namespace) -> int:
     cache_dir, out = Path(args.cache_dir), Path(args.out)
     if not cache_dir.is_dir():
@@ -459,8 +476,8 @@ def build_parser() -> Parser:
                    help="comma or space separated list (default: all)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="comma or space separated list of " + ", ".join(ALL_MODES) + " (default: "
-                        + ",".join(MODES) + "; layer and layer-graphed time a whole te.TransformerLayer "
-                        "step, for a dense model config)")
+                        + ",".join(MODES) + "; layer and layer-graphed time one layer's forward + backward "
+                        "as one rank runs it, for a model config)")
     p.add_argument("--accuracy", action="store_true",
                    help="also measure each precision's SQNR against an FP32 reference (per GEMM pass, "
                         "Gaussian and outlier-channel inputs)")
@@ -499,6 +516,12 @@ def build_parser() -> Parser:
     p.add_argument("--out", metavar="PATH", default=str(DEFAULT_README_FIGURE),
                    help=f"figure to write; a dark variant goes beside it (default: {DEFAULT_README_FIGURE})")
     p.set_defaults(func=cmd_readme_figure)
+
+    p = sub.add_parser("study", help="measure a study (loss-parity, dynamic-range) on this GPU and store it")
+    p.add_argument("name", metavar="STUDY", help="the study to measure")
+    p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),
+                   help=f"result cache; the study goes into its studies/ folder (default: {DEFAULT_CACHE})")
+    p.set_defaults(func=cmd_study)
 
     cli_fleet.add_commands(sub)  # compare, merge, refresh
     return parser

@@ -684,11 +684,88 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
 
 
 # ------------------------------------------------------------------------------- the command
+# ------------------------------------------------------------------------------- studies
+@dataclasses.dataclass(frozen=True)
+class StudyTask:
+    """One study (loss parity, dynamic range) to measure on this box's GPU kind."""
+
+    name: str
+    reason: str
+    estimate_s: float | None
+
+
+def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | None,
+                 rules: Rules) -> list[StudyTask]:
+    """Every registered study that is missing or stale on this device (the stack rule of the
+    questions; ``--force`` re-measures them too). A corrupt study file is measured again."""
+    from gemm_bench.measure.studies import load_registry
+    from gemm_bench.results import studies
+
+    tasks = []
+    for name in sorted(load_registry()):
+        docs, errors = studies.read_studies(cache_dir, name)
+        current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
+        bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]
+        why = ("forced" if rules.force else f"unreadable: {bad[0].problem}" if bad
+               else studies.staleness(current, local, rules.stale_when))
+        if why is None:
+            continue
+        timed = [d["provenance"]["method"].get("measure_s") for d in sorted(docs, key=lambda d: d is not current)]
+        estimate = next((float(t) for t in timed if isinstance(t, (int, float))), None)
+        tasks.append(StudyTask(name, why, estimate))
+    return tasks
+
+
+def describe_studies(tasks: Sequence[StudyTask]) -> str:
+    if not tasks:
+        return "studies: all fresh for this GPU"
+    lines = [f"studies: {len(tasks)} to measure after the questions, on the first GPU"]
+    lines += [f"  {t.name}: {t.reason} | " + (f"~{t.estimate_s:.0f} s (its last run)" if t.estimate_s is not None
+                                                else "no estimate (never measured)") for t in tasks]
+    return "\n".join(lines)
+
+
+def study_command(name: str, cache_dir: Path) -> list[str]:
+    """The process that measures one study: ``gemm-bench study NAME --cache-dir DIR``."""
+    return [sys.executable, "-m", "gemm_bench.cli", "study", name, "--cache-dir", str(cache_dir)]
+
+
+def run_studies(tasks: Sequence[StudyTask], gpu: GpuSlot, *, cache_dir: Path, lock_dir: Path | None = None,
+                out: Callable[[str], None] = print,
+                command: Callable[[str, Path], list[str]] = study_command) -> Outcome:
+    """Each study in its own process (``command``: :func:`study_command`) on ``gpu``, holding the
+    GPU's lock; a study that fails is reported and the cache keeps what it had (the store is atomic)."""
+    from filelock import FileLock
+
+    outcome = Outcome()
+    lock = gpu_lock_path(gpu, lock_dir)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for task in tasks:
+        started = time.monotonic()
+        with FileLock(str(lock)), pinned(gpu.index):
+            try:
+                done = subprocess.run(command(task.name, cache_dir), capture_output=True, text=True, check=False)
+            except KeyboardInterrupt:
+                outcome.interrupted = True
+                outcome.not_started += [t.name for t in tasks[tasks.index(task):]]
+                return outcome
+        took = time.monotonic() - started
+        if done.returncode == 0:
+            outcome.stored.append(task.name)
+            out(f"study {task.name}: stored ({took:.0f} s)")
+        else:
+            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            outcome.failed.append(f"study {task.name}: exit {done.returncode}: {tail}")
+            out(f"study {task.name}: FAILED (exit {done.returncode}): {tail}")
+    return outcome
+
+
 def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSlot], measure: Measure = measure_on_gpu,
             local: dict[str, str] | None = None, rules: Rules = Rules(), dry_run: bool = False,
             lock_dir: Path | None = None, progress: Progress | None = None,
-            out: Callable[[str], None] = print) -> Outcome:
-    """Read the site, plan (printed through ``out``), and unless ``dry_run`` measure on ``gpus``."""
+            out: Callable[[str], None] = print, with_studies: bool = True) -> Outcome:
+    """Read the site, plan (printed through ``out``), and unless ``dry_run`` measure on ``gpus``: the
+    questions first, then the studies that are stale on this GPU kind (``with_studies``)."""
     if not srcdir.is_dir():
         raise RefreshError(f"SRCDIR: {srcdir} is not a directory")
     cache = Cache(cache_dir or srcdir / "_gemm_cache")
@@ -699,10 +776,20 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
         raise RefreshError("--gpus: no GPU selected")
     tasks, fresh = make_plan(jobs, cache, gpus[0].name, local, rules)
     out(describe_plan(tasks, fresh, gpus))
-    if dry_run or not tasks:
+    study_tasks = plan_studies(cache.directory, gpus[0].name, local, rules) if with_studies else []
+    if with_studies:
+        out(describe_studies(study_tasks))
+    if dry_run:
         return Outcome()
-    return run_pool(tasks, gpus, cache_dir=cache.directory, measure=measure, local=local, rules=rules,
-                    lock_dir=lock_dir, progress=progress)
+    outcome = (run_pool(tasks, gpus, cache_dir=cache.directory, measure=measure, local=local, rules=rules,
+                        lock_dir=lock_dir, progress=progress) if tasks else Outcome())
+    if study_tasks and not outcome.interrupted:
+        studied = run_studies(study_tasks, gpus[0], cache_dir=cache.directory, lock_dir=lock_dir, out=out)
+        outcome.stored += studied.stored
+        outcome.failed += studied.failed
+        outcome.not_started += studied.not_started
+        outcome.interrupted = studied.interrupted
+    return outcome
 
 
 __all__ = ["CacheError", "GpuSlot", "Job", "Outcome", "RefreshError", "Rules", "Task", "collect_jobs",

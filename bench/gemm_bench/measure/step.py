@@ -18,47 +18,125 @@ from typing import Any
 
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, PRECISIONS
+from gemm_bench.question.step_plan import (  # noqa: F401 (re-exported: the step's vocabulary)
+    MLA_SP_REASON,
+    ROUTING_NAMES,
+    ROUTINGS,
+    SPLIT_ALIGN,
+    routing_splits,
+    routings,
+    unsupported_reason,
+)
 from gemm_bench.results.step_schema import StepError
 
 WHAT_IS_TIMED = (
-    "One te.TransformerLayer (LayerNorm, fused QKV, TE's default attention backend with a causal "
-    "mask, output projection, MLP: SwiGLU when the MLP is gated, else GELU), BF16 parameters, no "
-    "bias, no dropout, micro-batch x sequence tokens: forward + backward in one timed region, L2 "
-    "flushed before it. layer: called eagerly, as an eager training loop runs it (host work "
-    "included wherever the GPU waits for it); layer-graphed: the same region captured as one CUDA "
-    "graph and its replays timed (the GPU's time; the same group's eager rounds give layer). "
-    "Excluded: optimizer step, gradient all-reduce, embedding and loss, and weight-quantization "
-    "caching across micro-batches."
+    "One transformer layer as one rank runs it, BF16 parameters, no bias, no dropout, micro-batch x "
+    "sequence tokens: forward + backward in one timed region, L2 flushed before it. A dense model is "
+    "a te.TransformerLayer (LayerNorm, fused QKV, TE's default attention backend with a causal mask, "
+    "output projection, MLP: SwiGLU when the MLP is gated, else GELU); at tensor-parallel size TP it "
+    "is the rank's shard (heads, KV groups and FFN divided by TP), measured on one GPU. A mixture of "
+    "experts is TE's attention, a LayerNorm, the router (a BF16 GEMM, softmax and top-k), the rank's "
+    "local experts as two te.GroupedLinear with the token gather before and the weighted scatter "
+    "after them, and the shared experts as te.Linear; multi-latent attention is its real down and "
+    "up projections (te.Linear) around TE's attention with the Q/K and V head sizes of the config. "
+    "layer: called eagerly, as an eager training loop runs it (host work included wherever the GPU "
+    "waits for it); layer-graphed: the same region captured as one CUDA graph and its replays timed "
+    "(the GPU's time; the same group's eager rounds give layer). Excluded: optimizer step, "
+    "embedding and loss, weight-quantization caching across micro-batches, and every collective "
+    "(tensor-parallel all-reduces or all-gathers and reduce-scatters, expert-parallel all-to-alls, "
+    "gradient all-reduce), whose bytes per step are stated beside the time."
 )
 
-MOE_REASON = (
-    "Transformer Engine has no MoE transformer layer to time as a whole (routing, token dispatch "
-    "and expert GEMMs live in Megatron-Core); the layer step is measured for dense models only."
-)
-TP_REASON = (
-    "The layer step runs on one GPU without tensor parallelism; a tensor-parallel rank's step "
-    "includes communication this benchmark does not run."
-)
+#: An NVLink 4 link, each direction (H100 and H200 SXM: 900 GB/s bidirectional, NVIDIA's data
+#: sheets): the link the page's collective line is drawn for. A roofline, never a measurement.
+NVLINK4_GB_S = 450.0
+#: Bytes of one BF16 activation element: what the collectives move.
+ACTIVATION_BYTES = 2
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One kind of collective a rank's step runs (and the one-GPU step does not)."""
+
+    name: str
+    group: str
+    count: int
+    #: Bytes of the full tensor each call operates on (the all-reduced or gathered activation).
+    tensor_bytes: int
+    #: Bytes one rank sends over the link per call (ring algorithms).
+    sent_bytes: int
+
+    @property
+    def step_sent_bytes(self) -> int:
+        return self.count * self.sent_bytes
 
 
-def unsupported_reason(config: ModelConfig | None) -> str | None:
-    """Why the layer step cannot be timed for this question, or None when it can."""
-    if config is None:
-        return "The layer step needs a model configuration; manual shapes and sweeps have no layer."
+def collectives(config: ModelConfig) -> list[Collective]:
+    """The collectives one rank runs per layer step (forward + backward), in BF16 activations.
+
+    Tensor parallel (TP > 1): without sequence parallelism, an all-reduce after the attention
+    output and after the MLP down projection in the forward, and of the input gradient of QKV and
+    of MLP up in the backward (4 per step, ``2 (TP-1)/TP`` of the tensor sent each); with it, an
+    all-gather and a reduce-scatter in place of each (8 per step, ``(TP-1)/TP`` each: the same
+    bytes). Expert parallel (EP > 1): an all-to-all dispatch and combine of the rank's routed
+    tokens in the forward and both again in the backward, ``(EP-1)/EP`` of them leaving the rank
+    under balanced routing. The data-parallel gradient all-reduce is not counted (it overlaps the
+    backward and is per weight, not per token).
+    """
+    out: list[Collective] = []
+    tp = config.tensor_model_parallel_size
+    activation = config.tokens * config.hidden_size * ACTIVATION_BYTES
+    if tp > 1:
+        if config.sequence_parallel:
+            share = activation * (tp - 1) // tp
+            out += [Collective("all-gather", f"TP {tp}", 4, activation, share),
+                    Collective("reduce-scatter", f"TP {tp}", 4, activation, share)]
+        else:
+            out.append(Collective("all-reduce", f"TP {tp}", 4, activation, 2 * activation * (tp - 1) // tp))
+    ep = config.expert_model_parallel_size
+    if config.is_moe and ep > 1:
+        routed = config.tokens * config.moe_router_topk * config.hidden_size * ACTIVATION_BYTES
+        out.append(Collective("all-to-all", f"EP {ep}", 4, routed, routed * (ep - 1) // ep))
+    return out
+
+
+def collective_floor_ms(config: ModelConfig, link_gb_s: float = NVLINK4_GB_S) -> float | None:
+    """The least time the step's collectives take on one link of ``link_gb_s`` (each direction):
+    bytes sent / bandwidth, no latency, no overlap with compute. None when there are none."""
+    sent = sum(c.step_sent_bytes for c in collectives(config))
+    return sent / (link_gb_s * 1e9) * 1e3 if sent else None
+
+
+def left_out(config: ModelConfig) -> list[str]:
+    """What the one-GPU step of this config leaves out of the step it stands for, exactly."""
+    out = []
+    if collectives(config):
+        names = ", ".join(f"{c.count} {c.name} ({c.group})" for c in collectives(config))
+        out.append(f"collectives not run: {names} per step")
+    if config.tensor_model_parallel_size > 1 and config.sequence_parallel:
+        out.append("LayerNorms and residual adds run on all tokens of the micro-batch, where sequence "
+                   f"parallelism runs them on 1/{config.tensor_model_parallel_size} of them")
     if config.is_moe:
-        return MOE_REASON
-    if config.tensor_model_parallel_size > 1:
-        return TP_REASON
-    return None
+        out.append("tokens are routed by a fixed assignment (the router's scores weight the experts' "
+                   "outputs, so its backward runs, but do not choose the experts)")
+        if config.expert_model_parallel_size > 1:
+            out.append("the rank's experts process copies of its own tokens in place of tokens "
+                       "received from other ranks (the same GEMM shapes)")
+    if config.is_mla:
+        out.append("rotary embedding is not applied to the rope dimensions (they are projected and "
+                   "attended over, not rotated)")
+    return out
 
 
 def layer_cell(mode: str, precision: str, status: str, *, ms: float | None = None,
                stats: dict[str, Any] | None = None, reason: str = "",
                measured_at: str | None = None, run_id: str | None = None,
-               kernel_ms: float | None = None) -> dict[str, Any]:
+               kernel_ms: float | None = None, routing: str = "balanced") -> dict[str, Any]:
     """One layer cell in the proposed result form (``doc["layer"]`` is a list of these).
-    ``kernel_ms``: the cross-check's profiled kernel time of the step (graph replays only)."""
+    ``kernel_ms``: the cross-check's profiled kernel time of the step (graph replays only);
+    ``routing``: a mixture of experts' routing (:data:`ROUTINGS`), written only when not balanced."""
     cell: dict[str, Any] = {"mode": mode, "precision": precision, "status": status}
+    if routing != "balanced":
+        cell["routing"] = routing
     if status == "measured":
         cell.update(ms=ms, stats=stats or {})
         if kernel_ms is not None:
@@ -126,7 +204,8 @@ def summarize(layer_cells: Iterable[Mapping[str, Any]], gemm_ms: Mapping[str, fl
     """
     if mode not in LAYER_MODES:
         raise StepError("mode", f"{mode!r} is not one of {', '.join(LAYER_MODES)}")
-    cells = {c["precision"]: c for c in layer_cells if c["mode"] == mode}
+    cells = {c["precision"]: c for c in layer_cells
+             if c["mode"] == mode and c.get("routing", "balanced") == "balanced"}
     base = cells.get(BASELINE)
     bf16_step = base["ms"] if base is not None and base["status"] == "measured" else None
     bf16_gemm = gemm_ms.get(BASELINE)

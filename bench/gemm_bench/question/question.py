@@ -41,6 +41,20 @@ MLA_CONFIG_FIELDS: tuple[str, ...] = ("q_lora_rank", "kv_lora_rank", "qk_head_di
                                       "v_head_dim")
 
 
+def stored_config(config: Mapping[str, Any] | None) -> ModelConfig | None:
+    """The resolved :class:`ModelConfig` of a config as a result stores it, or None when there is
+    none or it is not one this code builds. Canonical through the config class: a field a file of
+    an older version does not store takes its default, and derived fields (query groups, head
+    size) their resolved value, so the same model reads the same whichever version wrote it."""
+    if config is None:
+        return None
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    try:
+        return ModelConfig(**{k: v for k, v in config.items() if k in known}).resolved()
+    except (TypeError, ValueError, ConfigError):
+        return None
+
+
 def step_key(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What a result's layer step depends on beyond its GEMM shapes: the model's fields (tokens per
     micro-batch, heads, query groups, ...; MoE fields for a mixture of experts, MLA fields for
@@ -48,13 +62,8 @@ def step_key(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
     counts; None without a config (manual shapes and sweeps have no step)."""
     if config is None:
         return None
-    # Canonical through the config class: a field a file of an older version does not store takes
-    # its default, and derived fields (query groups, head size) their resolved value, so the same
-    # model asks the same question whichever version wrote it down.
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    try:
-        model = ModelConfig(**{k: v for k, v in config.items() if k in known}).resolved()
-    except (TypeError, ValueError, ConfigError):
+    model = stored_config(config)
+    if model is None:
         return {k: config[k] for k in sorted(config)}  # not a config this code builds: keyed as written
     unread = set(UNKEYED_CONFIG_FIELDS)
     if not model.is_moe:

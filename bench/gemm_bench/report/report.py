@@ -31,6 +31,7 @@ from typing import Any
 
 from gemm_bench.measure import step, telemetry
 from gemm_bench.question import hardware
+from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.precisions import (
     ALL_MODES,
     BASELINE,
@@ -41,6 +42,7 @@ from gemm_bench.question.precisions import (
     gemm_modes,
     layer_modes,
 )
+from gemm_bench.question.question import stored_config
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
 from gemm_bench.results import cross_check, untrusted_text
@@ -242,7 +244,10 @@ class Report:
                 eager.get("median_ms") if isinstance(eager, dict) else None, raw.get("kernel_ms"),
             )
         self._support: dict[str, Any] = doc.get("support") or {}
-        self._layer = {(c["mode"], c["precision"]): c for c in self._layer_raw}
+        #: The model's config as the result stores it (None for manual shapes and sweeps).
+        self.config: ModelConfig | None = stored_config(doc["question"].get("config"))
+        self._layer = {(c["mode"], c["precision"]): c for c in self._layer_raw
+                       if c.get("routing", "balanced") == "balanced"}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
 
@@ -425,10 +430,8 @@ class Report:
         config = self.doc["question"].get("config")
         if self.kind != "model" or config is None:
             return None, "unsupported", step.unsupported_reason(None) or ""
-        if config.get("num_experts"):
-            return None, "unsupported", step.MOE_REASON
-        if (config.get("tensor_model_parallel_size") or 1) > 1:
-            return None, "unsupported", step.TP_REASON
+        if self.config is not None and step.unsupported_reason(self.config):
+            return None, "unsupported", step.unsupported_reason(self.config) or ""
         verdict = self._support.get(precision)
         if verdict is not None and not verdict["available"]:
             return None, "unsupported", verdict["reason"] or f"{PRECISIONS[precision].display} is not supported"

@@ -23,6 +23,7 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES
 from gemm_bench.question.question import Question
+from gemm_bench.question.step_plan import routings, unsupported_reason
 from gemm_bench.results.cache import is_stale
 from gemm_bench.results.schema import METHOD_VERSION, missing_cells
 
@@ -157,12 +158,42 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
         want_modes = list(dict.fromkeys([*modes, *(c["mode"] for c in doc["cells"])]))
         why = f"stale: {stale}"
     else:
-        want_modes = [mode for mode in modes if missing_cells(doc, question.gemms, [mode], precisions)]
+        never = [mode for mode in modes if missing_cells(doc, question.gemms, [mode], precisions)]
+        outdated = outdated_layer_modes(doc, question, complete_modes(question, modes), precisions)
+        # The step's GEMM share divides the autocast GEMMs by the step of the same run.
+        want_modes = list(dict.fromkeys([*never, *(["autocast", *outdated] if outdated else [])]))
         if not want_modes:
             return None
-        why = f"cells never measured in {', '.join(want_modes)}"
+        parts = [f"cells never measured in {', '.join(never)}"] if never else []
+        if outdated:
+            parts.append(f"the layer step ({', '.join(outdated)}) has cells this code measures and the file "
+                         "lacks (with autocast: the step's GEMM share needs one run)")
+        why = "; ".join(parts)
     cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
     return list(dict.fromkeys([*everything, *cached])), want_modes, why
+
+
+def outdated_layer_modes(doc: dict[str, Any], question: Question, modes: Sequence[str],
+                         precisions: Sequence[str]) -> list[str]:
+    """Layer modes among ``modes`` whose cells this code would measure but the file lacks: a
+    precision or routing without a cell, or a cell recorded ``unsupported`` for a reason the code
+    no longer gives (a tensor-parallel or mixture-of-experts step, unsupported before this code
+    built it). A precision the device's recorded support rules out is not missing."""
+    config = question.config
+    if question.kind != "model" or config is None or unsupported_reason(config):
+        return []
+    support = doc.get("support") or {}
+    asked = [p for p in dict.fromkeys([BASELINE, *precisions])
+             if not (isinstance(support.get(p), dict) and support[p].get("available") is False)]
+    out = []
+    for mode in (m for m in modes if m in LAYER_MODES):
+        held = {(c["precision"], c.get("routing", "balanced")): c for c in doc.get("layer", []) if c["mode"] == mode}
+        for precision in asked:
+            cells = [held.get((precision, routing)) for routing in routings(config)]
+            if any(c is None or (c["status"] == "unsupported") for c in cells):
+                out.append(mode)
+                break
+    return out
 
 
 def complete_modes(question: Question, modes: Sequence[str]) -> list[str]:

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS
+from gemm_bench.question.step_plan import ROUTINGS
 
 #: ``layer``: eager step; ``layer-graphed``: the same step captured by te.make_graphed_callables.
 #: Separate modes, so graphed numbers never mix with eager ones.
@@ -31,7 +32,7 @@ def validate_layer_cells(cells: Any, *, where: str = "$.layer") -> list[dict[str
     """Check ``doc["layer"]``; return it or raise :class:`StepError` (for ``results.validate``)."""
     if not isinstance(cells, list):
         raise StepError(where, "must be a list")
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for i, cell in enumerate(cells):
         at = f"{where}[{i}]"
         if not isinstance(cell, dict):
@@ -45,7 +46,10 @@ def validate_layer_cells(cells: Any, *, where: str = "$.layer") -> list[dict[str
             raise StepError(f"{at}.precision", f"{cell['precision']!r} is not a known precision")
         if cell["status"] not in STATUSES:
             raise StepError(f"{at}.status", f"{cell['status']!r} is not one of {', '.join(STATUSES)}")
-        key = (cell["mode"], cell["precision"])
+        routing = cell.get("routing", "balanced")
+        if routing not in ROUTINGS:
+            raise StepError(f"{at}.routing", f"{routing!r} is not one of {', '.join(ROUTINGS)}")
+        key = (cell["mode"], cell["precision"], routing)
         if key in seen:
             raise StepError(at, f"duplicate layer cell {'/'.join(key)}")
         seen.add(key)

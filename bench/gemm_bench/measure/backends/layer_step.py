@@ -19,9 +19,9 @@ from typing import Any
 import torch
 import transformer_engine.pytorch as te
 
-from gemm_bench.measure.backends.te import make_recipe
+from gemm_bench.measure.backends.te import Operands, make_recipe
 from gemm_bench.measure.backends.te import support as te_support
-from gemm_bench.measure.step import LAYER_MODES, layer_cell, unsupported_reason
+from gemm_bench.measure.step import LAYER_MODES, layer_cell, routings, unsupported_reason
 from gemm_bench.measure.timing import Competitor, Mark
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.plan import Support
@@ -35,11 +35,21 @@ TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool], Any]
 REGION = "step"
 
 
-def build_layer(config: ModelConfig) -> Any:
-    """The measured layer: the config's shapes, BF16 parameters, no bias, no dropout."""
+def build_layer(config: ModelConfig, routing: str = "balanced") -> Any:
+    """The measured layer of one rank: BF16 parameters, no bias, no dropout.
+
+    A dense model is a ``te.TransformerLayer`` with the rank's shard (heads, KV groups and FFN
+    divided by TP: the column-parallel QKV and MLP up, the row-parallel output and MLP down of
+    :func:`gemm_bench.question.shapes.layer_gemms`); a mixture of experts or multi-latent
+    attention is :class:`~gemm_bench.measure.backends.rank_layer.RankLayer`."""
+    if config.is_moe or config.is_mla:
+        from gemm_bench.measure.backends.rank_layer import RankLayer
+
+        return RankLayer(config, routing)
+    tp = config.tensor_model_parallel_size
     return te.TransformerLayer(
-        config.hidden_size, config.ffn_hidden_size, config.num_attention_heads,
-        num_gqa_groups=config.query_groups, kv_channels=config.head_dim,
+        config.hidden_size, config.ffn_hidden_size // tp, config.num_attention_heads // tp,
+        num_gqa_groups=config.query_groups // tp, kv_channels=config.head_dim,
         hidden_dropout=0.0, attention_dropout=0.0, self_attn_mask_type="causal",
         params_dtype=torch.bfloat16, device="cuda", fuse_qkv_params=True, bias=False,
         activation="swiglu" if config.swiglu else "gelu",
@@ -47,17 +57,28 @@ def build_layer(config: ModelConfig) -> Any:
     )
 
 
-def layer_step_competitor(config: ModelConfig, precision_id: str) -> Competitor:
-    """One training step of the layer under the precision's ``te.autocast`` (one timed region)."""
+def layer_step_competitor(config: ModelConfig, precision_id: str, routing: str = "balanced",
+                          shared: Operands | None = None) -> Competitor:
+    """One training step of the layer under the precision's ``te.autocast`` (one timed region).
+
+    ``shared``: the BF16 parameters, input and output gradient every precision and routing of the
+    group uses (:class:`~gemm_bench.measure.backends.te.Operands`): one copy of a 128-expert layer's
+    weights, not one per competitor."""
     reason = unsupported_reason(config)
     if reason:
         raise ValueError(reason)
-    layer = build_layer(config)
+    layer = build_layer(config, routing)
     recipe = make_recipe(precision_id)
     enabled = recipe is not None
     shape = (config.seq_length, config.micro_batch_size, config.hidden_size)  # TE's default "sbhd"
-    x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    dy = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+    def make_x() -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def make_dy() -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+    x, dy = (shared or Operands()).adopt(layer, make_x, make_dy)
     forward: Callable[[torch.Tensor], torch.Tensor] = layer
 
     def iteration(mark: Mark) -> None:
@@ -71,6 +92,11 @@ def layer_step_competitor(config: ModelConfig, precision_id: str) -> Competitor:
             p.grad = None
 
     return iteration
+
+
+#: A competitor's key in the timed group: the precision, with ``@routing`` when not balanced.
+def _key(precision: str, routing: str) -> str:
+    return precision if routing == "balanced" else f"{precision}@{routing}"
 
 
 def _now() -> str:
@@ -109,22 +135,27 @@ def measure_layer_step(question: Question, precisions: Sequence[str], time_group
     if not runnable:
         return cells
     graphed = "layer-graphed" in modes
+    variants = routings(config)
+    shared = Operands()
 
-    def builder(p: str) -> Callable[[], Competitor]:
-        return lambda: layer_step_competitor(config, p)
+    def builder(p: str, routing: str) -> Callable[[], Competitor]:
+        return lambda: layer_step_competitor(config, p, routing, shared)
 
-    timed = time_group({p: builder(p) for p in runnable}, graphed)
+    timed = time_group({_key(p, r): builder(p, r) for r in variants for p in runnable}, graphed)
     for mode in modes:
         source = timed.samples if mode == "layer-graphed" or not graphed else timed.eager
-        for p in runnable:
-            if p in timed.failures and (mode == "layer-graphed" or p not in timed.eager):
-                cells.append(layer_cell(mode, p, "failed", reason=timed.failures[p]))
-            elif p in source:
-                samples = source[p][REGION]
-                extra = {"kernel_ms": timed.kernel_ms[f"{p}/{REGION}"]} if (
-                    source is timed.samples and f"{p}/{REGION}" in timed.kernel_ms) else {}
-                cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6), stats=samples.to_stats(),
-                                        measured_at=_now(), **extra))
-            else:
-                cells.append(layer_cell(mode, p, "failed", reason="no samples were taken of this step"))
+        for routing in variants:
+            for p in runnable:
+                key = _key(p, routing)
+                if key in timed.failures and (mode == "layer-graphed" or key not in timed.eager):
+                    cells.append(layer_cell(mode, p, "failed", reason=timed.failures[key], routing=routing))
+                elif key in source:
+                    samples = source[key][REGION]
+                    extra = {"kernel_ms": timed.kernel_ms[f"{key}/{REGION}"]} if (
+                        source is timed.samples and f"{key}/{REGION}" in timed.kernel_ms) else {}
+                    cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6),
+                                            stats=samples.to_stats(), measured_at=_now(), routing=routing, **extra))
+                else:
+                    cells.append(layer_cell(mode, p, "failed", reason="no samples were taken of this step",
+                                            routing=routing))
     return cells

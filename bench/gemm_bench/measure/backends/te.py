@@ -84,7 +84,8 @@ class Operands:
                     own[name].shape != p.shape or own[name].dtype != p.dtype for name, p in self.params.items()):
                 raise RuntimeError(f"{type(layer).__name__}'s parameters differ from the op's shared ones")
             for name, param in self.params.items():
-                setattr(layer, name, param)  # the module's own copy is freed here
+                owner, _, attribute = name.rpartition(".")  # a nested module's parameter: on its module
+                setattr(layer.get_submodule(owner) if owner else layer, attribute, param)  # its own copy is freed
         assert self.x is not None and self.dy is not None
         return self.x, self.dy
 

@@ -1,0 +1,47 @@
+"""Measuring a study on this box's GPU: the study's own function, then the provenance every result
+carries (:mod:`gemm_bench.measure.provenance`). Imports torch and Transformer Engine when called.
+
+The studies themselves register in :mod:`gemm_bench.results.studies` (pure, so a CPU build can
+read and render them); :data:`STUDY_MODULES` names the modules that register them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any
+
+from gemm_bench.results import studies
+
+#: Modules whose import registers a study (pure modules: their validators and page text).
+STUDY_MODULES: tuple[str, ...] = (
+    "gemm_bench.results.loss_parity_schema",
+    "gemm_bench.results.dynamic_range_schema",
+)
+
+
+def load_registry() -> dict[str, studies.Study]:
+    """Import every study module; the registry of known studies (skipping modules not written yet)."""
+    for name in STUDY_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return dict(studies.REGISTRY)
+
+
+def measure_study(name: str) -> dict[str, Any]:
+    """Run study ``name`` on the current CUDA device; the valid document to store."""
+    from gemm_bench.measure import provenance
+    from gemm_bench.measure.backends import te as te_backend
+
+    load_registry()
+    study = studies.get(name)
+    module_name, _, function = study.measure.partition(":")
+    measure = getattr(importlib.import_module(module_name), function)
+    start = time.perf_counter()
+    data, method = measure()
+    method = {**method, "measure_s": round(time.perf_counter() - start, 1)}
+    device, prov = provenance.collect(method, te_backend.VERSION)
+    return studies.build_document(study, data, method, device, prov)

@@ -1,0 +1,204 @@
+"""Studies: measured answers that are not one question's GEMMs.
+
+A *study* answers a question the site asks once per GPU rather than once per model: the loss of a
+small GPT trained per recipe (loss parity), or each recipe's SQNR against the dynamic range of its
+input. It is measured on a GPU box like every result and stored beside them, one file per study per
+device, ``<cache>/studies/<study>--<device slug>.json``, with the same provenance (device, software
+stack, commit, date, method) and its own method version, so a change in how a study measures
+re-measures that study only.
+
+Pure: this module reads, validates and writes documents; measuring lives in the study's own module
+under :mod:`gemm_bench.measure` (named by :attr:`Study.measure`, imported only on a GPU box).
+
+A document::
+
+    {"kind": "study", "schema_version": 1, "study": "loss-parity", "method_version": "1",
+     "device": {"name": "NVIDIA H100 80GB HBM3", ...}, "provenance": {"torch": ..., "method": {...}},
+     "data": {...}}          # what the study's own validator accepts
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gemm_bench.question.devices import device_slug
+from gemm_bench.results.cache import CacheError, _read_bytes, dumps, write_atomic
+
+STUDY_SCHEMA_VERSION = 1
+#: The studies' folder inside the result cache (question results live in the cache's top level).
+SUBDIR = "studies"
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+#: Provenance fields every study document holds, as every question result does.
+PROVENANCE_FIELDS: tuple[str, ...] = ("torch", "transformer_engine", "cuda", "driver", "commit", "date")
+
+
+class StudyError(ValueError):
+    """A study document (or part of one) that is not valid; ``where`` is a JSON path."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        self.where = where
+        self.problem = problem
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """One kind of study.
+
+    ``validate_data`` raises :class:`StudyError` for a ``data`` block this study cannot render;
+    ``measure`` names ``"module:function"``, a function of no arguments run on a GPU box that
+    returns ``(data, method)``: the data block and what the method was (stored in
+    ``provenance.method``)."""
+
+    name: str
+    title: str
+    method_version: str
+    validate_data: Callable[[Any], None]
+    measure: str
+
+
+REGISTRY: dict[str, Study] = {}
+
+
+def register(study: Study) -> Study:
+    if not _NAME.match(study.name):
+        raise ValueError(f"study name {study.name!r} is not lower-case letters, digits and dashes")
+    REGISTRY[study.name] = study
+    return study
+
+
+def get(name: str) -> Study:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise StudyError("study", f"{name!r} is not a study; known: {', '.join(sorted(REGISTRY)) or 'none'}") from None
+
+
+def file_name(study: str, device_name: str) -> str:
+    return f"{study}--{device_slug(device_name)}.json"
+
+
+def study_dir(cache_dir: str | Path) -> Path:
+    return Path(cache_dir) / SUBDIR
+
+
+def build_document(study: Study, data: dict[str, Any], method: dict[str, Any], device: dict[str, Any],
+                   provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """A study document from a measurement (``device`` and ``provenance`` as a question result's)."""
+    doc = {
+        "kind": "study",
+        "schema_version": STUDY_SCHEMA_VERSION,
+        "study": study.name,
+        "method_version": study.method_version,
+        "device": dict(device),
+        "provenance": {**{k: v for k, v in provenance.items() if k != "method"}, "method": dict(method)},
+        "data": data,
+    }
+    validate(doc)
+    return doc
+
+
+def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise StudyError(f"{where}.{key}", f"must be non-empty text, got {value!r}"[:200])
+    return value
+
+
+def validate(doc: Any) -> None:
+    """Raise :class:`StudyError` unless ``doc`` is a valid study document of a registered study."""
+    if not isinstance(doc, dict):
+        raise StudyError("$", f"must be an object, got {type(doc).__name__}")
+    if doc.get("kind") != "study":
+        raise StudyError("$.kind", f"must be 'study', got {doc.get('kind')!r}"[:200])
+    if doc.get("schema_version") != STUDY_SCHEMA_VERSION:
+        raise StudyError("$.schema_version", f"must be {STUDY_SCHEMA_VERSION}, got {doc.get('schema_version')!r}"[:200])
+    study = get(_text(doc, "study", "$"))
+    _text(doc, "method_version", "$")
+    device = doc.get("device")
+    if not isinstance(device, dict):
+        raise StudyError("$.device", "must be an object")
+    _text(device, "name", "$.device")
+    provenance = doc.get("provenance")
+    if not isinstance(provenance, dict):
+        raise StudyError("$.provenance", "must be an object")
+    for key in PROVENANCE_FIELDS:
+        _text(provenance, key, "$.provenance")
+    if not isinstance(provenance.get("method"), dict):
+        raise StudyError("$.provenance.method", "must be an object")
+    if not isinstance(doc.get("data"), dict):
+        raise StudyError("$.data", "must be an object")
+    study.validate_data(doc["data"])
+
+
+def read_study(path: Path) -> dict[str, Any]:
+    """Load and validate one study file, or raise :class:`CacheError` (its path first) saying why not."""
+    import json
+
+    path = Path(path)
+    data = _read_bytes(path)
+    try:
+        doc = json.loads(data.decode("utf-8"), parse_constant=_refuse)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CacheError(path, f"is not valid JSON ({type(exc).__name__}: {exc})"[:300]) from None
+    try:
+        validate(doc)
+    except StudyError as exc:
+        raise CacheError(path, f"does not match the study schema: {exc}") from None
+    expected = file_name(doc["study"], doc["device"]["name"])
+    if path.name != expected:
+        raise CacheError(path, f"holds study {doc['study']} on {doc['device']['name']!r}, which belongs in {expected}")
+    return doc
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"holds {name}, which is not a JSON number")
+
+
+def read_studies(cache_dir: str | Path, name: str) -> tuple[list[dict[str, Any]], list[CacheError]]:
+    """Every valid document of study ``name`` in the cache (sorted by device), and one error per bad file."""
+    docs, errors = [], []
+    folder = study_dir(cache_dir)
+    if not folder.is_dir():
+        return [], []
+    for path in sorted(folder.glob(f"{name}--*.json")):
+        try:
+            doc = read_study(path)
+        except CacheError as exc:
+            errors.append(exc)
+            continue
+        if doc["study"] != name:
+            errors.append(CacheError(path, f"holds study {doc['study']!r}, not {name!r}"))
+            continue
+        docs.append(doc)
+    return docs, errors
+
+
+def write_study(cache_dir: str | Path, doc: dict[str, Any]) -> Path:
+    """Validate and store atomically (a reader never sees half a file); returns the path."""
+    validate(doc)
+    path = study_dir(cache_dir) / file_name(doc["study"], doc["device"]["name"])
+    write_atomic(path, dumps(doc))
+    return path
+
+
+def staleness(doc: Mapping[str, Any] | None, local: Mapping[str, str] | None, fields: Sequence[str]) -> str | None:
+    """Why a study should be measured again on a box running ``local``, or None when it is fresh.
+
+    ``fields`` are the stack rule's (:data:`gemm_bench.results.stack.STACK_FIELDS`); ``method``
+    compares the study's own method version with the registered one."""
+    if doc is None:
+        return "not measured on this device yet"
+    study = get(str(doc.get("study")))
+    if "method" in fields and doc.get("method_version") != study.method_version:
+        return f"measured with study method version {doc.get('method_version')!r}, current is {study.method_version}"
+    if local is None:
+        return None
+    provenance = doc.get("provenance", {})
+    reasons = [f"{key} {provenance.get(key)} -> {local[key]}" for key in fields
+               if key != "method" and local.get(key, "unknown") not in ("unknown", str(provenance.get(key)))]
+    return "measured with another software stack: " + ", ".join(reasons) if reasons else None
