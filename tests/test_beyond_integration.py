@@ -357,7 +357,7 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
         from gemm_bench.measure.step import layer_cell
 
         asked["layer"] = (list(precisions), list(modes))
-        timed = time_group({p: lambda: competitor("step") for p in precisions}, "layer-graphed" in modes)
+        timed = time_group({p: lambda: competitor("step") for p in precisions}, "layer-graphed" in modes, "balanced")
         return [layer_cell(m, p, "measured", ms=timed.samples[p]["step"].median,
                            stats=timed.samples[p]["step"].to_stats()) for m in modes for p in precisions]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,3 +51,55 @@ def test_max_age_makes_old_results_stale(app, make_result, store_result, warning
     assert "results.rst:4: WARNING" not in text
     assert re.search(r"results\.rst:9: WARNING: gemm-benchmark: result on NVIDIA H100 80GB HBM3 is stale: "
                      r"\d+ days old, older than the configured 30 \[gemm_benchmark\.stale\]", text)
+
+
+SUMMARY_PAGE = """\
+Summary
+=======
+
+.. gemm-benchmark::
+   :name: te-one
+   :model: te-guide-5b
+   :precisions: bf16, fp8-current
+   :modes: autocast
+
+.. gemm-benchmark-summary::
+   :models: te-guide-5b, llama3-8b, llama3-70b/tp8
+   :precisions: bf16, fp8-current
+   :modes: autocast
+   :devices: h100
+   :show: table
+"""
+
+
+def test_freshness_lists_every_model_of_a_summary(tmp_path, make_app, real_result, make_result, store_result):
+    """A model that only a summary shows is a row too (the models page's models were on no list)."""
+    from gemm_benchmark import records
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "conf.py").write_text('extensions = ["gemm_benchmark"]\n'
+                                 'suppress_warnings = ["gemm_benchmark.stale", "gemm_benchmark.missing"]\n',
+                                 encoding="utf-8")
+    (src / "index.rst").write_text("Freshness\n=========\n\n.. toctree::\n\n   summary\n\n"
+                                   ".. gemm-benchmark-freshness::\n", encoding="utf-8")
+    (src / "summary.rst").write_text(SUMMARY_PAGE, encoding="utf-8")
+    cache = src / "_gemm_cache"
+    real_result(cache, "h100-te-guide-5b.json")
+    store_result(cache, make_result(build_question(model="llama3-8b"), method_version="0"))  # stale method
+    status = io.StringIO()
+    app = make_app("html", srcdir=src, status=status)
+    app.build()
+    soup = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
+    rows = [[td.get_text(" ", strip=True) for td in tr.select("td")]
+            for tr in soup.select_one("table.gemm-freshness").select("tbody tr")]
+    assert [(r[0], r[5].split()[0]) for r in rows] == [("summary", "fresh")] * 2 + [("summary", "stale"),
+                                                                                    ("summary", "missing")]
+    names = [r[1] for r in rows]
+    assert names[0] == "te-one" and all(name.endswith("(summary)") for name in names[1:])
+    assert names[2] == "Llama 3 8B (summary)" and names[3] == "Llama 3 70B (TP 8) (summary)"
+    assert rows[3][2] == "– (none for h100-80gb-hbm3)"
+    log = re.sub(r"\x1b\[[0-9;]*m", "", status.getvalue())
+    assert "gemm-benchmark: 4 results (2 fresh, 1 missing, 1 stale)" in log
+    assert records.find(app.env, "Llama 3 8B") is None, "a role never quotes a summary's model"
+    assert records.find(app.env, "te-one") is not None

@@ -46,7 +46,7 @@ def _supported(ids: tuple[str, ...]) -> list[str]:
     return [p for p in ids if s[p].available]
 
 
-def _time_group(builders: dict[str, Callable[[], Competitor]], graphs: bool = True) -> Timed:
+def _time_group(builders: dict[str, Callable[[], Competitor]], graphs: bool = True, routing: str = "") -> Timed:
     """The runner's discipline without its failure handling: a build failure here fails the test."""
     competitors = {name: build() for name, build in builders.items()}
     result = Interleaver(FAST, cross_check=True).run(competitors, graphs=graphs)

@@ -51,6 +51,7 @@ if step refresh; then
     2>&1 | quiet | tee "$OUT/s/refresh.txt" | grep -v "^      "
   echo "whole-site refresh: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" | tee -a "$OUT/s/refresh.txt"
   grep -l "\"run_id\": \"$(date -u +%Y%m%d)" docs/_gemm_cache/*.json | xargs -r -I{} cp {} "$OUT/s/cache/"
+  [ -d docs/_gemm_cache/studies ] && cp -r docs/_gemm_cache/studies "$OUT/s/cache/"
   pack
 fi
 
@@ -98,7 +99,8 @@ fi
 
 # 3. The GPU tests, with what they print, in what time is left.
 if step tests && [ "$(left)" -gt 60 ]; then
-  timeout $(( $(left) - 10 )) python3 -m pytest -m gpu -s -q -p no:cacheprovider tests 2>&1 | quiet \
+  # shellcheck disable=SC2086
+  timeout $(( $(left) - 10 )) python3 -m pytest -m gpu -s -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | quiet \
     > "$OUT/s/gpu-tests.txt"
   echo "gpu tests rc=$?"; tail -5 "$OUT/s/gpu-tests.txt"
 fi

@@ -3,9 +3,12 @@
 Enable with ``extensions = ["gemm_benchmark"]`` (sphinx-tabs is set up with it).
 
 Directives
-    ``gemm-benchmark`` (options: :data:`.options.OPTIONS`), ``gemm-benchmark-freshness``, and the
-    reference tables ``gemm-benchmark-options``, ``gemm-benchmark-roles``, ``gemm-benchmark-config``,
-    ``gemm-benchmark-warnings``.
+    ``gemm-benchmark`` (options: :data:`.options.OPTIONS`), ``gemm-benchmark-summary``,
+    ``gemm-benchmark-freshness``, and the reference tables ``gemm-benchmark-directives``,
+    ``gemm-benchmark-options``, ``gemm-benchmark-roles``, ``gemm-benchmark-config``,
+    ``gemm-benchmark-warnings``, ``gemm-benchmark-presets``. Every directive registered in
+    :func:`setup` appears in ``gemm-benchmark-directives`` (:mod:`.reference`): its class needs a
+    docstring and a ``reference_example`` string.
 Roles
     ``gemm-speedup``, ``gemm-time``, ``gemm-tflops`` (:data:`.roles.ROLES`).
 Configuration
@@ -33,14 +36,18 @@ from gemm_benchmark.questions_builder import setup_questions
 from gemm_benchmark.records import GemmBenchmarkCollector
 from gemm_benchmark.reference import (
     GemmBenchmarkConfigDirective,
+    GemmBenchmarkDirectivesDirective,
     GemmBenchmarkOptionsDirective,
     GemmBenchmarkPresetsDirective,
     GemmBenchmarkRolesDirective,
     GemmBenchmarkWarningsDirective,
+    recording_registrations,
 )
 from gemm_benchmark.render_block import setup_figures
 from gemm_benchmark.render_table import setup_tables
 from gemm_benchmark.roles import setup_roles
+from gemm_benchmark.study_dynamic_range import GemmDynamicRangeDirective
+from gemm_benchmark.study_loss_parity import GemmLossParityDirective
 from gemm_benchmark.summary import GemmBenchmarkSummaryDirective
 from gemm_benchmark.tabs import setup_tabs
 
@@ -50,6 +57,12 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    """Register the extension, recording what it registers for the authoring reference."""
+    with recording_registrations(app):
+        return _register(app)
+
+
+def _register(app: Sphinx) -> dict[str, Any]:
     app.setup_extension("sphinx_tabs.tabs")
     for value in CONFIG_VALUES:
         app.add_config_value(value.name, value.default, value.rebuild, types=value.types)
@@ -63,18 +76,21 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)
+    app.add_directive("gemm-loss-parity", GemmLossParityDirective)
+    app.add_directive("gemm-benchmark-directives", GemmBenchmarkDirectivesDirective)
     app.add_directive("gemm-benchmark-options", GemmBenchmarkOptionsDirective)
     app.add_directive("gemm-benchmark-roles", GemmBenchmarkRolesDirective)
     app.add_directive("gemm-benchmark-config", GemmBenchmarkConfigDirective)
     app.add_directive("gemm-benchmark-warnings", GemmBenchmarkWarningsDirective)
     app.add_directive("gemm-benchmark-presets", GemmBenchmarkPresetsDirective)
+    app.add_directive("gemm-dynamic-range", GemmDynamicRangeDirective)
     app.add_post_transform(ResolveFreshness)
     app.add_env_collector(GemmBenchmarkCollector)
     app.connect("builder-inited", init_settings)
     app.connect("config-inited", validate_config, priority=400)
     app.connect("config-inited", _add_static)
     app.connect("build-finished", log_summary)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 4}
+    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 5}
 
 
 def _add_static(app: Sphinx, config: Any) -> None:

@@ -40,6 +40,7 @@ class Subtype(TextEnum):
     MEASURE = "measure"
     ROLE = "role"
     CLAIM = "claim"
+    REFERENCE = "reference"
 
 
 DESCRIPTIONS: dict[Subtype, str] = {
@@ -58,6 +59,9 @@ DESCRIPTIONS: dict[Subtype, str] = {
     Subtype.ROLE: "A role whose directive, device, GEMM or value does not exist.",
     Subtype.CLAIM: "A result whose numbers contradict each other where the page shows them (a layer step "
     "gaining more than its own GEMMs, beyond the spread): a measurement problem, never published silently.",
+    Subtype.REFERENCE: "Something the extension registers that the authoring reference cannot document: a "
+    "directive class without a docstring or a ``reference_example``, a role or ``conf.py`` value missing from "
+    "the lists its table is generated from.",
 }
 
 

@@ -29,6 +29,15 @@ logger = logging.getLogger(__name__)
 class GemmBenchmarkDirective(SphinxDirective):
     """Render measured GEMM speedups for a model config, shapes or a size sweep."""
 
+    reference_example = """\
+.. gemm-benchmark::
+   :name: te-layer
+   :model: te-guide-5b
+   :precisions: bf16, fp8-current, fp8-block
+   :devices: h100
+
+FP8 current scaling runs it :gemm-speedup:`te-layer autocast fp8-current` faster.
+"""
     has_content = False
     required_arguments = 0
     optional_arguments = 0

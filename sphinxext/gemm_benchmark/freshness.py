@@ -1,17 +1,21 @@
-"""Site-wide freshness: one table of every ``gemm-benchmark`` (like myst-nb's execution statistics).
+"""Site-wide freshness: one table of every result the site shows (like myst-nb's execution statistics).
 
 ``.. gemm-benchmark-freshness::`` puts a placeholder in its page; after all pages are read the
 post-transform fills it from the environment's records: page, name, devices, measured date,
-method version and status (fresh / stale / missing / failed, with the reason). At the end of the
-build the same summary goes to the log, so a CI log says which numbers need a GPU run.
+method version and status (fresh / stale / missing / failed, with the reason). A row per
+``gemm-benchmark`` directive and one per model of a ``gemm-benchmark-summary``
+(:func:`note_summary_model`: seven models of the models page appear nowhere else). At the end of
+the build the same summary goes to the log, so a CI log says which numbers need a GPU run.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
@@ -24,14 +28,21 @@ from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 
+if TYPE_CHECKING:
+    from gemm_benchmark.execution import Answer
+    from gemm_benchmark.options import Request
+
 logger = logging.getLogger(__name__)
+
+SUMMARY = "gemm-benchmark-summary"
 
 COLUMNS = ("Page", "Name", "Devices", "Measured", "Method", "Status")
 
 
 class GemmBenchmarkFreshnessDirective(SphinxDirective):
-    """Where the freshness table goes."""
+    """The table of every result the site shows (directives and summaries): fresh, stale, missing or failed."""
 
+    reference_example = ".. gemm-benchmark-freshness::"
     has_content = False
 
     def run(self) -> list[nodes.Node]:
@@ -39,6 +50,29 @@ class GemmBenchmarkFreshnessDirective(SphinxDirective):
         node = gemm_freshness()
         self.set_source_info(node)
         return [node]
+
+
+def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: Request, answer: Answer,
+                       cache_dir: Path) -> None:
+    """Record one model of a ``gemm-benchmark-summary`` (at ``lineno`` of the current page) as it was
+    answered, for the freshness table and the build's last line. Roles never quote it (no values)."""
+    envdata.add_record(env, envdata.DirectiveRecord(
+        docname=env.docname, lineno=lineno, name=label, kind=request.question.kind,
+        question_hash=request.question.hash, describe=request.question.describe(), modes=tuple(request.modes),
+        precisions=tuple(request.precisions), cache_dir=str(cache_dir),
+        cache_files=tuple(p.name for p in answer.files), status=answer.status.value,
+        devices=tuple(envdata.DeviceRecord(
+            name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
+            method_version=str(d.doc["method_version"]), status=d.status.value, reason=d.reason, values={})
+            for d in answer.devices),
+        unmatched=tuple(answer.unmatched), devices_listed=bool(request.devices), gemm_names={},
+        directive=SUMMARY))
+
+
+def _name(record: envdata.DirectiveRecord) -> str:
+    if record.directive == SUMMARY:
+        return f"{record.name} (summary)"
+    return record.name or f"(line {record.lineno})"
 
 
 def rows(records: list[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
@@ -57,7 +91,7 @@ def rows(records: list[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
         if earlier and not reasons:
             status += (f" (method v{', v'.join(earlier)}: still valid, without the quantities method "
                        f"v{METHOD_VERSION} adds; a GPU refresh re-measures it)")
-        out.append((r.docname, r.name or f"(line {r.lineno})", names, dates, methods, status))
+        out.append((r.docname, _name(r), names, dates, methods, status))
     return out
 
 

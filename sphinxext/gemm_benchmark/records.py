@@ -2,7 +2,8 @@
 
 Per page: a :class:`DirectiveRecord` for every ``gemm-benchmark`` directive (its name, question,
 devices, the cache files it used, freshness, and every value a role may quote, computed once from
-the directive's own answer), the names its roles quote, and whether it holds a freshness table.
+the directive's own answer) and for every model of a ``gemm-benchmark-summary`` (the freshness table
+lists them; roles never quote them), the names its roles quote, and whether it holds a freshness table.
 
 :class:`GemmBenchmarkCollector` (a Sphinx ``EnvironmentCollector``, as myst-nb's
 ``NbMetadataCollector``) purges a re-read page's data, merges ``-j`` workers' data back by page,
@@ -79,6 +80,13 @@ class DirectiveRecord:
     #: Every spelling of each GEMM a role may use (``mlp_up/fprop``, ``mlp_up.fprop``, the shape
     #: label) -> the ``op/pass`` ids it names (several: ambiguous; see :func:`.values.resolve_gemm`).
     gemm_names: dict[str, tuple[str, ...]]
+    #: The directive that asked: ``gemm-benchmark`` (roles quote it by name) or
+    #: ``gemm-benchmark-summary`` (one record per model, ``name`` its label: listed, never quoted).
+    directive: str = "gemm-benchmark"
+
+    @property
+    def quotable(self) -> bool:
+        return self.directive == "gemm-benchmark" and bool(self.name)
 
     def default_device(self) -> DeviceRecord | None:
         """The device a role without ``@DEVICE`` quotes: unambiguous or None.
@@ -175,7 +183,7 @@ def find(env: BuildEnvironment, name: str) -> DirectiveRecord | None:
     """The directive named ``name`` (case-insensitive, as docutils normalizes labels)."""
     wanted = name.lower()
     for record in all_records(env):
-        if record.name and record.name.lower() == wanted:
+        if record.quotable and record.name.lower() == wanted:
             return record
     return None
 
@@ -196,7 +204,7 @@ def _digests(env: BuildEnvironment) -> tuple[dict[str, str], str]:
     for record in all_records(env):
         digest = record.digest()
         parts.append(digest)
-        if record.name:
+        if record.quotable:
             by_name.setdefault(record.name.lower(), digest)
     return by_name, hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
@@ -281,3 +289,19 @@ class GemmBenchmarkCollector(EnvironmentCollector):
 
 def cache_file_names(cache_dir: Path, question_hash: str) -> tuple[str, ...]:
     return tuple(p.name for p in Cache(cache_dir).files(question_hash))
+
+
+def watch_study(env: BuildEnvironment, folder: Path, study: str, *, max_age_days: float | None,
+                mode: str) -> tuple[str, ...]:
+    """Re-read the current page when a file of ``study`` in ``folder`` is edited, added or removed,
+    and only then: a dependency on each file (never on a folder, which Sphinx always calls
+    changed) and a :class:`Watch` on the set of names. Returns the names; :class:`CacheError` when
+    the folder cannot be listed."""
+    from gemm_benchmark import execution
+
+    names = cache_file_names(folder, study)
+    for name in names:
+        env.note_dependency(str(folder / name))
+    data(env).watches.setdefault(env.docname, []).append(Watch(
+        str(folder), study, names, (), execution.freshness_key((), max_age_days=max_age_days, mode=mode)))
+    return names

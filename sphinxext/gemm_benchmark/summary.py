@@ -36,7 +36,7 @@ from gemm_bench.question.precisions import (
 )
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report
-from gemm_benchmark import execution, questions_builder, records
+from gemm_benchmark import execution, freshness, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError, Request, parse_options
@@ -81,6 +81,13 @@ def model_label(preset: str, tp: int | None, ep: int | None = None) -> str:
 class GemmBenchmarkSummaryDirective(SphinxDirective):
     """One table (and figure) of whole-model GEMM speedups for several models and devices."""
 
+    reference_example = """\
+.. gemm-benchmark-summary::
+   :models: te-guide-5b, llama3-70b/tp8
+   :precisions: bf16, fp8-current, fp8-block
+   :devices: h100, h200
+   :show: table
+"""
     has_content = False
     option_spec = {  # noqa: RUF012  (docutils reads it as a class attribute)
         "models": lambda text: text or "",
@@ -132,6 +139,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             for path in answer.files:
                 self.env.note_dependency(str(path))
             records.watch(self.env, config.cache_dir, req.question.hash, answer)
+            freshness.note_summary_model(self.env, self.lineno, ask.label or model_label(ask.preset, ask.tp, ask.ep),
+                                         req, answer, config.cache_dir)
             for error in answer.errors:
                 self._warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
             for problem in answer.problems:

@@ -296,8 +296,9 @@ class Runner:
             self.progress(done, total, f"layer step ({', '.join(layer)})")
             with _nvtx("layer step", self.nvtx):
                 # One group: the step's eager rounds give ``layer``, its graph replays ``layer-graphed``.
-                def layer_group(builders: dict[str, Callable[[], Competitor]], graphs: bool) -> Timed:
-                    return self._time_group(builders, label=f"layer step ({', '.join(layer)})",
+                def layer_group(builders: dict[str, Callable[[], Competitor]], graphs: bool, routing: str) -> Timed:
+                    suffix = "" if routing == "balanced" else f", {routing} routing"
+                    return self._time_group(builders, label=f"layer step ({', '.join(layer)}{suffix})",
                                             mode="layer-graphed" if graphs else "layer", graphs=graphs)
 
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(

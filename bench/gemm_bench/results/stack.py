@@ -175,10 +175,11 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
 
 def outdated_layer_modes(doc: dict[str, Any], question: Question, modes: Sequence[str],
                          precisions: Sequence[str]) -> list[str]:
-    """Layer modes among ``modes`` whose cells this code would measure but the file lacks: a
-    precision or routing without a cell, or a cell recorded ``unsupported`` for a reason the code
-    no longer gives (a tensor-parallel or mixture-of-experts step, unsupported before this code
-    built it). A precision the device's recorded support rules out is not missing."""
+    """Layer modes among ``modes`` whose cells this code would measure but the file lacks, in a
+    file that holds that mode's step: a precision or routing without a cell, or a cell recorded
+    ``unsupported`` although this code can build the step (a tensor-parallel or mixture-of-experts
+    step, unsupported before this code built it). A precision the device's recorded support rules
+    out is not missing."""
     config = question.config
     if question.kind != "model" or config is None or unsupported_reason(config):
         return []
@@ -188,6 +189,8 @@ def outdated_layer_modes(doc: dict[str, Any], question: Question, modes: Sequenc
     out = []
     for mode in (m for m in modes if m in LAYER_MODES):
         held = {(c["precision"], c.get("routing", "balanced")): c for c in doc.get("layer", []) if c["mode"] == mode}
+        if not held:
+            continue  # a file measured without its step (``gemm-bench run --modes autocast``) is not re-measured for it
         for precision in asked:
             cells = [held.get((precision, routing)) for routing in routings(config)]
             if any(c is None or (c["status"] == "unsupported") for c in cells):

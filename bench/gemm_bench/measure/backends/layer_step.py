@@ -28,9 +28,10 @@ from gemm_bench.question.plan import Support
 from gemm_bench.question.question import Question
 
 #: The runner's group timer: build and probe each competitor, time the survivors interleaved (as
-#: graph replays, with eager rounds beside them, when the second argument is true); returns the
-#: runner's ``Timed`` (``samples``, ``eager``, ``failures``, ``kernel_ms``).
-TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool], Any]
+#: graph replays, with eager rounds beside them, when the second argument is true); the third
+#: names the group among the step's groups (its routing); returns the runner's ``Timed``
+#: (``samples``, ``eager``, ``failures``, ``kernel_ms``).
+TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool, str], Any]
 
 REGION = "step"
 
@@ -94,11 +95,6 @@ def layer_step_competitor(config: ModelConfig, precision_id: str, routing: str =
     return iteration
 
 
-#: A competitor's key in the timed group: the precision, with ``@routing`` when not balanced.
-def _key(precision: str, routing: str) -> str:
-    return precision if routing == "balanced" else f"{precision}@{routing}"
-
-
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
@@ -135,27 +131,35 @@ def measure_layer_step(question: Question, precisions: Sequence[str], time_group
     if not runnable:
         return cells
     graphed = "layer-graphed" in modes
-    variants = routings(config)
-    shared = Operands()
+    shared = Operands()  # one set of BF16 parameters and inputs for every group
 
     def builder(p: str, routing: str) -> Callable[[], Competitor]:
         return lambda: layer_step_competitor(config, p, routing, shared)
 
-    timed = time_group({_key(p, r): builder(p, r) for r in variants for p in runnable}, graphed)
+    # One interleaved group per routing (a speedup is always within one group); a second routing's
+    # graphs are captured only after the first group's are released (a 128-expert layer's eight
+    # graphs and FP8 weight copies do not fit in 80 GB at once).
+    for routing in routings(config):
+        timed = time_group({p: builder(p, routing) for p in runnable}, graphed, routing)
+        cells += _group_cells(timed, runnable, modes, graphed, routing)
+    return cells
+
+
+def _group_cells(timed: Any, runnable: Sequence[str], modes: Sequence[str], graphed: bool,
+                 routing: str) -> list[dict[str, Any]]:
+    cells = []
     for mode in modes:
         source = timed.samples if mode == "layer-graphed" or not graphed else timed.eager
-        for routing in variants:
-            for p in runnable:
-                key = _key(p, routing)
-                if key in timed.failures and (mode == "layer-graphed" or key not in timed.eager):
-                    cells.append(layer_cell(mode, p, "failed", reason=timed.failures[key], routing=routing))
-                elif key in source:
-                    samples = source[key][REGION]
-                    extra = {"kernel_ms": timed.kernel_ms[f"{key}/{REGION}"]} if (
-                        source is timed.samples and f"{key}/{REGION}" in timed.kernel_ms) else {}
-                    cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6),
-                                            stats=samples.to_stats(), measured_at=_now(), routing=routing, **extra))
-                else:
-                    cells.append(layer_cell(mode, p, "failed", reason="no samples were taken of this step",
-                                            routing=routing))
+        for p in runnable:
+            if p in timed.failures and (mode == "layer-graphed" or p not in timed.eager):
+                cells.append(layer_cell(mode, p, "failed", reason=timed.failures[p], routing=routing))
+            elif p in source:
+                samples = source[p][REGION]
+                extra = {"kernel_ms": timed.kernel_ms[f"{p}/{REGION}"]} if (
+                    source is timed.samples and f"{p}/{REGION}" in timed.kernel_ms) else {}
+                cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6), stats=samples.to_stats(),
+                                        measured_at=_now(), routing=routing, **extra))
+            else:
+                cells.append(layer_cell(mode, p, "failed", reason="no samples were taken of this step",
+                                        routing=routing))
     return cells

@@ -1,0 +1,610 @@
+"""Measuring the loss-parity study: one small GPT trained once per recipe, everything else equal.
+
+What is equal across recipes, by construction:
+
+* **the initial weights**: the model is built under ``torch.manual_seed(seed)`` and the first run's
+  initial parameters are copied into every later run's model (their sha256 is stored per run, and
+  the schema refuses a document whose runs started from different weights);
+* **the data and its order**: the byte offsets of every batch are drawn once, from ``seed``, by
+  :func:`batch_offsets` (pure Python), and every run reads the same offsets;
+* **the optimizer and schedule**: AdamW on FP32 master weights, linear warm-up then cosine decay
+  (:func:`lr_at`), gradient clipping, no dropout.
+
+What differs is only the ``te.autocast`` recipe around the transformer layers
+(:func:`gemm_bench.measure.backends.te.make_recipe`; BF16 is the baseline with autocast
+disabled). The corpus is the Python standard library's own source (:func:`read_stdlib_corpus`),
+byte-level, so every GPU box has it offline; its size and sha256 are stored, since another Python
+has another standard library.
+
+The pure helpers (corpus, split, batch order, schedule, curve downsampling) import without torch
+and are tested on CPU; :func:`measure` and :func:`train_recipe` import torch and Transformer
+Engine when called, on a GPU box.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import platform
+import random
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.results.loss_parity_schema import RECIPES
+
+#: Folders of the standard library's tree that hold third-party code or caches, never read.
+EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
+
+
+class CorpusError(ValueError):
+    """The corpus cannot serve the training run asked for (no files, too little validation text)."""
+
+
+# ------------------------------------------------------------------------------ configuration
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A GPT-2-small-sized decoder: about 85 M parameters at the defaults, byte-level."""
+
+    layers: int = 12
+    hidden: int = 768
+    heads: int = 12
+    ffn_hidden: int = 3072
+    vocab: int = 256
+    seq: int = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """The run every recipe gets. Defaults: 400 steps of 32 x 1024 tokens (13.1 M tokens per run)."""
+
+    steps: int = 400
+    batch: int = 32
+    peak_lr: float = 6e-4
+    min_lr: float = 6e-5
+    warmup_steps: int = 40
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    seed: int = 1234
+    #: The validation split: the last this much of the corpus, from the start of the file holding
+    #: its first byte.
+    val_fraction: float = 0.05
+    eval_every: int = 100
+    eval_sequences: int = 128
+    #: Curve points: the mean of each ``curve_every`` consecutive steps' raw values.
+    curve_every: int = 4
+    #: The final training loss: the mean raw loss of the last ``final_window`` steps.
+    final_window: int = 20
+    #: Losses are copied to the host and checked for NaN/Inf every this many steps (a sync).
+    check_every: int = 25
+    #: Steps not timed for tokens/s (kernel selection, allocator warm-up); timing starts at the first
+    #: check at or after this step.
+    timing_skip_steps: int = 25
+
+    def __post_init__(self) -> None:
+        problems = [name for name, ok in (
+            ("steps", self.steps >= 1), ("batch", self.batch >= 1),
+            ("warmup_steps", 0 <= self.warmup_steps < self.steps),
+            ("min_lr", 0 <= self.min_lr <= self.peak_lr), ("val_fraction", 0 < self.val_fraction < 0.5),
+            ("eval_every", 1 <= self.eval_every <= self.steps), ("eval_sequences", self.eval_sequences >= 1),
+            ("curve_every", 1 <= self.curve_every <= self.steps),
+            ("final_window", 1 <= self.final_window <= self.steps), ("check_every", self.check_every >= 1),
+            ("timing_skip_steps", 0 <= self.timing_skip_steps < self.steps)) if not ok]
+        if problems:
+            raise ValueError(f"TrainingConfig: invalid {', '.join(problems)} in {self}")
+
+
+# ------------------------------------------------------------------------------ corpus (pure)
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """The concatenated bytes of a tree's ``*.py`` files, in sorted path order."""
+
+    data: bytes
+    #: The files' paths relative to ``root`` (POSIX), in the order they were concatenated.
+    files: tuple[str, ...]
+    #: The byte offset where each file starts in ``data``.
+    starts: tuple[int, ...]
+    root: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def read_corpus(root: Path) -> Corpus:
+    """Every ``*.py`` under ``root`` (symlinked folders not followed; :data:`EXCLUDED_DIRS` skipped),
+    sorted by relative POSIX path, concatenated as bytes."""
+    found: list[str] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in EXCLUDED_DIRS]
+        rel = Path(folder).relative_to(root)
+        found += [(rel / name).as_posix() for name in names if name.endswith(".py")]
+    if not found:
+        raise CorpusError(f"no *.py files under {root}")
+    files = tuple(sorted(found))
+    chunks, starts, at = [], [], 0
+    for name in files:
+        chunk = (root / name).read_bytes()
+        starts.append(at)
+        chunks.append(chunk)
+        at += len(chunk)
+    return Corpus(b"".join(chunks), files, tuple(starts), str(root))
+
+
+def read_stdlib_corpus() -> Corpus:
+    """The running Python's standard library source (``sysconfig.get_paths()["stdlib"]``)."""
+    return read_corpus(stdlib_root())
+
+
+def split_offset(corpus: Corpus, val_fraction: float) -> int:
+    """Where validation starts: the start of the file holding byte ``(1 - val_fraction) * len``.
+
+    Whole files only, so no file is split between training and validation; validation is then at
+    least ``val_fraction`` of the corpus."""
+    target = int(len(corpus.data) * (1 - val_fraction))
+    return max(s for s in corpus.starts if s <= target)
+
+
+def window_count(n_bytes: int, seq: int) -> int:
+    """How many ``seq + 1``-byte windows (inputs and the targets one byte on) start at multiples of
+    ``seq`` in ``n_bytes`` bytes."""
+    return max(0, (n_bytes - 1) // seq)
+
+
+def batch_offsets(train_bytes: int, seq: int, batch: int, steps: int, seed: int) -> list[list[int]]:
+    """The byte offset of every sequence of every step, the same for every recipe.
+
+    The training bytes are cut into windows at multiples of ``seq``; each epoch visits every window
+    once, in an order shuffled by ``random.Random(seed)`` (the same order on every Python), and a
+    run longer than an epoch goes on with the next epoch's order."""
+    windows = window_count(train_bytes, seq)
+    if windows < batch:
+        raise CorpusError(f"{train_bytes} training bytes hold {windows} windows of {seq + 1} bytes, "
+                          f"fewer than one batch of {batch}")
+    rng = random.Random(seed)
+    order: list[int] = []
+    while len(order) < steps * batch:
+        epoch = list(range(windows))
+        rng.shuffle(epoch)
+        order += epoch
+    return [[i * seq for i in order[s * batch:(s + 1) * batch]] for s in range(steps)]
+
+
+def order_sha256(offsets: Sequence[Sequence[int]]) -> str:
+    """A hash of a batch order (its offsets as text, one step a line)."""
+    text = "\n".join(",".join(str(o) for o in row) for row in offsets)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def eval_offsets(val_start: int, total: int, seq: int, count: int) -> list[int]:
+    """``count`` validation windows spread evenly over ``[val_start, total)``; no randomness."""
+    windows = window_count(total - val_start, seq)
+    if windows < count:
+        raise CorpusError(f"the validation split ({total - val_start} bytes) holds {windows} windows of "
+                          f"{seq + 1} bytes, fewer than the {count} asked for")
+    return [val_start + (i * windows // count) * seq for i in range(count)]
+
+
+# ------------------------------------------------------------------------------ schedule and curves (pure)
+def lr_at(step: int, cfg: TrainingConfig) -> float:
+    """The learning rate of update ``step`` (0-based): linear warm-up to ``peak_lr`` over
+    ``warmup_steps`` updates, then cosine decay reaching ``min_lr`` at the last update."""
+    if step < cfg.warmup_steps:
+        return cfg.peak_lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - 1 - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    return cfg.min_lr + 0.5 * (cfg.peak_lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def first_nonfinite(values: Sequence[float]) -> int | None:
+    """The 0-based index of the first NaN or infinity, or None."""
+    return next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+
+
+def divergence(losses: Sequence[float], norms: Sequence[float]) -> tuple[int, str] | None:
+    """(step, reason) of the first step (1-based) whose loss or gradient norm is NaN or infinite."""
+    found = [(i, what, values[i]) for what, values in (("training loss", losses), ("gradient norm", norms))
+             if (i := first_nonfinite(values)) is not None]
+    if not found:
+        return None
+    index, what, value = min(found)
+    return index + 1, f"diverged at step {index + 1}: {what} {value}"
+
+
+def downsample(values: Sequence[float], every: int) -> tuple[list[int], list[float]]:
+    """(steps, means): the mean of each ``every`` consecutive per-step values (step ``s`` is
+    ``values[s - 1]``), at the window's last step; a last partial window ends at the last step."""
+    steps, means = [], []
+    for start in range(0, len(values), every):
+        window = values[start:start + every]
+        steps.append(start + len(window))
+        means.append(math.fsum(window) / len(window))
+    return steps, means
+
+
+def curve(losses: Sequence[float], norms: Sequence[float], every: int) -> dict[str, list[Any]]:
+    """The stored curve of finite per-step losses and gradient norms."""
+    steps, train = downsample(losses, every)
+    _, grad = downsample(norms, every)
+    return {"steps": steps, "train_loss": [round(v, 6) for v in train], "grad_norm": [round(v, 6) for v in grad]}
+
+
+def final_train_loss(losses: Sequence[float], window: int) -> float:
+    return round(math.fsum(losses[-window:]) / len(losses[-window:]), 6)
+
+
+class Stopwatch:
+    """Wall time of the timed training steps, between synchronizations (evaluation left out)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._since: float | None = None
+        self._since_step = 0
+        self.seconds = 0.0
+        self.steps = 0
+
+    @property
+    def running(self) -> bool:
+        return self._since is not None
+
+    def start(self, step: int) -> None:
+        self._since, self._since_step = self._clock(), step
+
+    def stop(self, step: int) -> None:
+        if self._since is not None:
+            self.seconds += self._clock() - self._since
+            self.steps += step - self._since_step
+            self._since = None
+
+
+# ------------------------------------------------------------------------------ GPU
+MODEL_DESCRIPTION = (
+    "GPT, byte-level: learned token and position embeddings (torch.nn.Embedding), {layers} "
+    "te.TransformerLayer blocks (pre-LayerNorm, causal self-attention, GELU MLP, biases, no dropout), "
+    "a final te.LayerNorm and an untied te.Linear LM head. The recipe's te.autocast wraps the "
+    "transformer layers only: embeddings, final LayerNorm and LM head run in BF16 in every recipe, "
+    "and so does attention's softmax(QK^T)V (no FP8 attention)."
+)
+WEIGHTS = ("FP32 master weights: parameters, gradients and AdamW state in FP32; forward and backward "
+           "compute in BF16 under torch.autocast, and in the recipe's format under te.autocast")
+
+
+def _log(message: str) -> None:
+    print(f"loss-parity: {message}", file=sys.stderr, flush=True)
+
+
+def build_model(config: ModelConfig, precision_id: str) -> Any:
+    """The GPT on the current CUDA device, FP32 parameters; ``precision_id``'s recipe in its forward."""
+    import torch
+    import transformer_engine.pytorch as te
+
+    from gemm_bench.measure.backends import te as te_backend
+
+    recipe = te_backend.make_recipe(precision_id)
+    std = 0.02
+
+    def init(weight: torch.Tensor) -> None:
+        torch.nn.init.normal_(weight, 0.0, std)
+
+    def init_out(weight: torch.Tensor) -> None:  # residual projections, scaled as GPT-2's
+        torch.nn.init.normal_(weight, 0.0, std / math.sqrt(2 * config.layers))
+
+    class GPT(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(config.vocab, config.hidden, device="cuda")
+            self.position = torch.nn.Embedding(config.seq, config.hidden, device="cuda")
+            init(self.embed.weight)
+            init(self.position.weight)
+            self.layers = torch.nn.ModuleList(
+                te.TransformerLayer(
+                    config.hidden, config.ffn_hidden, config.heads, layernorm_epsilon=1e-5,
+                    hidden_dropout=0.0, attention_dropout=0.0, init_method=init, output_layer_init_method=init_out,
+                    layer_number=i + 1, self_attn_mask_type="causal", params_dtype=torch.float32, device="cuda",
+                    attn_input_format="bshd", bias=True, activation="gelu", normalization="LayerNorm")
+                for i in range(config.layers))
+            self.norm = te.LayerNorm(config.hidden, eps=1e-5, device="cuda", dtype=torch.float32)
+            self.head = te.Linear(config.hidden, config.vocab, bias=False, params_dtype=torch.float32,
+                                  device="cuda", init_method=init)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            positions = self.position.weight[: tokens.shape[1]]
+            hidden = (self.embed(tokens) + positions).to(torch.bfloat16)
+            with te.autocast(enabled=recipe is not None, recipe=recipe):
+                for layer in self.layers:
+                    hidden = layer(hidden)
+            return self.head(self.norm(hidden))
+
+    return GPT()
+
+
+def parameters_sha256(model: Any) -> str:
+    """A hash of every parameter's name, shape and bytes (FP32), in ``named_parameters`` order."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, param in model.named_parameters():
+        digest.update(f"{name}:{tuple(param.shape)}:{param.dtype}\n".encode())
+        digest.update(param.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class SharedRun:
+    """What every recipe's run shares, on the GPU: corpus, batch order, validation windows, weights."""
+
+    corpus: Any          # uint8 tensor of the corpus bytes
+    order: Any           # int64 tensor, steps x batch byte offsets
+    evals: Any           # int64 tensor of validation offsets
+    initial: dict[str, Any] | None = None   # the first run's initial parameters (CPU tensors)
+
+
+def train_recipe(precision_id: str, model_config: ModelConfig, training: TrainingConfig,
+                 shared: SharedRun) -> dict[str, Any]:
+    """Train one recipe; its stored record (status measured or diverged). Errors propagate."""
+    import gc
+
+    import torch
+    import torch.nn.functional as F
+    from transformer_engine.pytorch.quantization import FP8GlobalStateManager
+
+    from gemm_bench.measure.backends import te as te_backend
+
+    started = time.perf_counter()
+    FP8GlobalStateManager.reset()
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(training.seed)
+    model = build_model(model_config, precision_id)
+    with torch.no_grad():
+        if shared.initial is None:
+            shared.initial = {n: p.detach().to("cpu").clone() for n, p in model.named_parameters()}
+        else:
+            named = dict(model.named_parameters())
+            if sorted(named) != sorted(shared.initial):
+                raise RuntimeError(f"{precision_id}: the model's parameters differ from the first run's")
+            for name, value in shared.initial.items():
+                named[name].copy_(value)
+    init_sha = parameters_sha256(model)
+    recipe = te_backend.make_recipe(precision_id)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": training.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr_at(0, training), betas=training.betas, eps=training.eps, fused=True)
+    params = list(model.parameters())
+
+    seq, vocab, steps = model_config.seq, model_config.vocab, training.steps
+    span = torch.arange(seq + 1, device="cuda")
+    losses = torch.full((steps,), float("nan"), device="cuda")
+    norms = torch.full((steps,), float("nan"), device="cuda")
+
+    def batch_at(offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = shared.corpus[offsets[:, None] + span[None, :]].long()
+        return chunk[:, :-1], chunk[:, 1:]
+
+    def loss_of(tokens: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens)
+        return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1), reduction=reduction)
+
+    def evaluate() -> float:
+        model.eval()
+        total = torch.zeros((), dtype=torch.float64, device="cuda")
+        count = 0
+        with torch.no_grad():
+            for first in range(0, len(shared.evals), training.batch):
+                tokens, targets = batch_at(shared.evals[first:first + training.batch])
+                total += loss_of(tokens, targets, "sum").double()
+                count += targets.numel()
+        model.train()
+        return float(total.item() / count)
+
+    val_steps: list[int] = [0]
+    val_losses: list[float] = [evaluate()]
+    if not math.isfinite(val_losses[0]):  # before any update: the recipe cannot run this model at all
+        raise RuntimeError(f"{precision_id}: the validation loss of the initial weights is {val_losses[0]}")
+    watch = Stopwatch()
+    diverged: tuple[int, str] | None = None
+    host_losses: list[float] = []
+    host_norms: list[float] = []
+    model.train()
+    for i in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(i, training)
+        tokens, targets = batch_at(shared.order[i])
+        loss = loss_of(tokens, targets)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, training.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses[i] = loss.detach()
+        norms[i] = norm.detach()
+        step = i + 1
+        evaluating = step % training.eval_every == 0 or step == steps
+        if not (evaluating or step % training.check_every == 0):
+            continue
+        torch.cuda.synchronize()
+        watch.stop(step)
+        host_losses, host_norms = losses[:step].tolist(), norms[:step].tolist()
+        diverged = divergence(host_losses, host_norms)
+        if diverged is not None:
+            break
+        if evaluating:
+            val = evaluate()
+            if not math.isfinite(val):
+                diverged = (step, f"diverged at step {step}: validation loss {val} after the step")
+                break
+            val_steps.append(step)
+            val_losses.append(val)
+            _log(f"{precision_id}: step {step}/{steps}, train loss {host_losses[-1]:.4f}, "
+                 f"validation loss {val:.4f}, {time.perf_counter() - started:.1f} s")
+        if step >= training.timing_skip_steps and step < steps:
+            watch.start(step)
+
+    record: dict[str, Any] = {"precision": precision_id,
+                              "recipe": repr(recipe) if recipe is not None else "none (te.autocast disabled)"}
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30  # the model and optimizer go with this frame
+    if diverged is not None:
+        at, reason = diverged
+        # The finite steps before divergence, in complete curve windows only (as every other curve).
+        kept = (at - 1) // training.curve_every * training.curve_every
+        record.update(status="diverged", reason=reason, diverged_at_step=at,
+                      curve=curve(host_losses[:kept], host_norms[:kept], training.curve_every),
+                      validation={"steps": val_steps, "loss": [round(v, 6) for v in val_losses]},
+                      wall_s=round(time.perf_counter() - started, 2), init_sha256=init_sha)
+        _log(f"{precision_id}: {reason}")
+        return record
+    if watch.steps == 0 or watch.seconds <= 0:
+        raise RuntimeError(f"{precision_id}: no training step was timed (steps {steps}, timing from step "
+                           f"{training.timing_skip_steps}, checks every {training.check_every})")
+    tokens_per_step = training.batch * seq
+    val_rounded = [round(v, 6) for v in val_losses]
+    record.update(
+        status="measured",
+        curve=curve(host_losses, host_norms, training.curve_every),
+        validation={"steps": val_steps, "loss": val_rounded},
+        final_train_loss=final_train_loss(host_losses, training.final_window),
+        final_val_loss=val_rounded[-1],
+        tokens_per_s=round(watch.steps * tokens_per_step / watch.seconds, 1),
+        wall_s=round(time.perf_counter() - started, 2),
+        peak_memory_gib=round(peak_gib, 2),
+        init_sha256=init_sha,
+    )
+    return record
+
+
+#: Errors a recipe's run may end with that leave the others worth running (CUDA and TE errors are
+#: RuntimeErrors, TE's unsupported-shape checks assertions or ValueErrors). The BF16 run re-raises.
+RUN_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, AssertionError)
+
+
+def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig = TrainingConfig(),
+            precisions: Sequence[str] = RECIPES) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train every recipe in ``precisions`` on this box's GPU: ``(data, method)`` for the study document.
+
+    Recipes this GPU does not support are stored as unsupported with Transformer Engine's own reason;
+    a run whose loss turns NaN or infinite as diverged (at its step); a run that raises one of
+    :data:`RUN_ERRORS` as failed, with the error (but BF16's error propagates: without the
+    reference there is no study)."""
+    import torch
+
+    from gemm_bench.measure.backends import te as te_backend
+
+    if BASELINE not in precisions:
+        raise ValueError(f"the study compares with {BASELINE}; it must be among {list(precisions)}")
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown:
+        raise ValueError(f"unknown precisions {unknown}")
+    corpus = read_stdlib_corpus()
+    split = split_offset(corpus, training.val_fraction)
+    order = batch_offsets(split, model_config.seq, training.batch, training.steps, training.seed)
+    evals = eval_offsets(split, len(corpus.data), model_config.seq, training.eval_sequences)
+    shared = SharedRun(
+        corpus=torch.frombuffer(bytearray(corpus.data), dtype=torch.uint8).to("cuda"),
+        order=torch.tensor(order, dtype=torch.int64, device="cuda"),
+        evals=torch.tensor(evals, dtype=torch.int64, device="cuda"),
+    )
+    support = te_backend.support()
+    ordered = [p for p in RECIPES if p in precisions] + [p for p in precisions if p not in RECIPES]
+    ordered.remove(BASELINE)
+    ordered.insert(0, BASELINE)
+    recipes: list[dict[str, Any]] = []
+    for precision in ordered:
+        verdict = support[precision]
+        if not verdict.available:
+            check = PRECISIONS[precision].support_check
+            reason = verdict.reason or f"transformer_engine.pytorch.{check}() returned False without a reason"
+            recipes.append({"precision": precision, "status": "unsupported", "reason": reason})
+            _log(f"{precision}: unsupported: {reason}")
+            continue
+        _log(f"{precision}: training {training.steps} steps of {training.batch} x {model_config.seq} tokens")
+        try:
+            record = train_recipe(precision, model_config, training, shared)
+        except RUN_ERRORS as exc:
+            if precision == BASELINE:
+                raise
+            reason = f"{type(exc).__name__}: {exc}"[:800]
+            recipes.append({"precision": precision, "status": "failed", "reason": reason})
+            _log(f"{precision}: FAILED: {reason}")
+            continue
+        recipes.append(record)
+        if record["status"] == "measured":
+            _log(f"{precision}: final train loss {record['final_train_loss']:.4f}, validation loss "
+                 f"{record['final_val_loss']:.4f}, {record['tokens_per_s']:.0f} tokens/s, {record['wall_s']:.1f} s")
+    assert shared.initial is not None  # BF16 trained (or raised)
+    params = sum(t.numel() for t in shared.initial.values())
+    data = {
+        "model": {**dataclasses.asdict(model_config), "params": params,
+                  "description": MODEL_DESCRIPTION.format(layers=model_config.layers)},
+        "corpus": corpus_block(corpus, split, training.val_fraction),
+        "training": training_block(model_config, training, order),
+        "recipes": recipes,
+    }
+    method = {
+        "study": "loss parity: one training run per recipe from the same weights on the same batches",
+        "loss": "cross-entropy in nats per byte, in FP32 from BF16 logits",
+        "timer": "time.perf_counter between torch.cuda.synchronize calls, evaluation excluded",
+        "steps": training.steps, "tokens_per_step": training.batch * model_config.seq,
+    }
+    return data, method
+
+
+def corpus_block(corpus: Corpus, split: int, val_fraction: float) -> dict[str, Any]:
+    total = len(corpus.data)
+    first_val = corpus.files[corpus.starts.index(split)]
+    return {
+        "source": f"the *.py files of the Python {platform.python_version()} standard library ({corpus.root}; "
+                  f"{', '.join(sorted(EXCLUDED_DIRS))} excluded), in sorted path order, concatenated as bytes "
+                  "(vocabulary 256)",
+        "python": platform.python_version(),
+        "files": len(corpus.files),
+        "bytes": total,
+        "sha256": corpus.sha256,
+        "train_bytes": split,
+        "val_bytes": total - split,
+        "split": f"validation: the last {100 * (total - split) / total:.1f}% of the bytes, whole files from "
+                 f"{first_val} on (the file holding the byte at {100 * (1 - val_fraction):.0f}% of the corpus)",
+    }
+
+
+def training_block(model_config: ModelConfig, training: TrainingConfig,
+                   order: Sequence[Sequence[int]]) -> dict[str, Any]:
+    return {
+        "steps": training.steps, "batch": training.batch, "seq": model_config.seq,
+        "tokens_per_step": training.batch * model_config.seq, "seed": training.seed,
+        "optimizer": {"name": "AdamW", "betas": list(training.betas), "eps": training.eps,
+                      "weight_decay": training.weight_decay,
+                      "weight_decay_on": "matrices and embeddings (parameters of 2 or more dimensions); "
+                                         "not biases or norm weights",
+                      "implementation": "torch.optim.AdamW(fused=True)"},
+        "lr_schedule": {"kind": "linear warm-up, then cosine decay reaching min_lr at the last step",
+                        "peak_lr": training.peak_lr, "warmup_steps": training.warmup_steps,
+                        "min_lr": training.min_lr},
+        "grad_clip": training.grad_clip,
+        "weights": WEIGHTS,
+        "batch_order_sha256": order_sha256(order),
+        "eval_every": training.eval_every,
+        "eval_sequences": training.eval_sequences,
+        "curve_every": training.curve_every,
+        "curve": f"raw per-step values averaged over each {training.curve_every} consecutive steps, shown at "
+                 "the last of them: train_loss is the loss of each step's batch before its update, grad_norm "
+                 "the gradient's global L2 norm before clipping",
+        "final_window": training.final_window,
+        "timing": f"tokens/s: training tokens over the wall time of the steps after the first "
+                  f"{training.timing_skip_steps} (eager PyTorch, host time included, no CUDA graphs; "
+                  f"a synchronization every {training.check_every} steps; evaluation excluded)",
+    }

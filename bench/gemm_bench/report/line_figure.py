@@ -1,0 +1,331 @@
+"""Line figures as standalone SVG text: y against x per series, optional shaded bands, a legend.
+
+A general figure for curves (SQNR against dynamic range, loss against step, ...), drawn the way the
+speedup figures are (:mod:`gemm_bench.report.figures`): laid out here in points from DejaVu Sans'
+metrics (:mod:`gemm_bench.report.figure_layout`), written by :mod:`gemm_bench.report.figure_svg`,
+neither matplotlib nor numpy imported. The same inputs give the same bytes.
+
+Use::
+
+    svg = line_svg([Series("FP8 Block", (1, 10, 100), (28.5, 28.4, 28.6)),
+                    Series("FP8 Current", (1, 10, 100), (28.5, 27.0, 9.0), dashed=True)],
+                   x_label="R", y_label="SQNR (dB)", log_x=True,
+                   bands=[Band(1e4, 1e5, "Reported range (literature, not measured)")])
+
+What a caller can rely on:
+
+* ``theme="page"`` (the default): text, axes and grid are ``currentColor`` and the root takes its
+  colour from the page's ``--gemm-figure-ink`` when inlined, else from the reader's
+  ``prefers-color-scheme`` (as the speedup figures); ``light`` and ``dark`` use fixed inks. Series
+  colours are Okabe-Ito mid-tones that read on both backgrounds, unless a series names its own.
+* No label is ever cut: the title, axis labels and legend entries wrap onto more lines and the
+  canvas grows to hold them (``height`` is the plotting area's, not the canvas').
+* A series' ``None`` values are gaps in its line; a non-finite value, a non-positive value on a
+  log axis or mismatched lengths raise :class:`LineFigureError`, never a silently wrong drawing.
+* Bands are drawn under the grid and the lines, in the ink at low opacity, and named in the legend
+  (a band is context, such as a range a paper reports, not data).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from gemm_bench.report.figure_layout import (
+    ASCENT,
+    DESCENT,
+    GRID_ALPHA,
+    SPINE_ALPHA,
+    Circle,
+    Item,
+    Polyline,
+    Scene,
+    Text,
+    axis_ticks,
+    text_width,
+    wrap,
+)
+from gemm_bench.report.figure_spec import _INK, FONT_PT, SMALL_PT, WIDTH_IN
+from gemm_bench.report.figure_svg import PAGE_CLASS, to_svg
+
+Theme = Literal["page", "light", "dark"]
+
+#: Okabe-Ito, in the order series take them when they name no colour.
+PALETTE: tuple[str, ...] = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#999999",
+                            "#F0E442")
+WIDTH_PT = WIDTH_IN * 72
+HEIGHT_PT = 170.0
+BAND_ALPHA = 0.14
+
+_PAD = 4.0
+_TICK = 7.0
+_LINE_WIDTH = 1.5
+_MARKER_R = 2.5
+_DASH = (4.0, 2.2)
+_HANDLE = 18.0
+_HANDLE_PAD = 5.0
+_COLUMN_GAP = 10.0
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+_PAGE_STYLE = (f'<style type="text/css">@media (prefers-color-scheme: dark) {{ svg.{PAGE_CLASS} '
+               f'{{ --gemm-figure-ink-auto: {_INK["dark"]} }} }}</style>')
+_PAGE_ROOT_ATTRS = (f'class="{PAGE_CLASS}" style="color: var(--gemm-figure-ink, '
+                    f'var(--gemm-figure-ink-auto, {_INK["light"]}))"')
+
+
+class LineFigureError(ValueError):
+    """Inputs a line figure cannot draw truthfully (a NaN, a zero on a log axis, lengths that differ)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One curve: ``ys[i]`` at ``xs[i]`` (``None``: no value there, a gap in the line).
+
+    ``dashed`` draws the line dashed (a second quantity of the same colour, say); ``color`` a CSS
+    colour, else the next of :data:`PALETTE`; ``markers`` a dot at every point."""
+
+    label: str
+    xs: Sequence[float]
+    ys: Sequence[float | None]
+    dashed: bool = False
+    color: str = ""
+    markers: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Band:
+    """A shaded range ``[low, high]`` along ``axis`` (``x``: a vertical strip), named in the legend."""
+
+    low: float
+    high: float
+    label: str
+    axis: Literal["x", "y"] = "x"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Axis:
+    low: float
+    high: float
+    log: bool
+
+    def fraction(self, value: float) -> float:
+        if self.log:
+            return (math.log10(value) - math.log10(self.low)) / (math.log10(self.high) - math.log10(self.low))
+        return (value - self.low) / (self.high - self.low)
+
+
+def _check(series: Sequence[Series], bands: Sequence[Band], log_x: bool, log_y: bool) -> None:
+    for s in series:
+        if len(s.xs) != len(s.ys):
+            raise LineFigureError(f"series {s.label!r} has {len(s.xs)} x values and {len(s.ys)} y values")
+        for x, y in zip(s.xs, s.ys, strict=True):
+            if not math.isfinite(x) or (y is not None and not math.isfinite(y)):
+                raise LineFigureError(f"series {s.label!r} holds a non-finite point ({x!r}, {y!r})")
+            if (log_x and x <= 0) or (log_y and y is not None and y <= 0):
+                raise LineFigureError(f"series {s.label!r} has ({x!r}, {y!r}) on a log axis, which needs > 0")
+    for b in bands:
+        log = log_x if b.axis == "x" else log_y
+        if not (math.isfinite(b.low) and math.isfinite(b.high)) or b.low > b.high or (log and b.low <= 0):
+            raise LineFigureError(f"band {b.label!r} has bounds {b.low!r}..{b.high!r}, which it cannot draw")
+
+
+def _limits(values: Sequence[float], log: bool) -> _Axis:
+    """The data range with 5% margins (in log space on a log axis); a single value gets room around it."""
+    if not values:
+        return _Axis(1.0, 10.0, True) if log else _Axis(0.0, 1.0, False)
+    low, high = min(values), max(values)
+    if log:
+        a, b = math.log10(low), math.log10(high)
+        if a == b:
+            a, b = a - 0.5, b + 0.5
+        margin = (b - a) * 0.05
+        return _Axis(10 ** (a - margin), 10 ** (b + margin), True)
+    if low == high:
+        pad = abs(low) * 0.05 or 0.5
+        low, high = low - pad, high + pad
+    margin = (high - low) * 0.05
+    return _Axis(low - margin, high + margin, False)
+
+
+def _decade_text(exponent: int) -> str:
+    if -3 <= exponent <= 3:
+        return f"{10.0 ** exponent:g}" if exponent < 0 else str(10 ** exponent)
+    return "10" + str(exponent).translate(_SUPERSCRIPT)
+
+
+def log_ticks(low: float, high: float) -> list[tuple[float, str]]:
+    """Ticks of a log axis over ``[low, high]``: every decade (every other one past 8 decades); within
+    a range of under two decades, also 2 and 5 times each decade."""
+    first, last = math.ceil(math.log10(low) - 1e-9), math.floor(math.log10(high) + 1e-9)
+    step = 1 if last - first <= 8 else 2
+    ticks = [(10.0 ** e, _decade_text(e)) for e in range(first, last + 1, step)]
+    if len(ticks) < 2:
+        ticks = []
+        for e in range(first - 1, last + 1):
+            for m in (1, 2, 5):
+                value = m * 10.0 ** e
+                if low * (1 - 1e-9) <= value <= high * (1 + 1e-9):
+                    ticks.append((value, f"{value:g}"))
+    return ticks
+
+
+def _ticks(axis: _Axis, length: float, which: Literal["x", "y"]) -> list[tuple[float, str]]:
+    return log_ticks(axis.low, axis.high) if axis.log else axis_ticks(axis.low, axis.high, length, which)
+
+
+def _block(x: float, top: float, lines: Sequence[str], size: float, ink: str, anchor: Literal["start", "middle", "end"],
+           *, bold: bool = False) -> list[Text]:
+    pitch = (ASCENT + DESCENT + 0.2) * size
+    return [Text(x, top + ASCENT * size + i * pitch, line, size, ink, anchor, bold=bold)
+            for i, line in enumerate(lines)]
+
+
+def _pitch(size: float) -> float:
+    return (ASCENT + DESCENT + 0.2) * size
+
+
+def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: bool = False, log_y: bool = False,
+             title: str = "", bands: Sequence[Band] = (), width: float = WIDTH_PT, height: float = HEIGHT_PT,
+             theme: Theme = "page", include_y: Sequence[float] = ()) -> str:
+    """The figure as an SVG document (text).
+
+    ``width``: the canvas' width in points; ``height``: the plotting area's height in points (the
+    title, legend and axis labels are added around it, wrapped, never cut). ``theme``: ``page`` (ink
+    follows the page), ``light`` or ``dark`` (fixed inks). ``include_y``: values the y axis spans
+    whatever the data (``(0,)`` keeps small differences from filling the whole height)."""
+    _check(series, bands, log_x, log_y)
+    if theme not in ("page", "light", "dark"):
+        raise LineFigureError(f"theme {theme!r} is not one of page, light, dark")
+    ink = "currentColor" if theme == "page" else _INK[theme]
+    colors = []
+    next_color = 0
+    for s in series:
+        if s.color:
+            colors.append(s.color)
+        else:
+            colors.append(PALETTE[next_color % len(PALETTE)])
+            next_color += 1
+
+    xs = [x for s in series for x, y in zip(s.xs, s.ys, strict=True) if y is not None]
+    ys = [y for s in series for y in s.ys if y is not None]
+    x_axis = _limits(xs + [v for b in bands if b.axis == "x" for v in (b.low, b.high)], log_x)
+    if not all(math.isfinite(v) and (v > 0 or not log_y) for v in include_y):
+        raise LineFigureError(f"include_y {tuple(include_y)!r} holds a value the y axis cannot show")
+    y_axis = _limits([*ys, *(v for b in bands if b.axis == "y" for v in (b.low, b.high)), *include_y], log_y)
+
+    inner = width - 2 * _PAD
+    title_lines = wrap(title, FONT_PT + 1, inner, bold=True) if title else []
+    # Below the title, or half a tick label's height from the edge (the top tick's label is centred on it).
+    top = _PAD + (len(title_lines) * _pitch(FONT_PT + 1) + 4 if title_lines else ASCENT * SMALL_PT / 2)
+
+    y_ticks = _ticks(y_axis, height, "y")
+    tick_width = max((text_width(t, SMALL_PT) for _, t in y_ticks), default=0.0)
+    y_lines = wrap(y_label, FONT_PT, height, balanced=True) if y_label else []
+    left = _PAD + len(y_lines) * _pitch(FONT_PT) + 2 + tick_width + _TICK
+    x_ticks_probe = _ticks(x_axis, width - left - _PAD, "x")
+    right = _PAD + max((text_width(t, SMALL_PT) / 2 for _, t in x_ticks_probe[-1:]), default=0.0)
+    plot_width = width - left - right
+    if plot_width < 60:
+        raise LineFigureError(f"a width of {width} pt leaves {plot_width:.0f} pt to plot in")
+    x_ticks = _ticks(x_axis, plot_width, "x")
+    plot_top, plot_bottom = top, top + height
+
+    def px(x: float) -> float:
+        return left + x_axis.fraction(x) * plot_width
+
+    def py(y: float) -> float:
+        return plot_bottom - y_axis.fraction(y) * height
+
+    items: list[Item] = []
+    texts: list[Text] = []
+    # Bands first, as wide strokes at low opacity (the scene has no translucent fill), under everything.
+    for band in bands:
+        if band.axis == "x":
+            x0, x1 = max(px(band.low), left), min(px(band.high), left + plot_width)
+            if x1 > x0:
+                middle = (x0 + x1) / 2
+                items.append(Polyline(((middle, plot_bottom), (middle, plot_top)), ink, x1 - x0, alpha=BAND_ALPHA))
+        else:
+            y0, y1 = min(py(band.low), plot_bottom), max(py(band.high), plot_top)
+            if y0 > y1:
+                middle = (y0 + y1) / 2
+                items.append(Polyline(((left, middle), (left + plot_width, middle)), ink, y0 - y1, alpha=BAND_ALPHA))
+    items += [Polyline(((left, py(v)), (left + plot_width, py(v))), ink, 0.6, alpha=GRID_ALPHA) for v, _ in y_ticks]
+    items += [Polyline(((px(v), plot_bottom), (px(v), plot_top)), ink, 0.6, alpha=GRID_ALPHA) for v, _ in x_ticks]
+    for s, color in zip(series, colors, strict=True):
+        runs: list[list[tuple[float, float]]] = [[]]
+        for x, y in zip(s.xs, s.ys, strict=True):
+            if y is None:
+                runs.append([])
+            else:
+                runs[-1].append((px(x), py(y)))
+        for run in runs:
+            if len(run) > 1:
+                items.append(Polyline(tuple(run), color, _LINE_WIDTH, _DASH if s.dashed else ()))
+        if s.markers:
+            radius = _MARKER_R * (0.8 if s.dashed else 1.0)
+            items += [Circle(x, y, radius, color) for run in runs for x, y in run]
+    items.append(Polyline(((left, plot_bottom), (left, plot_top)), ink, 0.8, alpha=SPINE_ALPHA, cap="square"))
+    items.append(Polyline(((left, plot_bottom), (left + plot_width, plot_bottom)), ink, 0.8, alpha=SPINE_ALPHA,
+                          cap="square"))
+    for v, t in y_ticks:
+        texts.append(Text(left - _TICK, py(v) + (ASCENT - DESCENT) * SMALL_PT / 2, t, SMALL_PT, ink, "end"))
+    tick_baseline = plot_bottom + _TICK / 2 + ASCENT * SMALL_PT
+    for v, t in x_ticks:
+        texts.append(Text(px(v), tick_baseline, t, SMALL_PT, ink, "middle"))
+    if not ys:
+        texts.append(Text(left + plot_width / 2, plot_top + height / 2, "no data", FONT_PT, ink, "middle"))
+    # The y label, turned, its lines stacked leftwards from the tick labels.
+    for i, line in enumerate(y_lines):
+        x = left - _TICK - tick_width - 2 - DESCENT * FONT_PT - (len(y_lines) - 1 - i) * _pitch(FONT_PT)
+        texts.append(Text(x, plot_top + height / 2, line, FONT_PT, ink, "middle", rotation=90))
+    cursor = tick_baseline + DESCENT * SMALL_PT + 3
+    if x_label:
+        room = 2 * min(left + plot_width / 2 - _PAD, width - _PAD - (left + plot_width / 2))
+        lines = wrap(x_label, FONT_PT, room)
+        texts += _block(left + plot_width / 2, cursor, lines, FONT_PT, ink, "middle")
+        cursor += len(lines) * _pitch(FONT_PT)
+    if title_lines:
+        texts += _block(_PAD, _PAD, title_lines, FONT_PT + 1, ink, "start", bold=True)
+    legend_items, legend_texts, bottom = _legend(series, colors, bands, ink, cursor + 6, inner)
+    items += legend_items
+    texts += legend_texts
+    scene = Scene(round(width, 2), round(bottom + _PAD, 2), (*items, *texts))
+    if theme == "page":
+        return to_svg(scene, page_style=_PAGE_STYLE, root_attrs=_PAGE_ROOT_ATTRS).decode("utf-8")
+    return to_svg(scene).decode("utf-8")
+
+
+def _legend(series: Sequence[Series], colors: Sequence[str], bands: Sequence[Band], ink: str, top: float,
+            inner: float) -> tuple[list[Item], list[Text], float]:
+    """Entries (series, then bands) in two columns when every label fits half the width, else one;
+    a label wider than its column wraps. Returns the items, texts and the legend's bottom."""
+    entries: list[tuple[str, str, bool, bool]] = [(s.label, c, s.dashed, False) for s, c in zip(series, colors,
+                                                                                               strict=True)]
+    entries += [(b.label, ink, False, True) for b in bands]
+    if not entries:
+        return [], [], top
+    half = (inner - _COLUMN_GAP) / 2
+    text_room = half - _HANDLE - _HANDLE_PAD
+    columns = 2 if len(entries) > 1 and all(text_width(e[0], SMALL_PT) <= text_room for e in entries) else 1
+    column_width = half if columns == 2 else inner
+    room = column_width - _HANDLE - _HANDLE_PAD
+    items: list[Item] = []
+    texts: list[Text] = []
+    y = top
+    for start in range(0, len(entries), columns):
+        row = entries[start:start + columns]
+        wrapped = [wrap(label, SMALL_PT, room) for label, *_ in row]
+        for column, ((_, color, dashed, band), lines) in enumerate(zip(row, wrapped, strict=True)):
+            x = _PAD + column * (column_width + _COLUMN_GAP)
+            middle = y + ASCENT * SMALL_PT - 0.35 * SMALL_PT
+            if band:
+                items.append(Polyline(((x, middle), (x + _HANDLE, middle)), color, SMALL_PT, alpha=BAND_ALPHA))
+            else:
+                items.append(Polyline(((x, middle), (x + _HANDLE, middle)), color, _LINE_WIDTH,
+                                      _DASH if dashed else ()))
+                items.append(Circle(x + _HANDLE / 2, middle, _MARKER_R * (0.8 if dashed else 1.0), color))
+            texts += _block(x + _HANDLE + _HANDLE_PAD, y, lines, SMALL_PT, ink, "start")
+        y += max(len(lines) for lines in wrapped) * _pitch(SMALL_PT) + 2
+    return items, texts, y

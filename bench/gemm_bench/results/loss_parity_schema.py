@@ -1,0 +1,331 @@
+"""The loss-parity study: does a small GPT trained with an FP8 recipe learn like the same GPT in BF16?
+
+One document per GPU (:mod:`gemm_bench.results.studies`) holds one training run per recipe of the
+same model, from the same initial weights, on the same batches in the same order, with the same
+optimizer and schedule (:mod:`gemm_bench.measure.loss_parity` trains them). This module is the
+study's schema: what a ``data`` block must hold for the site to render it, checked strictly
+(:func:`validate_data` raises :class:`~gemm_bench.results.studies.StudyError` with the JSON path of
+the first problem), and the one computation the page shows beside the stored numbers: each
+recipe's gap to BF16 (:func:`gaps`).
+
+``data``::
+
+    {"model":    {"layers", "hidden", "heads", "ffn_hidden", "vocab", "seq", "params", "description"},
+     "corpus":   {"source", "python", "files", "bytes", "sha256", "train_bytes", "val_bytes", "split"},
+     "training": {"steps", "batch", "seq", "tokens_per_step", "seed", "optimizer": {"name", ...},
+                  "lr_schedule": {"kind", "peak_lr", "warmup_steps", "min_lr"}, "grad_clip", "weights",
+                  "batch_order_sha256", "eval_every", "eval_sequences", "curve_every", "curve",
+                  "final_window", "timing"},
+     "recipes":  [{"precision", "status", ...}, ...]}      # BF16 among them
+
+A recipe's ``status``:
+
+``measured``
+    ``curve`` (``steps``, ``train_loss``, ``grad_norm``: equal lengths, the last step the run's
+    last), ``validation`` (``steps``, ``loss``: from step 0 to the last step), ``final_train_loss``,
+    ``final_val_loss`` (the last validation loss), ``tokens_per_s``, ``wall_s``,
+    ``peak_memory_gib``, ``init_sha256`` (a hash of the initial weights: equal in every recipe).
+``diverged``
+    ``reason`` ("diverged at step N: ..."), ``diverged_at_step``, and the curve and validation
+    losses up to it (possibly empty); never dropped from the document.
+``unsupported``
+    ``reason``: Transformer Engine's own text for this GPU.
+``failed``
+    ``reason``: the error that stopped the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.results.studies import Study, StudyError, register
+
+NAME = "loss-parity"
+METHOD_VERSION = "1"
+STATUSES: tuple[str, ...] = ("measured", "diverged", "unsupported", "failed")
+#: Recipes the study trains, in the order it trains and shows them (BF16, the reference, first).
+RECIPES: tuple[str, ...] = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
+#: More points than any curve needs (the measurement stores 100 to 200); a bound on what is read.
+MAX_POINTS = 2000
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+# ------------------------------------------------------------------------------ field checks
+def _get(block: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in block:
+        raise StudyError(f"{where}.{key}", "is missing")
+    return block[key]
+
+
+def _obj(block: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = _get(block, key, where)
+    if not isinstance(value, dict):
+        raise StudyError(f"{where}.{key}", f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _text(block: Mapping[str, Any], key: str, where: str) -> str:
+    value = _get(block, key, where)
+    if not isinstance(value, str) or not value.strip():
+        raise StudyError(f"{where}.{key}", f"must be non-empty text, got {value!r}"[:200])
+    return value
+
+
+def _int(block: Mapping[str, Any], key: str, where: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    value = _get(block, key, where)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StudyError(f"{where}.{key}", f"must be an integer, got {value!r}"[:200])
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise StudyError(f"{where}.{key}", f"must be {bound}, got {value}")
+    return value
+
+
+def _number(value: Any, where: str, *, positive: bool = False) -> float:
+    """A finite JSON number (``positive``: > 0, else >= 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise StudyError(where, f"must be a finite number, got {value!r}"[:200])
+    if value < 0 or (positive and value == 0):
+        raise StudyError(where, f"must be {'positive' if positive else 'non-negative'}, got {value}")
+    return float(value)
+
+
+def _num(block: Mapping[str, Any], key: str, where: str, *, positive: bool = False) -> float:
+    return _number(_get(block, key, where), f"{where}.{key}", positive=positive)
+
+
+def _hex(block: Mapping[str, Any], key: str, where: str) -> str:
+    value = _get(block, key, where)
+    if not isinstance(value, str) or not _HEX64.match(value):
+        raise StudyError(f"{where}.{key}", f"must be a sha256 (64 lower-case hex digits), got {value!r}"[:200])
+    return value
+
+
+def _steps(value: Any, where: str, *, first: int, last: int) -> list[int]:
+    """Strictly increasing integer steps within ``first..last``."""
+    if not isinstance(value, list):
+        raise StudyError(where, f"must be a list, got {type(value).__name__}")
+    if len(value) > MAX_POINTS:
+        raise StudyError(where, f"holds {len(value)} points, more than {MAX_POINTS}")
+    previous = first - 1
+    for i, step in enumerate(value):
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise StudyError(f"{where}[{i}]", f"must be an integer step, got {step!r}"[:200])
+        if step <= previous or step > last:
+            raise StudyError(f"{where}[{i}]", f"step {step} is out of order or outside {first}..{last}")
+        previous = step
+    return value
+
+
+def _numbers(value: Any, where: str, length: int) -> list[float]:
+    if not isinstance(value, list):
+        raise StudyError(where, f"must be a list, got {type(value).__name__}")
+    if len(value) != length:
+        raise StudyError(where, f"holds {len(value)} values for {length} steps")
+    return [_number(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+# ------------------------------------------------------------------------------ blocks
+def _model(data: Mapping[str, Any]) -> dict[str, Any]:
+    where = "$.data.model"
+    model = _obj(data, "model", "$.data")
+    for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq", "params"):
+        _int(model, key, where)
+    if model["hidden"] % model["heads"]:
+        raise StudyError(f"{where}.heads", f"{model['heads']} heads do not divide hidden size {model['hidden']}")
+    _text(model, "description", where)
+    return model
+
+
+def _corpus(data: Mapping[str, Any]) -> dict[str, Any]:
+    where = "$.data.corpus"
+    corpus = _obj(data, "corpus", "$.data")
+    for key in ("source", "python", "split"):
+        _text(corpus, key, where)
+    for key in ("files", "bytes", "train_bytes", "val_bytes"):
+        _int(corpus, key, where)
+    _hex(corpus, "sha256", where)
+    if corpus["train_bytes"] + corpus["val_bytes"] != corpus["bytes"]:
+        raise StudyError(f"{where}.val_bytes", f"train_bytes {corpus['train_bytes']} + val_bytes "
+                         f"{corpus['val_bytes']} is not the corpus's {corpus['bytes']} bytes")
+    return corpus
+
+
+def _training(data: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any]:
+    where = "$.data.training"
+    training = _obj(data, "training", "$.data")
+    steps = _int(training, "steps", where)
+    batch = _int(training, "batch", where)
+    seq = _int(training, "seq", where)
+    if seq != model["seq"]:
+        raise StudyError(f"{where}.seq", f"{seq} is not the model's sequence length {model['seq']}")
+    if _int(training, "tokens_per_step", where) != batch * seq:
+        raise StudyError(f"{where}.tokens_per_step", f"must be batch x seq = {batch * seq}")
+    _int(training, "seed", where, minimum=0)
+    _text(_obj(training, "optimizer", where), "name", f"{where}.optimizer")
+    schedule = _obj(training, "lr_schedule", where)
+    at = f"{where}.lr_schedule"
+    _text(schedule, "kind", at)
+    peak = _num(schedule, "peak_lr", at, positive=True)
+    _int(schedule, "warmup_steps", at, minimum=0, maximum=steps - 1)
+    if _num(schedule, "min_lr", at) > peak:
+        raise StudyError(f"{at}.min_lr", f"{schedule['min_lr']} exceeds peak_lr {peak}")
+    _num(training, "grad_clip", where, positive=True)
+    for key in ("weights", "curve", "timing"):
+        _text(training, key, where)
+    _hex(training, "batch_order_sha256", where)
+    _int(training, "eval_every", where, maximum=steps)
+    _int(training, "eval_sequences", where)
+    _int(training, "curve_every", where, maximum=steps)
+    _int(training, "final_window", where, maximum=steps)
+    return training
+
+
+def _curve(recipe: Mapping[str, Any], where: str, steps: int, *, complete: bool) -> list[int]:
+    curve = _obj(recipe, "curve", where)
+    at = f"{where}.curve"
+    xs = _steps(_get(curve, "steps", at), f"{at}.steps", first=1, last=steps)
+    for key in ("train_loss", "grad_norm"):
+        _numbers(_get(curve, key, at), f"{at}.{key}", len(xs))
+    if complete and (not xs or xs[-1] != steps):
+        raise StudyError(f"{at}.steps", f"must end at the run's last step {steps}")
+    return xs
+
+
+def _validation(recipe: Mapping[str, Any], where: str, steps: int, *, complete: bool) -> list[float]:
+    validation = _obj(recipe, "validation", where)
+    at = f"{where}.validation"
+    xs = _steps(_get(validation, "steps", at), f"{at}.steps", first=0, last=steps)
+    losses = _numbers(_get(validation, "loss", at), f"{at}.loss", len(xs))
+    if complete and (not xs or xs[0] != 0 or xs[-1] != steps):
+        raise StudyError(f"{at}.steps", f"must run from step 0 to the run's last step {steps}")
+    return losses
+
+
+def _recipe(recipe: Any, where: str, steps: int) -> dict[str, Any]:
+    if not isinstance(recipe, dict):
+        raise StudyError(where, f"must be an object, got {type(recipe).__name__}")
+    precision = _text(recipe, "precision", where)
+    if precision not in PRECISIONS:
+        raise StudyError(f"{where}.precision", f"{precision!r} is not a known precision"[:200])
+    status = _text(recipe, "status", where)
+    if status not in STATUSES:
+        raise StudyError(f"{where}.status", f"{status!r} is not one of {', '.join(STATUSES)}"[:200])
+    if status in ("unsupported", "failed", "diverged"):
+        _text(recipe, "reason", where)
+    if status in ("measured", "diverged"):
+        complete = status == "measured"
+        _curve(recipe, where, steps, complete=complete)
+        val = _validation(recipe, where, steps, complete=complete)
+        _num(recipe, "wall_s", where, positive=True)
+        _hex(recipe, "init_sha256", where)
+        if complete:
+            for key in ("final_train_loss", "final_val_loss"):
+                _num(recipe, key, where)
+            for key in ("tokens_per_s", "peak_memory_gib"):
+                _num(recipe, key, where, positive=True)
+            if recipe["final_val_loss"] != val[-1]:
+                raise StudyError(f"{where}.final_val_loss", f"{recipe['final_val_loss']} is not the last "
+                                 f"validation loss {val[-1]}")
+        else:
+            _int(recipe, "diverged_at_step", where, maximum=steps)
+    if "recipe" in recipe:
+        _text(recipe, "recipe", where)
+    return recipe
+
+
+def _recipes(data: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
+    where = "$.data.recipes"
+    recipes = _get(data, "recipes", "$.data")
+    if not isinstance(recipes, list) or not recipes:
+        raise StudyError(where, "must be a non-empty list")
+    seen: dict[str, int] = {}
+    for i, recipe in enumerate(recipes):
+        _recipe(recipe, f"{where}[{i}]", steps)
+        if recipe["precision"] in seen:
+            raise StudyError(f"{where}[{i}].precision", f"{recipe['precision']} is already recipe "
+                             f"[{seen[recipe['precision']]}]")
+        seen[recipe["precision"]] = i
+    if BASELINE not in seen:
+        raise StudyError(where, f"has no {PRECISIONS[BASELINE].display} run, the reference of every other")
+    # Every run that trained shares the initial weights, and every complete run the same curve
+    # and validation steps: otherwise the curves do not compare one schedule.
+    trained = [(i, r) for i, r in enumerate(recipes) if r["status"] in ("measured", "diverged")]
+    for i, recipe in trained[1:]:
+        if recipe["init_sha256"] != trained[0][1]["init_sha256"]:
+            raise StudyError(f"{where}[{i}].init_sha256", f"differs from {trained[0][1]['precision']}'s: "
+                             "the runs did not start from the same weights")
+    complete = [(i, r) for i, r in trained if r["status"] == "measured"]
+    for i, recipe in complete[1:]:
+        for block in ("curve", "validation"):
+            if recipe[block]["steps"] != complete[0][1][block]["steps"]:
+                raise StudyError(f"{where}[{i}].{block}.steps", f"differ from {complete[0][1]['precision']}'s")
+    return recipes
+
+
+def validate_data(data: Any) -> None:
+    """Raise :class:`StudyError` (with the JSON path) unless ``data`` is a loss-parity data block."""
+    if not isinstance(data, dict):
+        raise StudyError("$.data", "must be an object")
+    model = _model(data)
+    _corpus(data)
+    training = _training(data, model)
+    _recipes(data, training["steps"])
+
+
+# ------------------------------------------------------------------------------ what the page computes
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """A recipe's final loss against BF16's: ``delta`` = recipe - BF16 (nats), ``percent`` of BF16's."""
+
+    delta: float
+    percent: float
+
+
+def gap(loss: float, reference: float) -> Gap | None:
+    """None when the reference is zero (no percentage of nothing)."""
+    if reference == 0:
+        return None
+    delta = loss - reference
+    return Gap(delta, 100.0 * delta / reference)
+
+
+def recipes_by_id(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The recipes of a valid data block by precision id, in :data:`RECIPES` order (then any other)."""
+    found = {r["precision"]: r for r in data["recipes"]}
+    order = [p for p in RECIPES if p in found] + [p for p in found if p not in RECIPES]
+    return {p: found[p] for p in order}
+
+
+def gaps(data: Mapping[str, Any]) -> dict[str, dict[str, Gap | None]]:
+    """Per measured recipe other than BF16: the gap of its final train and validation loss to BF16's.
+
+    Empty when BF16 itself did not complete its run (there is no reference to compare with)."""
+    recipes = recipes_by_id(data)
+    base = recipes[BASELINE]
+    if base["status"] != "measured":
+        return {}
+    return {p: {"train": gap(r["final_train_loss"], base["final_train_loss"]),
+                "val": gap(r["final_val_loss"], base["final_val_loss"])}
+            for p, r in recipes.items() if p != BASELINE and r["status"] == "measured"}
+
+
+def curve_series(data: Mapping[str, Any]) -> list[tuple[str, Sequence[int], Sequence[float]]]:
+    """(precision, steps, train losses) of every recipe with a curve, BF16 first."""
+    return [(p, r["curve"]["steps"], r["curve"]["train_loss"]) for p, r in recipes_by_id(data).items()
+            if r["status"] in ("measured", "diverged") and r["curve"]["steps"]]
+
+
+STUDY = register(Study(
+    name=NAME,
+    title="Loss parity: a small GPT trained per recipe against BF16",
+    method_version=METHOD_VERSION,
+    validate_data=validate_data,
+    measure="gemm_bench.measure.loss_parity:measure",
+))

@@ -1,0 +1,264 @@
+"""The ``gemm-loss-parity`` directive: the loss-parity study, per GPU, from the result cache.
+
+Reads every loss-parity study document in ``<cache>/studies/`` (:mod:`gemm_bench.results.studies`,
+validated by :mod:`gemm_bench.results.loss_parity_schema`) and renders, per device (tabs when
+several GPUs answer): the training-loss curves of every recipe with BF16 as the reference, a table
+of each recipe's final training and validation loss with its gap to BF16 (absolute and in per
+cent) and its tokens/s, the setup the numbers come from, what was not trained and why, and the
+provenance (GPU, software stack, date, corpus hash, a link to the raw JSON).
+
+Every number comes from the study document; the only arithmetic here is the gap to BF16, computed
+by :func:`gemm_bench.results.loss_parity_schema.gaps`. With no document the directive shows an
+admonition saying how to measure one (not a warning: an unmeasured study is a state of the cache,
+and the site builds with ``-W``); a corrupt file is a located warning naming its path, and the
+other devices still render.
+
+Incremental builds: the page depends on each study file it read (``note_dependency``: an edited
+file re-reads it), and it watches the set of loss-parity files in the studies folder as a
+``gemm-benchmark`` directive watches its question's files (:class:`.records.Watch`, judged by
+:class:`.records.GemmBenchmarkCollector`): a new GPU's file, or a deleted one, re-reads the page;
+an unchanged cache re-reads nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from docutils import nodes
+from sphinx import addnodes
+from sphinx.util.docutils import SphinxDirective
+
+from gemm_bench.question.devices import device_label, device_slug
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.report.figure_spec import PRECISION_COLORS
+from gemm_bench.report.line_figure import Series, line_svg
+from gemm_bench.results import loss_parity_schema as schema
+from gemm_bench.results import studies
+from gemm_bench.results.cache import CacheError
+from gemm_benchmark import records
+from gemm_benchmark.config import settings
+from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.render_block import inline_svg, scrolling
+from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.tabs import tab_set
+
+DIRECTIVE = "gemm-loss-parity"
+HOW_TO_MEASURE = "gemm-bench study loss-parity"
+COLUMNS = ("Recipe", "Final train loss", "vs BF16", "Final validation loss", "vs BF16", "Tokens/s")
+
+
+def format_loss(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def format_gap(found: schema.Gap | None) -> str:
+    """``+0.0123 (+0.85%)``: recipe minus BF16, in nats and in per cent of BF16's loss."""
+    if found is None:
+        return "–"
+    return f"{found.delta:+.4f} ({found.percent:+.2f}%)"
+
+
+def format_tokens(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def format_params(count: int) -> str:
+    return f"{count / 1e6:.1f} M" if count >= 1e6 else f"{count:,}"
+
+
+# ------------------------------------------------------------------------------ pieces
+def results_table(data: dict[str, Any]) -> nodes.table:
+    """One row per recipe that was trained (measured, diverged or failed); BF16 first."""
+    recipes = schema.recipes_by_id(data)
+    gaps = schema.gaps(data)
+    body: list[list[Entry]] = []
+    for precision, recipe in recipes.items():
+        name = Entry(PRECISIONS[precision].display, strong=precision == BASELINE)
+        status = recipe["status"]
+        if status == "unsupported":
+            continue  # listed under the table with TE's reason
+        if status != "measured":
+            text = recipe["reason"] if status == "diverged" else f"failed: {recipe['reason']}"
+            body.append([name, Entry(" ".join(text.split()), morecols=len(COLUMNS) - 2,
+                                     classes=(f"gemm-status-{status}",))])
+            continue
+        if precision == BASELINE:
+            train_gap = val_gap = Entry("reference")
+        elif precision in gaps:
+            train_gap, val_gap = Entry(format_gap(gaps[precision]["train"])), Entry(format_gap(gaps[precision]["val"]))
+        else:  # BF16 did not finish: nothing to compare with
+            train_gap = val_gap = Entry("–", tooltip="BF16 did not complete its run")
+        body.append([name, Entry(format_loss(recipe["final_train_loss"])), train_gap,
+                     Entry(format_loss(recipe["final_val_loss"])), val_gap,
+                     Entry(format_tokens(recipe["tokens_per_s"]))])
+    return build_table([[Entry(c) for c in COLUMNS]], body, [16, 16, 20, 18, 20, 14],
+                       classes=["gemm-loss-parity-table"])
+
+
+def unsupported_note(data: dict[str, Any]) -> nodes.paragraph | None:
+    skipped = [(p, r["reason"]) for p, r in schema.recipes_by_id(data).items() if r["status"] == "unsupported"]
+    if not skipped:
+        return None
+    text = "Not trained on this GPU (Transformer Engine's reason): " + "; ".join(
+        f"{PRECISIONS[p].display}: {' '.join(reason.split())}" for p, reason in skipped) + "."
+    return nodes.paragraph(text, text, classes=["gemm-note"])
+
+
+def figure_svg(data: dict[str, Any], device: str) -> str | None:
+    """The training-loss curves, BF16 solid (the reference), every other recipe dashed."""
+    series = [Series(label=PRECISIONS[p].display + (" (reference)" if p == BASELINE else ""), xs=list(xs),
+                     ys=list(ys), dashed=p != BASELINE, color=PRECISION_COLORS.get(p, ""), markers=False)
+              for p, xs, ys in schema.curve_series(data)]
+    if not series:
+        return None
+    every = data["training"]["curve_every"]
+    return line_svg(series, x_label="training step", y_label=f"training loss (nats/byte, mean of {every} steps)",
+                    title=f"Training loss per recipe on {device}")
+
+
+def figure_nodes(data: dict[str, Any], device: str, prefix: str) -> list[nodes.Node]:
+    """The figure inline in HTML (its ink follows the page's theme); a sentence elsewhere."""
+    svg = figure_svg(data, device)
+    if svg is None:
+        return []
+    label = f"Training loss against step per recipe on {device}; BF16 is the reference"
+    box = nodes.container(classes=["gemm-figure", "gemm-loss-parity-figure"])
+    box += nodes.raw("", inline_svg(svg, prefix, label), format="html")
+    elsewhere = addnodes.only(expr="not html")
+    text = "The training-loss curves are drawn in the HTML version of this page."
+    elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
+    return [box, elsewhere]
+
+
+def setup_table(data: dict[str, Any]) -> nodes.table:
+    """What was trained, on what, how: every number of the setup, from the document."""
+    model, corpus, training = data["model"], data["corpus"], data["training"]
+    schedule, optimizer = training["lr_schedule"], training["optimizer"]
+    optimizer_text = ", ".join(f"{k} {v}" for k, v in optimizer.items() if k != "name")
+    rows = [
+        ("Model", f"{model['layers']} layers, hidden {model['hidden']}, {model['heads']} heads, MLP "
+                  f"{model['ffn_hidden']}, vocabulary {model['vocab']}, sequence {model['seq']}; "
+                  f"{format_params(model['params'])} parameters. {model['description']}"),
+        ("Corpus", f"{corpus['source']}: {corpus['files']:,} files, {corpus['bytes']:,} bytes, sha256 "
+                   f"{corpus['sha256']}. Training {corpus['train_bytes']:,} bytes; {corpus['split']}."),
+        ("Training", f"{training['steps']} steps of {training['batch']} sequences x {training['seq']} bytes "
+                     f"({training['tokens_per_step']:,} tokens per step), seed {training['seed']}, the same "
+                     f"batches in the same order for every recipe (order sha256 "
+                     f"{training['batch_order_sha256'][:16]}…)."),
+        ("Optimizer", f"{optimizer['name']} ({optimizer_text}); gradient clipping at global norm "
+                      f"{training['grad_clip']}. {training['weights']}."),
+        ("Schedule", f"{schedule['kind']}: peak {schedule['peak_lr']}, {schedule['warmup_steps']} warm-up steps, "
+                     f"minimum {schedule['min_lr']}."),
+        ("Evaluation", f"validation loss on {training['eval_sequences']} sequences of the held-out split at "
+                       f"step 0, every {training['eval_every']} steps and at the end; final train loss: the "
+                       f"mean of the last {training['final_window']} steps' losses."),
+        ("Curve", training["curve"] + "."),
+        ("Tokens/s", training["timing"] + "."),
+    ]
+    return build_table([[Entry("Setup"), Entry("")]], [[Entry(k), Entry(v)] for k, v in rows], [16, 84],
+                       classes=["gemm-loss-parity-setup"])
+
+
+def _relative_uri(env: Any, path: Path) -> str:
+    docdir = Path(env.doc2path(env.docname)).parent
+    return Path(os.path.relpath(path, docdir)).as_posix()
+
+
+def provenance_nodes(env: Any, doc: dict[str, Any], path: Path, stale: str | None) -> nodes.paragraph:
+    dev, prov = doc["device"], doc["provenance"]
+    corpus = doc["data"]["corpus"]
+    name = dev["name"]
+    if dev.get("compute_capability"):
+        name += f" (sm_{str(dev['compute_capability']).replace('.', '')})"
+    parts = [name, f"driver {prov['driver']}", f"CUDA {prov['cuda']}", f"PyTorch {prov['torch']}",
+             f"Transformer Engine {prov['transformer_engine']}", f"commit {prov['commit']}",
+             f"measured {prov['date']}",
+             f"corpus Python {corpus['python']} standard library, sha256 {corpus['sha256'][:16]}…",
+             f"study method v{doc['method_version']}"]
+    para = nodes.paragraph(classes=["gemm-provenance"])
+    para += nodes.strong("Measured on ", "Measured on ")
+    para += nodes.Text(" · ".join(parts) + ". ")
+    if stale:
+        text = f"(stale: {stale}) "
+        para += nodes.emphasis(text, text)
+    link = addnodes.download_reference("", "", refdoc=env.docname, refdomain="", reftype="download",
+                                       refexplicit=True, refwarn=False, reftarget=_relative_uri(env, path))
+    link += nodes.literal("raw JSON", "raw JSON", classes=["download"])
+    para += link
+    return para
+
+
+def not_measured_admonition(cache_dir: Path) -> nodes.admonition:
+    admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
+    admonition += nodes.title("Not measured yet", "Not measured yet")
+    text = (f"The loss-parity study has not been measured on any GPU yet: {studies.study_dir(cache_dir).name}/ "
+            f"in {cache_dir.name}/ holds no {schema.NAME} file. To add one, run {HOW_TO_MEASURE} on a GPU box "
+            "with PyTorch and Transformer Engine (it trains the model once per recipe, a few minutes), "
+            f"and commit the file it writes under {cache_dir.name}/{studies.SUBDIR}/.")
+    admonition += nodes.paragraph(text, text)
+    return admonition
+
+
+# ------------------------------------------------------------------------------ the directive
+class GemmLossParityDirective(SphinxDirective):
+    """Render the loss-parity study: per GPU, loss curves and final losses of each recipe against BF16."""
+
+    has_content = False
+    required_arguments = 0
+    optional_arguments = 0
+    option_spec: ClassVar[dict[str, Any]] = {}
+    reference_example: ClassVar[str] = ".. gemm-loss-parity::\n"
+
+    def warn(self, subtype: Subtype, message: str) -> None:
+        warn(subtype, f"{DIRECTIVE}: {message}", location=(self.env.docname, self.lineno))
+
+    def run(self) -> list[nodes.Node]:
+        config = settings(self.env)
+        if config.questions_only:
+            return []  # this directive asks no GEMM question
+        folder = studies.study_dir(config.cache_dir)
+        docs, errors = studies.read_studies(config.cache_dir, schema.NAME)
+        self._watch(folder, config.max_age_days, config.mode)
+        for error in errors:
+            self.warn(Subtype.CACHE, f"ignoring unusable study file {error}")
+        block = nodes.container(classes=["gemm-loss-parity"])
+        self.set_source_info(block)
+        if not docs:
+            block += not_measured_admonition(config.cache_dir)
+            return [block]
+        panels = []
+        for doc in docs:
+            path = folder / studies.file_name(doc["study"], doc["device"]["name"])
+            stale = studies.staleness(doc, None, ("method",))
+            if stale:
+                self.warn(Subtype.STALE, f"study on {doc['device']['name']} is stale: {stale}")
+            panels.append((device_label(doc["device"]["name"]), self.device_nodes(doc, path, stale)))
+        if len(panels) == 1:
+            block.extend(panels[0][1])
+        else:
+            block += tab_set(panels, classes=["gemm-device-tabs"])
+        return [block]
+
+    def _watch(self, folder: Path, max_age_days: float | None, mode: str) -> None:
+        """Re-read this page when a study file is edited, added or removed (and only then)."""
+        try:
+            records.watch_study(self.env, folder, schema.NAME, max_age_days=max_age_days, mode=mode)
+        except CacheError as exc:
+            self.warn(Subtype.CACHE, f"cannot list the study files: {exc}")
+
+    def device_nodes(self, doc: dict[str, Any], path: Path, stale: str | None) -> list[nodes.Node]:
+        data = doc["data"]
+        device = device_label(doc["device"]["name"])
+        key = hashlib.sha256(f"{self.env.docname}:{self.lineno}:{path.name}".encode()).hexdigest()[:10]
+        out: list[nodes.Node] = []
+        out += figure_nodes(data, device, f"gemm-loss-{device_slug(device)}-{key}")
+        out.append(scrolling(results_table(data)))
+        note = unsupported_note(data)
+        if note is not None:
+            out.append(note)
+        out.append(scrolling(setup_table(data)))
+        out.append(provenance_nodes(self.env, doc, path, stale))
+        return out
