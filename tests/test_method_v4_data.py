@@ -74,6 +74,26 @@ def test_the_step_check_catches_method_v3s_qwen_7b() -> None:
     assert problems and "gains 1.43x but its GEMMs only 1.13x" in problems[0]
 
 
+def test_a_slower_precision_may_lose_less_on_the_step_than_on_its_gemms_but_never_gain() -> None:
+    """gpt-oss-120b's FP8 GEMMs are slower than BF16 (0.67x): Amdahl's law puts the step between
+    0.67x and 1 (the rest of the step is unchanged), so a graphed step at 0.72x is what the law
+    predicts; the same step faster than BF16 is a measurement problem and is caught."""
+    path = Path(__file__).parent.parent / "docs" / "_gemm_cache" / "19210ed9493a1e7a--h100-80gb-hbm3.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    modes = ["autocast", "layer", "layer-graphed"]
+    step = Report(doc, modes=modes).step("fp8-delayed", graphed=True)
+    assert step.gemm_speedup is not None and step.gemm_speedup < 1 and step.speedup_vs_bf16 is not None
+    assert step.gemm_speedup < step.speedup_vs_bf16 < 1
+    assert Report(doc, modes=modes).step_contradictions() == []
+    base = next(c for c in doc["layer"] if c["mode"] == "layer-graphed" and c["precision"] == "bf16"
+                and "routing" not in c)
+    cell = next(c for c in doc["layer"] if c["mode"] == "layer-graphed" and c["precision"] == "fp8-delayed"
+                and "routing" not in c)
+    cell["ms"] = base["ms"] * 0.8
+    problems = Report(doc, modes=modes).step_contradictions()
+    assert problems and "(slower than BF16)" in problems[0] and "gains 1.25x" in problems[0]
+
+
 def _table_text(doc: dict[str, Any], mode: str = "autocast") -> list[str]:
     from gemm_benchmark.render_table import gemm_table
 
