@@ -434,6 +434,8 @@ REVIEWED: dict[tuple[str, str], str] = {
     ("tutorial.html", r"The summary has one table per pass"): "describes gemm-bench run's terminal output",
     ("tutorial.html", r"A precision the GPU cannot run is listed with Transformer Engine's reason"):
         "describes gemm-bench run's terminal output",
+    ("models.html", r"The figure compares every model; below it, one section per model"):
+        "describes the page's layout (a figure, then one section per model), not its numbers",
 }
 
 #: What makes a sentence look like a claim about the content beside it.

@@ -22,6 +22,7 @@ from docutils import nodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS
 from gemm_bench.question.devices import device_label
@@ -203,6 +204,13 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if collapsed:
             for text in collapsed_notes(collapsed):
                 out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-collapsed"])
+        for ask in asks:  # what a rank's one-GPU step leaves out (collectives with their bytes, routing)
+            config = ask.request.question.config
+            scope = step_scope_sentence(config) if config is not None and any(
+                d.doc.get("layer") for d in answers[ask.entry].devices) else None
+            if scope:
+                text = f"{ask.label or ask.preset}: {scope}" if len(asks) > 1 else scope
+                out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-scope"])
         if unmeasured:
             text = (f"{len(unmeasured)} of the models and devices asked for are not measured yet. On a GPU box, "
                     "gemm-bench refresh docs/ measures every question the site asks (or run the command in the "

@@ -50,6 +50,8 @@ WHAT_IS_TIMED = (
 #: An NVLink 4 link, each direction (H100 and H200 SXM: 900 GB/s bidirectional, NVIDIA's data
 #: sheets): the link the page's collective line is drawn for. A roofline, never a measurement.
 NVLINK4_GB_S = 450.0
+#: GPUs one NVLink domain joins (an HGX H100/H200 node): a larger group crosses the network.
+NVLINK_DOMAIN = 8
 #: Bytes of one BF16 activation element: what the collectives move.
 ACTIVATION_BYTES = 2
 
@@ -59,6 +61,8 @@ class Collective:
 
     name: str
     group: str
+    #: GPUs in the group (TP or EP size).
+    size: int
     count: int
     #: Bytes of the full tensor each call operates on (the all-reduced or gathered activation).
     tensor_bytes: int
@@ -88,14 +92,14 @@ def collectives(config: ModelConfig) -> list[Collective]:
     if tp > 1:
         if config.sequence_parallel:
             share = activation * (tp - 1) // tp
-            out += [Collective("all-gather", f"TP {tp}", 4, activation, share),
-                    Collective("reduce-scatter", f"TP {tp}", 4, activation, share)]
+            out += [Collective("all-gather", f"TP {tp}", tp, 4, activation, share),
+                    Collective("reduce-scatter", f"TP {tp}", tp, 4, activation, share)]
         else:
-            out.append(Collective("all-reduce", f"TP {tp}", 4, activation, 2 * activation * (tp - 1) // tp))
+            out.append(Collective("all-reduce", f"TP {tp}", tp, 4, activation, 2 * activation * (tp - 1) // tp))
     ep = config.expert_model_parallel_size
     if config.is_moe and ep > 1:
         routed = config.tokens * config.moe_router_topk * config.hidden_size * ACTIVATION_BYTES
-        out.append(Collective("all-to-all", f"EP {ep}", 4, routed, routed * (ep - 1) // ep))
+        out.append(Collective("all-to-all", f"EP {ep}", ep, 4, routed, routed * (ep - 1) // ep))
     return out
 
 
@@ -104,6 +108,26 @@ def collective_floor_ms(config: ModelConfig, link_gb_s: float = NVLINK4_GB_S) ->
     bytes sent / bandwidth, no latency, no overlap with compute. None when there are none."""
     sent = sum(c.step_sent_bytes for c in collectives(config))
     return sent / (link_gb_s * 1e9) * 1e3 if sent else None
+
+
+def step_scope_sentence(config: ModelConfig) -> str | None:
+    """What a rank's one-GPU step leaves out, in one sentence with the bytes and the link floor, for
+    a page beside the step's numbers; None for a dense model on one GPU (nothing left out)."""
+    parts = left_out(config)
+    if not parts:
+        return None
+    text = "The step is one rank's layer on one GPU: " + "; ".join(parts) + "."
+    for c in collectives(config):
+        mb = c.step_sent_bytes / 1e6
+        text += f" The {c.name}s send {mb:,.0f} MB per rank per step"
+        if c.size <= NVLINK_DOMAIN:
+            floor = c.step_sent_bytes / (NVLINK4_GB_S * 1e9) * 1e3
+            text += (f": at least {floor:.2f} ms on an NVLink 4 link ({NVLINK4_GB_S:.0f} GB/s each way; a bandwidth "
+                     "floor, not a measurement, which overlap with compute can hide in part).")
+        else:
+            text += (f"; a group of {c.size} GPUs spans more than one {NVLINK_DOMAIN}-GPU NVLink domain, so the "
+                     "network between nodes sets their time (not measured here).")
+    return text
 
 
 def left_out(config: ModelConfig) -> list[str]:

@@ -523,7 +523,8 @@ class Report:
                          else f"its GEMMs {result.gemm_speedup:.2f}x (slower than BF16)")
                 problems.append(
                     f"{MODE_NAMES[result.mode]} {PRECISIONS[result.precision].display}: the step gains "
-                    f"{result.speedup_vs_bf16:.2f}x but {limit}, beyond the steps' spread ({(result.spread or 0.0):.1%})")
+                    f"{result.speedup_vs_bf16:.2f}x but {limit}, beyond the steps' spread "
+                    f"({(result.spread or 0.0):.1%})")
         return problems
 
     def steps(self, *, default: bool = False) -> list[StepResult]:
