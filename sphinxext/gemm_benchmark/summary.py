@@ -205,8 +205,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             for text in collapsed_notes(collapsed):
                 out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-collapsed"])
         for ask in asks:  # what a rank's one-GPU step leaves out (collectives with their bytes, routing)
-            config = ask.request.question.config
-            scope = step_scope_sentence(config) if config is not None and any(
+            model = ask.request.question.config
+            scope = step_scope_sentence(model) if model is not None and any(
                 d.doc.get("layer") for d in answers[ask.entry].devices) else None
             if scope:
                 text = f"{ask.label or ask.preset}: {scope}" if len(asks) > 1 else scope
