@@ -118,17 +118,9 @@ def content_key(data: bytes) -> str:
     return hashlib.sha256(validator_fingerprint().encode() + b"\0" + data).hexdigest()
 
 
-def read_document(path: Path, *, trusted: set[str] | None = None) -> dict[str, Any]:
-    """Load and validate one result file, or raise :class:`CacheError` saying why not.
-
-    :class:`CacheError` is the only exception this raises for any file content. ``trusted``:
-    keys (:func:`content_key`) of contents that passed validation before, with this code; such a
-    file is parsed but not validated again, and a file that passes is added. Anything else about
-    the file (its name, its JSON) is checked every time.
-    """
-    path = Path(path)
-    data = _read_bytes(path)
-    key = content_key(data) if trusted is not None else ""
+def parse_json(path: Path, data: bytes) -> Any:
+    """The JSON value of a cache file's bytes, or :class:`CacheError` (its path first) saying why not:
+    not UTF-8, not JSON, NaN or Infinity (which are not JSON numbers), too deep or too large."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -145,6 +137,21 @@ def read_document(path: Path, *, trusted: set[str] | None = None) -> dict[str, A
         raise CacheError(path, "is nested too deeply to be a result") from None
     except MemoryError:
         raise CacheError(path, "is too large to parse") from None
+    return doc
+
+
+def read_document(path: Path, *, trusted: set[str] | None = None) -> dict[str, Any]:
+    """Load and validate one result file, or raise :class:`CacheError` saying why not.
+
+    :class:`CacheError` is the only exception this raises for any file content. ``trusted``:
+    keys (:func:`content_key`) of contents that passed validation before, with this code; such a
+    file is parsed but not validated again, and a file that passes is added. Anything else about
+    the file (its name, its JSON) is checked every time.
+    """
+    path = Path(path)
+    data = _read_bytes(path)
+    key = content_key(data) if trusted is not None else ""
+    doc = parse_json(path, data)
     if trusted is None or key not in trusted:
         try:
             validate(doc)

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemm_bench.question.precisions import PRECISIONS
-from gemm_bench.results.studies import Study, StudyError, register
+from gemm_bench.results.studies import Study, StudyError, register, text
 
 NAME = "dynamic-range"
 METHOD_VERSION = "1"
@@ -100,12 +100,6 @@ def _keys(value: Mapping[str, Any], where: str, required: Sequence[str], optiona
         raise StudyError(f"{where}.{extra[0]}", f"is not a field here (known: {', '.join((*required, *optional))})")
 
 
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise StudyError(where, f"must be non-empty text, got {value!r}"[:200])
-    return value
-
-
 def _choice(value: Any, where: str, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise StudyError(where, f"must be one of {', '.join(allowed)}, got {value!r}"[:200])
@@ -142,18 +136,18 @@ def _recipe(value: Any, where: str) -> dict[str, Any]:
     status = _choice(entry.get("status"), f"{where}.status", RECIPE_STATUSES)
     if status == "measured":
         _keys(entry, where, ("status", "scaling", "formats"))
-        _text(entry["scaling"], f"{where}.scaling")
+        text(entry["scaling"], f"{where}.scaling")
         formats = _object(entry["formats"], f"{where}.formats")
         _keys(formats, f"{where}.formats", tuple(TENSORS))
         for tensor in TENSORS:
-            _text(formats[tensor], f"{where}.formats.{tensor}")
+            text(formats[tensor], f"{where}.formats.{tensor}")
     elif status == "same-as":
         _keys(entry, where, ("status", "same_as", "reason"))
         _choice(entry["same_as"], f"{where}.same_as", tuple(PRECISIONS))
-        _text(entry["reason"], f"{where}.reason")
+        text(entry["reason"], f"{where}.reason")
     else:
         _keys(entry, where, ("status", "reason"))
-        _text(entry["reason"], f"{where}.reason")
+        text(entry["reason"], f"{where}.reason")
     return entry
 
 
@@ -222,7 +216,7 @@ def _case(value: Any, where: str, ratios: Sequence[float], measured: Sequence[st
         status = _choice(result.get("status"), f"{at}.status", ("measured", "failed"))
         if status == "failed":
             _keys(result, at, ("status", "reason"))
-            _text(result["reason"], f"{at}.reason")
+            text(result["reason"], f"{at}.reason")
             continue
         if pid == "bf16":
             _keys(result, at, ("status", "gemm"))

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.results.studies import Study, StudyError, register
+from gemm_bench.results.studies import Study, StudyError, register, text
 
 NAME = "loss-parity"
 METHOD_VERSION = "1"
@@ -71,10 +71,7 @@ def _obj(block: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
 
 
 def _text(block: Mapping[str, Any], key: str, where: str) -> str:
-    value = _get(block, key, where)
-    if not isinstance(value, str) or not value.strip():
-        raise StudyError(f"{where}.{key}", f"must be non-empty text, got {value!r}"[:200])
-    return value
+    return text(_get(block, key, where), f"{where}.{key}")
 
 
 def _int(block: Mapping[str, Any], key: str, where: str, *, minimum: int = 1, maximum: int | None = None) -> int:

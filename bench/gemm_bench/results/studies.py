@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gemm_bench.question.devices import device_slug
-from gemm_bench.results.cache import CacheError, _read_bytes, dumps, write_atomic
+from gemm_bench.results.cache import CacheError, _read_bytes, dumps, parse_json, write_atomic
 
 STUDY_SCHEMA_VERSION = 1
 #: The studies' folder inside the result cache (question results live in the cache's top level).
@@ -102,11 +102,16 @@ def build_document(study: Study, data: dict[str, Any], method: dict[str, Any], d
     return doc
 
 
-def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
-    value = doc.get(key)
+def text(value: Any, where: str) -> str:
+    """``value`` as non-empty text, or :class:`StudyError` at ``where``: the check every study's
+    validator uses for its text fields."""
     if not isinstance(value, str) or not value.strip():
-        raise StudyError(f"{where}.{key}", f"must be non-empty text, got {value!r}"[:200])
+        raise StudyError(where, f"must be non-empty text, got {value!r}"[:200])
     return value
+
+
+def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
+    return text(doc.get(key), f"{where}.{key}")
 
 
 def validate(doc: Any) -> None:
@@ -137,14 +142,8 @@ def validate(doc: Any) -> None:
 
 def read_study(path: Path) -> dict[str, Any]:
     """Load and validate one study file, or raise :class:`CacheError` (its path first) saying why not."""
-    import json
-
     path = Path(path)
-    data = _read_bytes(path)
-    try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_refuse)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CacheError(path, f"is not valid JSON ({type(exc).__name__}: {exc})"[:300]) from None
+    doc = parse_json(path, _read_bytes(path))
     try:
         validate(doc)
     except StudyError as exc:
@@ -153,10 +152,6 @@ def read_study(path: Path) -> dict[str, Any]:
     if path.name != expected:
         raise CacheError(path, f"holds study {doc['study']} on {doc['device']['name']!r}, which belongs in {expected}")
     return doc
-
-
-def _refuse(name: str) -> Any:
-    raise ValueError(f"holds {name}, which is not a JSON number")
 
 
 def read_studies(cache_dir: str | Path, name: str) -> tuple[list[dict[str, Any]], list[CacheError]]:
