@@ -73,6 +73,11 @@ class Collective:
     def step_sent_bytes(self) -> int:
         return self.count * self.sent_bytes
 
+    def floor_ms(self, link_gb_s: float = NVLINK4_GB_S) -> float:
+        """The least time this collective's calls in one step take on one link of ``link_gb_s``
+        (each direction): bytes sent / bandwidth, no latency, no overlap with compute."""
+        return self.step_sent_bytes / (link_gb_s * 1e9) * 1e3
+
 
 def collectives(config: ModelConfig) -> list[Collective]:
     """The collectives one rank runs per layer step (forward + backward), in BF16 activations.
@@ -106,8 +111,8 @@ def collectives(config: ModelConfig) -> list[Collective]:
 def collective_floor_ms(config: ModelConfig, link_gb_s: float = NVLINK4_GB_S) -> float | None:
     """The least time the step's collectives take on one link of ``link_gb_s`` (each direction):
     bytes sent / bandwidth, no latency, no overlap with compute. None when there are none."""
-    sent = sum(c.step_sent_bytes for c in collectives(config))
-    return sent / (link_gb_s * 1e9) * 1e3 if sent else None
+    colls = collectives(config)
+    return sum(c.floor_ms(link_gb_s) for c in colls) if colls else None
 
 
 def step_scope_sentence(config: ModelConfig) -> str | None:
@@ -121,9 +126,8 @@ def step_scope_sentence(config: ModelConfig) -> str | None:
         mb = c.step_sent_bytes / 1e6
         text += f" The {c.name}s send {mb:,.0f} MB per rank per step"
         if c.size <= NVLINK_DOMAIN:
-            floor = c.step_sent_bytes / (NVLINK4_GB_S * 1e9) * 1e3
-            text += (f": at least {floor:.2f} ms on an NVLink 4 link ({NVLINK4_GB_S:.0f} GB/s each way; a bandwidth "
-                     "floor, not a measurement, which overlap with compute can hide in part).")
+            text += (f": at least {c.floor_ms():.2f} ms on an NVLink 4 link ({NVLINK4_GB_S:.0f} GB/s each way; "
+                     "a bandwidth floor, not a measurement, which overlap with compute can hide in part).")
         else:
             text += (f"; a group of {c.size} GPUs spans more than one {NVLINK_DOMAIN}-GPU NVLink domain, so the "
                      "network between nodes sets their time (not measured here).")

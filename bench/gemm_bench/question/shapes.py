@@ -148,6 +148,13 @@ def attention_gemms(config: ModelConfig) -> list[GemmShape]:
     return gemms
 
 
+def tokens_per_expert(config: ModelConfig) -> int:
+    """Tokens each expert receives under balanced routing: tokens x top-k x EP / experts, rounded
+    up when routing cannot be exactly even (:data:`BALANCED_ROUTING_NOTE`)."""
+    routed = config.tokens * config.moe_router_topk * config.expert_model_parallel_size
+    return -(-routed // (config.num_experts or 1))
+
+
 def mlp_gemms(config: ModelConfig) -> list[GemmShape]:
     """MLP up and down: dense, or routed experts as grouped GEMMs plus shared experts.
 
@@ -163,9 +170,7 @@ def mlp_gemms(config: ModelConfig) -> list[GemmShape]:
     if not config.is_moe:
         ffn = config.ffn_hidden_size
         return linear_gemms("mlp_up", tokens, h, up_factor * ffn // tp) + linear_gemms("mlp_down", tokens, ffn // tp, h)
-    experts = config.num_experts or 1
-    routed = tokens * config.moe_router_topk * config.expert_model_parallel_size
-    per_expert = -(-routed // experts)  # rounded up when routing cannot be exactly even
+    per_expert = tokens_per_expert(config)
     ffn = config.expert_ffn_hidden_size
     groups = config.local_experts
     gemms = linear_gemms("mlp_up", per_expert, h, up_factor * ffn // tp, groups)

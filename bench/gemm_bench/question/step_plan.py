@@ -8,6 +8,7 @@ measuring side (:mod:`gemm_bench.measure.step`, which re-exports these) agree on
 from __future__ import annotations
 
 from gemm_bench.question.config import ConfigError, ModelConfig
+from gemm_bench.question.shapes import tokens_per_expert
 
 #: The routings a mixture-of-experts step is timed with (the GEMM tables assume ``balanced``); a
 #: layer cell without ``routing`` is balanced.
@@ -52,8 +53,7 @@ def routing_splits(config: ModelConfig, routing: str = "balanced") -> list[int]:
         raise ConfigError("routing", "only a mixture of experts routes tokens")
     if routing not in ROUTINGS:
         raise ConfigError("routing", f"{routing!r} is not one of {', '.join(ROUTINGS)}")
-    experts = config.num_experts or 1
-    per_expert = -(-config.tokens * config.moe_router_topk * config.expert_model_parallel_size // experts)
+    per_expert = tokens_per_expert(config)
     local = config.local_experts
     if routing == "balanced":
         return [per_expert] * local

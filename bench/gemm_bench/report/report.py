@@ -430,8 +430,9 @@ class Report:
         config = self.doc["question"].get("config")
         if self.kind != "model" or config is None:
             return None, "unsupported", step.unsupported_reason(None) or ""
-        if self.config is not None and step.unsupported_reason(self.config):
-            return None, "unsupported", step.unsupported_reason(self.config) or ""
+        why = step.unsupported_reason(self.config) if self.config is not None else None
+        if why:
+            return None, "unsupported", why
         verdict = self._support.get(precision)
         if verdict is not None and not verdict["available"]:
             return None, "unsupported", verdict["reason"] or f"{PRECISIONS[precision].display} is not supported"
