@@ -2,7 +2,7 @@
 
 Why: "GEMMs get 2x but my step only 1.35x" is the most common FP8 question. Timing a whole
 ``te.TransformerLayer`` forward + backward (:mod:`gemm_bench.measure.backends.layer_step`) beside the
-layer's 12 GEMMs lets the report state Amdahl's law with the reader's own numbers: the GEMM share
+layer's GEMMs (12 for a dense layer) lets the report state Amdahl's law with the reader's own numbers: the GEMM share
 of the BF16 step bounds what a faster GEMM can give the step.
 
 Pure (no torch): which configs the layer step can time and why not, the result cells (proposed
@@ -226,7 +226,7 @@ def summarize(layer_cells: Iterable[Mapping[str, Any]], gemm_ms: Mapping[str, fl
               mode: str = "layer") -> StepSummary:
     """The step table of one layer mode.
 
-    ``gemm_ms`` maps each precision to the sum of the layer's 12 autocast GEMM times from the same
+    ``gemm_ms`` maps each precision to the sum of the layer's autocast GEMM times from the same
     result (the report computes it; None when a GEMM of it was not measured). Only cells of one
     result document may be combined here: speedups are never taken across runs.
     """

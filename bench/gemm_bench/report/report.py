@@ -888,7 +888,8 @@ class Report:
             rows = [self.step(p, graphed=mode == LAYER_MODES[1]) for p in self.precisions]
             base = next((r for r in rows if r.precision == BASELINE), None)
             if base is not None and base.gemm_share is not None:
-                yield f"GEMM share of the BF16 step: {base.gemm_share:.0%} (the 12 autocast GEMMs / the step)"
+                yield (f"GEMM share of the BF16 step: {base.gemm_share:.0%} "
+                       f"(the {len(self.gemms)} autocast GEMMs / the step)")
             elif base is not None:
                 yield f"GEMM share of the BF16 step: n/a ({base.gemm_share_reason})"
             for r in rows:
