@@ -219,7 +219,7 @@ BAD = [
     (_set(("cases", 0, "results", "fp8-current", "gemm", "whole_db"), math.nan),
      "$.data.cases[0].results.fp8-current.gemm.whole_db", "finite"),
     (_set(("cases", 0, "results", "fp8-current", "gemm", "whole_db"), "28.5"),
-     "$.data.cases[0].results.fp8-current.gemm.whole_db", "must be a number"),
+     "$.data.cases[0].results.fp8-current.gemm.whole_db", "must be a finite number"),
     (_set(("cases", 0, "results", "fp8-current", "gemm", "row_min_db"), 99.0),
      "$.data.cases[0].results.fp8-current.gemm.row_min_db", "above the median"),
     (_set(("cases", 0, "results", "fp8-block", "quantize"), _DELETE),

@@ -253,7 +253,7 @@ BAD = [
     (_set("recipes.1.final_val_loss", 9.0), "$.data.recipes[1].final_val_loss", "last validation loss"),
     (_set("recipes.1.tokens_per_s", 0), "$.data.recipes[1].tokens_per_s", "positive"),
     (_set("recipes.1.init_sha256", "0" * 64), "$.data.recipes[1].init_sha256", "same weights"),
-    (_set("recipes.1.status", "great"), "$.data.recipes[1].status", "not one of"),
+    (_set("recipes.1.status", "great"), "$.data.recipes[1].status", "must be one of"),
     (_set("recipes.1.precision", "bf16"), "$.data.recipes[1].precision", "already recipe [0]"),
     (_set("recipes.1.precision", "fp7"), "$.data.recipes[1].precision", "not a known precision"),
     (_set("recipes.3.reason", ""), "$.data.recipes[3].reason", "non-empty"),

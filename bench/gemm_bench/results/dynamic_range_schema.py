@@ -36,12 +36,22 @@ Every (tensor, input, ratio) appears once, and every measured recipe has a resul
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gemm_bench.question.precisions import PRECISIONS
-from gemm_bench.results.studies import Study, StudyError, register, text
+from gemm_bench.results.studies import (
+    Study,
+    StudyError,
+    choice,
+    integer,
+    json_list,
+    json_object,
+    keys,
+    number,
+    register,
+    text,
+)
 
 NAME = "dynamic-range"
 METHOD_VERSION = "1"
@@ -85,68 +95,33 @@ LITERATURE: tuple[LiteratureBand, ...] = (MASSIVE_ACTIVATIONS,)
 
 
 # ----------------------------------------------------------------------------- validation
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise StudyError(where, f"must be an object, got {type(value).__name__}")
-    return value
-
-
-def _keys(value: Mapping[str, Any], where: str, required: Sequence[str], optional: Sequence[str] = ()) -> None:
-    missing = [k for k in required if k not in value]
-    if missing:
-        raise StudyError(f"{where}.{missing[0]}", "is missing")
-    extra = sorted(k for k in value if k not in required and k not in optional)
-    if extra:
-        raise StudyError(f"{where}.{extra[0]}", f"is not a field here (known: {', '.join((*required, *optional))})")
-
-
-def _choice(value: Any, where: str, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise StudyError(where, f"must be one of {', '.join(allowed)}, got {value!r}"[:200])
-    return str(value)
-
-
-def _number(value: Any, where: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StudyError(where, f"must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise StudyError(where, f"must be finite, got {value!r}")
-    if positive and value <= 0:
-        raise StudyError(where, f"must be positive, got {value!r}")
-    return float(value)
-
-
-def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StudyError(where, f"must be a whole number of at least 1, got {value!r}"[:200])
-    return value
-
-
+# With the shared checks of :mod:`gemm_bench.results.studies`. SQNRs are in dB and may be negative
+# (noise above the signal), so only ratios and magnitudes must be positive.
 def _summary(value: Any, where: str, fields: Sequence[str]) -> dict[str, float]:
-    block = _object(value, where)
-    _keys(block, where, fields)
-    out = {f: _number(block[f], f"{where}.{f}") for f in fields}
+    block = json_object(value, where)
+    keys(block, where, fields)
+    out = {f: number(block[f], f"{where}.{f}") for f in fields}
     if out["row_min_db"] > out["row_median_db"]:
         raise StudyError(f"{where}.row_min_db", f"{out['row_min_db']} is above the median row's {out['row_median_db']}")
     return out
 
 
 def _recipe(value: Any, where: str) -> dict[str, Any]:
-    entry = _object(value, where)
-    status = _choice(entry.get("status"), f"{where}.status", RECIPE_STATUSES)
+    entry = json_object(value, where)
+    status = choice(entry.get("status"), f"{where}.status", RECIPE_STATUSES)
     if status == "measured":
-        _keys(entry, where, ("status", "scaling", "formats"))
+        keys(entry, where, ("status", "scaling", "formats"))
         text(entry["scaling"], f"{where}.scaling")
-        formats = _object(entry["formats"], f"{where}.formats")
-        _keys(formats, f"{where}.formats", tuple(TENSORS))
+        formats = json_object(entry["formats"], f"{where}.formats")
+        keys(formats, f"{where}.formats", tuple(TENSORS))
         for tensor in TENSORS:
             text(formats[tensor], f"{where}.formats.{tensor}")
     elif status == "same-as":
-        _keys(entry, where, ("status", "same_as", "reason"))
-        _choice(entry["same_as"], f"{where}.same_as", tuple(PRECISIONS))
+        keys(entry, where, ("status", "same_as", "reason"))
+        choice(entry["same_as"], f"{where}.same_as", tuple(PRECISIONS))
         text(entry["reason"], f"{where}.reason")
     else:
-        _keys(entry, where, ("status", "reason"))
+        keys(entry, where, ("status", "reason"))
         text(entry["reason"], f"{where}.reason")
     return entry
 
@@ -154,29 +129,27 @@ def _recipe(value: Any, where: str) -> dict[str, Any]:
 def validate_data(data: Any) -> None:
     """Raise :class:`StudyError` (its JSON path first) unless ``data`` is a complete, finite study block."""
     where = "$.data"
-    block = _object(data, where)
-    _keys(block, where, ("source", "shape", "outliers", "ratios", "recipes", "cases"))
-    _choice(block["source"], f"{where}.source", SOURCES)
-    shape = _object(block["shape"], f"{where}.shape")
-    _keys(shape, f"{where}.shape", ("m", "k", "n"))
+    block = json_object(data, where)
+    keys(block, where, ("source", "shape", "outliers", "ratios", "recipes", "cases"))
+    choice(block["source"], f"{where}.source", SOURCES)
+    shape = json_object(block["shape"], f"{where}.shape")
+    keys(shape, f"{where}.shape", ("m", "k", "n"))
     for dim in ("m", "k", "n"):
-        _count(shape[dim], f"{where}.shape.{dim}")
-    outliers = _object(block["outliers"], f"{where}.outliers")
-    _keys(outliers, f"{where}.outliers", tuple(INPUTS))
+        integer(shape[dim], f"{where}.shape.{dim}", minimum=1)
+    outliers = json_object(block["outliers"], f"{where}.outliers")
+    keys(outliers, f"{where}.outliers", tuple(INPUTS))
     for kind in INPUTS:
-        _count(outliers[kind], f"{where}.outliers.{kind}")
-    ratios = block["ratios"]
-    if not isinstance(ratios, list) or not ratios:
-        raise StudyError(f"{where}.ratios", "must be a non-empty list of numbers")
-    values = [_number(r, f"{where}.ratios[{i}]", positive=True) for i, r in enumerate(ratios)]
+        integer(outliers[kind], f"{where}.outliers.{kind}", minimum=1)
+    ratios = json_list(block["ratios"], f"{where}.ratios", non_empty=True)
+    values = [number(r, f"{where}.ratios[{i}]", positive=True) for i, r in enumerate(ratios)]
     for i in range(1, len(values)):
         if values[i] <= values[i - 1]:
             raise StudyError(f"{where}.ratios[{i}]", f"{values[i]} does not increase on {values[i - 1]}")
-    recipes = _object(block["recipes"], f"{where}.recipes")
+    recipes = json_object(block["recipes"], f"{where}.recipes")
     if not recipes:
         raise StudyError(f"{where}.recipes", "names no recipe")
     for pid, entry in recipes.items():
-        _choice(pid, f"{where}.recipes", tuple(PRECISIONS))
+        choice(pid, f"{where}.recipes", tuple(PRECISIONS))
         _recipe(entry, f"{where}.recipes.{pid}")
     measured = [pid for pid, entry in recipes.items() if entry["status"] == "measured"]
     if not measured:
@@ -184,9 +157,7 @@ def validate_data(data: Any) -> None:
     for pid, entry in recipes.items():
         if entry["status"] == "same-as" and entry["same_as"] not in measured:
             raise StudyError(f"{where}.recipes.{pid}.same_as", f"{entry['same_as']!r} is not a measured recipe here")
-    cases = block["cases"]
-    if not isinstance(cases, list):
-        raise StudyError(f"{where}.cases", f"must be a list, got {type(cases).__name__}")
+    cases = json_list(block["cases"], f"{where}.cases")
     seen: set[tuple[str, str, float]] = set()
     for i, value in enumerate(cases):
         key = _case(value, f"{where}.cases[{i}]", values, measured)
@@ -200,28 +171,28 @@ def validate_data(data: Any) -> None:
 
 
 def _case(value: Any, where: str, ratios: Sequence[float], measured: Sequence[str]) -> tuple[str, str, float]:
-    case = _object(value, where)
-    _keys(case, where, ("tensor", "input", "ratio", "amax_over_median", "results"))
-    tensor = _choice(case["tensor"], f"{where}.tensor", tuple(TENSORS))
-    kind = _choice(case["input"], f"{where}.input", tuple(INPUTS))
-    ratio = _number(case["ratio"], f"{where}.ratio", positive=True)
+    case = json_object(value, where)
+    keys(case, where, ("tensor", "input", "ratio", "amax_over_median", "results"))
+    tensor = choice(case["tensor"], f"{where}.tensor", tuple(TENSORS))
+    kind = choice(case["input"], f"{where}.input", tuple(INPUTS))
+    ratio = number(case["ratio"], f"{where}.ratio", positive=True)
     if ratio not in ratios:
         raise StudyError(f"{where}.ratio", f"{ratio:g} is not one of the study's ratios")
-    _number(case["amax_over_median"], f"{where}.amax_over_median", positive=True)
-    results = _object(case["results"], f"{where}.results")
-    _keys(results, f"{where}.results", measured)
+    number(case["amax_over_median"], f"{where}.amax_over_median", positive=True)
+    results = json_object(case["results"], f"{where}.results")
+    keys(results, f"{where}.results", measured)
     for pid in measured:
         at = f"{where}.results.{pid}"
-        result = _object(results[pid], at)
-        status = _choice(result.get("status"), f"{at}.status", ("measured", "failed"))
+        result = json_object(results[pid], at)
+        status = choice(result.get("status"), f"{at}.status", ("measured", "failed"))
         if status == "failed":
-            _keys(result, at, ("status", "reason"))
+            keys(result, at, ("status", "reason"))
             text(result["reason"], f"{at}.reason")
             continue
         if pid == "bf16":
-            _keys(result, at, ("status", "gemm"))
+            keys(result, at, ("status", "gemm"))
         else:
-            _keys(result, at, ("status", "gemm", "quantize"))
+            keys(result, at, ("status", "gemm", "quantize"))
             _summary(result["quantize"], f"{at}.quantize", QUANTIZE_FIELDS)
         _summary(result["gemm"], f"{at}.gemm", GEMM_FIELDS)
     return tensor, kind, ratio

@@ -37,13 +37,23 @@ A recipe's ``status``:
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.results.studies import Study, StudyError, register, text
+from gemm_bench.results.studies import (
+    Study,
+    StudyError,
+    choice,
+    field,
+    integer,
+    json_list,
+    json_object,
+    number,
+    register,
+    text,
+)
 
 NAME = "loss-parity"
 METHOD_VERSION = "1"
@@ -57,48 +67,26 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 # ------------------------------------------------------------------------------ field checks
-def _get(block: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in block:
-        raise StudyError(f"{where}.{key}", "is missing")
-    return block[key]
-
-
+# The shared checks of :mod:`gemm_bench.results.studies`, keyed: ``block[key]`` at ``where.key``.
 def _obj(block: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = _get(block, key, where)
-    if not isinstance(value, dict):
-        raise StudyError(f"{where}.{key}", f"must be an object, got {type(value).__name__}")
-    return value
+    return json_object(field(block, key, where), f"{where}.{key}")
 
 
 def _text(block: Mapping[str, Any], key: str, where: str) -> str:
-    return text(_get(block, key, where), f"{where}.{key}")
+    return text(field(block, key, where), f"{where}.{key}")
 
 
 def _int(block: Mapping[str, Any], key: str, where: str, *, minimum: int = 1, maximum: int | None = None) -> int:
-    value = _get(block, key, where)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise StudyError(f"{where}.{key}", f"must be an integer, got {value!r}"[:200])
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise StudyError(f"{where}.{key}", f"must be {bound}, got {value}")
-    return value
-
-
-def _number(value: Any, where: str, *, positive: bool = False) -> float:
-    """A finite JSON number (``positive``: > 0, else >= 0)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise StudyError(where, f"must be a finite number, got {value!r}"[:200])
-    if value < 0 or (positive and value == 0):
-        raise StudyError(where, f"must be {'positive' if positive else 'non-negative'}, got {value}")
-    return float(value)
+    return integer(field(block, key, where), f"{where}.{key}", minimum=minimum, maximum=maximum)
 
 
 def _num(block: Mapping[str, Any], key: str, where: str, *, positive: bool = False) -> float:
-    return _number(_get(block, key, where), f"{where}.{key}", positive=positive)
+    """A finite number, > 0 if ``positive``, else >= 0: no quantity of this study is negative."""
+    return number(field(block, key, where), f"{where}.{key}", minimum=0, positive=positive)
 
 
 def _hex(block: Mapping[str, Any], key: str, where: str) -> str:
-    value = _get(block, key, where)
+    value = field(block, key, where)
     if not isinstance(value, str) or not _HEX64.match(value):
         raise StudyError(f"{where}.{key}", f"must be a sha256 (64 lower-case hex digits), got {value!r}"[:200])
     return value
@@ -106,8 +94,7 @@ def _hex(block: Mapping[str, Any], key: str, where: str) -> str:
 
 def _steps(value: Any, where: str, *, first: int, last: int) -> list[int]:
     """Strictly increasing integer steps within ``first..last``."""
-    if not isinstance(value, list):
-        raise StudyError(where, f"must be a list, got {type(value).__name__}")
+    json_list(value, where)
     if len(value) > MAX_POINTS:
         raise StudyError(where, f"holds {len(value)} points, more than {MAX_POINTS}")
     previous = first - 1
@@ -121,11 +108,10 @@ def _steps(value: Any, where: str, *, first: int, last: int) -> list[int]:
 
 
 def _numbers(value: Any, where: str, length: int) -> list[float]:
-    if not isinstance(value, list):
-        raise StudyError(where, f"must be a list, got {type(value).__name__}")
-    if len(value) != length:
+    """``length`` finite numbers, each >= 0 (losses and gradient norms)."""
+    if len(json_list(value, where)) != length:
         raise StudyError(where, f"holds {len(value)} values for {length} steps")
-    return [_number(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return [number(v, f"{where}[{i}]", minimum=0) for i, v in enumerate(value)]
 
 
 # ------------------------------------------------------------------------------ blocks
@@ -187,9 +173,9 @@ def _training(data: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, An
 def _curve(recipe: Mapping[str, Any], where: str, steps: int, *, complete: bool) -> list[int]:
     curve = _obj(recipe, "curve", where)
     at = f"{where}.curve"
-    xs = _steps(_get(curve, "steps", at), f"{at}.steps", first=1, last=steps)
+    xs = _steps(field(curve, "steps", at), f"{at}.steps", first=1, last=steps)
     for key in ("train_loss", "grad_norm"):
-        _numbers(_get(curve, key, at), f"{at}.{key}", len(xs))
+        _numbers(field(curve, key, at), f"{at}.{key}", len(xs))
     if complete and (not xs or xs[-1] != steps):
         raise StudyError(f"{at}.steps", f"must end at the run's last step {steps}")
     return xs
@@ -198,22 +184,19 @@ def _curve(recipe: Mapping[str, Any], where: str, steps: int, *, complete: bool)
 def _validation(recipe: Mapping[str, Any], where: str, steps: int, *, complete: bool) -> list[float]:
     validation = _obj(recipe, "validation", where)
     at = f"{where}.validation"
-    xs = _steps(_get(validation, "steps", at), f"{at}.steps", first=0, last=steps)
-    losses = _numbers(_get(validation, "loss", at), f"{at}.loss", len(xs))
+    xs = _steps(field(validation, "steps", at), f"{at}.steps", first=0, last=steps)
+    losses = _numbers(field(validation, "loss", at), f"{at}.loss", len(xs))
     if complete and (not xs or xs[0] != 0 or xs[-1] != steps):
         raise StudyError(f"{at}.steps", f"must run from step 0 to the run's last step {steps}")
     return losses
 
 
-def _recipe(recipe: Any, where: str, steps: int) -> dict[str, Any]:
-    if not isinstance(recipe, dict):
-        raise StudyError(where, f"must be an object, got {type(recipe).__name__}")
+def _recipe(value: Any, where: str, steps: int) -> dict[str, Any]:
+    recipe = json_object(value, where)
     precision = _text(recipe, "precision", where)
     if precision not in PRECISIONS:
         raise StudyError(f"{where}.precision", f"{precision!r} is not a known precision"[:200])
-    status = _text(recipe, "status", where)
-    if status not in STATUSES:
-        raise StudyError(f"{where}.status", f"{status!r} is not one of {', '.join(STATUSES)}"[:200])
+    status = choice(field(recipe, "status", where), f"{where}.status", STATUSES)
     if status in ("unsupported", "failed", "diverged"):
         _text(recipe, "reason", where)
     if status in ("measured", "diverged"):
@@ -239,9 +222,7 @@ def _recipe(recipe: Any, where: str, steps: int) -> dict[str, Any]:
 
 def _recipes(data: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
     where = "$.data.recipes"
-    recipes = _get(data, "recipes", "$.data")
-    if not isinstance(recipes, list) or not recipes:
-        raise StudyError(where, "must be a non-empty list")
+    recipes = json_list(field(data, "recipes", "$.data"), where, non_empty=True)
     seen: dict[str, int] = {}
     for i, recipe in enumerate(recipes):
         _recipe(recipe, f"{where}[{i}]", steps)
@@ -268,9 +249,7 @@ def _recipes(data: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
 
 def validate_data(data: Any) -> None:
     """Raise :class:`StudyError` (with the JSON path) unless ``data`` is a loss-parity data block."""
-    if not isinstance(data, dict):
-        raise StudyError("$.data", "must be an object")
-    model = _model(data)
+    model = _model(json_object(data, "$.data"))
     _corpus(data)
     training = _training(data, model)
     _recipes(data, training["steps"])

@@ -20,6 +20,7 @@ A document::
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -102,12 +103,75 @@ def build_document(study: Study, data: dict[str, Any], method: dict[str, Any], d
     return doc
 
 
+# ------------------------------------------------------------------------------ field checks
+# The checks every study's validator uses: each takes a JSON value and ``where``, its JSON path, and
+# returns the value or raises :class:`StudyError` at that path ("<where>: must be ..., got ...").
+
+
 def text(value: Any, where: str) -> str:
-    """``value`` as non-empty text, or :class:`StudyError` at ``where``: the check every study's
-    validator uses for its text fields."""
+    """``value`` as non-empty text."""
     if not isinstance(value, str) or not value.strip():
         raise StudyError(where, f"must be non-empty text, got {value!r}"[:200])
     return value
+
+
+def number(value: Any, where: str, *, minimum: float | None = None, positive: bool = False) -> float:
+    """A finite JSON number (never a bool), at least ``minimum`` when given, above 0 if ``positive``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise StudyError(where, f"must be a finite number, got {value!r}"[:200])
+    if positive and value <= 0:
+        raise StudyError(where, f"must be positive, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise StudyError(where, f"must be at least {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def integer(value: Any, where: str, *, minimum: int, maximum: int | None = None) -> int:
+    """A JSON whole number (never a bool) from ``minimum`` to ``maximum`` (when given), inclusive."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StudyError(where, f"must be a whole number, got {value!r}"[:200])
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise StudyError(where, f"must be {bound}, got {value}")
+    return value
+
+
+def choice(value: Any, where: str, allowed: Sequence[str]) -> str:
+    """One of the ``allowed`` strings."""
+    if not isinstance(value, str) or value not in allowed:
+        raise StudyError(where, f"must be one of {', '.join(allowed)}, got {value!r}"[:200])
+    return value
+
+
+def json_object(value: Any, where: str) -> dict[str, Any]:
+    """A JSON object."""
+    if not isinstance(value, dict):
+        raise StudyError(where, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def json_list(value: Any, where: str, *, non_empty: bool = False) -> list[Any]:
+    """A JSON list (with at least one item if ``non_empty``)."""
+    if not isinstance(value, list) or (non_empty and not value):
+        kind = "an empty list" if isinstance(value, list) else type(value).__name__
+        raise StudyError(where, f"must be a {'non-empty ' if non_empty else ''}list, got {kind}")
+    return value
+
+
+def field(block: Mapping[str, Any], key: str, where: str) -> Any:
+    """``block[key]`` (``block`` is the object at ``where``)."""
+    if key not in block:
+        raise StudyError(f"{where}.{key}", "is missing")
+    return block[key]
+
+
+def keys(block: Mapping[str, Any], where: str, required: Sequence[str], optional: Sequence[str] = ()) -> None:
+    """That the object at ``where`` holds every ``required`` key and no key but those and ``optional``."""
+    for key in required:
+        field(block, key, where)
+    extra = sorted(k for k in block if k not in required and k not in optional)
+    if extra:
+        raise StudyError(f"{where}.{extra[0]}", f"is not a field here (known: {', '.join((*required, *optional))})")
 
 
 def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
@@ -116,28 +180,19 @@ def _text(doc: Mapping[str, Any], key: str, where: str) -> str:
 
 def validate(doc: Any) -> None:
     """Raise :class:`StudyError` unless ``doc`` is a valid study document of a registered study."""
-    if not isinstance(doc, dict):
-        raise StudyError("$", f"must be an object, got {type(doc).__name__}")
+    json_object(doc, "$")
     if doc.get("kind") != "study":
         raise StudyError("$.kind", f"must be 'study', got {doc.get('kind')!r}"[:200])
     if doc.get("schema_version") != STUDY_SCHEMA_VERSION:
         raise StudyError("$.schema_version", f"must be {STUDY_SCHEMA_VERSION}, got {doc.get('schema_version')!r}"[:200])
     study = get(_text(doc, "study", "$"))
     _text(doc, "method_version", "$")
-    device = doc.get("device")
-    if not isinstance(device, dict):
-        raise StudyError("$.device", "must be an object")
-    _text(device, "name", "$.device")
-    provenance = doc.get("provenance")
-    if not isinstance(provenance, dict):
-        raise StudyError("$.provenance", "must be an object")
+    _text(json_object(doc.get("device"), "$.device"), "name", "$.device")
+    provenance = json_object(doc.get("provenance"), "$.provenance")
     for key in PROVENANCE_FIELDS:
         _text(provenance, key, "$.provenance")
-    if not isinstance(provenance.get("method"), dict):
-        raise StudyError("$.provenance.method", "must be an object")
-    if not isinstance(doc.get("data"), dict):
-        raise StudyError("$.data", "must be an object")
-    study.validate_data(doc["data"])
+    json_object(provenance.get("method"), "$.provenance.method")
+    study.validate_data(json_object(doc.get("data"), "$.data"))
 
 
 def read_study(path: Path) -> dict[str, Any]:
