@@ -31,6 +31,7 @@ myst_enable_extensions = ["colon_fence"]
 html_theme = "furo"
 html_title = "gemm-guide"
 html_static_path = ["_static"]
+html_css_files = ["site.css"]
 
 # The measured results this site renders: docs/_gemm_cache, one JSON file per question per GPU.
 gemm_benchmark_cache_dir = "_gemm_cache"

@@ -56,7 +56,9 @@ def test_fastest_is_decided_by_one_rule_that_includes_bf16(project: Project) -> 
     soup = project.html()
     table = soup.select_one("table.gemm-summary-table")
     assert "★" not in table.tbody.get_text() and not table.select("td.gemm-fastest")
-    assert "BF16 (no FP8 recipe is faster here)" in table.get_text()
+    assert "Autocast GEMMs · fastest: BF16" in table.get_text()
+    answer = soup.select_one("div.gemm-summary").get_text()
+    assert "stay in BF16: no FP8 recipe makes the autocast GEMMs faster" in answer
     values = [a.get_text() for a in soup.select("p abbr.gemm-value")]
     assert values == ["BF16 (no FP8 recipe is faster here)", "1.00×"]
 
@@ -93,8 +95,11 @@ def test_failed_cells_read_as_failed_with_their_reason(project: Project) -> None
     assert "[gemm_benchmark.role]" in warnings  # the roles' numbers are absent: each says why, located
     soup = project.html()
     cells = soup.select("table.gemm-summary-table tbody tr td")[1:3]
-    assert cells[0].get_text().startswith("failed: CUDA out of memory"), cells[0]
-    assert cells[1].get_text().startswith("unsupported: needs compute capability 10.0"), cells[1]
+    notes = [p.get_text() for p in soup.select("div.gemm-summary p.gemm-cell-note")]
+    # failed reads "failed", unsupported "n/a"; each with its reason as a note under the table (not hover-only)
+    assert cells[0].get_text() == "failed¹" and cells[1].get_text() == "n/a²", cells
+    assert notes[0].startswith("¹ ") and "failed: CUDA out of memory" in notes[0], notes
+    assert notes[1].startswith("² ") and "unsupported: needs compute capability 10.0" in notes[1], notes
     roles = [a.get_text() for a in soup.select("p abbr.gemm-value-error")]
     assert roles[0].startswith("failed: CUDA out of memory") and roles[1].startswith("unsupported: needs"), roles
 
@@ -111,11 +116,11 @@ def test_summary_shows_stale_results_and_unmeasured_listed_devices(project: Proj
     warnings, _ = project.build()
     assert re.search(r"index\.rst:4: WARNING: .*stale.*\[gemm_benchmark\.stale\]", warnings), warnings
     assert re.search(r"index\.rst:4: WARNING: .*h200.*\[gemm_benchmark\.missing\]", warnings), warnings
-    table = project.html().select_one("table.gemm-summary-table")
-    text = table.get_text()
-    assert "(stale)" in text  # one word in the row; the reason on hover (and on the freshness page)
-    assert any("stale:" in a.get("title", "") and "days old" in a["title"] for a in table.select("abbr")), table
-    assert "not measured on h200 yet" in text
+    summary = project.html().select_one("div.gemm-summary")
+    text = summary.get_text()
+    stale = summary.select_one("p.gemm-stale").get_text()
+    assert "result is stale:" in stale and "days old" in stale, stale
+    assert "not measured on h200 yet" in text.lower()
 
 
 # ------------------------------------------------------------------ 4. a row of -1 columns
@@ -161,8 +166,8 @@ def test_layer_modes_render_in_the_summary_and_are_refused_by_gemm_benchmark(pro
     assert len(others) == 1, warnings
     rows = {r.td.get_text(): r.select("td")[1].get_text()
             for r in project.html().select("table.gemm-summary-table tbody tr")}
-    eager = next(v for k, v in rows.items() if "training step (eager)" in k)
-    graphed = next(v for k, v in rows.items() if "training step (graphed)" in k)
+    eager = rows["Training step, eager"]
+    graphed = rows["Training step"]
     assert eager.startswith(format_speedup(report.step("fp8-current").speedup_vs_bf16))
     assert graphed.startswith(format_speedup(report.step("fp8-current", graphed=True).speedup_vs_bf16))
 
@@ -223,11 +228,11 @@ def test_incremental_builds_rejudge_age_and_see_new_devices_of_summary_questions
     monkeypatch.setattr(execution, "clock", lambda: dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc))
     warnings, _ = project.build()
     assert "WARNING" not in warnings, warnings
-    assert "H200" not in project.html().select_one("table.gemm-summary-table").get_text()
+    assert "H200" not in project.html().select_one("div.gemm-summary").get_text()
     project.store(make_document(q, device=H200, precisions=("bf16", "fp8-current"),
                                 date="2026-11-20T10:00:00+00:00"))
     project.build()
-    assert "H200" in project.html().select_one("table.gemm-summary-table").get_text()
+    assert "H200" in project.html().select_one("div.gemm-summary").get_text()
     monkeypatch.setattr(execution, "clock", lambda: dt.datetime(2027, 1, 25, tzinfo=dt.timezone.utc))
     warnings, _ = project.build()
     assert "[gemm_benchmark.stale]" in warnings, warnings

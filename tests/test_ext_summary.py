@@ -34,28 +34,36 @@ def test_summary_rows_equal_the_reports_and_mark_the_fastest(project: Project) -
     warnings, _ = project.build()
     assert "WARNING" not in warnings, warnings
     soup = project.html()
-    rows = soup.select("table.gemm-summary-table tbody tr")
-    assert len(rows) == 4  # 2 devices x 2 modes
-    for row in rows:
-        head = row.td.get_text()
-        device = H100["name"] if "H100" in head else H200["name"]
-        mode = "autocast" if "autocast" in head else "prequant"
-        report = Report(docs[device], gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
-        cells = row.select("td")[1:]
-        speeds = {}
-        for precision, cell in zip(("fp8-delayed", "fp8-current"), cells, strict=True):
-            total = report.total(mode, precision)
-            if total.speedup_vs_bf16:
-                speeds[precision] = total.speedup_vs_bf16
-                assert cell.get_text().startswith(format_speedup(total.speedup_vs_bf16))
-            else:
-                # unsupported / failed with the reason (shortened; whole on hover), never one "n/a" for both
-                status = total.status
-                assert cell.get_text().startswith(f"{status}: ") and status in cell.abbr["title"]
-        fastest = max(speeds, key=lambda p: speeds[p])
-        marked = [c for c in cells if "gemm-fastest" in c.get("class", [])]
-        assert len(marked) == 1 and marked[0].get_text().endswith("★")
-        assert marked[0] is cells[("fp8-delayed", "fp8-current").index(fastest)]
+    tables = soup.select("table.gemm-summary-table")
+    assert len(tables) == 2  # one per device, each in its own tab
+    for table in tables:
+        caption = table.caption.get_text()
+        device = H100["name"] if "H100" in caption else H200["name"]
+        rows = table.select("tbody tr")
+        assert [r.td.get_text() for r in rows] == ["Autocast GEMMs", "Pre-quantized GEMMs"]
+        notes = [p.get_text() for p in table.find_parent("div", class_="sphinx-tabs-panel").select("p.gemm-cell-note")]
+        for row in rows:
+            mode = "autocast" if "Autocast" in row.td.get_text() else "prequant"
+            report = Report(docs[device], gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+            cells = row.select("td")[1:]
+            speeds = {}
+            for precision, cell in zip(("fp8-delayed", "fp8-current"), cells, strict=True):
+                total = report.total(mode, precision)
+                if total.speedup_vs_bf16:
+                    speeds[precision] = total.speedup_vs_bf16
+                    assert cell.get_text().startswith(format_speedup(total.speedup_vs_bf16))
+                else:
+                    # "failed" or "n/a" with a note mark; the note under the table gives the status and
+                    # TE's reason as text (a phone has no hover), never one "n/a" for failed and unsupported
+                    status = total.status
+                    assert cell.get_text()[:-1] == ("failed" if status == "failed" else "n/a")
+                    mark = cell.get_text()[-1]
+                    note = next(n for n in notes if n.startswith(mark))
+                    assert f"{status}: {' '.join(total.reason.split())[:40]}" in note
+            fastest = max(speeds, key=lambda p: speeds[p])
+            marked = [c for c in cells if "gemm-fastest" in c.get("class", [])]
+            assert len(marked) == 1 and marked[0].get_text().endswith("★")
+            assert marked[0] is cells[("fp8-delayed", "fp8-current").index(fastest)]
     report = Report(docs[H100["name"]], gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
     best = max(("fp8-delayed", "fp8-current"), key=lambda p: report.total("autocast", p).speedup_vs_bf16 or 0)
     values = [a.get_text() for a in soup.select("p abbr.gemm-value")]
@@ -69,7 +77,7 @@ def test_summary_names_unmeasured_models_with_their_command(project: Project) ->
                  "   :precisions: bf16, fp8-current\n   :missing: note\n")
     warnings, _ = project.build()
     assert "WARNING" not in warnings, warnings
-    text = project.html().select_one("table.gemm-summary-table").get_text()
+    text = project.html().select_one("div.gemm-summary").get_text()
     assert "gemm-bench run --model qwen2.5-72b --tensor-model-parallel-size 8" in text
     assert "Llama 3 8B" in text and "Qwen2.5 72B (TP 8)" in text
 
@@ -147,9 +155,9 @@ def test_summary_adds_step_and_sqnr_rows_when_measured(project: Project) -> None
     assert "WARNING" not in warnings, warnings
     rows = {r.td.get_text(): [c.get_text() for c in r.select("td")[1:]]
             for r in project.html().select("table.gemm-summary-table tbody tr")}
-    step = next(v for k, v in rows.items() if "training step" in k)
-    sqnr = next(v for k, v in rows.items() if "SQNR" in k)
-    assert step == [format_speedup(report.step("fp8-current").speedup_vs_bf16) + " ★"]  # the only one: fastest
+    step = rows["Training step"]
+    sqnr = rows["Least SQNR, dB"]
+    assert step == [format_speedup(report.step("fp8-current", graphed=True).speedup_vs_bf16) + " ★"]
     assert sqnr == [f"{report.sqnr('autocast', 'fp8-current'):.1f}"]
     assert "Not in these results yet" not in project.html().get_text()
 
@@ -178,3 +186,80 @@ def test_peers_have_their_own_table_never_in_te_totals(project: Project) -> None
     # TE's totals are TE's: the peers' times appear nowhere in the totals table.
     totals = soup.select_one("table.gemm-totals").get_text()
     assert all(format_ms(r.ms) not in totals for r in peers if r.ms)
+
+
+def _summary_page(project: Project, extra: str = "") -> None:
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current, fp8-block\n" + extra)
+
+
+def test_the_answer_sentence_names_the_starred_step_and_its_accuracy_cost(project: Project) -> None:
+    """The sentence recommends exactly what the training-step row stars, with that step's speedup,
+    its autocast GEMMs' and its SQNR (and the more accurate recipe's, where one keeps clearly more)."""
+    from gemm_benchmark.values import decide_fastest, step_points
+
+    report = _stored_beyond(project)
+    _summary_page(project, "   :show: table\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    soup = project.html()
+    sentence = soup.select_one("p.gemm-summary-answer").get_text()
+    verdict = decide_fastest(step_points(report, ["fp8-current", "fp8-block"], graphed=True))
+    assert verdict is not None and verdict.answer != "bf16"
+    chosen = PRECISIONS[verdict.answer].display
+    assert f"train in {chosen}: the training step runs {verdict.speedup:.2f}× as fast as in BF16" in sentence
+    assert f"its autocast GEMMs {report.total('autocast', verdict.answer).speedup_vs_bf16:.2f}×" in sentence
+    assert f"keeps {report.sqnr('autocast', verdict.answer):.1f} dB SQNR" in sentence
+    starred = next(tr for tr in soup.select("table.gemm-summary-table tbody tr")
+                   if tr.td.get_text() == "Training step").select("td.gemm-fastest")
+    assert len(starred) == 1 and starred[0].get_text().startswith(f"{verdict.speedup:.2f}×")
+
+
+def test_a_step_slower_than_bf16_says_stay_in_bf16_and_stars_nothing(project: Project) -> None:
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    base = {c["mode"]: c["ms"] for c in doc["layer"] if c["precision"] == "bf16"}
+    for cell in doc["layer"]:
+        if cell["precision"] not in ("bf16", "mxfp8"):  # every FP8 step 20% slower than BF16's
+            cell["ms"] = round(base[cell["mode"]] * 1.2, 6)
+            cell["stats"] = {"median_ms": cell["ms"], "iqr_ms": round(cell["ms"] * 0.01, 6), "n": 10}
+    project.store(doc)
+    _summary_page(project, "   :show: table\n")
+    warnings, _ = project.build()
+    soup = project.html()
+    sentence = soup.select_one("p.gemm-summary-answer").get_text()
+    assert "stay in BF16: no FP8 recipe makes the training step faster" in sentence
+    assert "train in" not in sentence
+    rows = soup.select("table.gemm-summary-table tbody tr")
+    row = next(r for r in rows if r.td.get_text().startswith("Training step"))
+    assert row.td.get_text() == "Training step · fastest: BF16" and not row.select("td.gemm-fastest")
+    # the autocast GEMMs are still faster, and the sentence says so rather than hiding it
+    assert "although" in sentence and "autocast GEMMs alone" in sentence
+    assert "WARNING" not in warnings, warnings
+
+
+def test_sqnr_is_shown_once_per_recipe_and_pass(project: Project) -> None:
+    report = _stored_beyond(project)
+    _summary_page(project, "   :show: table, sqnr\n   :accuracy: sentence\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    soup = project.html()
+    tables = soup.select("table.gemm-summary-table")
+    per_model, by_pass = tables[0], tables[-1]
+    assert "SQNR" not in per_model.get_text()  # :accuracy: sentence: no row of its own
+    assert "dB SQNR" in soup.select_one("p.gemm-summary-answer").get_text()
+    rows = {r.td.get_text(): [c.get_text() for c in r.select("td")[1:]] for r in by_pass.select("tbody tr")}
+    assert list(rows) == ["Fprop", "Dgrad", "Wgrad"]
+    assert [th.get_text() for th in by_pass.select("thead th")][1:] == ["BF16", "FP8 Current", "FP8 Block"]
+    for name, values in rows.items():
+        for precision, text in zip(("bf16", "fp8-current", "fp8-block"), values, strict=True):
+            least = min(report.sqnr("autocast", precision, g) for g in report.gemms if g.pass_ == name.lower())
+            assert text == f"{least:.1f}", (name, precision)
+
+
+def test_accuracy_and_show_values_are_checked(project: Project) -> None:
+    _summary_page(project, "   :accuracy: everywhere\n")
+    warnings, _ = project.build()
+    assert "index.rst:4" in warnings
+    assert "unknown value 'everywhere'; choose from row, sentence" in warnings

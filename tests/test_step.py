@@ -183,3 +183,26 @@ def test_step_imports_without_torch() -> None:
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_skewed_routing_step_is_read_and_a_dense_layer_has_none() -> None:
+    """Report.step(routing="skewed") reads the stored skewed cells of a mixture of experts (never the
+    balanced ones), and says a dense layer has no experts to route to."""
+    from gemm_bench.report.report import Report
+    from tests.site_build import read_cache_file
+
+    moe = read_cache_file("19210ed9493a1e7a--h100-80gb-hbm3.json")  # gpt-oss-120b: both routings stored
+    report = Report(moe, modes=["autocast", "layer", "layer-graphed"])
+    stored = {(c["precision"], c.get("routing", "balanced")): c["ms"] for c in moe["layer"]
+              if c["mode"] == "layer-graphed" and c["status"] == "measured"}
+    for routing in ("balanced", "skewed"):
+        got = report.step("fp8-current", graphed=True, routing=routing)
+        assert got.step_ms == stored[("fp8-current", routing)]
+        assert got.speedup_vs_bf16 == pytest.approx(stored[("bf16", routing)] / stored[("fp8-current", routing)])
+    assert stored[("fp8-current", "skewed")] != stored[("fp8-current", "balanced")]
+    assert report.step("fp8-current", graphed=True, routing="skewed").gemm_share is None
+    dense = Report(read_cache_file("45a55c5d892e31af--h100-80gb-hbm3.json"), modes=["autocast", "layer-graphed"])
+    skewed = dense.step("fp8-current", graphed=True, routing="skewed")
+    assert skewed.status == "unsupported" and "no experts" in skewed.reason
+    with pytest.raises(ValueError, match="unknown routing"):
+        dense.step("fp8-current", routing="zipf")

@@ -90,7 +90,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", validate_config, priority=400)
     app.connect("config-inited", _add_static)
     app.connect("build-finished", log_summary)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 5}
+    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 6}
 
 
 def _add_static(app: Sphinx, config: Any) -> None:
@@ -98,3 +98,4 @@ def _add_static(app: Sphinx, config: Any) -> None:
     if str(STATIC_DIR) not in config.html_static_path:
         config.html_static_path.append(str(STATIC_DIR))
     app.add_css_file("gemm_benchmark.css")
+    app.add_js_file("gemm_benchmark.js", loading_method="defer")

@@ -41,6 +41,10 @@ class Value:
     #: and that cell's reason, so a role reads "failed: CUDA out of memory", never one "n/a" for all.
     status: str = ""
     reason: str = ""
+    #: A speedup's measured spread (``values.Point``'s low and high), where it has one: the prose
+    #: check of :mod:`.roles` needs it to tell two quoted speedups apart.
+    low: float | None = None
+    high: float | None = None
 
     @property
     def available(self) -> bool:

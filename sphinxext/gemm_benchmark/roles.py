@@ -18,6 +18,7 @@ from the same records, so a role in a section title shows its value everywhere.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from docutils import nodes
@@ -28,7 +29,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
 from gemm_bench.question.devices import selects
-from gemm_bench.question.precisions import MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
+from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
 from gemm_benchmark import records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
@@ -87,7 +88,9 @@ ROLES: dict[str, RoleSpec] = {
                  "The fastest precision's name: the largest whole-model speedup vs BF16 among the precisions the "
                  "directive shows and the device measured, BF16 included; when no precision is faster than BF16 "
                  "beyond the measured spread it reads \"BF16 (no FP8 recipe is faster here)\" (one rule, "
-                 "shared with the summary's ★). ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup.",
+                 "shared with the summary's ★). ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup. With MODE "
+                 "``layer-graphed`` (or ``layer``) it answers for the training step, as the summary's answer "
+                 "sentence does; ``:gemm-step-speedup:`NAME layer-graphed fastest``` quotes that speedup.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
     )
 }
@@ -168,7 +171,7 @@ def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
             raise Unavailable(f"{record.name} shows {len(record.devices)} devices and lists no :devices:; "
                               f"name one: {', '.join(record.name + '@' + d.slug for d in record.devices)}")
     mode, precision = node["mode"], node["precision"]
-    if mode not in record.modes and node["kind"] not in STEP_ROLES:
+    if mode not in record.modes and node["kind"] not in STEP_ROLES and mode not in LAYER_MODES:
         raise Unavailable(f"{record.name} does not show mode {mode!r} (it shows {', '.join(record.modes)})")
     if precision not in ("", "fastest") and precision not in record.precisions:
         raise Unavailable(f"{record.name} does not show precision {precision!r} "
@@ -213,6 +216,7 @@ class ResolveGemmValues(SphinxPostTransform):
 
     def run(self, **kwargs: Any) -> None:
         html = builder_format(self.env) == "html"
+        quoted: dict[int, tuple[nodes.Element, list[tuple[gemm_value, records.Value]]]] = {}
         for node in list(self.document.findall(gemm_value)):
             try:
                 value = lookup(self.env, node)
@@ -226,7 +230,52 @@ class ResolveGemmValues(SphinxPostTransform):
                     warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(_not_available(node["text"], exc, html))
                 continue
+            paragraph = node.parent
+            if node["kind"] in SPEEDUP_ROLES and node["precision"] and isinstance(paragraph, nodes.paragraph):
+                quoted.setdefault(id(paragraph), (paragraph, []))[1].append((node, value))
             node.replace_self(_rendered(value, html))
+        for paragraph, values in quoted.values():
+            problem = significance_problem(paragraph.astext(), values)
+            if problem:
+                warn(Subtype.CLAIM, problem, location=paragraph)
+
+
+#: Roles quoting a speedup with a spread: two of them in one paragraph are a comparison.
+SPEEDUP_ROLES = ("gemm-speedup", "gemm-step-speedup")
+#: How prose says two numbers are not told apart by the measurements.
+WITHIN_SPREAD = re.compile(r"within (?:the |its |their |each other['’]s )?(?:measured )?spread|not (?:clearly|"
+                           r"significantly) (?:faster|slower)|not told apart", re.IGNORECASE)
+
+
+def significance_problem(text: str, values: list[tuple[gemm_value, records.Value]]) -> str:
+    """Whether a paragraph's words respect the significance of the speedups it quotes.
+
+    Two speedups of one quantity (same directive, device, mode and GEMM; different precisions)
+    whose measured spreads overlap are not told apart: the paragraph must say so ("within the
+    measured spread"). A paragraph that says so must quote such a pair. "" when the words hold.
+    """
+    groups: dict[tuple[str, ...], list[tuple[str, records.Value]]] = {}
+    for node, value in values:
+        key = (node["kind"], node["gemm_name"], node["device"], node["mode"], node["gemm"])
+        groups.setdefault(key, []).append((node["text"], value))
+    tied: list[str] = []
+    apart: list[str] = []
+    for group in groups.values():
+        for i, (a_text, a) in enumerate(group):
+            for b_text, b in group[i + 1:]:
+                if None in (a.low, a.high, b.low, b.high) or a_text == b_text:
+                    continue
+                pair = f"{a.text} ({a_text}, spread {a.low:.2f}–{a.high:.2f}) and {b.text} ({b_text}, " \
+                       f"spread {b.low:.2f}–{b.high:.2f})"
+                (tied if a.high >= b.low and b.high >= a.low else apart).append(pair)  # type: ignore[operator]
+    says_within = bool(WITHIN_SPREAD.search(text))
+    if tied and not says_within:
+        return (f"the paragraph quotes {tied[0]}, which lie within each other's measured spread, but does not "
+                "say so (write e.g. \"within the measured spread\")")
+    if says_within and apart and not tied:
+        return (f"the paragraph says two speedups are within the measured spread, but the ones it quotes are "
+                f"not: {apart[0]}")
+    return ""
 
 
 # ---------------------------------------------------------------- copies outside the page body

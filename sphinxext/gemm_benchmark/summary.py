@@ -22,7 +22,7 @@ from docutils import nodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.measure.step import step_scope_sentence
+from gemm_bench.measure.step import ROUTING_NAMES, routings, step_scope_sentence
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS
 from gemm_bench.question.devices import device_label
@@ -37,18 +37,29 @@ from gemm_bench.question.precisions import (
 )
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report
-from gemm_benchmark import execution, freshness, questions_builder, records
+from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError, Request, parse_options
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, scrolling
-from gemm_benchmark.render_table import Entry, data_table
-from gemm_benchmark.values import Fastest, Point, decide_fastest, format_speedup, total_points, unavailable_text
+from gemm_benchmark.render_table import Entry, data_table, inline_literals
+from gemm_benchmark.tabs import tab_set
+from gemm_benchmark.values import (
+    Fastest,
+    Point,
+    decide_fastest,
+    format_speedup,
+    step_points,
+    total_points,
+    unavailable_text,
+)
 
 logger = logging.getLogger(__name__)
 
 _MODEL = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d+))?(?:/ep(?P<ep>\d+))?$")
-MODE_ROW_NAMES = {"autocast": "autocast", "prequant": "pre-quantized"}
+#: What ``:show:`` may list: the per-model tables, the figure, and SQNR once per recipe and pass.
+SHOW_PARTS = ("table", "figure", "sqnr")
+MODE_ROW_NAMES = {"autocast": "Autocast GEMMs", "prequant": "Pre-quantized GEMMs"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +100,19 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
    :devices: h100, h200
    :show: table
 """
+    reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
+        "models": "model presets, each optionally ``/tpN`` and ``/epN`` (``llama3-70b/tp8``, ``deepseek-v3/ep64``)",
+        "precisions": "as ``gemm-benchmark``'s; BF16 is the reference, every other one a column",
+        "modes": "as ``gemm-benchmark``'s (default ``autocast, prequant``); the training step comes with autocast",
+        "devices": "device slugs or aliases; one tab per device, synced with every block's device tabs",
+        "show": "any of ``table`` (per model: the answer sentence and its table), ``figure`` (every model's "
+                "whole-model speedup), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
+        "missing": "``warn`` (default: a model or device without a result is a warning) or ``note``",
+        "caption": "a line of text above the summary",
+        "gains-less": "``A < B, ...``: prose claims the build checks (A's autocast speedup below B's everywhere)",
+        "accuracy": "``row`` (default: a least-SQNR row in each table) or ``sentence`` (only the answer sentence's "
+                    "SQNR, for a page that shows ``:show: sqnr`` once)",
+    }
     has_content = False
     option_spec = {  # noqa: RUF012  (docutils reads it as a class attribute)
         "models": lambda text: text or "",
@@ -99,6 +123,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         "missing": lambda text: text or "",
         "caption": lambda text: text or "",
         "gains-less": lambda text: text or "",
+        "accuracy": lambda text: text or "",
     }
 
     def _warn(self, subtype: Subtype, message: str) -> None:
@@ -153,68 +178,71 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             precisions = [p for p in precisions if p not in collapsed]
         else:
             collapsed = {}  # every column would go: keep them, each cell saying why
-        table = SummaryTable("Model · GPU · what is timed" if len(asks) > 1 else "GPU · what is timed",
-                             [PRECISIONS[p].display for p in precisions])
+        out = nodes.container(classes=["gemm-summary"])
+        caption = self.options.get("caption", "").strip()
+        if caption:
+            out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
+        by_pass: list[Report] = []
         for ask in asks:
             answer = answers[ask.entry]
+            label = ask.label or ""
+            block = nodes.container(classes=["gemm-summary-model"])
+            if len(asks) > 1 and "table" in show:
+                name = label or ask.preset
+                head = nodes.paragraph(classes=["gemm-summary-model-name"])
+                head += nodes.strong(name, name)
+                block += head
             if not answer.devices and not answer.unmatched:
-                unmeasured.append(f"{ask.label or ask.preset} ({ask.command})")
-                table.span(Entry(ask.label, strong=True),
-                           Entry(f"not measured yet: ``{ask.command}``", classes=("gemm-summary-missing",),
-                                 markup=True))
+                unmeasured.append(f"{label or ask.preset} ({ask.command})")
+                block += _missing_paragraph(f"Not measured yet: ``{ask.command}``")
+                if "table" in show:
+                    out += block
                 continue
+            panels: list[tuple[str, list[nodes.Node]]] = []
             for device in answer.devices:
                 self._assess(ask, device, note_missing)
                 documents.append(device.doc)
                 if device.doc.get("layer"):
                     for problem in Report(device.doc, modes=["autocast", *LAYER_MODES]).step_contradictions():
-                        self._warn(Subtype.CLAIM, f"{ask.label or ask.preset} on {device_label(device.device)}: "
+                        self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: "
                                    f"{problem}")
-                for mode in per_gemm:
-                    table.row(self._row(ask.label, device, mode, precisions))
-                for mode in steps:
-                    table.row(self._extra_row(ask.label, device, mode, precisions, "step"))
-                if not steps and per_gemm and device.doc.get("layer"):
-                    # The headline step is the GPU's time (layer-graphed), like the GEMMs'; the eager
-                    # step only where a result has no graphed one (method v3 and older).
-                    graphed = any(c.get("mode") == LAYER_MODES[1] and c.get("status") == "measured"
-                                  for c in device.doc["layer"])
-                    table.row(self._extra_row(ask.label, device, per_gemm[0], precisions, "step", graphed=graphed))
-                if per_gemm and device.doc.get("accuracy"):
-                    table.row(self._extra_row(ask.label, device, per_gemm[0], precisions, "sqnr"))
+                if per_gemm:
+                    by_pass.append(device.reports[per_gemm[0]])
+                # The tab keeps the GPU's plain name (tabs of one name switch together across the page);
+                # a stale result says so in its panel.
+                panels.append((device_label(device.device),
+                               self._panel(label, label or model_label(ask.preset, ask.tp, ask.ep), device,
+                                           per_gemm, steps, precisions, "table" in show)))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
-                    figure_reports.append((f"{ask.label} · {device_label(device.device)}" if len(asks) > 1
+                    figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[per_gemm[0]]))
             for selector in answer.unmatched:
-                unmeasured.append(f"{ask.label or ask.preset} on {selector} ({ask.command})")
-                head = " · ".join([*([ask.label] if ask.label else []), selector])
-                table.span(Entry(head, strong=True),
-                           Entry(f"not measured on {selector} yet: ``{ask.command}``",
-                                 classes=("gemm-summary-missing",), markup=True))
+                unmeasured.append(f"{label or ask.preset} on {selector} ({ask.command})")
+                panels.append((selector.upper(), [_missing_paragraph(
+                    f"Not measured on {selector} yet: ``{ask.command}``")]))
+            if "table" in show:
+                if len(panels) > 1:
+                    block += tab_set(panels, classes=["gemm-device-tabs", "gemm-summary-devices"])
+                else:
+                    block.extend(panels[0][1])
+            model = ask.request.question.config
+            scope = step_scope_sentence(model) if model is not None and any(
+                d.doc.get("layer") for d in answer.devices) else None
+            if scope and "table" in show:  # what a rank's one-GPU step leaves out (collectives, routing)
+                block += nodes.paragraph(scope, scope, classes=["gemm-summary-note", "gemm-summary-scope"])
+            if "table" in show:
+                out += block
         if per_gemm:
             self._check_claims(answers, precisions, per_gemm[0])
         if unmeasured:
             self._report_missing("not measured yet: " + "; ".join(unmeasured), note_missing)
-        out = nodes.container(classes=["gemm-summary"])
-        caption = self.options.get("caption", "").strip()
-        if caption:
-            out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
-        out += scrolling(table.node("Whole-model GEMM speedup vs BF16 "
-                                    "(★ fastest; ≈ within its measured spread; hover for the source)"))
         if collapsed:
             for text in collapsed_notes(collapsed):
                 out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-collapsed"])
-        for ask in asks:  # what a rank's one-GPU step leaves out (collectives with their bytes, routing)
-            model = ask.request.question.config
-            scope = step_scope_sentence(model) if model is not None and any(
-                d.doc.get("layer") for d in answers[ask.entry].devices) else None
-            if scope:
-                text = f"{ask.label or ask.preset}: {scope}" if len(asks) > 1 else scope
-                out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-scope"])
-        if unmeasured:
+        if unmeasured and "table" in show:
             text = (f"{len(unmeasured)} of the models and devices asked for are not measured yet. On a GPU box, "
-                    "gemm-bench refresh docs/ measures every question the site asks (or run the command in the "
-                    "model's row), then commit the new files of the result cache.")
+                    "gemm-bench refresh docs/ measures every question the site asks (or run the command shown), "
+                    "then commit the new files of the result cache.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         lacking = [what for key, what in (("layer", "training-step speedups"), ("accuracy", "accuracy (SQNR)"))
                    if documents and not any(doc.get(key) for doc in documents)]
@@ -222,6 +250,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
                     "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
+        if "sqnr" in show and per_gemm:
+            out.extend(self._sqnr_by_pass(by_pass, per_gemm[0], precisions, len(asks)))
         if "figure" in show and figure_reports and per_gemm:
             spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
                                         title="Whole-model GEMM speedup vs BF16")
@@ -232,6 +262,78 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         self.set_source_info(out)
         return [out]
 
+    def _panel(self, label: str, model: str, device: execution.DeviceAnswer, per_gemm: list[str],
+               steps: list[str], precisions: list[str], with_table: bool) -> list[nodes.Node]:
+        """One GPU's answer for one model: the sentence, then the table (rows: what is timed; columns:
+        precisions), then the notes its cells without a number point to."""
+        gpu = device_label(device.device)
+        out: list[nodes.Node] = []
+        if device.status in (execution.Status.STALE, execution.Status.MISSING):
+            # As text, not hover-only: a phone reader sees why these numbers may be out of date.
+            text = (f"This {gpu} result is {device.status.value}: {device.reason}. A GPU run of gemm-bench refresh "
+                    "re-measures it (see the freshness page).")
+            out.append(nodes.paragraph(text, text, classes=["gemm-summary-note", f"gemm-{device.status.value}"]))
+        if per_gemm:
+            said = answer_text.answer(device.reports[per_gemm[0]], per_gemm[0], precisions, device=gpu, model=label)
+            sentence = nodes.paragraph(classes=["gemm-summary-answer"])
+            sentence += nodes.Text(said.sentence)
+            out.append(sentence)
+        if not with_table:
+            return out
+        notes = answer_text.Notes()
+        table = SummaryTable("What is timed", [PRECISIONS[p].display for p in precisions])
+        for mode in per_gemm:
+            table.row(self._row(device, mode, precisions, notes))
+        step_modes = steps or ([LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and device.doc.get("layer") else [])
+        for mode in step_modes:
+            table.row(self._extra_row(device, per_gemm[0] if per_gemm else mode, precisions, "step", notes,
+                                      graphed=mode == LAYER_MODES[1]))
+        config = device.reports[(per_gemm or step_modes or [""])[0]].config if (per_gemm or step_modes) else None
+        skewed = step_modes and config is not None and "skewed" in routings(config)
+        if skewed:  # a mixture of experts: the same step with the skewed routing the page names
+            table.row(self._extra_row(device, per_gemm[0] if per_gemm else step_modes[0], precisions, "step", notes,
+                                      graphed=True, routing="skewed"))
+        if per_gemm and device.doc.get("accuracy") and self.accuracy == "row":
+            table.row(self._extra_row(device, per_gemm[0], precisions, "sqnr", notes))
+        status = (f" ({device.status.value}: see the freshness page)"
+                  if device.status in (execution.Status.STALE, execution.Status.MISSING) else "")
+        where = f"{model} on the {gpu}"
+        out.append(scrolling(table.node(f"Speedup vs BF16, {where}{status}: ★ fastest, ≈ within the fastest's "
+                                        "measured spread; tap a number for its source")))
+        for line in notes.lines():
+            out.append(nodes.paragraph(line, line, classes=["gemm-summary-note", "gemm-cell-note"]))
+        if skewed:
+            text = (f"Training step, skewed routing: the same step with {ROUTING_NAMES['skewed']}; the other rows "
+                    f"use {ROUTING_NAMES['balanced']}. The answer above is about the balanced step.")
+            out.append(nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-routing"]))
+        return out
+
+    def _sqnr_by_pass(self, reports: list[Report], mode: str, precisions: list[str], models: int) -> list[nodes.Node]:
+        """SQNR once per recipe and pass: each model's least accurate GEMM of that pass, as a range over
+        every model and GPU shown (one number where they agree to the shown digit)."""
+        shown = [BASELINE, *precisions]
+        ranges = answer_text.sqnr_by_pass(reports, mode, shown)
+        if not ranges:
+            text = "No SQNR is measured in these results yet."
+            return [nodes.paragraph(text, text, classes=["gemm-summary-note"])]
+        table = SummaryTable("Pass", [PRECISIONS[p].display for p in shown])
+        for pass_, name in answer_text.pass_names():
+            row = [Entry(name, strong=True)]
+            for p in shown:
+                found = ranges.get((p, pass_))
+                row.append(Entry(found.text, classes=("gemm-num",),
+                                 tooltip=f"{PRECISIONS[p].display}, {name}: least SQNR of the pass's GEMMs, "
+                                         f"{found.low:.2f} to {found.high:.2f} dB over {found.count} results")
+                           if found else Entry("n/a", classes=("gemm-num", "gemm-na")))
+            table.row(row)
+        width = max(r.high - r.low for r in ranges.values())
+        count = max(r.count for r in ranges.values())
+        title = (f"SQNR in dB per recipe and pass ({MODE_NAMES[mode].lower()}, Gaussian inputs), the least "
+                 f"accurate GEMM of each pass over {models} model{'s' if models != 1 else ''} and {count} results")
+        text = (f"Every result's value lies within {width:.1f} dB of the others' for the same recipe and pass: "
+                "the inputs are synthetic and the same for every model, so this table is shown once rather than "
+                "per model.")
+        return [scrolling(table.node(title)), nodes.paragraph(text, text, classes=["gemm-summary-note"])]
     def _assess(self, ask: ModelAsk, device: execution.DeviceAnswer, note_missing: bool) -> None:
         """Freshness as the ``gemm-benchmark`` directive judges it: a stale result is said to be."""
         where = f"{ask.label + ' ' if ask.label else ''}result on {device.device}"
@@ -240,81 +342,67 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         elif device.status is execution.Status.MISSING:
             self._report_missing(f"{where} is missing: {device.reason}", note_missing)
 
-    def _head(self, label: str, device: execution.DeviceAnswer, what: str, verdict: Fastest | None) -> Entry:
-        """A row's first cell: model, GPU, what is timed; the result's staleness; BF16 when it is the answer."""
-        text = " · ".join([*([label] if label else []), device_label(device.device), what])
-        classes: tuple[str, ...] = ()
-        tooltip = ""
-        if device.status in (execution.Status.STALE, execution.Status.MISSING):
-            # One word in the row (a long reason pushed the landing page's rows below the fold); the
-            # reason on hover, in the build's warning and on the freshness page.
-            text += f" ({device.status.value})"
-            tooltip = f"{device.status.value}: {device.reason}"
-            classes = (f"gemm-{device.status.value}",)
+    def _head(self, device: execution.DeviceAnswer, what: str, verdict: Fastest | None) -> Entry:
+        """A row's first cell: what is timed, and "fastest: BF16" when no precision is clearly faster."""
+        text = what
         if verdict is not None and verdict.starred is None:
-            text += f" · fastest: {verdict.text}"
-        return Entry(text, strong=True, classes=classes, tooltip=tooltip)
+            text += " · fastest: BF16"
+        return Entry(text, strong=True)
 
-    def _extra_row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str],
-                   what: str, *, graphed: bool | None = None) -> list[Entry]:
-        """The training step's speedup (``layer``, ``layer-graphed``; ``graphed`` picks one where
-        ``mode`` is a GEMM mode), or the accuracy (SQNR of the least accurate GEMM), per precision."""
-        graphed = mode == LAYER_MODES[1] if graphed is None else graphed
+    def _extra_row(self, device: execution.DeviceAnswer, mode: str, precisions: list[str], what: str,
+                   notes: answer_text.Notes, *, graphed: bool = True, routing: str = "balanced") -> list[Entry]:
+        """The training step's speedup (CUDA-graphed or eager), or the accuracy (SQNR of the least
+        accurate GEMM), per precision."""
         report = device.reports[mode]
+        gpu = device_label(device.device)
         if what == "step":
-            name = "training step (graphed)" if graphed else "training step (eager)"
+            name = "Training step" if graphed else "Training step, eager"
+            if routing != "balanced":
+                name += f", {routing} routing"
+            points = step_points(report, precisions, graphed=graphed, routing=routing)
+            verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈
         else:
-            name = f"SQNR, dB ({MODE_NAMES[mode].lower()})"
-        steps = {p: report.step(p, graphed=graphed) for p in precisions} if what == "step" else {}
-        speeds = {p: s.speedup_vs_bf16 for p, s in steps.items() if s.speedup_vs_bf16}
-        verdict = decide_fastest({p: Point(v) for p, v in speeds.items()})  # a speed too: ★ as in the GEMM rows
-        row = [self._head(label, device, name, verdict)]
+            name, points, verdict = "Least SQNR, dB", {}, None
+        row = [self._head(device, name, verdict)]
         for p in precisions:
-            source = f"{PRECISIONS[p].display}, {device_label(device.device)}"
-            status, why = "", ""
+            source = f"{PRECISIONS[p].display}, {gpu}"
             if what == "step":
-                step = steps[p]
-                value = step.speedup_vs_bf16
-                status, why = (step.status if step.status != "measured" else ""), step.speedup_reason or step.reason
-                text = format_speedup(value) + (" ★" if verdict and p == verdict.starred else "") if value else ""
-                tip = f"{value:.3f}× BF16 for the whole layer step: {source}" if value else ""
+                step = report.step(p, graphed=graphed, routing=routing)
+                if p in points:
+                    point = points[p]
+                    row.append(_speed_entry(point, verdict, p, f"{point.value:.3f}× BF16 "
+                                            f"(spread {point.low:.2f}–{point.high:.2f}×) for the whole layer step"
+                                            f"{'' if graphed else ', eager'}: {source}"))
+                    continue
+                status = step.status if step.status != "measured" else ""
+                row.append(_absent(status, step.speedup_reason or step.reason, f"{source}, {name.lower()}", notes))
             else:
                 sqnr = report.sqnr(mode, p)
-                text, why = (f"{sqnr:.1f}" if sqnr is not None else ""), report.sqnr_reason(mode, p)
-                tip = f"{sqnr:.2f} dB, the layer's least accurate GEMM: {source}" if sqnr is not None else ""
-            star = what == "step" and verdict is not None and p == verdict.starred
-            row.append(Entry(text, strong=star, classes=("gemm-num", *(("gemm-fastest",) if star else ())), tooltip=tip)
-                       if text else _absent(status, why, source))
+                if sqnr is not None:
+                    row.append(Entry(f"{sqnr:.1f}", classes=("gemm-num",),
+                                     tooltip=f"{sqnr:.2f} dB, the layer's least accurate GEMM: {source}"))
+                else:
+                    row.append(_absent("", report.sqnr_reason(mode, p), f"{source}, SQNR", notes))
         return row
 
-    def _row(self, label: str, device: execution.DeviceAnswer, mode: str, precisions: list[str]) -> list[Entry]:
+    def _row(self, device: execution.DeviceAnswer, mode: str, precisions: list[str],
+             notes: answer_text.Notes) -> list[Entry]:
         report = device.reports[mode]
         points = total_points(report, mode, precisions)
         verdict = decide_fastest(points)
-        star = verdict.starred if verdict else None
-        row = [self._head(label, device, MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
+        row = [self._head(device, MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
         for p in precisions:
             total = report.total(mode, p)
             source = f"{PRECISIONS[p].display}, {MODE_NAMES[mode]}, {device_label(device.device)}"
             if p in points:
                 point = points[p]
-                tied = verdict is not None and p in verdict.tied
-                text = format_speedup(point.value) + (" ★" if p == star else " ≈" if tied else "")
-                why = ""
-                if tied and verdict is not None and verdict.answer == BASELINE:
-                    why = "; within the measured spread of BF16: not significantly faster"
-                elif tied and verdict is not None:
-                    why = (f"; within the measured spread of the fastest ({PRECISIONS[verdict.answer].display}): "
-                           "not significantly slower")
                 range_text = (f" (spread {point.low:.2f}–{point.high:.2f}×)"
                               if point.low is not None and point.high is not None else "")
-                classes = ("gemm-num", *(("gemm-fastest",) if p == star else ("gemm-tie",) if tied else ()))
-                row.append(Entry(text, strong=p == star, classes=classes,
-                                 tooltip=f"{point.value:.3f}× BF16{range_text}, whole model ({report.num_layers} "
-                                         f"layers): {source}{why}"))
+                row.append(_speed_entry(point, verdict, p, f"{point.value:.3f}× BF16{range_text}, whole model "
+                                        f"({report.num_layers} layers): {source}"))
             else:
                 status = total.status if total.status != "measured" else ""
-                row.append(_absent(status, total.reason or total.speedup_reason, source))
+                row.append(_absent(status, total.reason or total.speedup_reason, source, notes))
         return row
 
     def _parse(self) -> tuple[list[ModelAsk], tuple[str, ...], bool]:
@@ -322,8 +410,12 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
         show = tuple(split_list(self.options.get("show", "table, figure")))
         for part in show:
-            if part not in ("table", "figure"):
-                raise OptionError("show", f"unknown value {part!r}; choose from table, figure")
+            if part not in SHOW_PARTS:
+                raise OptionError("show", f"unknown value {part!r}; choose from {', '.join(SHOW_PARTS)}")
+        accuracy = self.options.get("accuracy", "row").strip().lower() or "row"
+        if accuracy not in ("row", "sentence"):
+            raise OptionError("accuracy", f"unknown value {accuracy!r}; choose from row, sentence")
+        self.accuracy = accuracy
         missing = self.options.get("missing", "warn").strip().lower() or "warn"
         if missing not in ("warn", "note"):
             raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
@@ -371,11 +463,36 @@ def collapsed_notes(collapsed: Mapping[str, str]) -> list[str]:
             for why, names in by_reason.items()]
 
 
-def _absent(status: str, reason: str, source: str) -> Entry:
-    """A cell without a number: "failed: <reason>" or "unsupported: <reason>" (never one "n/a" for all)."""
-    text = unavailable_text(status, reason) if status in ("failed", "unsupported") else "n/a"
+def _speed_entry(point: Point, verdict: Fastest | None, precision: str, tooltip: str) -> Entry:
+    """A speedup cell: ★ on the answer, ≈ on one within the answer's measured spread (with why)."""
+    star = verdict is not None and precision == verdict.starred
+    tied = verdict is not None and precision in verdict.tied
+    why = ""
+    if tied and verdict is not None and verdict.answer == BASELINE:
+        why = "; within the measured spread of BF16: not significantly faster"
+    elif tied and verdict is not None:
+        why = (f"; within the measured spread of the fastest ({PRECISIONS[verdict.answer].display}): "
+               "not significantly slower")
+    text = format_speedup(point.value) + (" ★" if star else " ≈" if tied else "")
+    classes = ("gemm-num", *(("gemm-fastest",) if star else ("gemm-tie",) if tied else ()))
+    return Entry(text, strong=star, classes=classes, tooltip=tooltip + why)
+
+
+def _absent(status: str, reason: str, source: str, notes: answer_text.Notes) -> Entry:
+    """A cell without a number: "failed" or "n/a" with a note mark; the reason is a numbered note under
+    the table (text a phone reader can read, not hover-only), so a failed cell never reads as unsupported."""
+    full = unavailable_text(status, reason, limit=10_000)
+    word = "failed" if status == "failed" else "n/a"
+    mark = notes.mark(f"{source}: {full}" if status != "unsupported" else
+                      f"{source.split(',')[0]}: {full}")
     classes = ("gemm-num", "gemm-na", *((f"gemm-{status}",) if status else ()))
-    return Entry(text, classes=classes, tooltip=f"{source}: {unavailable_text(status, reason, limit=10_000)}")
+    return Entry(f"{word}{mark}", classes=classes, tooltip=f"{source}: {full}")
+
+
+def _missing_paragraph(text: str) -> nodes.paragraph:
+    para = nodes.paragraph(classes=["gemm-summary-missing"])
+    para.extend(inline_literals(text))
+    return para
 
 
 class SummaryTable:

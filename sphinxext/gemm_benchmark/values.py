@@ -62,6 +62,11 @@ FASTEST_RULE = ("the precision with the largest whole-model GEMM speedup vs BF16
                 "BF16's measured spread is not called faster than BF16")
 
 
+#: The same rule for the training step (``layer``, ``layer-graphed``): the summary's answer sentence.
+STEP_RULE = ("the precision with the largest training-step speedup vs BF16 among those measured, BF16 included: "
+             "a precision whose step speedup lies within the two steps' measured spread is not called faster")
+
+
 @dataclasses.dataclass(frozen=True)
 class Point:
     """A speedup vs BF16 and its measured spread (``low``/``high`` None when unknown)."""
@@ -148,6 +153,26 @@ def total_points(report: Report, mode: str, precisions: Iterable[str]) -> dict[s
     return out
 
 
+def step_points(report: Report, precisions: Iterable[str], *, graphed: bool,
+                routing: str = "balanced") -> dict[str, Point]:
+    """Training-step speedups vs BF16 with their spreads, of the precisions whose step is measured:
+    the same :func:`decide_fastest` rule as the GEMMs'. The spread reads each step time as its
+    median -/+ half its IQR, as :func:`gemm_bench.report.figures.ratio_spread` reads a GEMM's: the
+    ratio's relative half-width is half the two steps' relative IQRs summed (``StepResult.spread``)."""
+    out: dict[str, Point] = {}
+    for precision in dict.fromkeys(precisions):
+        if precision == BASELINE:
+            continue
+        step = report.step(precision, graphed=graphed, routing=routing)
+        value = step.speedup_vs_bf16
+        if step.status != "measured" or not _finite(value):
+            continue
+        assert value is not None
+        half = (step.spread or 0.0) / 2
+        out[precision] = Point(value, value * (1 - half), value * (1 + half))
+    return out
+
+
 def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = None) -> Fastest | None:
     """:func:`decide_fastest` over a report's whole-model speedups in ``mode``."""
     return decide_fastest(total_points(report, mode, report.precisions if precisions is None else precisions))
@@ -200,8 +225,9 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 speedup = total.speedup_vs_bf16
                 if _finite(speedup):
                     assert speedup is not None
+                    _, low, high = figures.total_point(report, mode, precision)
                     out[value_key("gemm-speedup", mode, precision)] = Value(
-                        format_speedup(speedup), f"{speedup:.3f}× BF16 for {layers}: {where}")
+                        format_speedup(speedup), f"{speedup:.3f}× BF16 for {layers}: {where}", low=low, high=high)
                 else:
                     why = getattr(total, "speedup_reason", "") or "BF16 is not measured in the same run"
                     out[value_key("gemm-speedup", mode, precision)] = Value("", f"{where}: {why}")
@@ -260,13 +286,31 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
         step = report.step(precision, graphed=graphed)
         at = f"{PRECISIONS[precision].display}, {layer_mode} step" + where.split(",", 2)[-1]
         speedup, share = step.speedup_vs_bf16, step.gemm_share
+        point = step_points(report, [precision], graphed=graphed).get(precision)
         out[value_key("gemm-step-speedup", layer_mode, precision)] = (
-            Value(format_speedup(speedup), f"{speedup:.3f}× BF16 for the whole layer step: {at}")
+            Value(format_speedup(speedup), f"{speedup:.3f}× BF16 for the whole layer step: {at}",
+                  low=point.low if point else None, high=point.high if point else None)
             if _finite(speedup) and speedup else Value("", f"{at}: {step.speedup_reason or step.reason}",
                                                        *_absent(step.status, step.reason)))
         out[value_key("gemm-share", layer_mode, precision)] = (
             Value(f"{share * 100:.0f}%", f"{share * 100:.1f}% of the BF16 step is its GEMMs: {at}")
             if _finite(share) and share else Value("", f"{at}: {step.gemm_share_reason or step.reason}"))
+    if precision != report.precisions[-1]:
+        return
+    for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):  # once, after the last precision
+        at = f"{layer_mode} step" + where.split(",", 2)[-1]
+        fastest = decide_fastest(step_points(report, report.precisions, graphed=graphed))
+        if fastest is None:
+            out[value_key("gemm-fastest", layer_mode, "")] = Value("", f"{at}: no step besides BF16's measured")
+            out[value_key("gemm-step-speedup", layer_mode, "fastest")] = Value(
+                "", f"{at}: no step besides BF16's measured")
+            continue
+        display = PRECISIONS[fastest.answer].display
+        ties = f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}" if fastest.tied else ""
+        out[value_key("gemm-fastest", layer_mode, "")] = Value(
+            fastest.text, f"{display} ({fastest.speedup:.3f}× BF16 for the whole layer step): {STEP_RULE}{ties}; {at}")
+        out[value_key("gemm-step-speedup", layer_mode, "fastest")] = Value(
+            format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the fastest step: {at}")
 
 
 def gemm_names(report: Report) -> dict[str, tuple[str, ...]]:

@@ -246,8 +246,7 @@ class Report:
         self._support: dict[str, Any] = doc.get("support") or {}
         #: The model's config as the result stores it (None for manual shapes and sweeps).
         self.config: ModelConfig | None = stored_config(doc["question"].get("config"))
-        self._layer = {(c["mode"], c["precision"]): c for c in self._layer_raw
-                       if c.get("routing", "balanced") == "balanced"}
+        self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
 
@@ -422,14 +421,17 @@ class Report:
             return None
         return f"not measured in this result (method v{self.doc['method_version']})"
 
-    def _layer_cell(self, mode: str, precision: str) -> tuple[dict[str, Any] | None, str, str]:
-        """(the stored cell or None, status, reason) of one layer-step cell."""
-        found = self._layer.get((mode, precision))
+    def _layer_cell(self, mode: str, precision: str,
+                    routing: str = "balanced") -> tuple[dict[str, Any] | None, str, str]:
+        """(the stored cell or None, status, reason) of one layer-step cell of ``routing``."""
+        found = self._layer.get((mode, precision, routing))
         if found is not None:
             return found, found["status"], found.get("reason", "")
         config = self.doc["question"].get("config")
         if self.kind != "model" or config is None:
             return None, "unsupported", step.unsupported_reason(None) or ""
+        if self.config is not None and routing not in step.routings(self.config):
+            return None, "unsupported", f"{routing} routing: this layer has no experts to route tokens to"
         why = step.unsupported_reason(self.config) if self.config is not None else None
         if why:
             return None, "unsupported", why
@@ -453,18 +455,22 @@ class Report:
                           "from different measurement runs")
         return sum(c.ms or 0.0 for c in cells), ""
 
-    def step(self, precision: str, graphed: bool = False) -> StepResult:
+    def step(self, precision: str, graphed: bool = False, routing: str = "balanced") -> StepResult:
         """The layer step of one precision: time, speedup vs BF16 and the GEMM share of the BF16 step.
 
         Every ratio is within one run: the step speedup divides two layer cells of one run, and the
         GEMM share divides the 12 BF16 autocast GEMM times of this question by the BF16 step time
         of the same run. ``sentence`` is Amdahl's law in words (:meth:`gemm_bench.measure.step.StepSummary.sentence`).
+        ``routing`` picks a mixture of experts' routing (:data:`gemm_bench.measure.step.ROUTINGS`): the
+        headline is ``balanced``; the GEMM share and Amdahl's prediction are about the balanced GEMMs.
         """
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}")
+        if routing not in step.ROUTINGS:
+            raise ValueError(f"unknown routing {routing!r}; choose from {', '.join(step.ROUTINGS)}")
         mode = LAYER_MODES[1] if graphed else LAYER_MODES[0]
-        raw, status, reason = self._layer_cell(mode, precision)
-        base, base_status, base_reason = self._layer_cell(mode, BASELINE)
+        raw, status, reason = self._layer_cell(mode, precision, routing)
+        base, base_status, base_reason = self._layer_cell(mode, BASELINE, routing)
         run = cell_run_id(self.doc, raw) if raw is not None else None
         ms = raw["ms"] if raw is not None and status == "measured" else None
         stats = raw.get("stats", {}) if raw is not None and status == "measured" else {}
@@ -482,7 +488,9 @@ class Report:
             speedup = base["ms"] / ms
         # GEMM share of the BF16 step, from the same run
         share, share_reason, bf16_gemm = None, "", None
-        if base is None or base_status != "measured" or base_run is None:
+        if routing != "balanced":
+            share_reason = "the GEMM share is stated for the balanced routing, whose GEMMs the question times"
+        elif base is None or base_status != "measured" or base_run is None:
             share_reason = f"BF16 step is {base_status}: {base_reason}"
         else:
             bf16_gemm, share_reason = self._autocast_gemm_ms(BASELINE, base_run)

@@ -1,0 +1,46 @@
+/* gemm-benchmark: every hover meaning is reachable without a mouse. Each number's source (an
+   <abbr title>) takes keyboard focus, and a focus or a tap shows it as text beside the number,
+   in one tooltip element (role=tooltip) the number is described by; Escape or moving on hides it. */
+(function () {
+  "use strict";
+  function setUp() {
+    var tip = document.createElement("div");
+    tip.id = "gemm-tip";
+    tip.className = "gemm-tip";
+    tip.setAttribute("role", "tooltip");
+    tip.hidden = true;
+    document.body.appendChild(tip);
+    var shown = null;
+    function hide() {
+      tip.hidden = true;
+      if (shown) { shown.removeAttribute("aria-describedby"); }
+      shown = null;
+    }
+    function show(el) {
+      shown = el;
+      tip.textContent = el.getAttribute("data-gemm-tip");
+      tip.hidden = false;
+      el.setAttribute("aria-describedby", "gemm-tip");
+      var box = el.getBoundingClientRect();
+      var width = Math.min(tip.offsetWidth, document.documentElement.clientWidth - 16);
+      var left = Math.max(8, Math.min(box.left, document.documentElement.clientWidth - width - 8));
+      tip.style.left = (left + window.scrollX) + "px";
+      tip.style.top = (box.bottom + window.scrollY + 4) + "px";
+    }
+    var marks = document.querySelectorAll("article abbr[title], .gemm-summary abbr[title], .gemm-benchmark abbr[title]");
+    Array.prototype.forEach.call(marks, function (el) {
+      el.setAttribute("data-gemm-tip", el.getAttribute("title"));
+      el.setAttribute("tabindex", "0");
+      el.addEventListener("focus", function () { show(el); });
+      el.addEventListener("blur", hide);
+    });
+    document.addEventListener("keydown", function (event) {
+      if (event.key === "Escape" && shown) { shown.blur(); hide(); }
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", setUp);
+  } else {
+    setUp();
+  }
+})();
