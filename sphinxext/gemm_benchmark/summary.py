@@ -84,7 +84,7 @@ class ModelAsk:
 
 
 def model_label(preset: str, tp: int | None, ep: int | None = None) -> str:
-    name = PRESET_DESCRIPTIONS.get(preset, preset).split(":")[0]
+    name = PRESET_DESCRIPTIONS.get(preset, preset).split(":")[0].split(" (")[0]  # the name, not its shape
     parallel = [f"TP {tp}"] if tp and tp > 1 else []
     parallel += [f"EP {ep}"] if ep and ep > 1 else []
     return f"{name} ({', '.join(parallel)})" if parallel else name
