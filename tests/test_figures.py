@@ -221,8 +221,10 @@ def test_labels_stay_readable_at_phone_width(which: str, question: Any) -> None:
 
 def layout_specs(question: Any) -> list[figure_spec.FigureSpec]:
     """One spec of every kind and feature: bars with a bold total, percent ticks and dotted peaks,
-    a sweep, a scatter, the README's titled panels, a titled sweep, a hostile long name, a note."""
+    a sweep, a scatter, the README's titled panels, a titled sweep, a hostile long name, a note,
+    wrapped labels beside missing-value markers."""
     from .test_extra_figures import accuracy_report
+    from .test_figure_labels import missing_values_spec
 
     report = real_report()
     sweep = Report(make_document(question(sweep=["256", "1024", "4096", "16384"])))
@@ -233,7 +235,8 @@ def layout_specs(question: Any) -> list[figure_spec.FigureSpec]:
              spec_for(sweep, "autocast"), figures.accuracy_spec(accuracy_report(), "autocast"),
              figures.tflops_spec(report, "autocast"), figures.roofline_spec(report, "autocast"),
              figures.latency_spec(report, "prequant"),
-             summary_spec([(hostile, Report(doc))], ["autocast", "prequant"], title="caption " + hostile * 2)]
+             summary_spec([(hostile, Report(doc))], ["autocast", "prequant"], title="caption " + hostile * 2),
+             missing_values_spec(question)]
     titled = spec_for(sweep, "autocast")
     assert titled is not None
     specs.append(dataclasses.replace(titled, title="A sweep with a title long enough to take two lines of the figure"))
@@ -257,7 +260,8 @@ def test_text_stays_inside_the_figure(question: Any) -> None:
             elif isinstance(item, layout.Rect):
                 x0, y0, x1, y1 = item.x, item.y, item.x + item.width, item.y + item.height
             elif isinstance(item, layout.Circle):
-                x0, y0, x1, y1 = item.x - item.radius, item.y - item.radius, item.x + item.radius, item.y + item.radius
+                r = item.radius + item.stroke_width / 2
+                x0, y0, x1, y1 = item.x - r, item.y - r, item.x + r, item.y + r
             else:
                 xs, ys = [x for x, _ in item.points], [y for _, y in item.points]
                 x0, y0, x1, y1 = min(xs), min(ys), max(xs), max(ys)
@@ -276,7 +280,7 @@ def test_text_does_not_overlap_text(question: Any) -> None:
                 assert overlap_x <= 0.5 or overlap_y <= 0.5, (first, second, spec.title)
 
 
-def test_matplotlib_paints_the_scene_inside_the_figure() -> None:
+def test_matplotlib_paints_the_scene_inside_the_figure(question: Any) -> None:
     """The PDF/PNG back end draws the scene where it is: matplotlib's own text extents (FreeType,
     kerning included) stay within the canvas too, and each scene text is one matplotlib text."""
     pytest.importorskip("matplotlib")
@@ -284,7 +288,10 @@ def test_matplotlib_paints_the_scene_inside_the_figure() -> None:
 
     from gemm_bench.report import figure_mpl
 
-    for spec in (spec_for(real_report(), "prequant"), figures.readme_spec(ROOT / "docs" / "_gemm_cache")):
+    from .test_figure_labels import missing_values_spec
+
+    for spec in (spec_for(real_report(), "prequant"), figures.readme_spec(ROOT / "docs" / "_gemm_cache"),
+                 missing_values_spec(question)):
         assert spec is not None
         scene = figures.scene(spec)
         fig = figure_mpl.figure(scene)
@@ -301,13 +308,16 @@ def test_matplotlib_paints_the_scene_inside_the_figure() -> None:
             assert (x, scene.height - y) == pytest.approx((text.x, text.y), abs=1e-6)
 
 
-def test_category_labels_are_in_their_tick_groups_top_first() -> None:
-    """What tests/test_site_claims.py reads: ``g#ytick_<panel>_<row>`` holds row ``row``'s label,
-    rows go down the figure, the total is bold; no other id, none twice."""
+def test_category_labels_are_in_their_tick_groups_top_first(question: Any) -> None:
+    """What tests/test_site_claims.py reads: ``g#ytick_<panel>_<row>`` holds row ``row``'s label
+    (one text, or a wrapped label's lines, top first), rows go down the figure, the total is bold;
+    no other id, none twice."""
+    from .test_figure_labels import missing_values_spec
+
     spec = figures.readme_spec(ROOT / "docs" / "_gemm_cache")
     bars = spec_for(real_report(), "autocast")
     assert bars is not None
-    for which in (spec, bars):
+    for which in (spec, bars, missing_values_spec(question)):
         root = ET.fromstring(render(which, "svg"))
         ids = [e.get("id") for e in root.iter() if e.get("id")]
         assert len(ids) == len(set(ids)) and all(re.fullmatch(r"ytick_\d+_\d+", i or "") for i in ids), ids
@@ -316,11 +326,18 @@ def test_category_labels_are_in_their_tick_groups_top_first() -> None:
             for row, category in enumerate(panel.categories):
                 group = root.find(f".//{SVG_NS}g[@id='ytick_{number}_{row}']")
                 assert group is not None
-                (text,) = list(group)
-                assert text.tag == f"{SVG_NS}text" and text.text == category
-                ys.append(float(text.get("y", "")))
-                bold = "font-weight: bold" in text.get("style", "")
-                assert bold == (which.emphasize_first and row == 0)
+                lines = list(group)
+                assert lines and all(text.tag == f"{SVG_NS}text" for text in lines)
+                assert " ".join(text.text or "" for text in lines) == category
+                if len(lines) == 1:
+                    (text,) = lines
+                    assert text.text == category
+                tops = [float(text.get("y", "")) for text in lines]
+                assert tops == sorted(tops)
+                ys.append(tops[0])
+                for text in lines:
+                    bold = "font-weight: bold" in text.get("style", "")
+                    assert bold == (which.emphasize_first and row == 0)
             assert ys == sorted(ys) and len(set(ys)) == len(ys)
 
 

@@ -10,6 +10,11 @@ back end only paints: the layout needs neither matplotlib nor numpy.
 The geometry is the one the matplotlib drawing code had (sizes, margins, fonts, tick choice),
 laid out by hand: margins from the labels' widths, bars in fixed slots, the value axis as a grid
 and plain texts, a legend of one entry per precision above the plot (below it under a title).
+
+Nothing a reader needs is cut off: a category label too long for its share of the width wraps
+(after a " · " first, else at spaces; only a single word wider than that share is shortened, its
+text kept as the label's tooltip), a value label never sits across a reference line, and a value
+that is missing gets a marker saying so, its reason as a tooltip.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from gemm_bench.report import dejavu_metrics as _font
-from gemm_bench.report.figure_spec import FONT_PT, SMALL_PT, WIDTH_IN, FigureSpec, Panel
+from gemm_bench.report.figure_spec import FONT_PT, SMALL_PT, WIDTH_IN, FigureSpec, Panel, missing_mark
 
 TITLE_PT = FONT_PT + 1
 
@@ -32,6 +37,11 @@ _PAD = 4.0  # figure edge, in points
 _TICK = 7.0  # tick length plus the label's pad, in points
 _LINE = FONT_PT * 1.3  # one line of text, in points
 _BAR_PT = 10.8  # one bar's slot (0.8 of a category holds all of a category's bars)
+_LABEL_SHARE = 0.45  # of the width, at most, for a bar figure's category labels
+_LABEL_GAP = 2.0  # between two categories' wrapped labels, in points
+_REFERENCE_GAP = 2.0  # between a reference line and a value label moved off it, in points
+_MISSING_R = 2.5  # a missing value's hollow marker: radius, in points
+_REFERENCE_STROKE = 0.8  # a reference line's width, in points
 _SWEEP_AXES_PT = 170.0
 _PANEL_GAP = 8.0
 _TITLE_PAD = 6.0  # a panel title's baseline above its axes (matplotlib's axes.titlepad)
@@ -86,18 +96,24 @@ class Polyline:
 
 @dataclasses.dataclass(frozen=True)
 class Circle:
-    """A filled circle (a marker)."""
+    """A circle (a marker): filled with ``fill`` ("none": hollow), outlined when ``stroke`` is set;
+    ``title``: a tooltip (an SVG ``<title>``)."""
 
     x: float
     y: float
     radius: float
     fill: str
+    stroke: str = ""
+    stroke_width: float = 0.0
+    title: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Text:
     """One line of text anchored at ``(x, y)`` on its baseline; ``rotation`` 90 reads bottom to
-    top, turning about the anchor; ``group``: an id for a group holding just this text."""
+    top, turning about the anchor; ``group``: an id for a group holding this text and the texts
+    of that id right after it (a wrapped label's lines); ``title``: a tooltip (an SVG
+    ``<title>``), of its group when it has one (the first title among the group's texts)."""
 
     x: float
     y: float
@@ -108,6 +124,7 @@ class Text:
     bold: bool = False
     rotation: Literal[0, 90] = 0
     group: str = ""
+    title: str = ""
 
     def box(self) -> tuple[float, float, float, float]:
         """``(x0, y0, x1, y1)``: the line's box (advance width, ascent to descent) on the canvas."""
@@ -175,12 +192,88 @@ def _greedy(text: str, size: float, width: float, bold: bool) -> list[str]:
 
 
 def _fit(text: str, size: float, width: float, *, bold: bool = False) -> str:
-    """``text`` cut to ``width`` points with an ellipsis (only hostile names are this long)."""
+    """``text`` cut to ``width`` points with an ellipsis (a single word of a hostile name only:
+    see :func:`label_lines`)."""
     if text_width(text, size, bold=bold) <= width:
         return text
     while text and text_width(text + "…", size, bold=bold) > width:
         text = text[:-1]
     return text + "…"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Label:
+    """A bar figure's category label as drawn: its lines, bold or not, and a tooltip holding the
+    whole text when a line had to be shortened ("" otherwise)."""
+
+    lines: tuple[str, ...]
+    bold: bool
+    title: str = ""
+
+
+def label_lines(text: str, size: float, width: float, *, bold: bool = False) -> tuple[list[str], bool]:
+    """A category label in lines no wider than ``width`` points, and whether a line was shortened.
+
+    One line when it fits. Else broken after each " · " (between a model and its device) where
+    the pieces fit, and within a piece at spaces. Only a single word wider than ``width`` is cut
+    (with an ellipsis): then the second value is True, and the caller keeps the whole text elsewhere.
+    """
+    if text_width(text, size, bold=bold) <= width:
+        return [text], False
+
+    def fits(line: str) -> bool:
+        return text_width(line, size, bold=bold) <= width
+
+    parts = text.split(" · ")
+    pieces = [piece for piece in (f"{part} ·".strip() for part in parts[:-1]) if piece != "·"] + [parts[-1]]
+    lines: list[str] = []
+    current = ""
+    shortened = False
+    units = pieces[::-1]  # a stack: whole pieces, a piece too wide for a line of its own as its words
+    while units:
+        unit = units.pop()
+        candidate = f"{current} {unit}" if current else unit
+        if fits(candidate):
+            current = candidate
+        elif current:  # on a new line
+            lines.append(current)
+            current = ""
+            units.append(unit)
+        elif len(unit.split()) > 1:
+            units += unit.split()[::-1]
+        else:  # a single word wider than a line
+            lines.append(_fit(unit, size, width, bold=bold))
+            shortened = True
+    if current or not lines:
+        lines.append(current)
+    return lines, shortened
+
+
+def _category_labels(panel: Panel, spec: FigureSpec, width: float) -> list[_Label]:
+    labels = []
+    for i, category in enumerate(panel.categories):
+        bold = spec.emphasize_first and i == 0
+        lines, shortened = label_lines(category, FONT_PT, width, bold=bold)
+        labels.append(_Label(tuple(lines), bold, category if shortened else ""))
+    return labels
+
+
+def _category_pt(panel: Panel, labels: Sequence[_Label]) -> float:
+    """The height of one category's row, in points: its bars' slots, or its label's lines when
+    they need more (a wrapped label never reaches into the next row)."""
+    bars = max(len(panel.series), 1) * _BAR_PT / 0.8
+    lines = max((len(label.lines) for label in labels), default=1)
+    if lines == 1:
+        return bars
+    return max(bars, (lines - 1) * _line_pitch(FONT_PT) + (ASCENT + DESCENT) * FONT_PT + _LABEL_GAP)
+
+
+def _rows_pt(panel: Panel, labels: Sequence[_Label]) -> float:
+    """A bar panel's height: a row per category."""
+    row = _category_pt(panel, labels)
+    if row == max(len(panel.series), 1) * _BAR_PT / 0.8:  # as it always was, to the last bit
+        return len(panel.categories) * max(len(panel.series), 1) * _BAR_PT / 0.8
+    return len(panel.categories) * row
 
 
 def _first_baseline(top: float, size: float, lines: int) -> float:
@@ -370,17 +463,14 @@ def layout(spec: FigureSpec, ink: str) -> Scene:
     entries = _legend_entries(spec)
     legend_pt = math.ceil(len(entries) / _LEGEND_COLUMNS) * FONT_PT * 1.7 + 2 if entries else 0.0
     bars = spec.kind == "bars"
-    axes_pt = [(len(p.categories) * max(len(p.series), 1) * _BAR_PT / 0.8 if bars else _SWEEP_AXES_PT)
-               for p in spec.panels]
+    # A category label takes at most 45% of the width; a longer one wraps onto more lines.
+    categories = [_category_labels(p, spec, width * _LABEL_SHARE) for p in spec.panels] if bars else []
+    axes_pt = [(_rows_pt(p, categories[number]) if bars else _SWEEP_AXES_PT) for number, p in enumerate(spec.panels)]
     head_pt = [(_LINE + 6 if p.title else 0.0) for p in spec.panels]
     zero_width = text_width("0.00", FONT_PT)
-    categories: list[list[str]] = []
     if bars:
-        # A category label takes at most 45% of the width (only a hostile name is that long).
-        categories = [[_fit(c, FONT_PT, width * 0.45, bold=spec.emphasize_first and i == 0)
-                       for i, c in enumerate(p.categories)] for p in spec.panels]
-        left = _PAD + _TICK + max((text_width(c, FONT_PT, bold=spec.emphasize_first and i == 0)
-                                   for labels in categories for i, c in enumerate(labels)), default=0.0)
+        left = _PAD + _TICK + max((text_width(line, FONT_PT, bold=label.bold)
+                                   for labels in categories for label in labels for line in label.lines), default=0.0)
         right = _PAD + zero_width / 2  # a tick label centred on the axes' end
     elif spec.kind == "scatter":
         left = _PAD + _LINE + _TICK + zero_width
@@ -482,28 +572,44 @@ def _labels_beside(box: _Axes, ticks: Sequence[tuple[float, str]], ink: str) -> 
 
 def _reference(box: _Axes, value: float, ink: str, dash: tuple[float, ...], *, vertical: bool) -> Polyline:
     if vertical:
-        return Polyline(((box.px(value), box.bottom), (box.px(value), box.top)), ink, 0.8, dash)
-    return Polyline(((box.left, box.py(value)), (box.right, box.py(value))), ink, 0.8, dash)
+        return Polyline(((box.px(value), box.bottom), (box.px(value), box.top)), ink, _REFERENCE_STROKE, dash)
+    return Polyline(((box.left, box.py(value)), (box.right, box.py(value))), ink, _REFERENCE_STROKE, dash)
 
 
 def _bars(items: list[Item], texts: list[Text], box: _Axes, spec: FigureSpec, panel: Panel,
-          categories: Sequence[str], ink: str, value_max: float, number: int, *, labels: bool) -> None:
-    """Grid, bars, whiskers, value labels, reference lines and category labels of one panel.
+          categories: Sequence[_Label], ink: str, value_max: float, number: int, *, labels: bool) -> None:
+    """Grid, bars, whiskers, value labels, missing-value markers, reference lines and category
+    labels of one panel.
 
-    Each category label sits alone in a group ``ytick_<panel>_<row>`` (the id matplotlib gave
-    category ticks), where checks reading the SVG (tests/test_site_claims.py) find them.
+    Each category label's lines sit in one group ``ytick_<panel>_<row>`` (the id matplotlib gave
+    category ticks), where checks reading the SVG (tests/test_site_claims.py) find them, centred
+    on the row's bars. A value label that would lie across a reference line starts just right of
+    it. A missing value (None) gets a hollow marker in its series' colour at the axis and a short
+    text (``n/a``, ``failed``), both with the reason (:attr:`Series.missing`) as their tooltip.
     """
     ticks = axis_ticks(*box.xlim, box.width, "x", percent=spec.value_format.endswith("%}"))
     items += _grid(box, "x", ticks, ink)
     n = max(len(panel.series), 1)
-    slot = 0.8 / n
+    # A category's row is taller than its bars' slots when its label needs more lines: the bars
+    # keep their size, centred in the row.
+    stretch = _category_pt(panel, categories) / (n * _BAR_PT / 0.8)
+    slot = 0.8 / n / stretch
     half = slot * 0.9 / 2
+    references = sorted(box.px(v) for v in (*([] if spec.reference is None else [spec.reference]),
+                                             *(value for value, _ in spec.references)))
     whiskers: list[Item] = []
+    markers: list[Item] = []
     for j, series in enumerate(panel.series):
         for i, value in enumerate(series.values):
-            if value is None:
-                continue
             y = i + (j - (n - 1) / 2) * slot
+            if value is None:
+                reason = series.missing_reason(i)
+                mark = missing_mark(reason)
+                markers.append(Circle(box.left + 2 + _MISSING_R, box.py(y), _MISSING_R, "none", stroke=series.color,
+                                      stroke_width=1.0, title=reason))
+                x = _off_lines(box.left + 4 + 2 * _MISSING_R, text_width(mark, SMALL_PT), references)
+                texts.append(Text(x, _center(box.py(y), SMALL_PT), mark, SMALL_PT, ink, title=reason))
+                continue
             top, bottom = box.py(y - half), box.py(y + half)
             items.append(Rect(box.left, top, box.px(value) - box.left, bottom - top, series.color))
             low, high = series.low[i], series.high[i]
@@ -511,18 +617,33 @@ def _bars(items: list[Item], texts: list[Text], box: _Axes, spec: FigureSpec, pa
             if low is not None and high is not None:
                 whiskers.append(Polyline(((box.px(low), box.py(y)), (box.px(high), box.py(y))), ink, 0.9))
                 end = max(end, high)
-            texts.append(Text(box.px(end + value_max * 0.015), _center(box.py(y), SMALL_PT),
-                              spec.value_format.format(value), SMALL_PT, ink))
+            text = spec.value_format.format(value)
+            x = _off_lines(box.px(end + value_max * 0.015), text_width(text, SMALL_PT), references)
+            texts.append(Text(x, _center(box.py(y), SMALL_PT), text, SMALL_PT, ink))
     items += whiskers
+    items += markers
     if spec.reference is not None:
         items.append(_reference(box, spec.reference, ink, _DASHED, vertical=True))
     for value, _ in spec.references:  # named in the value axis' label (see tflops_spec)
         items.append(_reference(box, value, ink, _DOTTED, vertical=True))
-    for i, category in enumerate(categories):
-        texts.append(Text(box.left - _TICK, _center_baseline(box.py(i), FONT_PT), category, FONT_PT, ink, "end",
-                          bold=spec.emphasize_first and i == 0, group=f"ytick_{number}_{i}"))
+    pitch = _line_pitch(FONT_PT)
+    for i, label in enumerate(categories):
+        first = _center_baseline(box.py(i), FONT_PT) - (len(label.lines) - 1) / 2 * pitch
+        for k, line in enumerate(label.lines):
+            texts.append(Text(box.left - _TICK, first + k * pitch, line, FONT_PT, ink, "end", bold=label.bold,
+                              group=f"ytick_{number}_{i}", title=label.title if k == 0 else ""))
     if labels:
         texts += _labels_below(box, [v for v, _ in ticks], [t for _, t in ticks], ink)
+
+
+def _off_lines(x: float, width: float, lines: Sequence[float]) -> float:
+    """Where a text ``width`` points wide that would start at ``x`` starts so that no vertical line
+    at ``lines`` (ascending, in points) crosses it (its stroke included): just right of a line it
+    would lie across."""
+    for line in lines:
+        if x - _REFERENCE_STROKE / 2 < line < x + width + _REFERENCE_STROKE / 2:
+            x = line + _REFERENCE_GAP
+    return x
 
 
 def _sweep(items: list[Item], texts: list[Text], left: float, top: float, width: float, height: float,

@@ -3,6 +3,7 @@
 Builders that take no SVG (LaTeX and others) get these; the HTML build never imports this
 module's matplotlib. Nothing is laid out here: every primitive is drawn where the scene puts it
 (points from the top-left, texts on their baselines), so PDF, PNG and SVG show one layout.
+Tooltips (a text's or marker's ``title``) have no place in a PDF or PNG and are left out.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def figure(scene: Scene) -> Figure:
 def _paint(item: Item) -> tuple[object, ...]:
     if isinstance(item, Polyline):
         return item.stroke, item.width, item.dash, item.alpha, item.cap
-    if isinstance(item, (Rect, Circle)):
+    if isinstance(item, Circle):
+        return item.fill, item.stroke, item.stroke_width
+    if isinstance(item, Rect):
         return (item.fill,)
     return ()
 
@@ -87,8 +90,9 @@ def _draw(fig: Figure, items: Sequence[Item], points: Transform, zorder: int) ->
                                       capstyle=_CAP[first.cap], joinstyle="round", transform=points, zorder=zorder))
     elif isinstance(first, Circle):
         circles = [CirclePatch((c.x, c.y), c.radius) for c in cast(Sequence[Circle], items)]
-        fig.add_artist(PatchCollection(circles, facecolors=first.fill, edgecolors="none", linewidths=0,
-                                       transform=points, zorder=zorder))
+        fig.add_artist(PatchCollection(circles, facecolors=first.fill, edgecolors=first.stroke or "none",
+                                       linewidths=first.stroke_width if first.stroke else 0, transform=points,
+                                       zorder=zorder))
     else:
         for text in cast(Sequence[Text], items):
             fig.text(text.x, text.y, text.text, transform=points, fontsize=text.size, color=text.fill,

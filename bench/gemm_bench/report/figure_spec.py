@@ -16,7 +16,7 @@ import json
 from typing import Literal
 
 #: Bump when the drawing code changes what a spec looks like: every figure key changes with it.
-FIGURE_VERSION = "6"
+FIGURE_VERSION = "7"
 
 #: Okabe-Ito colours: distinguishable with colour-blindness, and mid-tone enough to read on both a
 #: white and a near-black background.
@@ -54,6 +54,12 @@ class Series:
     ``low`` and ``high`` bound the spread of each value (see
     :func:`gemm_bench.report.figures.ratio_spread`); None where the stored statistics cannot give
     one, and then no error bar is drawn.
+
+    ``missing`` says why each value is None, one reason per value ("" where the value exists):
+    the cell's status and its reason (``unsupported: …``, ``failed: CUDA out of memory …``,
+    ``not measured …``); empty when no reasons are known. A ``bars`` figure marks a missing value
+    where its bar would start, ``failed`` for a reason starting with "failed", else ``n/a``, with
+    the reason as its tooltip (:func:`missing_mark`).
     """
 
     precision: str
@@ -64,6 +70,18 @@ class Series:
     high: tuple[float | None, ...]
     #: ``scatter`` figures: each value's x coordinate (``values`` are the y coordinates).
     x: tuple[float | None, ...] = ()
+    #: Why each value is None ("" where it is not); () when no reasons are known.
+    missing: tuple[str, ...] = ()
+
+    def missing_reason(self, index: int) -> str:
+        """Why value ``index`` is missing ("" when it is not, or when no reason is known)."""
+        return self.missing[index] if index < len(self.missing) else ""
+
+
+def missing_mark(reason: str) -> str:
+    """The short text drawn where a value is missing: ``failed`` for a failed measurement, else
+    ``n/a`` (unsupported, not measured, no speedup)."""
+    return "failed" if reason.startswith("failed") else "n/a"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,8 +8,11 @@ What the site and its tests rely on:
   ``currentColor`` everywhere else;
 * every text is a ``<text>`` with ``x``, ``y`` and a style holding its ``font-size`` in px (user
   units) and ``font-weight: bold`` when bold; family and fill come from its group;
-* a text with a group id (category labels: ``ytick_<panel>_<row>``) is the only child of a
-  ``<g>`` of that id, and no other id is written (so inlining can prefix them all);
+* the texts of one group id (a category label's lines: ``ytick_<panel>_<row>``) are the
+  ``<text>`` children of one ``<g>`` of that id, its first child a ``<title>`` (the whole label)
+  where the scene gives one; no other id is written (so inlining can prefix them all);
+* a tooltip of a text without a group is a ``<title>``, the first child of a ``<g>`` (no id)
+  around that text; a marker's is a ``<title>`` inside its ``<circle>``;
 * text is XML-escaped, never markup; the same scene gives the same bytes.
 
 Consecutive items of one style share an element: rectangles of one colour are one ``<path>``, so
@@ -52,7 +55,7 @@ def _style_key(item: Item) -> tuple[object, ...]:
     if isinstance(item, Polyline):
         return ("line", item.stroke, item.width, item.dash, item.alpha, item.cap, len(item.points) > 2)
     if isinstance(item, Circle):
-        return ("circle", item.fill)
+        return ("circle", item.fill, item.stroke, item.stroke_width)
     return ("text", item.fill)
 
 
@@ -80,9 +83,21 @@ def _lines(lines: Sequence[Polyline]) -> str:
     return f'<path {paint} d="{"".join(_polyline_d(line) for line in lines)}"/>'
 
 
+def _title(title: str) -> str:
+    return f"<title>{_text(title)}</title>" if title else ""
+
+
+def _circle(circle: Circle) -> str:
+    attrs = f'cx="{_n(circle.x)}" cy="{_n(circle.y)}" r="{_n(circle.radius)}"'
+    return f"<circle {attrs}>{_title(circle.title)}</circle>" if circle.title else f"<circle {attrs}/>"
+
+
 def _circles(circles: Sequence[Circle]) -> str:
-    body = "".join(f'<circle cx="{_n(c.x)}" cy="{_n(c.y)}" r="{_n(c.radius)}"/>' for c in circles)
-    return f'<g fill="{_attr(circles[0].fill)}">{body}</g>'
+    first = circles[0]
+    paint = f'fill="{_attr(first.fill)}"'
+    if first.stroke:
+        paint += f' stroke="{_attr(first.stroke)}" stroke-width="{_n(first.stroke_width)}"'
+    return f'<g {paint}>{"".join(_circle(c) for c in circles)}</g>'
 
 
 def _one_text(text: Text) -> str:
@@ -92,13 +107,29 @@ def _one_text(text: Text) -> str:
     if text.anchor != "start":
         style += f"; text-anchor: {text.anchor}"
     turn = f' transform="rotate(-90 {_n(text.x)} {_n(text.y)})"' if text.rotation == 90 else ""
-    element = f'<text x="{_n(text.x)}" y="{_n(text.y)}" style="{style}"{turn}>{_text(text.text)}</text>'
-    return f'<g id="{_attr(text.group)}">{element}</g>' if text.group else element
+    return f'<text x="{_n(text.x)}" y="{_n(text.y)}" style="{style}"{turn}>{_text(text.text)}</text>'
+
+
+def _grouped(texts: Sequence[Text]) -> Iterator[str]:
+    """Each run of texts of one group id as one ``<g>`` of that id (its title first); a text with
+    no group alone, in a ``<g>`` holding its title if it has one."""
+    for group, run in groupby(texts, key=lambda t: t.group):
+        members = list(run)
+        if group:
+            title = next((t.title for t in members if t.title), "")
+            yield f'<g id="{_attr(group)}">{_title(title)}{"".join(_one_text(t) for t in members)}</g>'
+            continue
+        for text in members:
+            yield f"<g>{_title(text.title)}{_one_text(text)}</g>" if text.title else _one_text(text)
 
 
 def _texts(texts: Sequence[Text]) -> str:
-    body = "\n".join(_one_text(t) for t in texts)
+    body = "\n".join(_grouped(texts))
     return f'<g fill="{_attr(texts[0].fill)}" font-family="{FONT_FAMILY}">\n{body}\n</g>'
+
+
+def _group(item: Item) -> str:
+    return item.group if isinstance(item, Text) else ""
 
 
 def _elements(items: Sequence[Item]) -> Iterator[str]:
@@ -117,7 +148,9 @@ def _elements(items: Sequence[Item]) -> Iterator[str]:
 def to_svg(scene: Scene, *, page_style: str = "", root_attrs: str = "") -> bytes:
     """The scene as an SVG document; ``root_attrs`` go on the root element, ``page_style`` (a
     ``<style>`` element) in its ``<defs>``."""
-    ids = [item.group for item in scene.items if isinstance(item, Text) and item.group]
+    # One id per run of texts that share it and a style (what _grouped writes as one group).
+    ids = [key[1] for key, _ in groupby(scene.items, key=lambda item: (_style_key(item), _group(item)))
+           if key[1]]
     if len(ids) != len(set(ids)):
         raise ValueError(f"duplicate group ids in a figure: {sorted(i for i in ids if ids.count(i) > 1)}")
     width, height = _n(scene.width), _n(scene.height)

@@ -156,9 +156,41 @@ def measured_precisions(report: Report, mode: str) -> list[str]:
     return [p for p in report.precisions if p != BASELINE and report.status(mode, p)[0] == "measured"]
 
 
-def _series(precision: str, points: Sequence[tuple[float | None, ...]]) -> Series:
+def _series(precision: str, points: Sequence[tuple[float | None, ...]], why: Callable[[str, int], str]) -> Series:
+    """One precision's (value, low, high) points; ``why(precision, i)``, asked only where value
+    ``i`` is None, says why it is (:attr:`Series.missing`)."""
     return Series(precision, PRECISIONS[precision].display, PRECISION_COLORS[precision],
-                  tuple(p[0] for p in points), tuple(p[1] for p in points), tuple(p[2] for p in points))
+                  tuple(p[0] for p in points), tuple(p[1] for p in points), tuple(p[2] for p in points),
+                  missing=tuple(why(precision, i) if p[0] is None else "" for i, p in enumerate(points)))
+
+
+def status_reason(status: str, reason: str) -> str:
+    """A status and its reason as a figure's tooltip says them: ``unsupported: …``, ``failed: …``;
+    a cell the result does not hold is ``not measured``."""
+    head = "not measured" if status == "missing" else status
+    if not reason or reason == head:
+        return head
+    return reason if status == "missing" and reason.startswith(head) else f"{head}: {reason}"
+
+
+def _cell_reason(report: Report, mode: str, precision: str, gemm: GemmShape, otherwise: str) -> str:
+    """Why a figure has no value for a cell: its status and reason, or ``otherwise`` (it was measured)."""
+    cell = report.cell(mode, precision, gemm)
+    return otherwise if cell.status == "measured" else status_reason(cell.status, cell.reason)
+
+
+def total_reason(report: Report, mode: str, precision: str) -> str:
+    """Why a figure has no whole-model speedup of ``precision`` (its :func:`total_point` is None)."""
+    total = report.total(mode, precision)
+    if total.status != "measured":
+        return status_reason(total.status, total.reason)
+    return total.speedup_reason or "no finite speedup vs BF16"
+
+
+def gemm_reason(report: Report, mode: str, precision: str, gemm: GemmShape) -> str:
+    """Why a figure has no speedup of ``precision`` for ``gemm`` (its :func:`gemm_point` is None)."""
+    return _cell_reason(report, mode, precision, gemm,
+                        report.gemm_speedup_reason(mode, precision, gemm) or "no finite speedup vs BF16")
 
 
 def _gemm_label(report: Report, gemm: GemmShape) -> str:
@@ -173,7 +205,8 @@ def build_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec:
     value_label = f"Speedup vs BF16 ({MODE_NAMES[mode]}; higher is faster)"
     if report.kind == "sweep":
         gemms = sorted(report.gemms, key=lambda g: g.m)
-        series = tuple(_series(p, [gemm_point(report, mode, p, g) for g in gemms]) for p in precisions)
+        series = tuple(_series(p, [gemm_point(report, mode, p, g) for g in gemms],
+                               lambda p, i: gemm_reason(report, mode, p, gemms[i])) for p in precisions)
         panel = Panel("", tuple(str(g.m) for g in gemms), series, tuple(float(g.m) for g in gemms))
         return FigureSpec("sweep", title, value_label, "Square GEMM size S (S x S x S)", (panel,),
                           note="" if series else "no precision besides BF16 measured")
@@ -181,7 +214,8 @@ def build_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec:
     categories = ("Whole model" if report.kind == "model" else "All shapes",
                   *(_gemm_label(report, g) for g in gemms))
     series = tuple(
-        _series(p, [total_point(report, mode, p), *(gemm_point(report, mode, p, g) for g in gemms)])
+        _series(p, [total_point(report, mode, p), *(gemm_point(report, mode, p, g) for g in gemms)],
+                lambda p, i: total_reason(report, mode, p) if i == 0 else gemm_reason(report, mode, p, gemms[i - 1]))
         for p in precisions
     )
     return FigureSpec("bars", title, value_label, "", (Panel("", categories, series),), emphasize_first=True,
@@ -199,15 +233,17 @@ def _all_measured(report: Report, mode: str) -> list[str]:
     return [p for p in report.precisions if report.status(mode, p)[0] == "measured"]
 
 
-def _gemm_panel(report: Report, mode: str, point: Callable[[str, GemmShape], tuple[float | None, ...]]) -> Panel:
+def _gemm_panel(report: Report, mode: str, point: Callable[[str, GemmShape], tuple[float | None, ...]],
+                why: Callable[[str, GemmShape], str]) -> Panel:
     """One bar row per GEMM (no total), one series per precision measured in ``mode`` (BF16
-    included) whose ``point(precision, gemm)`` gives a value at least once."""
+    included) whose ``point(precision, gemm)`` gives a value at least once; ``why(precision,
+    gemm)`` says why it gives none."""
     gemms = _gemm_rows(report)
     series = []
     for p in _all_measured(report, mode):
         points = [point(p, g) for g in gemms]
         if any(v[0] is not None for v in points):
-            series.append(_series(p, points))
+            series.append(_series(p, points, lambda p, i: why(p, gemms[i])))
     return Panel("", tuple(_gemm_label(report, g) for g in gemms), tuple(series))
 
 
@@ -222,6 +258,11 @@ def _with_spread(value: float | None, stats: dict[str, Any],
     return value, min(a, value), max(b, value)
 
 
+def _timed(report: Report, mode: str) -> Callable[[str, GemmShape], str]:
+    """Why a cell has no time (or rate) to draw."""
+    return lambda p, g: _cell_reason(report, mode, p, g, "no finite time")
+
+
 def latency_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | None:
     """Each GEMM's time per precision, BF16 included, with its interquartile range; None when
     nothing is measured. No total row: one layer's sum would squash every GEMM's bar."""
@@ -230,7 +271,7 @@ def latency_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | 
         return _with_spread(_finite(cell.ms), cell.stats, lambda ms: ms)
 
     spec = FigureSpec("bars", title, f"Time per GEMM, ms ({MODE_NAMES[mode]}; lower is faster)", "",
-                      (_gemm_panel(report, mode, point),), reference=None, value_format="{:.3f}")
+                      (_gemm_panel(report, mode, point, _timed(report, mode)),), reference=None, value_format="{:.3f}")
     return None if spec.is_empty else spec
 
 
@@ -241,7 +282,7 @@ def tflops_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec | N
         cell = report.cell(mode, p, g)
         return _with_spread(_finite(cell.tflops), cell.stats, lambda ms: hardware.achieved_tflops(g.flops, ms))
 
-    panel = _gemm_panel(report, mode, point)
+    panel = _gemm_panel(report, mode, point, _timed(report, mode))
     peaks: dict[float, str] = {}
     for series in panel.series:
         peak = hardware.peak_tflops(report.device, series.precision)
@@ -263,8 +304,11 @@ def roofline_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec |
         predicted, measured = report.roofline_ms(mode, p, g), _finite(report.cell(mode, p, g).ms)
         return (_finite(predicted / measured) if predicted and measured else None), None, None
 
+    def why(p: str, g: GemmShape) -> str:
+        return _cell_reason(report, mode, p, g, report.roofline_reason(mode, p, g) or "no roofline prediction")
+
     spec = FigureSpec("bars", title, f"Roofline-predicted / measured time ({MODE_NAMES[mode]}; 100% = at the roofline)",
-                      "", (_gemm_panel(report, mode, point),), reference=1.0, value_format="{:.0%}")
+                      "", (_gemm_panel(report, mode, point, why),), reference=1.0, value_format="{:.0%}")
     return None if spec.is_empty else spec
 
 
@@ -302,11 +346,17 @@ def spec_for(report: Report, mode: str, *, title: str = "") -> FigureSpec | None
     return None if spec.is_empty else spec
 
 
+def _total_reasons(reports: Sequence[tuple[str, Report]], mode: str) -> Callable[[str, int], str]:
+    """Why report ``i`` has no whole-model speedup of a precision in ``mode``."""
+    return lambda p, i: total_reason(reports[i][1], mode, p)
+
+
 def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *, title: str = "") -> FigureSpec | None:
     """Whole-model speedup per precision, a panel per mode, a bar group per (device label, report).
 
     A precision appears in a panel when at least one device measured it in that mode; devices
-    that did not have no bar there. None when no panel has anything to show.
+    that did not have a marker there saying why (unsupported, failed, not measured). None when no
+    panel has anything to show.
     """
     panels = []
     for mode in modes:
@@ -314,7 +364,8 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
         order = [p for p in PRECISIONS if p in measured]
         series = tuple(
             _series(p, [total_point(report, mode, p) if p in measured_precisions(report, mode) else (None, None, None)
-                        for _, report in reports])
+                        for _, report in reports],
+                    _total_reasons(reports, mode))
             for p in order
         )
         panels.append(Panel(MODE_NAMES[mode], tuple(label for label, _ in reports), series))
@@ -431,8 +482,12 @@ def _json_series(value: Any) -> Series:
     color = _json_text(data["color"])
     if not _COLOR.fullmatch(color):
         raise _NotASpec
-    return Series(_json_text(data["precision"]), _json_text(data["label"]), color, _json_numbers(data["values"]),
-                  _json_numbers(data["low"]), _json_numbers(data["high"]), _json_numbers(data["x"]))
+    values, missing = _json_numbers(data["values"]), data["missing"]
+    if not isinstance(missing, list) or len(missing) not in (0, len(values)):
+        raise _NotASpec
+    return Series(_json_text(data["precision"]), _json_text(data["label"]), color, values,
+                  _json_numbers(data["low"]), _json_numbers(data["high"]), _json_numbers(data["x"]),
+                  tuple(_json_text(reason) for reason in missing))
 
 
 def _json_panel(value: Any) -> Panel:
