@@ -120,15 +120,19 @@ def _section(soup: BeautifulSoup, heading_prefix: str) -> Tag | None:
 
 
 def _tick_labels(svg: Tag) -> list[tuple[float, str, bool]]:
-    """(y, label, bold) of the category-axis labels of a figure, top first (matplotlib's ytick groups)."""
+    """(y, label, bold) of the category-axis labels of a figure, top first (matplotlib's ytick groups).
+
+    A label wrapped over several lines is one label: its lines joined in order, at its first line's y.
+    """
     out = []
     for group in svg.select("g[id*=ytick]"):
-        for text in group.find_all("text"):
-            label = _text(text)
-            if label:
-                style = (text.get("style") or "") + " " + (text.get("font-weight") or "")
-                bold = bool(re.search(r"font-weight:\s*(bold|[6-9]00)|^\s*(bold|[6-9]00)\s*$", style))
-                out.append((float(text.get("y", "0")), label, bold))
+        lines = sorted(((float(t.get("y", "0")), _text(t), t) for t in group.find_all("text") if _text(t)),
+                       key=lambda line: line[0])
+        if lines:
+            first = lines[0][2]
+            style = (first.get("style") or "") + " " + (first.get("font-weight") or "")
+            bold = bool(re.search(r"font-weight:\s*(bold|[6-9]00)|^\s*(bold|[6-9]00)\s*$", style))
+            out.append((lines[0][0], " ".join(line for _, line, _ in lines), bold))
     return sorted(out)
 
 
