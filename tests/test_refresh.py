@@ -482,3 +482,24 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, cal
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_force_re_measures_the_questions_and_force_studies_the_studies(tmp_path: Path) -> None:
+    """``--force`` re-measures every question, not the studies (they do not depend on the questions
+    and cost minutes); ``--force-studies`` does. A fresh study is planned only when forced."""
+    import shutil
+
+    from gemm_bench.cli.refresh import Rules as RefreshRules
+    from gemm_bench.cli.refresh import plan_studies
+    from gemm_bench.results import studies
+
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "_gemm_cache" / "studies", tmp_path / "studies")
+    docs, errors = studies.read_studies(tmp_path, "dynamic-range")
+    assert docs and not errors
+    doc = docs[0]
+    local = {key: str(doc["provenance"].get(key)) for key in ("transformer_engine", "torch")}
+    device = doc["device"]["name"]
+    forced = RefreshRules(force=True)
+    assert "dynamic-range" not in [t.name for t in plan_studies(tmp_path, device, local, forced)]
+    planned = {t.name: t.reason for t in plan_studies(tmp_path, device, local, RefreshRules(), force=True)}
+    assert planned["dynamic-range"] == "forced"

@@ -334,3 +334,133 @@ def test_the_sampler_process_ends_when_a_run_raises(fake_runner: Any,  # noqa: F
     with pytest.raises(KeyboardInterrupt):
         r.measure(build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
     assert r.sampler is not None and r.sampler._proc is None and not r.sampler._path
+
+
+# ------------------------------------------------------------------------------------------------
+# The end of a group's window: no fixed wait, the same samples; one sampler per worker process.
+# ------------------------------------------------------------------------------------------------
+class _LiveChild:
+    """A sampler child that never exits (``Popen.poll``), for summaries over a hand-written file."""
+
+    returncode = None
+
+    def poll(self) -> None:
+        return None
+
+
+def _sampler_over(path: Path, lines: list[str], window: tuple[float, float]) -> telemetry.ClockSampler:
+    path.write_text("# power: 1 s average\n" + "".join(lines), encoding="ascii")
+    sampler = telemetry.ClockSampler()
+    sampler._proc, sampler._path, sampler._window = _LiveChild(), str(path), window  # type: ignore[assignment]
+    return sampler
+
+
+def test_summary_reads_at_once_when_a_sample_past_the_window_is_there(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # The child writes in time order: a sample after t1 means every sample of [t0, t1] is in the
+    # file. The fixed 2 x interval sleep this replaced waited 40 ms after every group regardless.
+    sleeps: list[float] = []
+    monkeypatch.setattr(telemetry.time, "sleep", sleeps.append)
+    sampler = _sampler_over(tmp_path / "s.txt", ["9.99 1500 300.0\n", "10.00 1700 400.0\n", "10.02 1800 500.0\n",
+                                                 "10.04 1900 600.0\n", "10.06 1400 100.0\n"], (10.0, 10.05))
+    block = sampler.summary()
+    assert sleeps == []
+    assert block == {"samples": 3, "sm_clock_mhz_median": 1800.0, "sm_clock_mhz_min": 1700.0,
+                     "power_w_median": 500.0, "power_w_max": 600.0}
+    assert sampler._offset == len((tmp_path / "s.txt").read_text())  # the next group reads on from here
+
+
+def test_summary_waits_for_a_late_child_and_keeps_the_samples_it_was_late_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.txt"
+    sampler = _sampler_over(path, ["10.00 1700 400.0\n", "10.02 18"], (10.0, 10.05))  # a line being written
+    late = ["00 500.0\n10.04 1900 600.0\n", "10.06 1400 100.0\n"]
+    sleeps: list[float] = []
+
+    def child_writes(seconds: float) -> None:  # the child goes on writing while the summary waits
+        sleeps.append(seconds)
+        if late:
+            with open(path, "a", encoding="ascii") as handle:
+                handle.write(late.pop(0))
+
+    monkeypatch.setattr(telemetry.time, "sleep", child_writes)
+    block = sampler.summary()
+    assert block["samples"] == 3 and block["sm_clock_mhz_median"] == 1800.0
+    assert len(sleeps) == 2 and all(s == telemetry.SUMMARY_POLL_S for s in sleeps)  # stopped at 10.06
+
+
+def test_summary_gives_up_waiting_after_the_bound_and_reads_what_is_there(tmp_path: Path) -> None:
+    sampler = _sampler_over(tmp_path / "s.txt", ["10.00 1700 400.0\n", "10.02 1800 500.0\n"], (10.0, 10.05))
+    started = time.monotonic()
+    block = sampler.summary()
+    waited = time.monotonic() - started
+    assert block["samples"] == 2
+    assert telemetry.SUMMARY_WAIT_S <= waited < telemetry.SUMMARY_WAIT_S + 1.0
+    assert 2 * telemetry.SAMPLE_INTERVAL_S <= telemetry.SUMMARY_WAIT_S  # never shorter than the old wait
+
+
+def test_a_group_summary_is_quick_with_a_real_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_env(tmp_path, monkeypatch)
+    sampler = telemetry.ClockSampler()
+    try:
+        waits = []
+        for _ in range(10):
+            with sampler.sampling():
+                time.sleep(0.05)
+            started = time.monotonic()
+            block = sampler.summary()
+            waits.append(time.monotonic() - started)
+            assert block["samples"] >= 1
+        # Half an interval on average (10 ms) where the fixed sleep took 40 ms; generous for a busy CI box.
+        assert sorted(waits)[len(waits) // 2] < 2 * telemetry.SAMPLE_INTERVAL_S
+    finally:
+        sampler.close()
+
+
+def test_one_shared_sampler_per_process_and_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_env(tmp_path, monkeypatch)
+    monkeypatch.setattr(telemetry, "_SHARED", {})
+    first = telemetry.shared_sampler(0)
+    first.start()
+    assert first._proc is not None
+    child, path = first._proc.pid, first._path
+    for _ in range(2):  # two questions: the same child samples both
+        sampler = telemetry.shared_sampler(0)
+        assert sampler is first
+        sampler.start()
+        with sampler.sampling():
+            time.sleep(0.1)
+        assert sampler.summary()["samples"] >= 2
+        assert sampler._proc is not None and sampler._proc.pid == child
+    assert telemetry.shared_sampler(1) is not first  # another GPU, another sampler
+    first.unavailable = "NVML sampler exited: GPU is lost"  # a dead one is replaced for the next question
+    fresh = telemetry.shared_sampler(0)
+    assert fresh is not first and first._proc is None and not Path(path).exists()
+    fresh.start()
+    telemetry._close_shared()  # what the process's exit runs
+    assert fresh._proc is None and telemetry._SHARED == {}
+
+
+def test_measure_question_keeps_its_sampler_for_the_next_question(fake_runner: Any,  # noqa: F811
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    runner, _, _ = fake_runner
+    from gemm_bench.measure.timing import TimerSettings
+    from gemm_bench.question.question import build_question
+
+    _fake_env(tmp_path, monkeypatch)
+    monkeypatch.setattr(telemetry, "_SHARED", {})
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    children = []
+    for shape in ("128x256x512", "64x64x64"):
+        r = runner.Runner(settings, peers=False, shared_sampler=True)
+        doc = r.measure(build_question(shapes=[shape]), ["bf16"], ["prequant"])
+        assert r.sampler is telemetry._SHARED[(os.getpid(), None)]
+        assert r.sampler._proc is not None  # still sampling after the run
+        children.append(r.sampler._proc.pid)
+        assert doc["provenance"]["measure_s"] >= 0
+    assert children[0] == children[1]
+    own = runner.Runner(settings, peers=False)  # a runner's own sampler still ends with its run
+    own.measure(build_question(shapes=["64x64x64"]), ["bf16"], ["prequant"])
+    assert own.sampler is not None and own.sampler._proc is None
+    telemetry._close_shared()

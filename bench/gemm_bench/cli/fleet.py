@@ -70,7 +70,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_refresh(args: argparse.Namespace) -> int:
     from gemm_bench.cli import refresh as refresh_mod
-    from gemm_bench.results.stack import StackError, local_stack, validate_fields
+    from gemm_bench.cli.installed_stack import installed_stack
+    from gemm_bench.results.stack import StackError, validate_fields
 
     try:
         stale_when = validate_fields([f.strip() for f in args.stale_when.split(",") if f.strip()],
@@ -89,10 +90,13 @@ def cmd_refresh(args: argparse.Namespace) -> int:
             local = None
         else:
             gpus = refresh_mod.select_gpus(refresh_mod.probe_gpus(), args.gpus)
-            local = local_stack()
+            # The versions the workers will record, read without importing torch or TE here (the
+            # workers import them to measure); the driver only if the rule compares it.
+            local = installed_stack(stale_when)
         outcome = refresh_mod.refresh(
             srcdir, cache_dir=Path(args.cache_dir) if args.cache_dir else None, gpus=gpus, local=local,
             rules=rules, dry_run=args.dry_run, progress=refresh_mod.default_progress(),
+            with_studies=not args.no_studies, force_studies=args.force_studies,
         )
     except refresh_mod.RefreshError as exc:
         raise UsageError(str(exc)) from None
@@ -170,5 +174,8 @@ def add_commands(subparsers: Any) -> None:
                    help=f"stack differences that make a result stale, of {', '.join(STACK_FIELDS)} "
                         f"(default: {','.join(DEFAULT_STALE_WHEN)})")
     p.add_argument("--max-age-days", type=_positive_float, metavar="DAYS", help="results older than this are stale")
-    p.add_argument("--force", action="store_true", help="re-measure every question")
+    p.add_argument("--force", action="store_true", help="re-measure every question (studies: --force-studies)")
+    p.add_argument("--force-studies", action="store_true",
+                   help="re-measure every study too (they are otherwise measured when missing or stale)")
+    p.add_argument("--no-studies", action="store_true", help="measure the questions only, no study")
     p.set_defaults(func=cmd_refresh)

@@ -695,9 +695,11 @@ class StudyTask:
 
 
 def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | None,
-                 rules: Rules) -> list[StudyTask]:
+                 rules: Rules, *, force: bool = False) -> list[StudyTask]:
     """Every registered study that is missing or stale on this device (the stack rule of the
-    questions; ``--force`` re-measures them too). A corrupt study file is measured again."""
+    questions), or every one with ``force`` (``--force-studies``: ``--force`` re-measures the
+    questions only, since a study does not depend on them and costs minutes). A corrupt study file
+    is measured again."""
     from gemm_bench.measure.studies import load_registry
     from gemm_bench.results import studies
 
@@ -706,7 +708,7 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
         docs, errors = studies.read_studies(cache_dir, name)
         current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
         bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]
-        why = ("forced" if rules.force else f"unreadable: {bad[0].problem}" if bad
+        why = ("forced" if force else f"unreadable: {bad[0].problem}" if bad
                else studies.staleness(current, local, rules.stale_when))
         if why is None:
             continue
@@ -763,9 +765,10 @@ def run_studies(tasks: Sequence[StudyTask], gpu: GpuSlot, *, cache_dir: Path, lo
 def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSlot], measure: Measure = measure_on_gpu,
             local: dict[str, str] | None = None, rules: Rules = Rules(), dry_run: bool = False,
             lock_dir: Path | None = None, progress: Progress | None = None,
-            out: Callable[[str], None] = print, with_studies: bool = True) -> Outcome:
+            out: Callable[[str], None] = print, with_studies: bool = True, force_studies: bool = False) -> Outcome:
     """Read the site, plan (printed through ``out``), and unless ``dry_run`` measure on ``gpus``: the
-    questions first, then the studies that are stale on this GPU kind (``with_studies``)."""
+    questions first, then the studies that are stale on this GPU kind (``with_studies``; every
+    study with ``force_studies``)."""
     if not srcdir.is_dir():
         raise RefreshError(f"SRCDIR: {srcdir} is not a directory")
     cache = Cache(cache_dir or srcdir / "_gemm_cache")
@@ -776,7 +779,8 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
         raise RefreshError("--gpus: no GPU selected")
     tasks, fresh = make_plan(jobs, cache, gpus[0].name, local, rules)
     out(describe_plan(tasks, fresh, gpus))
-    study_tasks = plan_studies(cache.directory, gpus[0].name, local, rules) if with_studies else []
+    study_tasks = (plan_studies(cache.directory, gpus[0].name, local, rules, force=force_studies)
+                   if with_studies else [])
     if with_studies:
         out(describe_studies(study_tasks))
     if dry_run:

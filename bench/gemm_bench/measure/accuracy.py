@@ -144,63 +144,107 @@ def _operands(fprop: GemmShape, distribution: str) -> tuple[Any, Any, Any]:
     return x.bfloat16(), draw("W", n, k).bfloat16(), draw("dY", m, n).bfloat16()
 
 
-def _references(x: Any, w: Any, dy: Any) -> dict[str, Any]:
-    """FP32 products of the BF16 inputs, with TF32 off so FP32 means FP32."""
+def _references(x: Any, w: Any, dy: Any, passes: Sequence[str] = PASSES) -> dict[str, Any]:
+    """FP32 products of the BF16 inputs for ``passes``, with TF32 off so FP32 means FP32.
+
+    Each product is computed on its own from the FP32 copies of the inputs, so leaving out a pass
+    changes none of the others (a sweep question, Fprop only, skips the Dgrad and Wgrad products).
+    """
     import torch
 
     allow = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        xf, wf, dyf = x.float(), w.float(), dy.float()
-        return {"fprop": xf @ wf.t(), "dgrad": dyf @ wf, "wgrad": dyf.t() @ xf}
+        xf, wf = x.float(), w.float()
+        out: dict[str, Any] = {}
+        if "fprop" in passes:
+            out["fprop"] = xf @ wf.t()
+        if "dgrad" in passes or "wgrad" in passes:
+            dyf = dy.float()
+            if "dgrad" in passes:
+                out["dgrad"] = dyf @ wf
+            if "wgrad" in passes:
+                out["wgrad"] = dyf.t() @ xf
+        return out
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow
 
 
-def autocast_sqnr(precision: str, fprop: GemmShape, distribution: str) -> dict[str, float]:
-    """SQNR of Fprop, Dgrad and Wgrad of one ``te.Linear`` step under the precision's recipe."""
+@dataclasses.dataclass(frozen=True)
+class GemmInputs:
+    """One op's BF16 X, W and dY for one distribution, and the FP32 reference of each pass asked.
+
+    Built once per (op, distribution) by :func:`gemm_inputs` and read, never written, by every
+    precision and mode of that op: the operands come from fixed seeds and the references are FP32
+    products with TF32 off, so a copy rebuilt for each precision (as this code once did, about 14
+    times per op) held the very same values; building them once changes the time, not a number.
+    """
+
+    x: Any
+    w: Any
+    dy: Any
+    #: Pass -> FP32 reference, only the passes whose cells the question has (in PASSES order).
+    refs: dict[str, Any]
+
+    @property
+    def passes(self) -> tuple[str, ...]:
+        return tuple(self.refs)
+
+
+def gemm_inputs(fprop: GemmShape, distribution: str, passes: Sequence[str] = PASSES) -> GemmInputs:
+    """The operands of the Linear whose Fprop is ``fprop`` and the references of ``passes``."""
+    x, w, dy = _operands(fprop, distribution)
+    return GemmInputs(x, w, dy, _references(x, w, dy, passes))
+
+
+def autocast_sqnr(precision: str, fprop: GemmShape, inputs: GemmInputs) -> dict[str, float]:
+    """SQNR of each pass in ``inputs`` of one ``te.Linear`` step under the precision's recipe.
+
+    The step is always forward and backward, whichever passes are asked, so that every recipe's
+    state (delayed scaling's amax history above all) evolves exactly as in a full step.
+    """
     import torch
     import transformer_engine.pytorch as te
 
     from gemm_bench.measure.backends.te import make_recipe
 
-    x, w, dy = _operands(fprop, distribution)
-    refs = _references(x, w, dy)
     layer = te.Linear(fprop.k, fprop.n, bias=False, params_dtype=torch.bfloat16, device="cuda")
     with torch.no_grad():
-        layer.weight.copy_(w)
+        layer.weight.copy_(inputs.w)
     recipe = make_recipe(precision)
     steps = 3 if precision == "fp8-delayed" else 1
     for _ in range(steps):
-        xin = x.detach().clone().requires_grad_(True)
+        xin = inputs.x.detach().clone().requires_grad_(True)
         layer.weight.grad = None
         with te.autocast(enabled=recipe is not None, recipe=recipe):
             y = layer(xin)
-        y.backward(dy)
+        y.backward(inputs.dy)
     torch.cuda.synchronize()
     assert xin.grad is not None and layer.weight.grad is not None
     outputs = {"fprop": y.detach(), "dgrad": xin.grad, "wgrad": layer.weight.grad}
-    return {p: sqnr_db_tensor(refs[p], outputs[p]) for p in PASSES}
+    return {p: sqnr_db_tensor(inputs.refs[p], outputs[p]) for p in inputs.passes}
 
 
-def prequant_sqnr(precision: str, fprop: GemmShape, distribution: str) -> dict[str, float]:
-    """SQNR of each pass's GEMM alone, on operands quantized as the timed pre-quantized GEMM's."""
+def prequant_sqnr(precision: str, fprop: GemmShape, inputs: GemmInputs) -> dict[str, float]:
+    """SQNR of each pass's GEMM alone (the passes in ``inputs``), on operands quantized as the
+    timed pre-quantized GEMM's. Each pass is its own GEMM on its own quantized operands, so a pass
+    left out changes nothing of the others."""
     import torch
     from transformer_engine.pytorch.cpp_extensions import general_gemm
 
     from gemm_bench.measure.backends.te import _quantizers, make_recipe
 
-    x, w, dy = _operands(fprop, distribution)
-    refs = _references(x, w, dy)
+    x, w, dy = inputs.x, inputs.w, inputs.dy
     # TE's TN GEMM computes B @ A^T: (A, B) per pass, as in backends.te's pre-quantized shapes.
     operands = {
-        "fprop": (w, x),
-        "dgrad": (w.t().contiguous(), dy),
-        "wgrad": (x.t().contiguous(), dy.t().contiguous()),
+        "fprop": lambda: (w, x),
+        "dgrad": lambda: (w.t().contiguous(), dy),
+        "wgrad": lambda: (x.t().contiguous(), dy.t().contiguous()),
     }
     recipe = make_recipe(precision)
     out: dict[str, float] = {}
-    for pass_, (a, b) in operands.items():
+    for pass_ in inputs.passes:
+        a, b = operands[pass_]()
         if precision == "bf16":
             a_q, b_q = a, b
         else:
@@ -210,7 +254,7 @@ def prequant_sqnr(precision: str, fprop: GemmShape, distribution: str) -> dict[s
         result = general_gemm(a_q, b_q, out_dtype=torch.bfloat16, use_split_accumulator=split)
         product = result[0] if isinstance(result, (tuple, list)) else result
         torch.cuda.synchronize()
-        out[pass_] = sqnr_db_tensor(refs[pass_], product)
+        out[pass_] = sqnr_db_tensor(inputs.refs[pass_], product)
     return out
 
 
@@ -222,6 +266,11 @@ def measure_accuracy(question: Question, precisions: Sequence[str], modes: Seque
 
     Unsupported precisions (TE's reason) and absent modes (the registry's reason) become
     ``unsupported`` cells; a precision that raises becomes ``failed`` with the message.
+
+    Per op, each distribution's operands and references are built once (:func:`gemm_inputs`)
+    and every precision and mode measures on them, holding the references of the question's
+    passes only; the cells come out in the order they always had (mode, precision, distribution,
+    pass).
     """
     for d in distributions:  # before any GPU work: a typo fails at once, with the name
         if d not in DISTRIBUTIONS:
@@ -236,38 +285,64 @@ def measure_accuracy(question: Question, precisions: Sequence[str], modes: Seque
     cells: list[dict[str, Any]] = []
     for fprop in fprops:
         passes = [g for g in question.gemms if g.op == fprop.op]
+        asked = tuple(p for p in PASSES if any(g.pass_ == p for g in passes))
         one = dataclasses.replace(fprop, groups=1)
-        for mode in modes:
-            if mode not in ACCURACY_MODES:
-                continue  # the layer modes have no per-GEMM accuracy
-            for precision in precisions:
-                s = support.get(precision)
-                reason = ""
-                if s is not None and not s.available:
-                    reason = s.reason or f"{PRECISIONS[precision].display} is not supported on this GPU"
-                elif not PRECISIONS[precision].has_mode(mode):
-                    reason = PRECISIONS[precision].absent_modes.get(mode, f"no {mode} form")
-                for dist in distributions:
-                    if reason:
-                        cells += [accuracy_cell(mode, precision, g, dist, "unsupported", reason=reason,
-                                                run_id=run_id) for g in passes]
-                        continue
-                    measure = autocast_sqnr if mode == "autocast" else prequant_sqnr
-                    try:
-                        values = measure(precision, one, dist)
-                    except GPU_FAILURES as exc:
-                        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
-                        cells += [accuracy_cell(mode, precision, g, dist, "failed", reason=message,
-                                                run_id=run_id) for g in passes]
-                        torch.cuda.empty_cache()
-                        continue
-                    for g in passes:
-                        value = values[g.pass_]
-                        if math.isfinite(value):
-                            cells.append(accuracy_cell(mode, precision, g, dist, "measured", sqnr=value,
-                                                       run_id=run_id))
-                        else:
-                            cells.append(accuracy_cell(
-                                mode, precision, g, dist, "failed", run_id=run_id,
-                                reason="output equals the FP32 reference exactly: SQNR is unbounded"))
+        # (mode, precision) -> why it is not measured here ("" when it is), in the cells' order.
+        plan = {(mode, precision): _unmeasured_reason(mode, precision, support)
+                for mode in modes if mode in ACCURACY_MODES  # the layer modes have no per-GEMM accuracy
+                for precision in precisions}
+        runs = [key for key, reason in plan.items() if not reason]
+        # (mode, precision, distribution) -> SQNR per pass, or the failure's message.
+        outcome: dict[tuple[str, str, str], dict[str, float] | str] = {}
+        for dist in distributions if runs else ():
+            try:
+                inputs = gemm_inputs(one, dist, asked)
+            except GPU_FAILURES as exc:  # as a precision's own failure would have been, for each one
+                outcome.update({(mode, precision, dist): _failure(exc) for mode, precision in runs})
+                torch.cuda.empty_cache()
+                continue
+            for mode, precision in runs:
+                measure = autocast_sqnr if mode == "autocast" else prequant_sqnr
+                try:
+                    outcome[(mode, precision, dist)] = measure(precision, one, inputs)
+                except GPU_FAILURES as exc:
+                    outcome[(mode, precision, dist)] = _failure(exc)
+                    torch.cuda.empty_cache()
+            del inputs  # this distribution's tensors, before the next one's are drawn
+        for (mode, precision), reason in plan.items():
+            for dist in distributions:
+                if reason:
+                    cells += [accuracy_cell(mode, precision, g, dist, "unsupported", reason=reason,
+                                            run_id=run_id) for g in passes]
+                    continue
+                values = outcome[(mode, precision, dist)]
+                if isinstance(values, str):
+                    cells += [accuracy_cell(mode, precision, g, dist, "failed", reason=values,
+                                            run_id=run_id) for g in passes]
+                    continue
+                for g in passes:
+                    value = values[g.pass_]
+                    if math.isfinite(value):
+                        cells.append(accuracy_cell(mode, precision, g, dist, "measured", sqnr=value,
+                                                   run_id=run_id))
+                    else:
+                        cells.append(accuracy_cell(
+                            mode, precision, g, dist, "failed", run_id=run_id,
+                            reason="output equals the FP32 reference exactly: SQNR is unbounded"))
     return cells
+
+
+def _unmeasured_reason(mode: str, precision: str, support: Mapping[str, Support]) -> str:
+    """Why ``precision`` has no accuracy in ``mode`` on this GPU (TE's reason, or the registry's
+    for an absent mode); "" when it is measured."""
+    s = support.get(precision)
+    if s is not None and not s.available:
+        return s.reason or f"{PRECISIONS[precision].display} is not supported on this GPU"
+    if not PRECISIONS[precision].has_mode(mode):
+        return PRECISIONS[precision].absent_modes.get(mode, f"no {mode} form")
+    return ""
+
+
+def _failure(exc: BaseException) -> str:
+    """A failed cell's reason: the exception's first line."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:400]

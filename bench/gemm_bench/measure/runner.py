@@ -109,7 +109,7 @@ def _nvtx(name: str, enabled: bool) -> Iterator[None]:
 class Runner:
     def __init__(self, settings: TimerSettings, *, peers: bool = True, progress: Progress | None = None,
                  nvtx: bool = False, phases: PhaseProfiler | None = None, accuracy: bool = False,
-                 telemetry: bool = True) -> None:
+                 telemetry: bool = True, shared_sampler: bool = False) -> None:
         """``phases``: charge this run's wall time to its phases (``gemm-bench run --profile-phases``).
 
         The runner records support checks, building, probing and releasing memory; the timer
@@ -118,6 +118,10 @@ class Runner:
         also measure each precision's SQNR (:mod:`gemm_bench.measure.accuracy`) in every run.
         ``telemetry``: sample SM clock and power during each timed group and cross-check its
         events against the profiler (:mod:`gemm_bench.measure.telemetry`); stored in ``doc["groups"]``.
+        ``shared_sampler``: sample with the process's sampler of this GPU
+        (:func:`~gemm_bench.measure.telemetry.shared_sampler`), which outlives the run, instead of
+        one of the runner's own that ends with each :meth:`measure` (a refresh worker measures
+        many questions; its sampler process starts once).
         """
         if not torch.cuda.is_available():
             raise NoGpuError("no CUDA GPU is visible to PyTorch")
@@ -132,7 +136,13 @@ class Runner:
             # launches slower unless Kineto tears CUPTI down when the session ends (it reads this
             # when a session starts): a refresh worker times many questions in one process.
             os.environ.setdefault("TEARDOWN_CUPTI", "1")
-        self.sampler = telemetry_module.ClockSampler() if telemetry else None
+        self.sampler: telemetry_module.ClockSampler | None = None
+        if telemetry:
+            # The shared one samples the GPU current when it starts: a refresh worker sees one GPU
+            # (CUDA_VISIBLE_DEVICES), and nothing here changes torch's current device.
+            self.sampler = (telemetry_module.shared_sampler() if shared_sampler
+                            else telemetry_module.ClockSampler())
+        self._owns_sampler = not shared_sampler
         self.timer = Interleaver(settings, phases=phases, sampler=self.sampler, cross_check=telemetry)
         self.telemetry = telemetry
         #: Each timed group's record in the run under way (``doc["groups"]``).
@@ -205,7 +215,8 @@ class Runner:
 
         Everything in the returned document is one run (one ``run_id``): speedups between any
         two of its cells are legitimate, and its method says what the run includes. The clock
-        sampler's process ends with the run, however the run ends.
+        sampler's process ends with the run, however the run ends (unless it is the process's shared
+        sampler, which the next run samples with).
         """
         started = time.monotonic()
         try:
@@ -213,7 +224,7 @@ class Runner:
             doc["provenance"]["measure_s"] = round(time.monotonic() - started, 1)
             return doc
         finally:
-            if self.sampler is not None:
+            if self.sampler is not None and self._owns_sampler:
                 self.sampler.close()
 
     def _measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
@@ -334,8 +345,10 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     from gemm_bench.results.stack import complete_modes
 
     phases = PhaseProfiler()
-    doc = Runner(settings or TimerSettings(), accuracy=True, progress=progress, phases=phases).measure(
-        question, list(precisions), complete_modes(question, modes))
+    # One sampler process per GPU for the whole worker (or build), not one per question.
+    runner = Runner(settings or TimerSettings(), accuracy=True, progress=progress, phases=phases,
+                    shared_sampler=True)
+    doc = runner.measure(question, list(precisions), complete_modes(question, modes))
     phases.finish()
     # Where this question's wall time went, kept beside measure_s: the refresh's speed is
     # profiled from every GPU run, not only from a `gemm-bench run --profile-phases` by hand.

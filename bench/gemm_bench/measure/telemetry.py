@@ -22,6 +22,7 @@ cannot.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -36,6 +37,15 @@ from typing import Any
 
 #: Seconds between NVML samples while a group is timed.
 SAMPLE_INTERVAL_S = 0.02
+
+#: Longest wait, after a group's window ends, for the child's first sample past it (by then every
+#: sample inside the window is in the file). The wait ends at that sample, about half an interval
+#: later on average; a fixed ``2 * SAMPLE_INTERVAL_S`` sleep stood here before, so this bound is
+#: that sleep and one interval more, for a child that is late (a slow NVML call).
+SUMMARY_WAIT_S = 3 * SAMPLE_INTERVAL_S
+
+#: How often the file is read while waiting for that sample.
+SUMMARY_POLL_S = SAMPLE_INTERVAL_S / 10
 
 #: A group whose median SM clock is this fraction below the run's median is flagged.
 CLOCK_DROP = 0.05
@@ -156,25 +166,43 @@ class ClockSampler:
             return summarize([], [], self.unavailable or "the sampler did not run")
         t0, t1 = self._window
         self._window = None
-        time.sleep(2 * SAMPLE_INTERVAL_S)  # the child's sample covering t1 reaches the file
-        if self._proc.poll() is not None:
-            self._died("NVML sampler exited during the group")
-            return summarize([], [], self.unavailable)
         try:
-            with open(self._path, encoding="ascii") as handle:
-                handle.seek(self._offset)
-                text = handle.read()
+            complete = self._lines_past(t1)
         except (OSError, UnicodeDecodeError) as exc:
             self.unavailable = f"NVML samples unreadable: {type(exc).__name__}: {exc}"[:300]
             self.close()
             return summarize([], [], self.unavailable)
-        complete = text[:text.rfind("\n") + 1]
+        if self._proc.poll() is not None:
+            self._died("NVML sampler exited during the group")
+            return summarize([], [], self.unavailable)
         self._offset += len(complete)
         clocks, power = samples_in_window(complete, t0, t1)
         block = summarize(clocks, power)
         if block["samples"] and self._power_source:
             block["power_source"] = self._power_source
         return block
+
+    def _lines_past(self, t1: float) -> str:
+        """The complete lines from the read offset on, once one of them was sampled after ``t1``.
+
+        The child writes its lines in time order, so once a sample taken after ``t1`` is in the
+        file, every sample of the window is too: the same samples a fixed wait of
+        ``2 * SAMPLE_INTERVAL_S`` read (or, from a late child, the ones it missed), usually half
+        an interval after ``t1`` instead of two. Waits at most :data:`SUMMARY_WAIT_S` (then reads
+        what is there, as the fixed wait did), and not at all for a child that has exited.
+        """
+        assert self._proc is not None
+        deadline = time.monotonic() + SUMMARY_WAIT_S
+        text = ""
+        with open(self._path, encoding="ascii") as handle:
+            handle.seek(self._offset)
+            while True:
+                text += handle.read()
+                complete = text[:text.rfind("\n") + 1]
+                last = _last_sample_time(complete)
+                if (last is not None and last > t1) or time.monotonic() >= deadline or self._proc.poll() is not None:
+                    return complete
+                time.sleep(SUMMARY_POLL_S)
 
     def close(self) -> None:
         """Stop the child and remove its file (safe to call more than once)."""
@@ -195,6 +223,51 @@ class ClockSampler:
                 os.unlink(self._path)
             self._path = ""
         self._offset, self._window = 0, None
+
+
+#: The process's samplers, one per GPU index (:func:`shared_sampler`), keyed by (pid, index): a
+#: forked child (Sphinx's parallel read) starts its own rather than reading its parent's.
+_SHARED: dict[tuple[int, int | None], ClockSampler] = {}
+
+
+def shared_sampler(device_index: int | None = None) -> ClockSampler:
+    """This process's sampler of GPU ``device_index``, started once and reused by every question.
+
+    A refresh worker measures question after question: a sampler of its own per question spawned a
+    child (a Python start, NVML's import and init) and waited for its first line each time. The
+    child samples all along either way, and each group keeps only the samples of its own window,
+    so a shared one summarizes the same samples. A sampler that became unavailable (its child
+    died, or never started) is replaced by a fresh one for the next caller, as a new question's
+    own sampler was; the last one is closed when the process exits (its file removed; the child
+    also ends by itself when this process's end closes its stdin).
+    """
+    key = (os.getpid(), device_index)
+    sampler = _SHARED.get(key)
+    if sampler is None or sampler.unavailable:
+        if sampler is not None:
+            sampler.close()
+        sampler = _SHARED[key] = ClockSampler(device_index)
+    return sampler
+
+
+@atexit.register
+def _close_shared() -> None:
+    """Close this process's shared samplers (not those a forked parent started)."""
+    pid = os.getpid()
+    for key in [k for k in _SHARED if k[0] == pid]:
+        _SHARED.pop(key).close()
+
+
+def _last_sample_time(text: str) -> float | None:
+    """The time of the last sampler line ``"t clock power"`` in ``text`` (None if there is none)."""
+    for line in reversed(text.splitlines()):
+        parts = line.split()
+        if len(parts) == 3:
+            try:
+                return float(parts[0])
+            except ValueError:
+                continue
+    return None
 
 
 def _read_power_source(path: str) -> str:

@@ -629,10 +629,111 @@ def _split_kernels(prof: Any, order: list[tuple[str, str]]) -> dict[str, dict[st
 def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:
     """Sum of kernel durations after each L2-flush memcpy, one number per timed region.
 
-    The trace's GPU activity is split at the flush copies (device-to-device memcpy events);
-    everything between one flush and the next belongs to the region that flush preceded. Kernels
-    replayed from a CUDA graph appear in the trace as kernels like any other.
+    The session's GPU activities are read from the profiler's results in memory
+    (:func:`gpu_activities_in_memory`); only a torch without that API has them written as a chrome
+    trace and parsed back (:func:`gpu_activities_from_chrome_trace`), which was once the only way:
+    every host and device event written to a JSON file and parsed again, per group (the trace
+    phase, the profiler's stop included, took 30.4 s of gpt-oss-120b's 63 s on an H100). Either
+    way the activities are split by the one function :func:`split_at_flushes`, so the two readers
+    cannot assign a kernel to different regions.
     """
+    activities = gpu_activities_in_memory(prof)
+    if activities is None:
+        activities = gpu_activities_from_chrome_trace(prof)
+    return split_at_flushes(activities, regions)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuActivity:
+    """One GPU activity of a profiler session: what the split at the L2 flushes reads.
+
+    ``kind`` is Kineto's category (the chrome trace's ``cat``): ``kernel``, ``gpu_memcpy``; the
+    readers keep no other kind. Times in integer nanoseconds, Kineto's own unit.
+    """
+
+    kind: str
+    name: str
+    start_ns: int
+    duration_ns: int
+
+
+#: The kinds of activity the split reads: kernels, and the memcpys among which are the flushes.
+SPLIT_KINDS = ("kernel", "gpu_memcpy")
+
+#: Names Kineto gives the GPU activities that are neither kernels nor memcpys, for a torch whose
+#: events in memory carry no category: memsets ("Memset (Device)") and CUDA synchronizations
+#: (``cuda_sync``, recorded by default since Kineto 2024).
+_NOT_KERNELS = ("Memset ", "Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")
+
+
+def split_at_flushes(activities: Sequence[GpuActivity], regions: int) -> list[float]:
+    """Kernel milliseconds per timed region: the activities in time order, split at the flush copies
+    (device-to-device memcpys); everything between one flush and the next belongs to the region that
+    flush preceded. Kernels replayed from a CUDA graph are kernels like any other."""
+    totals_ns: list[int] = []
+    for activity in sorted(activities, key=lambda a: a.start_ns):
+        if activity.kind == "gpu_memcpy" and "DtoD" in activity.name:
+            totals_ns.append(0)
+        elif activity.kind == "kernel" and totals_ns:
+            totals_ns[-1] += activity.duration_ns
+    if len(totals_ns) != regions:
+        raise RuntimeError(
+            f"profiler timer: found {len(totals_ns)} L2 flushes for {regions} timed regions "
+            "(the timed code copies device-to-device itself)"
+        )
+    return [total / 1e6 for total in totals_ns]
+
+
+def gpu_activities_in_memory(prof: Any) -> list[GpuActivity] | None:
+    """The session's kernels and memcpys from Kineto's results in memory
+    (``prof.profiler.kineto_results.events()`` of a stopped ``torch.profiler.profile``), or None
+    where this torch keeps no such results or its events lack nanosecond times (the caller then
+    reads the chrome trace). Reads only the raw events: no ``prof.events()``, whose Python parsing
+    of every host and device event is what this avoids."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    events = getattr(results, "events", None)
+    if not callable(events):
+        return None
+    out: list[GpuActivity] = []
+    for event in events():
+        if not (hasattr(event, "start_ns") and hasattr(event, "duration_ns")):
+            return None
+        kind = _activity_kind(event)
+        if kind is not None:
+            out.append(GpuActivity(kind, str(event.name()), int(event.start_ns()), int(event.duration_ns())))
+    return out
+
+
+def _activity_kind(event: Any) -> str | None:
+    """The chrome trace's ``cat`` of an in-memory Kineto event, where the split reads it; else None.
+
+    Recent torch says it (``activity_type()``: Kineto's category name, the very string the trace
+    writes). Without it, the kind follows from what Kineto records: GPU activities have the CUDA
+    device type (host events, CUDA runtime calls among them, do not); of those, user annotations,
+    memsets and synchronizations are named as such, memcpys "Memcpy <kind> (<src> -> <dst>)", and
+    the rest are kernels.
+    """
+    activity_type = getattr(event, "activity_type", None)
+    if activity_type is not None:
+        kind = str(activity_type())
+        return kind if kind in SPLIT_KINDS else None
+    device = event.device_type()
+    if getattr(device, "name", str(device).rpartition(".")[2]) != "CUDA":
+        return None
+    if getattr(event, "is_user_annotation", lambda: False)():
+        return None
+    name = str(event.name())
+    if name.startswith("Memcpy "):
+        return "gpu_memcpy"
+    if name.startswith(_NOT_KERNELS):
+        return None
+    return "kernel"
+
+
+def gpu_activities_from_chrome_trace(prof: Any) -> list[GpuActivity]:
+    """The session's kernels and memcpys from its chrome trace, exported to a file and parsed: the
+    fallback of :func:`gpu_activities_in_memory`. The trace's microseconds (Kineto writes them to
+    the nanosecond, ``us.nnn``) become the in-memory reader's integer nanoseconds."""
     import json
     import os
     import tempfile
@@ -645,20 +746,8 @@ def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:
             trace = json.load(handle)
     finally:
         os.unlink(path)
-    gpu = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy")]
-    gpu.sort(key=lambda e: float(e["ts"]))
-    totals: list[float] = []
-    for event in gpu:
-        if event["cat"] == "gpu_memcpy" and "DtoD" in event.get("name", ""):
-            totals.append(0.0)
-        elif event["cat"] == "kernel" and totals:
-            totals[-1] += float(event["dur"]) / 1000.0
-    if len(totals) != regions:
-        raise RuntimeError(
-            f"profiler timer: found {len(totals)} L2 flushes for {regions} timed regions "
-            "(the timed code copies device-to-device itself)"
-        )
-    return totals
+    return [GpuActivity(e["cat"], str(e.get("name", "")), round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000))
+            for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in SPLIT_KINDS]
 
 
 def single(settings: TimerSettings, fn: Callable[[], Any]) -> Samples:
