@@ -42,9 +42,22 @@ def _curve(steps: int, every: int, start: float, end: float) -> dict[str, list[A
     return {"steps": xs, "train_loss": losses, "grad_norm": [round(0.5 + 1 / x, 6) for x in xs]}
 
 
-def synthetic_data(*, steps: int = 40, every: int = 4, eval_every: int = 20) -> dict[str, Any]:
-    """A valid data block with made-up numbers: BF16 ends at 1.5, FP8 recipes slightly above,
-    MXFP8/NVFP4 unsupported, FP8 Block diverged."""
+def synthetic_band_run(seed: int, final: float, *, steps: int = 40, eval_every: int = 20) -> dict[str, Any]:
+    """A measured run of the BF16 seed band, made up: final train loss ``final``, validation ``final + 0.05``."""
+    val_steps = [0, *range(eval_every, steps + 1, eval_every)]
+    val = [round(5.6 - (5.6 - final - 0.05) * min(1.0, s / steps), 6) for s in val_steps]
+    return {"seed": seed, "status": "measured",
+            "init_sha256": hashlib.sha256(f"synthetic initial weights, seed {seed}".encode()).hexdigest(),
+            "batch_order_sha256": hashlib.sha256(f"synthetic order, seed {seed}".encode()).hexdigest(),
+            "validation": {"steps": val_steps, "loss": val}, "wall_s": 12.0,
+            "final_train_loss": final, "final_val_loss": val[-1]}
+
+
+def synthetic_data(*, steps: int = 40, every: int = 4, eval_every: int = 20, band: bool = True) -> dict[str, Any]:
+    """A valid data block with made-up numbers: BF16 ends at 1.5 (validation 1.55), FP8 Delayed at
+    1.53 (1.58), FP8 Current at 1.515 (1.565), MXFP8/NVFP4 unsupported, FP8 Block diverged; with
+    ``band``, BF16 from seeds 2 and 3 ends at validation 1.54 and 1.57: a band of -0.01 to +0.02
+    around the main run, which FP8 Current's +0.015 lies within and FP8 Delayed's +0.03 beyond."""
     init = hashlib.sha256(b"synthetic initial weights").hexdigest()
     val_steps = [0, *range(eval_every, steps + 1, eval_every)]
 
@@ -55,7 +68,7 @@ def synthetic_data(*, steps: int = 40, every: int = 4, eval_every: int = 20) -> 
                 "final_train_loss": final, "final_val_loss": val[-1], "tokens_per_s": tokens, "wall_s": 12.5,
                 "peak_memory_gib": 10.0, "init_sha256": init}
 
-    return {
+    data = {
         "model": {"layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 256, "seq": 128,
                   "params": 1_700_000, "description": "synthetic test model"},
         "corpus": {"source": "synthetic test corpus", "python": "3.12.3", "files": 10, "bytes": 1000,
@@ -80,6 +93,11 @@ def synthetic_data(*, steps: int = 40, every: int = 4, eval_every: int = 20) -> 
             {"precision": "nvfp4", "status": "unsupported", "reason": "NVFP4 needs Blackwell (synthetic reason)"},
         ],
     }
+    if band:
+        data["seed_band"] = {"precision": "bf16", "runs": [
+            synthetic_band_run(2, 1.49, steps=steps, eval_every=eval_every),
+            synthetic_band_run(3, 1.52, steps=steps, eval_every=eval_every)]}
+    return data
 
 
 def synthetic_document(device: dict[str, Any] = DEVICE, data: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -329,6 +347,14 @@ def _build(tmp_path: Path, make_app: Any, docs: Sequence[dict[str, Any]] = (), r
     return html, ANSI.sub("", warnings.getvalue())
 
 
+def table_rows(table: Any) -> dict[str, list[str]]:
+    """A rendered results table's body rows by recipe name, cell texts with the smart quotes of the
+    HTML writer made straight again."""
+    def cell(td: Any) -> str:
+        return str(td.get_text(" ", strip=True)).replace("\u2019", "'")
+    return {cell(tr.select("td")[0]): [cell(td) for td in tr.select("td")[1:]] for tr in table.select("tbody tr")}
+
+
 def test_directive_without_a_study_says_how_to_measure_it(tmp_path: Path, make_app: Any) -> None:
     html, warnings = _build(tmp_path, make_app)
     assert "WARNING" not in warnings, warnings
@@ -345,11 +371,14 @@ def test_directive_renders_figure_table_gaps_and_provenance(tmp_path: Path, make
     assert figure is not None and "BF16" in figure.get_text() and "FP8 Current" in figure.get_text()
     table = soup.select_one("table.gemm-loss-parity-table")
     assert table is not None
-    rows = {tr.select("td")[0].get_text(strip=True): [td.get_text(" ", strip=True) for td in tr.select("td")[1:]]
-            for tr in table.select("tbody tr")}
-    assert rows["BF16"] == ["1.5000", "reference", "1.5500", "reference", "100,000"]
-    # FP8 Delayed: 1.53 vs 1.5 -> +0.0300 (+2.00%); validation 1.58 vs 1.55 -> +0.0300 (+1.94%)
-    assert rows["FP8 Delayed"] == ["1.5300", "+0.0300 (+2.00%)", "1.5800", "+0.0300 (+1.94%)", "130,000"]
+    rows = table_rows(table)
+    assert rows["BF16"] == ["1.5000", "reference", "1.5500", "reference", "seed range -0.0100 to +0.0200 (3 seeds)",
+                            "100,000"]
+    # FP8 Delayed: 1.53 vs 1.5 -> +0.0300 (+2.00%); validation 1.58 vs 1.55 -> +0.0300 (+1.94%), beyond
+    # BF16's band of -0.01 to +0.02; FP8 Current's +0.015 within it.
+    assert rows["FP8 Delayed"] == ["1.5300", "+0.0300 (+2.00%)", "1.5800", "+0.0300 (+1.94%)",
+                                   "beyond BF16's seed-to-seed range (3 seeds)", "130,000"]
+    assert rows["FP8 Current"][4] == "within BF16's seed-to-seed range (3 seeds)"
     assert rows["FP8 Block"] == ["diverged at step 23: training loss nan"]
     assert "MXFP8" not in rows and "MXFP8: MXFP8 needs Blackwell (synthetic reason)" in soup.get_text()
     provenance_node, setup_node = soup.select_one(".gemm-provenance"), soup.select_one("table.gemm-loss-parity-setup")
@@ -437,7 +466,7 @@ def test_tiny_training_runs_give_finite_decreasing_losses() -> None:
     training = lp.TrainingConfig(steps=20, batch=8, warmup_steps=2, peak_lr=1e-3, min_lr=1e-4, eval_every=10,
                                  eval_sequences=16, curve_every=2, final_window=4, check_every=5,
                                  timing_skip_steps=5)
-    data, method = lp.measure(model, training, precisions=("bf16", "fp8-current"))
+    data, method = lp.measure(model, training, precisions=("bf16", "fp8-current"), extra_seeds=1)
     schema.validate_data(data)
     assert method["steps"] == 20
     runs = schema.recipes_by_id(data)
@@ -452,6 +481,13 @@ def test_tiny_training_runs_give_finite_decreasing_losses() -> None:
         assert run["tokens_per_s"] > 0
     # The same batches and weights: the first step's loss differs only by the recipe's rounding.
     assert abs(runs["bf16"]["curve"]["train_loss"][0] - runs["fp8-current"]["curve"]["train_loss"][0]) < 0.05
+    # The seed band: BF16 once more, from another seed: other weights, other batches, a finite final loss.
+    [other] = data["seed_band"]["runs"]
+    assert other["seed"] == training.seed + 1 and other["status"] == "measured", other
+    assert other["init_sha256"] != runs["bf16"]["init_sha256"]
+    assert other["batch_order_sha256"] != data["training"]["batch_order_sha256"]
+    assert other["validation"]["steps"] == [0, 10, 20] and math.isfinite(other["final_val_loss"])
+    assert "curve" not in other and "tokens_per_s" not in other
     doc = studies.build_document(schema.STUDY, data, method, DEVICE, PROVENANCE)
     assert doc["data"] is data
 
@@ -470,7 +506,7 @@ def test_table_without_a_bf16_reference_shows_no_gaps_and_failures_read_as_faile
     from docutils import nodes
 
     rows = {row[0].astext(): [entry.astext() for entry in row[1:]]
-            for row in results_table(data).findall(nodes.row)}
+            for row in results_table(data, "no seed band in this result: synthetic").findall(nodes.row)}
     assert rows["BF16"] == ["diverged at step 30: gradient norm inf"]
-    assert rows["FP8 Delayed"] == ["1.5300", "–", "1.5800", "–", "130,000"]
+    assert rows["FP8 Delayed"] == ["1.5300", "–", "1.5800", "–", "–", "130,000"]
     assert rows["FP8 Current"] == ["failed: RuntimeError: synthetic"]

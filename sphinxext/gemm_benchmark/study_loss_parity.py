@@ -4,14 +4,17 @@ Reads every loss-parity study document in ``<cache>/studies/`` (:mod:`gemm_bench
 validated by :mod:`gemm_bench.results.loss_parity_schema`) and renders, per device (tabs when
 several GPUs answer): the training-loss curves of every recipe with BF16 as the reference, a table
 of each recipe's final training and validation loss with its gap to BF16 (absolute and in per
-cent) and its tokens/s, the setup the numbers come from, what was not trained and why, and the
-provenance (GPU, software stack, date, corpus hash, a link to the raw JSON).
+cent), whether its validation gap lies within BF16's seed-to-seed range, and its tokens/s, the
+final losses of BF16's extra seeds, the setup the numbers come from, what was not trained and why,
+and the provenance (GPU, software stack, date, corpus hash, a link to the raw JSON).
 
-Every number comes from the study document; the only arithmetic here is the gap to BF16, computed
-by :func:`gemm_bench.results.loss_parity_schema.gaps`. With no document the directive shows an
-admonition saying how to measure one (not a warning: an unmeasured study is a state of the cache,
-and the site builds with ``-W``); a corrupt file is a located warning naming its path, and the
-other devices still render.
+Every number comes from the study document; the only arithmetic here is the gap to BF16 and BF16's
+seed band, computed by :func:`gemm_bench.results.loss_parity_schema.gaps` and
+:func:`~gemm_bench.results.loss_parity_schema.seed_band`. A document measured before the band
+existed (method v1) renders as before, with "no seed band in this result" where the verdict would be.
+With no document the directive shows an admonition saying how to measure one (not a warning: an
+unmeasured study is a state of the cache, and the site builds with ``-W``); a corrupt file is a
+located warning naming its path, and the other devices still render.
 
 Incremental builds: the page depends on each study file it read (``note_dependency``: an edited
 file re-reads it), and it watches the set of loss-parity files in the studies folder as a
@@ -47,7 +50,10 @@ from gemm_benchmark.tabs import tab_set
 
 DIRECTIVE = "gemm-loss-parity"
 HOW_TO_MEASURE = "gemm-bench study loss-parity"
-COLUMNS = ("Recipe", "Final train loss", "vs BF16", "Final validation loss", "vs BF16", "Tokens/s")
+COLUMNS = ("Recipe", "Final train loss", "vs BF16", "Final validation loss", "vs BF16",
+           "Validation gap vs BF16's seeds", "Tokens/s")
+WITHIN = "within BF16's seed-to-seed range"
+BEYOND = "beyond BF16's seed-to-seed range"
 
 
 def format_loss(value: float) -> str:
@@ -61,6 +67,46 @@ def format_gap(found: schema.Gap | None) -> str:
     return f"{found.delta:+.4f} ({found.percent:+.2f}%)"
 
 
+def format_delta(value: float, digits: int = 4) -> str:
+    return f"{value:+.{digits}f}"
+
+
+def format_seeds(count: int) -> str:
+    return f"{count} seed{'s' if count != 1 else ''}"
+
+
+def no_band_text(doc: dict[str, Any]) -> str:
+    """Why this document has no seed band to judge a gap by (it holds no ``seed_band`` block)."""
+    if doc["method_version"] in schema.VERSIONS_WITHOUT_SEED_BAND:
+        return f"no seed band in this result: measured before method v{schema.SEED_BAND_SINCE}"
+    return "no seed band in this result: measured without extra BF16 seeds"
+
+
+def band_of(doc: dict[str, Any]) -> schema.SeedBand | str:
+    """The document's BF16 seed band, or the sentence saying why there is none."""
+    found = schema.seed_band(doc["data"])
+    if found is None:
+        return no_band_text(doc)
+    if isinstance(found, str):
+        return f"no seed band in this result: {found}"
+    return found
+
+
+def band_range_text(band: schema.SeedBand) -> str:
+    """BF16's own row: ``seed range -0.0100 to +0.0200 (3 seeds)``, relative to the main run."""
+    return f"seed range {format_delta(band.low)} to {format_delta(band.high)} ({format_seeds(band.runs)})"
+
+
+def verdict(delta: float, band: schema.SeedBand) -> Entry:
+    """A recipe's validation gap against the band, the numbers on hover."""
+    words = WITHIN if band.holds(delta) else BEYOND
+    # At the stored precision (6 decimals): a gap at the edge of the band reads as judged.
+    tooltip = (f"validation gap {format_delta(delta, 6)} against BF16's range {format_delta(band.low, 6)} to "
+               f"{format_delta(band.high, 6)} over seeds {', '.join(map(str, band.seeds))} (BF16 only: "
+               "the recipe was trained from the main seed alone)")
+    return Entry(f"{words} ({format_seeds(band.runs)})", tooltip=tooltip)
+
+
 def format_tokens(value: float) -> str:
     return f"{value:,.0f}"
 
@@ -70,8 +116,9 @@ def format_params(count: int) -> str:
 
 
 # ------------------------------------------------------------------------------ pieces
-def results_table(data: dict[str, Any]) -> nodes.table:
-    """One row per recipe that was trained (measured, diverged or failed); BF16 first."""
+def results_table(data: dict[str, Any], band: schema.SeedBand | str) -> nodes.table:
+    """One row per recipe that was trained (measured, diverged or failed); BF16 first. ``band``:
+    BF16's seed band (:func:`band_of`), or the sentence BF16's row shows instead of its range."""
     recipes = schema.recipes_by_id(data)
     gaps = schema.gaps(data)
     body: list[list[Entry]] = []
@@ -85,17 +132,43 @@ def results_table(data: dict[str, Any]) -> nodes.table:
             body.append([name, Entry(" ".join(text.split()), morecols=len(COLUMNS) - 2,
                                      classes=(f"gemm-status-{status}",))])
             continue
+        val = gaps.get(precision, {}).get("val")
         if precision == BASELINE:
             train_gap = val_gap = Entry("reference")
+            judged = Entry(band if isinstance(band, str) else band_range_text(band))
         elif precision in gaps:
-            train_gap, val_gap = Entry(format_gap(gaps[precision]["train"])), Entry(format_gap(gaps[precision]["val"]))
+            train_gap, val_gap = Entry(format_gap(gaps[precision]["train"])), Entry(format_gap(val))
+            if isinstance(band, str):
+                judged = Entry("–", tooltip=band)
+            else:
+                judged = Entry("–") if val is None else verdict(val.delta, band)
         else:  # BF16 did not finish: nothing to compare with
-            train_gap = val_gap = Entry("–", tooltip="BF16 did not complete its run")
+            train_gap = val_gap = judged = Entry("–", tooltip="BF16 did not complete its run")
         body.append([name, Entry(format_loss(recipe["final_train_loss"])), train_gap,
-                     Entry(format_loss(recipe["final_val_loss"])), val_gap,
+                     Entry(format_loss(recipe["final_val_loss"])), val_gap, judged,
                      Entry(format_tokens(recipe["tokens_per_s"]))])
-    return build_table([[Entry(c) for c in COLUMNS]], body, [16, 16, 20, 18, 20, 14],
+    return build_table([[Entry(c) for c in COLUMNS]], body, [14, 13, 17, 15, 17, 14, 10],
                        classes=["gemm-loss-parity-table"])
+
+
+def seed_band_note(data: dict[str, Any]) -> nodes.paragraph | None:
+    """Each BF16 seed's final losses, the main run first: the numbers the band is made of."""
+    block = data.get("seed_band")
+    if block is None:
+        return None
+    base = schema.recipes_by_id(data)[BASELINE]
+    runs = [(data["training"]["seed"], base, " (main run)"), *((r["seed"], r, "") for r in block["runs"])]
+    parts = []
+    for seed, run, which in runs:
+        if run["status"] == "measured":
+            parts.append(f"seed {seed}{which}: validation {format_loss(run['final_val_loss'])}, "
+                         f"train {format_loss(run['final_train_loss'])}")
+        else:
+            parts.append(f"seed {seed}{which}: {' '.join(run['reason'].split())}")
+    text = ("BF16's seed band, the final losses of BF16 trained from each seed (every seed draws its own "
+            "initial weights and batch order; the other recipes were trained from the main seed only): "
+            + "; ".join(parts) + ".")
+    return nodes.paragraph(text, text, classes=["gemm-note", "gemm-loss-parity-seeds"])
 
 
 def unsupported_note(data: dict[str, Any]) -> nodes.paragraph | None:
@@ -158,6 +231,14 @@ def setup_table(data: dict[str, Any]) -> nodes.table:
         ("Curve", training["curve"] + "."),
         ("Tokens/s", training["timing"] + "."),
     ]
+    band = data.get("seed_band")
+    if band is not None:
+        seeds = ", ".join(str(r["seed"]) for r in band["runs"])
+        rows.insert(-1, ("Seed band", f"BF16 trained again from {format_seeds(len(band['runs']))} besides the main "
+                                      f"seed {training['seed']}: {seeds}, each drawing its own initial weights and "
+                                      "batch order; the same steps, schedule and validation windows. The band is "
+                                      "the range of BF16's final validation loss over all its seeds, relative to "
+                                      "the main run."))
     return build_table([[Entry("Setup"), Entry("")]], [[Entry(k), Entry(v)] for k, v in rows], [16, 84],
                        classes=["gemm-loss-parity-setup"])
 
@@ -255,10 +336,10 @@ class GemmLossParityDirective(SphinxDirective):
         key = hashlib.sha256(f"{self.env.docname}:{self.lineno}:{path.name}".encode()).hexdigest()[:10]
         out: list[nodes.Node] = []
         out += figure_nodes(data, device, f"gemm-loss-{device_slug(device)}-{key}")
-        out.append(scrolling(results_table(data)))
-        note = unsupported_note(data)
-        if note is not None:
-            out.append(note)
+        out.append(scrolling(results_table(data, band_of(doc))))
+        for note in (seed_band_note(data), unsupported_note(data)):
+            if note is not None:
+                out.append(note)
         out.append(scrolling(setup_table(data)))
         out.append(provenance_nodes(self.env, doc, path, stale))
         return out

@@ -16,6 +16,12 @@ disabled). The corpus is the Python standard library's own source (:func:`read_s
 byte-level, so every GPU box has it offline; its size and sha256 are stored, since another Python
 has another standard library.
 
+The seed band: BF16 is also trained from :data:`BF16_EXTRA_SEEDS` other seeds (:func:`band_seeds`,
+:func:`train_seed_band`), each changing both the initial weights and the batch order, so the page can
+tell a recipe's gap from the distance another seed moves BF16 itself. The main runs keep
+``TrainingConfig.seed``: their comparisons stay one-to-one with earlier results. Only final losses
+and validation points of these runs are stored (no curve).
+
 The pure helpers (corpus, split, batch order, schedule, curve downsampling) import without torch
 and are tested on CPU; :func:`measure` and :func:`train_recipe` import torch and Transformer
 Engine when called, on a GPU box.
@@ -38,6 +44,10 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.results.loss_parity_schema import RECIPES
+
+#: K: how many more seeds BF16 is trained from for the seed band (each run costs one BF16 run, about
+#: 40 s on an H100 at the default size). ``measure(extra_seeds=...)`` overrides it; 0 stores no band.
+BF16_EXTRA_SEEDS = 2
 
 #: Folders of the standard library's tree that hold third-party code or caches, never read.
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
@@ -180,6 +190,13 @@ def batch_offsets(train_bytes: int, seq: int, batch: int, steps: int, seed: int)
         rng.shuffle(epoch)
         order += epoch
     return [[i * seq for i in order[s * batch:(s + 1) * batch]] for s in range(steps)]
+
+
+def band_seeds(seed: int, extra: int) -> list[int]:
+    """The seeds of the seed band: the ``extra`` integers after the main runs' ``seed``."""
+    if extra < 0:
+        raise ValueError(f"extra_seeds: must be 0 or more, got {extra}")
+    return [seed + i for i in range(1, extra + 1)]
 
 
 def order_sha256(offsets: Sequence[Sequence[int]]) -> str:
@@ -487,25 +504,56 @@ def train_recipe(precision_id: str, model_config: ModelConfig, training: Trainin
     return record
 
 
+#: The fields of a BF16 run the seed band keeps (no curve, throughput or memory: it answers how far
+#: the final loss moves with the seed, nothing else).
+BAND_RUN_FIELDS = ("status", "init_sha256", "validation", "wall_s", "final_train_loss", "final_val_loss",
+                   "reason", "diverged_at_step")
+
+
+def train_seed_band(training: TrainingConfig, extra: int, *, train_bytes: int, seq: int,
+                    train: Callable[[TrainingConfig, list[list[int]]], dict[str, Any]]) -> dict[str, Any] | None:
+    """BF16 from each of :func:`band_seeds`: ``train(config, order)`` trains BF16 with
+    ``config.seed`` (its initial weights) on ``order`` (its batches, drawn from the same seed) and
+    returns :func:`train_recipe`'s record; the ``seed_band`` block, or None when ``extra`` is 0."""
+    seeds = band_seeds(training.seed, extra)
+    if not seeds:
+        return None
+    runs: list[dict[str, Any]] = []
+    for seed in seeds:
+        config = dataclasses.replace(training, seed=seed)
+        order = batch_offsets(train_bytes, seq, training.batch, training.steps, seed)
+        record = train(config, order)
+        run = {"seed": seed, "batch_order_sha256": order_sha256(order),
+               **{key: record[key] for key in BAND_RUN_FIELDS if key in record}}
+        runs.append(run)
+        if run["status"] == "measured":
+            _log(f"{BASELINE} seed {seed}: final train loss {run['final_train_loss']:.4f}, validation loss "
+                 f"{run['final_val_loss']:.4f}, {run['wall_s']:.1f} s")
+    return {"precision": BASELINE, "runs": runs}
+
+
 #: Errors a recipe's run may end with that leave the others worth running (CUDA and TE errors are
 #: RuntimeErrors, TE's unsupported-shape checks assertions or ValueErrors). The BF16 run re-raises.
 RUN_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, AssertionError)
 
 
 def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig = TrainingConfig(),
-            precisions: Sequence[str] = RECIPES) -> tuple[dict[str, Any], dict[str, Any]]:
+            precisions: Sequence[str] = RECIPES,
+            extra_seeds: int = BF16_EXTRA_SEEDS) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train every recipe in ``precisions`` on this box's GPU: ``(data, method)`` for the study document.
 
     Recipes this GPU does not support are stored as unsupported with Transformer Engine's own reason;
     a run whose loss turns NaN or infinite as diverged (at its step); a run that raises one of
     :data:`RUN_ERRORS` as failed, with the error (but BF16's error propagates: without the
-    reference there is no study)."""
+    reference there is no study). Then BF16 again from ``extra_seeds`` other seeds, the seed band
+    (:func:`train_seed_band`; an error there propagates too, a divergence is stored)."""
     import torch
 
     from gemm_bench.measure.backends import te as te_backend
 
     if BASELINE not in precisions:
         raise ValueError(f"the study compares with {BASELINE}; it must be among {list(precisions)}")
+    band_seeds(training.seed, extra_seeds)  # refuses a negative count before any training
     unknown = [p for p in precisions if p not in PRECISIONS]
     if unknown:
         raise ValueError(f"unknown precisions {unknown}")
@@ -547,6 +595,15 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
                  f"{record['final_val_loss']:.4f}, {record['tokens_per_s']:.0f} tokens/s, {record['wall_s']:.1f} s")
     assert shared.initial is not None  # BF16 trained (or raised)
     params = sum(t.numel() for t in shared.initial.values())
+
+    def train_other_seed(config: TrainingConfig, other_order: list[list[int]]) -> dict[str, Any]:
+        _log(f"{BASELINE} seed {config.seed} (seed band): training {config.steps} steps")
+        # A SharedRun of its own: no initial weights to copy (the seed draws them), its own batch order.
+        own = SharedRun(corpus=shared.corpus, order=torch.tensor(other_order, dtype=torch.int64, device="cuda"),
+                        evals=shared.evals)
+        return train_recipe(BASELINE, model_config, config, own)
+
+    band = train_seed_band(training, extra_seeds, train_bytes=split, seq=model_config.seq, train=train_other_seed)
     data = {
         "model": {**dataclasses.asdict(model_config), "params": params,
                   "description": MODEL_DESCRIPTION.format(layers=model_config.layers)},
@@ -554,8 +611,14 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
         "training": training_block(model_config, training, order),
         "recipes": recipes,
     }
+    if band is not None:
+        data["seed_band"] = band
     method = {
         "study": "loss parity: one training run per recipe from the same weights on the same batches",
+        "seed_band": (f"{BASELINE} also trained from {extra_seeds} other seed(s) "
+                      f"({', '.join(map(str, band_seeds(training.seed, extra_seeds)))}), each changing the "
+                      "initial weights and the batch order; final losses and validation points stored"
+                      if extra_seeds else "none (no extra seed)"),
         "loss": "cross-entropy in nats per byte, in FP32 from BF16 logits",
         "timer": "time.perf_counter between torch.cuda.synchronize calls, evaluation excluded",
         "steps": training.steps, "tokens_per_step": training.batch * model_config.seq,

@@ -6,7 +6,8 @@ optimizer and schedule (:mod:`gemm_bench.measure.loss_parity` trains them). This
 study's schema: what a ``data`` block must hold for the site to render it, checked strictly
 (:func:`validate_data` raises :class:`~gemm_bench.results.studies.StudyError` with the JSON path of
 the first problem), and the one computation the page shows beside the stored numbers: each
-recipe's gap to BF16 (:func:`gaps`).
+recipe's gap to BF16 (:func:`gaps`), and whether that gap lies within BF16's own seed-to-seed
+range (:func:`seed_band`, :meth:`SeedBand.holds`).
 
 ``data``::
 
@@ -16,7 +17,8 @@ recipe's gap to BF16 (:func:`gaps`).
                   "lr_schedule": {"kind", "peak_lr", "warmup_steps", "min_lr"}, "grad_clip", "weights",
                   "batch_order_sha256", "eval_every", "eval_sequences", "curve_every", "curve",
                   "final_window", "timing"},
-     "recipes":  [{"precision", "status", ...}, ...]}      # BF16 among them
+     "recipes":  [{"precision", "status", ...}, ...],      # BF16 among them
+     "seed_band": {"precision": "bf16", "runs": [...]}}    # from method v2; optional
 
 A recipe's ``status``:
 
@@ -32,6 +34,16 @@ A recipe's ``status``:
     ``reason``: Transformer Engine's own text for this GPU.
 ``failed``
     ``reason``: the error that stopped the run.
+
+``seed_band`` (method v2 on; absent in a v1 document, and in one measured with no extra seed)
+    BF16 trained again from ``K >= 1`` other seeds, each changing both the initial weights and
+    the batch order (the main runs keep ``training.seed``): how far another seed moves BF16 itself.
+    Each run holds ``seed`` (a whole number, distinct from the others and from ``training.seed``),
+    ``status`` (``measured`` or ``diverged``), ``init_sha256`` and ``batch_order_sha256`` (both
+    differing from the main runs' and from each other run's: the seed did change them),
+    ``validation`` (as a recipe's), ``wall_s``, and, when measured, ``final_train_loss`` and
+    ``final_val_loss`` (the last validation loss); when diverged, ``reason`` and
+    ``diverged_at_step``. No curve: the band is read at the final validation loss only.
 """
 
 from __future__ import annotations
@@ -50,18 +62,30 @@ from gemm_bench.results.studies import (
     integer,
     json_list,
     json_object,
+    keys,
     number,
     register,
     text,
 )
 
 NAME = "loss-parity"
-METHOD_VERSION = "1"
+#: 2: BF16 is also trained from extra seeds (``seed_band``), so a gap can be set against how far
+#: another seed moves BF16 itself.
+METHOD_VERSION = "2"
+#: The first method version whose documents may hold a ``seed_band``; older ones never do.
+SEED_BAND_SINCE = "2"
+#: Method versions measured before the seed band existed (their documents stay readable).
+VERSIONS_WITHOUT_SEED_BAND: frozenset[str] = frozenset({"1"})
 STATUSES: tuple[str, ...] = ("measured", "diverged", "unsupported", "failed")
 #: Recipes the study trains, in the order it trains and shows them (BF16, the reference, first).
 RECIPES: tuple[str, ...] = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 #: More points than any curve needs (the measurement stores 100 to 200); a bound on what is read.
 MAX_POINTS = 2000
+#: More extra seeds than any band needs; a bound on what is read.
+MAX_SEEDS = 64
+BAND_STATUSES: tuple[str, ...] = ("measured", "diverged")
+_BAND_RUN_FIELDS = ("seed", "status", "init_sha256", "batch_order_sha256", "validation", "wall_s")
+_BAND_RUN_BY_STATUS = {"measured": ("final_train_loss", "final_val_loss"), "diverged": ("reason", "diverged_at_step")}
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -247,12 +271,68 @@ def _recipes(data: Mapping[str, Any], steps: int) -> list[dict[str, Any]]:
     return recipes
 
 
+def _band_run(value: Any, where: str, steps: int) -> dict[str, Any]:
+    run = json_object(value, where)
+    status = choice(field(run, "status", where), f"{where}.status", BAND_STATUSES)
+    keys(run, where, (*_BAND_RUN_FIELDS, *_BAND_RUN_BY_STATUS[status]))
+    _int(run, "seed", where, minimum=0)
+    _hex(run, "init_sha256", where)
+    _hex(run, "batch_order_sha256", where)
+    _num(run, "wall_s", where, positive=True)
+    val = _validation(run, where, steps, complete=status == "measured")
+    if status == "measured":
+        for key in ("final_train_loss", "final_val_loss"):
+            _num(run, key, where)
+        if run["final_val_loss"] != val[-1]:
+            raise StudyError(f"{where}.final_val_loss", f"{run['final_val_loss']} is not the last validation "
+                             f"loss {val[-1]}")
+    else:
+        _text(run, "reason", where)
+        _int(run, "diverged_at_step", where, maximum=steps)
+    return run
+
+
+def _seed_band(data: Mapping[str, Any], training: Mapping[str, Any], recipes: Sequence[Mapping[str, Any]]) -> None:
+    """The optional ``seed_band``: BF16 from other seeds, each a different start and batch order."""
+    if "seed_band" not in data:
+        return
+    where = "$.data.seed_band"
+    band = _obj(data, "seed_band", "$.data")
+    keys(band, where, ("precision", "runs"))
+    choice(band["precision"], f"{where}.precision", (BASELINE,))
+    runs = json_list(band["runs"], f"{where}.runs")
+    if not runs:
+        raise StudyError(f"{where}.runs", "holds no run: a seed band needs at least 1 extra seed (K >= 1); "
+                         "a result without extra seeds has no seed_band")
+    if len(runs) > MAX_SEEDS:
+        raise StudyError(f"{where}.runs", f"holds {len(runs)} runs, more than {MAX_SEEDS}")
+    base = recipes_by_id(data)[BASELINE]
+    seeds = {training["seed"]: "training.seed (the main runs')"}
+    # Every trained recipe started from the same weights (checked in _recipes): one hash, the main runs'.
+    inits = {r["init_sha256"]: "the main runs'" for r in recipes if r["status"] in ("measured", "diverged")}
+    orders = {training["batch_order_sha256"]: "the main runs'"}
+    for i, value in enumerate(runs):
+        at = f"{where}.runs[{i}]"
+        run = _band_run(value, at, training["steps"])
+        for key, seen, what in (("seed", seeds, "seed"), ("init_sha256", inits, "initial weights"),
+                                ("batch_order_sha256", orders, "batch order")):
+            if run[key] in seen:
+                raise StudyError(f"{at}.{key}", f"the {what} {run[key]} is already {seen[run[key]]}: every "
+                                 "run of the band must start from its own seed")
+            seen[run[key]] = f"runs[{i}]'s"
+        if (run["status"] == "measured" and base["status"] == "measured"
+                and run["validation"]["steps"] != base["validation"]["steps"]):
+            raise StudyError(f"{at}.validation.steps", f"differ from {BASELINE}'s: the band must be read at "
+                             "the same step as the recipes")
+
+
 def validate_data(data: Any) -> None:
     """Raise :class:`StudyError` (with the JSON path) unless ``data`` is a loss-parity data block."""
     model = _model(json_object(data, "$.data"))
     _corpus(data)
     training = _training(data, model)
-    _recipes(data, training["steps"])
+    recipes = _recipes(data, training["steps"])
+    _seed_band(data, training, recipes)
 
 
 # ------------------------------------------------------------------------------ what the page computes
@@ -290,6 +370,45 @@ def gaps(data: Mapping[str, Any]) -> dict[str, dict[str, Gap | None]]:
     return {p: {"train": gap(r["final_train_loss"], base["final_train_loss"]),
                 "val": gap(r["final_val_loss"], base["final_val_loss"])}
             for p, r in recipes.items() if p != BASELINE and r["status"] == "measured"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedBand:
+    """BF16's final validation loss over its ``1 + K`` seeds (the main run first), and its range
+    relative to the main run: ``low`` = min - main (<= 0), ``high`` = max - main (>= 0), how far
+    another seed moves BF16 itself. It is BF16's spread only: no recipe was trained from more than
+    one seed."""
+
+    seeds: tuple[int, ...]
+    val_losses: tuple[float, ...]
+    low: float
+    high: float
+
+    @property
+    def runs(self) -> int:
+        return len(self.seeds)
+
+    def holds(self, delta: float) -> bool:
+        """Whether a recipe's validation gap to the main BF16 run lies within the band (edges included)."""
+        return self.low <= delta <= self.high
+
+
+def seed_band(data: Mapping[str, Any]) -> SeedBand | str | None:
+    """BF16's seed band of a valid data block; None when the block has none; else the reason
+    (text) why no band can be read: the main BF16 run, or a run of the band, did not complete."""
+    band = data.get("seed_band")
+    if band is None:
+        return None
+    base = recipes_by_id(data)[BASELINE]
+    if base["status"] != "measured":
+        return f"BF16 with the main seed {data['training']['seed']} did not complete its run"
+    for run in band["runs"]:
+        if run["status"] != "measured":
+            return f"BF16 with seed {run['seed']} {' '.join(run['reason'].split())}"
+    main = base["final_val_loss"]
+    values = (main, *(run["final_val_loss"] for run in band["runs"]))
+    seeds = (data["training"]["seed"], *(run["seed"] for run in band["runs"]))
+    return SeedBand(seeds, values, min(values) - main, max(values) - main)
 
 
 def curve_series(data: Mapping[str, Any]) -> list[tuple[str, Sequence[int], Sequence[float]]]:
