@@ -54,7 +54,10 @@ def build_layer(config: ModelConfig, routing: str = "balanced") -> Any:
         hidden_dropout=0.0, attention_dropout=0.0, self_attn_mask_type="causal",
         params_dtype=torch.bfloat16, device="cuda", fuse_qkv_params=True, bias=False,
         activation="swiglu" if config.swiglu else "gelu",
-        seq_length=config.seq_length, micro_batch_size=config.micro_batch_size,
+        # No seq_length / micro_batch_size: with them TE warms its fused bias-dropout-add (and
+        # bias-GELU) kernels at construction, for three dtypes at full size, about 10 s per new
+        # shape; this layer has no bias, so the step never calls them. Its first (untimed) call
+        # compiles whatever the step does use.
     )
 
 
