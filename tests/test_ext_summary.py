@@ -263,3 +263,18 @@ def test_accuracy_and_show_values_are_checked(project: Project) -> None:
     warnings, _ = project.build()
     assert "index.rst:4" in warnings
     assert "unknown value 'everywhere'; choose from row, sentence" in warnings
+
+
+def test_without_a_step_the_answer_is_about_the_autocast_gemms_and_says_so(project: Project) -> None:
+    q = build_question(model="te-guide-5b")
+    doc = make_document(q, device=H100, precisions=("bf16", "fp8-current"), modes=("autocast",))
+    project.store(doc)
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n   :modes: autocast\n   :show: table\n")
+    warnings, _ = project.build()
+    report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
+    speedup = report.total("autocast", "fp8-current").speedup_vs_bf16
+    assert speedup is not None and speedup > 1
+    sentence = project.html().select_one("p.gemm-summary-answer").get_text()
+    assert (f"train in FP8 Current: the autocast GEMMs run {speedup:.2f}× as fast as in BF16 "
+            "(no training step is measured yet)") in sentence, sentence

@@ -77,7 +77,8 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     words: list[str] = []
     if verdict.answer != BASELINE:
         chosen = verdict.answer
-        text = f"{subject}train in {_name(chosen)}: {quantity} runs {verdict.speedup:.2f}× as fast as in BF16"
+        verb = "runs" if basis == "step" else "run"  # the step runs; the GEMMs run
+        text = f"{subject}train in {_name(chosen)}: {quantity} {verb} {verdict.speedup:.2f}× as fast as in BF16"
         if basis == "step" and chosen in gemm_points:
             text += f" (its autocast GEMMs {gemm_points[chosen].value:.2f}×)"
         elif basis == "gemms":
