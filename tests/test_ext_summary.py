@@ -272,9 +272,81 @@ def test_without_a_step_the_answer_is_about_the_autocast_gemms_and_says_so(proje
     project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
                  "   :precisions: bf16, fp8-current\n   :modes: autocast\n   :show: table\n")
     warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
     report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)
     speedup = report.total("autocast", "fp8-current").speedup_vs_bf16
     assert speedup is not None and speedup > 1
     sentence = project.html().select_one("p.gemm-summary-answer").get_text()
     assert (f"train in FP8 Current: the autocast GEMMs run {speedup:.2f}× as fast as in BF16 "
             "(no training step is measured yet)") in sentence, sentence
+
+
+def test_failed_steps_are_said_never_passed_over_for_the_gemms(project: Project) -> None:
+    """Red team: every FP8 step failed, and the sentence said "train in ..." from the GEMMs."""
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    doc["layer"] = [c if c["precision"] in ("bf16", "mxfp8") else
+                    {"mode": c["mode"], "precision": c["precision"], "status": "failed",
+                     "reason": "CUDA out of memory (synthetic)"} for c in doc["layer"]]
+    project.store(doc)
+    _summary_page(project, "   :show: table\n")
+    project.build()
+    sentence = project.html().select_one("p.gemm-summary-answer").get_text()
+    assert "train in" not in sentence and "no recommendation" in sentence, sentence
+    assert "FP8 Current and FP8 Block failed" in sentence, sentence
+
+
+def test_the_sentence_quotes_autocast_and_the_step_rows_the_table_shows(project: Project) -> None:
+    """Red team: with prequant listed first the sentence called a pre-quantized speedup "autocast";
+    with only the eager step shown it quoted the graphed one, which the page did not show."""
+    from gemm_benchmark.values import decide_fastest, step_points
+
+    report = _stored_beyond(project)
+    _summary_page(project, "   :modes: prequant, autocast, layer\n   :show: table\n")
+    project.build()
+    sentence = project.html().select_one("p.gemm-summary-answer").get_text()
+    verdict = decide_fastest(step_points(report, ["fp8-current", "fp8-block"], graphed=False))
+    assert verdict is not None and verdict.answer != "bf16"
+    assert f"the training step (eager) runs {verdict.speedup:.2f}×" in sentence, sentence
+    autocast = report.total("autocast", verdict.answer).speedup_vs_bf16
+    assert f"(its autocast GEMMs {autocast:.2f}×)" in sentence, sentence
+    assert f"keeps {report.sqnr('autocast', verdict.answer):.1f} dB SQNR" in sentence
+
+
+@pytest.mark.parametrize(("prose", "warns"), [
+    ("Delayed :gemm-speedup:`te autocast fp8-delayed` beats current :gemm-speedup:`te autocast fp8-current`.", True),
+    # the same device named two ways is the same quantity (the red team's miss)
+    ("Delayed :gemm-speedup:`te@h100 autocast fp8-delayed` beats :gemm-speedup:`te autocast fp8-current`.", True),
+    ("Delayed :gemm-speedup:`te autocast fp8-delayed` and current :gemm-speedup:`te autocast fp8-current` lie "
+     "within the measured spread of each other.", False),
+    ("Delayed :gemm-speedup:`te autocast fp8-delayed`.\n\nCurrent :gemm-speedup:`te autocast fp8-current`.", False),
+])
+def test_prose_that_compares_two_tied_speedups_must_say_so(project: Project, prose: str, warns: bool) -> None:
+    q = build_question(model="te-guide-5b")
+    doc = make_document(q, device=H100, precisions=("bf16", "fp8-delayed", "fp8-current"), modes=("autocast",))
+    by_key = {(c["precision"], c["op"], c["pass"]): c for c in doc["cells"]}
+    for cell in doc["cells"]:
+        if cell["precision"] == "fp8-current":  # 1% slower than delayed scaling, with a 10% spread: tied
+            other = by_key[("fp8-delayed", cell["op"], cell["pass"])]
+            cell["ms"] = round(other["ms"] * 1.01, 6)
+            cell["stats"] = {"median_ms": cell["ms"], "iqr_ms": round(cell["ms"] * 0.1, 6)}
+    project.store(doc)
+    project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-delayed, fp8-current\n   :modes: autocast\n   :devices: h100\n\n"
+                 + prose + "\n")
+    warnings, _ = project.build()
+    claims = [w for w in warnings.splitlines() if "[gemm_benchmark.claim]" in w]
+    assert bool(claims) == warns, warnings
+    if warns:
+        assert "index.rst:" in claims[0] and "within each other's measured spread" in claims[0]
+
+
+def test_a_summary_that_renders_nothing_says_so(project: Project) -> None:
+    """Red team: ``:show: figure`` with one model on one GPU built an empty summary, silently."""
+    q = build_question(model="te-guide-5b")
+    project.store(make_document(q, device=H100, precisions=("bf16", "fp8-current")))
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n   :devices: h100\n   :show: figure\n")
+    warnings, _ = project.build()
+    assert "index.rst:4" in warnings and ":show: figure renders nothing" in warnings, warnings

@@ -52,55 +52,82 @@ def _name(precision: str) -> str:
     return PRECISIONS[precision].display
 
 
-def step_verdict(report: Report, precisions: Sequence[str]) -> tuple[Fastest | None, bool, dict[str, Point]]:
-    """The training step's verdict: CUDA-graphed where measured (the site's headline), else eager.
-    Returns (verdict, graphed, points)."""
-    for graphed in (True, False):
-        points = step_points(report, precisions, graphed=graphed)
-        if points:
-            return decide_fastest(points), graphed, points
-    return None, True, {}
+def _names(precisions: Sequence[str]) -> str:
+    """"A", "A and B", "A, B and C"."""
+    names = [_name(p) for p in precisions]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "") -> Answer:
-    """The recommendation for ``model`` on ``device``, from its step (or its GEMMs) and its SQNR."""
+def _absent(statuses: Mapping[str, str]) -> str:
+    """"FP8 Delayed failed; NVFP4 unsupported": why precisions have no number (missing ones unsaid)."""
+    words = {"failed": "failed", "unsupported": "unsupported on this GPU"}
+    by_word: dict[str, list[str]] = {}
+    for precision, status in statuses.items():
+        if status in words:
+            by_word.setdefault(words[status], []).append(precision)
+    return "; ".join(f"{_names(ps)} {word}" for word, ps in by_word.items())
+
+
+def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
+           step_modes: Sequence[str] = ("layer-graphed", "layer")) -> Answer:
+    """The recommendation for ``model`` on ``device``: from its training step in the first of
+    ``step_modes`` (the step rows the table shows, CUDA-graphed first) that has a number, else from
+    its GEMMs in ``mode`` (autocast, or the mode the summary shows), and the accuracy it costs.
+
+    A step that failed is never passed over for the GEMMs: the sentence then says it failed."""
+    others = [p for p in precisions if p != BASELINE]
+    gemm_words = "the autocast GEMMs" if mode == "autocast" else "the pre-quantized GEMMs"
     gemm_points = total_points(report, mode, precisions)
     gemms = decide_fastest(gemm_points)
-    step, graphed, points = step_verdict(report, precisions)
-    basis = "step" if step is not None else "gemms"
-    verdict = step if step is not None else gemms
     who = f"{model} on the {device}" if model else f"On the {device}"
     subject = f"{who}: " if model else f"{who}, "
+    basis, points, verdict, quantity = "gemms", gemm_points, gemms, gemm_words
+    step_status: dict[str, str] = {}
+    for step_mode in step_modes:
+        graphed = step_mode == "layer-graphed"
+        found = step_points(report, precisions, graphed=graphed)
+        statuses = {p: report.step(p, graphed=graphed).status for p in others}
+        if found or any(s == "failed" for s in statuses.values()):
+            basis, points, verdict = "step", found, decide_fastest(found)
+            quantity = "the training step" + ("" if graphed else " (eager)")
+            step_status = {p: s for p, s in statuses.items() if p not in found}
+            break
+    lost = _absent(step_status if basis == "step" else
+                   {p: report.total(mode, p).status for p in others if p not in gemm_points})
     if verdict is None:
-        return Answer(None, basis, f"{subject}no precision besides BF16 is measured yet.")
-    quantity = ("the training step" + ("" if graphed else " (eager)")) if basis == "step" else "the autocast GEMMs"
+        why = f" ({lost})" if lost else ""
+        return Answer(None, basis, f"{subject}no recommendation: no FP8 or FP4 precision has a number for "
+                                   f"{quantity}{why}.")
     words: list[str] = []
     if verdict.answer != BASELINE:
         chosen = verdict.answer
         verb = "runs" if basis == "step" else "run"  # the step runs; the GEMMs run
         text = f"{subject}train in {_name(chosen)}: {quantity} {verb} {verdict.speedup:.2f}× as fast as in BF16"
         if basis == "step" and chosen in gemm_points:
-            text += f" (its autocast GEMMs {gemm_points[chosen].value:.2f}×)"
+            text += f" (its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×)"
         elif basis == "gemms":
             text += " (no training step is measured yet)"
         if verdict.tied:
-            names = ", ".join(_name(p) for p in verdict.tied)
-            text += f"; {names} {'is' if len(verdict.tied) == 1 else 'are'} within the measured spread of it"
+            text += (f"; {_names(verdict.tied)} {'is' if len(verdict.tied) == 1 else 'are'} within its "
+                     "measured spread")
         words.append(text + ".")
-        words.append(_accuracy(report, mode, precisions, chosen, points if basis == "step" else gemm_points))
+        words.append(_accuracy(report, mode, precisions, chosen, points))
     else:
-        others = {p: v for p, v in (points if basis == "step" else gemm_points).items() if p != BASELINE}
-        best = max(others, key=lambda p: others[p].value)
-        if others[best].value <= 1.0:
-            text = (f"{subject}stay in BF16: no FP8 recipe makes {quantity} faster "
-                    f"(the best of them, {_name(best)}, runs at {others[best].value:.2f}× BF16's speed)")
+        rest = {p: v for p, v in points.items() if p != BASELINE}
+        best = max(rest, key=lambda p: rest[p].value)
+        measured = "of the recipes measured, none" if lost else "no FP8 recipe"
+        if rest[best].value <= 1.0:
+            text = (f"{subject}stay in BF16: {measured} makes {quantity} faster "
+                    f"(the best, {_name(best)}, runs at {rest[best].value:.2f}× BF16's speed)")
         else:
-            text = (f"{subject}stay in BF16: no FP8 recipe makes {quantity} clearly faster "
-                    f"({_name(best)}'s {others[best].value:.2f}× is within the measured spread)")
+            text = (f"{subject}stay in BF16: {measured} makes {quantity} clearly faster "
+                    f"({_name(best)}'s {rest[best].value:.2f}× is within the measured spread)")
         if basis == "step" and gemms is not None and gemms.answer != BASELINE:
-            text += (f", although {_name(gemms.answer)} makes its autocast GEMMs alone "
+            text += (f", although {_name(gemms.answer)} makes {gemm_words} alone "
                      f"{gemms.speedup:.2f}× as fast")
         words.append(text + ".")
+    if lost:
+        words.append(f"No number: {lost} (see the notes under the table).")
     return Answer(verdict, basis, " ".join(w for w in words if w))
 
 

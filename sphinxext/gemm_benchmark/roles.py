@@ -155,6 +155,11 @@ class Unavailable(Exception):
 
 def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
     """The recorded value a role node quotes, or raise :class:`Unavailable` saying why."""
+    return _lookup(env, node)[1]
+
+
+def _lookup(env: BuildEnvironment, node: gemm_value) -> tuple[str, records.Value]:
+    """(the slug of the device the role resolved to, its value), or :class:`Unavailable`."""
     record = records.find(env, node["gemm_name"])
     if record is None:
         raise Unavailable(f"no gemm-benchmark directive is named {node['gemm_name']!r}")
@@ -187,7 +192,7 @@ def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
         raise Unavailable(f"{record.name} recorded no {node['kind']} value for {mode}/{precision} {gemm}".rstrip())
     if not value.available:
         raise Unavailable(value.tooltip, value)
-    return value
+    return device.slug, value
 
 
 def _rendered(value: records.Value, html: bool) -> nodes.Element:
@@ -216,10 +221,10 @@ class ResolveGemmValues(SphinxPostTransform):
 
     def run(self, **kwargs: Any) -> None:
         html = builder_format(self.env) == "html"
-        quoted: dict[int, tuple[nodes.Element, list[tuple[gemm_value, records.Value]]]] = {}
+        quoted: dict[int, tuple[nodes.Element, list[tuple[gemm_value, str, records.Value]]]] = {}
         for node in list(self.document.findall(gemm_value)):
             try:
-                value = lookup(self.env, node)
+                slug, value = _lookup(self.env, node)
             except Unavailable as exc:
                 record = records.find(self.env, node["gemm_name"])
                 if record is not None and not record.devices:
@@ -232,7 +237,7 @@ class ResolveGemmValues(SphinxPostTransform):
                 continue
             paragraph = node.parent
             if node["kind"] in SPEEDUP_ROLES and node["precision"] and isinstance(paragraph, nodes.paragraph):
-                quoted.setdefault(id(paragraph), (paragraph, []))[1].append((node, value))
+                quoted.setdefault(id(paragraph), (paragraph, []))[1].append((node, slug, value))
             node.replace_self(_rendered(value, html))
         for paragraph, values in quoted.values():
             problem = significance_problem(paragraph.astext(), values)
@@ -247,16 +252,18 @@ WITHIN_SPREAD = re.compile(r"within (?:the |its |their |each other['’]s )?(?:m
                            r"significantly) (?:faster|slower)|not told apart", re.IGNORECASE)
 
 
-def significance_problem(text: str, values: list[tuple[gemm_value, records.Value]]) -> str:
+def significance_problem(text: str, values: list[tuple[gemm_value, str, records.Value]]) -> str:
     """Whether a paragraph's words respect the significance of the speedups it quotes.
 
-    Two speedups of one quantity (same directive, device, mode and GEMM; different precisions)
-    whose measured spreads overlap are not told apart: the paragraph must say so ("within the
-    measured spread"). A paragraph that says so must quote such a pair. "" when the words hold.
+    Two speedups of one quantity (same directive, device as resolved, mode and GEMM; different
+    precisions) whose measured spreads overlap are not told apart: the paragraph must say so
+    ("within the measured spread"). A paragraph that says so must quote such a pair. "" when the
+    words hold. One such phrase covers every pair of the paragraph, and ``fastest`` (a value with
+    no spread of its own) is not compared.
     """
     groups: dict[tuple[str, ...], list[tuple[str, records.Value]]] = {}
-    for node, value in values:
-        key = (node["kind"], node["gemm_name"], node["device"], node["mode"], node["gemm"])
+    for node, slug, value in values:
+        key = (node["kind"], node["gemm_name"], slug, node["mode"], node["gemm"])
         groups.setdefault(key, []).append((node["text"], value))
     tied: list[str] = []
     apart: list[str] = []

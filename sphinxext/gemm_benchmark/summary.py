@@ -37,6 +37,7 @@ from gemm_bench.question.precisions import (
 )
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report
+from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
@@ -182,7 +183,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         caption = self.options.get("caption", "").strip()
         if caption:
             out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
-        by_pass: list[Report] = []
+        by_pass: list[tuple[str, Report]] = []
         for ask in asks:
             answer = answers[ask.entry]
             label = ask.label or ""
@@ -206,8 +207,9 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     for problem in Report(device.doc, modes=["autocast", *LAYER_MODES]).step_contradictions():
                         self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: "
                                    f"{problem}")
-                if per_gemm:
-                    by_pass.append(device.reports[per_gemm[0]])
+                sqnr_mode = "autocast" if "autocast" in per_gemm else (per_gemm[0] if per_gemm else "")
+                if sqnr_mode in ACCURACY_MODES and device.doc.get("accuracy"):
+                    by_pass.append((ask.entry, device.reports[sqnr_mode]))
                 # The tab keeps the GPU's plain name (tabs of one name switch together across the page);
                 # a stale result says so in its panel.
                 panels.append((device_label(device.device),
@@ -246,12 +248,12 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         lacking = [what for key, what in (("layer", "training-step speedups"), ("accuracy", "accuracy (SQNR)"))
                    if documents and not any(doc.get(key) for doc in documents)]
-        if lacking:
+        if lacking and "table" in show:
             text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
                     "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         if "sqnr" in show and per_gemm:
-            out.extend(self._sqnr_by_pass(by_pass, per_gemm[0], precisions, len(asks)))
+            out.extend(self._sqnr_by_pass(by_pass, "autocast" if "autocast" in per_gemm else per_gemm[0], precisions))
         if "figure" in show and figure_reports and per_gemm:
             spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
                                         title="Whole-model GEMM speedup vs BF16")
@@ -259,6 +261,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 path = figures.figure_file(spec, "svg", Path(self.env.doctreedir) / FIGURE_DIR)
                 out += nodes.image(uri=_relative_uri(self.env, path.with_suffix(".*")),
                                    alt="Whole-model GEMM speedup vs BF16 per precision", classes=[FIGURE_CLASS])
+        if len(out.children) <= (1 if caption else 0):
+            self._warn(Subtype.OPTION, f":show: {', '.join(show) or '(empty)'} renders nothing for these models "
+                       "and GPUs (the figure compares several models or GPUs; sqnr needs SQNR results); "
+                       "add table")
         self.set_source_info(out)
         return [out]
 
@@ -273,8 +279,14 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             text = (f"This {gpu} result is {device.status.value}: {device.reason}. A GPU run of gemm-bench refresh "
                     "re-measures it (see the freshness page).")
             out.append(nodes.paragraph(text, text, classes=["gemm-summary-note", f"gemm-{device.status.value}"]))
-        if per_gemm:
-            said = answer_text.answer(device.reports[per_gemm[0]], per_gemm[0], precisions, device=gpu, model=label)
+        # The sentence and the SQNR row speak of autocast where the summary shows it (the GEMMs in
+        # training), else of the mode it shows; the step rows are the ones the table shows.
+        gemm_mode = "autocast" if "autocast" in per_gemm else (per_gemm[0] if per_gemm else "")
+        step_modes = sorted(steps, key=lambda m: m != LAYER_MODES[1]) or (
+            [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and device.doc.get("layer") else [])
+        if gemm_mode:
+            said = answer_text.answer(device.reports[gemm_mode], gemm_mode, precisions, device=gpu, model=label,
+                                      step_modes=step_modes)
             sentence = nodes.paragraph(classes=["gemm-summary-answer"])
             sentence += nodes.Text(said.sentence)
             out.append(sentence)
@@ -284,17 +296,16 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         table = SummaryTable("What is timed", [PRECISIONS[p].display for p in precisions])
         for mode in per_gemm:
             table.row(self._row(device, mode, precisions, notes))
-        step_modes = steps or ([LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and device.doc.get("layer") else [])
         for mode in step_modes:
-            table.row(self._extra_row(device, per_gemm[0] if per_gemm else mode, precisions, "step", notes,
+            table.row(self._extra_row(device, gemm_mode or mode, precisions, "step", notes,
                                       graphed=mode == LAYER_MODES[1]))
-        config = device.reports[(per_gemm or step_modes or [""])[0]].config if (per_gemm or step_modes) else None
-        skewed = step_modes and config is not None and "skewed" in routings(config)
+        config = device.reports[gemm_mode or step_modes[0]].config if (gemm_mode or step_modes) else None
+        skewed = bool(step_modes) and config is not None and "skewed" in routings(config)
         if skewed:  # a mixture of experts: the same step with the skewed routing the page names
-            table.row(self._extra_row(device, per_gemm[0] if per_gemm else step_modes[0], precisions, "step", notes,
-                                      graphed=True, routing="skewed"))
-        if per_gemm and device.doc.get("accuracy") and self.accuracy == "row":
-            table.row(self._extra_row(device, per_gemm[0], precisions, "sqnr", notes))
+            table.row(self._extra_row(device, gemm_mode or step_modes[0], precisions, "step", notes,
+                                      graphed=step_modes[0] == LAYER_MODES[1], routing="skewed"))
+        if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy") and self.accuracy == "row":
+            table.row(self._extra_row(device, gemm_mode, precisions, "sqnr", notes))
         status = (f" ({device.status.value}: see the freshness page)"
                   if device.status in (execution.Status.STALE, execution.Status.MISSING) else "")
         where = f"{model} on the {gpu}"
@@ -308,11 +319,12 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             out.append(nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-routing"]))
         return out
 
-    def _sqnr_by_pass(self, reports: list[Report], mode: str, precisions: list[str], models: int) -> list[nodes.Node]:
+    def _sqnr_by_pass(self, found: list[tuple[str, Report]], mode: str, precisions: list[str]) -> list[nodes.Node]:
         """SQNR once per recipe and pass: each model's least accurate GEMM of that pass, as a range over
         every model and GPU shown (one number where they agree to the shown digit)."""
         shown = [BASELINE, *precisions]
-        ranges = answer_text.sqnr_by_pass(reports, mode, shown)
+        ranges = answer_text.sqnr_by_pass([report for _, report in found], mode, shown)
+        models = len({entry for entry, _ in found})
         if not ranges:
             text = "No SQNR is measured in these results yet."
             return [nodes.paragraph(text, text, classes=["gemm-summary-note"])]
@@ -320,11 +332,11 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         for pass_, name in answer_text.pass_names():
             row = [Entry(name, strong=True)]
             for p in shown:
-                found = ranges.get((p, pass_))
-                row.append(Entry(found.text, classes=("gemm-num",),
+                cell = ranges.get((p, pass_))
+                row.append(Entry(cell.text, classes=("gemm-num",),
                                  tooltip=f"{PRECISIONS[p].display}, {name}: least SQNR of the pass's GEMMs, "
-                                         f"{found.low:.2f} to {found.high:.2f} dB over {found.count} results")
-                           if found else Entry("n/a", classes=("gemm-num", "gemm-na")))
+                                         f"{cell.low:.2f} to {cell.high:.2f} dB over {cell.count} results")
+                           if cell else Entry("n/a", classes=("gemm-num", "gemm-na")))
             table.row(row)
         width = max(r.high - r.low for r in ranges.values())
         count = max(r.count for r in ranges.values())
@@ -332,7 +344,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                  f"accurate GEMM of each pass over {models} model{'s' if models != 1 else ''} and {count} results")
         text = (f"Every result's value lies within {width:.1f} dB of the others' for the same recipe and pass: "
                 "the inputs are synthetic and the same for every model, so this table is shown once rather than "
-                "per model.")
+                "per model." if count > 1 else "One result: a range needs several.")
         return [scrolling(table.node(title)), nodes.paragraph(text, text, classes=["gemm-summary-note"])]
     def _assess(self, ask: ModelAsk, device: execution.DeviceAnswer, note_missing: bool) -> None:
         """Freshness as the ``gemm-benchmark`` directive judges it: a stale result is said to be."""
@@ -358,7 +370,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if what == "step":
             name = "Training step" if graphed else "Training step, eager"
             if routing != "balanced":
-                name += f", {routing} routing"
+                name = f"{name}, {routing} routing"
             points = step_points(report, precisions, graphed=graphed, routing=routing)
             verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈
         else:
