@@ -350,3 +350,13 @@ def test_a_summary_that_renders_nothing_says_so(project: Project) -> None:
                  "   :precisions: bf16, fp8-current\n   :devices: h100\n   :show: figure\n")
     warnings, _ = project.build()
     assert "index.rst:4" in warnings and ":show: figure renders nothing" in warnings, warnings
+
+
+def test_show_values_ignore_case_like_the_other_choices(project: Project) -> None:
+    q = build_question(model="te-guide-5b")
+    project.store(make_document(q, device=H100, precisions=("bf16", "fp8-current")))
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-current\n   :devices: h100\n   :show: Table\n   :accuracy: Sentence\n")
+    warnings, _ = project.build()
+    assert "WARNING" not in warnings, warnings
+    assert project.html().select_one("table.gemm-summary-table") is not None

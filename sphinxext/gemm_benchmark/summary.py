@@ -420,7 +420,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
     def _parse(self) -> tuple[list[ModelAsk], tuple[str, ...], bool]:
         docdir = Path(self.env.doc2path(self.env.docname)).parent
         asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
-        show = tuple(split_list(self.options.get("show", "table, figure")))
+        show = tuple(part.lower() for part in split_list(self.options.get("show", "table, figure")))
         for part in show:
             if part not in SHOW_PARTS:
                 raise OptionError("show", f"unknown value {part!r}; choose from {', '.join(SHOW_PARTS)}")
