@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.question.shapes import PASS_NAMES, PASSES
+from gemm_bench.question.shapes import PASSES
 from gemm_bench.report.report import Report
-from gemm_benchmark.values import Fastest, Point, decide_fastest, step_points, total_points
+from gemm_benchmark.values import Point, decide_fastest, step_points, total_points
 
 #: Note markers of a table's cells without a number (the reason is written under the table).
 _MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
@@ -29,23 +29,14 @@ class Notes:
     def mark(self, text: str) -> str:
         if text not in self.texts:
             self.texts.append(text)
-        index = self.texts.index(text)
-        return _MARKS[index] if index < len(_MARKS) else f"[{index + 1}]"
+        return _mark(self.texts.index(text))
 
     def lines(self) -> list[str]:
-        return [f"{_MARKS[i] if i < len(_MARKS) else f'[{i + 1}]'} {text}" for i, text in enumerate(self.texts)]
+        return [f"{_mark(i)} {text}" for i, text in enumerate(self.texts)]
 
 
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """What one model on one GPU should train in, and the sentence that says so."""
-
-    #: The training step's verdict (CUDA graphs; eager where a result has no graphed step), or the
-    #: autocast GEMMs' where no step is measured; None when nothing besides BF16 has a number.
-    verdict: Fastest | None
-    #: "step" or "gemms": which quantity the verdict is about.
-    basis: str
-    sentence: str
+def _mark(index: int) -> str:
+    return _MARKS[index] if index < len(_MARKS) else f"[{index + 1}]"
 
 
 def _name(precision: str) -> str:
@@ -69,7 +60,7 @@ def _absent(statuses: Mapping[str, str]) -> str:
 
 
 def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
-           step_modes: Sequence[str] = ("layer-graphed", "layer")) -> Answer:
+           step_modes: Sequence[str] = ("layer-graphed", "layer")) -> str:
     """The recommendation for ``model`` on ``device``: from its training step in the first of
     ``step_modes`` (the step rows the table shows, CUDA-graphed first) that has a number, else from
     its GEMMs in ``mode`` (autocast, or the mode the summary shows), and the accuracy it costs.
@@ -96,8 +87,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
                    {p: report.total(mode, p).status for p in others if p not in gemm_points})
     if verdict is None:
         why = f" ({lost})" if lost else ""
-        return Answer(None, basis, f"{subject}no recommendation: no FP8 or FP4 precision has a number for "
-                                   f"{quantity}{why}.")
+        return f"{subject}no recommendation: no FP8 or FP4 precision has a number for {quantity}{why}."
     words: list[str] = []
     if verdict.answer != BASELINE:
         chosen = verdict.answer
@@ -128,7 +118,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         words.append(text + ".")
     if lost:
         words.append(f"No number: {lost} (see the notes under the table).")
-    return Answer(verdict, basis, " ".join(w for w in words if w))
+    return " ".join(w for w in words if w)
 
 
 def _accuracy(report: Report, mode: str, precisions: Sequence[str], chosen: str, speeds: Mapping[str, Point]) -> str:
@@ -170,7 +160,3 @@ def sqnr_by_pass(reports: Sequence[Report], mode: str, precisions: Sequence[str]
                 if values and all(v is not None for v in values):
                     found.setdefault((precision, pass_), []).append(min(v for v in values if v is not None))
     return {key: PassRange(min(v), max(v), len(v)) for key, v in found.items()}
-
-
-def pass_names() -> list[tuple[str, str]]:
-    return [(p, PASS_NAMES[p]) for p in PASSES]

@@ -35,6 +35,7 @@ from gemm_bench.question.precisions import (
     gemm_modes,
     layer_modes,
 )
+from gemm_bench.question.shapes import PASS_NAMES, PASSES
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
@@ -155,6 +156,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         precisions = [p for p in asks[0].request.precisions if p != BASELINE]
         modes = list(asks[0].request.modes)
         per_gemm, steps = gemm_modes(modes), layer_modes(modes)
+        # The sentence and the SQNR speak of autocast where the summary shows it (the GEMMs in
+        # training), else of the GEMM mode it shows ("" when it shows steps only).
+        gemm_mode = "autocast" if "autocast" in per_gemm else (per_gemm[0] if per_gemm else "")
+        show_table = "table" in show
         unmeasured: list[str] = []
         answers: dict[str, execution.Answer] = {}
         for ask in asks:
@@ -188,7 +193,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             answer = answers[ask.entry]
             label = ask.label or ""
             block = nodes.container(classes=["gemm-summary-model"])
-            if len(asks) > 1 and "table" in show:
+            if len(asks) > 1 and show_table:
                 name = label or ask.preset
                 head = nodes.paragraph(classes=["gemm-summary-model-name"])
                 head += nodes.strong(name, name)
@@ -196,7 +201,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             if not answer.devices and not answer.unmatched:
                 unmeasured.append(f"{label or ask.preset} ({ask.command})")
                 block += _missing_paragraph(f"Not measured yet: ``{ask.command}``")
-                if "table" in show:
+                if show_table:
                     out += block
                 continue
             panels: list[tuple[str, list[nodes.Node]]] = []
@@ -207,14 +212,14 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     for problem in Report(device.doc, modes=["autocast", *LAYER_MODES]).step_contradictions():
                         self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: "
                                    f"{problem}")
-                sqnr_mode = "autocast" if "autocast" in per_gemm else (per_gemm[0] if per_gemm else "")
-                if sqnr_mode in ACCURACY_MODES and device.doc.get("accuracy"):
-                    by_pass.append((ask.entry, device.reports[sqnr_mode]))
-                # The tab keeps the GPU's plain name (tabs of one name switch together across the page);
-                # a stale result says so in its panel.
-                panels.append((device_label(device.device),
-                               self._panel(label, label or model_label(ask.preset, ask.tp, ask.ep), device,
-                                           per_gemm, steps, precisions, "table" in show)))
+                if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy"):
+                    by_pass.append((ask.entry, device.reports[gemm_mode]))
+                if show_table:
+                    # The tab keeps the GPU's plain name (tabs of one name switch together across the
+                    # page); a stale result says so in its panel.
+                    panels.append((device_label(device.device),
+                                   self._panel(label, label or model_label(ask.preset, ask.tp, ask.ep), device,
+                                               per_gemm, gemm_mode, steps, precisions)))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[per_gemm[0]]))
@@ -222,18 +227,18 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 unmeasured.append(f"{label or ask.preset} on {selector} ({ask.command})")
                 panels.append((selector.upper(), [_missing_paragraph(
                     f"Not measured on {selector} yet: ``{ask.command}``")]))
-            if "table" in show:
-                if len(panels) > 1:
-                    block += tab_set(panels, classes=["gemm-device-tabs", "gemm-summary-devices"])
-                else:
-                    block.extend(panels[0][1])
+            if not show_table:
+                continue
+            if len(panels) > 1:
+                block += tab_set(panels, classes=["gemm-device-tabs", "gemm-summary-devices"])
+            else:
+                block.extend(panels[0][1])
             model = ask.request.question.config
             scope = step_scope_sentence(model) if model is not None and any(
                 d.doc.get("layer") for d in answer.devices) else None
-            if scope and "table" in show:  # what a rank's one-GPU step leaves out (collectives, routing)
+            if scope:  # what a rank's one-GPU step leaves out (collectives, routing)
                 block += nodes.paragraph(scope, scope, classes=["gemm-summary-note", "gemm-summary-scope"])
-            if "table" in show:
-                out += block
+            out += block
         if per_gemm:
             self._check_claims(answers, precisions, per_gemm[0])
         if unmeasured:
@@ -241,19 +246,19 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if collapsed:
             for text in collapsed_notes(collapsed):
                 out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-collapsed"])
-        if unmeasured and "table" in show:
+        if unmeasured and show_table:
             text = (f"{len(unmeasured)} of the models and devices asked for are not measured yet. On a GPU box, "
                     "gemm-bench refresh docs/ measures every question the site asks (or run the command shown), "
                     "then commit the new files of the result cache.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         lacking = [what for key, what in (("layer", "training-step speedups"), ("accuracy", "accuracy (SQNR)"))
                    if documents and not any(doc.get(key) for doc in documents)]
-        if lacking and "table" in show:
+        if lacking and show_table:
             text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
                     "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         if "sqnr" in show and per_gemm:
-            out.extend(self._sqnr_by_pass(by_pass, "autocast" if "autocast" in per_gemm else per_gemm[0], precisions))
+            out.extend(self._sqnr_by_pass(by_pass, gemm_mode, precisions))
         if "figure" in show and figure_reports and per_gemm:
             spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
                                         title="Whole-model GEMM speedup vs BF16")
@@ -269,29 +274,24 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         return [out]
 
     def _panel(self, label: str, model: str, device: execution.DeviceAnswer, per_gemm: list[str],
-               steps: list[str], precisions: list[str], with_table: bool) -> list[nodes.Node]:
+               gemm_mode: str, steps: list[str], precisions: list[str]) -> list[nodes.Node]:
         """One GPU's answer for one model: the sentence, then the table (rows: what is timed; columns:
         precisions), then the notes its cells without a number point to."""
         gpu = device_label(device.device)
         out: list[nodes.Node] = []
-        if device.status in (execution.Status.STALE, execution.Status.MISSING):
+        stale = device.status in (execution.Status.STALE, execution.Status.MISSING)
+        if stale:
             # As text, not hover-only: a phone reader sees why these numbers may be out of date.
             text = (f"This {gpu} result is {device.status.value}: {device.reason}. A GPU run of gemm-bench refresh "
                     "re-measures it (see the freshness page).")
             out.append(nodes.paragraph(text, text, classes=["gemm-summary-note", f"gemm-{device.status.value}"]))
-        # The sentence and the SQNR row speak of autocast where the summary shows it (the GEMMs in
-        # training), else of the mode it shows; the step rows are the ones the table shows.
-        gemm_mode = "autocast" if "autocast" in per_gemm else (per_gemm[0] if per_gemm else "")
+        # The step rows are the ones the summary's modes ask for (graphed first), else both forms.
         step_modes = sorted(steps, key=lambda m: m != LAYER_MODES[1]) or (
             [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and device.doc.get("layer") else [])
         if gemm_mode:
             said = answer_text.answer(device.reports[gemm_mode], gemm_mode, precisions, device=gpu, model=label,
                                       step_modes=step_modes)
-            sentence = nodes.paragraph(classes=["gemm-summary-answer"])
-            sentence += nodes.Text(said.sentence)
-            out.append(sentence)
-        if not with_table:
-            return out
+            out.append(nodes.paragraph(said, said, classes=["gemm-summary-answer"]))
         notes = answer_text.Notes()
         table = SummaryTable("What is timed", [PRECISIONS[p].display for p in precisions])
         for mode in per_gemm:
@@ -306,8 +306,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                       graphed=step_modes[0] == LAYER_MODES[1], routing="skewed"))
         if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy") and self.accuracy == "row":
             table.row(self._extra_row(device, gemm_mode, precisions, "sqnr", notes))
-        status = (f" ({device.status.value}: see the freshness page)"
-                  if device.status in (execution.Status.STALE, execution.Status.MISSING) else "")
+        status = f" ({device.status.value}: see the freshness page)" if stale else ""
         where = f"{model} on the {gpu}"
         out.append(scrolling(table.node(f"Speedup vs BF16, {where}{status}: ★ fastest, ≈ within the fastest's "
                                         "measured spread; tap a number for its source")))
@@ -329,7 +328,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             text = "No SQNR is measured in these results yet."
             return [nodes.paragraph(text, text, classes=["gemm-summary-note"])]
         table = SummaryTable("Pass", [PRECISIONS[p].display for p in shown])
-        for pass_, name in answer_text.pass_names():
+        for pass_ in PASSES:
+            name = PASS_NAMES[pass_]
             row = [Entry(name, strong=True)]
             for p in shown:
                 cell = ranges.get((p, pass_))
@@ -354,13 +354,6 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         elif device.status is execution.Status.MISSING:
             self._report_missing(f"{where} is missing: {device.reason}", note_missing)
 
-    def _head(self, device: execution.DeviceAnswer, what: str, verdict: Fastest | None) -> Entry:
-        """A row's first cell: what is timed, and "fastest: BF16" when no precision is clearly faster."""
-        text = what
-        if verdict is not None and verdict.starred is None:
-            text += " · fastest: BF16"
-        return Entry(text, strong=True)
-
     def _extra_row(self, device: execution.DeviceAnswer, mode: str, precisions: list[str], what: str,
                    notes: answer_text.Notes, *, graphed: bool = True, routing: str = "balanced") -> list[Entry]:
         """The training step's speedup (CUDA-graphed or eager), or the accuracy (SQNR of the least
@@ -375,7 +368,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈
         else:
             name, points, verdict = "Least SQNR, dB", {}, None
-        row = [self._head(device, name, verdict)]
+        row = [_head(name, verdict)]
         for p in precisions:
             source = f"{PRECISIONS[p].display}, {gpu}"
             if what == "step":
@@ -402,7 +395,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         report = device.reports[mode]
         points = total_points(report, mode, precisions)
         verdict = decide_fastest(points)
-        row = [self._head(device, MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
+        row = [_head(MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
         for p in precisions:
             total = report.total(mode, p)
             source = f"{PRECISIONS[p].display}, {MODE_NAMES[mode]}, {device_label(device.device)}"
@@ -473,6 +466,11 @@ def collapsed_notes(collapsed: Mapping[str, str]) -> list[str]:
         by_reason.setdefault(why, []).append(PRECISIONS[p].display)
     return [f"{', '.join(names)}: not measured on any GPU shown ({unavailable_text('unsupported', why)})."
             for why, names in by_reason.items()]
+
+
+def _head(what: str, verdict: Fastest | None) -> Entry:
+    """A row's first cell: what is timed, and "fastest: BF16" when no precision is clearly faster."""
+    return Entry(what + (" · fastest: BF16" if verdict is not None and verdict.starred is None else ""), strong=True)
 
 
 def _speed_entry(point: Point, verdict: Fastest | None, precision: str, tooltip: str) -> Entry:

@@ -196,20 +196,17 @@ def unavailable_text(status: str, reason: str, *, limit: int = 60) -> str:
 def device_values(reports: dict[str, Report], device: str, name: str) -> dict[str, Value]:
     """All quotable values of one device's answer, keyed by :func:`~.records.value_key`."""
     out: dict[str, Value] = {}
+    named = f" ({name})" if name else ""
     for mode, report in reports.items():
-        fastest = fastest_total(report, mode)
-        where = f"{MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
-        if fastest is None:
-            out[value_key("gemm-fastest", mode, "")] = Value("", f"{where}: no precision besides BF16 measured")
-            out[value_key("gemm-speedup", mode, "fastest")] = Value("", f"{where}: no precision besides BF16 measured")
-        else:
-            display = PRECISIONS[fastest.answer].display
-            ties = (f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}"
-                    if fastest.tied else "")
-            out[value_key("gemm-fastest", mode, "")] = Value(
-                fastest.text, f"{display} ({fastest.speedup:.3f}× BF16): {FASTEST_RULE}{ties}; {where}")
-            out[value_key("gemm-speedup", mode, "fastest")] = Value(
-                format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the fastest: {where}")
+        where = f"{MODE_NAMES[mode]}, {device}{named}"
+        _fastest_values(out, fastest_total(report, mode), mode, "gemm-speedup", where,
+                        rule=FASTEST_RULE, absent="no precision besides BF16 measured")
+        if mode == report.modes[0]:  # the training step: once per result, like its other step values
+            for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
+                _fastest_values(out, decide_fastest(step_points(report, report.precisions, graphed=graphed)),
+                                layer_mode, "gemm-step-speedup", f"{layer_mode} step {device}{named}",
+                                rule=STEP_RULE, absent="no step besides BF16's measured",
+                                of=" for the whole layer step", noun="fastest step")
         for precision in report.precisions:
             where = f"{PRECISIONS[precision].display}, {MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
             total = report.total(mode, precision)
@@ -295,22 +292,22 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
         out[value_key("gemm-share", layer_mode, precision)] = (
             Value(f"{share * 100:.0f}%", f"{share * 100:.1f}% of the BF16 step is its GEMMs: {at}")
             if _finite(share) and share else Value("", f"{at}: {step.gemm_share_reason or step.reason}"))
-    if precision != report.precisions[-1]:
+
+
+def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, speed_kind: str, where: str, *,
+                    rule: str, absent: str, of: str = "", noun: str = "fastest") -> None:
+    """``gemm-fastest`` of one mode and its ``speed_kind`` ``fastest`` value (the GEMMs' speedup, or
+    the training step's), from one :func:`decide_fastest` verdict."""
+    if fastest is None:
+        out[value_key("gemm-fastest", mode, "")] = Value("", f"{where}: {absent}")
+        out[value_key(speed_kind, mode, "fastest")] = Value("", f"{where}: {absent}")
         return
-    for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):  # once, after the last precision
-        at = f"{layer_mode} step" + where.split(",", 2)[-1]
-        fastest = decide_fastest(step_points(report, report.precisions, graphed=graphed))
-        if fastest is None:
-            out[value_key("gemm-fastest", layer_mode, "")] = Value("", f"{at}: no step besides BF16's measured")
-            out[value_key("gemm-step-speedup", layer_mode, "fastest")] = Value(
-                "", f"{at}: no step besides BF16's measured")
-            continue
-        display = PRECISIONS[fastest.answer].display
-        ties = f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}" if fastest.tied else ""
-        out[value_key("gemm-fastest", layer_mode, "")] = Value(
-            fastest.text, f"{display} ({fastest.speedup:.3f}× BF16 for the whole layer step): {STEP_RULE}{ties}; {at}")
-        out[value_key("gemm-step-speedup", layer_mode, "fastest")] = Value(
-            format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the fastest step: {at}")
+    display = PRECISIONS[fastest.answer].display
+    ties = f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}" if fastest.tied else ""
+    out[value_key("gemm-fastest", mode, "")] = Value(
+        fastest.text, f"{display} ({fastest.speedup:.3f}× BF16{of}): {rule}{ties}; {where}")
+    out[value_key(speed_kind, mode, "fastest")] = Value(
+        format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the {noun}: {where}")
 
 
 def gemm_names(report: Report) -> dict[str, tuple[str, ...]]:
