@@ -183,6 +183,41 @@ def test_noisy_rounds_go_on_to_the_cap(cuda: FakeCuda, monkeypatch: pytest.Monke
     assert result.samples["bf16"]["fprop"].to_stats()["n"] == SETTINGS.repetitions
 
 
+def test_the_cross_check_profiles_the_first_batch_only(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Noisy rounds run to the cap (40), but the profiler sees the first batch (10 rounds) only: its
+    ratios compare those rounds' events with their own kernels, the stored ratio the published median
+    (all 40) with that kernel time. The ``profiler`` timer publishes kernel time, so it profiles all."""
+    durations = iter([1.0 + 0.1 * ((i * 7919) % 11) / 10 for i in range(10_000)])
+    real_replay = fake_cuda.FakeCuda.replay
+    profiled: list[int] = []
+    real_exit = fake_cuda._Profile.__exit__
+
+    def noisy(self: FakeCuda, graph: Any) -> None:
+        graph.kernels = [(name, next(durations), kind) for name, _, kind in graph.kernels]
+        real_replay(self, graph)
+
+    def counted_exit(self: Any, *exc: object) -> None:
+        real_exit(self, *exc)
+        profiled.append(sum(1 for kind, *_ in cuda.trace[self.first:self.last] if kind == "gpu_memcpy"))
+
+    monkeypatch.setattr(fake_cuda.FakeCuda, "replay", noisy)
+    monkeypatch.setattr(fake_cuda._Profile, "__exit__", counted_exit)
+    result = Interleaver(SETTINGS, cross_check=True).run({"bf16": linear(cuda, 0.01, {"fprop": [1.0]})})
+    published = result.samples["bf16"]["fprop"]
+    assert len(published.ms) == SETTINGS.repetitions and not result.record["converged"]
+    assert result.cross_check["rounds"] == SETTINGS.floor
+    assert profiled == [SETTINGS.floor]  # one session, one flush per profiled round
+    first = Samples(published.ms[:SETTINGS.floor])
+    kernel = result.cross_check["kernel_ms"]["bf16/fprop"]
+    assert result.cross_check["ratios"]["bf16/fprop"] == pytest.approx(first.median / kernel, rel=1e-4)
+    assert result.cross_check["stored_ratios"]["bf16/fprop"] == pytest.approx(published.median / kernel, rel=1e-4)
+
+    profiled.clear()
+    every = Interleaver(dataclass_replace(SETTINGS, timer="profiler")).run(
+        {"bf16": linear(cuda, 0.01, {"fprop": [1.0]})})
+    assert profiled == [SETTINGS.repetitions] and len(every.samples["bf16"]["fprop"].ms) == SETTINGS.repetitions
+
+
 def test_the_confidence_interval_of_the_median() -> None:
     # 10 samples: the whole range; 100 samples: the 40th to 61st value (ranks n/2 -+ 9.8)
     assert Samples([1.0] * 9 + [2.0]).ci_half_width() == pytest.approx(0.5)

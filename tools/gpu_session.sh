@@ -38,6 +38,23 @@ quiet() { grep -v "^W[0-9]* \|dynamo\|Warning\|warn(" ; }
 pack() { tar czf "$OUT/session.tgz" -C "$OUT" s; }
 trap pack EXIT
 
+# torch.compile's and Triton's caches (gemm_bench.measure.compile_cache): a carried
+# .compile-cache.tgz (a maintainer's box after one refresh) is unpacked first; SAVE_COMPILE_CACHE=1
+# packs them into $OUT/compile-cache.tgz at the end. Without either, the box starts cold.
+CC_DIR="${GEMM_BENCH_COMPILE_CACHE:-$HOME/.cache/gemm-bench/torch-compile}"
+if [ -f .compile-cache.tgz ]; then
+  mkdir -p "$CC_DIR" "$HOME/.triton" && tar xzf .compile-cache.tgz -C "$HOME" \
+    && echo "compile cache: unpacked $(du -sh "$CC_DIR" | cut -f1) (warm box)" | tee "$OUT/s/compile-cache.txt"
+else
+  echo "compile cache: none carried (cold box)" | tee "$OUT/s/compile-cache.txt"
+fi
+save_compile_cache() {
+  if [ "${SAVE_COMPILE_CACHE:-0}" = 1 ] && [ -d "$CC_DIR" ]; then
+    tar czf "$OUT/compile-cache.tgz" -C "$HOME" .cache/gemm-bench/torch-compile $( [ -d "$HOME/.triton" ] && echo .triton )
+    echo "compile cache: packed $(du -sh "$OUT/compile-cache.tgz" | cut -f1)" | tee -a "$OUT/s/compile-cache.txt"
+  fi
+}
+
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$OUT/s/gpu.txt"
 
 # 1. The plan, then the whole site's refresh on this GPU, timed.
@@ -104,4 +121,5 @@ if step tests && [ "$(left)" -gt 60 ]; then
     > "$OUT/s/gpu-tests.txt"
   echo "gpu tests rc=$?"; tail -5 "$OUT/s/gpu-tests.txt"
 fi
+save_compile_cache
 echo "session used $(( $(date +%s) - START )) s of $BUDGET_S"

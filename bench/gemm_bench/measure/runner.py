@@ -342,8 +342,10 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     ``progress``: the Runner's ``(groups done, groups in all, what runs now)`` callback (a docs
     build's progress lines: ``gemm_benchmark.buildlog.MeasureProgress``).
     """
+    from gemm_bench.measure.compile_cache import use_persistent_compile_cache
     from gemm_bench.results.stack import complete_modes
 
+    use_persistent_compile_cache()  # before the peers' first torch.compile: kept across runs
     phases = PhaseProfiler()
     # One sampler process per GPU for the whole worker (or build), not one per question.
     runner = Runner(settings or TimerSettings(), accuracy=True, progress=progress, phases=phases,

@@ -8,12 +8,13 @@ step) records a ``groups`` entry in the result:
   and maximum power, number of samples). After the run, a group whose median clock fell more than
   :data:`CLOCK_DROP` below the median of the run's groups is flagged ``clock_low``: its numbers
   were measured on a throttled GPU, and ``gemm-bench report`` says so.
-* ``cross_check``: the group's timed rounds run inside one profiler session, so each region's
-  published median (CUDA events) has beside it the kernel time of the very same launches: per
-  region, the ratio of the two medians, the kernel median itself, and the stored (published)
-  median over that kernel time. A stored ratio near 1 says the published time is the GPU's time
-  for the region's kernels; well above 1, it includes time the GPU spent idle (between the
-  region's kernels, or waiting on the host in an eager group).
+* ``cross_check``: the group's first batch of timed rounds runs inside one profiler session, so
+  each region's published median (CUDA events) has beside it the kernel time of launches among
+  the very ones published: per region, the ratio of the two medians over the profiled rounds,
+  the kernel median itself, and the stored (published) median over that kernel time. A stored
+  ratio near 1 says the published time is the GPU's time for the region's kernels; well above 1,
+  it includes time the GPU spent idle (between the region's kernels, or waiting on the host in an
+  eager group).
 
 The pure functions (summaries, flags, validation helpers) need neither torch nor NVML; the
 sampler imports NVML (``nvidia-ml-py``, in the GPU image) when it starts, and records why when it
@@ -60,7 +61,8 @@ def method(*, teardown: bool = True) -> dict[str, Any]:
         "process during each group's timed rounds (power instantaneous where the driver offers it, else NVML's "
         f"1 s average: each group's power_source says); a group whose median clock is more than {CLOCK_DROP:.0%} "
         "below the run's median group clock is flagged clock_low",
-        "cross_check": "each group's timed rounds run inside one torch.profiler session ("
+        "cross_check": "each group's first batch of timed rounds (min_repetitions rounds; all rounds with the "
+        "profiler timer) runs inside one torch.profiler session ("
         + ("CUPTI torn down after each session" if teardown else "CUPTI teardown disabled by the environment")
         + "), the trace split into regions at the L2 flushes: per region, median CUDA-event time / median "
         "kernel time of the same launches (ratios), the "
@@ -417,8 +419,8 @@ def flag_clock_drops(groups: list[dict[str, Any]]) -> float | None:
 
 
 def with_stored_ratios(block: dict[str, Any], stored: dict[str, float]) -> dict[str, Any]:
-    """Add ``stored_ratios``: per region, the *published* median (the group's timed rounds, no
-    profiler) / the cross-check's median kernel time. Above 1, the published time includes host
+    """Add ``stored_ratios``: per region, the *published* median (all the group's timed rounds) /
+    the cross-check's median kernel time (its profiled rounds). Above 1, the published time includes host
     gaps or launch latency (GPU waiting on the CPU), not only kernels."""
     kernels = block.get("kernel_ms", {})
     ratios = {key: round(stored[key] / kern, 5) for key, kern in kernels.items() if key in stored and kern > 0}

@@ -22,10 +22,10 @@ like this (:meth:`Interleaver.run`):
    work nor the graph's own launch is in it. Rounds go on until the median's 95% confidence
    interval is within ``target_ci`` of the median for every region (at least ``min_repetitions``,
    at most ``repetitions`` or ``max_group_s``). These samples are the published time.
-5. **Cross-check**: the graph rounds run inside one ``torch.profiler`` session, so each region's
-   published median has beside it the median of its kernels' summed durations (the trace split
-   at the L2 flushes) from the very same launches, at the same clock. A ratio near 1 says the
-   published time is the GPU's time for the region's kernels.
+5. **Cross-check**: the first batch of graph rounds runs inside one ``torch.profiler`` session, so
+   each region's published median has beside it the median of its kernels' summed durations (the
+   trace split at the L2 flushes) from launches among the very ones published, at the same
+   clock. A ratio near 1 says the published time is the GPU's time for the region's kernels.
 
 With ``graphs=False`` (a group whose regions are host-inclusive by definition, the eager layer
 step) steps 2-3 are skipped and the eager rounds are what is published and cross-checked.
@@ -462,11 +462,12 @@ class Interleaver:
         sampling = self.sampler.sampling() if self.sampler is not None else contextlib.nullcontext()
         profile = self.cross_check or s.timer == "profiler"
         with self._phase(TIMED), sampling:
-            samples, kernels, converged, why = self._adaptive(timed, cap, profile=profile)
+            samples, kernels, profiled, converged, why = self._adaptive(timed, cap, profile=profile)
         if s.timer == "profiler":
             if kernels is None:
                 raise RuntimeError(f"profiler timer: {why}")
             samples, kernels = kernels, samples  # publish kernel time; events are the second method
+            profiled = samples
         record["rounds"] = max((len(r.ms) for regions in samples.values() for r in regions.values()), default=0)
         record["converged"] = converged
         if self.sampler is not None:
@@ -477,7 +478,7 @@ class Interleaver:
                 check = {"rounds": 0, "reason": why[:300]}
             else:
                 stored = {f"{n}/{r}": smp.median for n, regions in samples.items() for r, smp in regions.items()}
-                check = with_stored_ratios(cross_check_block(samples, kernels), stored)
+                check = with_stored_ratios(cross_check_block(profiled, kernels), stored)
         return GroupTiming(samples, eager, failures, record, check)
 
     def _warm_up(self, competitors: dict[str, Competitor], seconds: float) -> int:
@@ -504,16 +505,21 @@ class Interleaver:
             self.flush()
 
     def _adaptive(self, competitors: dict[str, Competitor], cap: int, *, profile: bool
-                  ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None, bool, str]:
+                  ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None,
+                             dict[str, dict[str, Samples]], bool, str]:
         """Rounds in batches until every region's median is known to ``target_ci`` (or ``cap``, or
-        the group's time cap): the event samples, the profiled kernel samples of the very same
-        launches (with ``profile``; None and the reason when the trace cannot be split per region),
-        and whether the samples converged.
+        the group's time cap): the event samples of every round; with ``profile``, the profiled
+        kernel samples (None and the reason when the trace cannot be split per region) and the event
+        samples of the very launches profiled; and whether the samples converged.
 
-        One profiler session covers every batch: the published and the profiled times come from
-        the same launches at the same clock. (Profiled afterwards, in a session of its own, a GPU
-        that ran at its power limit through the timed rounds came back at a higher clock: large
-        GEMMs ran up to 20% faster than in the timed rounds on an H100.)
+        The cross-check profiles the first batch (``min_repetitions`` rounds, the first rounds of
+        the published ones): its event and kernel samples come from the same launches at the same
+        clock. (Profiled afterwards, in a session of its own, a GPU that ran at its power limit
+        through the timed rounds came back at a higher clock: large GEMMs ran up to 20% faster than
+        in the timed rounds on an H100.) The later batches run without the profiler, so collecting
+        the trace costs what one batch costs, not every round's kernels (17 s of one MoE model's
+        47 s in session 8, when every round was profiled). The ``profiler`` timer publishes kernel
+        time, so it profiles every round.
         """
         s = self.settings
         merged: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
@@ -521,6 +527,10 @@ class Interleaver:
         done, start = 0, time.perf_counter()
         batch = cap if s.target_ci == 0 else min(s.floor, cap)
         converged = False
+        every_round = s.timer == "profiler"
+        kernels: dict[str, dict[str, Samples]] | None = None
+        profiled: dict[str, dict[str, Samples]] = {}
+        why = "not profiled"
         with contextlib.ExitStack() as stack:
             prof = None
             if profile:
@@ -532,23 +542,31 @@ class Interleaver:
                     for region, smp in regions.items():
                         merged[name].setdefault(region, []).extend(smp.ms)
                 done += batch
-                out = {n: {r: Samples(v) for r, v in regions.items()} for n, regions in merged.items()}
+                out = {n: {r: Samples(list(v)) for r, v in regions.items()} for n, regions in merged.items()}
+                if prof is not None and not every_round:
+                    kernels, why = self._stop_profiler(stack, prof, order)
+                    profiled, prof = out, None
                 converged = s.target_ci > 0 and all(smp.converged(s.target_ci) for regions in out.values()
                                                     for smp in regions.values())
                 if converged or done >= cap or s.target_ci == 0 or time.perf_counter() - start >= s.max_group_s:
                     break
                 batch = min(cap - done, max(5, done // 2))
             if prof is not None:
-                with self._phase(TRACE):
-                    stack.close()  # the profiler's stop: Kineto collects the session's activity here
-        if prof is None:
-            return out, None, converged, "not profiled"
+                kernels, why = self._stop_profiler(stack, prof, order)
+                profiled = out
+        return out, kernels, profiled, converged, why
+
+    def _stop_profiler(self, stack: contextlib.ExitStack, prof: Any, order: list[tuple[str, str]]
+                       ) -> tuple[dict[str, dict[str, Samples]] | None, str]:
+        """Stop the profiler session (Kineto collects its activity here) and split its kernels per
+        region of ``order``: (kernel samples, "") or (None, the reason)."""
         with self._phase(TRACE):
+            stack.close()
             try:
-                return out, _split_kernels(prof, order), converged, ""
+                return _split_kernels(prof, order), ""
             except (RuntimeError, ValueError, KeyError, OSError) as exc:
                 # the profiler's trace, or one that cannot be split per region
-                return out, None, converged, str(exc)
+                return None, str(exc)
 
     def _rounds(
         self, competitors: dict[str, Competitor], reps: int, *, profile: bool,

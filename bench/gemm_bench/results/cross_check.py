@@ -1,7 +1,7 @@
 """Method v4's promise, checked per result: a published time is the GPU's time for the region.
 
-Every region timed as CUDA-graph replays is profiled right after its timed rounds (the runner's
-cross-check) and stores the median of its kernels' summed durations as ``kernel_ms`` beside its
+Every region timed as CUDA-graph replays is profiled during its first batch of timed rounds (the
+timer's cross-check) and stores the median of its kernels' summed durations as ``kernel_ms`` beside its
 ``ms``. Their ratio is 1 plus the GPU's idle time inside the region: the short gaps between a
 region's dependent kernels and a graph's launch, which a step pays too, and never the host's
 Python work, which a training step hides. Bounds per result file:

@@ -1,0 +1,59 @@
+"""Where torch.compile's caches go: a folder that outlives the process, chosen before any compile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemm_bench.measure import compile_cache
+from gemm_bench.measure.compile_cache import ENV, INDUCTOR_ENV, default_dir, use_persistent_compile_cache
+from tests.test_phases import fake_runner  # noqa: F401  (a fixture: the runner against fakes)
+
+
+def test_the_maintainers_folder_wins_over_the_user_cache(tmp_path: Path) -> None:
+    env = {ENV: str(tmp_path / "fleet"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert use_persistent_compile_cache(env) == str(tmp_path / "fleet")
+    assert env[INDUCTOR_ENV] == str(tmp_path / "fleet") and (tmp_path / "fleet").is_dir()
+
+
+def test_the_user_cache_folder_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert default_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "gemm-bench" / "torch-compile"
+    monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
+    env: dict[str, str] = {}
+    assert use_persistent_compile_cache(env) == str(tmp_path / "home" / ".cache" / "gemm-bench" / "torch-compile")
+    assert not str(env[INDUCTOR_ENV]).startswith("/tmp/torchinductor")
+
+
+def test_a_folder_the_caller_chose_is_left_alone(tmp_path: Path) -> None:
+    env = {INDUCTOR_ENV: "/somewhere/else", ENV: str(tmp_path / "ours")}
+    assert use_persistent_compile_cache(env) == "/somewhere/else"
+    assert env[INDUCTOR_ENV] == "/somewhere/else" and not (tmp_path / "ours").exists()
+
+
+def test_a_folder_that_cannot_be_made_keeps_inductors_default(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = {ENV: str(blocker / "cache")}
+    assert use_persistent_compile_cache(env) == "" and INDUCTOR_ENV not in env
+
+
+def test_the_measuring_path_chooses_the_folder_before_it_measures(fake_runner: Any,  # noqa: F811
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``measure_question`` (a refresh worker's and a docs build's one path) sets the folder first."""
+    runner, _, _ = fake_runner
+    calls: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def runner_class(*args: object, **kwargs: object) -> None:
+        calls.append("runner")
+        raise Stop
+
+    monkeypatch.setattr(compile_cache, "use_persistent_compile_cache", lambda: calls.append("cache") or "")
+    monkeypatch.setattr(runner, "Runner", runner_class)
+    with pytest.raises(Stop):
+        runner.measure_question(object(), ["bf16"], ["autocast"])  # type: ignore[arg-type]
+    assert calls == ["cache", "runner"]
