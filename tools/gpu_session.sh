@@ -67,7 +67,7 @@ if step refresh; then
   timeout -s INT $(( $(left) - ${RESERVE_S:-60} )) python3 -m gemm_bench.cli refresh docs/ --gpus all ${REFRESH_ARGS:-} \
     2>&1 | quiet | tee "$OUT/s/refresh.txt" | grep -v "^      "
   echo "whole-site refresh: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" | tee -a "$OUT/s/refresh.txt"
-  grep -l "\"run_id\": \"$(date -u +%Y%m%d)" docs/_gemm_cache/*.json | xargs -r -I{} cp {} "$OUT/s/cache/"
+  find docs/_gemm_cache -maxdepth 1 -name '*.json' -newer "$OUT/s/plan.txt" -exec cp {} "$OUT/s/cache/" \;
   [ -d docs/_gemm_cache/studies ] && cp -r docs/_gemm_cache/studies "$OUT/s/cache/"
   pack
 fi
