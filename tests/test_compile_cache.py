@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from gemm_bench.measure import compile_cache
-from gemm_bench.measure.compile_cache import ENV, INDUCTOR_ENV, default_dir, use_persistent_compile_cache
+from gemm_bench.measure.compile_cache import (
+    ENV,
+    INDUCTOR_ENV,
+    default_dir,
+    inductor_default,
+    use_persistent_compile_cache,
+)
 from tests.test_phases import fake_runner  # noqa: F401  (a fixture: the runner against fakes)
 
 
@@ -32,11 +38,21 @@ def test_a_folder_the_caller_chose_is_left_alone(tmp_path: Path) -> None:
     assert env[INDUCTOR_ENV] == "/somewhere/else" and not (tmp_path / "ours").exists()
 
 
+def test_inductors_own_default_counts_as_not_chosen(tmp_path: Path) -> None:
+    """Importing torch._dynamo (TE and torchao do) writes /tmp/torchinductor_<user> into the
+    environment: on the H100 the refresh's caches went there, and a new box starts cold."""
+    env = {INDUCTOR_ENV: inductor_default(), ENV: str(tmp_path / "ours")}
+    assert inductor_default().endswith("torchinductor_" + __import__("getpass").getuser())
+    assert use_persistent_compile_cache(env) == str(tmp_path / "ours") == env[INDUCTOR_ENV]
+
+
 def test_a_folder_that_cannot_be_made_keeps_inductors_default(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     env = {ENV: str(blocker / "cache")}
     assert use_persistent_compile_cache(env) == "" and INDUCTOR_ENV not in env
+    env = {ENV: str(blocker / "cache"), INDUCTOR_ENV: inductor_default()}
+    assert use_persistent_compile_cache(env) == inductor_default() == env[INDUCTOR_ENV]
 
 
 def test_the_measuring_path_chooses_the_folder_before_it_measures(fake_runner: Any,  # noqa: F811
@@ -57,3 +73,16 @@ def test_the_measuring_path_chooses_the_folder_before_it_measures(fake_runner: A
     with pytest.raises(Stop):
         runner.measure_question(object(), ["bf16"], ["autocast"])  # type: ignore[arg-type]
     assert calls == ["cache", "runner"]
+
+
+def test_inductor_reads_the_folder_after_torch_wrote_its_default(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real torch (the CPU build in the test environment): after ``import torch._dynamo``
+    has written Inductor's default, the folder chosen here is the one Inductor's caches use."""
+    pytest.importorskip("torch._dynamo")
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    monkeypatch.setenv(INDUCTOR_ENV, inductor_default())
+    monkeypatch.setenv(ENV, str(tmp_path / "kept"))
+    assert use_persistent_compile_cache() == str(tmp_path / "kept")
+    assert cache_dir() == str(tmp_path / "kept")
