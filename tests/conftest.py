@@ -47,7 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _no_accidental_measuring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_accidental_measuring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                             tmp_path_factory: pytest.TempPathFactory) -> None:
     """Builds in tests see no GPU and ignore the caller's GEMM_BENCH_EXECUTION_MODE.
 
     CI exports ``GEMM_BENCH_EXECUTION_MODE=cache``; a developer's GPU box would otherwise measure
@@ -59,6 +60,9 @@ def _no_accidental_measuring(request: pytest.FixtureRequest, monkeypatch: pytest
     monkeypatch.delenv(execution.ENV_VAR, raising=False)
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setattr(execution, "gpu_detector", lambda: (None, "tests run without a GPU"))
+        # the CLI's and the measuring path's torch.compile folder: never the developer's own
+        monkeypatch.setenv("GEMM_BENCH_COMPILE_CACHE", str(tmp_path_factory.mktemp("torch-compile")))
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     execution.reset_detection()
 
 

@@ -172,6 +172,17 @@ def test_run_without_pytorch_is_one_line_and_exit_3() -> None:
     assert line.startswith("gemm-bench run: error:") and out.stdout == ""
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch (the tests session's CPU build)")
+def test_run_with_a_cpu_only_pytorch_is_one_line_and_exit_3() -> None:
+    """The test above's other side, where PyTorch is installed (``nox -s tests`` installs its CPU build)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible: gemm-bench run would measure")
+    out = run_cli("run", "--model", "te-guide-5b")
+    line = assert_one_line_error(out.returncode, out.stderr, 3, "no CUDA GPU is visible to PyTorch")
+    assert line.startswith("gemm-bench run: error:") and out.stdout == ""
+
+
 def test_missing_torch_transformer_engine_or_cuda_is_exit_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     argv = [*RUN, "--cache-dir", str(tmp_path)]
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError, as where it is absent

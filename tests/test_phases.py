@@ -272,6 +272,10 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeClock, dict[s
     import gemm_bench.measure.backends
 
     monkeypatch.setitem(sys.modules, "torch", _fake_torch(clock))
+    # The fake is all of torch: where a real torch was imported by an earlier test (the CPU trainer's,
+    # tests/test_loss_parity_cpu.py), its submodules (torch.profiler) must not show through the fake.
+    for name in [m for m in sys.modules if m.startswith("torch.")]:
+        monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.te", te)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.backends.torch_native", native)
     monkeypatch.setitem(sys.modules, "gemm_bench.measure.provenance", provenance)

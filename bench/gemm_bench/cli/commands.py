@@ -35,6 +35,7 @@ from typing import IO, Any, NoReturn
 from gemm_bench.cli import fleet as cli_fleet
 from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, one_line
 from gemm_bench.measure import phases
+from gemm_bench.measure.compile_cache import use_persistent_compile_cache
 from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TimerSettings, TimerSettingsError
 from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
 from gemm_bench.question.config import (
@@ -320,6 +321,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _rerun_under_nsys(args)
     profiler = new_phase_profiler() if args.profile_phases else None
 
+    use_persistent_compile_cache()  # as measure_question does: torchao's compilations kept across runs
     with phases.optional_phase(profiler, phases.IMPORTS):
         runner_class, no_gpu_error = load_runner()
     options: dict[str, Any] = {"peers": not args.no_peers, "nvtx": bool(args.nsys)}

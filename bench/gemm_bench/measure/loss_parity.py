@@ -22,9 +22,16 @@ tell a recipe's gap from the distance another seed moves BF16 itself. The main r
 ``TrainingConfig.seed``: their comparisons stay one-to-one with earlier results. Only final losses
 and validation points of these runs are stored (no curve).
 
-The pure helpers (corpus, split, batch order, schedule, curve downsampling) import without torch
-and are tested on CPU; :func:`measure` and :func:`train_recipe` import torch and Transformer
-Engine when called, on a GPU box.
+What runs where: the layers, recipes and device come from a :class:`Kit`. The study's is
+:func:`te_kit` (Transformer Engine's ``TransformerLayer``, ``LayerNorm`` and ``Linear`` on CUDA,
+every recipe), the default of :func:`measure`, :func:`train_recipe` and :func:`build_model`, on a
+GPU box. :func:`torch_kit` builds the same pre-LayerNorm GPT from plain PyTorch modules under
+``torch.autocast``, BF16 only (every other recipe is unsupported, with the reason): the CPU
+test-suite trains a tiny model with it for a few steps (``tests/test_loss_parity_cpu.py``), which
+exercises this trainer's loop, checks, records and seed band without a GPU, not the FP8 recipes.
+The pure helpers (corpus, split, batch order, schedule, curve downsampling) import without torch;
+the kits, :func:`measure` and :func:`train_recipe` import torch (and Transformer Engine, for the TE
+kit) when called.
 """
 
 from __future__ import annotations
@@ -39,9 +46,11 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from gemm_bench.question.plan import Support
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.results.loss_parity_schema import RECIPES
 
@@ -296,20 +305,208 @@ MODEL_DESCRIPTION = (
 )
 WEIGHTS = ("FP32 master weights: parameters, gradients and AdamW state in FP32; forward and backward "
            "compute in BF16 under torch.autocast, and in the recipe's format under te.autocast")
+#: :func:`torch_kit`'s model and weights (BF16 only).
+TORCH_MODEL_DESCRIPTION = (
+    "GPT, byte-level, from plain PyTorch modules: learned token and position embeddings (torch.nn.Embedding), "
+    "{layers} pre-LayerNorm blocks (torch.nn.LayerNorm; torch.nn.Linear with biases for QKV, output "
+    "projection, FC1 and FC2; causal torch.nn.functional.scaled_dot_product_attention; tanh-approximated "
+    "GELU; no dropout), a final torch.nn.LayerNorm and an untied torch.nn.Linear LM head; BF16 only."
+)
+TORCH_WEIGHTS = ("FP32 master weights: parameters, gradients and AdamW state in FP32; forward and backward "
+                 "compute in BF16 under torch.autocast")
 
 
 def _log(message: str) -> None:
     print(f"loss-parity: {message}", file=sys.stderr, flush=True)
 
 
-def build_model(config: ModelConfig, precision_id: str) -> Any:
-    """The GPT on the current CUDA device, FP32 parameters; ``precision_id``'s recipe in its forward."""
+# ------------------------------------------------------------------------------ kits
+#: What an unsupported precision is told by :func:`torch_kit`.
+TORCH_KIT_UNSUPPORTED = ("FP8 and FP4 recipes need Transformer Engine on a GPU; the plain-PyTorch kit "
+                         "trains BF16 only")
+
+InitFn = Callable[[Any], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kit:
+    """What the trainer builds its model from and runs it on: layers, recipes and device.
+
+    :func:`te_kit` is the study's (Transformer Engine layers on CUDA); :func:`torch_kit` builds the
+    same pre-LayerNorm GPT from plain PyTorch modules, BF16 only (the CPU test-suite trains with
+    it). Each factory imports torch and its libraries when called; the fields hold what they
+    imported. The texts are stored in the document, so a result says which layers made it."""
+
+    name: str
+    #: The torch device of the model, corpus and losses, and ``torch.autocast``'s device type.
+    device: str
+    #: ``transformer_layer(config, layer_number, init, init_out)``: one block (``layer_number`` 1-based);
+    #: ``init`` initializes its QKV and FC1 weights, ``init_out`` its output projection and FC2.
+    transformer_layer: Callable[[ModelConfig, int, InitFn, InitFn], Any]
+    #: ``layer_norm(config)``: the final LayerNorm, FP32 parameters.
+    layer_norm: Callable[[ModelConfig], Any]
+    #: ``linear(in_features, out_features, init)``: the bias-free LM head, FP32 parameters.
+    linear: Callable[[int, int, InitFn], Any]
+    #: ``make_recipe(precision_id)``: the recipe object, None for BF16 (no recipe).
+    make_recipe: Callable[[str], Any]
+    #: ``recipe_context(recipe)``: the context the transformer layers run in.
+    recipe_context: Callable[[Any], AbstractContextManager[Any]]
+    #: ``support()``: per precision id, whether this kit can train it, and why not.
+    support: Callable[[], dict[str, Support]]
+    #: Run before each run builds its model (Transformer Engine's FP8 global state).
+    reset: Callable[[], None]
+    synchronize: Callable[[], None]
+    empty_cache: Callable[[], None]
+    reset_peak_memory: Callable[[], None]
+    #: The peak memory, in bytes, since ``reset_peak_memory``.
+    max_memory_bytes: Callable[[], int]
+    #: What a run without a recipe stores as its ``recipe``.
+    no_recipe: str
+    #: The document's ``model.description`` (``{layers}`` is filled in), ``training.weights`` and
+    #: method ``timer``.
+    model_description: str
+    weights: str
+    timer: str
+    #: ``torch.optim.AdamW(fused=...)``.
+    fused_adamw: bool = True
+    #: More entries of the document's method block.
+    method_notes: tuple[tuple[str, str], ...] = ()
+
+
+def _device_ops(device: str) -> dict[str, Any]:
+    """synchronize, empty_cache, reset_peak_memory, max_memory_bytes for ``device``: torch.cuda's on
+    CUDA; on CPU, where torch keeps no allocator statistics, the process's peak resident set size
+    (``getrusage``: it cannot be reset, so it is the process's peak so far)."""
+    import torch
+
+    if device == "cuda":
+        return {"synchronize": torch.cuda.synchronize, "empty_cache": torch.cuda.empty_cache,
+                "reset_peak_memory": torch.cuda.reset_peak_memory_stats,
+                "max_memory_bytes": torch.cuda.max_memory_allocated}
+    if device != "cpu":
+        raise ValueError(f"device: 'cuda' or 'cpu', got {device!r}")
+
+    def peak_rss() -> int:
+        import resource
+
+        kib_or_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(kib_or_bytes) * (1 if sys.platform == "darwin" else 1024)
+
+    return {"synchronize": torch.cpu.synchronize, "empty_cache": lambda: None,
+            "reset_peak_memory": lambda: None, "max_memory_bytes": peak_rss}
+
+
+def te_kit() -> Kit:
+    """The study's kit: ``te.TransformerLayer``, ``te.LayerNorm`` and ``te.Linear`` on CUDA, every
+    recipe of :mod:`gemm_bench.measure.backends.te` under ``te.autocast``."""
     import torch
     import transformer_engine.pytorch as te
+    from transformer_engine.pytorch.quantization import FP8GlobalStateManager
 
     from gemm_bench.measure.backends import te as te_backend
 
-    recipe = te_backend.make_recipe(precision_id)
+    def transformer_layer(config: ModelConfig, number: int, init: InitFn, init_out: InitFn) -> Any:
+        return te.TransformerLayer(
+            config.hidden, config.ffn_hidden, config.heads, layernorm_epsilon=1e-5,
+            hidden_dropout=0.0, attention_dropout=0.0, init_method=init, output_layer_init_method=init_out,
+            layer_number=number, self_attn_mask_type="causal", params_dtype=torch.float32, device="cuda",
+            attn_input_format="bshd", bias=True, activation="gelu", normalization="LayerNorm")
+
+    def layer_norm(config: ModelConfig) -> Any:
+        return te.LayerNorm(config.hidden, eps=1e-5, device="cuda", dtype=torch.float32)
+
+    def linear(in_features: int, out_features: int, init: InitFn) -> Any:
+        return te.Linear(in_features, out_features, bias=False, params_dtype=torch.float32,
+                         device="cuda", init_method=init)
+
+    def recipe_context(recipe: Any) -> AbstractContextManager[Any]:
+        return te.autocast(enabled=recipe is not None, recipe=recipe)
+
+    return Kit(name="transformer-engine", device="cuda", transformer_layer=transformer_layer,
+               layer_norm=layer_norm, linear=linear, make_recipe=te_backend.make_recipe,
+               recipe_context=recipe_context, support=te_backend.support, reset=FP8GlobalStateManager.reset,
+               **_device_ops("cuda"), fused_adamw=True, no_recipe="none (te.autocast disabled)",
+               model_description=MODEL_DESCRIPTION, weights=WEIGHTS,
+               timer="time.perf_counter between torch.cuda.synchronize calls, evaluation excluded")
+
+
+def torch_kit(device: str = "cpu") -> Kit:
+    """Plain PyTorch, BF16 only: :func:`te_kit`'s architecture from ``torch.nn`` modules (the CPU tests').
+
+    Each block is pre-LayerNorm as ``te.TransformerLayer``: ``x + proj(attention(LayerNorm(x)))``,
+    then ``x + fc2(gelu(fc1(LayerNorm(x))))``, with biases (zero at init) on QKV, the output
+    projection, FC1 and FC2, causal ``scaled_dot_product_attention``, and GELU's tanh approximation
+    (Transformer Engine's ``gelu``). Compute is BF16 under ``torch.autocast`` on ``device``; every
+    precision but BF16 is unsupported (:data:`TORCH_KIT_UNSUPPORTED`). Its parameters are not
+    named as TE's, and its results are not comparable with a GPU's."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+
+    class Block(torch.nn.Module):
+        def __init__(self, config: ModelConfig, init: InitFn, init_out: InitFn) -> None:
+            super().__init__()
+            hidden = config.hidden
+            self.heads = config.heads
+            self.norm1 = torch.nn.LayerNorm(hidden, eps=1e-5, device=device)
+            self.qkv = torch.nn.Linear(hidden, 3 * hidden, device=device)
+            self.proj = torch.nn.Linear(hidden, hidden, device=device)
+            self.norm2 = torch.nn.LayerNorm(hidden, eps=1e-5, device=device)
+            self.fc1 = torch.nn.Linear(hidden, config.ffn_hidden, device=device)
+            self.fc2 = torch.nn.Linear(config.ffn_hidden, hidden, device=device)
+            for layer, how in ((self.qkv, init), (self.proj, init_out), (self.fc1, init), (self.fc2, init_out)):
+                how(layer.weight)
+                torch.nn.init.zeros_(layer.bias)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, hidden = x.shape
+            qkv = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, hidden // self.heads)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, heads, s, head_dim)
+            attention = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(attention.transpose(1, 2).reshape(b, s, hidden))
+            return x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate="tanh"))
+
+    def linear(in_features: int, out_features: int, init: InitFn) -> Any:
+        layer = torch.nn.Linear(in_features, out_features, bias=False, device=device)
+        init(layer.weight)
+        return layer
+
+    def make_recipe(precision_id: str) -> Any:
+        if precision_id != BASELINE:
+            raise ValueError(f"{precision_id}: {TORCH_KIT_UNSUPPORTED}")
+        return None
+
+    def recipe_context(recipe: Any) -> AbstractContextManager[Any]:
+        if recipe is not None:
+            raise ValueError(f"{recipe!r}: {TORCH_KIT_UNSUPPORTED}")
+        return contextlib.nullcontext()
+
+    def support() -> dict[str, Support]:
+        return {p: Support(True) if p == BASELINE else Support(False, TORCH_KIT_UNSUPPORTED) for p in PRECISIONS}
+
+    notes: tuple[tuple[str, str], ...] = ()
+    if device == "cpu":
+        notes = (("memory", "peak_memory_gib: the process's peak resident set size so far (getrusage), "
+                            "not the run's own: torch keeps no CPU allocator statistics"),)
+    return Kit(name="torch", device=device,
+               transformer_layer=lambda config, number, init, init_out: Block(config, init, init_out),
+               layer_norm=lambda config: torch.nn.LayerNorm(config.hidden, eps=1e-5, device=device),
+               linear=linear, make_recipe=make_recipe, recipe_context=recipe_context, support=support,
+               reset=lambda: None, **_device_ops(device), fused_adamw=True,
+               no_recipe=f"none (BF16 under torch.autocast on {device})",
+               model_description=TORCH_MODEL_DESCRIPTION, weights=TORCH_WEIGHTS,
+               timer=f"time.perf_counter between torch.{device}.synchronize calls, evaluation excluded",
+               method_notes=notes)
+
+
+def build_model(config: ModelConfig, precision_id: str, kit: Kit | None = None) -> Any:
+    """The GPT on the kit's device (default :func:`te_kit`: the current CUDA device), FP32
+    parameters; ``precision_id``'s recipe in its forward."""
+    import torch
+
+    used = te_kit() if kit is None else kit
+    recipe = used.make_recipe(precision_id)
     std = 0.02
 
     def init(weight: torch.Tensor) -> None:
@@ -321,25 +518,19 @@ def build_model(config: ModelConfig, precision_id: str) -> Any:
     class GPT(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.embed = torch.nn.Embedding(config.vocab, config.hidden, device="cuda")
-            self.position = torch.nn.Embedding(config.seq, config.hidden, device="cuda")
+            self.embed = torch.nn.Embedding(config.vocab, config.hidden, device=used.device)
+            self.position = torch.nn.Embedding(config.seq, config.hidden, device=used.device)
             init(self.embed.weight)
             init(self.position.weight)
             self.layers = torch.nn.ModuleList(
-                te.TransformerLayer(
-                    config.hidden, config.ffn_hidden, config.heads, layernorm_epsilon=1e-5,
-                    hidden_dropout=0.0, attention_dropout=0.0, init_method=init, output_layer_init_method=init_out,
-                    layer_number=i + 1, self_attn_mask_type="causal", params_dtype=torch.float32, device="cuda",
-                    attn_input_format="bshd", bias=True, activation="gelu", normalization="LayerNorm")
-                for i in range(config.layers))
-            self.norm = te.LayerNorm(config.hidden, eps=1e-5, device="cuda", dtype=torch.float32)
-            self.head = te.Linear(config.hidden, config.vocab, bias=False, params_dtype=torch.float32,
-                                  device="cuda", init_method=init)
+                used.transformer_layer(config, i + 1, init, init_out) for i in range(config.layers))
+            self.norm = used.layer_norm(config)
+            self.head = used.linear(config.hidden, config.vocab, init)
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:
             positions = self.position.weight[: tokens.shape[1]]
             hidden = (self.embed(tokens) + positions).to(torch.bfloat16)
-            with te.autocast(enabled=recipe is not None, recipe=recipe):
+            with used.recipe_context(recipe):
                 for layer in self.layers:
                     hidden = layer(hidden)
             return self.head(self.norm(hidden))
@@ -360,7 +551,7 @@ def parameters_sha256(model: Any) -> str:
 
 @dataclasses.dataclass
 class SharedRun:
-    """What every recipe's run shares, on the GPU: corpus, batch order, validation windows, weights."""
+    """What every recipe's run shares, on the kit's device: corpus, batch order, validation windows, weights."""
 
     corpus: Any          # uint8 tensor of the corpus bytes
     order: Any           # int64 tensor, steps x batch byte offsets
@@ -369,23 +560,23 @@ class SharedRun:
 
 
 def train_recipe(precision_id: str, model_config: ModelConfig, training: TrainingConfig,
-                 shared: SharedRun) -> dict[str, Any]:
-    """Train one recipe; its stored record (status measured or diverged). Errors propagate."""
+                 shared: SharedRun, kit: Kit | None = None) -> dict[str, Any]:
+    """Train one recipe with ``kit`` (default :func:`te_kit`), on its device, where ``shared`` lies;
+    its stored record (status measured or diverged). Errors propagate."""
     import gc
 
     import torch
     import torch.nn.functional as F
-    from transformer_engine.pytorch.quantization import FP8GlobalStateManager
 
-    from gemm_bench.measure.backends import te as te_backend
-
+    kit = te_kit() if kit is None else kit
+    device = kit.device
     started = time.perf_counter()
-    FP8GlobalStateManager.reset()
+    kit.reset()
     gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    kit.empty_cache()
+    kit.reset_peak_memory()
     torch.manual_seed(training.seed)
-    model = build_model(model_config, precision_id)
+    model = build_model(model_config, precision_id, kit)
     with torch.no_grad():
         if shared.initial is None:
             shared.initial = {n: p.detach().to("cpu").clone() for n, p in model.named_parameters()}
@@ -396,31 +587,31 @@ def train_recipe(precision_id: str, model_config: ModelConfig, training: Trainin
             for name, value in shared.initial.items():
                 named[name].copy_(value)
     init_sha = parameters_sha256(model)
-    recipe = te_backend.make_recipe(precision_id)
+    recipe = kit.make_recipe(precision_id)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": training.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr_at(0, training), betas=training.betas, eps=training.eps, fused=True)
+        lr=lr_at(0, training), betas=training.betas, eps=training.eps, fused=kit.fused_adamw)
     params = list(model.parameters())
 
     seq, vocab, steps = model_config.seq, model_config.vocab, training.steps
-    span = torch.arange(seq + 1, device="cuda")
-    losses = torch.full((steps,), float("nan"), device="cuda")
-    norms = torch.full((steps,), float("nan"), device="cuda")
+    span = torch.arange(seq + 1, device=device)
+    losses = torch.full((steps,), float("nan"), device=device)
+    norms = torch.full((steps,), float("nan"), device=device)
 
     def batch_at(offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         chunk = shared.corpus[offsets[:, None] + span[None, :]].long()
         return chunk[:, :-1], chunk[:, 1:]
 
     def loss_of(tokens: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             logits = model(tokens)
         return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1), reduction=reduction)
 
     def evaluate() -> float:
         model.eval()
-        total = torch.zeros((), dtype=torch.float64, device="cuda")
+        total = torch.zeros((), dtype=torch.float64, device=device)
         count = 0
         with torch.no_grad():
             for first in range(0, len(shared.evals), training.batch):
@@ -454,7 +645,7 @@ def train_recipe(precision_id: str, model_config: ModelConfig, training: Trainin
         evaluating = step % training.eval_every == 0 or step == steps
         if not (evaluating or step % training.check_every == 0):
             continue
-        torch.cuda.synchronize()
+        kit.synchronize()
         watch.stop(step)
         host_losses, host_norms = losses[:step].tolist(), norms[:step].tolist()
         diverged = divergence(host_losses, host_norms)
@@ -473,8 +664,8 @@ def train_recipe(precision_id: str, model_config: ModelConfig, training: Trainin
             watch.start(step)
 
     record: dict[str, Any] = {"precision": precision_id,
-                              "recipe": repr(recipe) if recipe is not None else "none (te.autocast disabled)"}
-    peak_gib = torch.cuda.max_memory_allocated() / 2**30  # the model and optimizer go with this frame
+                              "recipe": repr(recipe) if recipe is not None else kit.no_recipe}
+    peak_gib = kit.max_memory_bytes() / 2**30  # the model and optimizer go with this frame
     if diverged is not None:
         at, reason = diverged
         # The finite steps before divergence, in complete curve windows only (as every other curve).
@@ -538,35 +729,40 @@ RUN_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, Asserti
 
 
 def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig = TrainingConfig(),
-            precisions: Sequence[str] = RECIPES,
-            extra_seeds: int = BF16_EXTRA_SEEDS) -> tuple[dict[str, Any], dict[str, Any]]:
+            precisions: Sequence[str] = RECIPES, extra_seeds: int = BF16_EXTRA_SEEDS, *,
+            kit: Kit | None = None, corpus: Corpus | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train every recipe in ``precisions`` on this box's GPU: ``(data, method)`` for the study document.
 
     Recipes this GPU does not support are stored as unsupported with Transformer Engine's own reason;
     a run whose loss turns NaN or infinite as diverged (at its step); a run that raises one of
     :data:`RUN_ERRORS` as failed, with the error (but BF16's error propagates: without the
     reference there is no study). Then BF16 again from ``extra_seeds`` other seeds, the seed band
-    (:func:`train_seed_band`; an error there propagates too, a divergence is stored)."""
+    (:func:`train_seed_band`; an error there propagates too, a divergence is stored).
+
+    ``kit`` (default :func:`te_kit`) gives the layers, recipes and device (:func:`torch_kit`: plain
+    PyTorch on CPU, BF16 only, every other recipe unsupported with its reason); ``corpus`` (default
+    :func:`read_stdlib_corpus`) the text."""
     import torch
 
-    from gemm_bench.measure.backends import te as te_backend
-
+    kit = te_kit() if kit is None else kit
     if BASELINE not in precisions:
         raise ValueError(f"the study compares with {BASELINE}; it must be among {list(precisions)}")
     band_seeds(training.seed, extra_seeds)  # refuses a negative count before any training
     unknown = [p for p in precisions if p not in PRECISIONS]
     if unknown:
         raise ValueError(f"unknown precisions {unknown}")
-    corpus = read_stdlib_corpus()
+    source = None if corpus is None else (f"the *.py files under {corpus.root} ({', '.join(sorted(EXCLUDED_DIRS))} "
+                                          "excluded), in sorted path order, concatenated as bytes (vocabulary 256)")
+    corpus = read_stdlib_corpus() if corpus is None else corpus
     split = split_offset(corpus, training.val_fraction)
     order = batch_offsets(split, model_config.seq, training.batch, training.steps, training.seed)
     evals = eval_offsets(split, len(corpus.data), model_config.seq, training.eval_sequences)
     shared = SharedRun(
-        corpus=torch.frombuffer(bytearray(corpus.data), dtype=torch.uint8).to("cuda"),
-        order=torch.tensor(order, dtype=torch.int64, device="cuda"),
-        evals=torch.tensor(evals, dtype=torch.int64, device="cuda"),
+        corpus=torch.frombuffer(bytearray(corpus.data), dtype=torch.uint8).to(kit.device),
+        order=torch.tensor(order, dtype=torch.int64, device=kit.device),
+        evals=torch.tensor(evals, dtype=torch.int64, device=kit.device),
     )
-    support = te_backend.support()
+    support = kit.support()
     ordered = [p for p in RECIPES if p in precisions] + [p for p in precisions if p not in RECIPES]
     ordered.remove(BASELINE)
     ordered.insert(0, BASELINE)
@@ -581,7 +777,7 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
             continue
         _log(f"{precision}: training {training.steps} steps of {training.batch} x {model_config.seq} tokens")
         try:
-            record = train_recipe(precision, model_config, training, shared)
+            record = train_recipe(precision, model_config, training, shared, kit)
         except RUN_ERRORS as exc:
             if precision == BASELINE:
                 raise
@@ -599,16 +795,16 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
     def train_other_seed(config: TrainingConfig, other_order: list[list[int]]) -> dict[str, Any]:
         _log(f"{BASELINE} seed {config.seed} (seed band): training {config.steps} steps")
         # A SharedRun of its own: no initial weights to copy (the seed draws them), its own batch order.
-        own = SharedRun(corpus=shared.corpus, order=torch.tensor(other_order, dtype=torch.int64, device="cuda"),
+        own = SharedRun(corpus=shared.corpus, order=torch.tensor(other_order, dtype=torch.int64, device=kit.device),
                         evals=shared.evals)
-        return train_recipe(BASELINE, model_config, config, own)
+        return train_recipe(BASELINE, model_config, config, own, kit)
 
     band = train_seed_band(training, extra_seeds, train_bytes=split, seq=model_config.seq, train=train_other_seed)
     data = {
         "model": {**dataclasses.asdict(model_config), "params": params,
-                  "description": MODEL_DESCRIPTION.format(layers=model_config.layers)},
-        "corpus": corpus_block(corpus, split, training.val_fraction),
-        "training": training_block(model_config, training, order),
+                  "description": kit.model_description.format(layers=model_config.layers)},
+        "corpus": corpus_block(corpus, split, training.val_fraction, source=source),
+        "training": training_block(model_config, training, order, weights=kit.weights, fused=kit.fused_adamw),
         "recipes": recipes,
     }
     if band is not None:
@@ -620,19 +816,21 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
                       "initial weights and the batch order; final losses and validation points stored"
                       if extra_seeds else "none (no extra seed)"),
         "loss": "cross-entropy in nats per byte, in FP32 from BF16 logits",
-        "timer": "time.perf_counter between torch.cuda.synchronize calls, evaluation excluded",
+        "timer": kit.timer,
         "steps": training.steps, "tokens_per_step": training.batch * model_config.seq,
+        **dict(kit.method_notes),
     }
     return data, method
 
 
-def corpus_block(corpus: Corpus, split: int, val_fraction: float) -> dict[str, Any]:
+def corpus_block(corpus: Corpus, split: int, val_fraction: float, *, source: str | None = None) -> dict[str, Any]:
+    """The document's ``corpus`` block; ``source`` describes a corpus other than the standard library's."""
     total = len(corpus.data)
     first_val = corpus.files[corpus.starts.index(split)]
     return {
-        "source": f"the *.py files of the Python {platform.python_version()} standard library ({corpus.root}; "
-                  f"{', '.join(sorted(EXCLUDED_DIRS))} excluded), in sorted path order, concatenated as bytes "
-                  "(vocabulary 256)",
+        "source": source or (f"the *.py files of the Python {platform.python_version()} standard library "
+                             f"({corpus.root}; {', '.join(sorted(EXCLUDED_DIRS))} excluded), in sorted path "
+                             "order, concatenated as bytes (vocabulary 256)"),
         "python": platform.python_version(),
         "files": len(corpus.files),
         "bytes": total,
@@ -644,8 +842,8 @@ def corpus_block(corpus: Corpus, split: int, val_fraction: float) -> dict[str, A
     }
 
 
-def training_block(model_config: ModelConfig, training: TrainingConfig,
-                   order: Sequence[Sequence[int]]) -> dict[str, Any]:
+def training_block(model_config: ModelConfig, training: TrainingConfig, order: Sequence[Sequence[int]], *,
+                   weights: str = WEIGHTS, fused: bool = True) -> dict[str, Any]:
     return {
         "steps": training.steps, "batch": training.batch, "seq": model_config.seq,
         "tokens_per_step": training.batch * model_config.seq, "seed": training.seed,
@@ -653,12 +851,12 @@ def training_block(model_config: ModelConfig, training: TrainingConfig,
                       "weight_decay": training.weight_decay,
                       "weight_decay_on": "matrices and embeddings (parameters of 2 or more dimensions); "
                                          "not biases or norm weights",
-                      "implementation": "torch.optim.AdamW(fused=True)"},
+                      "implementation": f"torch.optim.AdamW(fused={fused})"},
         "lr_schedule": {"kind": "linear warm-up, then cosine decay reaching min_lr at the last step",
                         "peak_lr": training.peak_lr, "warmup_steps": training.warmup_steps,
                         "min_lr": training.min_lr},
         "grad_clip": training.grad_clip,
-        "weights": WEIGHTS,
+        "weights": weights,
         "batch_order_sha256": order_sha256(order),
         "eval_every": training.eval_every,
         "eval_sequences": training.eval_sequences,
