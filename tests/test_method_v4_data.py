@@ -1,7 +1,8 @@
 """Method v4's promises, read from the committed results and from tables built of them.
 
 * Every committed method-v4 result holds the cross-check bounds (:mod:`gemm_bench.results.cross_check`):
-  published time / profiled kernel time, median <= 1.05 per file, <= 1.15 per region of >= 50 us.
+  event time / kernel time of the profiled launches (``kernel_ratio``; published time / kernel time in
+  results that profiled every round), median <= 1.05 per file, <= 1.15 per region of >= 50 us.
 * No step of a committed result gains more than its own GEMMs beyond the spread (Amdahl), and the
   check catches the method-v3 result that did (Qwen2.5-7B, frozen in tests/data/cache-v3).
 * A table shows a failed cell as failed, never as the "n/a" of an unsupported one, and marks a
@@ -57,6 +58,12 @@ def test_the_bounds_are_the_issues() -> None:
     assert cross_check.region_flag({**item, "kernel_ms": 0.04, "ms": 0.06}) is None  # a tiny region is exempt
     assert cross_check.region_flag({**item, "ms": 1.14}) is None
     assert cross_check.region_flag({"status": "measured", "ms": 1.2}) is None  # not checked, not flagged
+    # Profiled in the first batch only: the same launches' ratio is judged, not the published median
+    # over every round, which also holds the clock's drift (a throttling H100: 1.15 with no idle time).
+    assert cross_check.region_flag({**item, "kernel_ratio": 1.01}) is None
+    assert cross_check.ratio({**item, "kernel_ratio": 1.01}) == 1.01
+    flagged = cross_check.region_flag({**item, "ms": 1.0, "kernel_ratio": 1.2})
+    assert flagged is not None and flagged.startswith("timed 1.20x its profiled kernel time")
 
 
 @pytest.mark.parametrize("path", V4, ids=_ids(V4))
@@ -198,3 +205,20 @@ def test_the_models_page_prose_states_exactly_the_pairs_its_build_checks() -> No
     for a, b in claims:  # "A ... less than B" within one clause of the sentence
         assert re.search(re.escape(label(a)) + r"[^.]{0,80}? less than " + re.escape(label(b)), sentence), (a, b)
     assert sentence.count(" less than ") == len(claims)  # and no pair the build does not check
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, 1e9, "1.0", True])
+def test_a_kernel_ratio_that_is_no_measurement_is_refused_with_its_path(question: Any, tmp_path: Path,
+                                                                        bad: Any) -> None:
+    from gemm_bench.results.cache import CacheError
+    from tests.conftest import write_document
+
+    doc = make_document(question(shapes=["8192x8192x8192"]), precisions=("bf16",))
+    cell = next(c for c in doc["cells"] if c["status"] == "measured")
+    cell.update(kernel_ms=cell["ms"], kernel_ratio=1.01)
+    read_document(write_document(tmp_path / "good", doc))  # a real ratio reads
+    cell["kernel_ratio"] = bad
+    path = write_document(tmp_path / "bad", doc)
+    with pytest.raises(CacheError, match="kernel_ratio") as caught:
+        read_document(path)
+    assert str(path) in str(caught.value)

@@ -229,6 +229,10 @@ def test_runner_cross_checks_the_timed_graph_replays_themselves(fake_runner: Any
     measured = [c for c in doc["cells"] if c["status"] == "measured"]
     assert measured and all(c["kernel_ms"] == 0.5 and c["eager"]["n"] == settings.eager_repetitions
                             for c in measured)
+    # the same launches' event median over that kernel time, as the group's cross-check has it
+    for c in measured:
+        group = next(g for g in doc["groups"] if g["label"].endswith(f"{c['m']}x{c['k']}x{c['n']}/fprop"))
+        assert c["kernel_ratio"] == group["cross_check"]["ratios"][f"{c['precision']}/fprop"]
     assert "cross_check" in doc["provenance"]["method"] and "telemetry" in doc["provenance"]["method"]
 
 

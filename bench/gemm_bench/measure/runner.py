@@ -55,6 +55,9 @@ class Timed:
     eager: dict[str, dict[str, Samples]]
     failures: dict[str, str]
     kernel_ms: dict[str, float]
+    #: The cross-check's ratio per ``competitor/region``: the profiled rounds' event median over
+    #: their own kernel median (the same launches), :attr:`GroupTiming.cross_check`'s ``ratios``.
+    kernel_ratio: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def fields(self, name: str, region: str) -> dict[str, Any]:
         """What a measured cell (or peer row, or layer cell) of ``name``'s ``region`` stores: the
@@ -67,6 +70,9 @@ class Timed:
         kernel = self.kernel_ms.get(f"{name}/{region}")
         if kernel is not None:
             out["kernel_ms"] = kernel
+            ratio = self.kernel_ratio.get(f"{name}/{region}")
+            if ratio is not None:
+                out["kernel_ratio"] = ratio
         out["measured_at"] = _now()
         return out
 
@@ -198,7 +204,7 @@ class Runner:
         else:
             failures.update(result.failures)
             kernels = result.cross_check.get("kernel_ms", {})
-            timed = Timed(result.samples, result.eager, failures, kernels)
+            timed = Timed(result.samples, result.eager, failures, kernels, result.cross_check.get("ratios", {}))
             if self.telemetry and result.samples:
                 group = {"label": label, "mode": mode, "members": sorted(result.samples), **result.record,
                          "setup_s": dict(self.setup_s), "cross_check": result.cross_check}

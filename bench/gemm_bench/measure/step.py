@@ -158,9 +158,11 @@ def left_out(config: ModelConfig) -> list[str]:
 def layer_cell(mode: str, precision: str, status: str, *, ms: float | None = None,
                stats: dict[str, Any] | None = None, reason: str = "",
                measured_at: str | None = None, run_id: str | None = None,
-               kernel_ms: float | None = None, routing: str = "balanced") -> dict[str, Any]:
+               kernel_ms: float | None = None, kernel_ratio: float | None = None,
+               routing: str = "balanced") -> dict[str, Any]:
     """One layer cell in the proposed result form (``doc["layer"]`` is a list of these).
-    ``kernel_ms``: the cross-check's profiled kernel time of the step (graph replays only);
+    ``kernel_ms``: the cross-check's profiled kernel time of the step (graph replays only), and
+    ``kernel_ratio`` the profiled rounds' event median over it;
     ``routing``: a mixture of experts' routing (:data:`ROUTINGS`), written only when not balanced."""
     cell: dict[str, Any] = {"mode": mode, "precision": precision, "status": status}
     if routing != "balanced":
@@ -169,6 +171,8 @@ def layer_cell(mode: str, precision: str, status: str, *, ms: float | None = Non
         cell.update(ms=ms, stats=stats or {})
         if kernel_ms is not None:
             cell["kernel_ms"] = kernel_ms
+        if kernel_ratio is not None:
+            cell["kernel_ratio"] = kernel_ratio
         if measured_at is not None:
             cell["measured_at"] = measured_at
     else:

@@ -77,6 +77,9 @@ READABLE_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
 #: Bumped whenever what is timed, or how, changes: results of another method version are stale,
 #: except those of :data:`STILL_VALID_METHODS` (re-measured by GPU boxes, shown elsewhere).
 METHOD_VERSION = "4"
+#: Largest ``kernel_ratio`` accepted (event time over kernel time of the same profiled launches):
+#: a real region's ratio is near 1; far above it the file is not a measurement.
+MAX_KERNEL_RATIO = 1000.0
 
 #: Earlier method versions whose numbers stay correct under the current one, with what the
 #: current method adds; a method change that makes old numbers wrong must not be listed here, and
@@ -395,10 +398,12 @@ def _outcome(item: dict[str, Any], gemm: GemmShape, where: str, version: int) ->
 
 def timing_extras(item: dict[str, Any], where: str) -> None:
     """The method-v4 quantities beside a measured time: ``eager`` (statistics of the same region
-    called eagerly, host work included) and ``kernel_ms`` (the cross-check's profiled kernel time)."""
+    called eagerly, host work included), ``kernel_ms`` (the cross-check's profiled kernel time) and
+    ``kernel_ratio`` (the profiled rounds' event median over that kernel time: the same launches)."""
     if "eager" in item:
         _stats(item, None, where, key="eager")
     _number(item, "kernel_ms", where, 0.0, MAX_MS, required=False, low_open=True)
+    _number(item, "kernel_ratio", where, 0.0, MAX_KERNEL_RATIO, required=False, low_open=True)
 
 
 def _run_id(obj: dict[str, Any], where: str, *, required: bool) -> None:

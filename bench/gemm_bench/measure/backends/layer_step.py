@@ -158,8 +158,9 @@ def _group_cells(timed: Any, runnable: Sequence[str], modes: Sequence[str], grap
                 cells.append(layer_cell(mode, p, "failed", reason=timed.failures[p], routing=routing))
             elif p in source:
                 samples = source[p][REGION]
-                extra = {"kernel_ms": timed.kernel_ms[f"{p}/{REGION}"]} if (
-                    source is timed.samples and f"{p}/{REGION}" in timed.kernel_ms) else {}
+                key = f"{p}/{REGION}"
+                extra = {"kernel_ms": timed.kernel_ms[key], "kernel_ratio": timed.kernel_ratio.get(key)} if (
+                    source is timed.samples and key in timed.kernel_ms) else {}
                 cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6), stats=samples.to_stats(),
                                         measured_at=_now(), routing=routing, **extra))
             else:
