@@ -25,13 +25,14 @@ from tests.conftest import make_document
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
 V4 = sorted(p for p in CACHE.glob("*.json") if json.loads(p.read_text(encoding="utf-8"))["method_version"] == "4")
 #: The square sweep, 256^3 to 16384^3: its regions of 256^3-2048^3 take 3-50 us, and a CUDA graph's
-#: nodes add 2-3 us to each, so its median is above the bound (1.154 on the H100); of its regions
-#: of 50 us or more, one is above 1.15 (a torchao peer's 1024^3 backward, 1.16) and is flagged where
-#: it is shown. Known and stated in the closing note; strict, so a method that removes the gap
+#: nodes add 2-3 us to each, so its median is above the bound (1.16 on the H100, 1.15 on the H200
+#: in session 9; no region of 50 us or more above 1.15 then, a torchao peer's 1024^3 backward at
+#: 1.16 before). Known and stated in the closing notes; strict, so a method that removes the gap
 #: makes this test say so.
 SWEEP = "4803128f66703ed6"
 #: DeepSeek-V3 (EP 64): its KV-down projection's Dgrad (4096x576x7168) in FP8 delayed and current
-#: scaling, with their quantization kernels, is 1.16 and 1.19 on both GPUs: short kernels with idle
+#: scaling, with their quantization kernels, is 1.15-1.19 (in session 9: H100 current 1.18, delayed
+#: just under the bound; H200 1.16 and 1.18): short kernels with idle
 #: gaps between them, above the 1.15 bound of regions of 50 us or more; flagged where shown.
 DEEPSEEK = "a6202ba109bc7bab"
 
@@ -45,7 +46,7 @@ def test_every_v4_result_holds_the_cross_check_bounds(path: Path, request: pytes
     if path.name.startswith(SWEEP):
         request.applymarker(pytest.mark.xfail(strict=True, reason="graph-node gaps of 2-3 us in 3-50 us regions"))
     if path.name.startswith(DEEPSEEK):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="KV-down Dgrad in FP8 delayed/current: 1.16, 1.19"))
+        request.applymarker(pytest.mark.xfail(strict=True, reason="KV-down Dgrad in FP8 delayed/current: 1.15-1.19"))
     found = cross_check.verdict(read_document(path))
     assert found.regions > 0
     assert found.holds, found.sentence()
