@@ -250,7 +250,7 @@ def test_report_prints_telemetry_and_flags() -> None:
         in text
     assert "above kernel time (the GPU was idle for part of the region: gaps between its kernels, the host's " \
         "work in an eager group, or a lower clock than when profiled) in 1: prequant qkv/fprop bf16/fprop" in text
-    assert "under the profiler itself, events were up to 1.00x kernel time" in text
+    assert "profiled rounds: events up to 1.00x their own kernel time (the same launches" in text
     doc["groups"][0]["cross_check"]["stored_ratios"] = {"bf16/fprop": 0.6}
     text = Report(doc).to_text()
     assert "below kernel time (the summed kernel time exceeds the elapsed time: kernels overlapped" in text

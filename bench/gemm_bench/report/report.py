@@ -840,12 +840,14 @@ class Report:
                 if overlapped:
                     yield (f"  more than {limit - 1:.0%} below kernel time (the summed kernel time exceeds the "
                            "elapsed time: kernels overlapped, e.g. on several streams, or the trace's split into "
-                           f"regions counted a neighbour's kernels) in {len(overlapped)}: " + ", ".join(overlapped))
+                           "regions counted a neighbour's kernels, or the unprofiled rounds ran at a higher clock "
+                           "or without the profiler's cost) in "
+                           f"{len(overlapped)}: " + ", ".join(overlapped))
             eager = [g["label"] for g in groups if g.get("timed") == "eager"]
             if eager:
                 yield "  timed eagerly (host work included by definition; not judged): " + ", ".join(eager)
-            yield (f"  under the profiler itself, events were up to {max(r for _, r, _ in rows):.2f}x kernel time "
-                   "(the profiler slows launches; not a check of the stored numbers)")
+            yield (f"  profiled rounds: events up to {max(r for _, r, _ in rows):.2f}x their own kernel time "
+                   "(the same launches; what the bounds above judge where a result stores it per cell)")
         skipped = [g["cross_check"]["reason"] for g in groups if g.get("cross_check", {}).get("reason")]
         if skipped:
             yield f"  cross-check not possible in {len(skipped)} group(s), e.g. {skipped[0]}"
