@@ -337,7 +337,6 @@ class Kit:
     it). Each factory imports torch and its libraries when called; the fields hold what they
     imported. The texts are stored in the document, so a result says which layers made it."""
 
-    name: str
     #: The torch device of the model, corpus and losses, and ``torch.autocast``'s device type.
     device: str
     #: ``transformer_layer(config, layer_number, init, init_out)``: one block (``layer_number`` 1-based);
@@ -367,8 +366,6 @@ class Kit:
     model_description: str
     weights: str
     timer: str
-    #: ``torch.optim.AdamW(fused=...)``.
-    fused_adamw: bool = True
     #: More entries of the document's method block.
     method_notes: tuple[tuple[str, str], ...] = ()
 
@@ -422,10 +419,10 @@ def te_kit() -> Kit:
     def recipe_context(recipe: Any) -> AbstractContextManager[Any]:
         return te.autocast(enabled=recipe is not None, recipe=recipe)
 
-    return Kit(name="transformer-engine", device="cuda", transformer_layer=transformer_layer,
+    return Kit(device="cuda", transformer_layer=transformer_layer,
                layer_norm=layer_norm, linear=linear, make_recipe=te_backend.make_recipe,
                recipe_context=recipe_context, support=te_backend.support, reset=FP8GlobalStateManager.reset,
-               **_device_ops("cuda"), fused_adamw=True, no_recipe="none (te.autocast disabled)",
+               **_device_ops("cuda"), no_recipe="none (te.autocast disabled)",
                model_description=MODEL_DESCRIPTION, weights=WEIGHTS,
                timer="time.perf_counter between torch.cuda.synchronize calls, evaluation excluded")
 
@@ -489,11 +486,11 @@ def torch_kit(device: str = "cpu") -> Kit:
     if device == "cpu":
         notes = (("memory", "peak_memory_gib: the process's peak resident set size so far (getrusage), "
                             "not the run's own: torch keeps no CPU allocator statistics"),)
-    return Kit(name="torch", device=device,
+    return Kit(device=device,
                transformer_layer=lambda config, number, init, init_out: Block(config, init, init_out),
                layer_norm=lambda config: torch.nn.LayerNorm(config.hidden, eps=1e-5, device=device),
                linear=linear, make_recipe=make_recipe, recipe_context=recipe_context, support=support,
-               reset=lambda: None, **_device_ops(device), fused_adamw=True,
+               reset=lambda: None, **_device_ops(device),
                no_recipe=f"none (BF16 under torch.autocast on {device})",
                model_description=TORCH_MODEL_DESCRIPTION, weights=TORCH_WEIGHTS,
                timer=f"time.perf_counter between torch.{device}.synchronize calls, evaluation excluded",
@@ -592,7 +589,7 @@ def train_recipe(precision_id: str, model_config: ModelConfig, training: Trainin
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": training.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr_at(0, training), betas=training.betas, eps=training.eps, fused=kit.fused_adamw)
+        lr=lr_at(0, training), betas=training.betas, eps=training.eps, fused=True)
     params = list(model.parameters())
 
     seq, vocab, steps = model_config.seq, model_config.vocab, training.steps
@@ -751,8 +748,7 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
     unknown = [p for p in precisions if p not in PRECISIONS]
     if unknown:
         raise ValueError(f"unknown precisions {unknown}")
-    source = None if corpus is None else (f"the *.py files under {corpus.root} ({', '.join(sorted(EXCLUDED_DIRS))} "
-                                          "excluded), in sorted path order, concatenated as bytes (vocabulary 256)")
+    stdlib = corpus is None
     corpus = read_stdlib_corpus() if corpus is None else corpus
     split = split_offset(corpus, training.val_fraction)
     order = batch_offsets(split, model_config.seq, training.batch, training.steps, training.seed)
@@ -803,8 +799,8 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
     data = {
         "model": {**dataclasses.asdict(model_config), "params": params,
                   "description": kit.model_description.format(layers=model_config.layers)},
-        "corpus": corpus_block(corpus, split, training.val_fraction, source=source),
-        "training": training_block(model_config, training, order, weights=kit.weights, fused=kit.fused_adamw),
+        "corpus": corpus_block(corpus, split, training.val_fraction, stdlib=stdlib),
+        "training": training_block(model_config, training, order, weights=kit.weights),
         "recipes": recipes,
     }
     if band is not None:
@@ -823,14 +819,15 @@ def measure(model_config: ModelConfig = ModelConfig(), training: TrainingConfig 
     return data, method
 
 
-def corpus_block(corpus: Corpus, split: int, val_fraction: float, *, source: str | None = None) -> dict[str, Any]:
-    """The document's ``corpus`` block; ``source`` describes a corpus other than the standard library's."""
+def corpus_block(corpus: Corpus, split: int, val_fraction: float, *, stdlib: bool = True) -> dict[str, Any]:
+    """The document's ``corpus`` block; ``stdlib``: whether ``corpus`` is the standard library's."""
     total = len(corpus.data)
     first_val = corpus.files[corpus.starts.index(split)]
+    where = (f"of the Python {platform.python_version()} standard library ({corpus.root}; " if stdlib
+             else f"under {corpus.root} (")
     return {
-        "source": source or (f"the *.py files of the Python {platform.python_version()} standard library "
-                             f"({corpus.root}; {', '.join(sorted(EXCLUDED_DIRS))} excluded), in sorted path "
-                             "order, concatenated as bytes (vocabulary 256)"),
+        "source": f"the *.py files {where}{', '.join(sorted(EXCLUDED_DIRS))} excluded), in sorted path order, "
+                  "concatenated as bytes (vocabulary 256)",
         "python": platform.python_version(),
         "files": len(corpus.files),
         "bytes": total,
@@ -843,7 +840,7 @@ def corpus_block(corpus: Corpus, split: int, val_fraction: float, *, source: str
 
 
 def training_block(model_config: ModelConfig, training: TrainingConfig, order: Sequence[Sequence[int]], *,
-                   weights: str = WEIGHTS, fused: bool = True) -> dict[str, Any]:
+                   weights: str = WEIGHTS) -> dict[str, Any]:
     return {
         "steps": training.steps, "batch": training.batch, "seq": model_config.seq,
         "tokens_per_step": training.batch * model_config.seq, "seed": training.seed,
@@ -851,7 +848,7 @@ def training_block(model_config: ModelConfig, training: TrainingConfig, order: S
                       "weight_decay": training.weight_decay,
                       "weight_decay_on": "matrices and embeddings (parameters of 2 or more dimensions); "
                                          "not biases or norm weights",
-                      "implementation": f"torch.optim.AdamW(fused={fused})"},
+                      "implementation": "torch.optim.AdamW(fused=True)"},
         "lr_schedule": {"kind": "linear warm-up, then cosine decay reaching min_lr at the last step",
                         "peak_lr": training.peak_lr, "warmup_steps": training.warmup_steps,
                         "min_lr": training.min_lr},
