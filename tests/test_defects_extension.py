@@ -138,13 +138,12 @@ def test_summary_rows_always_have_the_tables_width(project: Project, builder: st
 
 def test_summary_table_width_is_checked_for_every_row() -> None:
     """Class (structural half): no summary row can be built whose columns differ from the header's."""
-    from gemm_benchmark.render_table import Entry
-    from gemm_benchmark.summary import SummaryTable
+    from gemm_benchmark.summary_answer import Shown, Table
 
-    table = SummaryTable("GPU", ["FP8 Current"])
-    table.span(Entry("a"), Entry("not measured"))
+    table = Table("GPU", ["FP8 Current"])
+    table.span(Shown("a"), Shown("not measured"))
     with pytest.raises(ValueError, match="columns"):
-        table.row([Entry("a"), Entry("1"), Entry("2"), Entry("3")])
+        table.row([Shown("a"), Shown("1"), Shown("2"), Shown("3")])
 
 
 # ------------------------------------------------------------------ 5. layer modes abort the build

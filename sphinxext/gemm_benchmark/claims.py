@@ -50,9 +50,8 @@ class Quoted:
 def passage(node: nodes.Node) -> nodes.Element | None:
     """The passage a reader reads a role in: the nearest enclosing element that is neither inline
     markup nor one line of a line block (a paragraph, a line block, a title, a table entry's paragraph)."""
-    parent = node.parent
-    while parent is not None and (isinstance(parent, (nodes.Inline, nodes.line)) or
-                                  not isinstance(parent, nodes.Element)):
+    parent: nodes.Element | None = node.parent
+    while parent is not None and isinstance(parent, (nodes.Inline, nodes.line)):
         parent = parent.parent
     return parent
 
