@@ -20,6 +20,7 @@ from gemm_benchmark.values import Point, decide_fastest
 from .conftest import H100, make_document
 from .fake_beyond import beyond_document
 from .test_correctness import Project
+from .test_ext_summary import _tied_document
 
 STUDIES = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache" / "studies"
 
@@ -61,7 +62,7 @@ def test_the_summary_stars_the_clear_winner_when_the_best_is_noisy(project: Proj
     project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
                  "   :precisions: bf16, fp8-delayed, fp8-current\n   :modes: autocast, layer-graphed\n"
                  "   :show: table\n")
-    warnings, _ = project.build()
+    project.build()
     soup = project.html()
     sentence = soup.select_one("p.gemm-summary-answer").get_text()
     assert "train in FP8 Current" in sentence and "stay in BF16" not in sentence, sentence
@@ -77,19 +78,6 @@ def test_a_denial_is_not_a_tie() -> None:
     assert not says_tied("the gap is not within the measured spread")
     assert not says_tied("the gap isn't within their measured spread")
     assert not says_tied("which is never within   its spread")
-
-
-def _tied_document() -> dict[str, Any]:
-    """FP8 Current 1% slower than FP8 Delayed in every GEMM, each with a 10% spread: a tie everywhere."""
-    q = build_question(model="te-guide-5b")
-    doc = make_document(q, device=H100, precisions=("bf16", "fp8-delayed", "fp8-current"), modes=("autocast",))
-    by_key = {(c["precision"], c["op"], c["pass"]): c for c in doc["cells"]}
-    for cell in doc["cells"]:
-        if cell["precision"] == "fp8-current":
-            other = by_key[("fp8-delayed", cell["op"], cell["pass"])]
-            cell["ms"] = round(other["ms"] * 1.01, 6)
-            cell["stats"] = {"median_ms": cell["ms"], "iqr_ms": round(cell["ms"] * 0.1, 6)}
-    return doc
 
 
 DIRECTIVE = ("T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
@@ -220,7 +208,7 @@ def test_a_failed_bf16_step_reads_failed_in_the_sentence_cells_and_roles(project
                  "   :precisions: bf16, fp8-current, fp8-block\n   :show: table\n\n"
                  ".. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n   :precisions: bf16, fp8-current\n\n"
                  "Step :gemm-step-speedup:`te layer-graphed fp8-current`, fastest :gemm-fastest:`te layer-graphed`.\n")
-    warnings, _ = project.build()
+    project.build()
     soup = project.html()
     sentence = soup.select_one("p.gemm-summary-answer").get_text()
     assert "failed: CUDA out of memory (synthetic)" in sentence, sentence
