@@ -84,10 +84,11 @@ ROLES: dict[str, RoleSpec] = {
                  "Amdahl's law bounds the step's gain by it.",
                  "te-5b layer bf16", gemm="none"),
         RoleSpec("gemm-fastest", "NAME[@DEVICE] MODE",
-                 "The fastest precision's name: the largest whole-model speedup vs BF16 among the precisions the "
-                 "directive shows and the device measured, BF16 included; when no precision is faster than BF16 "
-                 "beyond the measured spread it reads \"BF16 (no FP8 recipe is faster here)\" (one rule, "
-                 "shared with the summary's ★). ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup. With MODE "
+                 "The fastest precision's name: the fastest of the precisions the directive shows whose whole-model "
+                 "speedup vs BF16 is clearly above 1.0 (its measured spread above 1.0), so a noisy recipe never hides "
+                 "a clearly faster one; \"BF16\" when none is (why, on hover), a name a sentence holds. One rule, "
+                 "shared with the summary's ★ and answer sentence. ``:gemm-speedup:`NAME MODE fastest``` quotes its "
+                 "speedup (1.00× for BF16). With MODE "
                  "``layer-graphed`` (or ``layer``) it answers for the training step, as the summary's answer "
                  "sentence does; ``:gemm-step-speedup:`NAME layer-graphed fastest``` quotes that speedup.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
