@@ -110,6 +110,7 @@ specs = [figures.spec_from_json(json.load(open(p))) for p in data["specs"]]
 matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "gemm", "font.size": 9,
                             "font.family": "DejaVu Sans", "text.parse_math": False})
 mode = sys.argv[2]
+layout = "constrained" if mode == "axes" else None
 t2 = time.perf_counter()
 size = 0
 
@@ -127,7 +128,7 @@ else:
     for spec in specs:
         for width in figures.WIDTHS:
             rows = sum(len(p.categories) * max(len(p.series), 1) for p in spec.panels)
-            fig = Figure(figsize=(width, 1.2 + 0.17 * rows if spec.kind == "bars" else 3.2), layout="constrained")
+            fig = Figure(figsize=(width, 1.2 + 0.17 * rows if spec.kind == "bars" else 3.2), layout=layout)
             axes = fig.subplots(len(spec.panels), 1, squeeze=False)[:, 0]
             for ax, panel in zip(axes, spec.panels):
                 n = max(len(panel.series), 1)
@@ -158,7 +159,7 @@ else:
             size += save(fig)
     for f in data["lines"]:
         kw = f["kwargs"]
-        fig = Figure(figsize=(3.8, 3.6), layout="constrained")
+        fig = Figure(figsize=(3.8, 3.6), layout=layout)
         ax = fig.subplots()
         for b in kw.get("bands", []):
             ax.axvspan(b["low"], b["high"], alpha=0.14, label=b["label"])
@@ -200,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         found = collect(work)
         data = work / "figures.json"
         data.write_text(json.dumps(found), encoding="utf-8")
-        backends = {"engine": (ENGINE,), "matplotlib": (MATPLOTLIB, "axes"), "matplotlib-scene": (MATPLOTLIB, "scene")}
+        backends = {"engine": (ENGINE,), "matplotlib": (MATPLOTLIB, "axes"),
+                    "matplotlib-plain": (MATPLOTLIB, "plain"), "matplotlib-scene": (MATPLOTLIB, "scene")}
         results: dict[str, list[dict[str, float]]] = {name: [] for name in backends}
         for _ in range(args.rounds):
             for name, (code, *extra) in backends.items():  # interleaved: drift hits every back end
