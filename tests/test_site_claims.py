@@ -438,8 +438,6 @@ REVIEWED: dict[tuple[str, str], str] = {
     ("tutorial.html", r"The summary has one table per pass"): "describes gemm-bench run's terminal output",
     ("tutorial.html", r"A precision the GPU cannot run is listed with Transformer Engine's reason"):
         "describes gemm-bench run's terminal output",
-    ("models.html", r"The accuracy table and the figure compare every model; below them, one section per model"):
-        "describes the page's layout (a table, a figure, then one section per model), not its numbers",
     ("index.html", r"The step gains less than its autocast GEMMs because"):
         "explains Amdahl's law; the build checks every step against its GEMMs (Report.step_contradictions)",
     ("maintainers.html", r"Each result stores its measurement's wall time"): "describes what the tools store",
