@@ -78,10 +78,18 @@ class Cell:
     kernel_ratio: float | None = None
 
     @property
+    def cross_check(self) -> cross_check.Region | None:
+        """This time's profiler cross-check (:func:`gemm_bench.results.cross_check.region`), None if unchecked."""
+        return cross_check.region({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms,
+                                   "kernel_ratio": self.kernel_ratio})
+
+    @property
     def cross_check_flag(self) -> str | None:
-        """Why this time is not plainly the GPU's time for the region (:mod:`gemm_bench.results.cross_check`)."""
-        return cross_check.region_flag({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms,
-                                        "kernel_ratio": self.kernel_ratio})
+        """Why this time is not plainly the GPU's time for the region (a judged region over the bound),
+        with its ratio; None when it holds, is too short to judge, or was not checked. Every renderer
+        marks a number whose flag (or :meth:`Report.speedup_flag`) is set."""
+        found = self.cross_check
+        return found.flag if found is not None else None
 
     @property
     def tflops(self) -> float | None:
@@ -105,6 +113,9 @@ class Total:
     speedup_reason: str = ""
     #: The one run all of this precision's cells come from, or None (none measured, or several).
     run_id: str | None = None
+    #: The cross-check flags of the times this total and its speedup rest on (this precision's
+    #: cells and BF16's), None when none is flagged (:meth:`Report.speedup_flag`).
+    cross_check_flag: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +145,9 @@ class StepResult:
     run_id: str | None
     #: The relative spread (IQR / median) of this step plus BF16's: how far the speedup is known.
     spread: float | None = None
+    #: The cross-check flag of this step's time, and of BF16's step its speedup divides by (a graphed
+    #: step is a region like any other); None when neither is flagged. Marked wherever it is shown.
+    cross_check_flag: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +267,9 @@ class Report:
         self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
+        #: The file's profiler cross-check (:func:`gemm_bench.results.cross_check.verdict`): its
+        #: ``file_flag`` is what the file's page says when the median breaks the bound.
+        self.cross_check: cross_check.Verdict = cross_check.verdict(doc)
 
     # ------------------------------------------------------------------ lookups
     def cell(self, mode: str, precision: str, gemm: GemmShape) -> Cell:
@@ -309,6 +326,14 @@ class Report:
                           "a speedup across runs would compare two runs' clocks")
         return sum(c.ms or 0.0 for c in base) / sum(c.ms or 0.0 for c in mine), ""
 
+    def speedup_flag(self, mode: str, precision: str, gemms: Sequence[GemmShape] | None = None) -> str | None:
+        """The cross-check flags of the times a time or speedup of ``precision`` over ``gemms`` (default:
+        all of the question's) rests on: its own cells and BF16's; None when none is flagged."""
+        chosen = self.gemms if gemms is None else gemms
+        cells = [self.cell(mode, p, g) for p in dict.fromkeys((precision, BASELINE)) for g in chosen]
+        return flags_sentence([(f"{_display(c.precision)} {c.gemm.op}/{c.gemm.pass_}", c.cross_check_flag)
+                               for c in cells])
+
     def gemm_speedup(self, mode: str, precision: str, gemm: GemmShape) -> float | None:
         """BF16's time for one GEMM over this precision's (same run only)."""
         return self._speedup(mode, precision, [gemm], f"{gemm.op}/{gemm.pass_}")[0]
@@ -354,7 +379,7 @@ class Report:
             speedup, why = self._speedup(mode, precision, self.gemms, "GEMMs")
         runs = {c.run_id for c in cells if c.run_id}
         return Total(mode, precision, pass_ms, per_layer, model, speedup, status, reason, why,
-                     runs.pop() if len(runs) == 1 else None)
+                     runs.pop() if len(runs) == 1 else None, self.speedup_flag(mode, precision))
 
     def totals(self) -> list[Total]:
         return [self.total(m, p) for m in self.modes for p in self.precisions]
@@ -516,8 +541,11 @@ class Report:
         spread = None
         if speedup is not None and base is not None:
             spread = _relative_iqr(stats) + _relative_iqr(base.get("stats", {}))
+        pairs = [(precision, raw)] + ([(BASELINE, base)] if precision != BASELINE else [])
+        flags = [(f"{_display(p)} step", cross_check.region_flag(c)) for p, c in pairs if c is not None]
         return StepResult(mode, precision, status, reason, ms, stats, speedup, speedup_reason, share,
-                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread)
+                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread,
+                          flags_sentence(flags))
 
     def step_contradictions(self) -> list[str]:
         """Every step the report shows whose speedup lies above what Amdahl's law allows, by more
@@ -821,10 +849,10 @@ class Report:
             # The bounds judge event time / kernel time of the profiled launches (kernel_ratio), graph
             # replays only; stored (every round) / profiled kernel time is printed beside it: it adds
             # the clock's drift between the profiled rounds and the rest, and the profiler's own cost.
-            found = cross_check.verdict(self.doc)
-            if found.median is not None:
+            found = self.cross_check
+            if found.median is not None or found.short:
                 yield "  " + found.sentence() + (": holds" if found.holds else ": DOES NOT HOLD")
-            limit = 1 + (cross_check.REGION_MAX - 1) / 1.5  # 10%: worth naming, below the bound
+            limit = 1.10  # 10%: worth naming, below the bound
             rows = [(f"{label} {region}", c["ratios"][region], c.get("stored_ratios", {}).get(region))
                     for label, c in checked for region in c["ratios"]]
             stored = sorted(s for _, _, s in rows if s is not None)
@@ -937,6 +965,17 @@ class Report:
                 yield f"  {r.backend:<44} {where} {r.ms:.4f} ms {r.tflops or 0.0:7.1f} TFLOP/s{pct}"
             else:
                 yield f"  {r.backend:<44} {where} {r.status}: {r.reason}"
+
+
+def _display(precision: str) -> str:
+    return PRECISIONS[precision].display if precision in PRECISIONS else precision
+
+
+def flags_sentence(flags: Iterable[tuple[str, str | None]]) -> str | None:
+    """The cross-check flags of the times one number rests on, each with what it is ("BF16
+    qkv/fprop: timed 1.31x ..."); None when none is flagged."""
+    found = [f"{label}: {flag}" for label, flag in flags if flag]
+    return "; ".join(found) or None
 
 
 def _step_json(r: StepResult) -> dict[str, Any]:
