@@ -173,6 +173,8 @@ class PeerRow:
     tflops: float | None
     pct_of_peak: float | None
     pct_of_peak_reason: str
+    #: The row's profiler cross-check flag (a peer's region is judged like TE's), None when it holds.
+    cross_check_flag: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -326,11 +328,18 @@ class Report:
                           "a speedup across runs would compare two runs' clocks")
         return sum(c.ms or 0.0 for c in base) / sum(c.ms or 0.0 for c in mine), ""
 
+    def time_flag(self, mode: str, precision: str, gemms: Sequence[GemmShape] | None = None) -> str | None:
+        """The cross-check flags of ``precision``'s times over ``gemms`` (default: all of the
+        question's), which a time or a sum of them rests on; None when none is flagged."""
+        return self._flags(mode, (precision,), gemms)
+
     def speedup_flag(self, mode: str, precision: str, gemms: Sequence[GemmShape] | None = None) -> str | None:
-        """The cross-check flags of the times a time or speedup of ``precision`` over ``gemms`` (default:
-        all of the question's) rests on: its own cells and BF16's; None when none is flagged."""
-        chosen = self.gemms if gemms is None else gemms
-        cells = [self.cell(mode, p, g) for p in dict.fromkeys((precision, BASELINE)) for g in chosen]
+        """The cross-check flags of the times a speedup of ``precision`` over ``gemms`` (default: all
+        of the question's) rests on: its own cells and BF16's; None when none is flagged."""
+        return self._flags(mode, tuple(dict.fromkeys((precision, BASELINE))), gemms)
+
+    def _flags(self, mode: str, precisions: Sequence[str], gemms: Sequence[GemmShape] | None) -> str | None:
+        cells = [self.cell(mode, p, g) for p in precisions for g in (self.gemms if gemms is None else gemms)]
         return flags_sentence([(f"{_display(c.precision)} {c.gemm.op}/{c.gemm.pass_}", c.cross_check_flag)
                                for c in cells])
 
@@ -620,6 +629,19 @@ class Report:
                     distribution: str = "gaussian") -> str:
         return self._sqnr(mode, precision, gemm, distribution)[1]
 
+    def sqnr_status(self, mode: str, precision: str, gemm: GemmShape | None = None,
+                    distribution: str = "gaussian") -> str:
+        """``measured`` when :meth:`sqnr` is a number, else the status of the first accuracy cell
+        that is not (``failed``, ``unsupported``, ``missing``): a failed SQNR reads failed."""
+        for g in [gemm] if gemm is not None else self.gemms:
+            found = self._accuracy.get((mode, precision, g.op, g.pass_, distribution))
+            if found is None:
+                return "unsupported" if self._accuracy_cell(mode, precision, g, distribution)[1].startswith(
+                    "unsupported") else "missing"
+            if found["status"] != "measured":
+                return str(found["status"])
+        return "measured"
+
     def accuracy_modes(self) -> list[str]:
         """The GEMM modes shown that have accuracy (autocast, prequant)."""
         return [m for m in self.modes if m in ACCURACY_MODES]
@@ -651,7 +673,7 @@ class Report:
                 m=shape.m, k=shape.k, n=shape.n, groups=shape.groups, flops=flops, status=raw["status"],
                 ms=ms, reason=raw.get("reason", ""), run_id=peer_run_id(self.doc, raw),
                 tflops=hardware.achieved_tflops(flops, ms) if ms else None, pct_of_peak=pct,
-                pct_of_peak_reason=pct_reason,
+                pct_of_peak_reason=pct_reason, cross_check_flag=cross_check.region_flag(raw),
             ))
         return rows
 
