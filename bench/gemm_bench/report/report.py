@@ -47,6 +47,7 @@ from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
 from gemm_bench.results import cross_check, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
+from gemm_bench.results.failed import failed_cells
 from gemm_bench.results.schema import (
     KINDS,
     MAX_LAYERS,
@@ -296,6 +297,11 @@ class Report:
             if bad:
                 return status, bad[0].reason
         return "measured", ""
+
+    def failures(self) -> list[tuple[str, str, str]]:
+        """(mode, precision, reason) of each shown mode (per-GEMM and layer step) and precision with a
+        failed cell (:func:`gemm_bench.results.failed.failed_cells`): what makes the result failed."""
+        return failed_cells(self.doc, [*self.modes, *self.layer_modes], self.precisions)
 
     def missing_cells(self) -> list[tuple[str, str, GemmShape]]:
         return [
