@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gemm_benchmark import buildlog
+from gemm_benchmark import buildlog, execution
 
 REPO = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -119,8 +119,8 @@ def test_verbose_build_keeps_the_full_log(monkeypatch):
 def test_progress_lines_estimate_the_time_left():
     now = [100.0]
     lines: list[str] = []
-    progress = buildlog.MeasureProgress("te-5b on H100", estimate_s=90, every_s=30, clock=lambda: now[0],
-                                        emit=lines.append)
+    progress = execution.MeasureProgress("te-5b on H100", estimate_s=90, every_s=30, clock=lambda: now[0],
+                                         emit=lines.append)
     progress(0, 40, "autocast qkv")
     assert lines[-1].endswith("0/40 groups, 0s elapsed, ~1m30s left (autocast qkv)")
     now[0] += 10

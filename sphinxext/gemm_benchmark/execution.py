@@ -32,6 +32,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,55 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
         # The one measuring path, shared with ``gemm-bench refresh``: GEMMs, step, SQNRs, peers,
         # telemetry, whatever this page shows of them; a progress line with an estimate meanwhile.
         from gemm_bench.measure.runner import measure_question
-        from gemm_benchmark.buildlog import MeasureProgress
 
         progress = MeasureProgress(f"{question.hash} ({question.describe()}) on {torch.cuda.get_device_name()}")
         return measure_question(question, precisions, modes, progress=progress)
 
     return LocalGpu(torch.cuda.get_device_name(), measure), ""
+
+
+class MeasureProgress:
+    """The Runner's ``progress(done, total, label)`` as a few status lines with an estimate.
+
+    A line when a tenth more of the groups is done or ``every_s`` passed, and at the end; the time
+    left is the elapsed time per group done times the groups still to do (``estimate_s``, e.g. the
+    wall time the question's last run stored, until the first group is done).
+    """
+
+    def __init__(self, what: str, *, estimate_s: float | None = None, every_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic, emit: Callable[[str], None] | None = None) -> None:
+        self.what = what
+        self.estimate_s = estimate_s
+        self.every_s = every_s
+        self.clock = clock
+        self.emit = emit or (lambda line: logger.info("%s", line))
+        self.started = clock()
+        self._last_time = self.started
+        self._last_tenth = -1
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        now = self.clock()
+        tenth = (10 * done) // total if total else 10
+        if done < total and tenth == self._last_tenth and now - self._last_time < self.every_s:
+            return
+        self._last_time, self._last_tenth = now, tenth
+        self.emit(self.line(done, total, label, now))
+
+    def line(self, done: int, total: int, label: str, now: float) -> str:
+        elapsed = now - self.started
+        head = f"gemm-benchmark: measuring {self.what}: {done}/{total} groups, {_duration(elapsed)} elapsed"
+        if total and done >= total:
+            return f"{head}, done"
+        if done:
+            left: float | None = elapsed / done * (total - done)
+        else:
+            left = None if self.estimate_s is None else max(self.estimate_s - elapsed, 0.0)
+        return head + (f", ~{_duration(left)} left" if left is not None else "") + (f" ({label})" if label else "")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 #: Replaced by tests (a fake GPU) and reset at every build; see :func:`local_gpu`.
