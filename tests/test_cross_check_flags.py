@@ -156,3 +156,22 @@ def test_a_region_of_50_us_or_more_is_judged_at_1_20(question: Any, ratio: float
     doc = _with_ratio(make_document(q, precisions=("bf16",), modes=("prequant",)), ratio)
     cell = Report(doc).cells("prequant", "bf16")[0]
     assert (cell.cross_check_flag is not None) is (ratio > cross_check.REGION_MAX)
+
+
+def test_a_failed_baseline_reads_failed_in_the_figures(question: Any) -> None:
+    """Failed is failed: a device whose BF16 GEMMs failed drew "n/a" (the speedup's reason said
+    "BF16 GEMMs is failed: ...", which the figure's mark did not read as failed)."""
+    from gemm_bench.report.figure_spec import missing_mark
+
+    q = question(model="te-guide-5b")
+    doc = make_document(q, precisions=("bf16", "fp8-current"), modes=("autocast",),
+                        failed={("autocast", "bf16"): "CUDA error: an illegal memory access"})
+    report = Report(doc)
+    assert figures.total_reason(report, "autocast", "fp8-current") == \
+        "failed: BF16: CUDA error: an illegal memory access"
+    assert missing_mark(figures.gemm_reason(report, "autocast", "fp8-current", report.gemms[0])) == "failed"
+    healthy = Report(make_document(q, precisions=("bf16", "fp8-current"), modes=("autocast",)))
+    spec = figures.summary_spec([("H100", report), ("H200", healthy)], ["autocast"])
+    assert spec is not None
+    [series] = spec.panels[0].series
+    assert series.values[0] is None and missing_mark(series.missing_reason(0)) == "failed"

@@ -181,17 +181,23 @@ def _cell_reason(report: Report, mode: str, precision: str, gemm: GemmShape, oth
 
 
 def total_reason(report: Report, mode: str, precision: str) -> str:
-    """Why a figure has no whole-model speedup of ``precision`` (its :func:`total_point` is None)."""
+    """Why a figure has no whole-model speedup of ``precision`` (its :func:`total_point` is None); a
+    failed BF16 baseline reads failed too (its mark says "failed", never "n/a")."""
     total = report.total(mode, precision)
     if total.status != "measured":
         return status_reason(total.status, total.reason)
+    base = report.total(mode, BASELINE)
+    if base.status == "failed":
+        return status_reason("failed", f"BF16: {base.reason}")
     return total.speedup_reason or "no finite speedup vs BF16"
 
 
 def gemm_reason(report: Report, mode: str, precision: str, gemm: GemmShape) -> str:
     """Why a figure has no speedup of ``precision`` for ``gemm`` (its :func:`gemm_point` is None)."""
-    return _cell_reason(report, mode, precision, gemm,
-                        report.gemm_speedup_reason(mode, precision, gemm) or "no finite speedup vs BF16")
+    base = report.cell(mode, BASELINE, gemm)
+    otherwise = (status_reason("failed", f"BF16: {base.reason}") if base.status == "failed"
+                 else report.gemm_speedup_reason(mode, precision, gemm) or "no finite speedup vs BF16")
+    return _cell_reason(report, mode, precision, gemm, otherwise)
 
 
 def _gemm_label(report: Report, gemm: GemmShape) -> str:
