@@ -175,3 +175,15 @@ def test_a_failed_baseline_reads_failed_in_the_figures(question: Any) -> None:
     assert spec is not None
     [series] = spec.panels[0].series
     assert series.values[0] is None and missing_mark(series.missing_reason(0)) == "failed"
+
+
+def test_a_speedup_missing_because_bf16_failed_says_so_in_the_table(question: Any) -> None:
+    """The directive's table showed a bare "–" where BF16 failed; its detail now says why."""
+    q = question(model="te-guide-5b")
+    doc = make_document(q, precisions=("bf16", "fp8-current"), modes=("autocast",),
+                        failed={("autocast", "bf16"): "CUDA error: an illegal memory access"})
+    report = Report(doc)
+    _, rows = _table(report, "autocast", ["fp8-current"])
+    assert rows[0][4].text == "–" and "is failed: CUDA error: an illegal memory access" in rows[0][4].tooltip
+    _, rows = _table(report, "autocast", ["fp8-current"], "totals")
+    assert rows[0][3].text == "–" and "is failed: CUDA error" in rows[0][3].tooltip

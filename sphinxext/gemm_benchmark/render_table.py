@@ -177,6 +177,13 @@ def _num(text: str, strong: bool = False, *, flag: str | None = None) -> Entry:
     return Entry(text, strong=strong, classes=("gemm-num",))
 
 
+def _speedup(value: float | None, reason: str, flag: str | None, *, strong: bool = False) -> Entry:
+    """A speedup cell; where there is none, why (BF16 failed, two runs) is its detail."""
+    if value is None:
+        return Entry(format_speedup(None), strong=strong, classes=("gemm-num",), tooltip=reason)
+    return _num(format_speedup(value), strong, flag=flag)
+
+
 #: The mark beside a number resting on a time whose cross-check is outside its bound (the flag,
 #: with its ratio, is in the number's detail).
 FLAG_MARK = "†"
@@ -227,8 +234,8 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.El
                 cell = report.cell(mode, p, g)
                 row.append(_time_entry(report, mode, p, g))
                 if p != BASELINE:
-                    row.append(_num(format_speedup(report.gemm_speedup(mode, p, g)),
-                                    flag=report.speedup_flag(mode, p, [g])) if cell.status == "measured"
+                    row.append(_speedup(report.gemm_speedup(mode, p, g), report.gemm_speedup_reason(mode, p, g),
+                                        report.speedup_flag(mode, p, [g])) if cell.status == "measured"
                                else Entry(""))
             rows.append(row)
         if report.kind == "model":
@@ -238,8 +245,8 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.El
                 row.append(_num(format_ms(total.pass_ms.get(pass_)), strong=True,
                                 flag=report.time_flag(mode, p, gemms)))
                 if p != BASELINE:
-                    row.append(_num(format_speedup(report.pass_speedup(mode, p, pass_)), strong=True,
-                                    flag=report.speedup_flag(mode, p, gemms)))
+                    row.append(_speedup(report.pass_speedup(mode, p, pass_), report.pass_speedup_reason(mode, p, pass_),
+                                        report.speedup_flag(mode, p, gemms), strong=True))
             rows.append(row)
     return data_table([top, second], rows, widths, classes=["gemm-gemms"],
                        title=f"{MODE_NAMES[mode]}: time per GEMM{flag_legend(rows)}")
@@ -320,7 +327,7 @@ def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.
         own = report.time_flag(mode, p)
         row = [Entry(PRECISIONS[p].display, strong=True), _num(format_ms(total.per_layer_ms), flag=own),
                _num(format_ms(total.model_ms), flag=own),
-               _num(format_speedup(total.speedup_vs_bf16), flag=total.cross_check_flag)]
+               _speedup(total.speedup_vs_bf16, total.speedup_reason, total.cross_check_flag)]
         if report.kind != "model":
             row = [row[0], row[2], row[3]]
         if with_roof:
