@@ -142,6 +142,9 @@ def test_auto_measures_a_failed_result_again_once_per_build(app, monkeypatch, ma
     os.utime(path, (old, old))
     app.build()
     assert calls == [(("bf16", "fp8-current"), ("autocast",))]
+    page = (Path(app.outdir) / "index.html").read_text(encoding="utf-8")
+    assert "(failed: autocast/fp8-current (CUDA error: an illegal memory access))" in page
+    assert "failed: failed:" not in page  # the provenance said the status twice
 
 
 def test_the_planner_retries_failed_modes_unless_told_not_to(make_result) -> None:

@@ -166,7 +166,9 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
     para += nodes.strong("Measured on ", "Measured on ")
     para += nodes.Text(" · ".join(parts) + ". ")
     if answer.status.value != "fresh":
-        text = f"({answer.status.value}: {answer.reason}) "
+        # "(failed: autocast/fp8-current (...))", never "(failed: failed: ...)"
+        reason = answer.reason.removeprefix(f"{answer.status.value}: ")
+        text = f"({answer.status.value}: {reason}) "
         para += nodes.emphasis(text, text)
     link = addnodes.download_reference("", "", refdoc=env.docname, refdomain="", reftype="download",
                                        refexplicit=True, refwarn=False, reftarget=_relative_uri(env, answer.path))
