@@ -188,7 +188,9 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
     para += nodes.strong("Measured on ", "Measured on ")
     para += nodes.Text(" · ".join(parts) + ". ")
     if answer.status.value != "fresh":
-        text = f"({answer.status.value}: {answer.reason}) "
+        # "(failed: autocast/fp8-current (...))", never "(failed: failed: ...)"
+        reason = answer.reason.removeprefix(f"{answer.status.value}: ")
+        text = f"({answer.status.value}: {reason}) "
         para += nodes.emphasis(text, text)
     link = addnodes.download_reference("", "", refdoc=env.docname, refdomain="", reftype="download",
                                        refexplicit=True, refwarn=False, reftarget=_relative_uri(env, answer.path))
@@ -231,9 +233,21 @@ def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, 
     unavailable = render_table.unavailable_list(report, mode, request.precisions)
     if unavailable is not None:
         out.append(unavailable)
+    out += cross_check_note(report)
     if "provenance" in request.show:
         out.append(provenance_nodes(env, answer))
     return out
+
+
+def cross_check_note(report: Report) -> list[nodes.Node]:
+    """What the page says under a result whose profiler cross-check breaks the file's median bound
+    (:attr:`gemm_bench.results.cross_check.Verdict.file_flag`), whatever ``:show:`` hides: every
+    number above rests on it. Nothing for a file that holds."""
+    flag = report.cross_check.file_flag
+    if flag is None:
+        return []
+    text = f"{render_table.FLAG_MARK} On this GPU, {flag}."
+    return [nodes.paragraph(text, text, classes=["gemm-note", "gemm-flagged"])]
 
 
 def block_nodes(env: BuildEnvironment, request: Request, answer: Answer) -> list[nodes.Node]:

@@ -346,7 +346,7 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     peers, clock telemetry and the cross-check, and the SQNRs, so every page that shows any of
     them reads one run, and re-measuring after a stack change drops nothing another page shows.
     ``progress``: the Runner's ``(groups done, groups in all, what runs now)`` callback (a docs
-    build's progress lines: ``gemm_benchmark.buildlog.MeasureProgress``).
+    build's progress lines: ``gemm_benchmark.execution.MeasureProgress``).
     """
     from gemm_bench.measure.compile_cache import use_persistent_compile_cache
     from gemm_bench.results.stack import complete_modes

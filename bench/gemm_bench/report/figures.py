@@ -64,6 +64,7 @@ from gemm_bench.report.figure_spec import WIDE_MIN_PX as WIDE_MIN_PX  # where a 
 from gemm_bench.report.figure_spec import WIDTHS as WIDTHS
 from gemm_bench.report.figure_svg import PAGE_CLASS, to_svg
 from gemm_bench.report.report import Report
+from gemm_bench.results import cross_check
 from gemm_bench.results.cache import write_atomic
 
 FORMATS: tuple[str, ...] = ("svg", "pdf", "png")
@@ -191,17 +192,23 @@ def _cell_reason(report: Report, mode: str, precision: str, gemm: GemmShape, oth
 
 
 def total_reason(report: Report, mode: str, precision: str) -> str:
-    """Why a figure has no whole-model speedup of ``precision`` (its :func:`total_point` is None)."""
+    """Why a figure has no whole-model speedup of ``precision`` (its :func:`total_point` is None); a
+    failed BF16 baseline reads failed too (its mark says "failed", never "n/a")."""
     total = report.total(mode, precision)
     if total.status != "measured":
         return status_reason(total.status, total.reason)
+    base = report.total(mode, BASELINE)
+    if base.status == "failed":
+        return status_reason("failed", f"BF16: {base.reason}")
     return total.speedup_reason or "no finite speedup vs BF16"
 
 
 def gemm_reason(report: Report, mode: str, precision: str, gemm: GemmShape) -> str:
     """Why a figure has no speedup of ``precision`` for ``gemm`` (its :func:`gemm_point` is None)."""
-    return _cell_reason(report, mode, precision, gemm,
-                        report.gemm_speedup_reason(mode, precision, gemm) or "no finite speedup vs BF16")
+    base = report.cell(mode, BASELINE, gemm)
+    otherwise = (status_reason("failed", f"BF16: {base.reason}") if base.status == "failed"
+                 else report.gemm_speedup_reason(mode, precision, gemm) or "no finite speedup vs BF16")
+    return _cell_reason(report, mode, precision, gemm, otherwise)
 
 
 def _gemm_label(report: Report, gemm: GemmShape) -> str:
@@ -210,20 +217,53 @@ def _gemm_label(report: Report, gemm: GemmShape) -> str:
     return gemm.label
 
 
+#: The mark on a figure's category whose speedup rests on a time the cross-check flags (the table's).
+FLAG_MARK = "†"
+
+
+def _flag_marks(report: Report, mode: str, precisions: Sequence[str],
+                rows: Sequence[Sequence[GemmShape] | None]) -> tuple[list[str], list[float]]:
+    """Per category (its GEMMs; None: all of them), :data:`FLAG_MARK` where a shown speedup rests on a
+    flagged time ("" else), and the ratios of the flagged times."""
+    marks, ratios = [], []
+    for gemms in rows:
+        chosen = report.gemms if gemms is None else gemms
+        cells = [report.cell(mode, p, g) for p in {BASELINE, *precisions} for g in chosen]
+        flagged = [c.cross_check.ratio for c in cells if c.cross_check is not None and c.cross_check.flag]
+        marks.append(f" {FLAG_MARK}" if flagged else "")
+        ratios += flagged
+    return marks, ratios
+
+
+def _flag_footnote(ratios: Sequence[float]) -> str:
+    """What :data:`FLAG_MARK` means, for the value label, with the highest ratio flagged ("" for none)."""
+    if not ratios:
+        return ""
+    return (f"; {FLAG_MARK}: rests on a time up to {max(ratios):.2f}× its profiled kernel time "
+            f"(cross-check bound {cross_check.REGION_MAX:g})")
+
+
 def build_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec:
-    """The figure of one report and mode, also when nothing beside BF16 was measured (a note)."""
+    """The figure of one report and mode, also when nothing beside BF16 was measured (a note).
+    A category whose speedup rests on a time the cross-check flags carries :data:`FLAG_MARK`,
+    explained (with the ratio) in the value label."""
     precisions = measured_precisions(report, mode)
     value_label = f"Speedup vs BF16 ({MODE_NAMES[mode]}; higher is faster)"
     if report.kind == "sweep":
         gemms = sorted(report.gemms, key=lambda g: g.m)
         series = tuple(_series(p, [gemm_point(report, mode, p, g) for g in gemms],
                                lambda p, i: gemm_reason(report, mode, p, gemms[i])) for p in precisions)
-        panel = Panel("", tuple(str(g.m) for g in gemms), series, tuple(float(g.m) for g in gemms))
-        return FigureSpec("sweep", title, value_label, "Square GEMM size S (S x S x S)", (panel,),
-                          note="" if series else "no precision besides BF16 measured")
+        marks, ratios = _flag_marks(report, mode, precisions if series else [], [[g] for g in gemms])
+        panel = Panel("", tuple(f"{g.m}{mark}" for g, mark in zip(gemms, marks, strict=True)), series,
+                      tuple(float(g.m) for g in gemms))
+        return FigureSpec("sweep", title, value_label + _flag_footnote(ratios), "Square GEMM size S (S x S x S)",
+                          (panel,), note="" if series else "no precision besides BF16 measured")
     gemms = [g for pass_ in PASSES for g in report.gemms if g.pass_ == pass_]
-    categories = ("Whole model" if report.kind == "model" else "All shapes",
-                  *(_gemm_label(report, g) for g in gemms))
+    marks, ratios = _flag_marks(report, mode, precisions, [None, *([g] for g in gemms)])
+    value_label += _flag_footnote(ratios)
+    categories = tuple(label + mark for label, mark in zip(
+        ("Whole model" if report.kind == "model" else "All shapes", *(_gemm_label(report, g) for g in gemms)),
+        marks, strict=True))
     series = tuple(
         _series(p, [total_point(report, mode, p), *(gemm_point(report, mode, p, g) for g in gemms)],
                 lambda p, i: total_reason(report, mode, p) if i == 0 else gemm_reason(report, mode, p, gemms[i - 1]))
@@ -370,6 +410,7 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
     panel has anything to show.
     """
     panels = []
+    ratios: list[float] = []
     for mode in modes:
         measured = {p for _, report in reports for p in measured_precisions(report, mode)}
         order = [p for p in PRECISIONS if p in measured]
@@ -379,8 +420,12 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
                     _total_reasons(reports, mode))
             for p in order
         )
-        panels.append(Panel(MODE_NAMES[mode], tuple(label for label, _ in reports), series))
-    spec = FigureSpec("bars", title, "Whole-model GEMM speedup vs BF16 (higher is faster)", "", tuple(panels))
+        flagged = [_flag_marks(report, mode, measured_precisions(report, mode), [None]) for _, report in reports]
+        ratios += [r for _, found in flagged for r in found]
+        panels.append(Panel(MODE_NAMES[mode], tuple(label + marks[0] for (label, _), (marks, _) in
+                                                     zip(reports, flagged, strict=True)), series))
+    spec = FigureSpec("bars", title, "Whole-model GEMM speedup vs BF16 (higher is faster)" + _flag_footnote(ratios),
+                      "", tuple(panels))
     return None if spec.is_empty else spec
 
 

@@ -47,6 +47,7 @@ from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
 from gemm_bench.results import cross_check, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
+from gemm_bench.results.failed import failed_cells
 from gemm_bench.results.schema import (
     KINDS,
     MAX_LAYERS,
@@ -78,10 +79,18 @@ class Cell:
     kernel_ratio: float | None = None
 
     @property
+    def cross_check(self) -> cross_check.Region | None:
+        """This time's profiler cross-check (:func:`gemm_bench.results.cross_check.region`), None if unchecked."""
+        return cross_check.region({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms,
+                                   "kernel_ratio": self.kernel_ratio})
+
+    @property
     def cross_check_flag(self) -> str | None:
-        """Why this time is not plainly the GPU's time for the region (:mod:`gemm_bench.results.cross_check`)."""
-        return cross_check.region_flag({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms,
-                                        "kernel_ratio": self.kernel_ratio})
+        """Why this time is not plainly the GPU's time for the region (a judged region over the bound),
+        with its ratio; None when it holds, is too short to judge, or was not checked. Every renderer
+        marks a number whose flag (or :meth:`Report.speedup_flag`) is set."""
+        found = self.cross_check
+        return found.flag if found is not None else None
 
     @property
     def tflops(self) -> float | None:
@@ -105,6 +114,9 @@ class Total:
     speedup_reason: str = ""
     #: The one run all of this precision's cells come from, or None (none measured, or several).
     run_id: str | None = None
+    #: The cross-check flags of the times this total and its speedup rest on (this precision's
+    #: cells and BF16's), None when none is flagged (:meth:`Report.speedup_flag`).
+    cross_check_flag: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +146,9 @@ class StepResult:
     run_id: str | None
     #: The relative spread (IQR / median) of this step plus BF16's: how far the speedup is known.
     spread: float | None = None
+    #: The cross-check flag of this step's time, and of BF16's step its speedup divides by (a graphed
+    #: step is a region like any other); None when neither is flagged. Marked wherever it is shown.
+    cross_check_flag: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +174,8 @@ class PeerRow:
     tflops: float | None
     pct_of_peak: float | None
     pct_of_peak_reason: str
+    #: The row's profiler cross-check flag (a peer's region is judged like TE's), None when it holds.
+    cross_check_flag: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -253,6 +270,9 @@ class Report:
         self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
+        #: The file's profiler cross-check (:func:`gemm_bench.results.cross_check.verdict`): its
+        #: ``file_flag`` is what the file's page says when the median breaks the bound.
+        self.cross_check: cross_check.Verdict = cross_check.verdict(doc)
 
     # ------------------------------------------------------------------ lookups
     def cell(self, mode: str, precision: str, gemm: GemmShape) -> Cell:
@@ -277,6 +297,11 @@ class Report:
             if bad:
                 return status, bad[0].reason
         return "measured", ""
+
+    def failures(self) -> list[tuple[str, str, str]]:
+        """(mode, precision, reason) of each shown mode (per-GEMM and layer step) and precision with a
+        failed cell (:func:`gemm_bench.results.failed.failed_cells`): what makes the result failed."""
+        return failed_cells(self.doc, [*self.modes, *self.layer_modes], self.precisions)
 
     def missing_cells(self) -> list[tuple[str, str, GemmShape]]:
         return [
@@ -308,6 +333,21 @@ class Report:
             return None, (f"BF16 and {name} {what} come from different measurement runs ({', '.join(runs)}); "
                           "a speedup across runs would compare two runs' clocks")
         return sum(c.ms or 0.0 for c in base) / sum(c.ms or 0.0 for c in mine), ""
+
+    def time_flag(self, mode: str, precision: str, gemms: Sequence[GemmShape] | None = None) -> str | None:
+        """The cross-check flags of ``precision``'s times over ``gemms`` (default: all of the
+        question's), which a time or a sum of them rests on; None when none is flagged."""
+        return self._flags(mode, (precision,), gemms)
+
+    def speedup_flag(self, mode: str, precision: str, gemms: Sequence[GemmShape] | None = None) -> str | None:
+        """The cross-check flags of the times a speedup of ``precision`` over ``gemms`` (default: all
+        of the question's) rests on: its own cells and BF16's; None when none is flagged."""
+        return self._flags(mode, tuple(dict.fromkeys((precision, BASELINE))), gemms)
+
+    def _flags(self, mode: str, precisions: Sequence[str], gemms: Sequence[GemmShape] | None) -> str | None:
+        cells = [self.cell(mode, p, g) for p in precisions for g in (self.gemms if gemms is None else gemms)]
+        return flags_sentence([(f"{_display(c.precision)} {c.gemm.op}/{c.gemm.pass_}", c.cross_check_flag)
+                               for c in cells])
 
     def gemm_speedup(self, mode: str, precision: str, gemm: GemmShape) -> float | None:
         """BF16's time for one GEMM over this precision's (same run only)."""
@@ -354,7 +394,7 @@ class Report:
             speedup, why = self._speedup(mode, precision, self.gemms, "GEMMs")
         runs = {c.run_id for c in cells if c.run_id}
         return Total(mode, precision, pass_ms, per_layer, model, speedup, status, reason, why,
-                     runs.pop() if len(runs) == 1 else None)
+                     runs.pop() if len(runs) == 1 else None, self.speedup_flag(mode, precision))
 
     def totals(self) -> list[Total]:
         return [self.total(m, p) for m in self.modes for p in self.precisions]
@@ -516,8 +556,11 @@ class Report:
         spread = None
         if speedup is not None and base is not None:
             spread = _relative_iqr(stats) + _relative_iqr(base.get("stats", {}))
+        pairs = [(precision, raw)] + ([(BASELINE, base)] if precision != BASELINE else [])
+        flags = [(f"{_display(p)} step", cross_check.region_flag(c)) for p, c in pairs if c is not None]
         return StepResult(mode, precision, status, reason, ms, stats, speedup, speedup_reason, share,
-                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread)
+                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread,
+                          flags_sentence(flags))
 
     def step_contradictions(self) -> list[str]:
         """Every step the report shows whose speedup lies above what Amdahl's law allows, by more
@@ -592,6 +635,19 @@ class Report:
                     distribution: str = "gaussian") -> str:
         return self._sqnr(mode, precision, gemm, distribution)[1]
 
+    def sqnr_status(self, mode: str, precision: str, gemm: GemmShape | None = None,
+                    distribution: str = "gaussian") -> str:
+        """``measured`` when :meth:`sqnr` is a number, else the status of the first accuracy cell
+        that is not (``failed``, ``unsupported``, ``missing``): a failed SQNR reads failed."""
+        for g in [gemm] if gemm is not None else self.gemms:
+            found = self._accuracy.get((mode, precision, g.op, g.pass_, distribution))
+            if found is None:
+                return "unsupported" if self._accuracy_cell(mode, precision, g, distribution)[1].startswith(
+                    "unsupported") else "missing"
+            if found["status"] != "measured":
+                return str(found["status"])
+        return "measured"
+
     def accuracy_modes(self) -> list[str]:
         """The GEMM modes shown that have accuracy (autocast, prequant)."""
         return [m for m in self.modes if m in ACCURACY_MODES]
@@ -623,7 +679,7 @@ class Report:
                 m=shape.m, k=shape.k, n=shape.n, groups=shape.groups, flops=flops, status=raw["status"],
                 ms=ms, reason=raw.get("reason", ""), run_id=peer_run_id(self.doc, raw),
                 tflops=hardware.achieved_tflops(flops, ms) if ms else None, pct_of_peak=pct,
-                pct_of_peak_reason=pct_reason,
+                pct_of_peak_reason=pct_reason, cross_check_flag=cross_check.region_flag(raw),
             ))
         return rows
 
@@ -821,10 +877,10 @@ class Report:
             # The bounds judge event time / kernel time of the profiled launches (kernel_ratio), graph
             # replays only; stored (every round) / profiled kernel time is printed beside it: it adds
             # the clock's drift between the profiled rounds and the rest, and the profiler's own cost.
-            found = cross_check.verdict(self.doc)
-            if found.median is not None:
+            found = self.cross_check
+            if found.median is not None or found.short:
                 yield "  " + found.sentence() + (": holds" if found.holds else ": DOES NOT HOLD")
-            limit = 1 + (cross_check.REGION_MAX - 1) / 1.5  # 10%: worth naming, below the bound
+            limit = 1.10  # 10%: worth naming, below the bound
             rows = [(f"{label} {region}", c["ratios"][region], c.get("stored_ratios", {}).get(region))
                     for label, c in checked for region in c["ratios"]]
             stored = sorted(s for _, _, s in rows if s is not None)
@@ -937,6 +993,17 @@ class Report:
                 yield f"  {r.backend:<44} {where} {r.ms:.4f} ms {r.tflops or 0.0:7.1f} TFLOP/s{pct}"
             else:
                 yield f"  {r.backend:<44} {where} {r.status}: {r.reason}"
+
+
+def _display(precision: str) -> str:
+    return PRECISIONS[precision].display if precision in PRECISIONS else precision
+
+
+def flags_sentence(flags: Iterable[tuple[str, str | None]]) -> str | None:
+    """The cross-check flags of the times one number rests on, each with what it is ("BF16
+    qkv/fprop: timed 1.31x ..."); None when none is flagged."""
+    found = [f"{label}: {flag}" for label, flag in flags if flag]
+    return "; ".join(found) or None
 
 
 def _step_json(r: StepResult) -> dict[str, Any]:
