@@ -58,6 +58,9 @@ class Timed:
     #: The cross-check's ratio per ``competitor/region``: the profiled rounds' event median over
     #: their own kernel median (the same launches), :attr:`GroupTiming.cross_check`'s ``ratios``.
     kernel_ratio: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: With a breakdown asked for: competitor -> region -> profiled rounds -> kernels
+    #: ``(name, start ns, duration ns)`` (:attr:`~gemm_bench.measure.timing.GroupTiming.kernels`).
+    kernels: dict[str, dict[str, list[list[tuple[str, int, int]]]]] = dataclasses.field(default_factory=dict)
 
     def fields(self, name: str, region: str) -> dict[str, Any]:
         """What a measured cell (or peer row, or layer cell) of ``name``'s ``region`` stores: the
@@ -186,25 +189,27 @@ class Runner:
         return competitors, failures
 
     def _time_group(self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = "",
-                    *, graphs: bool | None = None) -> Timed:
+                    *, graphs: bool | None = None, kernels: bool = False) -> Timed:
         """Build and probe each competitor; time the ones that work, interleaved (:meth:`Interleaver.run`).
 
         ``graphs``: publish graph-replay time (default: the settings'), with the eager time kept
         beside it; False for a group whose published time is eager by definition (the eager step).
+        ``kernels``: keep the profiled rounds' kernels (:attr:`Timed.kernels`) for a time breakdown.
         """
         competitors, failures = self._build(builders)
         timed = Timed({}, {}, failures, {})
         if not competitors:
             return timed
         try:
-            result = self.timer.run(competitors, graphs=graphs)
+            # ``kernels`` only when asked: a timer without the keyword (an older fake) still times the rest.
+            result = self.timer.run(competitors, graphs=graphs, **({"kernels": True} if kernels else {}))
         except Exception as exc:  # GPU boundary: the group's cells become failed, the run goes on
             message = _short(exc)
             failures.update({name: message for name in competitors})
         else:
             failures.update(result.failures)
-            kernels = result.cross_check.get("kernel_ms", {})
-            timed = Timed(result.samples, result.eager, failures, kernels, result.cross_check.get("ratios", {}))
+            timed = Timed(result.samples, result.eager, failures, result.cross_check.get("kernel_ms", {}),
+                          result.cross_check.get("ratios", {}), result.kernels)
             if self.telemetry and result.samples:
                 group = {"label": label, "mode": mode, "members": sorted(result.samples), **result.record,
                          "setup_s": dict(self.setup_s), "cross_check": result.cross_check}
@@ -316,7 +321,8 @@ class Runner:
                 def layer_group(builders: dict[str, Callable[[], Competitor]], graphs: bool, routing: str) -> Timed:
                     suffix = "" if routing == "balanced" else f", {routing} routing"
                     return self._time_group(builders, label=f"layer step ({', '.join(layer)}{suffix})",
-                                            mode="layer-graphed" if graphs else "layer", graphs=graphs)
+                                            mode="layer-graphed" if graphs else "layer", graphs=graphs,
+                                            kernels=True)
 
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
                     question, wanted, layer_group, support=support, modes=layer)]

@@ -61,6 +61,10 @@ def validate_layer_cells(cells: Any, *, where: str = "$.layer") -> list[dict[str
             if not isinstance(stats, dict) or not all(isinstance(stats.get(k), (int, float))
                                                        for k in ("median_ms", "iqr_ms")):
                 raise StepError(f"{at}.stats", "must hold median_ms and iqr_ms")
+            if "breakdown" in cell:
+                from gemm_bench.results.breakdown import validate_breakdown  # it builds on this module
+
+                validate_breakdown(cell["breakdown"], where=f"{at}.breakdown", cell_ms=ms)
         elif not isinstance(cell.get("reason"), str):
             raise StepError(f"{at}.reason", "must be a string")
         for optional in ("run_id", "measured_at"):

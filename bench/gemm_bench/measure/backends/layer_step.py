@@ -21,7 +21,7 @@ import transformer_engine.pytorch as te
 
 from gemm_bench.measure.backends.te import Operands, make_recipe
 from gemm_bench.measure.backends.te import support as te_support
-from gemm_bench.measure.step import LAYER_MODES, layer_cell, routings, unsupported_reason
+from gemm_bench.measure.step import LAYER_MODES, layer_cell, routings, step_breakdown, unsupported_reason
 from gemm_bench.measure.timing import Competitor, Mark
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.plan import Support
@@ -151,8 +151,11 @@ def measure_layer_step(question: Question, precisions: Sequence[str], time_group
 def _group_cells(timed: Any, runnable: Sequence[str], modes: Sequence[str], graphed: bool,
                  routing: str) -> list[dict[str, Any]]:
     cells = []
+    profiled = getattr(timed, "kernels", {})  # the profiled rounds' kernels (always the published rounds')
     for mode in modes:
         source = timed.samples if mode == "layer-graphed" or not graphed else timed.eager
+        origin = ("graph replays" if mode == "layer-graphed" else "graph replays for eager") if graphed \
+            else "eager rounds"
         for p in runnable:
             if p in timed.failures and (mode == "layer-graphed" or p not in timed.eager):
                 cells.append(layer_cell(mode, p, "failed", reason=timed.failures[p], routing=routing))
@@ -161,8 +164,10 @@ def _group_cells(timed: Any, runnable: Sequence[str], modes: Sequence[str], grap
                 key = f"{p}/{REGION}"
                 extra = {"kernel_ms": timed.kernel_ms[key], "kernel_ratio": timed.kernel_ratio.get(key)} if (
                     source is timed.samples and key in timed.kernel_ms) else {}
-                cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6), stats=samples.to_stats(),
-                                        measured_at=_now(), routing=routing, **extra))
+                ms = round(samples.median, 6)
+                breakdown = step_breakdown(ms, profiled.get(p, {}).get(REGION), origin)
+                cells.append(layer_cell(mode, p, "measured", ms=ms, stats=samples.to_stats(),
+                                        measured_at=_now(), routing=routing, breakdown=breakdown, **extra))
             else:
                 cells.append(layer_cell(mode, p, "failed", reason="no samples were taken of this step",
                                         routing=routing))
