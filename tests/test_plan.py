@@ -91,3 +91,43 @@ def test_manual_shapes_have_no_plan() -> None:
     assert pp.plans(report) == []
     with pytest.raises(ValueError, match="no projections"):
         pp.make_plan(report, "fp8-current")
+
+
+# ----------------------------------------------------------------------------- the stored plan block
+def _plan_block() -> dict[str, Any]:
+    from gemm_bench.measure.step import layer_cell
+    from gemm_bench.results import breakdown as bd
+
+    def cell(step: str, ms: float) -> dict[str, Any]:
+        block = bd.breakdown_block(ms, [bd.round_parts([("nvjet_a", 0, int(ms * 0.9e6))])], source="test")
+        out = layer_cell("layer-graphed", "bf16", "measured", ms=ms, stats={"median_ms": ms, "iqr_ms": 0.0},
+                         breakdown=block)
+        out.pop("precision")
+        return {"step": step, **out}
+
+    plan = pp.PrecisionPlan("fp8-current", (pp.ProjectionVerdict("qkv", 1.3, 1.2, 1.4, True),
+                                            pp.ProjectionVerdict("mlp_up", 0.7, 0.6, 0.8, False)))
+    return {**plan.config(), "steps": [cell("all-bf16", 10.0), cell("all-fp8", 11.0), cell("plan", 9.0)]}
+
+
+def test_a_plan_block_with_its_steps_validates() -> None:
+    from gemm_bench.results.step_schema import validate_plan_block
+
+    block = _plan_block()
+    assert validate_plan_block(block) is block and block["keep_in_bf16"] == ["mlp_up"]
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda b: b.update(recipe="bf16"), "not a low-precision recipe"),
+    (lambda b: b["fp8"].append("mlp_up"), "both in FP8 and kept in BF16"),
+    (lambda b: b["steps"][1].update(step="mixed"), "must be one of"),
+    (lambda b: b["steps"].append(dict(b["steps"][0])), "duplicate plan step"),
+    (lambda b: b["steps"][2]["breakdown"].update(step_ms=1.0), "is not the cell's ms"),
+])
+def test_the_schema_rejects_a_broken_plan_block(change: Any, problem: str) -> None:
+    from gemm_bench.results.step_schema import StepError, validate_plan_block
+
+    block = _plan_block()
+    change(block)
+    with pytest.raises(StepError, match=problem):
+        validate_plan_block(block)

@@ -275,3 +275,9 @@ def step_breakdown(step_ms: float, rounds: Sequence[Sequence[tuple[str, int, int
     if not rounds:
         return None
     return breakdown_block(step_ms, rounds_from_kernels(rounds), source=BREAKDOWN_SOURCES[source])
+
+
+def plan_step_cell(mode: str, step: str, status: str, *, reason: str = "") -> dict[str, Any]:
+    """A precision plan's step cell that was not measured (``step``: ``all-bf16``, ``all-fp8`` or
+    ``plan``); a measured one is a :func:`layer_cell` with ``step`` in place of ``precision``."""
+    return {"step": step, "mode": mode, "status": status, "reason": reason}
