@@ -158,6 +158,10 @@ class Runner:
         self._groups: list[dict[str, Any]] = []
         #: Wall seconds each competitor of the last group took to build and probe.
         self.setup_s: dict[str, float] = {}
+        #: The last run's layer-step groups: (routing, competitor -> region -> profiled rounds' kernels),
+        #: for a caller that records kernel names (``tools/gpu_breakdown.py``); the result keeps only
+        #: each step's breakdown.
+        self.step_kernels: list[tuple[str, dict[str, dict[str, list[list[tuple[str, int, int]]]]]]] = []
         # What is alive now (torch, Transformer Engine, their caches) lives for the whole process:
         # out of the collector's sight, a full collection after each group (releasing its memory)
         # takes milliseconds instead of a quarter of a second.
@@ -264,6 +268,7 @@ class Runner:
         )
         run_id = doc["run_id"]
         self._groups = []
+        self.step_kernels = []
         doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
         cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
@@ -320,9 +325,11 @@ class Runner:
                 # One group: the step's eager rounds give ``layer``, its graph replays ``layer-graphed``.
                 def layer_group(builders: dict[str, Callable[[], Competitor]], graphs: bool, routing: str) -> Timed:
                     suffix = "" if routing == "balanced" else f", {routing} routing"
-                    return self._time_group(builders, label=f"layer step ({', '.join(layer)}{suffix})",
-                                            mode="layer-graphed" if graphs else "layer", graphs=graphs,
-                                            kernels=True)
+                    timed = self._time_group(builders, label=f"layer step ({', '.join(layer)}{suffix})",
+                                             mode="layer-graphed" if graphs else "layer", graphs=graphs,
+                                             kernels=True)
+                    self.step_kernels.append((routing, timed.kernels))
+                    return timed
 
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
                     question, wanted, layer_group, support=support, modes=layer)]

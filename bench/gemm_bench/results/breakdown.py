@@ -183,3 +183,14 @@ def validate_breakdown(block: Any, *, where: str, cell_ms: float | None = None) 
     if not isinstance(block.get("source"), str):
         raise BreakdownError(f"{where}.source", "must be a string")
     return block
+
+
+def kernel_ms_per_step(rounds: Sequence[Sequence[Kernel]]) -> dict[str, float]:
+    """Each kernel name's milliseconds per step (summed durations, mean over the profiled rounds):
+    what a recorded list of a recipe's kernel names holds (``tests/data/kernel-names/recorded``)."""
+    totals: dict[str, float] = {}
+    for kernels in rounds:
+        for name, _, duration in kernels:
+            totals[name] = totals.get(name, 0.0) + duration / 1e6
+    n = max(1, len(rounds))
+    return {name: round(ms / n, 6) for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])}

@@ -173,6 +173,10 @@ class PartsMLP(torch.nn.Module):
 class Experts(torch.nn.Module):
     """The MLP of a mixture-of-experts layer on one rank, input ``[s, b, h]``."""
 
+    #: Buffers (``register_buffer``): each routed row's token and top-k slot.
+    token_of_row: torch.Tensor
+    slot_of_row: torch.Tensor
+
     def __init__(self, config: ModelConfig, routing: str, keep_bf16: Collection[str] = ()) -> None:
         super().__init__()
         tp = config.tensor_model_parallel_size
