@@ -39,6 +39,10 @@ def layer_step(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setitem(sys.modules, name, module)
     for name in ("gemm_bench.measure.backends.te", "gemm_bench.measure.backends.layer_step"):
         monkeypatch.delitem(sys.modules, name, raising=False)
+    import gemm_bench.measure.backends as package
+
+    for attribute in ("te", "layer_step"):  # the package's attributes, which the stubbed import sets
+        monkeypatch.setattr(package, attribute, getattr(package, attribute, None), raising=False)
     import gemm_bench.measure.backends.layer_step as module
 
     yield module

@@ -403,13 +403,14 @@ def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: boo
     (whether or not the run measured them), so a result of the earlier method, which has none,
     is told apart: its report says "not measured in this result (method v1)".
     """
-    from gemm_bench.measure.step import WHAT_IS_TIMED
+    from gemm_bench.measure.step import BREAKDOWN_METHOD, WHAT_IS_TIMED
     from gemm_bench.results.accuracy_schema import DISTRIBUTIONS
 
     return {
         **settings.method(),
         **(telemetry_module.method(teardown=teardown) if telemetry else {}),
         "layer_step": WHAT_IS_TIMED,
+        "breakdown": BREAKDOWN_METHOD,
         "accuracy": "SQNR in dB of each pass's output against an FP32 reference of the same BF16 inputs, "
         f"inputs {' and '.join(DISTRIBUTIONS)} (details in the result's accuracy_method)",
         "peers": "registered peers (entry point group gemm_bench.peers), timed in the same interleaved "

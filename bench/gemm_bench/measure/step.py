@@ -27,7 +27,7 @@ from gemm_bench.question.step_plan import (  # noqa: F401 (re-exported: the step
     routings,
     unsupported_reason,
 )
-from gemm_bench.results.breakdown import breakdown_block, rounds_from_kernels
+from gemm_bench.results.breakdown import IDLE_RULE, breakdown_block, rounds_from_kernels
 from gemm_bench.results.step_schema import StepError
 
 WHAT_IS_TIMED = (
@@ -257,6 +257,12 @@ def summarize(layer_cells: Iterable[Mapping[str, Any]], gemm_ms: Mapping[str, fl
                             cell.get("reason", "")))
     return StepSummary(mode, bf16_step, bf16_gemm, share, tuple(rows))
 
+
+#: How each step cell's ``breakdown`` is made (stored in every run's method).
+BREAKDOWN_METHOD = ("each layer step's GPU time per kind of kernel, from the kernels of its profiled rounds (the "
+                    "cross-check's first batch of graph replays), classified by name into GEMMs; quantization, casts, "
+                    "amax and transposes; attention; normalization, activations and other elementwise work; "
+                    "optimizer; other (names kept) by the rules of gemm_bench.results.kernel_kinds; " + IDLE_RULE)
 
 #: Where a breakdown's kernels come from, per how the step was published.
 BREAKDOWN_SOURCES = {
