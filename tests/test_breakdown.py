@@ -184,3 +184,17 @@ def test_the_cache_check_fails_on_a_breakdown_that_does_not_add_up(tmp_path: Pat
     block = bd.breakdown_block(1.0, [bd.round_parts([("nvjet_a", 0, 1_100_000)])], source="test")
     found = list(_breakdowns({"layer": [{"breakdown": block}]}, "$"))
     assert found == [("$.layer[0]", block)] and bd.check_adds_up(block) is not None
+
+
+def test_the_breakdown_plan_and_energy_modules_import_no_torch() -> None:
+    """They run where the site builds, on machines without a GPU stack (as the core does: test_purity)."""
+    import subprocess
+    import sys
+
+    modules = ["gemm_bench.results.kernel_kinds", "gemm_bench.results.breakdown", "gemm_bench.results.energy",
+               "gemm_bench.report.precision_plan", "gemm_bench.report.breakdown_figure"]
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_engine', 'numpy', "
+            "'sphinx', 'docutils'))\nassert not bad, bad\nprint('pure')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "pure", out.stderr
