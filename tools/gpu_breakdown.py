@@ -12,7 +12,10 @@ For each question (Qwen2.5-7B at 2048 tokens, gpt-oss-120b; both presets) and al
 3. the precision plan of each FP8 recipe from the run's autocast GEMMs, and where it is mixed, the
    plan's step beside all-BF16 and all-FP8 of the same layer built from parts, in one interleaved
    group (``$OUT/<name>-plan-<precision>.json``, validated);
-4. energy per graphed step (the group's median power) with its upper bound and busy fraction.
+4. energy per graphed step (the group's median power) with its upper bound and busy fraction;
+5. each recipe's power alone: its graphed step replayed back to back (no L2 flush) for a second
+   under the sampler, energy per step = median power x wall time / steps
+   (``$OUT/<name>-power-alone.json``), beside the group-median estimate.
 
 It prints a compact summary; every number comes from the files it writes. A stage that fails
 prints its error and the script goes on to the next; a deadline (``BUDGET_S``, default 270 s)
@@ -140,11 +143,68 @@ def main() -> int:
                     if c.get("breakdown"):
                         p = c["breakdown"]["parts_ms"]
                         say(f"    {c['step']:9s} " + " ".join(f"{k}={v:.3f}" for k, v in p.items()))
+            # 5. each recipe's power alone, its graphed step replayed back to back: what the group's
+            # median (all recipes interleaved, flushes and read-back between) stands in for
+            if left() > 30:
+                power_alone(runner, question, doc, name)
         except Exception:  # a GPU script: report and go on to the next question
             failed += 1
             say(f"{name}: FAILED\n{traceback.format_exc()[-3000:]}")
     say(f"done, {failed} question(s) failed")
     return 1 if failed else 0
+
+
+def power_alone(runner: Any, question: Any, doc: dict[str, Any], name: str, seconds: float = 1.0) -> None:
+    """Each recipe's graphed layer step replayed back to back for ``seconds`` under the sampler: energy
+    per step = median power x wall time / steps, beside the group-median estimate of the result."""
+    import gc
+
+    import torch
+
+    from gemm_bench.measure.backends.layer_step import layer_step_competitor
+    from gemm_bench.measure.backends.te import Operands
+    from gemm_bench.measure.timing import capture
+    from gemm_bench.results.energy import energies
+
+    sampler = runner.sampler
+    if sampler is None:
+        say(f"  {name}: no sampler, no power alone")
+        return
+    grouped = energies(doc)
+    shared = Operands()
+    out = {}
+    for precision in PRECISIONS:
+        fn = layer_step_competitor(question.config, precision, "balanced", shared)
+        for _ in range(3):
+            fn(lambda region, edge: None)
+        torch.cuda.synchronize()
+        graphed = capture(fn)
+        for _ in range(3):
+            graphed(lambda region, edge: None)
+        torch.cuda.synchronize()
+        steps, start = 0, time.monotonic()
+        with sampler.sampling():
+            while time.monotonic() - start < seconds:
+                for _ in range(5):
+                    graphed(lambda region, edge: None)
+                torch.cuda.synchronize()
+                steps += 5
+        wall_ms = (time.monotonic() - start) * 1000
+        clock = sampler.summary()
+        power = clock.get("power_w_median")
+        step_ms = wall_ms / steps
+        energy = power * step_ms if isinstance(power, (int, float)) else None
+        group = grouped.get((precision, "balanced"), {})
+        out[precision] = {"power_w": power, "power_w_max": clock.get("power_w_max"), "samples": clock.get("samples"),
+                          "step_ms_back_to_back": round(step_ms, 4), "energy_mj": energy and round(energy, 2),
+                          "group_power_w": group.get("power_w"), "group_energy_mj": group.get("energy_mj")}
+        say(f"  power alone {precision:12s} {power} W over {clock.get('samples')} samples, {step_ms:.3f} ms/step "
+            f"back to back -> {energy and round(energy, 1)} mJ/step; group estimate {group.get('energy_mj')} mJ "
+            f"at {group.get('power_w')} W")
+        del fn, graphed
+        gc.collect()
+        torch.cuda.empty_cache()
+    (OUT / f"{name}-power-alone.json").write_text(json.dumps(out, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
