@@ -102,9 +102,9 @@ def main() -> int:
                     continue
                 parts = block["parts_ms"]
                 why = bd.check_adds_up(block)
-                say(f"  {cell['mode']:13s} {cell['precision']:12s} {cell.get('routing', 'balanced'):8s} "
-                    f"step {block['step_ms']:8.3f} = " + " + ".join(f"{p} {parts[p]:.3f}" for p in kk.PARTS)
-                    + f"  {'ADDS UP' if why is None else why}")
+                say(f"  {cell['mode']:13s} {cell['precision']:11s} {cell.get('routing', 'balanced')[:4]} "
+                    f"{block['step_ms']:8.3f} ms = " + " ".join(f"{p[:5]} {parts[p]:.3f}" for p in kk.PARTS)
+                    + f"  {'adds up' if why is None else why}")
             # 4. energy
             for (precision, routing), e in energies(doc).items():
                 say(f"  energy {precision:12s} {routing:8s} {e['energy_mj']:9.1f} mJ/step "
