@@ -198,3 +198,12 @@ def test_the_breakdown_plan_and_energy_modules_import_no_torch() -> None:
             "'sphinx', 'docutils'))\nassert not bad, bad\nprint('pure')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "pure", out.stderr
+
+
+def test_a_long_kernel_name_is_stored_cut_to_the_schema_limit() -> None:
+    """Seen on the H100: a demangled CUTLASS name over 200 characters made the result invalid."""
+    from gemm_bench.results import breakdown as bd
+
+    long = "void cutlass::device_kernel<" + "x" * 400 + ">"
+    cut = bd.stored_name(long)
+    assert len(cut) == bd.MAX_STORED_NAME and cut.endswith("…") and bd.stored_name("short") == "short"

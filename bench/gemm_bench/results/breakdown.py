@@ -102,6 +102,17 @@ def round_parts(kernels: Sequence[Kernel]) -> RoundParts:
     return RoundParts(categories, busy, end - start, len(kernels), other)
 
 
+#: The longest kernel name a result stores (the schema's limit on a key): C++ kernels' demangled
+#: template names run to thousands of characters; their head says what they are.
+MAX_STORED_NAME = 200
+
+
+def stored_name(name: str) -> str:
+    """``name`` as a result stores it: cut to :data:`MAX_STORED_NAME` characters with an ellipsis
+    (names that share their head then share one entry, their times summed)."""
+    return name if len(name) <= MAX_STORED_NAME else name[: MAX_STORED_NAME - 1] + "…"
+
+
 def breakdown_block(step_ms: float, rounds: Sequence[RoundParts], *, source: str) -> dict[str, Any]:
     """The ``breakdown`` of one step cell: ``parts_ms`` (every category and ``idle``) adding up to
     ``step_ms``, ``other_kernels`` (name: ms per step), the number of profiled ``rounds``, kernels per
@@ -115,7 +126,8 @@ def breakdown_block(step_ms: float, rounds: Sequence[RoundParts], *, source: str
     other: dict[str, float] = {}
     for r in rounds:
         for name, ns in r.other_ns.items():
-            other[name] = other.get(name, 0.0) + ns / n / 1e6
+            short = stored_name(name)
+            other[short] = other.get(short, 0.0) + ns / n / 1e6
     longest = sorted(other.items(), key=lambda kv: -kv[1])
     kept = dict(longest[:MAX_OTHER_NAMES])
     rest = sum(ms for _, ms in longest[MAX_OTHER_NAMES:])
