@@ -14,9 +14,9 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import PASSES
+from gemm_bench.report.loss_parity_words import BEYOND, WITHIN, band_of, format_seeds
 from gemm_bench.report.report import Report
 from gemm_bench.results import loss_parity_schema
-from gemm_benchmark.study_loss_parity import BEYOND, WITHIN, band_of, format_seeds
 from gemm_benchmark.values import Point, decide_fastest, step_absence, step_points, total_points, unavailable_text
 
 #: Note markers of a table's cells without a number (the reason is written under the table).

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gemm_bench.results.kernel_kinds import CATEGORIES, IDLE, OTHER, PARTS, classify
-from gemm_bench.results.step_schema import StepError
+from gemm_bench.results.step_error import StepError
 
 #: The parts of a stored breakdown add up to its step time within this fraction.
 ADDS_UP_WITHIN = 0.02

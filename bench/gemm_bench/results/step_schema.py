@@ -11,21 +11,13 @@ from typing import Any
 
 from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.step_plan import ROUTINGS
+from gemm_bench.results.step_error import StepError
 
 #: ``layer``: eager step; ``layer-graphed``: the same step captured by te.make_graphed_callables.
 #: Separate modes, so graphed numbers never mix with eager ones.
 #: (Defined in :mod:`gemm_bench.question.precisions`, the one list of modes, and re-exported here.)
 LAYER_MODE_NAMES = {m: MODE_NAMES[m] for m in LAYER_MODES}
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
-
-
-class StepError(ValueError):
-    """A layer cell that breaks the schema; ``where`` is its JSON path."""
-
-    def __init__(self, where: str, problem: str) -> None:
-        self.where = where
-        self.problem = problem
-        super().__init__(f"{where}: {problem}")
 
 
 def validate_layer_cells(cells: Any, *, where: str = "$.layer") -> list[dict[str, Any]]:
