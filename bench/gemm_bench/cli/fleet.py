@@ -51,12 +51,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from gemm_bench.results.merge import MergeError, merge
+    """Merge every usable file; exit 1 when a file was rejected (after merging all the others), so
+    a script sees that something was lost while nothing usable is held back."""
+    from gemm_bench.results.cache import write_atomic
+    from gemm_bench.results.merge import MergeError, merge, summary_markdown
 
     try:
         actions = merge([Path(d) for d in args.dirs], Path(args.cache_dir))
     except MergeError as exc:
         raise UsageError(str(exc)) from None
+    if args.summary:
+        try:
+            write_atomic(Path(args.summary), summary_markdown(actions), durable=False)
+        except OSError as exc:
+            raise UsageError(f"--summary: cannot write {exc.filename or args.summary} ({exc.strerror or exc})") \
+                from None
     for action in actions:
         echo(action.describe())
     rejected = [a for a in actions if a.action == "rejected"]
@@ -157,10 +166,14 @@ def add_commands(subparsers: Any) -> None:
     fmt.add_argument("--markdown", action="store_true", help="print Markdown (a pull request body)")
     p.set_defaults(func=cmd_compare)
 
-    p = subparsers.add_parser("merge", help="validate result files from several runners and merge them into the cache")
+    p = subparsers.add_parser("merge", help="validate result and study files from several runners and merge them "
+                                            "into the cache (exit 1 when a file could not be merged)")
     p.add_argument("dirs", metavar="DIR", nargs="+", help="directories of result files (searched recursively)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), metavar="DIR",
                    help=f"the cache to merge into (default: {DEFAULT_CACHE})")
+    p.add_argument("--summary", metavar="FILE",
+                   help="write the files that could not be merged, and why, as Markdown for a pull request "
+                        "body (an empty file when every file was merged)")
     p.set_defaults(func=cmd_merge)
 
     p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU")

@@ -696,8 +696,8 @@ class StudyTask:
 
 def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | None,
                  rules: Rules, *, force: bool = False) -> list[StudyTask]:
-    """Every registered study that is missing or stale on this device (the stack rule of the
-    questions), or every one with ``force`` (``--force-studies``: ``--force`` re-measures the
+    """Every registered study that is missing or stale on this device (the stack and age rules of
+    the questions), or every one with ``force`` (``--force-studies``: ``--force`` re-measures the
     questions only, since a study does not depend on them and costs minutes). A corrupt study file
     is measured again."""
     from gemm_bench.measure.studies import load_registry
@@ -709,7 +709,7 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
         current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
         bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]
         why = ("forced" if force else f"unreadable: {bad[0].problem}" if bad
-               else studies.staleness(current, local, rules.stale_when))
+               else studies.staleness(current, local, rules.stale_when, max_age_days=rules.max_age_days))
         if why is None:
             continue
         timed = [d["provenance"]["method"].get("measure_s") for d in sorted(docs, key=lambda d: d is not current)]

@@ -1,0 +1,295 @@
+"""Issue 31's fleet and bad-input classes: study files in merge and compare, steps and SQNR in the
+pull request body, studies that age, bounded study values, a linked studies folder."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemm_bench.report.compare import SQNR_TOLERANCE_DB, compare, compare_dirs, compare_studies
+from gemm_bench.report.line_figure import Series, line_svg
+from gemm_bench.results import dynamic_range_schema, studies
+from gemm_bench.results.cache import dumps, read_document
+from gemm_bench.results.merge import decide_study, merge, summary_markdown
+from gemm_bench.results.studies import StudyError
+
+CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+TE_GUIDE = "2160d33ec54a347e"
+H200 = CACHE / f"{TE_GUIDE}--h200.json"
+LOSS = CACHE / "studies" / "loss-parity--h200.json"
+RANGE = CACHE / "studies" / "dynamic-range--h200.json"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _later(doc: dict[str, Any], minutes: int = 5) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    doc["provenance"]["date"] = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=minutes)).isoformat(
+        timespec="seconds")
+    return doc
+
+
+def _slow_step(doc: dict[str, Any], mode: str, precision: str, factor: float) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    for cell in doc["layer"]:
+        if (cell["mode"], cell["precision"]) == (mode, precision) and cell["status"] == "measured":
+            cell["ms"] *= factor
+            cell["stats"] = {k: ([x * factor for x in v] if isinstance(v, list) else v * factor)
+                             if k.endswith("_ms") else v for k, v in cell["stats"].items()}
+    return doc
+
+
+# ------------------------------------------------------------------------------- compare: steps, SQNR
+def test_a_step_that_flips_and_an_sqnr_drop_show_in_the_pull_request_body() -> None:
+    """Before: 'No GEMM changed by more than the runs' measured spread' and nothing else."""
+    old = read_document(H200)
+    new = _slow_step(old, "layer-graphed", "fp8-delayed", 2.0)
+    cell = next(c for c in new["accuracy"] if c["status"] == "measured" and c["precision"] == "fp8-current")
+    cell["sqnr_db"] -= 15
+    c = compare(old, new)
+    flipped = [s for s in c.flagged_steps if (s.mode, s.precision) == ("layer-graphed", "fp8-delayed")]
+    assert len(c.flagged_steps) == 1 and flipped
+    step = flipped[0]
+    assert step.a_speedup is not None and step.b_speedup is not None
+    assert step.a_speedup > 1.4 and step.b_speedup < 0.9
+    assert [(q.a_db, q.b_db) for q in c.flagged_sqnr] == [(cell["sqnr_db"] + 15, cell["sqnr_db"])]
+    md = c.to_markdown()
+    assert "No GEMM changed by more than the runs' measured spread." in md  # the GEMMs did not change
+    assert "**Training step: 1 change(s) beyond the measured spread**" in md
+    assert re.search(r"\| Layer step \(CUDA graphs\) \| FP8 Delayed \|.*\| 1\.\d\dx ±\d+% \| 0\.\d\dx ±\d+% \| ! \|", md)
+    assert "**SQNR: 1 cell(s) changed by more than 0.5 dB" in md and "| -15.0 |" in md
+    text = c.to_text()
+    assert "Layer step (CUDA graphs)  FP8 Delayed" in text and "  !" in text
+    data = c.to_json()
+    assert [s["flagged"] for s in data["steps"]].count(True) == 1
+    assert [q["delta_db"] for q in data["sqnr"] if q["flagged"]] == [pytest.approx(-15)]
+
+
+def test_noise_within_the_spread_is_not_flagged_and_a_small_sqnr_change_is_not() -> None:
+    old = read_document(H200)
+    new = _slow_step(old, "layer", "fp8-current", 1.01)
+    cell = next(c for c in new["accuracy"] if c["status"] == "measured")
+    cell["sqnr_db"] += SQNR_TOLERANCE_DB / 2
+    c = compare(old, new)
+    assert not c.flagged_steps and not c.flagged_sqnr
+
+
+def test_a_step_that_failed_on_one_side_is_flagged() -> None:
+    old = read_document(H200)
+    new = copy.deepcopy(old)
+    for cell in new["layer"]:
+        if (cell["mode"], cell["precision"]) == ("layer", "fp8-block"):
+            for key in ("ms", "stats"):
+                cell.pop(key, None)
+            cell.update(status="failed", reason="CUDA error: out of memory")
+    c = compare(old, new)
+    failed = [s for s in c.flagged_steps if s.precision == "fp8-block" and s.mode == "layer"]
+    assert failed and failed[0].b_status == "failed" and failed[0].b_speedup is None
+    assert "| failed | ! |" in c.to_markdown()
+
+
+# ------------------------------------------------------------------------------- compare: studies
+def test_a_loss_parity_verdict_that_flips_is_flagged_beside_the_unchanged_ones() -> None:
+    old = _load(LOSS)
+    new = copy.deepcopy(old)
+    recipe = next(r for r in new["data"]["recipes"] if r["precision"] == "fp8-current")
+    recipe["validation"]["loss"][-1] = recipe["final_val_loss"] = round(recipe["final_val_loss"] + 0.5, 6)
+    studies.validate(new)
+    c = compare_studies(old, new)
+    assert [r.what for r in c.flagged] == ["FP8 Current: final validation loss"]
+    assert "beyond BF16's seed range" in c.flagged[0].b
+    assert "**1 change(s) beyond the study's spread**" in c.to_markdown("studies/loss-parity--h200.json")
+    assert not compare_studies(old, copy.deepcopy(old)).flagged
+
+
+def test_a_dynamic_range_sqnr_drop_is_flagged() -> None:
+    old = _load(RANGE)
+    new = copy.deepcopy(old)
+    result = new["data"]["cases"][0]["results"]["fp8-current"]["gemm"]
+    for key in ("whole_db", "row_median_db", "row_min_db"):
+        result[key] -= 10
+    studies.validate(new)
+    c = compare_studies(old, new)
+    assert len(c.flagged) == 1 and "FP8 Current" in c.flagged[0].what
+
+
+def test_compare_dirs_lists_studies_added_changed_and_removed(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    for root in (old, new):
+        (root / "studies").mkdir(parents=True)
+    shutil.copy(LOSS, old / "studies" / LOSS.name)
+    shutil.copy(RANGE, old / "studies" / RANGE.name)
+    (new / "studies" / LOSS.name).write_text(dumps(_later(_load(LOSS))))
+    shutil.copy(CACHE / "studies" / "loss-parity--h100-80gb-hbm3.json", new / "studies")
+    d = compare_dirs(old, new)
+    assert [n for n, _ in d.studies_compared] == [LOSS.name]
+    assert [n for n, _ in d.studies_added] == ["loss-parity--h100-80gb-hbm3.json"]
+    assert d.studies_removed == [RANGE.name]
+    md = d.to_markdown()
+    assert "### studies/loss-parity--h200.json" in md and "New studies:" in md and "studies/dynamic-range" in md
+    assert "study values changed beyond their spread: 0" in md
+
+
+# ------------------------------------------------------------------------------- merge: studies
+def test_merge_places_a_newer_study_and_keeps_a_cached_one_that_is_not_older(tmp_path: Path) -> None:
+    """Before: '$.question: is missing', exit 1, and the whole pull request lost."""
+    incoming, cache = tmp_path / "in", tmp_path / "cache"
+    (incoming / "studies").mkdir(parents=True)
+    (cache / "studies").mkdir(parents=True)
+    shutil.copy(LOSS, cache / "studies" / LOSS.name)
+    shutil.copy(H200, incoming / H200.name)
+    newer = _later(_load(LOSS))
+    (incoming / "studies" / LOSS.name).write_text(dumps(newer))
+    (incoming / "studies" / RANGE.name).write_text(RANGE.read_text())
+    actions = {a.source.name: a for a in merge([incoming], cache)}
+    assert actions[LOSS.name].action == "replaced" and actions[RANGE.name].action == "added"
+    assert actions[H200.name].action == "added"
+    assert _load(cache / "studies" / LOSS.name) == newer
+    assert _load(cache / "studies" / RANGE.name) == _load(RANGE)
+    assert summary_markdown(list(actions.values())) == ""
+    # The same files again: nothing older wins.
+    again = {a.source.name: a.action for a in merge([incoming], cache)}
+    assert again == {H200.name: "identical", LOSS.name: "identical", RANGE.name: "identical"}
+    action, written, why = decide_study(newer, _load(LOSS))
+    assert (action, written) == ("kept-existing", None) and "not older" in why
+
+
+def test_merge_rejects_a_bad_study_by_name_and_merges_the_rest(tmp_path: Path) -> None:
+    incoming, cache = tmp_path / "in", tmp_path / "cache"
+    (incoming / "a").mkdir(parents=True)
+    bad = _load(LOSS)
+    bad["data"]["recipes"][0]["final_val_loss"] = -1e308
+    (incoming / "a" / LOSS.name).write_text(json.dumps(bad))
+    future = _load(RANGE)
+    future["provenance"]["date"] = "2999-01-01T00:00:00+00:00"
+    (incoming / "a" / RANGE.name).write_text(json.dumps(future))
+    shutil.copy(H200, incoming / "a" / H200.name)
+    actions = {a.source.name: a for a in merge([incoming], cache)}
+    assert actions[LOSS.name].action == "rejected" and "study schema" in actions[LOSS.name].reason
+    assert actions[RANGE.name].action == "rejected" and "future" in actions[RANGE.name].reason
+    assert actions[H200.name].action == "added"
+    note = summary_markdown(list(actions.values()))
+    assert "**2 of 3 result file(s)" in note and "loss-parity--h200.json" in note
+
+
+def test_the_merge_command_writes_its_summary_and_exits_1_only_after_merging_the_rest(tmp_path: Path) -> None:
+    from gemm_bench.cli.commands import main
+
+    incoming, cache = tmp_path / "in", tmp_path / "cache"
+    incoming.mkdir()
+    (incoming / "x--h200.json").write_text("[")
+    shutil.copy(H200, incoming / H200.name)
+    summary = tmp_path / "summary.md"
+    assert main(["merge", str(incoming), "--cache-dir", str(cache), "--summary", str(summary)]) == 1
+    assert (cache / H200.name).is_file() and "x--h200.json" in summary.read_text()
+    (incoming / "x--h200.json").unlink()
+    assert main(["merge", str(incoming), "--cache-dir", str(cache), "--summary", str(summary)]) == 0
+    assert summary.read_text() == ""
+
+
+# ------------------------------------------------------------------------------- studies age
+def test_a_study_older_than_the_configured_age_is_stale() -> None:
+    """Before: studies never aged (the page and the planner ignored their date)."""
+    doc = _load(LOSS)
+    when = dt.datetime.fromisoformat(doc["provenance"]["date"])
+    assert studies.staleness(doc, None, ("method",), max_age_days=30, now=when + dt.timedelta(days=10)) is None
+    stale = studies.staleness(doc, None, ("method",), max_age_days=30, now=when + dt.timedelta(days=40))
+    assert stale == "40 days old, older than the configured 30"
+    bad = copy.deepcopy(doc)
+    bad["provenance"]["date"] = "yesterday"
+    assert "unreadable date" in (studies.staleness(bad, None, ("method",), max_age_days=30) or "")
+
+
+def test_refresh_plans_a_study_that_aged(tmp_path: Path) -> None:
+    from gemm_bench.cli.refresh import Rules, plan_studies
+
+    (tmp_path / "studies").mkdir()
+    for path in (LOSS, RANGE):
+        shutil.copy(path, tmp_path / "studies" / path.name)
+    local = {"method": "x", "transformer_engine": "2.20.2", "torch": "2.11.0+cu130"}
+    assert plan_studies(tmp_path, "NVIDIA H200", local, Rules(stale_when=("transformer_engine",))) == []
+    aged = plan_studies(tmp_path, "NVIDIA H200", local, Rules(stale_when=("transformer_engine",), max_age_days=1e-6))
+    assert sorted(t.name for t in aged) == ["dynamic-range", "loss-parity"]
+    assert all("days old" in t.reason for t in aged)
+
+
+# ------------------------------------------------------------------------------- bounded values
+@pytest.mark.parametrize("value", [1e308, -1e308, 1001.0])
+def test_a_decibel_value_out_of_range_is_refused_with_its_path(value: float) -> None:
+    """Before: +-1e308 dB validated, and the page drew a figure of nan coordinates."""
+    data = copy.deepcopy(_load(RANGE)["data"])
+    gemm = data["cases"][3]["results"]["fp8-block"]["gemm"]
+    gemm["whole_db"] = value
+    with pytest.raises(StudyError) as caught:
+        dynamic_range_schema.validate_data(data)
+    assert caught.value.where == "$.data.cases[3].results.fp8-block.gemm.whole_db"
+    assert "between -1000 and 1000" in caught.value.problem
+
+
+def test_a_loss_beyond_the_magnitude_bound_is_refused() -> None:
+    doc = _load(LOSS)
+    recipe = doc["data"]["recipes"][1]
+    recipe["curve"]["train_loss"][3] = 1e300
+    with pytest.raises(StudyError, match=r"train_loss\[3\]: must be between"):
+        studies.validate(doc)
+
+
+def test_the_extreme_values_the_schema_accepts_draw_finite_figures() -> None:
+    """What the bounds are for: the line figure of the largest accepted values has no nan."""
+    for ys in ([studies.MAX_DECIBELS, -studies.MAX_DECIBELS], [studies.MAX_MAGNITUDE, 0.0]):
+        svg = line_svg([Series("a", [1.0, studies.MAX_MAGNITUDE], ys)], x_label="x", y_label="y", log_x=True,
+                       include_y=(0,))
+        assert not re.search(r"\b(nan|inf)\b", svg)
+    assert math.isfinite(studies.MAX_DECIBELS)
+
+
+# ------------------------------------------------------------------------------- linked folder
+def test_a_linked_studies_folder_is_not_followed(tmp_path: Path) -> None:
+    """Before: a studies/ link to a folder outside the source tree was read and published."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(LOSS, outside / LOSS.name)
+    cache = tmp_path / "site" / "_gemm_cache"
+    cache.mkdir(parents=True)
+    (cache / "studies").symlink_to(outside, target_is_directory=True)
+    docs, errors = studies.read_studies(cache, "loss-parity")
+    assert docs == [] and len(errors) == 1
+    assert errors[0].path == cache / "studies" and "is a symbolic link" in str(errors[0])
+    assert str(outside) in str(errors[0]) and "replace the link with the folder" in str(errors[0])
+
+
+# ------------------------------------------------------------------------------- the study pages age too
+@pytest.mark.parametrize(("directive", "study"), [("gemm-dynamic-range", RANGE), ("gemm-loss-parity", LOSS)])
+def test_a_study_page_marks_a_study_older_than_gemm_benchmark_max_age_days(tmp_path: Path, directive: str,
+                                                                          study: Path) -> None:
+    """Before: a study a year old read as current under ``gemm_benchmark_max_age_days = 30``."""
+    import io
+
+    from sphinx.testing.util import SphinxTestApp
+
+    src = tmp_path / "src"
+    (src / "_gemm_cache" / "studies").mkdir(parents=True)
+    shutil.copy(study, src / "_gemm_cache" / "studies" / study.name)
+    (src / "conf.py").write_text('extensions = ["gemm_benchmark"]\ngemm_benchmark_cache_dir = "_gemm_cache"\n'
+                                 'gemm_benchmark_execution_mode = "cache"\ngemm_benchmark_max_age_days = 0.001\n')
+    (src / "index.rst").write_text(f"Study\n=====\n\n.. {directive}::\n")
+    warnings = io.StringIO()
+    app = SphinxTestApp("html", srcdir=src, status=io.StringIO(), warning=warnings, freshenv=True)
+    try:
+        app.build()
+    finally:
+        app.cleanup()
+    html = (Path(app.outdir) / "index.html").read_text(encoding="utf-8")
+    assert re.search(r"index.rst:4: WARNING: .*is stale: \d+ days old, older than the configured 0.001",
+                     warnings.getvalue()), warnings.getvalue()
+    assert "(stale: " in html and "days old" in html
