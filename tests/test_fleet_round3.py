@@ -66,7 +66,8 @@ def test_a_step_that_flips_and_an_sqnr_drop_show_in_the_pull_request_body() -> N
     md = c.to_markdown()
     assert "No GEMM changed by more than the runs' measured spread." in md  # the GEMMs did not change
     assert "**Training step: 1 change(s) beyond the measured spread**" in md
-    assert re.search(r"\| Layer step \(CUDA graphs\) \| FP8 Delayed \|.*\| 1\.\d\dx ±\d+% \| 0\.\d\dx ±\d+% \| ! \|", md)
+    assert re.search(r"\| Layer step \(CUDA graphs\) \| FP8 Delayed \|.*\| 1\.\d\dx ±\d+% \| 0\.\d\dx ±\d+% \| ! \|",
+                     md)
     assert "**SQNR: 1 cell(s) changed by more than 0.5 dB" in md and "| -15.0 |" in md
     text = c.to_text()
     assert "Layer step (CUDA graphs)  FP8 Delayed" in text and "  !" in text
