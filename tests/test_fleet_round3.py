@@ -294,3 +294,44 @@ def test_a_study_page_marks_a_study_older_than_gemm_benchmark_max_age_days(tmp_p
     assert re.search(r"index.rst:4: WARNING: .*is stale: \d+ days old, older than the configured 0.001",
                      warnings.getvalue()), warnings.getvalue()
     assert "(stale: " in html and "days old" in html
+
+
+# ------------------------------------------------------------------------------- failed is planned again
+def test_a_failed_result_is_planned_again_by_refresh_and_by_an_auto_build(tmp_path: Path) -> None:
+    """Before: the build said "1 of 1 results need a GPU run (1 failed)" and refresh planned nothing."""
+    from gemm_bench.cli.refresh import Ask, Job, Rules, make_plan
+    from gemm_bench.question.question import build_question
+    from gemm_bench.results.cache import Cache
+    from gemm_bench.results.stack import remeasure
+    from tests.conftest import make_document, write_document
+
+    q = build_question(shapes=["4096x4096x4096"])
+    doc = make_document(q, precisions=("bf16", "fp8-current"), modes=("autocast",),
+                        failed={("autocast", "fp8-current"): "CUDA error: out of memory"})
+    write_document(tmp_path, doc)
+    job = Job(q, [Ask(("bf16", "fp8-current"), ("autocast",), (), "index.rst:3")])
+    tasks, fresh = make_plan([job], Cache(tmp_path), "NVIDIA H100 80GB HBM3", None, Rules())
+    assert fresh == [] and len(tasks) == 1
+    assert tasks[0].modes == ("autocast",) and set(tasks[0].precisions) == {"bf16", "fp8-current"}
+    assert "failed: autocast/fp8-current (CUDA error: out of memory)" in tasks[0].reason
+    # The docs build's auto mode uses the same rule; a page that does not ask for the failed cell plans nothing.
+    assert remeasure(doc, q, ["fp8-current"], ["autocast"], local=None, rules=Rules()) is not None
+    assert remeasure(doc, q, ["bf16"], ["autocast"], local=None, rules=Rules()) is None
+    assert remeasure(doc, q, ["fp8-current"], ["prequant"], local=None, rules=Rules()) is not None  # never measured
+
+
+def test_a_failed_layer_step_is_planned_with_its_autocast_gemms() -> None:
+    from gemm_bench.results.stack import Rules, remeasure
+
+    doc = read_document(H200)
+    from gemm_bench.question.question import build_question
+
+    q = build_question(model="te-guide-5b")
+    assert remeasure(doc, q, ["fp8-block"], ["autocast"], local=None, rules=Rules()) is None
+    for cell in doc["layer"]:
+        if (cell["mode"], cell["precision"]) == ("layer-graphed", "fp8-block"):
+            for key in ("ms", "stats"):
+                cell.pop(key, None)
+            cell.update(status="failed", reason="capture failed")
+    todo = remeasure(doc, q, ["fp8-block"], ["autocast"], local=None, rules=Rules())
+    assert todo is not None and todo[1] == ["layer-graphed", "autocast"] and "capture failed" in todo[2]

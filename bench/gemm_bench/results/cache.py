@@ -24,7 +24,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +304,25 @@ def is_stale(doc: dict[str, Any], *, max_age_days: float | None = None, now: dt.
     if version != METHOD_VERSION and version not in STILL_VALID_METHODS:
         return f"measured with method version {version!r}, current is {METHOD_VERSION}"
     return age_staleness(doc.get("provenance", {}).get("date"), max_age_days, now)
+
+
+def failed_cells(doc: dict[str, Any], precisions: Sequence[str], modes: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(mode, precision, reason) of every cell ``doc`` holds as *failed* among ``modes`` (GEMM or
+    layer-step modes) and ``precisions`` (BF16 always: every speedup divides by it), once per pair.
+
+    A failed cell is a question this result has not answered, as a missing one is: the build
+    counts it as failed, and the one measuring rule (:func:`gemm_bench.results.stack.remeasure`,
+    for ``gemm-bench refresh`` and auto-mode builds) measures its mode again. A failure is often
+    transient (a GPU shared for a moment, an out-of-memory): it must not need ``--force``.
+    """
+    wanted_precisions = {"bf16", *precisions}
+    out: dict[tuple[str, str], str] = {}
+    for block in ("cells", "layer"):
+        for cell in doc.get(block, []):
+            key = (cell["mode"], cell["precision"])
+            if cell["status"] == "failed" and key[0] in modes and key[1] in wanted_precisions:
+                out.setdefault(key, str(cell.get("reason", "")))
+    return [(mode, precision, reason) for (mode, precision), reason in out.items()]
 
 
 def age_staleness(date: Any, max_age_days: float | None, now: dt.datetime | None = None) -> str | None:

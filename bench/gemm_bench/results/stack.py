@@ -24,7 +24,7 @@ from typing import Any
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
-from gemm_bench.results.cache import is_stale
+from gemm_bench.results.cache import failed_cells, is_stale
 from gemm_bench.results.schema import METHOD_VERSION, missing_cells
 
 #: Every field a staleness rule may name, with the words the reason uses. ``method`` is the
@@ -160,11 +160,17 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
     else:
         never = [mode for mode in modes if missing_cells(doc, question.gemms, [mode], precisions)]
         outdated = outdated_layer_modes(doc, question, complete_modes(question, modes), precisions)
+        failed = failed_cells(doc, precisions, complete_modes(question, modes))
+        failed_modes = list(dict.fromkeys(mode for mode, _, _ in failed))
         # The step's GEMM share divides the autocast GEMMs by the step of the same run.
-        want_modes = list(dict.fromkeys([*never, *(["autocast", *outdated] if outdated else [])]))
+        step_modes = [*outdated, *(m for m in failed_modes if m in LAYER_MODES)]
+        want_modes = list(dict.fromkeys([*never, *failed_modes, *(["autocast", *step_modes] if step_modes else [])]))
         if not want_modes:
             return None
         parts = [f"cells never measured in {', '.join(never)}"] if never else []
+        if failed:
+            parts.append("failed: " + ", ".join(f"{mode}/{precision} ({' '.join(reason.split())[:80]})"
+                                                for mode, precision, reason in failed))
         if outdated:
             parts.append(f"the layer step ({', '.join(outdated)}) has cells this code measures and the file "
                          "lacks (with autocast: the step's GEMM share needs one run)")
