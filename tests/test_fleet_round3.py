@@ -335,3 +335,20 @@ def test_a_failed_layer_step_is_planned_with_its_autocast_gemms() -> None:
             cell.update(status="failed", reason="capture failed")
     todo = remeasure(doc, q, ["fp8-block"], ["autocast"], local=None, rules=Rules())
     assert todo is not None and todo[1] == ["layer-graphed", "autocast"] and "capture failed" in todo[2]
+
+
+# ------------------------------------------------------------------------------- the dry run's estimate
+def test_the_estimate_is_at_least_the_longest_question_per_gpu() -> None:
+    """Before: 85 s and 1 s on two GPUs read as (86 / 2 + 15) s = 1.0 min, less than the 85 s question."""
+    from gemm_bench.cli.refresh import WORKER_START_S, GpuSlot, Task, describe_plan, makespan
+    from gemm_bench.question.question import build_question
+
+    assert makespan([85.0, 1.0], 2) == 85.0
+    assert makespan([10.0, 10.0, 10.0, 10.0], 2) == 20.0
+    assert makespan([30.0, 20.0, 20.0], 2) == 40.0  # dispatched in plan order: 30 | 20 + 20
+    q = build_question(shapes=["1024x1024x1024"])
+    tasks = [Task(q, "NVIDIA H100 80GB HBM3", ("bf16",), ("autocast",), "missing", (), seconds, "x, its measure_s")
+             for seconds in (85.0, 1.0)]
+    gpus = [GpuSlot(0, "NVIDIA H100 80GB HBM3"), GpuSlot(1, "NVIDIA H100 80GB HBM3")]
+    text = describe_plan(tasks, [], gpus)
+    assert f"estimated time: {(85 + WORKER_START_S) / 60:.1f} min across 2 GPU(s)" in text

@@ -269,6 +269,16 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
     return tasks, fresh
 
 
+def makespan(estimates: Sequence[float], gpus: int) -> float:
+    """Seconds until the last of ``estimates`` is done on ``gpus`` GPUs, dispatched as :func:`run_pool`
+    does: in plan order, each to the GPU that is free first. Never less than the longest question
+    (a question runs on one GPU) nor than the total shared evenly."""
+    loads = [0.0] * max(gpus, 1)
+    for seconds in estimates:
+        loads[loads.index(min(loads))] += seconds
+    return max(loads)
+
+
 def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[GpuSlot]) -> str:
     gpu_text = ", ".join(f"{g.index} ({g.name})" for g in gpus)
     lines = [f"gemm-bench refresh: {len(tasks)} question(s) to measure on {len(gpus)} GPU(s): {gpu_text}"]
@@ -280,7 +290,7 @@ def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[Gp
         lines.append(f"      asked at {', '.join(task.locations)}")
     known = [t.estimate_s for t in tasks if t.estimate_s is not None]
     if tasks:
-        total = sum(known) / max(len(gpus), 1) + WORKER_START_S
+        total = makespan(known, len(gpus)) + WORKER_START_S
         unknown = len(tasks) - len(known)
         lower = any(t.estimate_s is not None and "measure_s" not in t.estimate_source for t in tasks)
         lines.append(f"estimated time: {'at least ' if unknown or lower else ''}{total / 60:.1f} min across "
