@@ -352,3 +352,39 @@ def test_the_estimate_is_at_least_the_longest_question_per_gpu() -> None:
     gpus = [GpuSlot(0, "NVIDIA H100 80GB HBM3"), GpuSlot(1, "NVIDIA H100 80GB HBM3")]
     text = describe_plan(tasks, [], gpus)
     assert f"estimated time: {(85 + WORKER_START_S) / 60:.1f} min across 2 GPU(s)" in text
+
+
+# ------------------------------------------------------------------------------- refresh's command line
+def test_refresh_without_a_gpu_names_what_was_given_and_suggests_device(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `refresh docs/ --dry-run` said "--gpus: no NVIDIA GPU found", an option not given."""
+    from gemm_bench.cli import refresh as refresh_mod
+    from gemm_bench.cli.commands import main
+
+    monkeypatch.setattr(refresh_mod, "probe_gpus", lambda: [])
+    assert main(["refresh", "docs", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus" not in err and "--dry-run: no NVIDIA GPU found" in err and "add --device NAME" in err
+    assert main(["refresh", "docs"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus" not in err and "--dry-run --device NAME" in err
+    assert main(["refresh", "docs", "--gpus", "0"]) == 2
+    assert "--gpus 0: no NVIDIA GPU found" in capsys.readouterr().err
+    assert main(["refresh", "docs", "--dry-run", "--device", "b20"]) == 2
+    err = capsys.readouterr().err
+    assert "--device b20: not a device the site knows" in err and "b200" in err
+
+
+def test_a_plan_for_one_device_lists_only_the_pages_that_show_it(tmp_path: Path) -> None:
+    """Before: `--dry-run --device b200` said "asked at" four pages, three of them restricted to H100 and H200."""
+    from gemm_bench.cli.refresh import Ask, Job, Rules, make_plan
+    from gemm_bench.question.question import build_question
+    from gemm_bench.results.cache import Cache
+
+    q = build_question(shapes=["1024x1024x1024"])
+    asks = [Ask(("bf16",), ("autocast",), ("h100", "h200"), "index.rst:4"), Ask(("bf16",), ("autocast",), (),
+            "tutorial.md:63"), Ask(("bf16", "nvfp4"), ("autocast",), ("b200",), "maintainers.rst:116")]
+    tasks, _ = make_plan([Job(q, asks)], Cache(tmp_path), "b200", None, Rules())
+    assert tasks[0].locations == ("tutorial.md:63", "maintainers.rst:116")
+    tasks, _ = make_plan([Job(q, asks)], Cache(tmp_path), "NVIDIA H200", None, Rules())
+    assert tasks[0].locations == ("index.rst:4", "tutorial.md:63") and "nvfp4" not in tasks[0].precisions

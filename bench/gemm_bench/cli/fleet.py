@@ -93,12 +93,16 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         if args.device:
             if not args.dry_run:
                 raise refresh_mod.RefreshError("--device: plans for another GPU only with --dry-run")
-            from gemm_bench.question.devices import normalize_selector
+            from gemm_bench.question.devices import ALIASES, normalize_selector
 
-            gpus = [refresh_mod.GpuSlot(0, normalize_selector(args.device))]
+            slug = normalize_selector(args.device)
+            if slug not in ALIASES.values():
+                raise refresh_mod.RefreshError(f"--device {one_line(args.device)}: not a device the site knows; "
+                                               f"choose from {', '.join(ALIASES)}")
+            gpus = [refresh_mod.GpuSlot(0, slug)]
             local = None
         else:
-            gpus = refresh_mod.select_gpus(refresh_mod.probe_gpus(), args.gpus)
+            gpus = refresh_mod.select_gpus(refresh_mod.probe_gpus(), args.gpus, dry_run=args.dry_run)
             # The versions the workers will record, read without importing torch or TE here (the
             # workers import them to measure); the driver only if the rule compares it.
             local = installed_stack(stale_when)
@@ -178,8 +182,7 @@ def add_commands(subparsers: Any) -> None:
 
     p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU")
     p.add_argument("srcdir", metavar="SRCDIR", help="the documentation source directory (docs/)")
-    p.add_argument("--gpus", default="all", type=_gpu_selection, metavar="all|0,1",
-                   help="which local GPUs measure (default: all)")
+    p.add_argument("--gpus", type=_gpu_selection, metavar="all|0,1", help="which local GPUs measure (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
     p.add_argument("--device", metavar="NAME", help="with --dry-run: plan for this device (h100, b200, ...)")
     p.add_argument("--cache-dir", metavar="DIR", help="the result cache (default: SRCDIR/_gemm_cache)")

@@ -146,9 +146,13 @@ class Job:
     def hash(self) -> str:
         return self.question.hash
 
+    def asks_on(self, device_name: str) -> list[Ask]:
+        """The directives that show this device (every device, or one selected by name)."""
+        return [a for a in self.asks if not a.devices or any(selects(s, device_name) for s in a.devices)]
+
     def wanted_on(self, device_name: str) -> tuple[list[str], list[str]] | None:
         """(precisions, modes) the pages ask of this device, or None when no page shows it."""
-        chosen = [a for a in self.asks if not a.devices or any(selects(s, device_name) for s in a.devices)]
+        chosen = self.asks_on(device_name)
         if not chosen:
             return None
         precisions = [p for p in PRECISION_IDS if any(p in a.precisions for a in chosen)]
@@ -252,7 +256,8 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
         current = next((d for d in lookup.documents if device_slug(d["device"]["name"]) == device_slug(device_name)),
                        None)
         todo = needs_measuring(current, job.question, precisions, modes, local, rules)
-        locations = tuple(a.location for a in job.asks)
+        # Only the pages that show this device: a directive restricted to other devices asks nothing of it.
+        locations = tuple(a.location for a in job.asks_on(device_name))
         if todo is None:
             fresh.append(f"{job.hash} ({job.question.describe()}): fresh")
             continue
@@ -333,11 +338,17 @@ def probe_gpus() -> list[GpuSlot]:
     return slots
 
 
-def select_gpus(available: Sequence[GpuSlot], selection: str) -> list[GpuSlot]:
-    """``all`` or a comma list of indices (``--gpus 0,1``); one kind of GPU per refresh."""
+def select_gpus(available: Sequence[GpuSlot], selection: str | None, *, dry_run: bool = False) -> list[GpuSlot]:
+    """``all`` (``None``: the flag not given) or a comma list of indices (``--gpus 0,1``); one kind of
+    GPU per refresh. With no GPU here, the message names the flag the user gave (``--gpus`` only if
+    given) and what to do instead: plan for a GPU kind from here with ``--dry-run --device``."""
     if not available:
-        raise RefreshError("--gpus: no NVIDIA GPU found on this machine (nvidia-smi lists none)")
-    text = selection.strip().lower()
+        instead = ("to see the plan for a GPU kind from this machine, add --device NAME (h100, h200, b200, ...)"
+                   if dry_run else "run it on a GPU box, or see the plan from here with --dry-run --device NAME "
+                   "(h100, h200, b200, ...)")
+        where = f"--gpus {selection}: " if selection is not None else ("--dry-run: " if dry_run else "")
+        raise RefreshError(f"{where}no NVIDIA GPU found on this machine (nvidia-smi lists none); {instead}")
+    text = (selection or "all").strip().lower()
     if text == "all":
         chosen = list(available)
     else:
