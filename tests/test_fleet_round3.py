@@ -388,3 +388,57 @@ def test_a_plan_for_one_device_lists_only_the_pages_that_show_it(tmp_path: Path)
     assert tasks[0].locations == ("tutorial.md:63", "maintainers.rst:116")
     tasks, _ = make_plan([Job(q, asks)], Cache(tmp_path), "NVIDIA H200", None, Rules())
     assert tasks[0].locations == ("index.rst:4", "tutorial.md:63") and "nvfp4" not in tasks[0].precisions
+
+
+# ------------------------------------------------------------------------------- the README from the cache
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_caption_is_the_one_written_from_the_committed_cache() -> None:
+    """Before: the caption said the H200's result "awaits re-measurement" while it was current."""
+    from gemm_bench.cli import readme
+    from gemm_bench.report.figures import readme_documents
+
+    documents, skipped = readme_documents(CACHE, on_error=lambda error: None)
+    text = README.read_text(encoding="utf-8")
+    assert readme.with_caption(text, readme.caption(documents, skipped), README) == text, \
+        "run `nox -s readme_figure` (gemm-bench readme-figure --readme README.md)"
+    assert "awaits re-measurement" not in text or skipped
+
+
+def test_the_caption_names_the_gpus_drawn_and_those_awaiting_re_measurement(tmp_path: Path) -> None:
+    from gemm_bench.cli import readme
+    from gemm_bench.cli.commands import main
+
+    h100 = _load(CACHE / f"{TE_GUIDE}--h100-80gb-hbm3.json")
+    old = _load(H200)
+    old["method_version"] = "1"
+    text = readme.caption([h100], [(old["device"]["name"], "measured with method version '1'")])
+    assert "measured on the H100: every GPU" in text and "(the H200: awaiting re-measurement" in text
+    # The command rewrites only its block, and says when it is up to date.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copy(CACHE / f"{TE_GUIDE}--h100-80gb-hbm3.json", cache)
+    page = tmp_path / "README.md"
+    page.write_text(f"# x\n\n{readme.BEGIN}\nold words\n{readme.END}\n\nrest\n")
+    args = ["readme-figure", "--cache-dir", str(cache), "--out", str(tmp_path / "f.svg"), "--readme", str(page)]
+    assert main(args) == 0
+    assert page.read_text() == f"# x\n\n{readme.BEGIN}\n{readme.caption([h100], [])}\n{readme.END}\n\nrest\n"
+    assert main(args) == 0
+    (tmp_path / "bare.md").write_text("no markers\n")
+    assert main([*args[:-1], str(tmp_path / "bare.md")]) == 2
+
+
+def test_the_readme_and_the_help_agree_on_the_extras_each_command_needs() -> None:
+    """Before: the README said refresh needs the gpu extra, the CLI said it needs Sphinx."""
+    from gemm_bench.cli.commands import build_parser
+    from gemm_bench.cli.extras import COMMAND_EXTRAS, needs, readme_sentence
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert readme_sentence() in text
+    helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0]._choices_actions}  # type: ignore[union-attr]
+    assert set(helps) == set(COMMAND_EXTRAS)
+    for command, extras in COMMAND_EXTRAS.items():
+        assert needs(command) in (helps[command] or "")
+        for extra in ("docs", "gpu"):
+            assert (f"'{extra}'" in (helps[command] or "")) is (extra in extras), command

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gemm_bench.cli.errors import UsageError, echo, one_line
+from gemm_bench.cli.extras import needs
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
 
@@ -180,7 +181,8 @@ def add_commands(subparsers: Any) -> None:
                         "body (an empty file when every file was merged)")
     p.set_defaults(func=cmd_merge)
 
-    p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU")
+    p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU"
+                              + needs("refresh") + "; --dry-run needs 'docs' only")
     p.add_argument("srcdir", metavar="SRCDIR", help="the documentation source directory (docs/)")
     p.add_argument("--gpus", type=_gpu_selection, metavar="all|0,1", help="which local GPUs measure (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")

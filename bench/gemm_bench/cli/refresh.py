@@ -81,8 +81,9 @@ def read_site(srcdir: Path) -> dict[str, Any]:
     while that builder reads, the directives only record what they ask.
     """
     if importlib.util.find_spec("sphinx") is None:
-        raise RefreshError("SRCDIR: refresh reads the pages with Sphinx, which is not installed; "
-                           "install the 'docs' extra")
+        raise RefreshError("SRCDIR: refresh reads the pages with Sphinx, which is not installed; install the "
+                           "'docs' extra (pip install -e '.[docs]', enough for --dry-run; measuring also needs the "
+                           "'gpu' extra: pip install -e '.[docs,gpu]')")
     if not (srcdir / "conf.py").is_file():
         raise RefreshError(f"SRCDIR: {srcdir} has no conf.py; refresh reads the site with its Sphinx configuration")
     with tempfile.TemporaryDirectory(prefix="gemm-questions-") as tmp:
