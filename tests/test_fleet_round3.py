@@ -442,3 +442,38 @@ def test_the_readme_and_the_help_agree_on_the_extras_each_command_needs() -> Non
         assert needs(command) in (helps[command] or "")
         for extra in ("docs", "gpu"):
             assert (f"'{extra}'" in (helps[command] or "")) is (extra in extras), command
+
+
+# ------------------------------------------------------------------------------- model ids
+@pytest.mark.parametrize("entry", ["llama3-8b/tp0", "deepseek-v3/ep0", "mixtral-8x22b/tp0/ep4"])
+def test_a_parallel_size_of_0_is_refused_by_the_one_model_id_parser(entry: str) -> None:
+    """Before: `:models: llama3-8b/tp0` silently meant TP 1 while `:tensor-model-parallel-size: 0` was refused."""
+    from gemm_bench.question.config import ConfigError, parse_model_id
+    from gemm_bench.question.question import build_question
+    from gemm_benchmark.options import OptionError
+    from gemm_benchmark.summary import summary_asks
+
+    with pytest.raises(ConfigError, match=r"/(tp|ep)0 is not a (tensor|expert)-parallel size; sizes start at 1"):
+        parse_model_id(entry)
+    with pytest.raises(OptionError, match=r"sizes start at 1"):
+        summary_asks({"models": entry}, srcdir=Path("."), docdir=Path("."))
+    with pytest.raises(ConfigError, match=r"^--model: .*sizes start at 1"):
+        build_question(model=entry)
+
+
+def test_every_model_id_the_site_shows_is_accepted_by_shapes_and_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `gemm-bench shapes --model llama3-70b/tp8` was "unknown preset" although the models page uses it."""
+    from gemm_bench.cli.commands import main
+    from gemm_bench.question.question import build_question
+
+    models_page = (Path(__file__).resolve().parent.parent / "docs" / "models.rst").read_text(encoding="utf-8")
+    ids = {i.strip() for line in re.findall(r":models: (.*)", models_page) for i in line.split(",")}
+    assert "llama3-70b/tp8" in ids and "deepseek-v3/ep64" in ids
+    for model_id in sorted(ids):
+        assert main(["shapes", "--model", model_id, "--json"]) == 0, model_id
+    capsys.readouterr()
+    spelled = build_question(model="llama3-70b", fields={"tensor_model_parallel_size": 8})
+    assert build_question(model="llama3-70b/tp8").hash == spelled.hash
+    assert build_question(model="llama3-70b/tp8", fields={"tensor_model_parallel_size": 8}).hash == spelled.hash
+    assert main(["shapes", "--model", "llama3-70b/tp8", "--tensor-model-parallel-size", "4"]) == 2
+    assert "--tensor-model-parallel-size: is 4, but the model id 'llama3-70b/tp8' says 8" in capsys.readouterr().err
