@@ -477,3 +477,26 @@ def test_every_model_id_the_site_shows_is_accepted_by_shapes_and_run(capsys: pyt
     assert build_question(model="llama3-70b/tp8", fields={"tensor_model_parallel_size": 8}).hash == spelled.hash
     assert main(["shapes", "--model", "llama3-70b/tp8", "--tensor-model-parallel-size", "4"]) == 2
     assert "--tensor-model-parallel-size: is 4, but the model id 'llama3-70b/tp8' says 8" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- report and compare on studies
+def test_report_on_a_study_says_what_it_is_and_what_to_use(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `gemm-bench report studies/loss-parity--h200.json` said "$.question: is missing"."""
+    from gemm_bench.cli.commands import main
+
+    assert main(["report", str(LOSS)]) == 2
+    err = capsys.readouterr().err
+    assert "$.question" not in err and err.count("\n") == 1
+    assert "holds the loss-parity study measured on NVIDIA H200, not a question's result" in err
+    assert "gemm-loss-parity directive" in err and "gemm-bench compare A B" in err
+
+
+def test_compare_takes_two_runs_of_a_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gemm_bench.cli.commands import main
+
+    newer = tmp_path / "new.json"
+    newer.write_text(dumps(_later(_load(LOSS))))
+    assert main(["compare", str(LOSS), str(newer), "--markdown"]) == 0
+    assert "Nothing changed beyond the study's spread" in capsys.readouterr().out
+    assert main(["compare", str(LOSS), str(H200)]) == 2
+    assert "holds a study and the other file a question's result" in capsys.readouterr().err

@@ -384,8 +384,17 @@ def _rerun_under_nsys(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------- report, presets
 def cmd_report(args: argparse.Namespace) -> int:
+    from gemm_bench.results.studies import study_in
+
+    path = Path(args.file)
+    study = study_in(path)
+    if study is not None:
+        raise UsageError(f"FILE: {path} holds the {one_line(str(study['study']))} study measured on "
+                         f"{one_line(str(study['device']['name']))}, not a question's result; its page shows it "
+                         f"(the gemm-{one_line(str(study['study']))} directive), and two runs of it compare with "
+                         "gemm-bench compare A B")
     try:
-        doc = read_document(Path(args.file))
+        doc = read_document(path)
     except CacheError as exc:
         raise UsageError(f"FILE: {exc}") from None
     report = Report(doc, num_layers=args.num_layers)

@@ -35,9 +35,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          "directories)")
         output = compare_dirs(a, b)
     else:
+        from gemm_bench.report.compare import compare_studies
+        from gemm_bench.results.studies import study_in
+
         try:
-            doc_a, doc_b = load_result(a), load_result(b)
-            output = compare(doc_a, doc_b)
+            study_a, study_b = study_in(a), study_in(b)
+        except CacheError as exc:
+            raise UsageError(f"{'A' if exc.path == a else 'B'}: {exc}") from None
+        if (study_a is None) != (study_b is None):
+            raise UsageError(f"A, B: {a if study_a is not None else b} holds a study and the other file a question's "
+                             "result; compare two runs of one study, or two results of one question")
+        try:
+            if study_a is not None and study_b is not None:
+                if args.markdown:
+                    echo(compare_studies(study_a, study_b).to_markdown(f"{a.name} vs {b.name}"), end="")
+                    return 0
+                output = compare_studies(study_a, study_b)
+            else:
+                output = compare(load_result(a), load_result(b))
         except CacheError as exc:
             raise UsageError(f"{'A' if exc.path == a else 'B'}: {exc}") from None
         except CompareError as exc:

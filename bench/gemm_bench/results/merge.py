@@ -45,7 +45,7 @@ from filelock import FileLock
 
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results import studies
-from gemm_bench.results.cache import Cache, CacheError, _read_bytes, dumps, parse_json, read_document, write_atomic
+from gemm_bench.results.cache import Cache, CacheError, dumps, read_document, write_atomic
 from gemm_bench.results.schema import merge_documents, validate
 from gemm_bench.results.stack import document_stack
 from gemm_bench.results.untrusted_text import field, markdown
@@ -245,16 +245,6 @@ def decide_study(existing: dict[str, Any], incoming: dict[str, Any], *, now: dt.
                                    f"({new})")
 
 
-def _is_study(source: Path) -> bool:
-    """Whether a file holds a study document (``"kind": "study"``); anything unreadable is not (the
-    result reader then says why it cannot be used)."""
-    try:
-        doc = parse_json(source, _read_bytes(source))
-    except CacheError:
-        return False
-    return isinstance(doc, dict) and doc.get("kind") == "study"
-
-
 def _merge_study(source: Path, cache_dir: Path, now: dt.datetime | None) -> MergeAction:
     try:
         incoming = studies.read_study(source)
@@ -303,7 +293,7 @@ def merge(dirs: Iterable[str | Path], cache_dir: str | Path, *, now: dt.datetime
     cache = Cache(cache_dir)
     actions: list[MergeAction] = []
     for source in incoming_files([Path(d) for d in dirs]):
-        if _is_study(source):
+        if studies.holds_study(source):
             actions.append(_merge_study(source, Path(cache_dir), now))
             continue
         try:

@@ -245,6 +245,30 @@ def read_study(path: Path) -> dict[str, Any]:
     return doc
 
 
+def holds_study(path: Path) -> bool:
+    """Whether a file holds a study document (``"kind": "study"``), valid or not; anything unreadable
+    does not (a result reader then says why it cannot be used)."""
+    try:
+        doc = parse_json(path, _read_bytes(path))
+    except CacheError:
+        return False
+    return isinstance(doc, dict) and doc.get("kind") == "study"
+
+
+def study_in(path: Path) -> dict[str, Any] | None:
+    """The valid study document ``path`` holds, whatever its name (a downloaded artifact), or None
+    when it holds no study; a study that is not valid is a :class:`CacheError` saying why (never a
+    result reader's "$.question: is missing")."""
+    if not holds_study(path):
+        return None
+    doc = parse_json(path, _read_bytes(path))
+    try:
+        validate(doc)
+    except StudyError as exc:
+        raise CacheError(path, f"holds a study that does not match the study schema: {exc}") from None
+    return dict(doc)
+
+
 def read_studies(cache_dir: str | Path, name: str) -> tuple[list[dict[str, Any]], list[CacheError]]:
     """Every valid document of study ``name`` in the cache (sorted by device), and one error per bad file."""
     docs, errors = [], []
