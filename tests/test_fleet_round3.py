@@ -500,3 +500,23 @@ def test_compare_takes_two_runs_of_a_study(tmp_path: Path, capsys: pytest.Captur
     assert "Nothing changed beyond the study's spread" in capsys.readouterr().out
     assert main(["compare", str(LOSS), str(H200)]) == 2
     assert "holds a study and the other file a question's result" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- report fits 100 columns
+@pytest.mark.parametrize("path", sorted(CACHE.glob("*--*.json")), ids=lambda p: p.name)
+def test_report_fits_100_columns_prints_no_paragraph_twice_and_aligns_peers(path: Path) -> None:
+    """Before: 197-column rows, a 1,386-character paragraph twice, one ~5,000-character line for the
+    sweep's regions, and peer rows whose columns moved with the op's name."""
+    from gemm_bench.report.report import TEXT_WIDTH, Report
+
+    text = Report(read_document(path)).to_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= TEXT_WIDTH == 100
+    from gemm_bench.measure.step import WHAT_IS_TIMED
+
+    flat = " ".join(text.split())
+    assert flat.count(" ".join(WHAT_IS_TIMED.split())) <= 1  # the step's long paragraph, once for both forms
+    peers = text.split("== Peers (context; not in TE totals) ==")[1].split("\n\n")[0].splitlines()[1:] \
+        if "== Peers" in text else []
+    timed = [line for line in peers if " ms " in line]
+    assert len({line.index(" ms ") for line in timed}) <= 1, timed[:3]
