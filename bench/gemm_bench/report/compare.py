@@ -154,13 +154,26 @@ class SqnrChange:
     @property
     def flagged(self) -> bool:
         """More than :data:`SQNR_TOLERANCE_DB` apart, or measured on one side only."""
-        if self.delta_db is None:
-            return (self.a_db is None) != (self.b_db is None)
-        return abs(self.delta_db) > SQNR_TOLERANCE_DB
+        return sqnr_changed(self.a_db, self.b_db)
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "precision": self.precision, "gemm": self.gemm, "distribution": self.distribution,
                 "a_db": self.a_db, "b_db": self.b_db, "delta_db": self.delta_db, "flagged": self.flagged}
+
+
+def sqnr_changed(a_db: float | None, b_db: float | None) -> bool:
+    """Two SQNRs (dB) more than :data:`SQNR_TOLERANCE_DB` apart, or one measured and not the other:
+    the one rule for a GEMM's SQNR and for a study's."""
+    if a_db is None or b_db is None:
+        return (a_db is None) != (b_db is None)
+    return abs(b_db - a_db) > SQNR_TOLERANCE_DB
+
+
+def _paired_db(cells_a: dict[Any, float | None], cells_b: dict[Any, float | None]) -> list[tuple[Any, float | None,
+                                                                                                 float | None]]:
+    """(key, A's dB, B's dB) of every key either side holds a measurement of, in A's order then B's."""
+    pairs = [(key, cells_a.get(key), cells_b.get(key)) for key in dict.fromkeys([*cells_a, *cells_b])]
+    return [(key, a, b) for key, a, b in pairs if a is not None or b is not None]
 
 
 def describe_side(doc: dict[str, Any], escape: Callable[[str], str] = field) -> str:
@@ -457,12 +470,8 @@ def _sqnr_cells(report: Report) -> dict[tuple[str, str, str, str, str, int, int,
 
 def compare_sqnr(ra: Report, rb: Report) -> list[SqnrChange]:
     """Each SQNR cell either side holds, paired by what it is (never by its place in a list)."""
-    cells_a, cells_b = _sqnr_cells(ra), _sqnr_cells(rb)
     out = []
-    for key in dict.fromkeys([*cells_a, *cells_b]):
-        a_db, b_db = cells_a.get(key), cells_b.get(key)
-        if a_db is None and b_db is None:
-            continue
+    for key, a_db, b_db in _paired_db(_sqnr_cells(ra), _sqnr_cells(rb)):
         mode, precision, distribution, op, pass_ = key[:5]
         out.append(SqnrChange(mode, precision, f"{op}/{pass_}", distribution, a_db, b_db))
     return out
@@ -578,15 +587,8 @@ def _dynamic_range_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[Stud
                 out[key] = float(result["gemm"]["whole_db"]) if result["status"] == "measured" else None
         return out
 
-    ca, cb = cells(a), cells(b)
-    rows = []
-    for key in dict.fromkeys([*ca, *cb]):
-        da, db = ca.get(key), cb.get(key)
-        if da is None and db is None:
-            continue
-        flagged = (da is None) != (db is None) or (da is not None and db is not None
-                                                   and abs(db - da) > SQNR_TOLERANCE_DB)
-        rows.append(StudyRow(f"{key} GEMM SQNR", _db_text(da), _db_text(db), flagged))
+    rows = [StudyRow(f"{key} GEMM SQNR", _db_text(da), _db_text(db), sqnr_changed(da, db))
+            for key, da, db in _paired_db(cells(a), cells(b))]
     return rows, f"a GEMM SQNR that moves by more than {SQNR_TOLERANCE_DB:g} dB, or is measured on one side only"
 
 
