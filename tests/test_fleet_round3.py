@@ -451,7 +451,7 @@ def test_a_parallel_size_of_0_is_refused_by_the_one_model_id_parser(entry: str) 
     from gemm_bench.question.config import ConfigError, parse_model_id
     from gemm_bench.question.question import build_question
     from gemm_benchmark.options import OptionError
-    from gemm_benchmark.summary import summary_asks
+    from gemm_benchmark.summary_answer import summary_asks
 
     with pytest.raises(ConfigError, match=r"/(tp|ep)0 is not a (tensor|expert)-parallel size; sizes start at 1"):
         parse_model_id(entry)

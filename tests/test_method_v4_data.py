@@ -192,7 +192,7 @@ def test_the_models_page_prose_states_exactly_the_pairs_its_build_checks() -> No
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "models.rst").read_text(encoding="utf-8")
     option = re.search(r":gains-less: (.+)", text)
-    models = re.search(r":models: (.+)", text)
+    models = re.search(r":models: (.+)\n(?:   :.+\n)*?   :gains-less:", text)  # the directive that checks
     assert option and models
     entries = [m.strip() for m in models.group(1).split(",")]
     claims = gains_less_claims(option.group(1), entries)
@@ -202,10 +202,16 @@ def test_the_models_page_prose_states_exactly_the_pairs_its_build_checks() -> No
         preset, _, tp = entry.partition("/tp")
         return model_label(preset, int(tp) if tp else None)
 
-    sentence = prose[prose.index("gains less with every"):prose.index(":doc:`tutorial`")]
-    for a, b in claims:  # "A ... less than B" within one clause of the sentence
-        assert re.search(re.escape(label(a)) + r"[^.]{0,80}? less than " + re.escape(label(b)), sentence), (a, b)
-    assert sentence.count(" less than ") == len(claims)  # and no pair the build does not check
+    sentence = prose[prose.index("gain less with every"):prose.index(":doc:`tutorial`")]
+    less = [c for c in claims if c.relation == "<"]
+    for c in less:  # "A ... less than B" within one clause of the sentence
+        assert re.search(re.escape(label(c.left)) + r"[^.]{0,80}? less than " + re.escape(label(c.right)),
+                         sentence), c
+    for c in claims:  # "A and B ... within each other's measured spread" in one sentence
+        if c.relation == "~":
+            assert re.search(re.escape(label(c.left)) + r" and " + re.escape(label(c.right)) +
+                             r"[^.]{0,120}?within each other's measured spread", sentence), c
+    assert sentence.count(" less than ") == len(less)  # and no pair the build does not check
 
 
 @pytest.mark.parametrize("bad", [-1.0, 0.0, 1e9, "1.0", True])

@@ -142,14 +142,36 @@ class InlineFigures(SphinxPostTransform):
             candidate = candidates.get("image/svg+xml")
             if not candidate:
                 continue
+            path = Path(self.env.srcdir) / candidate
             try:
-                svg = (Path(self.env.srcdir) / candidate).read_text(encoding="utf-8")
+                svg = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue  # leave the <img>: the builder copies the file and warns if it is gone
-            markup = inline_svg(svg, f"gemm-fig{index}", node.get("alt", ""))
-            container = nodes.container(classes=[FIGURE_CLASS])
-            container += nodes.raw("", markup, format="html")
-            node.replace_self(container)
+            wide = figures.wide_twin(path)
+            try:
+                wide_svg = wide.read_text(encoding="utf-8") if _own_figure(wide, Path(self.env.doctreedir)) else None
+            except (OSError, UnicodeDecodeError):
+                wide_svg = None  # the phone figure alone, at every width
+            if wide_svg is not None:  # replace_self gives the image's classes to the pair: not this one
+                node["classes"] = [c for c in node["classes"] if c != FIGURE_CLASS]
+            node.replace_self(figure_pair(svg, wide_svg, f"gemm-fig{index}", node.get("alt", "")))
+
+
+def figure_pair(svg: str, wide_svg: str | None, prefix: str, label: str) -> nodes.Element:
+    """A figure for the page: the phone SVG in a ``div.gemm-figure`` and, when given, its desktop
+    twin beside it in a ``div.gemm-figure-wide``, both in a ``div.gemm-figure-pair`` whose width
+    (a CSS container query, ``gemm_benchmark.css``) shows one of them. The twin sits outside
+    ``div.gemm-figure`` so that whatever reads a page's figures reads each once."""
+    figure = nodes.container(classes=[FIGURE_CLASS])
+    figure += nodes.raw("", inline_svg(svg, prefix, label), format="html")
+    if wide_svg is None:
+        return figure
+    pair = nodes.container(classes=["gemm-figure-pair"])
+    pair += figure
+    wide = nodes.container(classes=["gemm-figure-wide"])
+    wide += nodes.raw("", inline_svg(wide_svg, f"{prefix}w", label), format="html")
+    pair += wide
+    return pair
 
 
 def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.paragraph:

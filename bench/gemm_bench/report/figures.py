@@ -48,9 +48,20 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report.figure_layout import Scene, layout
-from gemm_bench.report.figure_spec import _INK, PRECISION_COLORS, FigureError, FigureSpec, Panel, Series
+from gemm_bench.report.figure_spec import (
+    _INK,
+    PRECISION_COLORS,
+    WIDE_IN,
+    WIDTH_IN,
+    FigureError,
+    FigureSpec,
+    Panel,
+    Series,
+)
 from gemm_bench.report.figure_spec import MIN_PHONE_PX as MIN_PHONE_PX  # the phone-width rule, for callers
 from gemm_bench.report.figure_spec import PHONE_WIDTH_PX as PHONE_WIDTH_PX
+from gemm_bench.report.figure_spec import WIDE_MIN_PX as WIDE_MIN_PX  # where a page shows the wide twin
+from gemm_bench.report.figure_spec import WIDTHS as WIDTHS
 from gemm_bench.report.figure_svg import PAGE_CLASS, to_svg
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import write_atomic
@@ -385,21 +396,22 @@ def _check(fmt: str, theme: str | None) -> Theme:
     return chosen  # type: ignore[return-value]
 
 
-def scene(spec: FigureSpec, theme: Theme = "light") -> Scene:
-    """The laid-out figure of ``spec`` with the ink of ``theme`` (``page``: ``currentColor``)."""
-    return layout(spec, "currentColor" if theme == "page" else _INK[theme])
+def scene(spec: FigureSpec, theme: Theme = "light", *, width: float = WIDTH_IN) -> Scene:
+    """The laid-out figure of ``spec`` with the ink of ``theme`` (``page``: ``currentColor``),
+    ``width`` inches wide."""
+    return layout(spec, "currentColor" if theme == "page" else _INK[theme], width_in=width)
 
 
-def render(spec: FigureSpec, fmt: str, *, theme: Theme | None = None) -> bytes:
+def render(spec: FigureSpec, fmt: str, *, theme: Theme | None = None, width: float = WIDTH_IN) -> bytes:
     """``spec`` drawn as ``svg``, ``pdf`` or ``png``.
 
     The default theme is ``page`` for SVG (one file for light and dark pages) and ``light`` for
     PDF and PNG (LaTeX and other builders print on white). SVG is written without matplotlib;
-    PDF and PNG are painted by it from the same layout. Raises :class:`FigureError` for an
-    unknown format or theme.
+    PDF and PNG are painted by it from the same layout. ``width``: in inches (the phone's
+    :data:`WIDTH_IN` unless told). Raises :class:`FigureError` for an unknown format or theme.
     """
     chosen = _check(fmt, theme)
-    laid_out = scene(spec, chosen)
+    laid_out = scene(spec, chosen, width=width)
     if fmt == "svg":
         if chosen == "page":
             return to_svg(laid_out, page_style=_PAGE_STYLE, root_attrs=_PAGE_ROOT_ATTRS)
@@ -413,7 +425,9 @@ def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gem
     """``<directory>/<stem>-<spec key>.<fmt>``, drawn only if that file does not exist yet.
 
     The key covers everything the figure shows and how it is drawn, so an existing file is the
-    figure: rebuilds, other pages and parallel readers showing the same numbers reuse it.
+    figure: rebuilds, other pages and parallel readers showing the same numbers reuse it. An SVG
+    (:data:`WIDTH_IN` wide, for phones) gets its :data:`WIDE_IN` twin beside it (:func:`wide_twin`),
+    which an HTML page shows where its column is wide enough.
     """
     _check(fmt, None)
     path = directory / f"{stem}-{spec.key()}.{fmt}"
@@ -421,10 +435,20 @@ def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gem
         # The spec first: a figure file always has the spec it was drawn from beside it, so a
         # builder that needs another format can draw that from it (:func:`load_spec`).
         _write_atomic(path.with_suffix(".spec"), spec_to_json(spec).encode("utf-8"))
+        if fmt == "svg":  # the desktop twin before the figure: a figure that exists has its twin
+            _write_atomic(wide_twin(path), render(spec, fmt, width=WIDE_IN))
         _write_atomic(path, render(spec, fmt))
     elif load_spec(path) != spec:  # drawn by an older build (a pickled spec): the JSON spec beside it
         _write_atomic(path.with_suffix(".spec"), spec_to_json(spec).encode("utf-8"))
     return path
+
+
+def wide_twin(figure: Path) -> Path:
+    """The desktop twin of an SVG :func:`figure_file`: ``<stem>-wide-<key>.svg`` beside it (a name
+    that the figure's ``<stem>-<key>.*`` image URI does not match, so Sphinx never takes it for a
+    candidate of the image)."""
+    stem, _, key = figure.stem.rpartition("-")
+    return figure.with_name(f"{stem}-wide-{key}{figure.suffix}")
 
 
 # ------------------------------------------------------------------------------- spec files
