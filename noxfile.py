@@ -130,4 +130,4 @@ def perf(session: nox.Session) -> None:
 def readme_figure(session: nox.Session) -> None:
     """Regenerate docs/_static/readme-speedups.svg and its -dark twin (the README's picture) from the cache."""
     session.install("-e", ".[docs]")
-    session.run("gemm-bench", "readme-figure", *session.posargs)
+    session.run("gemm-bench", "readme-figure", "--readme", "README.md", *session.posargs)

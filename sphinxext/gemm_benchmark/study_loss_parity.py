@@ -287,7 +287,7 @@ class GemmLossParityDirective(SphinxDirective):
         panels = []
         for doc in docs:
             path = folder / studies.file_name(doc["study"], doc["device"]["name"])
-            stale = studies.staleness(doc, None, ("method",))
+            stale = studies.staleness(doc, None, ("method",), max_age_days=config.max_age_days)
             if stale:
                 self.warn(Subtype.STALE, f"study on {doc['device']['name']} is stale: {stale}")
             panels.append((device_label(doc["device"]["name"]), self.device_nodes(doc, path, stale)))

@@ -19,7 +19,7 @@ from typing import Any
 
 from gemm_bench.measure.step import ROUTING_NAMES, routings
 from gemm_bench.question.choices import split_list
-from gemm_bench.question.config import PRESET_DESCRIPTIONS
+from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
@@ -42,7 +42,6 @@ from gemm_benchmark.values import (
     unavailable_text,
 )
 
-_MODEL = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d+))?(?:/ep(?P<ep>\d+))?$")
 #: What ``:show:`` may list: the per-model tables, the figure, and SQNR once per recipe and pass.
 SHOW_PARTS = ("table", "figure", "sqnr")
 MODE_ROW_NAMES = {"autocast": "Autocast GEMMs", "prequant": "Pre-quantized GEMMs"}
@@ -88,12 +87,12 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> l
     shared = {k: options[k] for k in ("precisions", "modes", "devices") if (options.get(k) or "").strip()}
     asks = []
     for entry in models:
-        match = _MODEL.match(entry)
-        if not match:
-            raise OptionError("models", f"{entry!r} is not PRESET, PRESET/tpN, PRESET/epN or PRESET/tpN/epM")
-        fields = {"model": match["preset"], **shared}
-        tp = int(match["tp"]) if match["tp"] else None
-        ep = int(match["ep"]) if match["ep"] else None
+        try:  # the one parser of model ids (gemm-bench --model takes them too); refuses /tp0 and /ep0
+            model_id = parse_model_id(entry)
+        except ConfigError as exc:
+            raise OptionError("models", exc.rule) from None
+        fields = {"model": model_id.preset, **shared}
+        tp, ep = model_id.tp, model_id.ep
         if tp:
             fields["tensor-model-parallel-size"] = str(tp)
         if ep:
@@ -102,8 +101,8 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> l
         if not any(p != BASELINE for p in request.precisions):
             raise OptionError("precisions", "the summary shows speedups vs BF16: name at least one precision "
                               "besides BF16", subtype="precisions")
-        asks.append(ModelAsk(model_label(match["preset"], tp, ep) if len(models) > 1 else "", request,
-                             match["preset"], tp, ep))
+        asks.append(ModelAsk(model_label(model_id.preset, tp, ep) if len(models) > 1 else "", request,
+                             model_id.preset, tp, ep))
     return asks
 
 

@@ -621,30 +621,42 @@ DEFAULT_README_OUT = Path("docs/_static/readme-speedups.svg")
 
 
 
-def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:
-    """The README figure: the Transformer Engine guide's example layer on every cached device.
+def readme_documents(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None,
+                     ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """The README question's current results, by device name; and (device, why) of each skipped
+    stale one. What the README figure draws and what its caption says come from this one list.
 
     Unreadable cache files and stale results (another method version) are passed to ``on_error``
-    (default: printed to stderr) and skipped.
-    Raises :class:`FigureError` naming the cache directory when no device has a result.
+    (default: printed to stderr).
     """
     from gemm_bench.question.question import build_question
-    from gemm_bench.results.cache import Cache
+    from gemm_bench.results.cache import Cache, is_stale
 
     question = build_question(model=README_MODEL)
     lookup = Cache(cache_dir).lookup(question.hash)
     for error in lookup.errors:
         (on_error or _print_error)(error)
-    from gemm_bench.results.cache import is_stale
-
-    fresh = []
+    fresh, skipped = [], []
     for doc in lookup.documents:
         why = is_stale(doc)
         if why is None:
             fresh.append(doc)
         else:  # never draw another method's numbers beside the current one's
+            skipped.append((str(doc["device"]["name"]), why))
             (on_error or _print_error)(FigureError(f"skipping the result on {doc['device']['name']}: {why}"))
-    documents = sorted(fresh, key=lambda d: str(d["device"]["name"]))
+    return sorted(fresh, key=lambda d: str(d["device"]["name"])), sorted(skipped)
+
+
+def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:
+    """The README figure: the Transformer Engine guide's example layer on every cached device
+    with a current result (:func:`readme_documents`).
+
+    Raises :class:`FigureError` naming the cache directory when no device has a result.
+    """
+    from gemm_bench.question.question import build_question
+
+    question = build_question(model=README_MODEL)
+    documents, _ = readme_documents(cache_dir, on_error=on_error)
     reports = [(device_label(d["device"]["name"]), Report(d)) for d in documents]
     spec = summary_spec(reports, MODES, title=f"{README_MODEL}: {question.describe()}") if reports else None
     if spec is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -778,9 +779,10 @@ class Report:
         return out
 
     def to_text(self) -> str:
-        """The report as lines of text; every line is one line whatever a result file's strings hold
-        (a newline or an escape sequence in a device name or reason is shown escaped)."""
-        return "\n".join(untrusted_text.field(line) for line in self._text_lines())
+        """The report as lines of text at most :data:`TEXT_WIDTH` columns (a longer line, a note or a
+        reason, wraps under its own indent); every line is one line whatever a result file's strings
+        hold (a newline or an escape sequence in a device name or reason is shown escaped)."""
+        return "\n".join(wrapped for line in self._text_lines() for wrapped in _wrap(untrusted_text.field(line)))
 
     def _text_lines(self) -> Iterable[str]:
         doc = self.doc
@@ -800,34 +802,34 @@ class Report:
             if runs:
                 yield f"run: {', '.join(runs)}"
             measured = [p for p in self.precisions if self.status(mode, p)[0] == "measured"]
+            shape_width = max([len("shape (MxKxN)"), *(len(g.label) for g in self.gemms)])
+            name_width = max(len(PRECISIONS[p].display) for p in PRECISIONS)
+            op_width = max([16, *(len(OP_NAMES.get(g.op, g.op)) for g in self.gemms)])
             for pass_ in PASSES:
                 gemms = [g for g in self.gemms if g.pass_ == pass_]
-                if not gemms:
+                if not gemms or not measured:
                     continue
+                # One region per line (GEMM x precision): fits TEXT_WIDTH however many precisions there are.
                 yield ""
-                header = f"{PASS_NAMES[pass_]:<18}{'shape (MxKxN)':>26}"
-                for p in measured:
-                    header += f" | {PRECISIONS[p].display + ' ms':>15}{'TFLOP/s':>9}{'%peak':>6}"
-                    if p != BASELINE:
-                        header += f"{'x':>7}"
-                yield header
+                yield (f"{PASS_NAMES[pass_]:<{op_width + 2}} {'shape (MxKxN)':>{shape_width}}  "
+                       f"{'precision':<{name_width}}{'ms':>10}{'TFLOP/s':>9}{'%peak':>6}{'vs BF16':>9}")
                 for g in gemms:
-                    line = f"  {OP_NAMES.get(g.op, g.op):<16}{g.label:>26}"
-                    for p in measured:
+                    for index, p in enumerate(measured):
                         c = self.cell(mode, p, g)
                         pct = self._pct(c)[0]
-                        line += f" | {c.ms or 0.0:>15.4f}{c.tflops or 0.0:>9.1f}"
+                        first = index == 0
+                        line = (f"  {OP_NAMES.get(g.op, g.op) if first else '':<{op_width}} "
+                                f"{g.label if first else '':>{shape_width}}  {PRECISIONS[p].display:<{name_width}}"
+                                f"{c.ms or 0.0:>10.4f}{c.tflops or 0.0:>9.1f}")
                         line += f"{pct:>6.0f}" if pct is not None else f"{'-':>6}"
                         if p != BASELINE:
-                            s = self.gemm_speedup(mode, p, g)
-                            line += f"{s:>6.2f}x" if s else f"{'-':>7}"
-                    yield line
-                line = f"  {'sum':<16}{'':>26}"
-                for p in measured:
-                    line += f" | {self.total(mode, p).pass_ms.get(pass_) or 0.0:>15.4f}{'':>15}"
-                    if p != BASELINE:
-                        line += f"{'':>7}"
-                yield line
+                            speedup = self.gemm_speedup(mode, p, g)
+                            line += f"{speedup:>8.2f}x" if speedup else f"{'-':>9}"
+                        yield line
+                for index, p in enumerate(measured):
+                    label = "sum" if index == 0 else ""
+                    yield (f"  {label:<{op_width}} {'':>{shape_width}}  {PRECISIONS[p].display:<{name_width}}"
+                           f"{self.total(mode, p).pass_ms.get(pass_) or 0.0:>10.4f}")
             yield ""
             layers = self.num_layers
             whole = f"model ({layers} layers)" if self.kind == "model" else "all shapes"
@@ -844,8 +846,8 @@ class Report:
                 else:
                     vs = f"  (no speedup vs BF16: {t.speedup_reason})"
                 passes = ", ".join(f"{PASS_NAMES[k]} {v:.3f}" for k, v in t.pass_ms.items() if v is not None)
-                yield (f"  {name:<12} per layer {t.per_layer_ms:9.3f} ms ({passes})"
-                       f" | {whole} {t.model_ms:9.2f} ms{vs}")
+                yield f"  {name:<12} per layer {t.per_layer_ms:9.3f} ms | {whole} {t.model_ms:9.2f} ms{vs}"
+                yield f"  {'':<12} ({passes} ms)"
             yield from self._roofline_lines(mode, measured)
             yield from self._accuracy_lines(mode)
         yield from self._step_lines()
@@ -868,7 +870,8 @@ class Report:
             low = [g["label"] for g in clocked if g.get("clock_low")]
             if low:
                 yield (f"  clock more than {telemetry.CLOCK_DROP:.0%} below the run's median in {len(low)} group(s) "
-                       f"(power- or heat-limited while timed): {', '.join(low)}")
+                       "(power- or heat-limited while timed):")
+                yield from (f"    {label}" for label in low)
         else:
             reason = next((g["clock"].get("reason") for g in groups if g.get("clock")), "no clock samples")
             yield f"telemetry: {len(groups)} timed groups; no clock samples ({reason})"
@@ -892,16 +895,18 @@ class Report:
                 if waited:
                     yield (f"  more than {limit - 1:.0%} above kernel time (the GPU was idle for part of the region: "
                            "gaps between its kernels, the host's work in an eager group, or a lower clock than "
-                           f"when profiled) in {len(waited)}: " + ", ".join(waited))
+                           f"when profiled) in {len(waited)} region(s):")
+                    yield from (f"    {name}" for name in waited)
                 if overlapped:
                     yield (f"  more than {limit - 1:.0%} below kernel time (the summed kernel time exceeds the "
                            "elapsed time: kernels overlapped, e.g. on several streams, or the trace's split into "
                            "regions counted a neighbour's kernels, or the unprofiled rounds ran at a higher clock "
-                           "or without the profiler's cost) in "
-                           f"{len(overlapped)}: " + ", ".join(overlapped))
+                           f"or without the profiler's cost) in {len(overlapped)} region(s):")
+                    yield from (f"    {name}" for name in overlapped)
             eager = [g["label"] for g in groups if g.get("timed") == "eager"]
             if eager:
-                yield "  timed eagerly (host work included by definition; not judged): " + ", ".join(eager)
+                yield f"  timed eagerly (host work included by definition; not judged) in {len(eager)} group(s):"
+                yield from (f"    {label}" for label in eager)
             yield (f"  profiled rounds: events up to {max(r for _, r, _ in rows):.2f}x their own kernel time "
                    "(the same launches; what the bounds above judge where a result stores it per cell)")
         skipped = [g["cross_check"]["reason"] for g in groups if g.get("cross_check", {}).get("reason")]
@@ -918,6 +923,7 @@ class Report:
             return
         yield ""
         yield "roofline-predicted vs measured (ms; the prediction omits host overhead, launch gaps and tiling):"
+        per_line = 3  # precisions per line: "FP8 Current 1.1918/1.4050" is 25 columns
         for g in self.gemms:
             parts = []
             for p in measured:
@@ -925,7 +931,9 @@ class Report:
                 roof = self._roof(c)[0]
                 parts.append(f"{PRECISIONS[p].display} {roof:.4f}/{c.ms or 0.0:.4f}" if roof is not None
                              else f"{PRECISIONS[p].display} -")
-            yield f"  {g.op + '/' + g.pass_:<18} " + " | ".join(parts)
+            for start in range(0, len(parts), per_line):
+                label = g.op + "/" + g.pass_ if start == 0 else ""
+                yield f"  {label:<18} " + " | ".join(parts[start:start + per_line])
 
     def _accuracy_lines(self, mode: str) -> Iterable[str]:
         if mode not in ACCURACY_MODES:
@@ -951,10 +959,11 @@ class Report:
             first = self.step(self.precisions[0])
             yield ""
             yield f"== {MODE_NAMES[LAYER_MODES[0]]} ==: {first.status}: {first.reason}"
-        for mode in self.layer_modes:
+        for index, mode in enumerate(self.layer_modes):
             yield ""
             yield f"== {MODE_NAMES[mode]} =="
-            yield f"({step.WHAT_IS_TIMED})"
+            # What is timed is the same for both forms of the step: said once, under the first.
+            yield f"({step.WHAT_IS_TIMED})" if index == 0 else f"(as {MODE_NAMES[self.layer_modes[0]]} above)"
             rows = [self.step(p, graphed=mode == LAYER_MODES[1]) for p in self.precisions]
             base = next((r for r in rows if r.precision == BASELINE), None)
             if base is not None and base.gemm_share is not None:
@@ -986,13 +995,31 @@ class Report:
             return
         yield ""
         yield "== Peers (context; not in TE totals) =="
+        # Columns as wide as their longest entry (a backend name, an op/pass), so every row aligns.
+        backend_width = max(len(r.backend) for r in rows)
+        where_width = max(len(f"{r.op}/{r.pass_}") for r in rows)
         for r in rows:
-            where = f"{r.op}/{r.pass_:<8}"
+            where = f"{r.op}/{r.pass_}"
             if r.ms is not None:
                 pct = f" {r.pct_of_peak:4.0f}% of peak" if r.pct_of_peak is not None else ""
-                yield f"  {r.backend:<44} {where} {r.ms:.4f} ms {r.tflops or 0.0:7.1f} TFLOP/s{pct}"
+                yield (f"  {r.backend:<{backend_width}} {where:<{where_width}} {r.ms:9.4f} ms "
+                       f"{r.tflops or 0.0:7.1f} TFLOP/s{pct}")
             else:
-                yield f"  {r.backend:<44} {where} {r.status}: {r.reason}"
+                yield f"  {r.backend:<{backend_width}} {where:<{where_width}} {r.status}: {r.reason}"
+
+
+#: The widest line :meth:`Report.to_text` prints (a terminal, a log, a pull request's code block).
+TEXT_WIDTH = 100
+
+
+def _wrap(line: str) -> list[str]:
+    """``line`` in lines of at most :data:`TEXT_WIDTH` columns, continued under its own indent plus two
+    (a word longer than the width, a file path, is broken rather than left over the edge)."""
+    if len(line) <= TEXT_WIDTH:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(line, TEXT_WIDTH, initial_indent="", subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, drop_whitespace=True) or [line]
 
 
 def _display(precision: str) -> str:
