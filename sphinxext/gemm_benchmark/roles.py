@@ -226,13 +226,9 @@ class ResolveGemmValues(SphinxPostTransform):
             try:
                 slug, value = _lookup(self.env, node)
             except Unavailable as exc:
-                record = records.find(self.env, node["gemm_name"])
-                if record is not None and not record.devices:
-                    # The directive already said its result is missing (one warning per directive,
-                    # or its :missing: note): the role shows n/a and says so in the log only.
-                    logger.info(":%s:`%s`: %s", node["kind"], node["text"], exc, location=node)
-                else:
-                    warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
+                # Always a warning, at the role: ":missing: note" makes the directive's own panel a
+                # note, but prose reading "makes it n/a faster" is never what an author meant.
+                warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(_not_available(node["text"], exc, html))
                 continue
             paragraph = node.parent
