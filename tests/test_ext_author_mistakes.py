@@ -53,6 +53,8 @@ Mistakes
    :missing: note
 
 It makes it :gemm-speedup:`blackwell autocast fp8-current` faster.
+
+Every GEMM here is large, so the kernels run well, and training sees :gemm-speedup:`twice autocast fp8-current`.
 """
 
 OTHER_RST = """\
@@ -169,3 +171,27 @@ def test_option_line_finds_rst_and_myst_options():
     assert option_line(".. gemm-benchmark::\n   :name: x\n   :devices: h10\n", 9, "devices") == 11
     assert option_line("```{gemm-benchmark}\n---\ndevices: h10\n---\n```\n", 3, "devices") == 5
     assert option_line(".. gemm-benchmark::\n   :name: x\n", 9, "devices") == 9
+
+
+def test_a_gemm_quantity_called_training_is_a_located_warning(built):
+    """Issue 35 item 1: "training sees 1.62×" where 1.62× is the autocast GEMMs (the step is 1.47×)."""
+    assert any(":gemm-speedup:`twice autocast fp8-current` quotes GEMM time, but its words say 'training'" in w
+               and w.endswith("[gemm_benchmark.claim]") for w in built["index"][37])
+
+
+@pytest.mark.parametrize(("before", "role", "problem"), [
+    # the tutorial's sentence before and after its fix
+    ("Every GEMM here is large (M = 15872 tokens), so the kernels alone run FP8 current scaling at 1.94× the "
+     "speed of BF16, and training sees ", "gemm-speedup", True),
+    ("Every GEMM here is large (M = 15872 tokens), so the kernels alone run FP8 current scaling at 1.94× the "
+     "speed of BF16, and the autocast GEMMs (the GEMMs as training runs them, their quantization included) at ",
+     "gemm-speedup", False),
+    ("The training step runs at ", "gemm-speedup", True),
+    ("The training step runs at ", "gemm-step-speedup", False),
+    ("The step's GEMMs run at ", "gemm-time", False),
+    ("Training is slow. The GEMMs run at ", "gemm-speedup", False),
+])
+def test_noun_problem(before, role, problem):
+    from gemm_benchmark.words import noun_problem
+
+    assert bool(noun_problem(before, role, "x")) is problem

@@ -34,6 +34,7 @@ from gemm_benchmark import records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
 from gemm_benchmark.values import GemmNameError, resolve_gemm, unavailable_text
+from gemm_benchmark.words import noun_problem
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +233,9 @@ class ResolveGemmValues(SphinxPostTransform):
                 node.replace_self(_not_available(node["text"], exc, html))
                 continue
             paragraph = node.parent
+            before = "".join(n.astext() for n in paragraph.children[:paragraph.index(node)])
+            if noun_problem(before, node["kind"], node["text"]):  # "training sees" + a GEMM speedup
+                warn(Subtype.CLAIM, noun_problem(before, node["kind"], node["text"]), location=node)
             if node["kind"] in SPEEDUP_ROLES and node["precision"] and isinstance(paragraph, nodes.paragraph):
                 quoted.setdefault(id(paragraph), (paragraph, []))[1].append((node, slug, value))
             node.replace_self(_rendered(value, html))
