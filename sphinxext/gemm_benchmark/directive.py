@@ -46,7 +46,7 @@ class GemmBenchmarkDirective(SphinxDirective):
    :precisions: bf16, fp8-current, fp8-block
    :devices: h100
 
-FP8 current scaling runs it :gemm-speedup:`te-layer autocast fp8-current` faster.
+FP8 current scaling runs its autocast GEMMs :gemm-speedup:`te-layer autocast fp8-current` faster.
 """
     has_content = False
     required_arguments = 0
