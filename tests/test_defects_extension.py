@@ -161,7 +161,7 @@ def test_layer_modes_render_in_the_summary_and_are_refused_by_gemm_benchmark(pro
                  "   :precisions: bf16, fp8-current\n   :modes: layer, layer-graphed\n\n"
                  ".. gemm-benchmark::\n   :model: te-guide-5b\n   :modes: layer-graphed\n")
     warnings, _ = project.build()
-    assert re.search(r"index\.rst:9: WARNING: .*layer-graphed.*\[gemm_benchmark\.modes\]", warnings), warnings
+    assert re.search(r"index\.rst:11: WARNING: .*layer-graphed.*\[gemm_benchmark\.modes\]", warnings), warnings
     # The synthetic document is of an earlier method (stale under the current one): that warning aside,
     # the layer modes are the only problem.
     others = [w for w in warnings.splitlines() if "WARNING" in w and "[gemm_benchmark.stale]" not in w]
@@ -307,6 +307,6 @@ def test_a_5000_digit_size_in_a_directive_is_a_located_warning(project: Project)
     project.page("index", f"T\n=\n\n.. gemm-benchmark::\n   :sweep: 256, {huge}\n\n"
                  f".. gemm-benchmark::\n   :shapes: 16x{huge}x16\n")
     warnings, _ = project.build()
-    assert "index.rst:4" in warnings and "index.rst:7" in warnings, warnings
+    assert "index.rst:5" in warnings and "index.rst:8" in warnings, warnings
     assert "positive whole number up to" in warnings and "every dimension must be between" in warnings
     assert "Traceback" not in warnings and "Exceeds the limit" not in warnings

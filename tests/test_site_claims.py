@@ -419,7 +419,7 @@ CLAIMS: list[Claim] = [
           roles_ordered("te-5b", lambda get: get(precision="FP8 Current", mode="Pre-quantized", device=H100)
                         > get(precision="FP8 Current", mode="Autocast", device=H100),
                         "the kernels alone are faster than autocast")),
-    Claim("index.html", r"small GEMMs are bound by the work around the kernel",
+    Claim("index.html", r"small GEMMs are bound by the GPU work around the kernel",
           roles_ordered("square-sweep", lambda get: get(mode="Autocast", shape="256x256x256")
                         < get(mode="Autocast", shape="16384x16384x16384"),
                         "autocast gains more at 16384³ than at 256³")),

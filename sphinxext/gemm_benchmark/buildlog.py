@@ -44,6 +44,7 @@ from sphinx.util.logging import NewLineStreamHandler, get_node_location
 
 from gemm_benchmark import records as envdata
 from gemm_benchmark.config import settings
+from gemm_benchmark.freshness import result_counts
 
 logger = logging.getLogger(__name__)
 
@@ -247,18 +248,17 @@ def site_summary(app: Sphinx) -> str:
     records = envdata.all_records(app.env)
     if not records:
         return where
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    behind = {status: n for status, n in sorted(counts.items()) if status != "fresh"}
+    counts = result_counts(records)  # results, not rows: the freshness page's own count
+    total = sum(counts.values())
+    behind = {status: n for status, n in counts.items() if status != "fresh"}
     if not behind:
-        return f"{where} All {len(records)} results are fresh."
+        return f"{where} All {total} results are fresh."
     pages = sorted(envdata.data(app.env).freshness)
     see = ""
     if pages:
         see = f": see {out / builder.get_target_uri(pages[0])}" if builder.format == "html" else f": see {pages[0]}"
     listed = ", ".join(f"{n} {status}" for status, n in behind.items())
-    return f"{where} {sum(behind.values())} of {len(records)} results need a GPU run ({listed}){see}."
+    return f"{where} {sum(behind.values())} of {total} results need a GPU run ({listed}){see}."
 
 
 class BuildLog:

@@ -36,6 +36,7 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report, describe_method
+from gemm_bench.report.rounds import rounds_outcome
 from gemm_benchmark import render_table
 from gemm_benchmark.execution import Answer, DeviceAnswer
 from gemm_benchmark.options import Request
@@ -184,6 +185,8 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
         parts.append(f"cuBLAS {prov['cublas']}")
     parts += [f"PyTorch {prov['torch']}", f"Transformer Engine {prov['transformer_engine']}",
               f"measured {prov['date']}", f"method v{doc['method_version']}: {describe_method(prov['method'])}"]
+    if rounds_outcome(doc):  # the rule says what each group aimed for; this, how they ended
+        parts.append(rounds_outcome(doc))
     para = nodes.paragraph(classes=["gemm-provenance"])
     para += nodes.strong("Measured on ", "Measured on ")
     para += nodes.Text(" · ".join(parts) + ". ")

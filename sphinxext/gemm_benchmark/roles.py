@@ -33,6 +33,7 @@ from gemm_benchmark import claims, records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
 from gemm_benchmark.values import SAME, STEP_PROBLEM, GemmNameError, resolve_gemm, unavailable_text
+from gemm_benchmark.words import noun_problem
 
 logger = logging.getLogger(__name__)
 
@@ -239,18 +240,19 @@ class ResolveGemmValues(SphinxPostTransform):
             try:
                 found = _lookup(self.env, node)
             except Unavailable as exc:
-                record = records.find(self.env, node["gemm_name"])
-                if record is not None and not record.devices:
-                    # The directive already said its result is missing (one warning per directive,
-                    # or its :missing: note): the role shows n/a and says so in the log only.
-                    logger.info(":%s:`%s`: %s", node["kind"], node["text"], exc, location=node)
-                else:
-                    warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
+                # Always a warning, at the role: ":missing: note" makes the directive's own panel a
+                # note, but prose reading "makes it n/a faster" is never what an author meant.
+                warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(_not_available(node["text"], exc, html))
                 continue
             for problem in quoted_step_problems(node, found):
                 warn(Subtype.CLAIM, f":{node['kind']}:`{node['text']}` quotes a training step that contradicts "
                      f"its GEMMs: {problem}", location=node)
+            paragraph = node.parent
+            before = "".join(n.astext() for n in paragraph.children[:paragraph.index(node)])
+            noun = noun_problem(before, node["kind"], node["text"])  # "training sees" + a GEMM speedup
+            if noun:
+                warn(Subtype.CLAIM, noun, location=node)
             where = claims.passage(node)
             if node["kind"] in SPEEDUP_ROLES and node["precision"] not in ("", "fastest") and where is not None:
                 key = (node["kind"], found.record.question_hash, found.device.slug, node["mode"], found.gemm)

@@ -46,6 +46,7 @@ from gemm_bench.question.precisions import (
 from gemm_bench.question.question import stored_config
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
+from gemm_bench.report.rounds import rounds_outcome
 from gemm_bench.results import cross_check, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.failed import failed_cells
@@ -793,6 +794,8 @@ class Report:
             f" | {prov['date']}"
         )
         yield f"method: {describe_method(prov['method'])}"
+        if rounds_outcome(doc):
+            yield f"rounds: {rounds_outcome(doc)}"
         for note in doc.get("notes", []):
             yield f"note: {note}"
         for mode in self.modes:
@@ -867,6 +870,8 @@ class Report:
             watts = [g["clock"]["power_w_max"] for g in clocked if "power_w_max" in g["clock"]]
             yield (f"telemetry: {len(groups)} timed groups; SM clock medians {min(medians):.0f}-{max(medians):.0f} MHz"
                    + (f", board power up to {max(watts):.0f} W" if watts else ""))
+            if watts and _power_note(self.doc, clocked, max(watts)):
+                yield "  " + _power_note(self.doc, clocked, max(watts))
             low = [g["label"] for g in clocked if g.get("clock_low")]
             if low:
                 yield (f"  clock more than {telemetry.CLOCK_DROP:.0%} below the run's median in {len(low)} group(s) "
@@ -1038,6 +1043,18 @@ def _step_json(r: StepResult) -> dict[str, Any]:
     for key in ("reason", "speedup_reason", "gemm_share_reason"):
         out[key] = out[key] or None
     return out
+
+
+def _power_note(doc: dict[str, Any], groups: list[dict[str, Any]], most: float) -> str:
+    """Why "up to 880 W" on a 700 W board is no error: the samples are instantaneous readings, and a
+    board's power limit is held by its controller on average (lowering the clock), not at every instant."""
+    try:
+        limit = float(doc.get("device", {}).get("power_limit_w"))
+    except (TypeError, ValueError):
+        return ""
+    if most <= limit or not any(g["clock"].get("power_source") == "instantaneous" for g in groups):
+        return ""
+    return f"power samples are instantaneous: the {limit:.0f} W limit holds on average, not at every instant"
 
 
 def describe_method(method: dict[str, Any]) -> str:
