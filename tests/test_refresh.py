@@ -39,6 +39,8 @@ from tests.fake_gpu import DEVICE_NAME, REPO, fake_measure
 from tests.helpers import default_ctrl_c
 
 DOCS = REPO / "docs"
+#: Each distinct site is read once per test run (conftest.py): these tests refresh copies of the same pages.
+pytestmark = pytest.mark.usefixtures("shared_site_reads")
 H100 = [GpuSlot(0, DEVICE_NAME, "GPU-fake-0")]
 TWO_H100 = [GpuSlot(0, DEVICE_NAME, "GPU-fake-0"), GpuSlot(1, DEVICE_NAME, "GPU-fake-1")]
 
