@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.site_build import BuiltSite, build_docs
+from tests.site_build import BuiltSite, shared_docs_build
 
 pytestmark = pytest.mark.browser
 
@@ -60,7 +60,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> BuiltSite:
     _browser_paths()  # skip before building when there is no browser to show it to
-    return build_docs(tmp_path_factory.mktemp("site-browser"))
+    return shared_docs_build(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
