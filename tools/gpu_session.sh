@@ -147,4 +147,35 @@ if step tests && [ "$(left)" -gt 60 ]; then
   echo "gpu tests rc=$?"; tail -5 "$OUT/s/gpu-tests.txt"
 fi
 save_compile_cache
+
+# What `nox -s perf` reports as the last GPU run (tools/perf_site.py): this call's timings, read from
+# the logs above (numbers measured here, never typed), in $OUT/s/timings.json.
+python3 - "$OUT/s" <<'PY'
+import datetime, json, os, re, sys
+from pathlib import Path
+s = Path(sys.argv[1])
+def seconds(name, pattern, scale=1.0):
+    f = s / name
+    m = re.search(pattern, f.read_text(errors="replace")) if f.is_file() else None
+    return round(float(m.group(1)) * scale, 1) if m else None
+phases, questions = {}, 0
+for f in sorted((s / "cache").glob("*.json")):
+    if f.name.startswith("scratch--"):
+        continue
+    doc = json.loads(f.read_text())
+    questions += 1
+    for k, v in (doc.get("provenance", {}).get("phases_s") or {}).items():
+        phases[k] = round(phases.get(k, 0.0) + v, 1)
+gpu = (s / "gpu.txt").read_text().splitlines()[-1].split(",")[0].strip() if (s / "gpu.txt").is_file() else ""
+out = {"device": gpu, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+       "commit": os.environ.get("GEMM_BENCH_COMMIT", ""),
+       "refresh_s": seconds("refresh.txt", r"whole-site refresh: ([0-9.]+) s"), "questions": questions,
+       "dry_run_estimate_s": seconds("plan.txt", r"estimated time: (?:at least )?([0-9.]+) min", 60.0),
+       "phases_s": dict(sorted(phases.items(), key=lambda kv: -kv[1])),
+       "readme_docs_s": seconds("nox-docs.txt", r"README command [^:]*: ([0-9.]+) s"),
+       "author_build_s": seconds("author.txt", r"author's one-page build: ([0-9.]+) s")}
+(s / "timings.json").write_text(json.dumps(out, indent=1) + "\n")
+print("timings:", json.dumps({k: v for k, v in out.items() if k != "phases_s"}))
+PY
+pack
 echo "session used $(( $(date +%s) - START )) s of $BUDGET_S"
