@@ -20,7 +20,6 @@ from gemm_bench.report import precision_plan as pp
 from gemm_bench.results import energy
 from gemm_bench.results.schema import validate
 from gemm_bench.results.step_error import StepError
-
 from tests.test_beyond_integration import fake_runner_module  # noqa: F401 (a fixture)
 
 RUN = Path(__file__).parent.parent / "measurements" / "2026-11-25-session10" / "h100-breakdown"
@@ -80,7 +79,8 @@ def test_a_mixed_plan_is_measured_graphed_only_and_stored_valid() -> None:
     assert all(c["run_id"] == doc["run_id"] for c in doc["plan"]["steps"])
     vs_bf16, vs_fp8, why = pp.plan_speedups(doc["plan"])
     assert why == "" and vs_bf16 == pytest.approx(13.175 / 13.112) and vs_fp8 == pytest.approx(18.959 / 13.112)
-    assert "MLP up, MLP down in BF16" in pp.plan_sentence(doc["plan"]) and "1.45× all-FP8" in pp.plan_sentence(doc["plan"])
+    said = pp.plan_sentence(doc["plan"])
+    assert "MLP up, MLP down in BF16" in said and "1.45× all-FP8" in said
     # energy: one entry per recipe with a graphed step, each its own
     assert sorted(energy.step_energies(doc)) == ["bf16", "fp8-block", "fp8-current", "fp8-delayed"]
     validate(doc)
@@ -108,7 +108,7 @@ def test_a_question_without_a_graphed_step_gets_neither() -> None:
 
 
 def test_measure_question_calls_the_extras_once_with_its_planner(monkeypatch: pytest.MonkeyPatch,
-                                                                  fake_runner_module: Any) -> None:
+                                                                  fake_runner_module: Any) -> None:  # noqa: F811
     """The runner's one call site: measure_question hands its runner, the run's document and the planner."""
     runner_module, _ = fake_runner_module
     seen: list[Any] = []
