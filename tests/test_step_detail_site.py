@@ -1,0 +1,77 @@
+"""Issue 33 on the site: the breakdown, plan and energy under a model's step, and the roles quoting them.
+
+The H100 run committed under ``measurements/`` gives real blocks; a fake plan and energy block (as the
+refresh stores them: ``tests/test_step_extras.py``) are added where that run kept them apart.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docutils import nodes
+
+from gemm_bench.report import breakdown_figure
+from gemm_bench.report.report import Report
+from gemm_bench.results import energy
+from gemm_benchmark import values
+from gemm_benchmark.breakdown_render import step_detail_nodes
+from gemm_benchmark.records import value_key
+from gemm_benchmark.roles import ROLES
+
+RUN = Path(__file__).parent.parent / "measurements" / "2026-11-25-session10" / "h100-breakdown"
+
+
+def _doc() -> dict[str, Any]:
+    doc = json.loads(gzip.decompress((RUN / "gpt-oss-120b.json.gz").read_bytes()))
+    plan = json.loads((RUN / "gpt-oss-120b-plan-fp8-delayed.json").read_text(encoding="utf-8"))
+    doc["plan"] = {**plan, "steps": [c for c in plan["steps"] if c["mode"] == "layer-graphed"]}
+    doc["energy"] = energy.energy_document([
+        energy.alone_energy("bf16", {"power_w_median": 715.8, "samples": 49}, 1.0, 75, 8192),
+        energy.alone_energy("fp8-delayed", {"power_w_median": 563.5, "samples": 52}, 1.0, 53, 8192)])
+    return doc
+
+
+def test_the_step_detail_shows_bars_sentence_plan_code_and_energy() -> None:
+    out = step_detail_nodes(_doc(), "H100", "bd1")
+    text = "\n".join(n.astext() for n in out)
+    assert 'aria-label="Where each recipe' in text
+    assert "keeps MLP up, MLP down in BF16" in text and "te.autocast(enabled=False)" in text
+    assert "1.00× all-BF16 and 1.45× all-FP8" in text
+    assert "Energy per CUDA-graphed layer step" in text and "BF16 9.54 J per step" in text
+    assert any(isinstance(n, nodes.literal_block) for n in out)
+
+
+def test_a_result_without_the_blocks_shows_nothing_quietly() -> None:
+    doc = _doc()
+    for key in ("plan", "energy"):
+        doc.pop(key)
+    for cell in doc["layer"]:
+        cell.pop("breakdown", None)
+    assert step_detail_nodes(doc, "H100", "bd1") == []
+
+
+def test_the_roles_quote_what_the_page_shows() -> None:
+    doc = _doc()
+    out = values.device_values({"autocast": Report(doc)}, "H100", "oss")
+    key = value_key("gemm-breakdown", "layer-graphed", "fp8-current", "change")
+    said = breakdown_figure.largest_change(*[{b.precision: b for b in breakdown_figure.bars(doc["layer"])}[p]
+                                             for p in ("bf16", "fp8-current")])
+    assert out[key].text == said and said.startswith("FP8 Current spends")
+    assert out[value_key("gemm-breakdown", "layer-graphed", "bf16", "idle")].text == "0.00 ms"
+    assert out[value_key("gemm-plan", "layer-graphed", "fp8-delayed", "kept")].text == "MLP up, MLP down"
+    assert out[value_key("gemm-plan", "layer-graphed", "fp8-delayed", "vs-fp8")].text == "1.45×"
+    assert not out[value_key("gemm-plan", "layer-graphed", "fp8-current", "kept")].available
+    assert out[value_key("gemm-energy", "layer-graphed", "bf16", "joules")].text == "9.54 J"
+    assert out[value_key("gemm-energy", "layer-graphed", "bf16", "tokens-per-joule")].text == "858 tokens/J"
+    missing = out[value_key("gemm-energy", "layer-graphed", "fp8-block", "joules")]
+    assert not missing.available and values.NOT_IN_RESULT in missing.tooltip
+
+
+@pytest.mark.parametrize("role", ["gemm-breakdown", "gemm-plan", "gemm-energy"])
+def test_the_new_roles_are_in_the_roles_table_with_their_words(role: str) -> None:
+    spec = ROLES[role]
+    assert spec.items and spec.example.split()[1] == "layer-graphed" and spec.example.split()[-1] in spec.items
