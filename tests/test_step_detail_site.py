@@ -75,3 +75,21 @@ def test_the_roles_quote_what_the_page_shows() -> None:
 def test_the_new_roles_are_in_the_roles_table_with_their_words(role: str) -> None:
     spec = ROLES[role]
     assert spec.items and spec.example.split()[1] == "layer-graphed" and spec.example.split()[-1] in spec.items
+
+
+@pytest.mark.sphinx("html", testroot="basic", srcdir="step-detail-roles")
+def test_the_new_roles_warn_at_their_line_and_read_n_a_without_the_blocks(app: Any, real_result: Any,
+                                                                          warning: Any) -> None:
+    """A result measured before the breakdown, plan and energy (the committed cache until the next
+    refresh): a role quoting them is a warning saying so; a wrong word or mode is caught at the role."""
+    real_result(Path(app.srcdir) / "_gemm_cache", "h100-te-guide-5b.json")
+    index = Path(app.srcdir) / "index.rst"
+    index.write_text(index.read_text(encoding="utf-8") + (
+        "\n\nQuantization takes :gemm-breakdown:`te-5b-h100 layer-graphed fp8-current quantization`.\n\n"
+        "Bad word :gemm-plan:`te-5b-h100 layer-graphed fp8-current sideways`.\n\n"
+        "Bad mode :gemm-energy:`te-5b-h100 layer bf16`.\n"), encoding="utf-8")
+    app.build()
+    said = warning.getvalue()
+    assert "breakdown not measured in this result" in said
+    assert "unknown 'sideways'; choose from kept, vs-bf16, vs-fp8" in said
+    assert "CUDA-graphed step only: use layer-graphed, not 'layer'" in said
