@@ -93,3 +93,17 @@ def test_the_new_roles_warn_at_their_line_and_read_n_a_without_the_blocks(app: A
     assert "breakdown not measured in this result" in said
     assert "unknown 'sideways'; choose from kept, vs-bf16, vs-fp8" in said
     assert "CUDA-graphed step only: use layer-graphed, not 'layer'" in said
+
+
+def test_the_methodology_page_states_every_rule_and_parameter() -> None:
+    """The page explains the classification with the rules' own words, and the numbers of the method
+    are the code's (a constant changed without the page fails here)."""
+    from gemm_bench.results import breakdown
+    from gemm_bench.results.kernel_kinds import RULES
+
+    page = " ".join((Path(__file__).parent.parent / "docs" / "methodology.rst").read_text(encoding="utf-8").split())
+    for rule in RULES:
+        assert " ".join(rule.why.split()) in page, rule.why
+    assert f"within {breakdown.ADDS_UP_WITHIN:.0%}" in page and f"below {breakdown.MIN_SCALE:g}" in page
+    assert f"for {energy.ENERGY_WINDOW_S:g} s" in page and f"every {energy.SAMPLE_INTERVAL_S * 1000:g} ms" in page
+    assert f"Fewer than {energy.MIN_ENERGY_SAMPLES} samples" in page
