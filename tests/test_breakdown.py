@@ -113,8 +113,9 @@ def test_kernels_longer_than_the_step_are_scaled_to_it_and_the_factor_stored() -
 def test_the_schema_rejects_a_scale_above_one() -> None:
     block = bd.breakdown_block(2.0, [bd.round_parts([("nvjet_a", 0, 1_000_000)])], source="test")
     with pytest.raises(StepError, match="scaled_by"):
-        validate_layer_cells([layer_cell("layer-graphed", "bf16", "measured", ms=2.0,
-                                         stats={"median_ms": 2.0, "iqr_ms": 0.1}, breakdown={**block, "scaled_by": 1.5})])
+        stats = {"median_ms": 2.0, "iqr_ms": 0.1}
+        validate_layer_cells([layer_cell("layer-graphed", "bf16", "measured", ms=2.0, stats=stats,
+                                         breakdown={**block, "scaled_by": 1.5})])
 
 
 def test_other_kernels_keep_their_names_longest_first_and_the_rest_summed() -> None:

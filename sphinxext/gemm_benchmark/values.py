@@ -461,7 +461,7 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
             out[value_key("gemm-plan", mode, precision, item)] = (
                 Value(format_speedup(value), f"{value:.3f}× {against}: the plan's step, {at}")
                 if _finite(value) else Value("", f"{at}: {why or 'not measured'}"))
-    entry = step_energies(doc).get(precision)  # type: ignore[arg-type]
+    entry = step_energies(doc).get(precision)
     if entry is None:
         for item in ENERGY_ITEMS:
             out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: energy {NOT_IN_RESULT}")

@@ -56,7 +56,9 @@ def measure_plan_and_energy(runner: Any, question: Question, doc: dict[str, Any]
             doc["plan"] = plan_block(runner, question, config, doc["run_id"], plan_step)
     if runner.sampler is not None:
         if step_energy is None:
-            from gemm_bench.measure.backends.layer_step import measure_step_energy as step_energy
+            from gemm_bench.measure.backends.layer_step import measure_step_energy
+
+            step_energy = measure_step_energy
         doc["energy"] = energy_document(step_energy(question, steps, runner.sampler))
 
 
@@ -67,7 +69,9 @@ def plan_block(runner: Any, question: Question, config: Mapping[str, Any], run_i
     block: dict[str, Any] = {**config, "steps": []}
     if config.get("kind") == "mixed":
         if plan_step is None:
-            from gemm_bench.measure.backends.layer_step import measure_plan_step as plan_step
+            from gemm_bench.measure.backends.layer_step import measure_plan_step
+
+            plan_step = measure_plan_step
         cells = plan_step(question, config["recipe"], list(config["keep_in_bf16"]), graph_only_group(runner),
                           modes=["layer-graphed"])
         block["steps"] = [{**c, "run_id": run_id} for c in cells]
