@@ -363,6 +363,14 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     layer.measure_layer_step = measure_layer_step  # type: ignore[attr-defined]
 
+    def measure_step_energy(question: Any, steps: Any, sampler: Any) -> Any:
+        from gemm_bench.results.energy import alone_energy
+
+        asked["energy"] = dict(steps)
+        return [alone_energy(p, {"power_w_median": 500.0, "samples": 15}, 0.3, 100, 128) for p in steps]
+
+    layer.measure_step_energy = measure_step_energy  # type: ignore[attr-defined]
+
     def measure_accuracy(question: Any, precisions: Any, modes: Any, *, support: Any, run_id: str) -> Any:
         asked["accuracy"] = (list(precisions), list(modes), run_id)
         g = question.gemms[0]
@@ -450,6 +458,8 @@ def test_one_measuring_path_measures_everything_a_page_may_show(fake_runner_modu
     assert asked["layer"][1] == ["layer", "layer-graphed"]
     assert "accuracy" in asked and doc.get("accuracy") and doc.get("layer")
     assert {c["mode"] for c in doc["layer"]} == {"layer", "layer-graphed"}
+    # and each recipe's graphed step energy (issue 33), when the runner samples power
+    assert set(asked["energy"]) == {"bf16", "fp8-current"} and len(doc["energy"]["steps"]) == 2
     import inspect
 
     from gemm_benchmark import execution

@@ -3,9 +3,9 @@
 Builder-neutral nodes, as :mod:`gemm_benchmark.study_loss_parity` builds its figure: the SVG inline
 in HTML (its ink follows the page's theme), a sentence for every builder. The bars and the
 sentence come from :mod:`gemm_bench.report.breakdown_figure` over one result's step cells (one
-run); this module only places them. Wiring (not done here: ``render_block``/``summary`` own the
-page's layout): call :func:`breakdown_nodes` with a :class:`~gemm_bench.report.report.Report`'s
-``doc`` where the layer step's table is rendered, once per device.
+run); this module only places them, with the result's precision plan (its words and the code a reader
+writes) and its energy per step: :func:`step_detail_nodes`, which the summary calls under each
+model's step table, once per GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 from docutils import nodes
 from sphinx import addnodes
 
-from gemm_bench.report import breakdown_figure
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.report import breakdown_figure, precision_plan
+from gemm_bench.results import energy
 from gemm_benchmark.render_block import inline_svg
 
 
@@ -37,3 +39,33 @@ def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str 
     if said:
         out.append(nodes.paragraph(said, said, classes=["gemm-breakdown-sentence"]))
     return out
+
+
+def plan_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
+    """The result's precision plan as words and as the configuration a reader would write; [] without one."""
+    block = doc.get("plan")
+    if not isinstance(block, dict):
+        return []
+    said = precision_plan.plan_sentence(block)
+    out: list[nodes.Node] = [nodes.paragraph(said, said, classes=["gemm-summary-note", "gemm-plan"])]
+    snippet = precision_plan.PrecisionPlan.from_config(block).snippet()
+    code = nodes.literal_block(snippet, snippet, classes=["gemm-plan-snippet"])
+    code["language"] = "python"
+    out.append(code)
+    return out
+
+
+def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
+    """Energy per CUDA-graphed layer step and tokens per joule per recipe, BF16 first; [] without them."""
+    found = energy.step_energies(doc)
+    if not found:
+        return []
+    listed = "; ".join(f"{PRECISIONS[p].display} {energy.energy_words(found[p])}" for p in PRECISIONS if p in found)
+    text = f"Energy per CUDA-graphed layer step, each recipe's step measured alone: {listed}."
+    return [nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-energy"])]
+
+
+def step_detail_nodes(doc: dict[str, Any], device: str, prefix: str) -> list[nodes.Node]:
+    """What a page shows under a model's step on one GPU: where each recipe's time goes, the precision
+    plan and the energy; nothing (no note, no warning) for a result measured before they were."""
+    return [*breakdown_nodes(doc, device, prefix), *plan_nodes(doc), *energy_nodes(doc)]

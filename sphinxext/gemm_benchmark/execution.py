@@ -111,9 +111,10 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
         # The one measuring path, shared with ``gemm-bench refresh``: GEMMs, step, SQNRs, peers,
         # telemetry, whatever this page shows of them; a progress line with an estimate meanwhile.
         from gemm_bench.measure.runner import measure_question
+        from gemm_bench.report.precision_plan import plan_to_measure
 
         progress = MeasureProgress(f"{question.hash} ({question.describe()}) on {torch.cuda.get_device_name()}")
-        return measure_question(question, precisions, modes, progress=progress)
+        return measure_question(question, precisions, modes, progress=progress, planner=plan_to_measure)
 
     return LocalGpu(torch.cuda.get_device_name(), measure), ""
 

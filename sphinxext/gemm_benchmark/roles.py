@@ -32,7 +32,16 @@ from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS, 
 from gemm_benchmark import claims, records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
-from gemm_benchmark.values import SAME, STEP_PROBLEM, GemmNameError, resolve_gemm, unavailable_text
+from gemm_benchmark.values import (
+    BREAKDOWN_ITEMS,
+    ENERGY_ITEMS,
+    PLAN_ITEMS,
+    SAME,
+    STEP_PROBLEM,
+    GemmNameError,
+    resolve_gemm,
+    unavailable_text,
+)
 from gemm_benchmark.words import noun_problem
 
 logger = logging.getLogger(__name__)
@@ -48,6 +57,9 @@ class RoleSpec:
     gemm: str = "optional"
     #: Whether the role names a precision (``gemm-fastest`` finds one instead).
     precision: bool = True
+    #: The words its last argument may be in place of a GEMM (the first is the default); only
+    #: ``layer-graphed`` is measured for these.
+    items: tuple[str, ...] = ()
 
 
 ROLES: dict[str, RoleSpec] = {
@@ -93,6 +105,21 @@ ROLES: dict[str, RoleSpec] = {
                  "``layer-graphed`` (or ``layer``) it answers for the training step, as the summary's answer "
                  "sentence does; ``:gemm-step-speedup:`NAME layer-graphed fastest``` quotes that speedup.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
+        RoleSpec("gemm-breakdown", "NAME[@DEVICE] layer-graphed PRECISION [change|PART]",
+                 "Where the CUDA-graphed layer step's time goes: with PART (``gemm``, ``quantization``, "
+                 "``attention``, ``elementwise``, ``optimizer``, ``other``, ``idle``) that part's milliseconds; "
+                 "with ``change`` (the default) the sentence naming the largest change against BF16's step, the "
+                 "sentence the summary prints beside the bars.",
+                 "te-5b@h100 layer-graphed fp8-current quantization", items=BREAKDOWN_ITEMS),
+        RoleSpec("gemm-plan", "NAME[@DEVICE] layer-graphed PRECISION [kept|vs-bf16|vs-fp8]",
+                 "The precision plan of PRECISION (the recipe the refresh planned: the fastest FP8 step): "
+                 "``kept``, the projections it keeps in BF16 (\"none\"); ``vs-bf16``/``vs-fp8``, its measured "
+                 "step's speedup against all-BF16 and all-FP8 in one group.",
+                 "te-5b@h100 layer-graphed fp8-delayed vs-bf16", items=PLAN_ITEMS),
+        RoleSpec("gemm-energy", "NAME[@DEVICE] layer-graphed PRECISION [joules|tokens-per-joule]",
+                 "Energy of one CUDA-graphed layer step of PRECISION, measured with that recipe's step alone: "
+                 "joules per step, or tokens per joule.",
+                 "te-5b@h100 layer-graphed bf16 tokens-per-joule", items=ENERGY_ITEMS),
     )
 }
 
@@ -112,12 +139,21 @@ class GemmValueRole(SphinxRole):
             return self._fail(f"expects `{spec.syntax}`, got {self.text!r}")
         if not spec.precision:
             words.insert(2, "")
+        if spec.items:
+            if len(words) > 4:
+                return self._fail(f"expects `{spec.syntax}`, got {self.text!r}")
+            words = [*words[:3], words[3].lower() if len(words) == 4 else spec.items[0]]
+            if words[3] not in spec.items:
+                return self._fail(f"unknown {words[3]!r}; choose from {', '.join(spec.items)}")
         target, mode_text, precision_text = words[:3]
         name, _, device = target.partition("@")
         try:
             mode = normalize_mode(mode_text)
         except KeyError:
             return self._fail(f"unknown mode {mode_text!r}; choose from {', '.join(MODE_NAMES)}", Subtype.MODES)
+        if spec.items and mode != "layer-graphed":
+            return self._fail(f"is measured for the CUDA-graphed step only: use layer-graphed, not {mode_text!r}",
+                              Subtype.MODES)
         try:
             precision = ("" if not spec.precision else "fastest" if precision_text.lower() == "fastest"
                          else normalize_precision(precision_text))
@@ -196,7 +232,9 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
         raise Unavailable(f"{record.name} does not show precision {precision!r} "
                           f"(it shows {', '.join(record.precisions)})")
     gemm = ""
-    if node["gemm"]:
+    if ROLES[node["kind"]].items:
+        gemm = node["gemm"]  # a part or item the role checked, not a GEMM
+    elif node["gemm"]:
         try:
             gemm = resolve_gemm(record.gemm_names, node["gemm"])
         except GemmNameError as exc:

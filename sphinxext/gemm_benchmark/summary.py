@@ -33,6 +33,7 @@ from gemm_bench.results import loss_parity_schema, studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
+from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError
@@ -191,7 +192,9 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     found = panel(result, label, label or model_label(ask.preset, ask.tp, ask.ep), per_gemm,
                                   gemm_mode, steps, precisions, accuracy_row=self.accuracy == "row",
                                   loss_parity=self._loss_parity(config.cache_dir, device.device))
-                    panels.append((device_label(device.device), self._panel_nodes(found)))
+                    detail = step_detail_nodes(device.doc, device_label(device.device),
+                                               f"bd{self.lineno}-{len(documents)}") if steps else []
+                    panels.append((device_label(device.device), self._panel_nodes(found) + detail))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[per_gemm[0]]))

@@ -16,11 +16,22 @@ import math
 from collections.abc import Iterable, Mapping
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from gemm_bench.report import figures
+from gemm_bench.question.shapes import OP_NAMES
+from gemm_bench.report import breakdown_figure, figures, precision_plan
 from gemm_bench.report.report import Report
+from gemm_bench.results.energy import step_energies
+from gemm_bench.results.kernel_kinds import PARTS
 from gemm_benchmark.records import Value, value_key
 
 ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "gemm-tflops")
+
+#: What ``:gemm-breakdown:``, ``:gemm-plan:`` and ``:gemm-energy:`` quote (their last word; the first
+#: is the default). They are measured for the CUDA-graphed step only (``layer-graphed``).
+BREAKDOWN_ITEMS: tuple[str, ...] = ("change", *PARTS)
+PLAN_ITEMS: tuple[str, ...] = ("kept", "vs-bf16", "vs-fp8")
+ENERGY_ITEMS: tuple[str, ...] = ("joules", "tokens-per-joule")
+#: A result measured before the breakdown, the plan and the energy were part of the method.
+NOT_IN_RESULT = "not measured in this result (the next refresh measures it)"
 #: Not a role: the key under which a step that contradicts its GEMMs records the problem
 #: (:func:`step_contradictions`), so every page that shows or quotes that step can say so.
 STEP_PROBLEM = "step-contradiction"
@@ -340,6 +351,7 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
         if sqnr is not None else Value("", f"{where}: {report.sqnr_reason(mode, precision)}"))
     if mode != report.modes[0]:
         return
+    step_detail_values(out, report.doc, precision, where.split(",", 2)[-1].strip())
     for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
         step = report.step(precision, graphed=graphed)
         at = f"{PRECISIONS[precision].display}, {layer_mode} step" + where.split(",", 2)[-1]
@@ -414,3 +426,48 @@ def resolve_gemm(names: Mapping[str, tuple[str, ...]], text: str) -> str:
                             "name one as op/pass")
     known = sorted({gid for ids in names.values() for gid in ids})
     raise GemmNameError(f"no GEMM {text.strip()!r} (known: {', '.join(known)})")
+
+
+def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precision: str, where: str) -> None:
+    """``gemm-breakdown``, ``gemm-plan`` and ``gemm-energy`` of one precision's graphed step, from the
+    same stored blocks and the same functions the page's figure and sentences use."""
+    mode = "layer-graphed"
+    name = PRECISIONS[precision].display
+    at = f"{name}, CUDA-graphed layer step, {where}"
+    bars = {b.precision: b for b in breakdown_figure.bars(doc.get("layer", []), mode)}  # type: ignore[arg-type]
+    mine, base = bars.get(precision), bars.get(BASELINE)
+    for part in PARTS:
+        out[value_key("gemm-breakdown", mode, precision, part)] = (
+            Value(f"{mine.parts[part]:.2f} ms", f"{mine.parts[part]:.4g} ms of a {mine.step_ms:.4g} ms step: {at}")
+            if mine is not None else Value("", f"{at}: breakdown {NOT_IN_RESULT}"))
+    change = breakdown_figure.largest_change(base, mine) if mine is not None and base is not None else None
+    out[value_key("gemm-breakdown", mode, precision, "change")] = (
+        Value(change, f"the largest change against BF16's step: {at}") if change and precision != BASELINE
+        else Value("", f"{at}: " + ("BF16 is the reference" if precision == BASELINE else
+                                    f"breakdown {NOT_IN_RESULT}" if mine is None or base is None else
+                                    "no part moved by 0.01 ms")))
+    plan = doc.get("plan")
+    if not isinstance(plan, dict) or plan.get("recipe") != precision:
+        why = (f"the result's plan is {PRECISIONS[str(plan['recipe'])].display}'s" if isinstance(plan, dict)
+               else f"plan {NOT_IN_RESULT}")
+        for item in PLAN_ITEMS:
+            out[value_key("gemm-plan", mode, precision, item)] = Value("", f"{at}: {why}")
+    else:
+        kept = [OP_NAMES.get(op, op) for op in plan.get("keep_in_bf16", [])]
+        out[value_key("gemm-plan", mode, precision, "kept")] = Value(
+            ", ".join(kept) if kept else "none", f"{precision_plan.plan_sentence(plan)} ({at})")
+        vs_bf16, vs_fp8, why = precision_plan.plan_speedups(plan)
+        for item, value, against in (("vs-bf16", vs_bf16, "all-BF16"), ("vs-fp8", vs_fp8, "all-FP8")):
+            out[value_key("gemm-plan", mode, precision, item)] = (
+                Value(format_speedup(value), f"{value:.3f}× {against}: the plan's step, {at}")
+                if _finite(value) else Value("", f"{at}: {why or 'not measured'}"))
+    entry = step_energies(doc).get(precision)
+    if entry is None:
+        for item in ENERGY_ITEMS:
+            out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: energy {NOT_IN_RESULT}")
+    else:
+        joules = entry["energy_mj"] / 1000
+        out[value_key("gemm-energy", mode, precision, "joules")] = Value(
+            f"{joules:.3g} J", f"{joules:.4g} J per step at {entry['power_w']:.0f} W, the recipe's step alone: {at}")
+        out[value_key("gemm-energy", mode, precision, "tokens-per-joule")] = Value(
+            f"{entry['tokens_per_j']:.0f} tokens/J", f"{entry['tokens_per_j']:.1f} tokens per joule: {at}")

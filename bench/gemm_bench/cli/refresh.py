@@ -395,8 +395,9 @@ def measure_on_gpu(question: Question, precisions: Sequence[str], modes: Sequenc
     """The real measure function: :func:`gemm_bench.measure.runner.measure_question`, imported in
     the worker that owns the GPU (the docs build on a GPU box calls the same function)."""
     from gemm_bench.measure.runner import measure_question
+    from gemm_bench.report.precision_plan import plan_to_measure
 
-    return measure_question(question, precisions, modes)
+    return measure_question(question, precisions, modes, planner=plan_to_measure)
 
 
 # ------------------------------------------------------------------------------- the pool

@@ -28,6 +28,7 @@ from gemm_bench.measure import provenance
 from gemm_bench.measure import telemetry as telemetry_module
 from gemm_bench.measure.backends import te as te_backend
 from gemm_bench.measure.phases import ACCURACY, BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
+from gemm_bench.measure.step_extras import Planner, measure_plan_and_energy
 from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings
 from gemm_bench.question.plan import PlannedCell, make_plan
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
@@ -351,7 +352,8 @@ class Runner:
 
 
 def measure_question(question: Question, precisions: Sequence[str], modes: Sequence[str], *,
-                     settings: TimerSettings | None = None, progress: Progress | None = None) -> dict[str, Any]:
+                     settings: TimerSettings | None = None, progress: Progress | None = None,
+                     planner: Planner | None = None) -> dict[str, Any]:
     """The one measuring path of ``gemm-bench refresh`` and of a docs build on a GPU box.
 
     A question is measured completely, whatever mode a page shows: the modes asked (with
@@ -360,6 +362,9 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     them reads one run, and re-measuring after a stack change drops nothing another page shows.
     ``progress``: the Runner's ``(groups done, groups in all, what runs now)`` callback (a docs
     build's progress lines: ``gemm_benchmark.execution.MeasureProgress``).
+    ``planner``: decides the precision plan whose step is measured after the run
+    (``gemm_bench.report.precision_plan.plan_to_measure``; :mod:`gemm_bench.measure.step_extras`), which
+    also measures each recipe's step energy.
     """
     from gemm_bench.measure.compile_cache import use_persistent_compile_cache
     from gemm_bench.results.stack import complete_modes
@@ -370,6 +375,7 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     runner = Runner(settings or TimerSettings(), accuracy=True, progress=progress, phases=phases,
                     shared_sampler=True)
     doc = runner.measure(question, list(precisions), complete_modes(question, modes))
+    measure_plan_and_energy(runner, question, doc, planner=planner)
     phases.finish()
     # Where this question's wall time went, kept beside measure_s: the refresh's speed is
     # profiled from every GPU run, not only from a `gemm-bench run --profile-phases` by hand.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
@@ -73,6 +73,17 @@ class PrecisionPlan:
 
     precision: str
     verdicts: tuple[ProjectionVerdict, ...]
+
+    @classmethod
+    def from_config(cls, block: Mapping[str, Any]) -> PrecisionPlan:
+        """The plan a result stores (:meth:`config`), read back for the page's words and snippet."""
+        fp8 = set(block.get("fp8", []))
+        stored = {p.get("op"): p for p in block.get("projections", []) if isinstance(p, dict)}
+        ops = [op for op in OPS if op in fp8 or op in block.get("keep_in_bf16", [])]
+        verdicts = tuple(ProjectionVerdict(op, stored.get(op, {}).get("speedup"), stored.get(op, {}).get("low"),
+                                           stored.get(op, {}).get("high"), op in fp8,
+                                           stored.get(op, {}).get("reason", "")) for op in ops)
+        return cls(str(block["recipe"]), verdicts)
 
     @property
     def fp8_ops(self) -> tuple[str, ...]:
@@ -170,3 +181,65 @@ def plans(report: Report, precisions: Sequence[str] | None = None) -> list[Preci
     if not projection_ops(report):
         return []
     return [make_plan(report, p) for p in wanted if p != BASELINE and report.status(MODE, p)[0] == "measured"]
+
+
+#: Which recipe's plan a refresh measures (one per result: the plan's step group costs 1-8 s on an H100).
+CHOICE_RULE = ("the plan of the low-precision recipe whose CUDA-graphed layer step is fastest in this run (what a "
+               "reader who trains in FP8 would pick; the step answer's recipe whenever that is not BF16)")
+
+
+def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan a refresh measures for one result (:data:`CHOICE_RULE`), as :meth:`PrecisionPlan.config`
+    with ``chosen``; None for a question without a layer's projections or a measured low-precision step.
+
+    The measuring side (``gemm_bench.measure``, below this layer) is handed this function, measures the
+    plan's step when the plan is ``mixed`` and stores the block as ``doc["plan"]``."""
+    report = Report(doc)
+    if not projection_ops(report):
+        return None
+    steps = {c["precision"]: float(c["ms"]) for c in doc.get("layer", [])
+             if c.get("mode") == "layer-graphed" and c.get("status") == "measured"
+             and c.get("routing", "balanced") == "balanced" and c.get("precision") != BASELINE
+             and report.status(MODE, c["precision"])[0] == "measured"}
+    if not steps:
+        return None
+    chosen = min(steps, key=lambda p: steps[p])
+    return {**make_plan(report, chosen).config(), "chosen": CHOICE_RULE}
+
+
+def plan_step_ms(block: Mapping[str, Any], mode: str = "layer-graphed") -> dict[str, float]:
+    """The measured steps of a stored plan (``all-bf16``, ``all-fp8``, ``plan``) in ms, of one mode."""
+    return {c["step"]: float(c["ms"]) for c in block.get("steps", [])
+            if c.get("mode") == mode and c.get("status") == "measured"}
+
+
+def plan_speedups(block: Mapping[str, Any], mode: str = "layer-graphed") -> tuple[float | None, float | None, str]:
+    """The plan's step against all-BF16 and against all-FP8 (each the other's time over the plan's, one
+    group), or None with the reason ("" when both are numbers)."""
+    kind = block.get("kind")
+    if kind == "all-fp8":
+        return None, None, "the plan is the whole recipe: its step is the recipe's own step"
+    if kind == "all-bf16":
+        return None, None, "the plan is BF16 throughout: its step is BF16's step"
+    ms = plan_step_ms(block, mode)
+    if "plan" not in ms:
+        failed = next((c for c in block.get("steps", []) if c.get("step") == "plan" and c.get("mode") == mode), None)
+        return None, None, (f"the plan's step {failed['status']}: {failed.get('reason', '')}" if failed
+                            else "the plan's step was not measured in this result")
+    vs_bf16 = ms["all-bf16"] / ms["plan"] if "all-bf16" in ms else None
+    vs_fp8 = ms["all-fp8"] / ms["plan"] if "all-fp8" in ms else None
+    return vs_bf16, vs_fp8, ""
+
+
+def plan_sentence(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
+    """What the page says of a stored plan: what it keeps in BF16 and its measured step against both."""
+    plan = PrecisionPlan.from_config(block)
+    said = plan.sentence()
+    vs_bf16, vs_fp8, why = plan_speedups(block, mode)
+    if plan.kind != "mixed":
+        return said + " Nothing beyond the recipe's own step is measured."
+    if why:
+        return f"{said} Its step: {why}."
+    parts = [f"{v:.2f}× all-BF16" if w == "bf16" else f"{v:.2f}× all-FP8"
+             for w, v in (("bf16", vs_bf16), ("fp8", vs_fp8)) if v is not None]
+    return f"{said} Measured in one group beside both, its CUDA-graphed step runs at {' and '.join(parts)}."

@@ -26,6 +26,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.results.step_error import StepError
+
 #: Seconds between the sampler's readings (:data:`gemm_bench.measure.telemetry.SAMPLE_INTERVAL_S`;
 #: repeated here because results never import the measuring side; a test keeps them equal).
 SAMPLE_INTERVAL_S = 0.02
@@ -113,3 +116,101 @@ def _tokens(doc: Mapping[str, Any]) -> int | None:
     config = doc.get("question", {}).get("config") or {}
     seq, mbs = config.get("seq_length"), config.get("micro_batch_size")
     return seq * mbs if isinstance(seq, int) and isinstance(mbs, int) else None
+
+
+# ---------------------------------------------------------------- each recipe's step alone
+#: Seconds each recipe's graphed step is replayed back to back under the sampler (about 15 samples).
+ENERGY_WINDOW_S = 0.3
+#: Fewest power samples an energy rests on; fewer and the recipe's entry is ``failed`` with the reason.
+MIN_ENERGY_SAMPLES = 5
+
+ALONE_RULE = (f"energy per step = the median board power (NVML, sampled every {SAMPLE_INTERVAL_S * 1000:g} ms by a "
+              f"separate process) while that recipe's CUDA-graphed layer step alone is replayed back to back for "
+              f"{ENERGY_WINDOW_S:g} s (no L2 flush, one synchronize per batch of steps), x the wall time of those "
+              "steps / their number; tokens per joule = the step's tokens / that energy. Each recipe is measured "
+              "on its own, so its energy is its own draw, not a group's")
+
+
+def alone_energy(precision: str, clock: Mapping[str, Any], wall_s: float, steps: int, tokens: int) -> dict[str, Any]:
+    """One recipe's ``doc["energy"]["steps"]`` entry from the sampler's summary of its window
+    (``clock``: ``power_w_median``, ``power_w_max``, ``samples``, ``power_source``), the window's
+    wall seconds and the steps replayed in it; ``failed`` with the reason when it cannot be trusted."""
+    power, samples = clock.get("power_w_median"), clock.get("samples") or 0
+    if not isinstance(power, (int, float)) or not math.isfinite(power) or power <= 0:
+        return {"precision": precision, "status": "failed",
+                "reason": f"no power reading in the window ({clock.get('unavailable') or 'no samples'})"}
+    if samples < MIN_ENERGY_SAMPLES or steps < 1 or not wall_s > 0:
+        return {"precision": precision, "status": "failed",
+                "reason": f"{samples} power samples over {steps} steps in {wall_s:.3f} s: too few to trust"}
+    step_ms = wall_s * 1000 / steps
+    energy_mj = power * step_ms
+    out: dict[str, Any] = {"precision": precision, "status": "measured", "power_w": round(power, 2),
+                           "samples": samples, "steps": steps, "wall_s": round(wall_s, 4),
+                           "step_ms": round(step_ms, 5), "energy_mj": round(energy_mj, 3),
+                           "tokens_per_j": round(tokens / (energy_mj / 1000), 1),
+                           "power_source": str(clock.get("power_source", ""))}
+    top = clock.get("power_w_max")
+    if isinstance(top, (int, float)) and math.isfinite(top):
+        out["power_w_max"] = round(top, 2)
+    return out
+
+
+def energy_document(entries: Sequence[Mapping[str, Any]], *, window_s: float = ENERGY_WINDOW_S,
+                    mode: str = "layer-graphed") -> dict[str, Any]:
+    """``doc["energy"]``: the rule, its parameters and one entry per recipe."""
+    return {"method": ALONE_RULE, "mode": mode, "window_s": window_s, "sample_interval_s": SAMPLE_INTERVAL_S,
+            "steps": [dict(e) for e in entries]}
+
+
+def step_energies(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each recipe's measured energy entry of a result (``precision -> entry``); {} without ``energy``."""
+    block = doc.get("energy")
+    if not isinstance(block, dict):
+        return {}
+    return {e["precision"]: e for e in block.get("steps", []) if e.get("status") == "measured"}
+
+
+def energy_words(entry: Mapping[str, Any]) -> str:
+    """``3.75 J per step (546 tokens/J, 721 W)``: one recipe's energy as a table cell or a sentence says it."""
+    joules = entry["energy_mj"] / 1000
+    shown = f"{joules:.3g}" if joules < 100 else f"{joules:.0f}"
+    return f"{shown} J per step ({entry['tokens_per_j']:.0f} tokens/J, {entry['power_w']:.0f} W)"
+
+
+def validate_energy_block(block: Any, *, where: str = "$.energy") -> dict[str, Any]:
+    """Check ``doc["energy"]`` (:func:`energy_document`); raise :class:`StepError` naming the JSON path."""
+    if not isinstance(block, dict) or not isinstance(block.get("method"), str):
+        raise StepError(f"{where}", "must be an object with a method")
+    for field in ("window_s", "sample_interval_s"):
+        value = block.get(field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise StepError(f"{where}.{field}", f"must be a positive number, got {value!r}")
+    steps = block.get("steps")
+    if not isinstance(steps, list):
+        raise StepError(f"{where}.steps", "must be a list")
+    seen: set[str] = set()
+    for i, entry in enumerate(steps):
+        at = f"{where}.steps[{i}]"
+        if not isinstance(entry, dict) or entry.get("precision") not in PRECISIONS:
+            raise StepError(f"{at}.precision", "must be a known precision")
+        if entry["precision"] in seen:
+            raise StepError(f"{at}", f"duplicate precision {entry['precision']!r}")
+        seen.add(entry["precision"])
+        if entry.get("status") == "failed":
+            if not isinstance(entry.get("reason"), str):
+                raise StepError(f"{at}.reason", "must be a string")
+            continue
+        if entry.get("status") != "measured":
+            raise StepError(f"{at}.status", "must be measured or failed")
+        for field in ("power_w", "step_ms", "energy_mj", "tokens_per_j", "wall_s"):
+            value = entry.get(field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value <= 0:
+                raise StepError(f"{at}.{field}", f"must be a positive finite number, got {value!r}")
+        for field in ("samples", "steps"):
+            value = entry.get(field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StepError(f"{at}.{field}", f"must be a positive whole number, got {value!r}")
+        if abs(entry["power_w"] * entry["step_ms"] - entry["energy_mj"]) > 1e-3 * entry["energy_mj"] + 0.01:
+            raise StepError(f"{at}.energy_mj", "is not power_w x step_ms")
+    return block

@@ -42,6 +42,7 @@ from gemm_bench.question.precisions import ALL_MODES, MODES, PRECISION_IDS, PREC
 from gemm_bench.question.question import question_hash
 from gemm_bench.question.shapes import PASSES, GemmShape
 from gemm_bench.results.accuracy_schema import AccuracyError, validate_accuracy_cells
+from gemm_bench.results.energy import validate_energy_block
 from gemm_bench.results.step_schema import StepError, validate_layer_cells, validate_plan_block
 
 __all__ = [
@@ -556,6 +557,11 @@ def validate(doc: Any) -> dict[str, Any]:
     if "plan" in doc:  # a precision plan and its measured steps (gemm_bench.report.precision_plan)
         try:
             validate_plan_block(doc["plan"])
+        except StepError as exc:
+            raise ResultError(exc.where, exc.problem) from None
+    if "energy" in doc:  # each recipe's step energy (gemm_bench.results.energy)
+        try:
+            validate_energy_block(doc["energy"])
         except StepError as exc:
             raise ResultError(exc.where, exc.problem) from None
     if "accuracy" in doc or "accuracy_method" in doc:

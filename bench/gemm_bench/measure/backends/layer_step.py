@@ -215,3 +215,53 @@ def measure_plan_step(question: Question, precision: str, keep_bf16: Collection[
         cell.pop("routing", None)
         cells.append({"step": step, **cell})
     return cells
+
+
+def _untimed(region: str, edge: str) -> None:
+    """A mark that records nothing: the energy window times the replays as a whole."""
+
+
+def measure_step_energy(question: Question, step_ms: Mapping[str, float], sampler: Any, *,
+                        window_s: float | None = None) -> list[dict[str, Any]]:
+    """Each recipe's graphed layer step alone under the power sampler (:data:`gemm_bench.results.energy.ALONE_RULE`):
+    built, captured, replayed back to back for ``window_s`` in batches of about 50 ms, one entry per
+    recipe of ``step_ms`` (its published graphed step, which sizes the batches). A recipe that fails
+    is a ``failed`` entry with the message; the others go on. Cost: the build and capture plus the window."""
+    import gc
+    import time
+
+    from gemm_bench.measure.timing import capture
+    from gemm_bench.results.energy import ENERGY_WINDOW_S, alone_energy
+
+    config = question.config
+    assert config is not None and not unsupported_reason(config)
+    window = ENERGY_WINDOW_S if window_s is None else window_s
+    tokens = config.seq_length * config.micro_batch_size
+    shared = Operands()
+    out: list[dict[str, Any]] = []
+    for precision, ms in step_ms.items():
+        batch = max(1, round(50.0 / ms)) if ms > 0 else 1
+        try:
+            fn = layer_step_competitor(config, precision, "balanced", shared)
+            fn(_untimed)
+            torch.cuda.synchronize()
+            graphed = capture(fn)
+            for _ in range(batch):  # the replays' own warm-up: clocks up before the window opens
+                graphed(_untimed)
+            torch.cuda.synchronize()
+            steps, start = 0, time.monotonic()
+            with sampler.sampling():
+                while time.monotonic() - start < window:
+                    for _ in range(batch):
+                        graphed(_untimed)
+                    torch.cuda.synchronize()
+                    steps += batch
+                wall_s = time.monotonic() - start
+            out.append(alone_energy(precision, sampler.summary(), wall_s, steps, tokens))
+        except Exception as exc:  # GPU boundary: this recipe's entry says why, the others go on
+            out.append({"precision": precision, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]})
+        finally:
+            fn = graphed = None  # type: ignore[assignment]
+            gc.collect()
+            torch.cuda.empty_cache()
+    return out
