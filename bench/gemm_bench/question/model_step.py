@@ -288,6 +288,18 @@ def layers_that_fit(parts: MemoryParts, capacity: int, *, layer_params: int, voc
     return max(0, int((capacity - fixed) // per_layer))
 
 
+def largest_microbatch_predicted(parts: MemoryParts, params: int, *, layers: int, capacity: int,
+                                 limit: int = 1024) -> int:
+    """The largest micro-batch (a multiple of the measured one) whose composed peak fits ``capacity``:
+    weights, FP8 copies, gradients and state stay; activations and transients grow with the tokens."""
+    one = memory(parts, params, layers=layers)
+    fixed = one.weights + one.fp8_weights + one.gradients + one.optimizer_state
+    per = one.activations + one.transient
+    if fixed > capacity:
+        return 0
+    return limit if per <= 0 else max(0, min(limit, int((capacity - fixed) // per)))
+
+
 # ------------------------------------------------------------------------------ the summary
 @dataclasses.dataclass(frozen=True)
 class ModelStepRow:
