@@ -8,9 +8,11 @@ compact table on stdout. Run by tools/gpu_model_step.sh. Nothing here types a nu
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     from gemm_bench.question.question import build_question
 
     args.out.mkdir(parents=True, exist_ok=True)
+    # Everything imported so far stays: each part's clean-up collects only what it made (milliseconds,
+    # not the half second a full collection of torch's and TE's objects takes).
+    gc.collect()
+    gc.freeze()
     settings = TimerSettings(warmup_s=0.2, spinup_s=1.0, repetitions=30, min_repetitions=8,
                              max_group_s=args.max_group_s, eager_repetitions=3, target_ci=0.01)
     available = support()
@@ -49,10 +55,15 @@ def main(argv: list[str] | None = None) -> int:
         assert config is not None
         started = time.monotonic()
         layers = PROOF_LAYERS.get(name, 2)
-        result = measure_model(config, precisions, settings, proof_layers=layers,
-                               microbatches=(1, config.num_microbatches), real_steps=args.proof_steps,
-                               search_layers=layers if name in args.search.split(",") else 0,
-                               search_limit=args.search_limit)
+        try:
+            result = measure_model(config, precisions, settings, proof_layers=layers,
+                                   microbatches=(1, config.num_microbatches), real_steps=args.proof_steps,
+                                   search_layers=layers if name in args.search.split(",") else 0,
+                                   search_limit=args.search_limit)
+        except (RuntimeError, ValueError, KeyError, AssertionError, ZeroDivisionError) as exc:
+            # one model's failure is reported and the next one still measured
+            traceback.print_exc()
+            result = {"error": f"{type(exc).__name__}: {exc}"}
         result["wall_s"] = round(time.monotonic() - started, 1)
         (args.out / f"model-step-{name}.json").write_text(json.dumps(result, indent=1))
         status |= print_table(name, result)
@@ -83,6 +94,9 @@ def print_table(name: str, r: dict[str, Any]) -> int:
             f"{k} {v / gib:.1f}" for k, v in m.items() if k != "peak") + f"; layers that fit {r['layers_that_fit'][p]}")
     bad = 0
     for key, v in r.get("proof", {}).items():
+        if isinstance(v, str):
+            print(f"proof {key:20s} FAILED: {v}")
+            bad = 1
         if not isinstance(v, dict):
             continue
         ok = abs(v["time_ratio"] - 1) <= 0.03
@@ -92,7 +106,9 @@ def print_table(name: str, r: dict[str, Any]) -> int:
               f"{v['real_peak_bytes'] / gib:.2f} GiB composed {v['composed_peak_bytes'] / gib:.2f} GiB "
               f"ratio {v['memory_ratio']:.3f}")
     for p, v in r.get("largest_microbatch", {}).items():
-        if isinstance(v, dict):
+        if isinstance(v, str):
+            print(f"largest micro-batch {p}: FAILED: {v}")
+        elif isinstance(v, dict):
             print(f"largest micro-batch ({r['largest_microbatch']['layers']} layers) {p:12s} found {v['largest']} "
                   f"predicted {v['predicted']} tried {v['tried']} ({v['seconds']} s)")
     return bad
