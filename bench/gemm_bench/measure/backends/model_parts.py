@@ -335,7 +335,11 @@ def interleaver_group(settings: TimerSettings) -> TimeGroup:
                 competitors[name] = fn
             except (RuntimeError, ValueError, AssertionError) as exc:  # GPU boundary: the part's reason
                 failures[name] = f"{type(exc).__name__}: {exc}"[:400]
-        result = timer.run(competitors, graphs=graphs) if competitors else None
+        result = None
+        try:
+            result = timer.run(competitors, graphs=graphs) if competitors else None
+        except RuntimeError as exc:  # GPU boundary (out of memory in the rounds): the group's parts fail
+            failures.update({name: f"{type(exc).__name__}: {exc}"[:400] for name in competitors})
         if result is not None:
             failures.update(result.failures)
         del competitors
