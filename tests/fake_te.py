@@ -65,9 +65,10 @@ class LayerNorm(torch.nn.Module):
     def __init__(self, width: int, params_dtype: Any = torch.bfloat16, device: Any = None) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.ones(width, dtype=params_dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(width, dtype=params_dtype))  # TE's LayerNorm has one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, x.shape[-1:], self.weight)
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias)
 
 
 class TransformerLayer(torch.nn.Module):

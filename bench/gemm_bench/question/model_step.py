@@ -125,13 +125,14 @@ def rank_flops(config: ModelConfig) -> Fraction:
 
 # ------------------------------------------------------------------------------ parameters
 def layer_parameters(config: ModelConfig) -> int:
-    """Parameters of one rank's layer: every GEMM's weight (Fprop K x N per group) and the
-    LayerNorm weights (two of the hidden size; MLA's latent norms; no biases). The GPU measures the
-    built layer's count too; this is the count for parts a GPU cannot hold."""
+    """Parameters of one rank's layer as the measured layer is built: every GEMM's weight (Fprop
+    K x N per group) and the LayerNorms' weight and bias (two of the hidden size; MLA's latent
+    norms; the GEMMs have no bias). The GPU counts the built layer too; this is the count where it
+    did not."""
     weights = sum(g.k * g.n * g.groups for g in layer_gemms(config) if g.pass_ == "fprop")
-    norms = 2 * config.hidden_size
+    norms = 2 * 2 * config.hidden_size
     if config.is_mla:
-        norms += (config.kv_lora_rank or 0) + (config.q_lora_rank or 0)
+        norms += 2 * ((config.kv_lora_rank or 0) + (config.q_lora_rank or 0))
     if config.is_moe:
         weights += (config.num_experts or 1) * config.hidden_size  # the router, in BF16
     return weights + norms

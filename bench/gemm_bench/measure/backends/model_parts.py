@@ -46,7 +46,7 @@ import transformer_engine.pytorch as te
 from gemm_bench.measure.backends.te import make_recipe
 from gemm_bench.measure.timing import Competitor, Interleaver, Mark, Samples, TimerSettings
 from gemm_bench.question.config import ModelConfig
-from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes, vocab_parameters
+from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes, layer_parameters, vocab_parameters
 
 _BF16 = torch.bfloat16
 #: Where every tensor lives: the GPU (a CPU test with a fake Transformer Engine swaps it).
@@ -613,3 +613,66 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
         out["largest_microbatch"] = {"layers": search_layers, **search}
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
+
+
+# ------------------------------------------------------------------------- the result block
+def _part_cell(part: str, precision: str, samples: Samples | None, reason: str, **extra: Any) -> dict[str, Any]:
+    if samples is None:
+        return {"part": part, "precision": precision, "status": "failed", "reason": reason or "not measured", **extra}
+    return {"part": part, "precision": precision, "status": "measured", "ms": round(samples.median, 6),
+            "stats": samples.to_stats(), **extra}
+
+
+def model_step_block(config: ModelConfig, precisions: Sequence[str], group: TimeGroup, run_id: str, *,
+                     search_layers: int = 0, search_limit: int = 16) -> dict[str, Any] | None:
+    """``doc["model_step"]`` (:mod:`gemm_bench.results.model_step_schema`): every part measured in
+    ``group`` (the runner's interleaved group timer), the allocator's memory per precision, and with
+    ``search_layers`` the largest micro-batch of a real model of that many layers. None when the
+    question has no model step (no vocabulary, or not a dense model)."""
+    from gemm_bench.question.model_step import WHAT_IS_COMPOSED
+    from gemm_bench.question.model_step import unsupported_reason as no_model_step
+
+    if no_model_step(config) or unsupported_reason(config):
+        return None
+    timing = time_parts(config, precisions, group)
+    cells = []
+    for p in precisions:
+        regions = timing.layers.get(p, {})
+        why = timing.failures.get(p) or timing.failures.get(f"eager/{p}", "")
+        cells += [_part_cell(r, p, regions.get(r), why) for r in ("layer-first", "layer-cached")]
+    vocab_why = timing.failures.get("vocab/bf16", "")
+    cells += [_part_cell(r, "bf16", timing.vocab.get(r), vocab_why) for r in ("embedding", "head")]
+    for n in OPTIMIZER_SIZES:
+        cells.append(_part_cell("optimizer", "bf16", timing.optimizer.get(n), timing.failures.get(f"optimizer/{n}", ""),
+                                params=n))
+    measured = [p for p in precisions if p in timing.layers]
+    state = optimizer_memory(OPTIMIZER_SIZES[0])
+    memory: dict[str, Any] = {}
+    layer_params = 0
+    for p in measured:
+        try:
+            layer = layer_memory(config, p)
+            vocab = vocab_memory(config)
+        except RuntimeError:  # GPU boundary: a precision without memory records is shown without them
+            continue
+        layer_params = layer.pop("layer_params")
+        memory[p] = {**layer, **vocab}
+    block: dict[str, Any] = {
+        "run_id": run_id,
+        "what": WHAT_IS_COMPOSED,
+        "padded_vocab_size": config.padded_vocab_size,
+        "layer_params": layer_params or layer_parameters(config),
+        "capacity_bytes": capacity_bytes(),
+        "state_per_param": state,
+        "parts": cells,
+        "memory": memory,
+    }
+    if search_layers:
+        search: dict[str, Any] = {"layers": search_layers}
+        for p in measured:
+            try:
+                search[p] = largest_microbatch(config, search_layers, p, limit=search_limit)
+            except RuntimeError as exc:  # GPU boundary: a failure, not an out-of-memory (that is an answer)
+                search[p] = f"{type(exc).__name__}: {exc}"[:400]
+        block["largest_microbatch"] = search
+    return block
