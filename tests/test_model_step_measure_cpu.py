@@ -78,3 +78,77 @@ def test_a_cached_layer_call_needs_a_first_one(monkeypatch: pytest.MonkeyPatch) 
     x = torch.randn(TINY.seq_length, 1, TINY.hidden_size, dtype=torch.bfloat16)
     with fake_te.autocast(recipe=object()), pytest.raises(RuntimeError, match="before a first"):
         layer(x, is_first_microbatch=False)
+
+
+_BLOCK: dict[str, Any] = {}
+
+
+def _document_with_block(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], Any]:
+    """A synthetic result with a model-step block measured (once per module) on the tiny model; the
+    document's question is a larger model of the same vocabulary, so its GEMM times are valid ones."""
+    import copy
+
+    from gemm_bench.question.question import build_question
+    from tests.conftest import make_document
+
+    question = build_question(fields=dataclasses.asdict(dataclasses.replace(TINY, hidden_size=256, ffn_hidden_size=384,
+                                                                            seq_length=1024)))
+    doc = make_document(question, precisions=("bf16", "fp8-current"), modes=("autocast",))
+    if not _BLOCK:
+        parts = fake_te.install(monkeypatch)
+        _BLOCK.update(parts.model_step_block(TINY, ["bf16", "fp8-current"], fake_te.group_timer(rounds=2), "r",
+                                             search_layers=1, search_limit=4) or {})
+    doc["model_step"] = {**copy.deepcopy(_BLOCK), "run_id": doc["run_id"]}
+    return doc, question
+
+
+def test_the_block_validates_and_the_report_composes_it_for_the_pages_g(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gemm_bench.report.report import Report
+    from gemm_bench.results.schema import validate
+
+    doc, question = _document_with_block(monkeypatch)
+    validate(doc)
+    summary = Report(doc).model_step()
+    assert summary is not None and summary.microbatches == 4 and set(summary.rows) == {1, 4}
+    assert {r.precision for r in summary.rows[4]} == {"bf16", "fp8-current"}
+    assert summary.row("bf16", 4).speedup == 1.0  # type: ignore[union-attr]
+    assert "the tokens per second of BF16 with G = 4" in (summary.sentence("fp8-current") or "")
+    assert summary.largest_microbatch == {"bf16": 2, "fp8-current": 2}  # the fake's out-of-memory above 2
+    # the page's G, not the stored one: G = 1 has one set of rows
+    one = Report(doc).model_step(dataclasses.replace(question.config, num_microbatches=1))
+    assert one is not None and set(one.rows) == {1}
+    # another vocabulary is another output layer: no answer from this block
+    assert Report(doc).model_step(dataclasses.replace(question.config, vocab_size=4000)) is None
+
+
+@pytest.mark.parametrize(("path", "value", "where"), [
+    (("parts", 0, "part"), "decoder", "$.model_step.parts[0].part"),
+    (("parts", -1, "precision"), "fp8-current", "$.model_step.parts[-1].precision"),
+    (("memory", "bf16", "layer_weights"), -1, "$.model_step.memory.bf16.layer_weights"),
+    (("state_per_param",), float("nan"), "$.model_step.state_per_param"),
+])
+def test_a_bad_block_is_refused_with_its_path(monkeypatch: pytest.MonkeyPatch, path: tuple[Any, ...], value: Any,
+                                              where: str) -> None:
+    from gemm_bench.results.schema import ResultError, validate
+
+    doc, _ = _document_with_block(monkeypatch)
+    target = doc["model_step"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(ResultError) as caught:
+        validate(doc)
+    assert caught.value.where.replace(f"[{len(doc['model_step']['parts']) - 1}]", "[-1]") == where
+
+
+def test_a_newer_run_without_a_model_step_keeps_the_older_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+
+    from gemm_bench.results.schema import merge_documents, validate
+    from tests.conftest import make_document
+
+    doc, question = _document_with_block(monkeypatch)
+    newer = make_document(question, precisions=("bf16", "fp8-current"), modes=("prequant",))
+    merged = merge_documents(copy.deepcopy(doc), newer)
+    validate(merged)
+    assert merged["model_step"] == doc["model_step"]
