@@ -61,4 +61,4 @@ def test_composed_step_matches_a_real_multi_layer_run(model: str) -> None:
     # Quantizing once per step is what G > 1 buys: the cached layer is not slower than the first.
     for p in precisions:
         parts = result["parts_ms"][p]
-        assert parts["layer_cached"] <= parts["layer_first"] * 1.02, (p, parts)
+        assert parts["layer_cached"] <= parts["layer_first"] * 1.03, (p, parts)
