@@ -161,3 +161,16 @@ def test_memory_composes_and_says_how_many_layers_fit() -> None:
     # fixed 2400 + 200 + 160 = 2760, per micro-batch 800 + 400: (6000 - 2760) // 1200 = 2
     assert ms.largest_microbatch_predicted(parts, 10, layers=4, capacity=6000) == 2
     assert ms.largest_microbatch_predicted(parts, 10, layers=4, capacity=1000) == 0
+
+
+def test_the_cli_and_the_directive_take_g_and_the_vocabulary_from_one_option_table() -> None:
+    from gemm_bench.cli.commands import build_parser, question_from_args
+    from gemm_benchmark.options import OPTIONS, parse_options
+
+    args = build_parser().parse_args(["shapes", "--model", "llama3-8b", "--num-microbatches", "4",
+                                      "--vocab-size", "32000"])
+    cli = question_from_args(args).config
+    page = parse_options({"model": "llama3-8b", "num-microbatches": "4", "vocab-size": "32000"},
+                         srcdir=HF, docdir=HF).question.config
+    assert cli == page and cli is not None and (cli.num_microbatches, cli.vocab_size) == (4, 32000)
+    assert OPTIONS["num-microbatches"].default == "8" and OPTIONS["make-vocab-size-divisible-by"].default == "128"
