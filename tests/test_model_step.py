@@ -174,3 +174,12 @@ def test_the_cli_and_the_directive_take_g_and_the_vocabulary_from_one_option_tab
                          srcdir=HF, docdir=HF).question.config
     assert cli == page and cli is not None and (cli.num_microbatches, cli.vocab_size) == (4, 32000)
     assert OPTIONS["num-microbatches"].default == "8" and OPTIONS["make-vocab-size-divisible-by"].default == "128"
+
+
+def test_a_parts_spread_stays_within_its_samples() -> None:
+    """Python's default ("exclusive") quartiles of two samples lie outside them, and composed into a
+    speedup spread they went negative; the spread is the inclusive quartiles."""
+    from gemm_bench.report.model_step import _quartiles
+
+    low, high = _quartiles({"ms": 5.5, "stats": {"samples_ms": [1.0, 10.0], "median_ms": 5.5, "iqr_ms": 9.0}})
+    assert 1.0 <= low <= high <= 10.0

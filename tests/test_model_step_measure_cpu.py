@@ -126,6 +126,8 @@ def test_the_block_validates_and_the_report_composes_it_for_the_pages_g(monkeypa
     (("parts", -1, "precision"), "fp8-current", "$.model_step.parts[-1].precision"),
     (("memory", "bf16", "layer_weights"), -1, "$.model_step.memory.bf16.layer_weights"),
     (("state_per_param",), float("nan"), "$.model_step.state_per_param"),
+    (("parts", 0, "precision"), ["bf16"], "$.model_step.parts[0].precision"),  # unhashable: refused, not a crash
+    (("parts", 0, "status"), {}, "$.model_step.parts[0].status"),
 ])
 def test_a_bad_block_is_refused_with_its_path(monkeypatch: pytest.MonkeyPatch, path: tuple[Any, ...], value: Any,
                                               where: str) -> None:

@@ -84,7 +84,7 @@ class ModelStep:
 def _quartiles(item: Mapping[str, Any]) -> tuple[float, float]:
     samples = item.get("stats", {}).get("samples_ms")
     if isinstance(samples, list) and len(samples) >= 2:
-        q = statistics.quantiles(samples, n=4)
+        q = statistics.quantiles(samples, n=4, method="inclusive")  # within the samples, never beyond
         return float(q[0]), float(q[2])
     half = float(item["stats"]["iqr_ms"]) / 2
     return float(item["ms"]) - half, float(item["ms"]) + half

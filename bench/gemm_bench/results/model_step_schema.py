@@ -85,13 +85,13 @@ def validate_model_step(block: Any, *, where: str = "$.model_step") -> dict[str,
         if not isinstance(part, dict):
             raise ModelStepSchemaError(at, "must be an object")
         name, precision, status = part.get("part"), part.get("precision"), part.get("status")
-        if name not in PARTS:
+        if not isinstance(name, str) or name not in PARTS:
             raise ModelStepSchemaError(f"{at}.part", f"{name!r} is not one of {', '.join(PARTS)}")
-        if precision not in PRECISIONS:
+        if not isinstance(precision, str) or precision not in PRECISIONS:
             raise ModelStepSchemaError(f"{at}.precision", f"{precision!r} is not a known precision")
         if name in SHARED_PARTS and precision != "bf16":
             raise ModelStepSchemaError(f"{at}.precision", f"the {name} is BF16 under every recipe: stored as bf16")
-        if status not in STATUSES:
+        if not isinstance(status, str) or status not in STATUSES:
             raise ModelStepSchemaError(f"{at}.status", f"{status!r} is not one of {', '.join(STATUSES)}")
         params = _whole(part, "params", at, 1, MAX_PARAMS, required=name == "optimizer") or 0
         ident = (str(name), str(precision), params)

@@ -491,7 +491,8 @@ def median_ms(samples: Samples) -> float:
 
 
 def quartiles_ms(samples: Samples) -> tuple[float, float]:
-    q = statistics.quantiles(samples.ms, n=4) if len(samples.ms) >= 2 else [samples.ms[0]] * 3
+    q = (statistics.quantiles(samples.ms, n=4, method="inclusive") if len(samples.ms) >= 2
+         else [samples.ms[0]] * 3)  # within the samples: "exclusive" extrapolates past them
     return float(q[0]), float(q[2])
 
 
