@@ -29,6 +29,7 @@ from gemm_bench.measure import telemetry as telemetry_module
 from gemm_bench.measure.backends import te as te_backend
 from gemm_bench.measure.phases import ACCURACY, BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
 from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings
+from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
 from gemm_bench.question.plan import PlannedCell, make_plan
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
 from gemm_bench.question.question import Question
@@ -347,7 +348,12 @@ class Runner:
 
     def _model_step(self, question: Question, precisions: Sequence[str], support: dict[str, Any],
                     run_id: str) -> dict[str, Any] | None:
-        """The model step's parts in this run's interleaved groups (one per kind of part)."""
+        """The model step's parts in this run's interleaved groups (one per kind of part); None, before
+        importing anything of the GPU's, where the question has no model step (no vocabulary) or the
+        measured layer has no cached-weight path (a mixture of experts, multi-latent attention)."""
+        config = question.config
+        if config is None or model_step_unsupported(config) or config.is_moe or config.is_mla:
+            return None
         from gemm_bench.measure.backends.model_parts import model_step_block
 
         def group(builders: dict[str, Callable[[], Competitor]], graphs: bool, label: str) -> Any:
@@ -356,8 +362,7 @@ class Runner:
             return _PartsGroup(timed.samples, timed.failures, check), {}
 
         runnable = [p for p in precisions if p not in support or support[p].available]
-        assert question.config is not None
-        return model_step_block(question.config, runnable, group, run_id)
+        return model_step_block(config, runnable, group, run_id)
 
 
 @dataclasses.dataclass
