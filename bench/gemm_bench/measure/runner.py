@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import functools
 import gc
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -362,7 +363,11 @@ class Runner:
             return _PartsGroup(timed.samples, timed.failures, check), {}
 
         runnable = [p for p in precisions if p not in support or support[p].available]
-        return model_step_block(config, runnable, group, run_id)
+        try:
+            return model_step_block(config, runnable, group, run_id)
+        except RuntimeError as exc:  # GPU boundary (out of memory outside a timed group): the run keeps its cells
+            logging.getLogger(__name__).warning("model step not stored: %s", _short(exc))
+            return None
 
 
 @dataclasses.dataclass
