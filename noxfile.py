@@ -4,6 +4,9 @@ Extra arguments pass through: ``nox -s tests -- -k shapes``, ``nox -s docs -- -E
 """
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -30,11 +33,57 @@ def docs(session: nox.Session) -> None:
     build (medians of two ``nox -s perf -- --runs 3`` runs, issue 14), with spreads (0.81-1.04,
     0.94-1.12) that include no gain at all; pass ``-- -j auto`` to try it on more cores.
     """
+    _see_gpu_stack(session)
     session.install("-e", ".[docs]")
     session.run(
         "python", "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs,
         env={BUILD_LOG: os.environ.get(BUILD_LOG, "brief")},
     )
+
+
+#: The interpreter whose PyTorch the docs session may borrow (default: ``python3`` on ``PATH``).
+GPU_PYTHON = "GEMM_BENCH_GPU_PYTHON"
+#: The ``.pth`` file the docs session writes into its own virtual environment for that.
+GPU_STACK_PTH = "gemm-bench-gpu-stack.pth"
+_PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+_TORCH_SITE = "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))"
+
+
+def _see_gpu_stack(session: nox.Session) -> None:
+    """Let the docs session import the box's PyTorch where system site-packages do not reach it.
+
+    ``--system-site-packages`` shows the session the packages of the *base* interpreter. On a box
+    whose PyTorch lives in a virtual environment of its own (the GPU machines here: ``python3`` is
+    ``/opt/torch/.venv/bin/python3``; conda and uv images alike), ``python3 -m venv .venv`` makes
+    ``.venv`` from that environment's base interpreter, so the session saw no PyTorch and the
+    README's command built from the cache without a word. When the session cannot import torch and
+    ``$GEMM_BENCH_GPU_PYTHON`` (default: ``python3`` on ``PATH``) can, the session's environment
+    gets a ``.pth`` line naming that interpreter's site-packages, *after* its own, and says so: pip
+    then counts what is there (numpy, matplotlib) as installed, and the build measures. Nothing
+    happens where torch is importable already or nowhere (a CPU machine, CI).
+    """
+    python = str(Path(session.bin, "python"))
+    if _ask(python, "import torch") is not None:
+        return
+    outside = os.environ.get(GPU_PYTHON) or shutil.which("python3", path=_path_outside(session))
+    torch_site = _ask(outside, _TORCH_SITE) if outside else None
+    site = _ask(python, _PURELIB)
+    if outside and torch_site and site:
+        Path(site, GPU_STACK_PTH).write_text(torch_site + "\n", encoding="utf-8")
+        session.log(f"PyTorch of {outside} ({torch_site}) is visible to this session")
+
+
+def _ask(python: str, code: str) -> str | None:
+    """What ``python -c code`` prints (stripped), or None where it fails."""
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _path_outside(session: nox.Session) -> str:
+    """``PATH`` without the session's own ``bin`` folder, nor nox's (which holds its ``python3``)."""
+    own = {Path(session.bin).resolve(), Path(sys.executable).parent.resolve()}
+    entries = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(p for p in entries if p and Path(p).resolve() not in own)
 
 
 @nox.session
@@ -81,4 +130,4 @@ def perf(session: nox.Session) -> None:
 def readme_figure(session: nox.Session) -> None:
     """Regenerate docs/_static/readme-speedups.svg and its -dark twin (the README's picture) from the cache."""
     session.install("-e", ".[docs]")
-    session.run("gemm-bench", "readme-figure", *session.posargs)
+    session.run("gemm-bench", "readme-figure", "--readme", "README.md", *session.posargs)

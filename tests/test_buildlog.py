@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gemm_benchmark import buildlog
+from gemm_benchmark import buildlog, execution
 
 REPO = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -119,8 +119,8 @@ def test_verbose_build_keeps_the_full_log(monkeypatch):
 def test_progress_lines_estimate_the_time_left():
     now = [100.0]
     lines: list[str] = []
-    progress = buildlog.MeasureProgress("te-5b on H100", estimate_s=90, every_s=30, clock=lambda: now[0],
-                                        emit=lines.append)
+    progress = execution.MeasureProgress("te-5b on H100", estimate_s=90, every_s=30, clock=lambda: now[0],
+                                         emit=lines.append)
     progress(0, 40, "autocast qkv")
     assert lines[-1].endswith("0/40 groups, 0s elapsed, ~1m30s left (autocast qkv)")
     now[0] += 10
@@ -197,3 +197,31 @@ def test_cpu_only_install_has_no_gpu_stack():
     assert {"torch", "transformer_engine"} <= gpu and not names & (gpu | {"transformer-engine"})
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "`pip install -e .`" in readme and "pip install -e '.[gpu]'" in readme
+
+
+def test_the_last_line_counts_a_result_whose_step_failed_as_failed(tmp_path, make_app, monkeypatch):
+    """Issue 31: a result whose FP8 step failed was "fresh" in the build's last line (only per-GEMM
+    cells were judged): "All 1 results are fresh" over a page showing a failed step."""
+    from gemm_bench.results.cache import dumps, file_name
+    from tests.fake_beyond import beyond_document
+
+    monkeypatch.setenv(buildlog.LOG_ENV_VAR, "brief")
+    doc = beyond_document()
+    for cell in doc["layer"]:
+        if cell["precision"] == "fp8-current" and cell["mode"] == "layer-graphed":
+            cell.clear()
+            cell.update(mode="layer-graphed", precision="fp8-current", status="failed",
+                        reason="CUDA error: an illegal memory access (synthetic)")
+    src = tmp_path / "src"
+    (src / "_gemm_cache").mkdir(parents=True)
+    (src / "_gemm_cache" / file_name(doc["question_hash"], doc["device"]["name"])).write_text(dumps(doc))
+    (src / "conf.py").write_text('extensions = ["gemm_benchmark"]\nproject = "failed"\n'
+                                 'gemm_benchmark_execution_mode = "cache"\n')
+    (src / "index.rst").write_text("T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                                   "   :precisions: bf16, fp8-current\n   :modes: autocast, layer-graphed\n")
+    status = io.StringIO()
+    app = make_app("html", srcdir=src, status=status, warning=io.StringIO())
+    app.build()
+    app.cleanup()
+    last = [line for line in ANSI.sub("", status.getvalue()).splitlines() if line.strip()][-1]
+    assert "1 of 1 results need a GPU run (1 failed)" in last, last

@@ -73,7 +73,10 @@ def test_compare_text_json_markdown_are_sensible() -> None:
     assert len(data["gemms"]) == len(c.gemms) and any(g["flagged"] for g in data["gemms"])
     md = c.to_markdown()
     assert "| Autocast | FP8 Current |" in md and "GEMMs changed by more than the measured spread" in md
-    assert md.count("\n|") == len(c.totals) + 2 + len(c.flagged) - len([t for t in c.totals if t.flagged]) + 2
+    steps_table = len(c.steps) + 2 if c.steps else 0
+    assert md.count("\n|") == (len(c.totals) + 2 + len(c.flagged) - len([t for t in c.totals if t.flagged]) + 2
+                                + steps_table)
+    assert "Training step: no speedup changed" in md and "SQNR: no cell changed by more than 0.5 dB" in md
 
 
 def test_same_result_compares_to_ratio_one_and_flags_nothing() -> None:

@@ -86,3 +86,41 @@ def test_inductor_reads_the_folder_after_torch_wrote_its_default(tmp_path: Path,
     monkeypatch.setenv(ENV, str(tmp_path / "kept"))
     assert use_persistent_compile_cache() == str(tmp_path / "kept")
     assert cache_dir() == str(tmp_path / "kept")
+
+
+def test_a_relative_xdg_cache_home_is_ignored_as_the_spec_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: XDG_CACHE_HOME=cache put the compile cache under whatever directory the run started in."""
+    monkeypatch.chdir(tmp_path)
+    env = {"XDG_CACHE_HOME": "relative-cache", "HOME": str(tmp_path / "home")}
+    assert default_dir(env) == tmp_path / "home" / ".cache" / "gemm-bench" / "torch-compile"
+    assert use_persistent_compile_cache(env) == str(tmp_path / "home" / ".cache" / "gemm-bench" / "torch-compile")
+    assert not (tmp_path / "relative-cache").exists()
+
+
+def test_relative_folders_are_exported_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: TORCHINDUCTOR_CACHE_DIR=rel was exported as 'rel', another folder in each worker's directory."""
+    monkeypatch.chdir(tmp_path)
+    env = {INDUCTOR_ENV: "rel"}
+    assert use_persistent_compile_cache(env) == str(tmp_path / "rel") == env[INDUCTOR_ENV]
+    env = {ENV: "ours"}
+    assert use_persistent_compile_cache(env) == str(tmp_path / "ours") == env[INDUCTOR_ENV]
+    env = {ENV: "~/fleet", "HOME": str(tmp_path / "home")}
+    assert default_dir(env) == tmp_path / "home" / "fleet"
+
+
+def test_no_home_directory_is_a_clear_message_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: no HOME and no passwd entry raised RuntimeError from Path.home() out of the CLI."""
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", no_home)
+    with pytest.raises(compile_cache.CompileCacheError, match=f"HOME is not set .* set {ENV}"):
+        default_dir({})
+    env: dict[str, str] = {}
+    assert use_persistent_compile_cache(env) == "" and INDUCTOR_ENV not in env
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no home directory" in err and "keeps Inductor's default folder" in err
+    # An absolute XDG_CACHE_HOME or the project's variable needs no home.
+    assert default_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "gemm-bench" / "torch-compile"
+    assert default_dir({ENV: str(tmp_path / "x")}) == tmp_path / "x"

@@ -86,7 +86,7 @@ def test_compare_markdown_escapes_every_string_from_a_result_file(tmp_path: Path
     _write(new, synthetic_document(build_question(sweep=["1024"]), device=HOSTILE))  # an added file
     for md in (compare(hostile, plain).to_markdown(all_gemms=True), compare_dirs(old, new).to_markdown()):
         assert not CONTROL.search(md)
-        ours = ("## GEMM results changed", "### ")
+        ours = ("## Results changed by this refresh", "### ")
         headings = [line for line in md.splitlines() if line.lstrip().startswith("#")]
         assert all(line.startswith(ours) for line in headings), headings
         assert "### Fake section" not in md and "\n#" not in md.replace("\n## GEMM", "").replace("\n### ", "")

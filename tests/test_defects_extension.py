@@ -60,7 +60,9 @@ def test_fastest_is_decided_by_one_rule_that_includes_bf16(project: Project) -> 
     answer = soup.select_one("div.gemm-summary").get_text()
     assert "stay in BF16: no FP8 recipe makes the autocast GEMMs faster" in answer
     values = [a.get_text() for a in soup.select("p abbr.gemm-value")]
-    assert values == ["BF16 (no FP8 recipe is faster here)", "1.00×"]
+    # "BF16" in words a sentence holds ("that is BF16 (1.00× ...)"); why it is BF16 is on hover
+    assert values == ["BF16", "1.00×"]
+    assert "no FP8 recipe is faster here" in soup.select("p abbr.gemm-value")[0]["title"]
 
 
 def test_fastest_within_bf16s_spread_is_not_starred() -> None:
@@ -72,9 +74,10 @@ def test_fastest_within_bf16s_spread_is_not_starred() -> None:
     assert clear is not None and clear.starred == "fp8-delayed" and clear.tied == ("fp8-current",)
     close = decide_fastest({"bf16": Point(1.0, 0.95, 1.05), "fp8-current": Point(1.02, 0.97, 1.08)})
     assert close is not None and close.answer == "bf16" and close.starred is None
-    assert close.text.startswith("BF16 (no FP8 recipe is clearly faster here") and close.tied == ("fp8-current",)
+    assert close.text == "BF16" and close.why.startswith("no FP8 recipe is clearly faster here")
+    assert close.tied == ("fp8-current",)
     slower = decide_fastest({"bf16": Point(1.0), "nvfp4": Point(0.8)})
-    assert slower is not None and slower.text == "BF16 (no FP8 or FP4 recipe is faster here)"
+    assert slower is not None and slower.text == "BF16" and slower.why == "no FP8 or FP4 recipe is faster here"
     assert slower.speedup == 1.0
 
 
@@ -135,13 +138,12 @@ def test_summary_rows_always_have_the_tables_width(project: Project, builder: st
 
 def test_summary_table_width_is_checked_for_every_row() -> None:
     """Class (structural half): no summary row can be built whose columns differ from the header's."""
-    from gemm_benchmark.render_table import Entry
-    from gemm_benchmark.summary import SummaryTable
+    from gemm_benchmark.summary_answer import Shown, Table
 
-    table = SummaryTable("GPU", ["FP8 Current"])
-    table.span(Entry("a"), Entry("not measured"))
+    table = Table("GPU", ["FP8 Current"])
+    table.span(Shown("a"), Shown("not measured"))
     with pytest.raises(ValueError, match="columns"):
-        table.row([Entry("a"), Entry("1"), Entry("2"), Entry("3")])
+        table.row([Shown("a"), Shown("1"), Shown("2"), Shown("3")])
 
 
 # ------------------------------------------------------------------ 5. layer modes abort the build
@@ -159,7 +161,7 @@ def test_layer_modes_render_in_the_summary_and_are_refused_by_gemm_benchmark(pro
                  "   :precisions: bf16, fp8-current\n   :modes: layer, layer-graphed\n\n"
                  ".. gemm-benchmark::\n   :model: te-guide-5b\n   :modes: layer-graphed\n")
     warnings, _ = project.build()
-    assert re.search(r"index\.rst:9: WARNING: .*layer-graphed.*\[gemm_benchmark\.modes\]", warnings), warnings
+    assert re.search(r"index\.rst:11: WARNING: .*layer-graphed.*\[gemm_benchmark\.modes\]", warnings), warnings
     # The synthetic document is of an earlier method (stale under the current one): that warning aside,
     # the layer modes are the only problem.
     others = [w for w in warnings.splitlines() if "WARNING" in w and "[gemm_benchmark.stale]" not in w]
@@ -305,6 +307,6 @@ def test_a_5000_digit_size_in_a_directive_is_a_located_warning(project: Project)
     project.page("index", f"T\n=\n\n.. gemm-benchmark::\n   :sweep: 256, {huge}\n\n"
                  f".. gemm-benchmark::\n   :shapes: 16x{huge}x16\n")
     warnings, _ = project.build()
-    assert "index.rst:4" in warnings and "index.rst:7" in warnings, warnings
+    assert "index.rst:5" in warnings and "index.rst:8" in warnings, warnings
     assert "positive whole number up to" in warnings and "every dimension must be between" in warnings
     assert "Traceback" not in warnings and "Exceeds the limit" not in warnings

@@ -79,7 +79,7 @@ return [...document.querySelectorAll('[role=tabpanel].group-tab')].map(p => [
 """
 
 IMAGES = """
-return [...document.querySelectorAll('div.gemm-figure svg')].map(
+return [...document.querySelectorAll('div.gemm-figure svg, div.gemm-figure-wide svg')].map(
   s => [s.getAttribute('aria-label'), s.querySelectorAll('text').length > 0, s.getBoundingClientRect().width]);
 """
 
@@ -110,16 +110,17 @@ def test_tab_click_switches_every_block(served, driver):
 
     WebDriverWait(driver, 20).until(lambda d: all(c for _, c, _ in d.execute_script(IMAGES)))
     images = driver.execute_script(IMAGES)
-    # multi: 2 devices x 2 modes; moe: 1 device x 2 modes. One SVG per figure follows the theme.
-    assert len(images) == 6
+    # multi: 2 devices x 2 modes; moe: 1 device x 2 modes. One SVG per figure follows the theme,
+    # with its desktop twin beside it (one of the two shown).
+    assert len(images) == 12
     # Every figure has text; those in the shown panels are laid out (hidden panels have no size).
     assert all(has_text for _, has_text, _ in images), images
     assert sum(width > 0 for _, _, width in images) == 2, images  # multi: H100 tab; moe
     # The selected tab's figure is the one shown (a single file for light and dark pages).
     shown = driver.execute_script(
-        "return [...document.querySelectorAll('#moe div.gemm-figure')].filter(i => i.offsetParent !== null)"
-        ".map(i => i.className)")
-    assert shown == ["gemm-figure docutils container"]
+        "return [...document.querySelectorAll('#moe div.gemm-figure, #moe div.gemm-figure-wide')]"
+        ".filter(i => i.offsetParent !== null).map(i => i.className)")
+    assert shown == ["gemm-figure-wide docutils container"]  # a 1200 px window: the column takes the twin
 
     # The browser's own favicon probe 404s on a bare http.server: not the page's doing.
     errors = [entry for entry in driver.get_log("browser")

@@ -358,7 +358,8 @@ const done = arguments[arguments.length - 1];
                                                 'image/svg+xml').documentElement;
     svg.querySelectorAll('text').forEach(t => out.push([img.alt, t.textContent]));
   }
-  document.querySelectorAll('.gemm-figure svg text').forEach(t => out.push(['inline', t.textContent]));
+  document.querySelectorAll('.gemm-figure svg text, .gemm-figure-wide svg text')
+    .forEach(t => out.push(['inline', t.textContent]));
   return out;
 })().then(done, e => done([['error', String(e)]]));
 """
@@ -427,9 +428,10 @@ def test_every_hover_meaning_is_reachable_without_a_mouse(browser: Any, base_url
 THEME_COLOURS = """
 const [theme] = arguments;
 document.body.dataset.theme = theme;
-const text = [...document.querySelectorAll('.gemm-figure svg text')].find(t => t.getBoundingClientRect().width > 0);
+const text = [...document.querySelectorAll('.gemm-figure svg text, .gemm-figure-wide svg text')]
+  .find(t => t.getBoundingClientRect().width > 0);
 if (!text) return null;
-let el = text.closest('.gemm-figure'), background = 'rgba(0, 0, 0, 0)';
+let el = text.closest('.gemm-figure, .gemm-figure-wide'), background = 'rgba(0, 0, 0, 0)';
 while (el) {
   const b = getComputedStyle(el).backgroundColor;
   if (b && b !== 'transparent' && !/rgba\\(.*,\\s*0\\)$/.test(b)) { background = b; break; }
@@ -482,3 +484,154 @@ def test_reader_pages_log_no_errors(browser: Any, base_url: str) -> None:
     errors = [entry for entry in browser.get_log("browser")
               if entry["level"] == "SEVERE" and "/favicon.ico" not in entry["message"]]
     assert errors == []
+
+
+# ------------------------------------------------------------------------------ figures use their space (issue 35)
+
+PLOT_WIDTHS = """
+const out = [];
+for (const svg of document.querySelectorAll('.gemm-figure svg, .gemm-figure-wide svg')) {
+  const box = svg.getBoundingClientRect();
+  if (box.width === 0) continue;
+  const column = svg.closest('.gemm-figure-pair, .gemm-figure').getBoundingClientRect();
+  // the value grid (faint lines): its extent across is the plot's width on the screen
+  let left = Infinity, right = -Infinity;
+  for (const path of svg.querySelectorAll('path[stroke-opacity="0.22"]')) {
+    const r = path.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    left = Math.min(left, r.left); right = Math.max(right, r.right);
+  }
+  const sizes = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim()).map(t => {
+    const m = t.getScreenCTM();
+    return parseFloat(getComputedStyle(t).fontSize) * Math.sqrt(Math.abs(m.a * m.d - m.b * m.c));
+  });
+  out.push([svg.getAttribute('aria-label'), Math.round(column.width), Math.round(box.width),
+            right > left ? Math.round(right - left) : 0, Math.min(...sizes)]);
+}
+return out;
+"""
+
+
+def test_a_desktop_figure_uses_the_column_and_a_phone_figure_stays_readable(browser: Any, base_url: str) -> None:
+    """Issue 35: the landing page's per-GEMM figure drew its bars in ~140 of a 672 px column (a 3.8 in
+    figure at its natural 365 px). At 1400 px each bar figure is its 7 in twin, filling the column, its
+    plot at least 60% of it, no label under 10 px; at 390 px the phone figure shows, as wide as the column."""
+    show(browser, base_url + "index.html", DESKTOP)
+    wide = browser.execute_script(PLOT_WIDTHS)
+    bars = [f for f in wide if "per GEMM and in total" in (f[0] or "")]
+    assert bars, f"no per-GEMM figure shown on the landing page: {wide}"
+    for label, column, width, _, smallest in wide:
+        assert width >= 0.9 * column, f"{label}: {width} px wide in a {column} px column"
+        assert smallest >= MIN_LABEL_PX, f"{label}: a label at {smallest:.1f} px"
+    for label, column, _, plot, _ in bars:
+        assert plot >= 0.6 * column, f"{label}: bars in {plot} of {column} px"
+    show(browser, base_url + "index.html", PHONE)
+    phone = browser.execute_script(PLOT_WIDTHS)
+    assert phone and all(width >= 0.95 * column and smallest >= MIN_LABEL_PX
+                         for _, column, width, _, smallest in phone), phone
+
+
+LEGEND_TOP = """
+const names = ['FP8 Delayed', 'FP8 Current', 'FP8 Block'];
+return [...document.querySelectorAll('.gemm-figure svg, .gemm-figure-wide svg')]
+  .filter(svg => svg.getBoundingClientRect().height > 0).map(svg => {
+    const top = svg.getBoundingClientRect().top;
+    const legend = [...svg.querySelectorAll('text')].filter(t => names.includes(t.textContent.trim()))
+      .map(t => t.getBoundingClientRect().top - top);
+    return [svg.getAttribute('aria-label'), Math.round(svg.getBoundingClientRect().height),
+            legend.length ? Math.round(Math.max(...legend)) : null];
+  });
+"""
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=lambda s: f"{s[0]}px")
+def test_a_tall_figures_legend_is_at_its_top(browser: Any, base_url: str, size: tuple[int, int]) -> None:
+    """Issue 35: the models figure's legend sat 1,600 px below its top, under its title's figure.
+    Every figure's legend is within its first 80 px, however tall the figure."""
+    show(browser, base_url + "models.html", size)
+    found = browser.execute_script(LEGEND_TOP)
+    tall = [f for f in found if f[1] > 1000]
+    assert tall, f"no tall figure on the models page: {found}"
+    assert all(legend is not None and legend <= 80 for _, _, legend in found), found
+
+
+HIDDEN_LINES = """
+return [...document.querySelectorAll('.gemm-figure svg, .gemm-figure-wide svg')]
+  .filter(svg => (svg.getAttribute('aria-label') || '').startsWith('SQNR of the')).map(svg => [
+    svg.getAttribute('aria-label'),
+    [...svg.querySelectorAll('text')].map(t => t.textContent).filter(t => t.includes('(under ')),
+    [...svg.querySelectorAll('g[fill="none"] circle')].length]);
+"""
+
+
+def test_a_line_under_another_is_named_and_ringed(browser: Any, base_url: str) -> None:
+    """Issue 35: in the methodology's outlier-channels figure FP8 Current's lines hid under FP8
+    Block's (four legend entries, one visible line). A covered line's points are rings around the
+    dots over them, and its legend entry says which line it is under."""
+    show(browser, base_url + "methodology.html", DESKTOP)
+    found = browser.execute_script(HIDDEN_LINES)
+    assert found, "no SQNR-against-dynamic-range figure on the methodology page"
+    marked = [(label, under, rings) for label, under, rings in found if under]
+    assert marked, f"no figure names a hidden line: {found}"
+    assert all(rings > 0 for _, _, rings in marked), marked
+    assert any("FP8 Current, whole tensor (under FP8 Block" in " ".join(under) for _, under, _ in marked), marked
+
+
+FITS_A_PHONE = """
+const out = [];
+for (const caption of document.querySelectorAll('article .table-wrapper > table > caption')) {
+  const box = caption.closest('.table-wrapper').getBoundingClientRect(), r = caption.getBoundingClientRect();
+  if (r.width === 0) continue;
+  if (r.left < box.left - 1 || r.right > box.right + 1 || caption.scrollWidth > caption.clientWidth + 1)
+    out.push(`caption ${caption.innerText.slice(0, 40)}: ${Math.round(r.left)}-${Math.round(r.right)} px ` +
+             `in a box ${Math.round(box.left)}-${Math.round(box.right)} px`);
+}
+for (const el of document.querySelectorAll(arguments[0])) {
+  if (el.getBoundingClientRect().width === 0) continue;
+  if (el.scrollWidth > el.clientWidth + 1)
+    out.push(`${el.tagName.toLowerCase()}.${el.className}: ${el.scrollWidth} px in ${el.clientWidth}: ` +
+             (el.innerText || '').slice(0, 40));
+}
+return out;
+"""
+
+#: What must fit a phone's column without scrolling sideways (issue 35): shell commands, a study's
+#: setup table. Text diagrams and number tables scroll in their own boxes (their lines are their meaning).
+MUST_FIT = ("article div[class*=highlight-console] pre, article div[class*=highlight-shell] pre, "
+            "article div.table-wrapper.gemm-loss-parity-setup")
+
+
+@pytest.mark.parametrize("page", ["index.html", "tutorial.html", "models.html", "methodology.html",
+                                  "loss-parity.html", "maintainers.html"])
+def test_captions_commands_and_setup_tables_fit_a_phone(browser: Any, base_url: str, page: str) -> None:
+    """At 390 px a table caption wraps inside its scroll box (it was centred on the table, off the
+    screen, and cut), and shell commands and the loss-parity setup table fit the column."""
+    show(browser, base_url + page, PHONE)
+    problems = browser.execute_script(FITS_A_PHONE, MUST_FIT)
+    assert not problems, f"{page} at {PHONE[0]} px:\n" + "\n".join(problems)
+
+
+FIRST_ANSWER = """
+const answers = [...document.querySelectorAll('p.gemm-summary-answer')]
+  .filter(a => a.getBoundingClientRect().height > 0);
+const figure = document.querySelector('.gemm-figure-pair, .gemm-figure');
+if (!answers.length) return null;
+const a = answers[0];
+return {bottom: Math.round(a.getBoundingClientRect().bottom), height: innerHeight, text: a.innerText,
+        beforeFigure: !figure || !!(a.compareDocumentPosition(figure) & Node.DOCUMENT_POSITION_FOLLOWING)};
+"""
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=lambda s: f"{s[0]}px")
+def test_the_models_page_answers_on_its_first_screen(browser: Any, base_url: str, size: tuple[int, int],
+                                                     theme: str) -> None:
+    """Issue 35: the models page opened with an introduction, an SQNR table and a tall figure; the
+    first model's answer now comes before the cross-model detail, on the first screen."""
+    show(browser, base_url + "models.html", size)
+    browser.execute_script("document.body.dataset.theme = arguments[0]", theme)
+    found = browser.execute_script(FIRST_ANSWER)
+    assert found is not None, "the models page has no answer sentence"
+    assert found["beforeFigure"], "the cross-model figure comes before the first model's answer"
+    assert found["bottom"] <= found["height"], (
+        f"the first answer ends at {found['bottom']} px, below a {size[0]}x{size[1]} screen: {found['text'][:80]}")

@@ -118,3 +118,53 @@ def test_gpu_detection_without_torch_is_cheap_and_says_why(monkeypatch):
     monkeypatch.setattr(execution.importlib.util, "find_spec", lambda name: None)
     gpu, reason = execution.detect_gpu()
     assert gpu is None and reason == "PyTorch is not installed"
+
+
+@pytest.mark.sphinx("html", testroot="execution", srcdir="execution-failed-retried")
+def test_auto_measures_a_failed_result_again_once_per_build(app, monkeypatch, make_result, store_result):
+    """Issue 31: a failed result was never re-measured: the build said "1 failed" and planned
+    nothing, so a transient failure needed ``force``. Auto mode measures its mode again; a failure
+    that repeats is this build's answer (two directives of one question: measured once)."""
+    calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+    def measure(question, precisions, modes):
+        calls.append((tuple(precisions), tuple(modes)))
+        return make_result(question, device=FAKE, precisions=precisions, modes=modes,
+                           failed={("autocast", "fp8-current"): "CUDA error: an illegal memory access"})
+
+    monkeypatch.setattr(execution, "gpu_detector", lambda: (execution.LocalGpu(FAKE["name"], measure), ""))
+    execution.reset_detection()
+    failed = {("autocast", "fp8-current"): "CUDA error: launch failed"}
+    path = store_result(Path(app.srcdir) / "_gemm_cache", make_result(
+        build_question(model="te-guide-5b"), device=FAKE, precisions=("bf16", "fp8-current"), modes=("autocast",),
+        failed=failed))
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    app.build()
+    assert calls == [(("bf16", "fp8-current"), ("autocast",))]
+    page = (Path(app.outdir) / "index.html").read_text(encoding="utf-8")
+    assert "(failed: autocast/fp8-current (CUDA error: an illegal memory access))" in page
+    assert "failed: failed:" not in page  # the provenance said the status twice
+
+
+def test_the_planner_retries_failed_modes_unless_told_not_to(make_result) -> None:
+    """The rule is the library's (gemm_bench.results.stack.remeasure, shared with gemm-bench refresh):
+    a failed step plans its layer mode with autocast (the step's GEMM share needs one run)."""
+    from gemm_bench.results.stack import Rules, remeasure
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    question = build_question(model="te-guide-5b")
+    modes = ["autocast", "layer", "layer-graphed"]
+    assert remeasure(doc, question, ["fp8-current"], modes, local=None, rules=Rules()) is None
+    for cell in doc["layer"]:
+        if cell["precision"] == "fp8-current" and cell["mode"] == "layer-graphed":
+            cell.clear()
+            cell.update(mode="layer-graphed", precision="fp8-current", status="failed", reason="out of memory")
+    todo = remeasure(doc, question, ["fp8-current"], modes, local=None, rules=Rules())
+    assert todo is not None and todo[1] == ["layer-graphed", "autocast"] and "failed: layer-graphed/" in todo[2]
+    assert remeasure(doc, question, ["fp8-current"], modes, local=None, rules=Rules(retry_failed=False)) is None
+    # A page asking autocast alone still gets the failed step measured again: a question is measured
+    # whole (complete_modes), the file serves every page that shows it, and freshness counts it failed.
+    again = remeasure(doc, question, ["fp8-current"], ["autocast"], local=None, rules=Rules())
+    assert again is not None and again[1] == ["layer-graphed", "autocast"]

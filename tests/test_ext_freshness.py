@@ -26,17 +26,19 @@ def test_freshness_table_and_log(app, real_result, make_result, store_result, st
     soup = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
     table = soup.select_one("table.gemm-freshness")
     rows = [[td.get_text(" ", strip=True) for td in tr.select("td")] for tr in table.select("tbody tr")]
-    assert [r[1] for r in rows] == ["fresh-one", "stale-one", "missing-one", "failed-one"]
-    statuses = [r[5].split()[0] for r in rows]
+    assert [r[5] for r in rows] == ["results (fresh-one)", "results (stale-one)", "results (missing-one)",
+                                    "results (failed-one)"]
+    statuses = [r[4].split()[0] for r in rows]
     assert statuses == ["fresh", "stale", "missing", "failed"]
-    assert f"measured with method version '0', current is {METHOD_VERSION}" in rows[1][5]
-    assert rows[0][2] == "H100 80GB HBM3" and rows[0][3] == "2026-11-23" and rows[0][4] == METHOD_VERSION
-    assert rows[0][5] == "fresh"  # no earlier method is still valid since method v4 (STILL_VALID_METHODS is empty)
-    assert rows[2][2] == "–"
+    assert f"measured with method version '0', current is {METHOD_VERSION}" in rows[1][4]
+    assert rows[0][1] == "H100 80GB HBM3" and rows[0][2] == "2026-11-23" and rows[0][3] == METHOD_VERSION
+    assert rows[0][4] == "fresh"  # no earlier method is still valid since method v4 (STILL_VALID_METHODS is empty)
+    assert rows[0][0] == build_question(model="te-guide-5b").describe()
+    assert rows[2][1] == "–"
     assert table.select_one("a.reference.internal")["href"] == "results.html"
     log = re.sub(r"\x1b\[[0-9;]*m", "", status.getvalue())
     assert "gemm-benchmark: 4 results (1 failed, 1 fresh, 1 missing, 1 stale)" in log
-    assert re.search(r"results\s+stale-one\s+H100 80GB HBM3\s+2026-11-20\s+v0\s+stale", log)
+    assert re.search(r"H100 80GB HBM3\s+2026-11-20\s+v0\s+stale .*; shown on results \(stale-one\)", log)
 
 
 @pytest.mark.sphinx("html", testroot="freshness", srcdir="freshness-max-age",
@@ -93,13 +95,12 @@ def test_freshness_lists_every_model_of_a_summary(tmp_path, make_app, real_resul
     soup = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
     rows = [[td.get_text(" ", strip=True) for td in tr.select("td")]
             for tr in soup.select_one("table.gemm-freshness").select("tbody tr")]
-    assert [(r[0], r[5].split()[0]) for r in rows] == [("summary", "fresh")] * 2 + [("summary", "stale"),
-                                                                                    ("summary", "missing")]
-    names = [r[1] for r in rows]
-    assert names[0] == "te-one" and all(name.endswith("(summary)") for name in names[1:])
-    assert names[2] == "Llama 3 8B (summary)" and names[3] == "Llama 3 70B (TP 8) (summary)"
-    assert rows[3][2] == "– (none for h100-80gb-hbm3)"
+    # One row per result: te-one and the summary's first model show one result (one row, both beside it).
+    assert [r[4].split()[0] for r in rows] == ["fresh", "stale", "missing"]
+    assert rows[0][5] == "summary (te-one), summary (Transformer Engine guide's example layer, summary)"
+    assert rows[1][5] == "summary (Llama 3 8B, summary)"
+    assert rows[2][5] == "summary (Llama 3 70B (TP 8), summary)" and rows[2][1] == "h100-80gb-hbm3 (no result)"
     log = re.sub(r"\x1b\[[0-9;]*m", "", status.getvalue())
-    assert "gemm-benchmark: 4 results (2 fresh, 1 missing, 1 stale)" in log
+    assert "gemm-benchmark: 3 results (1 fresh, 1 missing, 1 stale)" in log
     assert records.find(app.env, "Llama 3 8B") is None, "a role never quotes a summary's model"
     assert records.find(app.env, "te-one") is not None

@@ -20,5 +20,5 @@ def test_myst_directive_role_and_warning(app, real_result, warning):
     assert block.select("div.gemm-figure svg") and block.select("table.gemm-gemms")
     assert soup.select_one("abbr.gemm-value").get_text() == "1.62×"
     warnings = re.sub(r"\x1b\[[0-9;]*m", "", warning.getvalue())
-    assert re.search(r"index\.md:12: WARNING: gemm-benchmark: :precisions: unknown value 'fp9'", warnings), warnings
+    assert re.search(r"index\.md:15: WARNING: gemm-benchmark: :precisions: unknown value 'fp9'", warnings), warnings
     assert warnings.count("WARNING") == 1

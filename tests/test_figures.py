@@ -530,19 +530,24 @@ def test_a_figure_is_drawn_once_per_key(tmp_path: Path, monkeypatch: pytest.Monk
     drawn: list[str] = []
     real_render = figures.render
     def counting_render(spec: figure_spec.FigureSpec, fmt: str, **kwargs: Any) -> bytes:
-        drawn.append(fmt)
+        drawn.append(f"{fmt}@{kwargs.get('width', figure_spec.WIDTH_IN)}")
         return real_render(spec, fmt, **kwargs)
 
     monkeypatch.setattr(figures, "render", counting_render)
     first = figures.figure_file(spec, "svg", tmp_path)
     assert first.name == f"gemm-{spec.key()}.svg" and first.read_bytes() == real_render(spec, "svg")
+    # The desktop twin beside it, at its width, under a name the figure's image URI does not match.
+    twin = figures.wide_twin(first)
+    assert twin.name == f"gemm-wide-{spec.key()}.svg" and not twin.match(f"gemm-{spec.key()}.*")
+    assert twin.read_bytes() == real_render(spec, "svg", width=figure_spec.WIDE_IN)
     mtime = first.stat().st_mtime_ns
     assert figures.figure_file(spec, "svg", tmp_path) == first and first.stat().st_mtime_ns == mtime
-    assert drawn == ["svg"]
+    assert drawn == ["svg@7.0", "svg@3.8"]
     other = figures.figure_file(dataclasses.replace(spec, title="other"), "svg", tmp_path)
-    assert other != first and drawn == ["svg", "svg"]
+    assert other != first and len(drawn) == 4
     # Each figure has its spec beside it (for builders that need another format); no temp files left.
-    expected = [first.name, first.with_suffix(".spec").name, other.name, other.with_suffix(".spec").name]
+    expected = [first.name, first.with_suffix(".spec").name, other.name, other.with_suffix(".spec").name,
+                twin.name, figures.wide_twin(other).name]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)
     assert figures.load_spec(first) == spec
 
@@ -573,7 +578,8 @@ def test_drawing_an_svg_imports_neither_matplotlib_nor_numpy(tmp_path: Path) -> 
             "assert not bad, bad\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert len(list(tmp_path.glob("gemm-*.svg"))) == 2 and (tmp_path / "readme-dark.svg").exists()
+    # two figures, each with its desktop twin
+    assert len(list(tmp_path.glob("gemm-*.svg"))) == 4 and (tmp_path / "readme-dark.svg").exists()
 
 
 # ------------------------------------------------------------------------------------------ README

@@ -84,3 +84,26 @@ def test_include_y_widens_the_axis() -> None:
 
 def test_no_data_draws_empty_axes() -> None:
     assert "no data" in _texts(line_svg([], x_label="step", y_label="loss"))
+
+
+def test_a_line_hidden_under_another_is_marked_and_named() -> None:
+    """Issue 35: FP8 Current's lines lay under FP8 Block's, four legend entries and one visible line.
+    A line whose every point another line drawn after it covers gets rings around its points (wider
+    the more lines lie over it) and a legend entry saying which line it is under; a line that leaves
+    the others somewhere stays as it was."""
+    xs = (1, 10, 100, 1e3)
+    series = [Series("Current, median row", xs, (28.5, 28.5, 20.0, 5.0)),      # leaves the others: seen
+              Series("Current, whole tensor", xs, (28.5, 28.5, 28.6, 28.5), dashed=True),
+              Series("Block, median row", xs, (28.5, 28.5, 28.5, 28.5)),
+              Series("Block, whole tensor", xs, (28.6, 28.5, 28.5, 28.6), dashed=True)]
+    svg = line_svg(series, x_label="R", y_label="SQNR (dB)", log_x=True, include_y=(0,), theme="light")
+    legend = " ".join(_texts(svg))
+    assert "Current, whole tensor (under Block, whole tensor)" in legend
+    assert "Block, median row (under Block, whole tensor)" in legend
+    assert "Current, median row (under" not in legend and "Block, whole tensor (under" not in legend
+    root = ET.fromstring(svg)
+    hollow = [c for g in root.iter(f"{SVG}g") if g.get("fill") == "none" for c in g.iter(f"{SVG}circle")]
+    radii = sorted({round(float(c.get("r", "0")), 2) for c in hollow})
+    # two hidden lines: one under one line, one under two, each ring wider than what lies over it
+    assert len(radii) == 2 and radii[0] > 2.5 and radii[1] > radii[0], radii
+    assert len(hollow) == 2 * (len(xs) + 1)  # every point and the legend's handle

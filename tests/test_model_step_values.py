@@ -48,3 +48,12 @@ def test_a_result_without_a_model_step_gives_reasons_not_numbers(monkeypatch: py
 @pytest.mark.parametrize(("text", "key"), [("G=8", "G=8"), ("g1", "G=1"), ("4", "G=4"), ("", "G"), ("G=0", "G")])
 def test_the_roles_g_word(text: str, key: str) -> None:
     assert model_step_g_key(text) == key
+
+
+def test_the_role_specs_build_the_roles_own_spec() -> None:
+    from gemm_benchmark.model_step_values import MODEL_STEP_ROLES
+    from gemm_benchmark.roles import ROLES, RoleSpec
+
+    specs = [RoleSpec(**spec) for spec in MODEL_STEP_ROLES]
+    assert not {s.name for s in specs} & set(ROLES)  # new names, none taken
+    assert all(s.example.split()[1] == "layer-graphed" for s in specs)

@@ -243,16 +243,20 @@ def test_report_prints_telemetry_and_flags() -> None:
     doc["provenance"]["method"]["telemetry"] = telemetry.method()["telemetry"]
     doc["groups"][0]["clock_low"] = True
     doc["groups"][0]["cross_check"]["stored_ratios"] = {"bf16/fprop": 1.5}
-    text = Report(doc).to_text()
+    out = Report(doc).to_text()
+    assert max(len(line) for line in out.splitlines()) <= 100
+    text = " ".join(out.split())  # the report wraps at 100 columns
     assert "telemetry: 2 timed groups; SM clock medians 1755-1755 MHz, board power up to 690 W" in text
-    assert "below the run's median in 1 group(s) (power- or heat-limited while timed): prequant qkv/fprop" in text
+    assert "below the run's median in 1 group(s) (power- or heat-limited while timed):\n    prequant qkv/fprop" in out
     assert "stored time / profiled kernel time per group: median 1.500, 1.500-1.500 over 1 region(s) in 1 group(s)" \
         in text
     assert "above kernel time (the GPU was idle for part of the region: gaps between its kernels, the host's " \
-        "work in an eager group, or a lower clock than when profiled) in 1: prequant qkv/fprop bf16/fprop" in text
+        "work in an eager group, or a lower clock than when profiled) in 1 region(s): prequant qkv/fprop bf16/fprop" \
+        in text
+    assert "\n    prequant qkv/fprop bf16/fprop\n" in out  # one region per line
     assert "profiled rounds: events up to 1.00x their own kernel time (the same launches" in text
     doc["groups"][0]["cross_check"]["stored_ratios"] = {"bf16/fprop": 0.6}
-    text = Report(doc).to_text()
+    text = " ".join(Report(doc).to_text().split())
     assert "below kernel time (the summed kernel time exceeds the elapsed time: kernels overlapped" in text
     assert "idle for part" not in text
     assert "cross-check not possible in 1 group(s), e.g. found 3 L2 flushes" in text

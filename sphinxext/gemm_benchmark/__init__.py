@@ -29,7 +29,7 @@ from sphinx.application import Sphinx
 
 from gemm_benchmark.buildlog import setup_buildlog
 from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
-from gemm_benchmark.directive import GemmBenchmarkDirective
+from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.nodes import setup_nodes
 from gemm_benchmark.questions_builder import setup_questions
@@ -90,6 +90,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", validate_config, priority=400)
     app.connect("config-inited", _add_static)
     app.connect("build-finished", log_summary)
+    app.connect("env-check-consistency", check_unique_names)
     return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 6}
 
 

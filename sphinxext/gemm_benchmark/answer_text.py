@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import PASSES
+from gemm_bench.report.loss_parity_words import BEYOND, WITHIN, band_of, format_seeds
 from gemm_bench.report.report import Report
-from gemm_benchmark.values import Point, decide_fastest, step_points, total_points
+from gemm_bench.results import loss_parity_schema
+from gemm_benchmark.values import Point, decide_fastest, step_absence, step_points, total_points, unavailable_text
 
 #: Note markers of a table's cells without a number (the reason is written under the table).
 _MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
@@ -49,23 +52,46 @@ def _names(precisions: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _absent(statuses: Mapping[str, str]) -> str:
-    """"FP8 Delayed failed; NVFP4 unsupported": why precisions have no number (missing ones unsaid)."""
-    words = {"failed": "failed", "unsupported": "unsupported on this GPU"}
+def _absent(statuses: Mapping[str, tuple[str, str]]) -> str:
+    """"FP8 Delayed failed: CUDA out of memory; NVFP4 unsupported on this GPU": why precisions have
+    no number (missing ones unsaid); a failure with its reason, as every cell and role says it."""
     by_word: dict[str, list[str]] = {}
-    for precision, status in statuses.items():
-        if status in words:
-            by_word.setdefault(words[status], []).append(precision)
+    for precision, (status, reason) in statuses.items():
+        if status == "failed":
+            word = unavailable_text(status, reason, limit=80)
+        elif status == "unsupported":
+            word = "unsupported on this GPU"
+        else:
+            continue
+        by_word.setdefault(word, []).append(precision)
     return "; ".join(f"{_names(ps)} {word}" for word, ps in by_word.items())
 
 
-def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
-           step_modes: Sequence[str] = ("layer-graphed", "layer")) -> str:
-    """The recommendation for ``model`` on ``device``: from its training step in the first of
-    ``step_modes`` (the step rows the table shows, CUDA-graphed first) that has a number, else from
-    its GEMMs in ``mode`` (autocast, or the mode the summary shows), and the accuracy it costs.
+@dataclasses.dataclass(frozen=True)
+class Sentence:
+    """The answer in words; ``link`` is a phrase of ``text`` to link to ``link_doc`` (the loss-parity
+    page), "" for none."""
 
-    A step that failed is never passed over for the GEMMs: the sentence then says it failed."""
+    text: str
+    link: str = ""
+    link_doc: str = ""
+
+
+#: The page of the loss-parity study (:mod:`.study_loss_parity`) that the answer's words link to.
+LOSS_PARITY_DOC = "loss-parity"
+LOSS_PARITY_PHRASE = "the loss-parity study"
+
+
+def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
+           step_modes: Sequence[str] = ("layer-graphed", "layer"),
+           loss_parity: Mapping[str, Any] | None = None) -> Sentence:
+    """The recommendation for ``model`` on ``device``: from its training step in the first of
+    ``step_modes`` (the step rows the table shows, CUDA-graphed first) that has a number or a
+    failure, else from its GEMMs in ``mode`` (autocast, or the mode the summary shows); the accuracy
+    it costs (SQNR), and what ``loss_parity`` (this GPU's loss-parity study document) found for it.
+
+    A step that failed, BF16's included, is never passed over for the GEMMs: the sentence says
+    it failed, with the reason."""
     others = [p for p in precisions if p != BASELINE]
     gemm_words = "the autocast GEMMs" if mode == "autocast" else "the pre-quantized GEMMs"
     gemm_points = total_points(report, mode, precisions)
@@ -73,22 +99,28 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     who = f"{model} on the {device}" if model else f"On the {device}"
     subject = f"{who}: " if model else f"{who}, "
     basis, points, verdict, quantity = "gemms", gemm_points, gemms, gemm_words
-    step_status: dict[str, str] = {}
+    base_status, base_reason = report.total(mode, BASELINE).status, report.total(mode, BASELINE).reason
+    absent = {p: (report.total(mode, p).status, report.total(mode, p).reason) for p in others if p not in gemm_points}
     for step_mode in step_modes:
         graphed = step_mode == "layer-graphed"
         found = step_points(report, precisions, graphed=graphed)
-        statuses = {p: report.step(p, graphed=graphed).status for p in others}
-        if found or any(s == "failed" for s in statuses.values()):
+        base = report.step(BASELINE, graphed=graphed)
+        statuses = {p: step_absence(report, p, graphed=graphed) for p in others if p not in found}
+        if found or base.status == "failed" or any(s == "failed" for s, _ in statuses.values()):
             basis, points, verdict = "step", found, decide_fastest(found)
             quantity = "the training step" + ("" if graphed else " (eager)")
-            step_status = {p: s for p, s in statuses.items() if p not in found}
+            base_status, base_reason = base.status, base.reason
+            absent = statuses
             break
-    lost = _absent(step_status if basis == "step" else
-                   {p: report.total(mode, p).status for p in others if p not in gemm_points})
+    if base_status == "failed":
+        return Sentence(f"{subject}no recommendation: {unavailable_text('failed', base_reason, limit=80)} "
+                        f"(BF16, the reference of every speedup of {quantity}).")
+    lost = _absent(absent)
     if verdict is None:
         why = f" ({lost})" if lost else ""
-        return f"{subject}no recommendation: no FP8 or FP4 precision has a number for {quantity}{why}."
+        return Sentence(f"{subject}no recommendation: no FP8 or FP4 precision has a number for {quantity}{why}.")
     words: list[str] = []
+    link = ""
     if verdict.answer != BASELINE:
         chosen = verdict.answer
         verb = "runs" if basis == "step" else "run"  # the step runs; the GEMMs run
@@ -102,6 +134,10 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
                      "measured spread")
         words.append(text + ".")
         words.append(_accuracy(report, mode, precisions, chosen, points))
+        parity = loss_parity_words(loss_parity, chosen)
+        if parity:
+            words.append(parity)
+            link = LOSS_PARITY_PHRASE
     else:
         rest = {p: v for p, v in points.items() if p != BASELINE}
         best = max(rest, key=lambda p: rest[p].value)
@@ -111,14 +147,41 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
                     f"(the best, {_name(best)}, runs at {rest[best].value:.2f}× BF16's speed)")
         else:
             text = (f"{subject}stay in BF16: {measured} makes {quantity} clearly faster "
-                    f"({_name(best)}'s {rest[best].value:.2f}× is within the measured spread)")
+                    f"({_name(best)}'s {rest[best].value:.2f}× is within the measured spread of BF16's speed)")
         if basis == "step" and gemms is not None and gemms.answer != BASELINE:
             text += (f", although {_name(gemms.answer)} makes {gemm_words} alone "
                      f"{gemms.speedup:.2f}× as fast")
         words.append(text + ".")
     if lost:
         words.append(f"No number: {lost} (see the notes under the table).")
-    return " ".join(w for w in words if w)
+    return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "")
+
+
+def loss_parity_words(doc: Mapping[str, Any] | None, precision: str) -> str:
+    """What this GPU's loss-parity study found for ``precision``, as a sentence ("" when the study has
+    not run on this GPU or did not train that recipe): within or beyond BF16's seed-to-seed range,
+    diverged, or failed with its reason."""
+    if doc is None:
+        return ""
+    recipes = loss_parity_schema.recipes_by_id(doc["data"])
+    recipe = recipes.get(precision)
+    if recipe is None or recipe["status"] == "unsupported":
+        return ""
+    lead = f"In {LOSS_PARITY_PHRASE} on this GPU, {_name(precision)}"
+    status = recipe["status"]
+    if status == "diverged":
+        return f"{lead} diverged ({' '.join(recipe['reason'].split())})."
+    if status != "measured":
+        return f"{lead} {unavailable_text(status, recipe.get('reason', ''), limit=80)}."
+    val = loss_parity_schema.gaps(doc["data"]).get(precision, {}).get("val")
+    if val is None:
+        return f"{lead} trained, but BF16's run did not complete: nothing to compare it with."
+    band = band_of(dict(doc))
+    if isinstance(band, str):
+        return f"{lead} ended {val.percent:+.2f}% from BF16's validation loss ({band})."
+    words = WITHIN if band.holds(val.delta) else BEYOND
+    return (f"{lead} trained {words} (its validation loss {val.delta:+.4f} from BF16's; BF16's own "
+            f"{format_seeds(band.runs)} span {band.low:+.4f} to {band.high:+.4f}).")
 
 
 def _accuracy(report: Report, mode: str, precisions: Sequence[str], chosen: str, speeds: Mapping[str, Point]) -> str:

@@ -22,7 +22,7 @@ A brief log (``GEMM_BENCH_BUILD_LOG=brief``, what ``nox -s docs`` asks for; igno
     Python warnings and log records of third-party packages (a GPU box's JAX, torchao's
     SyntaxWarning, sphinx_tabs' DeprecationWarnings) are silenced for the build. What remains is
     one line per phase of the extension's work, progress while a GPU measures
-    (:class:`MeasureProgress`), and a last line that says where the site is and how many results
+    (:class:`.execution.MeasureProgress`), and a last line that says where the site is and how many results
     are stale or missing, pointing to the freshness page. ``GEMM_BENCH_BUILD_LOG=full`` (or ``-v``)
     shows everything.
 """
@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import logging as pylogging
 import os
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,8 @@ from sphinx.util import logging
 from sphinx.util.logging import NewLineStreamHandler, get_node_location
 
 from gemm_benchmark import records as envdata
+from gemm_benchmark.config import settings
+from gemm_benchmark.freshness import result_counts
 
 logger = logging.getLogger(__name__)
 
@@ -195,50 +195,6 @@ class WarningMemory:
 
 
 # ------------------------------------------------------------------------- brief log
-class MeasureProgress:
-    """The Runner's ``progress(done, total, label)`` as a few status lines with an estimate.
-
-    A line when a tenth more of the groups is done or ``every_s`` passed, and at the end; the time
-    left is the elapsed time per group done times the groups still to do (``estimate_s``, e.g. the
-    wall time the question's last run stored, until the first group is done).
-    """
-
-    def __init__(self, what: str, *, estimate_s: float | None = None, every_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic, emit: Callable[[str], None] | None = None) -> None:
-        self.what = what
-        self.estimate_s = estimate_s
-        self.every_s = every_s
-        self.clock = clock
-        self.emit = emit or (lambda line: logger.info("%s", line))
-        self.started = clock()
-        self._last_time = self.started
-        self._last_tenth = -1
-
-    def __call__(self, done: int, total: int, label: str) -> None:
-        now = self.clock()
-        tenth = (10 * done) // total if total else 10
-        if done < total and tenth == self._last_tenth and now - self._last_time < self.every_s:
-            return
-        self._last_time, self._last_tenth = now, tenth
-        self.emit(self.line(done, total, label, now))
-
-    def line(self, done: int, total: int, label: str, now: float) -> str:
-        elapsed = now - self.started
-        head = f"gemm-benchmark: measuring {self.what}: {done}/{total} groups, {_duration(elapsed)} elapsed"
-        if total and done >= total:
-            return f"{head}, done"
-        if done:
-            left: float | None = elapsed / done * (total - done)
-        else:
-            left = None if self.estimate_s is None else max(self.estimate_s - elapsed, 0.0)
-        return head + (f", ~{_duration(left)} left" if left is not None else "") + (f" ({label})" if label else "")
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
 class BriefLog:
     """The brief style: filters on Sphinx's status handler, and third-party noise silenced."""
 
@@ -292,18 +248,17 @@ def site_summary(app: Sphinx) -> str:
     records = envdata.all_records(app.env)
     if not records:
         return where
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    behind = {status: n for status, n in sorted(counts.items()) if status != "fresh"}
+    counts = result_counts(records)  # results, not rows: the freshness page's own count
+    total = sum(counts.values())
+    behind = {status: n for status, n in counts.items() if status != "fresh"}
     if not behind:
-        return f"{where} All {len(records)} results are fresh."
+        return f"{where} All {total} results are fresh."
     pages = sorted(envdata.data(app.env).freshness)
     see = ""
     if pages:
         see = f": see {out / builder.get_target_uri(pages[0])}" if builder.format == "html" else f": see {pages[0]}"
     listed = ", ".join(f"{n} {status}" for status, n in behind.items())
-    return f"{where} {sum(behind.values())} of {len(records)} results need a GPU run ({listed}){see}."
+    return f"{where} {sum(behind.values())} of {total} results need a GPU run ({listed}){see}."
 
 
 class BuildLog:
@@ -324,8 +279,6 @@ class BuildLog:
         self.memory.before_read(app, env, docnames)
         if self.brief is None:
             return
-        from gemm_benchmark.config import settings
-
         mode = settings(env).mode
         source = {"cache": "from the cache, never measuring",
                   "auto": "from the cache, measuring what this machine's GPU lacks",

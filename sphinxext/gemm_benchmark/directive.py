@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
@@ -19,7 +21,15 @@ from gemm_benchmark import execution, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import gemm_benchmark_block
-from gemm_benchmark.options import OPTIONS, OptionError, PermissiveOptionSpec, Request, parse_options
+from gemm_benchmark.options import (
+    OPTIONS,
+    OptionError,
+    PermissiveOptionSpec,
+    Request,
+    known_devices,
+    option_line,
+    parse_options,
+)
 from gemm_benchmark.render_block import block_nodes, not_measured_admonition
 from gemm_benchmark.values import device_values, gemm_names
 
@@ -36,7 +46,7 @@ class GemmBenchmarkDirective(SphinxDirective):
    :precisions: bf16, fp8-current, fp8-block
    :devices: h100
 
-FP8 current scaling runs it :gemm-speedup:`te-layer autocast fp8-current` faster.
+FP8 current scaling runs its autocast GEMMs :gemm-speedup:`te-layer autocast fp8-current` faster.
 """
     has_content = False
     required_arguments = 0
@@ -55,16 +65,19 @@ FP8 current scaling runs it :gemm-speedup:`te-layer autocast fp8-current` faster
 
     def run(self) -> list[nodes.Node]:
         docdir = Path(self.env.doc2path(self.env.docname)).parent
+        config = settings(self.env)
         try:
-            request = parse_options(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
+            request = parse_options(self.options, srcdir=Path(self.env.srcdir), docdir=docdir,
+                                    known_devices=self._known_devices())
         except OptionError as exc:
-            if settings(self.env).questions_only:
+            if config.questions_only:
                 questions_builder.note_problem(self, str(exc))
-            self.warn(Subtype(exc.subtype), str(exc))
+            for bad in exc.errors:  # every bad option, each at its own line
+                warn(Subtype(bad.subtype), f"gemm-benchmark: {bad}",
+                     location=(self.env.docname, option_line(self.block_text, self.lineno, bad.option)))
             return []
         if request.hf_config is not None:
             self.env.note_dependency(str(request.hf_config))
-        config = settings(self.env)
         if config.questions_only:
             questions_builder.note_asks(self, [request])
             return []
@@ -88,8 +101,12 @@ FP8 current scaling runs it :gemm-speedup:`te-layer autocast fp8-current` faster
         block["gemm_name"] = request.name
         block["gemm_caption"] = request.caption
         if request.name:
-            block["names"].append(nodes.fully_normalize_name(request.name))
-            self.state.document.note_explicit_target(block, block)
+            label = nodes.fully_normalize_name(request.name)
+            block["names"].append(label)
+            if not isinstance(self._named(label), gemm_benchmark_block):
+                # A second block of one name is reported by check_unique_names at both blocks; docutils'
+                # own "Duplicate explicit target name" would name neither block's line.
+                self.state.document.note_explicit_target(block, block)
         self.set_source_info(block)
         if answer.unmatched:
             self.report_missing(request, f"no cached result for device(s) {', '.join(answer.unmatched)} "
@@ -106,6 +123,24 @@ FP8 current scaling runs it :gemm-speedup:`te-layer autocast fp8-current` faster
             block += not_measured_admonition(request, "", config.cache_dir, note=request.missing == "note")
         self._record(request, answer, config.cache_dir)
         return [block]
+
+    def _named(self, label: str) -> nodes.Element | None:
+        """The element this page already gave the explicit name ``label``, if any."""
+        document = self.state.document
+        if not document.nametypes.get(label):
+            return None
+        node_id = document.nameids.get(label)
+        return document.ids.get(node_id) if node_id else None
+
+    def _known_devices(self) -> frozenset[str] | None:
+        """The device names ``:devices:`` may use here (:func:`.options.known_devices`); None (no
+        check) when only collecting questions for ``gemm-bench refresh``, which runs on GPUs this
+        machine's cache may not know yet."""
+        config = settings(self.env)
+        if config.questions_only:
+            return None
+        local = execution.local_gpu()[0] if config.mode != "cache" else None
+        return known_devices(config.cache_dir, local=local.name if local is not None else None)
 
     def _why_not_measured(self, mode: str) -> str:
         if mode == "cache":
@@ -133,3 +168,26 @@ FP8 current scaling runs it :gemm-speedup:`te-layer autocast fp8-current` faster
             devices=devices, unmatched=tuple(answer.unmatched), devices_listed=bool(request.devices),
             gemm_names=names,
         ))
+
+
+def check_unique_names(app: Sphinx, env: BuildEnvironment) -> None:
+    """``env-check-consistency``: a ``:name:`` given to two ``gemm-benchmark`` directives, on one page
+    or two, warned about at both directives, each naming the other.
+
+    Roles quote a name's first directive (:func:`.records.find`); the author of the second, seeing
+    its name quoted with another directive's numbers, would otherwise learn of the clash only from
+    docutils (one warning, at neither directive's line) or Sphinx ("duplicate label", at one).
+    """
+    by_name: dict[str, list[records.DirectiveRecord]] = {}
+    for record in records.all_records(env):
+        if record.quotable:
+            by_name.setdefault(record.name.lower(), []).append(record)
+    for clash in by_name.values():
+        if len(clash) < 2:
+            continue
+        places = [f"{env.doc2path(r.docname, False)}:{r.lineno}" for r in clash]
+        for record, place in zip(clash, places, strict=True):
+            others = ", ".join(p for p in places if p != place)
+            warn(Subtype.OPTION, f"gemm-benchmark: :name: {record.name!r} is also the name of the directive at "
+                 f"{others}; a name must be unique across the site (roles quote the first, {places[0]})",
+                 location=(record.docname, record.lineno))

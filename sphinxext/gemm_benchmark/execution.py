@@ -32,6 +32,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,55 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
         # The one measuring path, shared with ``gemm-bench refresh``: GEMMs, step, SQNRs, peers,
         # telemetry, whatever this page shows of them; a progress line with an estimate meanwhile.
         from gemm_bench.measure.runner import measure_question
-        from gemm_benchmark.buildlog import MeasureProgress
 
         progress = MeasureProgress(f"{question.hash} ({question.describe()}) on {torch.cuda.get_device_name()}")
         return measure_question(question, precisions, modes, progress=progress)
 
     return LocalGpu(torch.cuda.get_device_name(), measure), ""
+
+
+class MeasureProgress:
+    """The Runner's ``progress(done, total, label)`` as a few status lines with an estimate.
+
+    A line when a tenth more of the groups is done or ``every_s`` passed, and at the end; the time
+    left is the elapsed time per group done times the groups still to do (``estimate_s``, e.g. the
+    wall time the question's last run stored, until the first group is done).
+    """
+
+    def __init__(self, what: str, *, estimate_s: float | None = None, every_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic, emit: Callable[[str], None] | None = None) -> None:
+        self.what = what
+        self.estimate_s = estimate_s
+        self.every_s = every_s
+        self.clock = clock
+        self.emit = emit or (lambda line: logger.info("%s", line))
+        self.started = clock()
+        self._last_time = self.started
+        self._last_tenth = -1
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        now = self.clock()
+        tenth = (10 * done) // total if total else 10
+        if done < total and tenth == self._last_tenth and now - self._last_time < self.every_s:
+            return
+        self._last_time, self._last_tenth = now, tenth
+        self.emit(self.line(done, total, label, now))
+
+    def line(self, done: int, total: int, label: str, now: float) -> str:
+        elapsed = now - self.started
+        head = f"gemm-benchmark: measuring {self.what}: {done}/{total} groups, {_duration(elapsed)} elapsed"
+        if total and done >= total:
+            return f"{head}, done"
+        if done:
+            left: float | None = elapsed / done * (total - done)
+        else:
+            left = None if self.estimate_s is None else max(self.estimate_s - elapsed, 0.0)
+        return head + (f", ~{_duration(left)} left" if left is not None else "") + (f" ({label})" if label else "")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 #: Replaced by tests (a fake GPU) and reset at every build; see :func:`local_gpu`.
@@ -258,8 +302,8 @@ def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float 
     if missing:
         pairs = sorted({f"{m}/{p}" for m, p, _ in missing})
         return Status.MISSING, f"{len(missing)} requested cells were never measured ({', '.join(pairs)})"
-    failed = [(mode, p, report.status(mode, p)[1]) for mode, report in reports.items()
-              for p in report.precisions if report.status(mode, p)[0] == "failed"]
+    # A failed layer step counts as a failed GEMM cell does (a summary shows it as failed).
+    failed = list(dict.fromkeys(found for report in reports.values() for found in report.failures()))
     if failed:
         return Status.FAILED, "failed: " + ", ".join(f"{m}/{p} ({why})" for m, p, why in failed)
     return Status.FRESH, ""
@@ -267,14 +311,16 @@ def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float 
 
 def to_measure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
                *, force: bool, max_age_days: float | None,
-               stale_when: Sequence[str] = DEFAULT_STALE_WHEN) -> tuple[list[str], list[str]] | None:
+               stale_when: Sequence[str] = DEFAULT_STALE_WHEN,
+               retry_failed: bool = True) -> tuple[list[str], list[str]] | None:
     """Which (precisions, modes) this GPU should measure now, or None when the cache suffices.
 
     The rule is :func:`gemm_bench.results.stack.remeasure`, shared with ``gemm-bench refresh``: a mode is
-    measured whole, and a result measured with another software stack (the fields of
-    ``gemm_benchmark_stale_when``) is stale on this GPU box.
+    measured whole, a result measured with another software stack (the fields of
+    ``gemm_benchmark_stale_when``) is stale on this GPU box, and a mode with a failed cell is measured
+    again (``retry_failed``: not for a result this build already measured).
     """
-    rules = Rules(stale_when=tuple(stale_when), max_age_days=max_age_days, force=force)
+    rules = Rules(stale_when=tuple(stale_when), max_age_days=max_age_days, force=force, retry_failed=retry_failed)
     todo = remeasure(doc, question, precisions, modes, local=_local_stack(), rules=rules)
     return None if todo is None else (todo[0], todo[1])
 
@@ -364,21 +410,27 @@ def _measure_if_needed(cache: Cache, gpu: LocalGpu, question: Question, precisio
     """
     path = cache.path_for(question.hash, gpu.name)
 
-    def forced() -> bool:
-        return mode == "force" and not (path.exists() and path.stat().st_mtime >= build_started)
+    def this_build() -> bool:
+        """The file was written by this build (this process or another ``-j`` worker)."""
+        return path.exists() and path.stat().st_mtime >= build_started
 
-    force = forced()
-    if to_measure(_current(cache, question, gpu), question, precisions, modes, force=force,
-                  max_age_days=max_age_days, stale_when=stale_when) is None:
+    def todo() -> tuple[list[str], list[str]] | None:
+        # Once per build: ``force`` re-measures, and a failed cell is measured again, only in a
+        # file this build has not written yet (a failure that repeats is this build's answer).
+        measured = this_build()
+        return to_measure(_current(cache, question, gpu), question, precisions, modes,
+                          force=mode == "force" and not measured, max_age_days=max_age_days,
+                          stale_when=stale_when, retry_failed=not measured)
+
+    if todo() is None:
         return None
     cache.directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache.directory / GPU_LOCK_NAME)):
         # Another process may have measured this question while we waited for the lock.
-        todo = to_measure(_current(cache, question, gpu), question, precisions, modes, force=forced(),
-                          max_age_days=max_age_days, stale_when=stale_when)
-        if todo is None:
+        planned = todo()
+        if planned is None:
             return None
-        want_precisions, want_modes = todo
+        want_precisions, want_modes = planned
         logger.info("gemm-benchmark: measuring %s (%s) on %s: %s | %s", question.hash, question.describe(),
                     gpu.name, ", ".join(want_precisions), ", ".join(want_modes))
         try:

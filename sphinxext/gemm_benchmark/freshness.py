@@ -1,15 +1,19 @@
 """Site-wide freshness: one table of every result the site shows (like myst-nb's execution statistics).
 
 ``.. gemm-benchmark-freshness::`` puts a placeholder in its page; after all pages are read the
-post-transform fills it from the environment's records: page, name, devices, measured date,
-method version and status (fresh / stale / missing / failed, with the reason). A row per
-``gemm-benchmark`` directive and one per model of a ``gemm-benchmark-summary``
-(:func:`note_summary_model`: seven models of the models page appear nowhere else). At the end of
-the build the same summary goes to the log, so a CI log says which numbers need a GPU run.
+post-transform fills it from the environment's records. A *result* is one question on one device
+(one cache file), or a device a page asks for that has none: one row each, with the pages and the
+names that show it beside (:func:`site_results`), however many directives and summary models show
+it. A summary's models are recorded too (:func:`note_summary_model`: seven models of the models
+page appear nowhere else). The studies (``studies/*.json``) get a table of their own, read when
+the freshness page is. :func:`result_counts` is what the page's sentence and the build's last line
+count, so the two cannot disagree. At the end of the build the same rows go to the log.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +24,10 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.question.devices import device_label
-from gemm_bench.results import untrusted_text
+from gemm_bench.question.devices import device_label, normalize_selector
+from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS
+from gemm_bench.results import studies, untrusted_text
+from gemm_bench.results.cache import CacheError, is_stale
 from gemm_bench.results.schema import METHOD_VERSION
 from gemm_benchmark import records as envdata
 from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
@@ -29,18 +35,23 @@ from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 
 if TYPE_CHECKING:
-    from gemm_benchmark.execution import Answer
+    from gemm_benchmark.execution import Answer, DeviceAnswer
     from gemm_benchmark.options import Request
 
 logger = logging.getLogger(__name__)
 
 SUMMARY = "gemm-benchmark-summary"
 
-COLUMNS = ("Page", "Name", "Devices", "Measured", "Method", "Status")
+COLUMNS = ("Result", "Device", "Measured", "Method", "Status", "Shown on")
+STUDY_COLUMNS = ("Study", "Device", "Measured", "Method", "Status", "Shown on")
+
+#: Worst first: a result shown by several directives has the status of the one that needs most.
+_WORST_FIRST = ("missing", "failed", "stale", "fresh")
 
 
 class GemmBenchmarkFreshnessDirective(SphinxDirective):
-    """The table of every result the site shows (directives and summaries): fresh, stale, missing or failed."""
+    """The tables of every result the site shows (one row per result) and of every study: fresh, stale,
+    missing or failed."""
 
     reference_example = ".. gemm-benchmark-freshness::"
     has_content = False
@@ -48,51 +59,169 @@ class GemmBenchmarkFreshnessDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         envdata.note_freshness_page(self.env, self.env.docname)
         node = gemm_freshness()
+        node["studies"] = self._studies()
         self.set_source_info(node)
         return [node]
+
+    def _studies(self) -> list[tuple[str, ...]]:
+        """(study, title, device, date, method version, status) of every study file, read now: a
+        study file edited, added or removed re-reads this page (:func:`.records.watch_study`)."""
+        from gemm_benchmark.config import settings
+        from gemm_benchmark.execution import clock
+
+        config = settings(self.env)
+        folder = studies.study_dir(config.cache_dir)
+        out: list[tuple[str, ...]] = []
+        for name in sorted(studies.REGISTRY):
+            title = studies.REGISTRY[name].title
+            try:
+                envdata.watch_study(self.env, folder, name, max_age_days=config.max_age_days, mode=config.mode)
+            except CacheError as exc:
+                out.append((name, title, "–", "–", "–", f"missing (cannot list the study files: {exc.problem})"))
+                continue
+            docs, errors = studies.read_studies(config.cache_dir, name)
+            for doc in docs:
+                date = str(doc["provenance"]["date"])
+                why = studies.staleness(doc, None, ("method",)) or is_stale(
+                    {"method_version": METHOD_VERSION, "provenance": {"date": date}},
+                    max_age_days=config.max_age_days, now=clock())
+                out.append((name, title, str(doc["device"]["name"]), date[:10], str(doc["method_version"]),
+                            f"stale ({why})" if why else "fresh"))
+            for error in errors:
+                out.append((name, title, error.path.name, "–", "–", f"failed (unusable file: {error.problem})"))
+        return out
 
 
 def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: Request, answer: Answer,
                        cache_dir: Path) -> None:
     """Record one model of a ``gemm-benchmark-summary`` (at ``lineno`` of the current page) as it was
-    answered, for the freshness table and the build's last line. Roles never quote it (no values)."""
+    answered, for the freshness table and the build's last line. Roles never quote it (no values).
+
+    A summary shows the layer step, which :func:`.execution.assess` (per-GEMM cells) does not judge:
+    a step that failed makes the result *failed* here, never *fresh*."""
+    devices = []
+    for d in answer.devices:
+        status, reason = d.status.value, d.reason
+        failed = failed_steps(d, request.modes, request.precisions)
+        if failed and status == "fresh":
+            status, reason = "failed", "failed: " + ", ".join(failed)
+        devices.append(envdata.DeviceRecord(
+            name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
+            method_version=str(d.doc["method_version"]), status=status, reason=reason, values={}))
+    overall = answer.status.value
+    if overall == "fresh" and any(d.status == "failed" for d in devices):
+        overall = "failed"
     envdata.add_record(env, envdata.DirectiveRecord(
         docname=env.docname, lineno=lineno, name=label, kind=request.question.kind,
         question_hash=request.question.hash, describe=request.question.describe(), modes=tuple(request.modes),
         precisions=tuple(request.precisions), cache_dir=str(cache_dir),
-        cache_files=tuple(p.name for p in answer.files), status=answer.status.value,
-        devices=tuple(envdata.DeviceRecord(
-            name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
-            method_version=str(d.doc["method_version"]), status=d.status.value, reason=d.reason, values={})
-            for d in answer.devices),
+        cache_files=tuple(p.name for p in answer.files), status=overall, devices=tuple(devices),
         unmatched=tuple(answer.unmatched), devices_listed=bool(request.devices), gemm_names={},
         directive=SUMMARY))
 
 
+def failed_steps(device: DeviceAnswer, modes: Sequence[str], precisions: Sequence[str]) -> list[str]:
+    """``"Layer step (CUDA graphs)/BF16 (reason)"`` for every shown layer step that failed on ``device``."""
+    out = []
+    for mode in (m for m in modes if m in LAYER_MODES and m in device.reports):
+        for p in precisions:
+            step = device.reports[mode].step(p, graphed=mode == LAYER_MODES[1])
+            if step.status == "failed":
+                out.append(f"{MODE_NAMES[mode]}/{PRECISIONS[p].display} ({step.reason})")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteResult:
+    """One result the site shows: a question on one device (a cache file), or a device a page asks for
+    that has no result (``date`` empty); ``shown`` the (page, name) pairs that show it, in page order."""
+
+    question_hash: str
+    describe: str
+    device: str
+    date: str
+    method_version: str
+    status: str
+    reasons: tuple[str, ...]
+    shown: tuple[tuple[str, str], ...]
+
+    def status_text(self) -> str:
+        text = self.status + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
+        if self.method_version and self.method_version != METHOD_VERSION and not self.reasons:
+            text += (f" (method v{self.method_version}: still valid, without the quantities method "
+                     f"v{METHOD_VERSION} adds; a GPU refresh re-measures it)")
+        return text
+
+    def shown_text(self) -> str:
+        return ", ".join(f"{page} ({name})" if name else page for page, name in self.shown)
+
+
 def _name(record: envdata.DirectiveRecord) -> str:
     if record.directive == SUMMARY:
-        return f"{record.name} (summary)"
-    return record.name or f"(line {record.lineno})"
+        return f"{record.name}, summary" if record.name else "summary"
+    return record.name or f"line {record.lineno}"
 
 
-def rows(records: list[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
-    """One row per directive: the table's and the log's content."""
-    out: list[tuple[str, ...]] = []
+def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]:
+    """Every result the records show, once each, in the order pages first show them.
+
+    The models page shows each model twice (the page-wide summary and its section's): one result,
+    one row, both places beside it. A question with no result anywhere is one *missing* row.
+    """
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(key: tuple[str, str], record: envdata.DirectiveRecord, device: str, date: str, method: str,
+            status: str, reason: str) -> None:
+        row = found.setdefault(key, {"describe": record.describe, "device": device, "date": date,
+                                     "method": method, "statuses": [], "reasons": [], "shown": []})
+        row["statuses"].append(status)
+        if reason and reason not in row["reasons"]:
+            row["reasons"].append(reason)
+        place = (record.docname, _name(record))
+        if place not in row["shown"]:
+            row["shown"].append(place)
+
     for r in records:
-        devices = r.devices
-        names = ", ".join(device_label(d.name) for d in devices) or "–"
-        if r.unmatched:
-            names += " (none for " + ", ".join(r.unmatched) + ")"
-        dates = ", ".join(d.date[:10] for d in devices) or "–"
-        methods = ", ".join(sorted({d.method_version for d in devices})) or "–"
-        reasons = "; ".join(f"{device_label(d.name)}: {d.reason}" for d in devices if d.reason)
-        status = r.status + (f" ({reasons})" if reasons else "")
-        earlier = sorted({d.method_version for d in devices if d.method_version != METHOD_VERSION})
-        if earlier and not reasons:
-            status += (f" (method v{', v'.join(earlier)}: still valid, without the quantities method "
-                       f"v{METHOD_VERSION} adds; a GPU refresh re-measures it)")
-        out.append((r.docname, _name(r), names, dates, methods, status))
+        for d in r.devices:
+            add((r.question_hash, d.slug), r, device_label(d.name), d.date[:10], d.method_version, d.status,
+                d.reason)
+        for selector in r.unmatched:
+            add((r.question_hash, normalize_selector(selector)), r, f"{selector} (no result)", "", "", "missing",
+                "")
+        if not r.devices and not r.unmatched:
+            add((r.question_hash, ""), r, "", "", "", "missing", "no result on any device")
+    asked = {question for question, device in found if device}
+    out = []
+    for (question, device), row in found.items():
+        if not device and question in asked:
+            continue  # the question's devices have rows of their own
+        status = min(row["statuses"], key=_WORST_FIRST.index)
+        out.append(SiteResult(question, row["describe"], row["device"], row["date"], row["method"], status,
+                              tuple(row["reasons"]), tuple(row["shown"])))
     return out
+
+
+def result_counts(records: Sequence[envdata.DirectiveRecord]) -> dict[str, int]:
+    """How many results (:func:`site_results`: one per question and device, however many pages
+    show it) are in each status, statuses sorted by name. The freshness page's sentence, its log
+    and the build's last line all count with this one function."""
+    counts: dict[str, int] = {}
+    for result in site_results(records):
+        counts[result.status] = counts.get(result.status, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``"24 results (1 failed, 23 fresh)"``."""
+    total = sum(counts.values())
+    listed = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return f"{total} result{'s' if total != 1 else ''} ({listed})"
+
+
+def rows(records: Sequence[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
+    """One row per result: the table's and the log's content."""
+    return [(r.describe, r.device or "–", r.date or "–", r.method_version or "–", r.status_text(), r.shown_text())
+            for r in site_results(records)]
 
 
 class ResolveFreshness(SphinxPostTransform):
@@ -101,38 +230,82 @@ class ResolveFreshness(SphinxPostTransform):
     def run(self, **kwargs: Any) -> None:
         for node in list(self.document.findall(gemm_freshness)):
             records = envdata.all_records(self.env)
-            if not records:
-                node.replace_self(nodes.paragraph("No gemm-benchmark results on this site.",
-                                                  "No gemm-benchmark results on this site."))
-                continue
-            body = []
-            for row in rows(records):
-                docname = row[0]
-                cells = [Entry(docname), *(Entry(v) for v in row[1:5]),
-                         Entry(row[5], classes=(f"gemm-status-{row[5].split()[0]}",))]
-                body.append(cells)
-            # No table title: titled tables are numbered (given ids) while reading, and this one is
-            # built after reading; a paragraph says what the table is instead.
-            table = build_table([[Entry(c) for c in COLUMNS]], body, [14, 14, 20, 12, 6, 30],
-                                classes=["gemm-freshness"])
-            self._link_pages(table, records)
-            intro = f"Every gemm-benchmark result on this site (current method version {METHOD_VERSION}):"
-            node.replace_self([nodes.paragraph(intro, intro, classes=["gemm-freshness-intro"]), scrolling(table)])
+            out: list[nodes.Node] = []
+            if records:
+                results = site_results(records)
+                body = [[Entry(r.describe, tooltip=f"question {r.question_hash}"), Entry(r.device or "–"),
+                         Entry(r.date or "–"), Entry(r.method_version or "–"),
+                         Entry(r.status_text(), classes=(f"gemm-status-{r.status}",)), Entry(r.shown_text())]
+                        for r in results]
+                # No table title: titled tables are numbered (given ids) while reading, and this one is
+                # built after reading; a paragraph says what the table is instead.
+                table = build_table([[Entry(c) for c in COLUMNS]], body, [30, 12, 10, 6, 22, 20],
+                                    classes=["gemm-freshness"])
+                self._link_pages(table, [r.shown for r in results])
+                intro = (f"{counts_text(result_counts(records))} on this site, one row per result (a question "
+                         f"on one device), with the pages that show it (current method version {METHOD_VERSION}):")
+                out += [nodes.paragraph(intro, intro, classes=["gemm-freshness-intro"]), scrolling(table)]
+            else:
+                out.append(nodes.paragraph("No gemm-benchmark results on this site.",
+                                           "No gemm-benchmark results on this site."))
+            out += self._studies(node.get("studies", []))
+            node.replace_self(out)
 
-    def _link_pages(self, table: nodes.table, records: list[envdata.DirectiveRecord]) -> None:
-        """Make each page cell a link to the directive's page."""
+    def _studies(self, found: list[tuple[str, ...]]) -> list[nodes.Node]:
+        """The studies' table: one row per study file, with the pages whose study directives show it."""
+        folder = str(studies.study_dir(Path(_cache_dir(self.env))))
+        pages: dict[str, list[tuple[str, str]]] = {}
+        for docname, watches in sorted(envdata.data(self.env).watches.items()):
+            for watch in watches:
+                if (watch.cache_dir == folder and docname != self.env.docname
+                        and (docname, "") not in pages.get(watch.question_hash, [])):
+                    pages.setdefault(watch.question_hash, []).append((docname, ""))
+        # A study a page shows without any file of it is missing; one no page shows and no file
+        # holds is not this site's.
+        found = [*found, *((name, studies.REGISTRY[name].title, "–", "–", "–", "missing (no result on any device)")
+                           for name in sorted(pages) if name in studies.REGISTRY
+                           and not any(row[0] == name for row in found))]
+        if not found:
+            return []
+        body, shown = [], []
+        for name, title, device, date, method, status in found:
+            shown.append(tuple(pages.get(name, [])))
+            body.append([Entry(title, tooltip=f"study {name}"), Entry(device_label(device)), Entry(date),
+                         Entry(method), Entry(status, classes=(f"gemm-status-{status.split()[0]}",)),
+                         Entry(", ".join(page for page, _ in shown[-1]) or "–")])
+        table = build_table([[Entry(c) for c in STUDY_COLUMNS]], body, [30, 12, 10, 6, 22, 20],
+                            classes=["gemm-freshness", "gemm-freshness-studies"])
+        self._link_pages(table, shown)
+        intro = (f"{len(found)} study result{'s' if len(found) != 1 else ''} (studies/*.json: measured once per GPU, "
+                 "each with its own method version):")
+        return [nodes.paragraph(intro, intro, classes=["gemm-freshness-intro"]), scrolling(table)]
+
+    def _link_pages(self, table: nodes.table, shown: Sequence[Sequence[tuple[str, str]]]) -> None:
+        """Make each page named in the last column a link to that page."""
         if builder_format(self.env) != "html":
             return
         builder = app_of(self.env).builder
-        entries = [row[0] for row in table.findall(nodes.row)][1:]  # skip the header row
-        for entry, record in zip(entries, records, strict=True):
+        entries = [row[-1] for row in table.findall(nodes.row)][1:]  # skip the header row
+        for entry, places in zip(entries, shown, strict=True):
             assert isinstance(entry, nodes.Element)
             para = entry[0]
             assert isinstance(para, nodes.Element)
-            uri = builder.get_relative_uri(self.env.docname, record.docname)
-            ref = nodes.reference("", record.docname, internal=True, refuri=uri)
+            if not places:
+                continue
             del para[:]
-            para += ref
+            for i, (page, name) in enumerate(places):
+                if i:
+                    para += nodes.Text(", ")
+                uri = builder.get_relative_uri(self.env.docname, page)
+                para += nodes.reference("", page, internal=True, refuri=uri)
+                if name:
+                    para += nodes.Text(f" ({name})")
+
+
+def _cache_dir(env: BuildEnvironment) -> Path:
+    from gemm_benchmark.config import settings
+
+    return Path(settings(env).cache_dir)
 
 
 def log_summary(app: Sphinx, exception: Exception | None) -> None:
@@ -142,10 +315,8 @@ def log_summary(app: Sphinx, exception: Exception | None) -> None:
     records = envdata.all_records(app.env)
     if not records:
         return
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    logger.info("gemm-benchmark: %d results (%s)", len(records), summary)
-    for row in rows(records):  # device names, dates and reasons come from result files: escaped
-        logger.info("  %-24s %-18s %-28s %-12s v%-3s %s", *(untrusted_text.field(str(cell)) for cell in row))
+    logger.info("gemm-benchmark: %s", counts_text(result_counts(records)))
+    for r in site_results(records):  # device names, dates and reasons come from result files: escaped
+        cells = (r.device or "–", r.date or "–", r.method_version or "–", r.status_text(), r.describe,
+                 r.shown_text())
+        logger.info("  %-18s %-10s v%-3s %s: %s; shown on %s", *(untrusted_text.field(str(c)) for c in cells))

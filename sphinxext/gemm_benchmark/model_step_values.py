@@ -10,7 +10,7 @@ mode, and the optional last word picks G (``G=1`` or the question's G; default t
 
 Registering the roles (``roles.py`` is another helper's; three small additions there):
 
-1. ``ROLES.update({spec.name: spec for spec in MODEL_STEP_ROLES})`` after ``ROLES``;
+1. ``ROLES.update({spec["name"]: RoleSpec(**spec) for spec in MODEL_STEP_ROLES})`` after ``ROLES``;
 2. in ``_lookup``, for ``node["kind"] in MODEL_STEP_KINDS``: skip ``resolve_gemm`` and use
    ``gemm = model_step_g_key(node["gemm"], record_default_g)`` (``"G=8"``) as the value key's last
    word (the record's question G is the default: :func:`default_g_key` reads it from the values);
@@ -23,35 +23,40 @@ from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.model_step import GIB, ModelStep
 from gemm_bench.report.report import Report
 from gemm_benchmark.records import Value, value_key
-from gemm_benchmark.roles import RoleSpec
 
 MODE = "layer-graphed"
-MODEL_STEP_ROLES: tuple[RoleSpec, ...] = (
-    RoleSpec("gemm-tokens", "NAME[@DEVICE] layer-graphed PRECISION [G=N]",
-             "Tokens per second per GPU of the model's training step (one rank's embedding, layers, output "
-             "layer, loss and optimizer over G micro-batches, composed of measured parts; collectives excluded).",
-             "llama layer-graphed fp8-delayed", gemm="optional"),
-    RoleSpec("gemm-mfu", "NAME[@DEVICE] layer-graphed PRECISION [G=N]",
-             "Model FLOPs utilization: Megatron-LM's FLOP count of the step over its time, against the GPU's "
-             "dense BF16 peak (whatever the recipe).", "llama layer-graphed fp8-current G=1", gemm="optional"),
-    RoleSpec("gemm-model-tflops", "NAME[@DEVICE] layer-graphed PRECISION [G=N]",
-             "Model TFLOP/s per GPU of the training step (Megatron-LM's count).", "llama layer-graphed bf16",
-             gemm="optional"),
-    RoleSpec("gemm-model-speedup", "NAME[@DEVICE] layer-graphed PRECISION [G=N]",
-             "Speedup vs BF16 of the model's training step per micro-batch, with its spread (every part's "
-             "quartiles composed).", "llama layer-graphed fp8-delayed", gemm="optional"),
-    RoleSpec("gemm-memory", "NAME[@DEVICE] layer-graphed PRECISION",
-             "Peak GPU memory of the model's training step on one rank, composed of the allocator's measured "
-             "parts (weights, FP8 weight copies, activations, gradients, optimizer state).",
-             "llama layer-graphed fp8-delayed", gemm="none"),
-    RoleSpec("gemm-memory-delta", "NAME[@DEVICE] layer-graphed PRECISION",
-             "Peak memory of the model step minus BF16's: \"0.4 GiB more\" or \"1.2 GiB less\".",
-             "llama layer-graphed fp8-delayed", gemm="none"),
-    RoleSpec("gemm-largest-microbatch", "NAME[@DEVICE] layer-graphed PRECISION",
-             "The largest micro-batch whose step fitted this GPU (found on the GPU with a real model of the "
-             "stated layers; an out-of-memory is the answer).", "llama layer-graphed fp8-current", gemm="none"),
+#: The roles' specifications, as keyword arguments of ``roles.RoleSpec`` (this module sits below
+#: ``roles`` and ``values`` in the extension's layers, so it imports neither).
+MODEL_STEP_ROLES: tuple[dict[str, str], ...] = (
+    {"name": "gemm-tokens", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
+     "description": "Tokens per second per GPU of the model's training step (one rank's embedding, layers, output "
+                    "layer, loss and optimizer over G micro-batches, composed of measured parts; collectives "
+                    "excluded).",
+     "example": "llama layer-graphed fp8-delayed"},
+    {"name": "gemm-mfu", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
+     "description": "Model FLOPs utilization: Megatron-LM's FLOP count of the step over its time, against the GPU's "
+                    "dense BF16 peak (whatever the recipe).",
+     "example": "llama layer-graphed fp8-current G=1"},
+    {"name": "gemm-model-tflops", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
+     "description": "Model TFLOP/s per GPU of the training step (Megatron-LM's count).",
+     "example": "llama layer-graphed bf16"},
+    {"name": "gemm-model-speedup", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
+     "description": "Speedup vs BF16 of the model's training step per micro-batch, with its spread (every part's "
+                    "quartiles composed).",
+     "example": "llama layer-graphed fp8-delayed"},
+    {"name": "gemm-memory", "syntax": "NAME[@DEVICE] layer-graphed PRECISION", "gemm": "none",
+     "description": "Peak GPU memory of the model's training step on one rank, composed of the allocator's measured "
+                    "parts (weights, FP8 weight copies, activations, gradients, optimizer state).",
+     "example": "llama layer-graphed fp8-delayed"},
+    {"name": "gemm-memory-delta", "syntax": "NAME[@DEVICE] layer-graphed PRECISION", "gemm": "none",
+     "description": "Peak memory of the model step minus BF16's: \"0.4 GiB more\" or \"1.2 GiB less\".",
+     "example": "llama layer-graphed fp8-delayed"},
+    {"name": "gemm-largest-microbatch", "syntax": "NAME[@DEVICE] layer-graphed PRECISION", "gemm": "none",
+     "description": "The largest micro-batch whose step fitted this GPU (found on the GPU with a real model of the "
+                    "stated layers; an out-of-memory is the answer).",
+     "example": "llama layer-graphed fp8-current"},
 )
-MODEL_STEP_KINDS: tuple[str, ...] = tuple(spec.name for spec in MODEL_STEP_ROLES)
+MODEL_STEP_KINDS: tuple[str, ...] = tuple(spec["name"] for spec in MODEL_STEP_ROLES)
 #: The value key's last word of the question's own G when a role names none.
 DEFAULT_G = "G"
 

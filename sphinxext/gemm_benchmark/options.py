@@ -15,14 +15,15 @@ type/subtype, which ``suppress_warnings`` cannot silence and which does not say 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gemm_bench.question import choices
 from gemm_bench.question.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
-from gemm_bench.question.devices import ALIASES, normalize_selector
+from gemm_bench.question.devices import ALIASES, device_slug, normalize_selector
 from gemm_bench.question.precisions import (
     MODE_NAMES,
     MODES,
@@ -32,6 +33,7 @@ from gemm_bench.question.precisions import (
     normalize_precision,
 )
 from gemm_bench.question.question import Question, build_question
+from gemm_bench.results.cache import Cache, CacheError
 
 SHOW_PARTS: tuple[str, ...] = ("figure", "table", "totals", "peers", "provenance",
                                 "latency", "tflops", "roofline", "accuracy")
@@ -143,18 +145,39 @@ class PermissiveOptionSpec(dict):
         return True
 
 
+def option_line(block_text: str, lineno: int, option: str) -> int:
+    """The line of ``option`` in a directive that starts at ``lineno`` with ``block_text``: where an
+    author looks to fix it. rST and MyST both start ``block_text`` at the directive's first line;
+    an option is ``:name: value`` in both (or ``name: value`` in MyST's YAML block). The
+    directive's own line when the option is not found (one given by a summary for each model).
+    """
+    pattern = re.compile(rf"\s*:?{re.escape(option)}:(\s|$)")
+    for offset, line in enumerate(block_text.splitlines()):
+        if offset and pattern.match(line):
+            return lineno + offset
+    return lineno
+
+
 def _keep_text(value: str | None) -> str:
     return "" if value is None else str(value)
 
 
 class OptionError(ValueError):
-    """Bad directive input; ``option`` is the option at fault (its spelling without colons)."""
+    """Bad directive input; ``option`` is the option at fault (its spelling without colons).
+
+    :func:`parse_options` raises the first of a directive's bad options; ``errors`` holds every one
+    of them (this one first), so that the directive warns about each at its own line.
+    """
 
     def __init__(self, option: str, message: str, subtype: str = "option") -> None:
         self.option = option
         self.message = message
         self.subtype = subtype
+        self.errors: tuple[OptionError, ...] = (self,)
         super().__init__(f":{option}: {message}")
+
+
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,19 +224,54 @@ def _parse_choices(option: str, text: str, normalize: Callable[[str], str], know
         raise OptionError(option, str(exc), subtype=subtype) from None
 
 
-def _parse_devices(text: str) -> tuple[str, ...]:
-    """Device selectors, each an exact slug or an alias (:mod:`gemm_bench.question.devices`), normalized to slugs."""
+def _parse_devices(text: str, known: Collection[str] | None = None) -> tuple[str, ...]:
+    """Device selectors, each an exact slug or an alias (:mod:`gemm_bench.question.devices`), normalized to slugs.
+
+    With ``known`` (:func:`known_devices`), a selector naming none of them is refused by name, with
+    the names there are: ``h10`` is a typo, and reporting it as "no cached result" sent authors to
+    measure a GPU that does not exist.
+    """
     items = split_list(text)
     if not items:
         raise OptionError("devices", "needs at least one device (a slug like h100-80gb-hbm3, or an alias: "
                           + ", ".join(ALIASES) + ")")
     out = []
+    unknown = []
     for item in items:
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", item.lower()):
             raise OptionError("devices", f"{item!r} is not a device slug (letters, digits, '.', '-')",
                               subtype="devices")
-        out.append(normalize_selector(item))
+        slug = normalize_selector(item)
+        if known is not None and slug not in known:
+            unknown.append(item)
+        out.append(slug)
+    if unknown and known is not None:
+        listed = ", ".join(repr(item) for item in unknown)
+        raise OptionError("devices", f"{listed} {'is no known device' if len(unknown) == 1 else 'are no known devices'}"
+                          "; known names: " + ", ".join(sorted(known, key=_device_order)), subtype="devices")
     return tuple(dict.fromkeys(out))
+
+
+def known_devices(cache_dir: Path, *, local: str | None = None) -> frozenset[str]:
+    """Every name ``:devices:`` may use: the aliases and the slugs they stand for, the slug of every
+    device with a result in ``cache_dir`` (any question: a page may ask for a GPU a new question has
+    no result on yet), and ``local``'s slug (this machine's GPU, which an ``auto`` build may measure).
+
+    Only file names are read, so a build pays one directory listing per directive.
+    """
+    names = {*ALIASES, *ALIASES.values()}
+    try:
+        names.update(path.name[:-len(".json")].split("--", 1)[1] for path in Cache(cache_dir).files())
+    except CacheError:
+        pass  # the directive's own lookup reports the unlistable folder, with its path
+    if local:
+        names.add(device_slug(local))
+    return frozenset(names)
+
+
+def _device_order(name: str) -> tuple[bool, str]:
+    """Aliases first (what an author types), then slugs; each group alphabetical."""
+    return (name not in ALIASES, name)
 
 
 def resolve_hf_config(text: str, *, srcdir: Path, docdir: Path) -> Path:
@@ -237,36 +295,97 @@ def resolve_hf_config(text: str, *, srcdir: Path, docdir: Path) -> Path:
 
 
 def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path,
-                  modes_known: tuple[str, ...] = MODES) -> Request:
+                  modes_known: tuple[str, ...] = MODES, known_devices: Collection[str] | None = None) -> Request:
     """Validate a directive's raw options (strings) into a :class:`Request`.
 
     ``modes_known`` are the modes the directive renders: ``gemm-benchmark`` renders per-GEMM tables
     (autocast, prequant, as :data:`OPTIONS` documents); the summary renders the layer step too.
+    ``known_devices`` (:func:`known_devices`), when given, are the device selectors a page may name:
+    any other ``:devices:`` entry is a typo, reported as one rather than as "no cached result".
 
     Raises :class:`OptionError` naming the option at fault; config errors from the bench core are
-    re-spelled with directive option names (``:num-query-groups:``).
+    re-spelled with directive option names (``:num-query-groups:``). Every bad option is found
+    before raising (an author fixing one typo at a time would rebuild once per typo): the error
+    raised is the first in the directive's order, and its :attr:`OptionError.errors` holds them all.
     """
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise OptionError(unknown[0], "is not an option of gemm-benchmark; known options: "
-                          + ", ".join(OPTIONS))
-    text = {k: _keep_text(v) for k, v in options.items()}
+    errors: list[OptionError] = []
+
+    def attempt(parse: Callable[[], _T], fallback: _T) -> _T:
+        try:
+            return parse()
+        except OptionError as exc:
+            errors.append(exc)
+            return fallback
+
+    for unknown in (name for name in options if name not in OPTIONS):
+        errors.append(OptionError(unknown, "is not an option of gemm-benchmark; known options: "
+                                  + ", ".join(OPTIONS)))
+    text = {k: _keep_text(v) for k, v in options.items() if k in OPTIONS}
     fields: dict[str, Any] = {}
+    question_inputs_ok = True
     for name, value in text.items():
         option = OPTIONS[name]
         if option.field is None:
             continue
-        fields[option.field] = _parse_bool(name, value) if option.flag else _parse_int(name, value)
-    hf_config = resolve_hf_config(text["hf-config"], srcdir=srcdir, docdir=docdir) if "hf-config" in text else None
+        parsed = attempt(functools.partial(_parse_field, option, value), None)
+        if parsed is None:
+            question_inputs_ok = False
+        else:
+            fields[option.field] = parsed
+    hf_config = None
+    if "hf-config" in text:
+        hf_config = attempt(lambda: resolve_hf_config(text["hf-config"], srcdir=srcdir, docdir=docdir), None)
+        question_inputs_ok = question_inputs_ok and hf_config is not None
     for name in ("model", "shapes", "sweep"):
-        if name in text and not text[name].strip():
-            raise OptionError(name, "needs a value")
-    for name in ("shapes", "sweep"):
-        # "," alone is no list: it must not fall back silently to another question (a :model:).
-        if name in text and not split_list(text[name]):
-            raise OptionError(name, f"{text[name].strip()!r} lists nothing", subtype="config")
+        if name not in text:
+            continue
+        if not text[name].strip():
+            errors.append(OptionError(name, "needs a value"))
+            question_inputs_ok = False
+        elif name != "model" and not split_list(text[name]):
+            # "," alone is no list: it must not fall back silently to another question (a :model:).
+            errors.append(OptionError(name, f"{text[name].strip()!r} lists nothing", subtype="config"))
+            question_inputs_ok = False
+    question = None
+    if question_inputs_ok:  # a question from half its inputs would report errors that are not there
+        question = attempt(lambda: _question(text, hf_config, fields), None)
+    precisions = (attempt(lambda: _parse_choices("precisions", text["precisions"], normalize_precision,
+                                                 PRECISION_IDS), PRECISION_IDS)
+                  if "precisions" in text else PRECISION_IDS)
+    modes = attempt(lambda: _parse_modes(text["modes"], modes_known), MODES) if "modes" in text else MODES
+    devices: tuple[str, ...] = ()
+    if "devices" in text:
+        devices = attempt(lambda: _parse_devices(text["devices"], known_devices), devices)
+    show = (attempt(lambda: _parse_choices("show", text["show"], _normalize_show, SHOW_PARTS), DEFAULT_SHOW)
+            if "show" in text else DEFAULT_SHOW)
+    name = text.get("name", "").strip()
+    if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", name):
+        errors.append(OptionError("name", f"{name!r} must be one word of letters, digits, '-', '_', '.' or ':'"))
+    elif "@" in name:
+        errors.append(OptionError("name", "must not contain '@' (roles use NAME@DEVICE)"))
+    missing = text.get("missing", "warn").strip().lower() or "warn"
+    if missing not in ("warn", "note"):
+        errors.append(OptionError("missing", f"unknown value {missing!r}; choose from warn, note"))
+    if errors or question is None:
+        order = list(options)
+        errors.sort(key=lambda e: order.index(e.option) if e.option in order else len(order))
+        first = errors[0]
+        first.errors = tuple(errors)
+        raise first
+    # BF16 first: it is the baseline of every speedup, so it is always shown.
+    precisions = tuple(dict.fromkeys(("bf16", *sorted(precisions, key=PRECISION_IDS.index))))
+    return Request(question, precisions, modes, devices, show, name, text.get("caption", "").strip(), hf_config,
+                   missing)
+
+
+def _parse_field(option: Option, value: str) -> bool | int:
+    return _parse_bool(option.name, value) if option.flag else _parse_int(option.name, value)
+
+
+def _question(text: Mapping[str, str], hf_config: Path | None, fields: dict[str, Any]) -> Question:
+    """The bench core's question (the CLI's), its config errors spelled as directive options."""
     try:
-        question = build_question(
+        return build_question(
             model=text.get("model") or None,
             hf_config=hf_config,
             shapes=split_list(text["shapes"]) if "shapes" in text else None,
@@ -278,29 +397,17 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path,
         at_fault = _FIELD_TO_OPTION.get(exc.field, exc.field).replace("_", "-")
         raise OptionError(at_fault, message.split(": ", 1)[1] if ": " in message else message,
                           subtype="config") from None
-    precisions = (_parse_choices("precisions", text["precisions"], normalize_precision, PRECISION_IDS)
-                  if "precisions" in text else PRECISION_IDS)
-    modes = _parse_choices("modes", text["modes"], normalize_mode, modes_known) if "modes" in text else MODES
+
+
+def _parse_modes(text: str, modes_known: tuple[str, ...]) -> tuple[str, ...]:
+    modes = _parse_choices("modes", text, normalize_mode, modes_known)
     for mode in modes:
         if mode not in modes_known:
             raise OptionError("modes", f"{mode!r} is the whole-layer step, which gemm-benchmark (per-GEMM tables) "
                               f"does not show; choose from {', '.join(modes_known)}. The step is shown by "
                               "gemm-benchmark-summary (:modes: layer, layer-graphed) and quoted by "
                               ":gemm-step-speedup: and :gemm-share:", subtype="modes")
-    devices = _parse_devices(text["devices"]) if "devices" in text else ()
-    show = _parse_choices("show", text["show"], _normalize_show, SHOW_PARTS) if "show" in text else DEFAULT_SHOW
-    name = text.get("name", "").strip()
-    if name and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", name):
-        raise OptionError("name", f"{name!r} must be one word of letters, digits, '-', '_', '.' or ':'")
-    if "@" in name:
-        raise OptionError("name", "must not contain '@' (roles use NAME@DEVICE)")
-    missing = text.get("missing", "warn").strip().lower() or "warn"
-    if missing not in ("warn", "note"):
-        raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
-    # BF16 first: it is the baseline of every speedup, so it is always shown.
-    precisions = tuple(dict.fromkeys(("bf16", *sorted(precisions, key=PRECISION_IDS.index))))
-    return Request(question, precisions, modes, devices, show, name, text.get("caption", "").strip(), hf_config,
-                   missing)
+    return modes
 
 
 def _normalize_show(text: str) -> str:

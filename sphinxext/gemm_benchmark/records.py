@@ -26,6 +26,7 @@ from sphinx.environment.collectors import EnvironmentCollector
 
 from gemm_bench.results.cache import Cache, CacheError
 from gemm_benchmark import execution
+from gemm_benchmark.config import settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,8 +161,6 @@ def add_record(env: BuildEnvironment, record: DirectiveRecord) -> None:
 
 def watch(env: BuildEnvironment, cache_dir: Path, question_hash: str, answer: execution.Answer) -> None:
     """Remember a question the current page asked, for :meth:`GemmBenchmarkCollector.get_outdated_docs`."""
-    from gemm_benchmark.config import settings
-
     config = settings(env)
     dates = tuple(str(d.doc["provenance"]["date"]) for d in answer.devices)
     data(env).watches.setdefault(env.docname, []).append(Watch(
@@ -248,8 +247,6 @@ class GemmBenchmarkCollector(EnvironmentCollector):
         software stack changed: :func:`.execution.freshness_key`), for ``gemm-benchmark`` directives
         and summaries alike; and every page when the execution mode changed or is ``force``.
         """
-        from gemm_benchmark.config import settings
-
         store = data(env)
         config = settings(env)
         mode = config.mode

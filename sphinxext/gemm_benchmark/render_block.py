@@ -36,6 +36,7 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report, describe_method
+from gemm_bench.report.rounds import rounds_outcome
 from gemm_benchmark import render_table
 from gemm_benchmark.execution import Answer, DeviceAnswer
 from gemm_benchmark.options import Request
@@ -142,14 +143,36 @@ class InlineFigures(SphinxPostTransform):
             candidate = candidates.get("image/svg+xml")
             if not candidate:
                 continue
+            path = Path(self.env.srcdir) / candidate
             try:
-                svg = (Path(self.env.srcdir) / candidate).read_text(encoding="utf-8")
+                svg = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue  # leave the <img>: the builder copies the file and warns if it is gone
-            markup = inline_svg(svg, f"gemm-fig{index}", node.get("alt", ""))
-            container = nodes.container(classes=[FIGURE_CLASS])
-            container += nodes.raw("", markup, format="html")
-            node.replace_self(container)
+            wide = figures.wide_twin(path)
+            try:
+                wide_svg = wide.read_text(encoding="utf-8") if _own_figure(wide, Path(self.env.doctreedir)) else None
+            except (OSError, UnicodeDecodeError):
+                wide_svg = None  # the phone figure alone, at every width
+            if wide_svg is not None:  # replace_self gives the image's classes to the pair: not this one
+                node["classes"] = [c for c in node["classes"] if c != FIGURE_CLASS]
+            node.replace_self(figure_pair(svg, wide_svg, f"gemm-fig{index}", node.get("alt", "")))
+
+
+def figure_pair(svg: str, wide_svg: str | None, prefix: str, label: str) -> nodes.Element:
+    """A figure for the page: the phone SVG in a ``div.gemm-figure`` and, when given, its desktop
+    twin beside it in a ``div.gemm-figure-wide``, both in a ``div.gemm-figure-pair`` whose width
+    (a CSS container query, ``gemm_benchmark.css``) shows one of them. The twin sits outside
+    ``div.gemm-figure`` so that whatever reads a page's figures reads each once."""
+    figure = nodes.container(classes=[FIGURE_CLASS])
+    figure += nodes.raw("", inline_svg(svg, prefix, label), format="html")
+    if wide_svg is None:
+        return figure
+    pair = nodes.container(classes=["gemm-figure-pair"])
+    pair += figure
+    wide = nodes.container(classes=["gemm-figure-wide"])
+    wide += nodes.raw("", inline_svg(wide_svg, f"{prefix}w", label), format="html")
+    pair += wide
+    return pair
 
 
 def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.paragraph:
@@ -162,11 +185,15 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
         parts.append(f"cuBLAS {prov['cublas']}")
     parts += [f"PyTorch {prov['torch']}", f"Transformer Engine {prov['transformer_engine']}",
               f"measured {prov['date']}", f"method v{doc['method_version']}: {describe_method(prov['method'])}"]
+    if rounds_outcome(doc):  # the rule says what each group aimed for; this, how they ended
+        parts.append(rounds_outcome(doc))
     para = nodes.paragraph(classes=["gemm-provenance"])
     para += nodes.strong("Measured on ", "Measured on ")
     para += nodes.Text(" · ".join(parts) + ". ")
     if answer.status.value != "fresh":
-        text = f"({answer.status.value}: {answer.reason}) "
+        # "(failed: autocast/fp8-current (...))", never "(failed: failed: ...)"
+        reason = answer.reason.removeprefix(f"{answer.status.value}: ")
+        text = f"({answer.status.value}: {reason}) "
         para += nodes.emphasis(text, text)
     link = addnodes.download_reference("", "", refdoc=env.docname, refdomain="", reftype="download",
                                        refexplicit=True, refwarn=False, reftarget=_relative_uri(env, answer.path))
@@ -209,9 +236,21 @@ def device_nodes(env: BuildEnvironment, request: Request, answer: DeviceAnswer, 
     unavailable = render_table.unavailable_list(report, mode, request.precisions)
     if unavailable is not None:
         out.append(unavailable)
+    out += cross_check_note(report)
     if "provenance" in request.show:
         out.append(provenance_nodes(env, answer))
     return out
+
+
+def cross_check_note(report: Report) -> list[nodes.Node]:
+    """What the page says under a result whose profiler cross-check breaks the file's median bound
+    (:attr:`gemm_bench.results.cross_check.Verdict.file_flag`), whatever ``:show:`` hides: every
+    number above rests on it. Nothing for a file that holds."""
+    flag = report.cross_check.file_flag
+    if flag is None:
+        return []
+    text = f"{render_table.FLAG_MARK} On this GPU, {flag}."
+    return [nodes.paragraph(text, text, classes=["gemm-note", "gemm-flagged"])]
 
 
 def block_nodes(env: BuildEnvironment, request: Request, answer: Answer) -> list[nodes.Node]:

@@ -168,9 +168,33 @@ def inline_literals(text: str) -> list[nodes.Node]:
     return out
 
 
-def _num(text: str, strong: bool = False) -> Entry:
-    """A numeric cell (right-aligned in HTML, tabular figures)."""
+def _num(text: str, strong: bool = False, *, flag: str | None = None) -> Entry:
+    """A numeric cell (right-aligned in HTML, tabular figures); a number the cross-check ``flag``
+    concerns carries :data:`FLAG_MARK`, the flag (with its ratio) as its detail."""
+    if flag:
+        return Entry(f"{text} {FLAG_MARK}", strong=strong, classes=("gemm-num", "gemm-flagged"),
+                     tooltip=f"{FLAG_MARK} {flag}")
     return Entry(text, strong=strong, classes=("gemm-num",))
+
+
+def _speedup(value: float | None, reason: str, flag: str | None, *, strong: bool = False) -> Entry:
+    """A speedup cell; where there is none, why (BF16 failed, two runs) is its detail."""
+    if value is None:
+        return Entry(format_speedup(None), strong=strong, classes=("gemm-num",), tooltip=reason)
+    return _num(format_speedup(value), strong, flag=flag)
+
+
+#: The mark beside a number resting on a time whose cross-check is outside its bound (the flag,
+#: with its ratio, is in the number's detail).
+FLAG_MARK = "†"
+
+
+def flag_legend(rows: Sequence[Sequence[Entry]]) -> str:
+    """What :data:`FLAG_MARK` means, for a table's title, when one of its ``rows`` carries it ("" else)."""
+    if not any("gemm-flagged" in e.classes for row in rows for e in row):
+        return ""
+    return (f" ({FLAG_MARK}: rests on a time more than {cross_check.REGION_MAX - 1:.0%} above its profiled kernel "
+            "time, so the GPU was idle for part of it; the number's detail says which and how much)")
 
 
 def _gemm_label(report: Report, gemm: GemmShape) -> str:
@@ -210,26 +234,22 @@ def gemm_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.El
                 cell = report.cell(mode, p, g)
                 row.append(_time_entry(report, mode, p, g))
                 if p != BASELINE:
-                    row.append(_num(format_speedup(report.gemm_speedup(mode, p, g))) if cell.status == "measured"
+                    row.append(_speedup(report.gemm_speedup(mode, p, g), report.gemm_speedup_reason(mode, p, g),
+                                        report.speedup_flag(mode, p, [g])) if cell.status == "measured"
                                else Entry(""))
             rows.append(row)
         if report.kind == "model":
             row = [Entry(PASS_NAMES[pass_], strong=True), Entry("sum", strong=True), Entry("")]
             for p in precisions:
                 total = report.total(mode, p)
-                row.append(_num(format_ms(total.pass_ms.get(pass_)), strong=True))
+                row.append(_num(format_ms(total.pass_ms.get(pass_)), strong=True,
+                                flag=report.time_flag(mode, p, gemms)))
                 if p != BASELINE:
-                    row.append(_num(format_speedup(report.pass_speedup(mode, p, pass_)), strong=True))
+                    row.append(_speedup(report.pass_speedup(mode, p, pass_), report.pass_speedup_reason(mode, p, pass_),
+                                        report.speedup_flag(mode, p, gemms), strong=True))
             rows.append(row)
-    flagged = any(report.cell(mode, p, g).cross_check_flag for p in precisions for g in report.gemms)
-    legend = (f" ({FLAG_MARK}: timed more than {cross_check.REGION_MAX - 1:.0%} above its profiled kernel time, "
-              "so the GPU was idle for part of it; the time's detail says how much)") if flagged else ""
     return data_table([top, second], rows, widths, classes=["gemm-gemms"],
-                       title=f"{MODE_NAMES[mode]}: time per GEMM{legend}")
-
-
-#: The mark beside a time whose cross-check is outside its bound (the reason is in its detail).
-FLAG_MARK = "†"
+                       title=f"{MODE_NAMES[mode]}: time per GEMM{flag_legend(rows)}")
 
 
 def _time_entry(report: Report, mode: str, precision: str, gemm: GemmShape) -> Entry:
@@ -238,10 +258,8 @@ def _time_entry(report: Report, mode: str, precision: str, gemm: GemmShape) -> E
     :data:`FLAG_MARK`."""
     cell = report.cell(mode, precision, gemm)
     if cell.status == "measured":
-        flag = cell.cross_check_flag
-        text = format_ms(cell.ms) + (f" {FLAG_MARK}" if flag else "")
-        classes = ("gemm-num", "gemm-flagged") if flag else ("gemm-num",)
-        return Entry(text, classes=classes, tooltip=_cell_detail(report, mode, precision, gemm))
+        entry = _num(format_ms(cell.ms), flag=cell.cross_check_flag)
+        return dataclasses.replace(entry, tooltip=_cell_detail(report, mode, precision, gemm))
     word = {"failed": "failed", "unsupported": "n/a", "missing": "not measured"}.get(cell.status, cell.status)
     return Entry(word, classes=("gemm-num", f"gemm-{cell.status}"), tooltip=f"{cell.status}: {cell.reason}")
 
@@ -252,8 +270,9 @@ def _cell_detail(report: Report, mode: str, precision: str, gemm: GemmShape) -> 
     of its rounds, the roofline prediction, the SQNR."""
     parts = []
     cell = report.cell(mode, precision, gemm)
-    if cell.cross_check_flag:
-        parts.append(f"{FLAG_MARK} {cell.cross_check_flag}")
+    checked = cell.cross_check
+    if checked is not None:  # the flag, else the ratio (a short region's: shown, not judged)
+        parts.append(f"{FLAG_MARK} {checked.detail}" if checked.flag else checked.detail)
     if cell.kernel_ms is not None:
         parts.append(f"kernels {cell.kernel_ms:.4f} ms")
     if cell.eager_ms is not None:
@@ -305,18 +324,24 @@ def totals_table(report: Report, mode: str, precisions: Sequence[str]) -> nodes.
     rows = []
     for p in shown:
         total = report.total(mode, p)
-        row = [Entry(PRECISIONS[p].display, strong=True), _num(format_ms(total.per_layer_ms)),
-               _num(format_ms(total.model_ms)), _num(format_speedup(total.speedup_vs_bf16))]
+        own = report.time_flag(mode, p)
+        row = [Entry(PRECISIONS[p].display, strong=True), _num(format_ms(total.per_layer_ms), flag=own),
+               _num(format_ms(total.model_ms), flag=own),
+               _speedup(total.speedup_vs_bf16, total.speedup_reason, total.cross_check_flag)]
         if report.kind != "model":
             row = [row[0], row[2], row[3]]
         if with_roof:
             row.append(_num(format_ms(roofs[p])))
         if with_sqnr:
             value = sqnrs[p]
+            # A failed SQNR reads failed, never the "n/a" of an unsupported one.
             row.append(_num(f"{value:.1f}") if value is not None else
-                       Entry("n/a", tooltip=report.sqnr_reason(mode, p)))
+                       Entry("failed" if report.sqnr_status(mode, p) == "failed" else "n/a",
+                             classes=("gemm-num", f"gemm-{report.sqnr_status(mode, p)}"),
+                             tooltip=report.sqnr_reason(mode, p)))
         rows.append(row)
-    return data_table([header], rows, widths, classes=["gemm-totals"], title=f"{MODE_NAMES[mode]}: totals")
+    return data_table([header], rows, widths, classes=["gemm-totals"],
+                      title=f"{MODE_NAMES[mode]}: totals{flag_legend(rows)}")
 
 
 def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> nodes.Element | None:
@@ -365,8 +390,9 @@ def peers_table(report: Report, kind: str) -> nodes.Element | None:
                 row.append(Entry("–", classes=("gemm-num",)))
             elif cell.status == "measured" and cell.ms:
                 pct = f", {cell.pct_of_peak:.0f}% of dense peak" if cell.pct_of_peak else ""
-                row.append(Entry(f"{format_ms(cell.ms)} · {format_tflops(cell.tflops)}", classes=("gemm-num",),
-                                 tooltip=f"{cell.ms:.5g} ms, {cell.tflops or 0:.1f} TFLOP/s{pct}: {cell.backend}"))
+                entry = _num(f"{format_ms(cell.ms)} · {format_tflops(cell.tflops)}", flag=cell.cross_check_flag)
+                detail = f"{cell.ms:.5g} ms, {cell.tflops or 0:.1f} TFLOP/s{pct}: {cell.backend}"
+                row.append(dataclasses.replace(entry, tooltip="; ".join(t for t in (entry.tooltip, detail) if t)))
             else:
                 row.append(Entry(unavailable_text(cell.status, cell.reason), classes=("gemm-num", "gemm-na"),
                                  tooltip=f"{cell.status}: {cell.reason}"))
@@ -374,7 +400,7 @@ def peers_table(report: Report, kind: str) -> nodes.Element | None:
     if not body:
         return None
     return data_table([header], body, widths, classes=["gemm-peers"],
-                       title="Peers beside Transformer Engine (their own rows; not in TE’s totals)")
+                      title=f"Peers beside Transformer Engine (their own rows; not in TE’s totals){flag_legend(body)}")
 
 
 def _peer_regions(report: Report, kind: str) -> list[tuple[str, str, str, str]]:

@@ -18,7 +18,6 @@ from the same records, so a role in a section title shows its value everywhere.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from docutils import nodes
@@ -30,10 +29,11 @@ from sphinx.util.docutils import SphinxRole
 
 from gemm_bench.question.devices import selects
 from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
-from gemm_benchmark import records
+from gemm_benchmark import claims, records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
-from gemm_benchmark.values import GemmNameError, resolve_gemm, unavailable_text
+from gemm_benchmark.values import SAME, STEP_PROBLEM, GemmNameError, resolve_gemm, unavailable_text
+from gemm_benchmark.words import noun_problem
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +85,11 @@ ROLES: dict[str, RoleSpec] = {
                  "Amdahl's law bounds the step's gain by it.",
                  "te-5b layer bf16", gemm="none"),
         RoleSpec("gemm-fastest", "NAME[@DEVICE] MODE",
-                 "The fastest precision's name: the largest whole-model speedup vs BF16 among the precisions the "
-                 "directive shows and the device measured, BF16 included; when no precision is faster than BF16 "
-                 "beyond the measured spread it reads \"BF16 (no FP8 recipe is faster here)\" (one rule, "
-                 "shared with the summary's ★). ``:gemm-speedup:`NAME MODE fastest``` quotes its speedup. With MODE "
+                 "The fastest precision's name: the fastest of the precisions the directive shows whose whole-model "
+                 "speedup vs BF16 is clearly above 1.0 (its measured spread above 1.0), so a noisy recipe never hides "
+                 "a clearly faster one; \"BF16\" when none is (why, on hover), a name a sentence holds. One rule, "
+                 "shared with the summary's ★ and answer sentence. ``:gemm-speedup:`NAME MODE fastest``` quotes its "
+                 "speedup (1.00× for BF16). With MODE "
                  "``layer-graphed`` (or ``layer``) it answers for the training step, as the summary's answer "
                  "sentence does; ``:gemm-step-speedup:`NAME layer-graphed fastest``` quotes that speedup.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
@@ -147,19 +148,32 @@ class Unavailable(Exception):
 
     @property
     def shown(self) -> str:
-        """What the reader sees instead of a number: "failed: <reason>", "unsupported: <reason>", or n/a."""
-        if self.value is not None and self.value.status in ("failed", "unsupported"):
+        """What the reader sees instead of a number: "failed: <reason>", "unsupported: <reason>",
+        "same as FP8 Current", or n/a."""
+        if self.value is not None and self.value.status in ("failed", "unsupported", SAME):
             return unavailable_text(self.value.status, self.value.reason)
         return NOT_AVAILABLE
 
 
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What a role resolved to: the directive's record, the device, the GEMM id ("" for the whole
+    model) and the value. Two roles that resolve to the same record question, device, mode and GEMM
+    quote the same quantity, however they spell the name or the device."""
+
+    record: records.DirectiveRecord
+    device: records.DeviceRecord
+    gemm: str
+    value: records.Value
+
+
 def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
     """The recorded value a role node quotes, or raise :class:`Unavailable` saying why."""
-    return _lookup(env, node)[1]
+    return _lookup(env, node).value
 
 
-def _lookup(env: BuildEnvironment, node: gemm_value) -> tuple[str, records.Value]:
-    """(the slug of the device the role resolved to, its value), or :class:`Unavailable`."""
+def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
+    """What the role quotes, or :class:`Unavailable`."""
     record = records.find(env, node["gemm_name"])
     if record is None:
         raise Unavailable(f"no gemm-benchmark directive is named {node['gemm_name']!r}")
@@ -192,7 +206,7 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> tuple[str, records.Value
         raise Unavailable(f"{record.name} recorded no {node['kind']} value for {mode}/{precision} {gemm}".rstrip())
     if not value.available:
         raise Unavailable(value.tooltip, value)
-    return device.slug, value
+    return Resolved(record, device, gemm, value)
 
 
 def _rendered(value: records.Value, html: bool) -> nodes.Element:
@@ -221,68 +235,55 @@ class ResolveGemmValues(SphinxPostTransform):
 
     def run(self, **kwargs: Any) -> None:
         html = builder_format(self.env) == "html"
-        quoted: dict[int, tuple[nodes.Element, list[tuple[gemm_value, str, records.Value]]]] = {}
+        quoted: dict[int, tuple[nodes.Element, list[claims.Quoted]]] = {}
         for node in list(self.document.findall(gemm_value)):
             try:
-                slug, value = _lookup(self.env, node)
+                found = _lookup(self.env, node)
             except Unavailable as exc:
-                record = records.find(self.env, node["gemm_name"])
-                if record is not None and not record.devices:
-                    # The directive already said its result is missing (one warning per directive,
-                    # or its :missing: note): the role shows n/a and says so in the log only.
-                    logger.info(":%s:`%s`: %s", node["kind"], node["text"], exc, location=node)
-                else:
-                    warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
+                # Always a warning, at the role: ":missing: note" makes the directive's own panel a
+                # note, but prose reading "makes it n/a faster" is never what an author meant.
+                warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(_not_available(node["text"], exc, html))
                 continue
+            for problem in quoted_step_problems(node, found):
+                warn(Subtype.CLAIM, f":{node['kind']}:`{node['text']}` quotes a training step that contradicts "
+                     f"its GEMMs: {problem}", location=node)
             paragraph = node.parent
-            if node["kind"] in SPEEDUP_ROLES and node["precision"] and isinstance(paragraph, nodes.paragraph):
-                quoted.setdefault(id(paragraph), (paragraph, []))[1].append((node, slug, value))
-            node.replace_self(_rendered(value, html))
-        for paragraph, values in quoted.values():
-            problem = significance_problem(paragraph.astext(), values)
+            before = "".join(n.astext() for n in paragraph.children[:paragraph.index(node)])
+            noun = noun_problem(before, node["kind"], node["text"])  # "training sees" + a GEMM speedup
+            if noun:
+                warn(Subtype.CLAIM, noun, location=node)
+            where = claims.passage(node)
+            if node["kind"] in SPEEDUP_ROLES and node["precision"] not in ("", "fastest") and where is not None:
+                key = (node["kind"], found.record.question_hash, found.device.slug, node["mode"], found.gemm)
+                quoted.setdefault(id(where), (where, []))[1].append(
+                    claims.Quoted(key, node["precision"], node["text"], found.value))
+            node.replace_self(_rendered(found.value, html))
+        for where, values in quoted.values():
+            problem = claims.significance_problem(where.astext(), values)
             if problem:
-                warn(Subtype.CLAIM, problem, location=paragraph)
+                warn(Subtype.CLAIM, problem, location=where)
 
 
-#: Roles quoting a speedup with a spread: two of them in one paragraph are a comparison.
+#: Roles quoting a speedup with a spread: two of them in one passage are a comparison.
 SPEEDUP_ROLES = ("gemm-speedup", "gemm-step-speedup")
-#: How prose says two numbers are not told apart by the measurements.
-WITHIN_SPREAD = re.compile(r"within (?:the |its |their |each other['’]s )?(?:measured )?spread|not (?:clearly|"
-                           r"significantly) (?:faster|slower)|not told apart", re.IGNORECASE)
 
 
-def significance_problem(text: str, values: list[tuple[gemm_value, str, records.Value]]) -> str:
-    """Whether a paragraph's words respect the significance of the speedups it quotes.
-
-    Two speedups of one quantity (same directive, device as resolved, mode and GEMM; different
-    precisions) whose measured spreads overlap are not told apart: the paragraph must say so
-    ("within the measured spread"). A paragraph that says so must quote such a pair. "" when the
-    words hold. One such phrase covers every pair of the paragraph, and ``fastest`` (a value with
-    no spread of its own) is not compared.
-    """
-    groups: dict[tuple[str, ...], list[tuple[str, records.Value]]] = {}
-    for node, slug, value in values:
-        key = (node["kind"], node["gemm_name"], slug, node["mode"], node["gemm"])
-        groups.setdefault(key, []).append((node["text"], value))
-    tied: list[str] = []
-    apart: list[str] = []
-    for group in groups.values():
-        for i, (a_text, a) in enumerate(group):
-            for b_text, b in group[i + 1:]:
-                if None in (a.low, a.high, b.low, b.high) or a_text == b_text:
-                    continue
-                pair = f"{a.text} ({a_text}, spread {a.low:.2f}–{a.high:.2f}) and {b.text} ({b_text}, " \
-                       f"spread {b.low:.2f}–{b.high:.2f})"
-                (tied if a.high >= b.low and b.high >= a.low else apart).append(pair)  # type: ignore[operator]
-    says_within = bool(WITHIN_SPREAD.search(text))
-    if tied and not says_within:
-        return (f"the paragraph quotes {tied[0]}, which lie within each other's measured spread, but does not "
-                "say so (write e.g. \"within the measured spread\")")
-    if says_within and apart and not tied:
-        return (f"the paragraph says two speedups are within the measured spread, but the ones it quotes are "
-                f"not: {apart[0]}")
-    return ""
+def quoted_step_problems(node: gemm_value, found: Resolved) -> list[str]:
+    """The training steps a role rests on that contradict their GEMMs (:func:`.values.step_contradictions`,
+    recorded by the directive): the step a step role quotes, or, for the answer of a step mode
+    (``:gemm-fastest:`` and ``fastest``), every step the answer was chosen from."""
+    mode = node["mode"]
+    if mode not in LAYER_MODES or node["kind"] not in (*STEP_ROLES, "gemm-fastest"):
+        return []
+    precisions = (found.record.precisions if node["kind"] == "gemm-fastest" or node["precision"] == "fastest"
+                  else (node["precision"],))
+    out = []
+    for precision in precisions:
+        problem = found.device.values.get(records.value_key(STEP_PROBLEM, mode, precision))
+        if problem is not None:
+            out.append(problem.text)
+    return out
 
 
 # ---------------------------------------------------------------- copies outside the page body

@@ -129,15 +129,22 @@ class GemmDynamicRangeDirective(SphinxDirective):
         if not docs:
             container += not_measured(config.cache_dir, wanted)
             return [container]
-        panels = [(device_label(d["device"]["name"]), self._device(d, tensor, kind, show, n))
-                  for n, d in enumerate(docs)]
+        panels = []
+        for n, doc in enumerate(docs):
+            # The age rule of every result (gemm_benchmark_max_age_days) and the study's method version.
+            stale = studies.staleness(doc, None, ("method",), max_age_days=config.max_age_days)
+            if stale:
+                warn(Subtype.STALE, f"gemm-dynamic-range: study on {doc['device']['name']} is stale: {stale}",
+                     location=(self.env.docname, self.lineno))
+            panels.append((device_label(doc["device"]["name"]), self._device(doc, tensor, kind, show, n, stale)))
         if len(panels) == 1:
             container.extend(panels[0][1])
         else:
             container += tab_set(panels, classes=["gemm-device-tabs"])
         return [container]
 
-    def _device(self, doc: dict[str, Any], tensor: str, kind: str, show: list[str], number: int) -> list[nodes.Node]:
+    def _device(self, doc: dict[str, Any], tensor: str, kind: str, show: list[str], number: int,
+                stale: str | None = None) -> list[nodes.Node]:
         data = doc["data"]
         cases = sorted((c for c in data["cases"] if c["tensor"] == tensor and c["input"] == kind),
                        key=lambda c: c["ratio"])
@@ -158,8 +165,8 @@ class GemmDynamicRangeDirective(SphinxDirective):
         if "table" in show:
             out.append(scrolling(_table(data, cases)))
         out += _not_measured_recipes(data)
-        if "provenance" in show:
-            out.append(_provenance(doc))
+        if "provenance" in show or stale:
+            out.append(_provenance(doc, stale))
         return out
 
     def _figure(self, doc: dict[str, Any], cases: list[dict[str, Any]], tensor: str, kind: str,
@@ -237,7 +244,8 @@ def _not_measured_recipes(data: dict[str, Any]) -> list[nodes.Node]:
     return [items] if len(items) else []
 
 
-def _provenance(doc: dict[str, Any]) -> nodes.paragraph:
+def _provenance(doc: dict[str, Any], stale: str | None = None) -> nodes.paragraph:
+    """Where and how the study was measured; a stale study says so first (as a result's provenance does)."""
     device, prov = doc["device"], doc["provenance"]
     parts = [device["name"]]
     if device.get("compute_capability"):
@@ -246,6 +254,9 @@ def _provenance(doc: dict[str, Any]) -> nodes.paragraph:
               f"Transformer Engine {prov['transformer_engine']}", f"measured {prov['date']}",
               f"study method v{doc['method_version']}", f"commit {prov['commit']}"]
     para = nodes.paragraph(classes=["gemm-provenance"])
+    if stale:
+        text = f"(stale: {stale}) "
+        para += nodes.strong(text, text)
     para += nodes.strong("Measured on ", "Measured on ")
     para += nodes.Text(" · ".join(parts) + ".")
     method = prov.get("method", {})

@@ -38,6 +38,7 @@ from gemm_bench.question.devices import device_label, device_slug
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.figure_spec import PRECISION_COLORS
 from gemm_bench.report.line_figure import Series, line_svg
+from gemm_bench.report.loss_parity_words import BEYOND, WITHIN, band_of, format_delta, format_seeds
 from gemm_bench.results import loss_parity_schema as schema
 from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
@@ -52,8 +53,6 @@ DIRECTIVE = "gemm-loss-parity"
 HOW_TO_MEASURE = "gemm-bench study loss-parity"
 COLUMNS = ("Recipe", "Final train loss", "vs BF16", "Final validation loss", "vs BF16",
            "Validation gap vs BF16's seeds", "Tokens/s")
-WITHIN = "within BF16's seed-to-seed range"
-BEYOND = "beyond BF16's seed-to-seed range"
 
 
 def format_loss(value: float) -> str:
@@ -65,31 +64,6 @@ def format_gap(found: schema.Gap | None) -> str:
     if found is None:
         return "–"
     return f"{found.delta:+.4f} ({found.percent:+.2f}%)"
-
-
-def format_delta(value: float, digits: int = 4) -> str:
-    return f"{value:+.{digits}f}"
-
-
-def format_seeds(count: int) -> str:
-    return f"{count} seed{'s' if count != 1 else ''}"
-
-
-def no_band_text(doc: dict[str, Any]) -> str:
-    """Why this document has no seed band to judge a gap by (it holds no ``seed_band`` block)."""
-    if doc["method_version"] in schema.VERSIONS_WITHOUT_SEED_BAND:
-        return f"no seed band in this result: measured before method v{schema.SEED_BAND_SINCE}"
-    return "no seed band in this result: measured without extra BF16 seeds"
-
-
-def band_of(doc: dict[str, Any]) -> schema.SeedBand | str:
-    """The document's BF16 seed band, or the sentence saying why there is none."""
-    found = schema.seed_band(doc["data"])
-    if found is None:
-        return no_band_text(doc)
-    if isinstance(found, str):
-        return f"no seed band in this result: {found}"
-    return found
 
 
 def band_range_text(band: schema.SeedBand) -> str:
@@ -313,7 +287,7 @@ class GemmLossParityDirective(SphinxDirective):
         panels = []
         for doc in docs:
             path = folder / studies.file_name(doc["study"], doc["device"]["name"])
-            stale = studies.staleness(doc, None, ("method",))
+            stale = studies.staleness(doc, None, ("method",), max_age_days=config.max_age_days)
             if stale:
                 self.warn(Subtype.STALE, f"study on {doc['device']['name']} is stale: {stale}")
             panels.append((device_label(doc["device"]["name"]), self.device_nodes(doc, path, stale)))

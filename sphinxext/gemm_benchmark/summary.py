@@ -8,88 +8,58 @@ question), so the summary and the detailed blocks cannot disagree. Rows are (mod
 columns are precisions; the fastest precision of a row is marked. A model no device has measured yet
 gets one row saying so, with the command that measures it. A figure (whole-model speedups, a panel
 per mode) follows the table unless ``:show: table``.
+
+This module asks, warns and renders; what the summary says (sentences, rows, stars, claims) is
+computed in :mod:`.summary_answer`, apart from the nodes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.measure.step import ROUTING_NAMES, routings, step_scope_sentence
+from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
-from gemm_bench.question.config import PRESET_DESCRIPTIONS
 from gemm_bench.question.devices import device_label
-from gemm_bench.question.precisions import (
-    ALL_MODES,
-    BASELINE,
-    LAYER_MODES,
-    MODE_NAMES,
-    PRECISIONS,
-    gemm_modes,
-    layer_modes,
-)
-from gemm_bench.question.shapes import PASS_NAMES, PASSES
+from gemm_bench.question.precisions import BASELINE, gemm_modes, layer_modes
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report
+from gemm_bench.results import loss_parity_schema, studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
+from gemm_bench.results.cache import CacheError
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.options import OptionError, Request, parse_options
+from gemm_benchmark.options import OptionError
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, scrolling
 from gemm_benchmark.render_table import Entry, data_table, inline_literals
-from gemm_benchmark.tabs import tab_set
-from gemm_benchmark.values import (
-    Fastest,
-    Point,
-    decide_fastest,
-    format_speedup,
-    step_points,
-    total_points,
-    unavailable_text,
+from gemm_benchmark.summary_answer import (
+    SHOW_PARTS,
+    Measured,
+    ModelAsk,
+    Panel,
+    Shown,
+    Table,
+    claim_problems,
+    collapsed_notes,
+    gains_less_claims,
+    model_label,
+    panel,
+    sqnr_section,
+    step_problems,
+    summary_asks,
+    unsupported_everywhere,
 )
+from gemm_benchmark.tabs import tab_set
+
+__all__ = ["GemmBenchmarkSummaryDirective", "ModelAsk", "gains_less_claims", "model_label", "summary_asks"]
 
 logger = logging.getLogger(__name__)
-
-_MODEL = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d+))?(?:/ep(?P<ep>\d+))?$")
-#: What ``:show:`` may list: the per-model tables, the figure, and SQNR once per recipe and pass.
-SHOW_PARTS = ("table", "figure", "sqnr")
-MODE_ROW_NAMES = {"autocast": "Autocast GEMMs", "prequant": "Pre-quantized GEMMs"}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelAsk:
-    label: str
-    request: Request
-    preset: str
-    tp: int | None
-    ep: int | None = None
-
-    @property
-    def entry(self) -> str:
-        """The model as ``:models:`` names it (``PRESET``, ``PRESET/tpN``, ``PRESET/epN``, ``PRESET/tpN/epM``)."""
-        return self.preset + (f"/tp{self.tp}" if self.tp else "") + (f"/ep{self.ep}" if self.ep else "")
-
-    @property
-    def command(self) -> str:
-        """The command that measures this model on a GPU box."""
-        tp = f" --tensor-model-parallel-size {self.tp}" if self.tp and self.tp > 1 else ""
-        ep = f" --expert-model-parallel-size {self.ep}" if self.ep and self.ep > 1 else ""
-        return f"gemm-bench run --model {self.preset}{tp}{ep}"
-
-
-def model_label(preset: str, tp: int | None, ep: int | None = None) -> str:
-    name = PRESET_DESCRIPTIONS.get(preset, preset).split(":")[0].split(" (")[0]  # the name, not its shape
-    parallel = [f"TP {tp}"] if tp and tp > 1 else []
-    parallel += [f"EP {ep}"] if ep and ep > 1 else []
-    return f"{name} ({', '.join(parallel)})" if parallel else name
 
 
 class GemmBenchmarkSummaryDirective(SphinxDirective):
@@ -111,7 +81,9 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 "whole-model speedup), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
         "missing": "``warn`` (default: a model or device without a result is a warning) or ``note``",
         "caption": "a line of text above the summary",
-        "gains-less": "``A < B, ...``: prose claims the build checks (A's autocast speedup below B's everywhere)",
+        "gains-less": "``A < B, C ~ D, ...``: prose claims the build checks: ``<``, A's autocast speedup is below "
+                      "B's beyond both measured spreads on every GPU and precision; ``~``, on some GPU and "
+                      "precision the two lie within each other's measured spread",
         "accuracy": "``row`` (default: a least-SQNR row in each table) or ``sentence`` (only the answer sentence's "
                     "SQNR, for a page that shows ``:show: sqnr`` once)",
     }
@@ -177,6 +149,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 self._warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
             for problem in answer.problems:
                 self._warn(Subtype.MEASURE, problem)
+        measured = {entry: [_measured(d) for d in answer.devices] for entry, answer in answers.items()}
         # A precision no shown GPU can run (MXFP8 and NVFP4 on Hopper) is one line under the table,
         # not a column of "unsupported" in every row (on a phone it pushed the answer off the screen).
         collapsed = unsupported_everywhere(precisions, [d.doc for a in answers.values() for d in a.devices])
@@ -205,21 +178,20 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     out += block
                 continue
             panels: list[tuple[str, list[nodes.Node]]] = []
-            for device in answer.devices:
+            for device, result in zip(answer.devices, measured[ask.entry], strict=True):
                 self._assess(ask, device, note_missing)
                 documents.append(device.doc)
-                if device.doc.get("layer"):
-                    for problem in Report(device.doc, modes=["autocast", *LAYER_MODES]).step_contradictions():
-                        self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: "
-                                   f"{problem}")
+                for problem in step_problems(result):
+                    self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: {problem}")
                 if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy"):
                     by_pass.append((ask.entry, device.reports[gemm_mode]))
                 if show_table:
                     # The tab keeps the GPU's plain name (tabs of one name switch together across the
                     # page); a stale result says so in its panel.
-                    panels.append((device_label(device.device),
-                                   self._panel(label, label or model_label(ask.preset, ask.tp, ask.ep), device,
-                                               per_gemm, gemm_mode, steps, precisions)))
+                    found = panel(result, label, label or model_label(ask.preset, ask.tp, ask.ep), per_gemm,
+                                  gemm_mode, steps, precisions, accuracy_row=self.accuracy == "row",
+                                  loss_parity=self._loss_parity(config.cache_dir, device.device))
+                    panels.append((device_label(device.device), self._panel_nodes(found)))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[per_gemm[0]]))
@@ -240,7 +212,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 block += nodes.paragraph(scope, scope, classes=["gemm-summary-note", "gemm-summary-scope"])
             out += block
         if per_gemm:
-            self._check_claims(answers, precisions, per_gemm[0])
+            for problem in claim_problems(self.claims, measured, precisions, per_gemm[0]):
+                self._warn(Subtype.CLAIM, problem)
         if unmeasured:
             self._report_missing("not measured yet: " + "; ".join(unmeasured), note_missing)
         if collapsed:
@@ -258,7 +231,11 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         if "sqnr" in show and per_gemm:
-            out.extend(self._sqnr_by_pass(by_pass, gemm_mode, precisions))
+            section = sqnr_section([report for _, report in by_pass], len({entry for entry, _ in by_pass}),
+                                   gemm_mode, precisions)
+            if section.table is not None:
+                out += scrolling(_table_node(section.table, section.title))
+            out += nodes.paragraph(section.text, section.text, classes=["gemm-summary-note"])
         if "figure" in show and figure_reports and per_gemm:
             spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
                                         title="Whole-model GEMM speedup vs BF16")
@@ -273,79 +250,48 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         self.set_source_info(out)
         return [out]
 
-    def _panel(self, label: str, model: str, device: execution.DeviceAnswer, per_gemm: list[str],
-               gemm_mode: str, steps: list[str], precisions: list[str]) -> list[nodes.Node]:
-        """One GPU's answer for one model: the sentence, then the table (rows: what is timed; columns:
-        precisions), then the notes its cells without a number point to."""
-        gpu = device_label(device.device)
-        out: list[nodes.Node] = []
-        stale = device.status in (execution.Status.STALE, execution.Status.MISSING)
-        if stale:
-            # As text, not hover-only: a phone reader sees why these numbers may be out of date.
-            text = (f"This {gpu} result is {device.status.value}: {device.reason}. A GPU run of gemm-bench refresh "
-                    "re-measures it (see the freshness page).")
-            out.append(nodes.paragraph(text, text, classes=["gemm-summary-note", f"gemm-{device.status.value}"]))
-        # The step rows are the ones the summary's modes ask for (graphed first), else both forms.
-        step_modes = sorted(steps, key=lambda m: m != LAYER_MODES[1]) or (
-            [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and device.doc.get("layer") else [])
-        if gemm_mode:
-            said = answer_text.answer(device.reports[gemm_mode], gemm_mode, precisions, device=gpu, model=label,
-                                      step_modes=step_modes)
-            out.append(nodes.paragraph(said, said, classes=["gemm-summary-answer"]))
-        notes = answer_text.Notes()
-        table = SummaryTable("What is timed", [PRECISIONS[p].display for p in precisions])
-        for mode in per_gemm:
-            table.row(self._row(device, mode, precisions, notes))
-        for mode in step_modes:
-            table.row(self._extra_row(device, gemm_mode or mode, precisions, "step", notes,
-                                      graphed=mode == LAYER_MODES[1]))
-        config = device.reports[gemm_mode or step_modes[0]].config if (gemm_mode or step_modes) else None
-        skewed = bool(step_modes) and config is not None and "skewed" in routings(config)
-        if skewed:  # a mixture of experts: the same step with the skewed routing the page names
-            table.row(self._extra_row(device, gemm_mode or step_modes[0], precisions, "step", notes,
-                                      graphed=step_modes[0] == LAYER_MODES[1], routing="skewed"))
-        if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy") and self.accuracy == "row":
-            table.row(self._extra_row(device, gemm_mode, precisions, "sqnr", notes))
-        status = f" ({device.status.value}: see the freshness page)" if stale else ""
-        where = f"{model} on the {gpu}"
-        out.append(scrolling(table.node(f"Speedup vs BF16, {where}{status}: ★ fastest, ≈ within the fastest's "
-                                        "measured spread; tap a number for its source")))
-        for line in notes.lines():
+    def _loss_parity(self, cache_dir: Path, device: str) -> dict[str, Any] | None:
+        """This GPU's loss-parity study document (its answer words quote it), None when there is none."""
+        path = studies.study_dir(cache_dir) / studies.file_name(loss_parity_schema.NAME, device)
+        if not path.is_file():
+            return None
+        self.env.note_dependency(str(path))
+        try:
+            doc = studies.read_study(path)
+        except CacheError as exc:
+            self._warn(Subtype.CACHE, f"ignoring unusable study file {exc}")
+            return None
+        return doc if doc["study"] == loss_parity_schema.NAME else None
+
+    def _panel_nodes(self, found: Panel) -> list[nodes.Node]:
+        """One GPU's panel as nodes: notices, the sentence (its loss-parity phrase a link), table, notes."""
+        out: list[nodes.Node] = [nodes.paragraph(text, text, classes=["gemm-summary-note", cls])
+                                 for text, cls in found.notices]
+        if found.sentence is not None:
+            out.append(self._sentence_node(found.sentence))
+        out.append(scrolling(_table_node(found.table, found.title)))
+        for line in found.notes:
             out.append(nodes.paragraph(line, line, classes=["gemm-summary-note", "gemm-cell-note"]))
-        if skewed:
-            text = (f"Training step, skewed routing: the same step with {ROUTING_NAMES['skewed']}; the other rows "
-                    f"use {ROUTING_NAMES['balanced']}. The answer above is about the balanced step.")
-            out.append(nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-routing"]))
+        if found.routing_note:
+            out.append(nodes.paragraph(found.routing_note, found.routing_note,
+                                       classes=["gemm-summary-note", "gemm-summary-routing"]))
         return out
 
-    def _sqnr_by_pass(self, found: list[tuple[str, Report]], mode: str, precisions: list[str]) -> list[nodes.Node]:
-        """SQNR once per recipe and pass: each model's least accurate GEMM of that pass, as a range over
-        every model and GPU shown (one number where they agree to the shown digit)."""
-        shown = [BASELINE, *precisions]
-        ranges = answer_text.sqnr_by_pass([report for _, report in found], mode, shown)
-        models = len({entry for entry, _ in found})
-        if not ranges:
-            text = "No SQNR is measured in these results yet."
-            return [nodes.paragraph(text, text, classes=["gemm-summary-note"])]
-        table = SummaryTable("Pass", [PRECISIONS[p].display for p in shown])
-        for pass_ in PASSES:
-            name = PASS_NAMES[pass_]
-            row = [Entry(name, strong=True)]
-            for p in shown:
-                cell = ranges.get((p, pass_))
-                row.append(Entry(cell.text, classes=("gemm-num",),
-                                 tooltip=f"{PRECISIONS[p].display}, {name}: least SQNR of the pass's GEMMs, "
-                                         f"{cell.low:.2f} to {cell.high:.2f} dB over {cell.count} results")
-                           if cell else Entry("n/a", classes=("gemm-num", "gemm-na")))
-            table.row(row)
-        width = max(r.high - r.low for r in ranges.values())
-        count = max(r.count for r in ranges.values())
-        title = (f"SQNR in dB per recipe and pass ({MODE_NAMES[mode].lower()}, Gaussian inputs), the least "
-                 f"accurate GEMM of each pass over {models} model{'s' if models != 1 else ''} and {count} results")
-        text = (f"Every result's value lies within {width:.1f} dB of the others' for the same recipe and pass: "
-                "the inputs are synthetic and the same for every model, so this table is shown once rather than "
-                "per model." if count > 1 else "One result: a range needs several.")
-        return [scrolling(table.node(title)), nodes.paragraph(text, text, classes=["gemm-summary-note"])]
+    def _sentence_node(self, sentence: answer_text.Sentence) -> nodes.paragraph:
+        para = nodes.paragraph(classes=["gemm-summary-answer"])
+        before, found, after = sentence.text.partition(sentence.link) if sentence.link else (sentence.text, "", "")
+        para += nodes.Text(before)
+        if found:
+            if sentence.link_doc in self.env.found_docs:
+                ref = addnodes.pending_xref("", refdomain="std", reftype="doc", reftarget="/" + sentence.link_doc,
+                                            refexplicit=True, refwarn=True)
+                ref += nodes.inline(found, found)
+                para += ref
+            else:
+                para += nodes.Text(found)
+            para += nodes.Text(after)
+        return para
+
     def _assess(self, ask: ModelAsk, device: execution.DeviceAnswer, note_missing: bool) -> None:
         """Freshness as the ``gemm-benchmark`` directive judges it: a stale result is said to be."""
         where = f"{ask.label + ' ' if ask.label else ''}result on {device.device}"
@@ -353,62 +299,6 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             self._warn(Subtype.STALE, f"{where} is stale: {device.reason}")
         elif device.status is execution.Status.MISSING:
             self._report_missing(f"{where} is missing: {device.reason}", note_missing)
-
-    def _extra_row(self, device: execution.DeviceAnswer, mode: str, precisions: list[str], what: str,
-                   notes: answer_text.Notes, *, graphed: bool = True, routing: str = "balanced") -> list[Entry]:
-        """The training step's speedup (CUDA-graphed or eager), or the accuracy (SQNR of the least
-        accurate GEMM), per precision."""
-        report = device.reports[mode]
-        gpu = device_label(device.device)
-        if what == "step":
-            name = "Training step" if graphed else "Training step, eager"
-            if routing != "balanced":
-                name = f"{name}, {routing} routing"
-            points = step_points(report, precisions, graphed=graphed, routing=routing)
-            verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈
-        else:
-            name, points, verdict = "Least SQNR, dB", {}, None
-        row = [_head(name, verdict)]
-        for p in precisions:
-            source = f"{PRECISIONS[p].display}, {gpu}"
-            if what == "step":
-                step = report.step(p, graphed=graphed, routing=routing)
-                if p in points:
-                    point = points[p]
-                    row.append(_speed_entry(point, verdict, p, f"{point.value:.3f}× BF16 "
-                                            f"(spread {point.low:.2f}–{point.high:.2f}×) for the whole layer step"
-                                            f"{'' if graphed else ', eager'}: {source}"))
-                    continue
-                status = step.status if step.status != "measured" else ""
-                row.append(_absent(status, step.speedup_reason or step.reason, f"{source}, {name.lower()}", notes))
-            else:
-                sqnr = report.sqnr(mode, p)
-                if sqnr is not None:
-                    row.append(Entry(f"{sqnr:.1f}", classes=("gemm-num",),
-                                     tooltip=f"{sqnr:.2f} dB, the layer's least accurate GEMM: {source}"))
-                else:
-                    row.append(_absent("", report.sqnr_reason(mode, p), f"{source}, SQNR", notes))
-        return row
-
-    def _row(self, device: execution.DeviceAnswer, mode: str, precisions: list[str],
-             notes: answer_text.Notes) -> list[Entry]:
-        report = device.reports[mode]
-        points = total_points(report, mode, precisions)
-        verdict = decide_fastest(points)
-        row = [_head(MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
-        for p in precisions:
-            total = report.total(mode, p)
-            source = f"{PRECISIONS[p].display}, {MODE_NAMES[mode]}, {device_label(device.device)}"
-            if p in points:
-                point = points[p]
-                range_text = (f" (spread {point.low:.2f}–{point.high:.2f}×)"
-                              if point.low is not None and point.high is not None else "")
-                row.append(_speed_entry(point, verdict, p, f"{point.value:.3f}× BF16{range_text}, whole model "
-                                        f"({report.num_layers} layers): {source}"))
-            else:
-                status = total.status if total.status != "measured" else ""
-                row.append(_absent(status, total.reason or total.speedup_reason, source, notes))
-        return row
 
     def _parse(self) -> tuple[list[ModelAsk], tuple[str, ...], bool]:
         docdir = Path(self.env.doc2path(self.env.docname)).parent
@@ -427,156 +317,21 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         self.claims = gains_less_claims(self.options.get("gains-less", ""), [ask.entry for ask in asks])
         return asks, show, missing == "note"
 
-    def _check_claims(self, answers: dict[str, execution.Answer], precisions: list[str], mode: str) -> None:
-        """Each ``:gains-less:`` pair, on every device both models have a result of and every precision
-        both measured: the first model's whole-model speedup is below the second's, or the build warns
-        at this directive (the prose that states the pair is then false)."""
-        for left, right in self.claims:
-            devices = {d.device: d for d in answers[right].devices}
-            for mine in answers[left].devices:
-                theirs = devices.get(mine.device)
-                if theirs is None or mode not in mine.reports or mode not in theirs.reports:
-                    continue
-                for p in precisions:
-                    a = mine.reports[mode].total(mode, p).speedup_vs_bf16
-                    b = theirs.reports[mode].total(mode, p).speedup_vs_bf16
-                    if a is not None and b is not None and not a < b:
-                        self._warn(Subtype.CLAIM, f":gains-less: {left} < {right} does not hold on "
-                                   f"{device_label(mine.device)} with {PRECISIONS[p].display} ({MODE_NAMES[mode]}): "
-                                   f"{a:.2f}x against {b:.2f}x")
+
+def _measured(device: execution.DeviceAnswer) -> Measured:
+    return Measured(device.device, device.doc, device.reports, device.status.value, device.reason)
 
 
-def unsupported_everywhere(precisions: Sequence[str], docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The precisions that every shown result reports unsupported (none when nothing is shown), with
-    the reason (the first result's, as TE gave it)."""
-    if not docs:
-        return {}
-    out = {}
-    for p in precisions:
-        verdicts = [(doc.get("support") or {}).get(p) for doc in docs]
-        if all(isinstance(v, Mapping) and v.get("available") is False for v in verdicts):
-            out[p] = str(verdicts[0].get("reason", ""))  # type: ignore[union-attr]
-    return out
+def _entry(cell: Shown) -> Entry:
+    return Entry(cell.text, morecols=cell.morecols, strong=cell.strong, classes=cell.classes, tooltip=cell.tooltip)
 
 
-def collapsed_notes(collapsed: Mapping[str, str]) -> list[str]:
-    """One line per distinct reason: "MXFP8, NVFP4: not measured on any GPU shown (unsupported: ...)"."""
-    by_reason: dict[str, list[str]] = {}
-    for p, why in collapsed.items():
-        by_reason.setdefault(why, []).append(PRECISIONS[p].display)
-    return [f"{', '.join(names)}: not measured on any GPU shown ({unavailable_text('unsupported', why)})."
-            for why, names in by_reason.items()]
-
-
-def _head(what: str, verdict: Fastest | None) -> Entry:
-    """A row's first cell: what is timed, and "fastest: BF16" when no precision is clearly faster."""
-    return Entry(what + (" · fastest: BF16" if verdict is not None and verdict.starred is None else ""), strong=True)
-
-
-def _speed_entry(point: Point, verdict: Fastest | None, precision: str, tooltip: str) -> Entry:
-    """A speedup cell: ★ on the answer, ≈ on one within the answer's measured spread (with why)."""
-    star = verdict is not None and precision == verdict.starred
-    tied = verdict is not None and precision in verdict.tied
-    why = ""
-    if tied and verdict is not None and verdict.answer == BASELINE:
-        why = "; within the measured spread of BF16: not significantly faster"
-    elif tied and verdict is not None:
-        why = (f"; within the measured spread of the fastest ({PRECISIONS[verdict.answer].display}): "
-               "not significantly slower")
-    text = format_speedup(point.value) + (" ★" if star else " ≈" if tied else "")
-    classes = ("gemm-num", *(("gemm-fastest",) if star else ("gemm-tie",) if tied else ()))
-    return Entry(text, strong=star, classes=classes, tooltip=tooltip + why)
-
-
-def _absent(status: str, reason: str, source: str, notes: answer_text.Notes) -> Entry:
-    """A cell without a number: "failed" or "n/a" with a note mark; the reason is a numbered note under
-    the table (text a phone reader can read, not hover-only), so a failed cell never reads as unsupported."""
-    full = unavailable_text(status, reason, limit=10_000)
-    word = "failed" if status == "failed" else "n/a"
-    mark = notes.mark(f"{source}: {full}" if status != "unsupported" else
-                      f"{source.split(',')[0]}: {full}")
-    classes = ("gemm-num", "gemm-na", *((f"gemm-{status}",) if status else ()))
-    return Entry(f"{word}{mark}", classes=classes, tooltip=f"{source}: {full}")
+def _table_node(table: Table, title: str) -> nodes.Element:
+    return data_table([[_entry(c) for c in table.header]], [[_entry(c) for c in row] for row in table.rows],
+                      [30] + [12] * (table.width - 1), classes=["gemm-summary-table"], title=title)
 
 
 def _missing_paragraph(text: str) -> nodes.paragraph:
     para = nodes.paragraph(classes=["gemm-summary-missing"])
     para.extend(inline_literals(text))
     return para
-
-
-class SummaryTable:
-    """The summary's rows, each exactly as wide as the header: no row of another width can be built.
-
-    A row of the wrong width (a span of ``-1`` columns when a summary shows no precision besides
-    BF16) made docutils' writers fail; every row goes through :meth:`row`, which refuses one.
-    """
-
-    def __init__(self, head: str, columns: Sequence[str]) -> None:
-        self.header = [Entry(head), *(Entry(c) for c in columns)]
-        self.width = len(self.header)
-        if self.width < 2:
-            raise ValueError("a summary table needs a column besides its row heads")
-        self.rows: list[list[Entry]] = []
-
-    def row(self, entries: Sequence[Entry]) -> None:
-        width = sum(1 + e.morecols for e in entries)
-        if width != self.width or any(e.morecols < 0 for e in entries):
-            raise ValueError(f"a summary row of {width} columns in a table of {self.width} columns")
-        self.rows.append(list(entries))
-
-    def span(self, head: Entry, entry: Entry) -> None:
-        """A row whose one entry spans every column after the head."""
-        self.row([head, dataclasses.replace(entry, morecols=self.width - 2)])
-
-    def node(self, title: str) -> nodes.Element:
-        return data_table([self.header], self.rows, [30] + [12] * (self.width - 1),
-                          classes=["gemm-summary-table"], title=title)
-
-
-def gains_less_claims(text: str, entries: Sequence[str]) -> list[tuple[str, str]]:
-    """``:gains-less: A < B, C < D``: the comparisons a page's prose makes between its models, in a
-    form the build checks (each side one of ``:models:``'s entries)."""
-    claims = []
-    for item in (part.strip() for part in (text or "").split(",")):
-        if not item:
-            continue
-        left, sep, right = item.partition("<")
-        left, right = left.strip(), right.strip()
-        if not sep or not left or not right:
-            raise OptionError("gains-less", f"{item!r} is not MODEL < MODEL")
-        for side in (left, right):
-            if side not in entries:
-                raise OptionError("gains-less", f"{side!r} is not one of :models: ({', '.join(entries)})")
-        claims.append((left, right))
-    return claims
-
-
-def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> list[ModelAsk]:
-    """The questions a summary asks, one per ``:models:`` entry, through the directive's own parser.
-
-    ``gemm-bench refresh`` calls this too, so a summary's models are measured like any directive's.
-    """
-    models = split_list(options.get("models", "") or "")
-    if not models:
-        raise OptionError("models", "needs at least one model preset (e.g. te-guide-5b, llama3-70b/tp8)")
-    shared = {k: options[k] for k in ("precisions", "modes", "devices") if (options.get(k) or "").strip()}
-    asks = []
-    for entry in models:
-        match = _MODEL.match(entry)
-        if not match:
-            raise OptionError("models", f"{entry!r} is not PRESET, PRESET/tpN, PRESET/epN or PRESET/tpN/epM")
-        fields = {"model": match["preset"], **shared}
-        tp = int(match["tp"]) if match["tp"] else None
-        ep = int(match["ep"]) if match["ep"] else None
-        if tp:
-            fields["tensor-model-parallel-size"] = str(tp)
-        if ep:
-            fields["expert-model-parallel-size"] = str(ep)
-        request = parse_options(fields, srcdir=srcdir, docdir=docdir, modes_known=ALL_MODES)
-        if not any(p != BASELINE for p in request.precisions):
-            raise OptionError("precisions", "the summary shows speedups vs BF16: name at least one precision "
-                              "besides BF16", subtype="precisions")
-        asks.append(ModelAsk(model_label(match["preset"], tp, ep) if len(models) > 1 else "", request,
-                             match["preset"], tp, ep))
-    return asks

@@ -21,6 +21,9 @@ from gemm_bench.report.report import Report
 from gemm_benchmark.records import Value, value_key
 
 ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "gemm-tflops")
+#: Not a role: the key under which a step that contradicts its GEMMs records the problem
+#: (:func:`step_contradictions`), so every page that shows or quotes that step can say so.
+STEP_PROBLEM = "step-contradiction"
 
 
 def _finite(value: float | None) -> bool:
@@ -57,14 +60,14 @@ def _tooltip_tflops(tflops: float) -> str:
 
 
 #: The rule behind ``:gemm-fastest:``, the summary's ★ and ``fastest``, stated where it is applied.
-FASTEST_RULE = ("the precision with the largest whole-model GEMM speedup vs BF16 among those the directive shows "
-                "and this device measured in this mode, BF16 included: a precision whose speedup lies within "
-                "BF16's measured spread is not called faster than BF16")
+FASTEST_RULE = ("the fastest of the precisions clearly faster than BF16 (their whole-model GEMM speedup's measured "
+                "spread lies above 1.0), among those the directive shows and this device measured in this mode; "
+                "BF16 when none is")
 
 
 #: The same rule for the training step (``layer``, ``layer-graphed``): the summary's answer sentence.
-STEP_RULE = ("the precision with the largest training-step speedup vs BF16 among those measured, BF16 included: "
-             "a precision whose step speedup lies within the two steps' measured spread is not called faster")
+STEP_RULE = ("the fastest of the precisions whose training step is clearly faster than BF16's (the step "
+             "speedup's measured spread lies above 1.0); BF16 when none is")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +84,19 @@ BF16_POINT = Point(1.0, 1.0, 1.0)
 
 
 def overlaps(a: Point, b: Point) -> bool:
-    """Whether two speedups' spreads overlap: their difference is not significant."""
+    """Whether two speedups' spreads overlap: their difference is not significant.
+
+    The one significance rule of the site: the ★ and ≈, ``:gains-less:``, the prose check and the
+    answer sentence all ask this. Unknown spreads (a result without quartiles) do not overlap: the
+    bare values then decide, as they did before spreads were stored."""
     if a.low is None or a.high is None or b.low is None or b.high is None:
         return False
     return a.high >= b.low and b.high >= a.low
+
+
+def clearly_less(a: Point, b: Point) -> bool:
+    """``a`` is below ``b`` beyond both measured spreads (the same rule as :func:`overlaps`)."""
+    return a.value < b.value and not overlaps(a, b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +107,7 @@ class Fastest:
     answer: str
     #: The answer's speedup vs BF16 (1.0 when the answer is BF16).
     speedup: float
-    #: The largest speedup's precision (differs from ``answer`` when it is within BF16's spread).
+    #: The largest speedup's precision (differs from ``answer`` when its spread reaches down to 1.0).
     best: str
     best_speedup: float
     #: The other precisions whose spread overlaps the answer's (shown ≈: not significantly slower).
@@ -110,13 +122,18 @@ class Fastest:
 
     @property
     def text(self) -> str:
-        """The answer in words: a precision's name, or BF16 and why."""
+        """The answer's name, and nothing else: a sentence holds it ("On the H100 that is BF16 (...)")."""
+        return PRECISIONS[self.answer].display
+
+    @property
+    def why(self) -> str:
+        """Why BF16 is the answer ("" when it is not): no recipe faster, or none clearly faster."""
         if self.answer != BASELINE:
-            return PRECISIONS[self.answer].display
+            return ""
         if self.best == BASELINE:
-            return f"BF16 (no {self.family} recipe is faster here)"
-        return (f"BF16 (no {self.family} recipe is clearly faster here: {PRECISIONS[self.best].display}'s "
-                f"{self.best_speedup:.2f}× is within the measured spread)")
+            return f"no {self.family} recipe is faster here"
+        return (f"no {self.family} recipe is clearly faster here: {PRECISIONS[self.best].display}'s "
+                f"{self.best_speedup:.2f}× is within the measured spread of BF16's speed")
 
 
 def decide_fastest(points: Mapping[str, Point]) -> Fastest | None:
@@ -125,16 +142,17 @@ def decide_fastest(points: Mapping[str, Point]) -> Fastest | None:
     ``points`` holds every precision shown that has a speedup vs BF16 with its spread. BF16 is
     always a candidate, at exactly 1.0: its run-to-run variability is already inside every other
     precision's ratio spread (:func:`gemm_bench.report.figures.ratio_spread`), so it is not counted
-    twice. The largest speedup wins; an exact tie goes to BF16. A winner whose spread reaches down
-    to 1.0 is not clearly faster than BF16: BF16 is then the answer. None when nothing besides BF16
-    has a number.
+    twice. The answer is the fastest of the precisions *clearly* faster than BF16 (spread above
+    1.0), so a noisy recipe whose spread reaches down to 1.0 never hides a clearly faster one; BF16
+    when none is. ≈ (``tied``) is relative to the answer. None when nothing besides BF16 has a number.
     """
     candidates = {p: v for p, v in points.items() if p != BASELINE and _finite(v.value)}
     if not candidates:
         return None
     everyone = {BASELINE: BF16_POINT, **candidates}
     best = max(everyone, key=lambda p: (everyone[p].value, p == BASELINE))
-    answer = best if best == BASELINE or not overlaps(everyone[best], everyone[BASELINE]) else BASELINE
+    clear = [p for p, v in candidates.items() if clearly_less(BF16_POINT, v)]
+    answer = max(clear, key=lambda p: everyone[p].value) if clear else BASELINE
     tied = tuple(p for p in everyone if p != answer and overlaps(everyone[p], everyone[answer]))
     family = "FP8 or FP4" if any(p == "nvfp4" for p in candidates) else "FP8"
     return Fastest(answer, everyone[answer].value, best, everyone[best].value, tied, family)
@@ -173,6 +191,29 @@ def step_points(report: Report, precisions: Iterable[str], *, graphed: bool,
     return out
 
 
+def step_absence(report: Report, precision: str, *, graphed: bool, routing: str = "balanced") -> tuple[str, str]:
+    """(status, reason) of a step speedup that has no number: its own step's when that is not measured,
+    ``failed`` when the BF16 step it divides failed (a failed reference is a failure, never "n/a"),
+    else ("", why) (BF16 unsupported or missing, steps of different runs)."""
+    step = report.step(precision, graphed=graphed, routing=routing)
+    if step.status != "measured":
+        return step.status, step.reason
+    base = report.step(BASELINE, graphed=graphed, routing=routing)
+    if base.status == "failed":
+        return "failed", f"BF16 step: {' '.join(base.reason.split())}"
+    return "", step.speedup_reason or step.reason
+
+
+def step_contradictions(report: Report, layer_mode: str, precision: str) -> list[str]:
+    """:meth:`~gemm_bench.report.report.Report.step_contradictions` of one step (mode and precision):
+    the one check, asked wherever that step is shown or quoted."""
+    if precision == BASELINE or not report.doc.get("layer"):
+        return []
+    view = Report(report.doc, gemms=report.gemms, num_layers=report.num_layers, kind=report.kind,
+                  modes=["autocast", layer_mode], precisions=[BASELINE, precision])
+    return view.step_contradictions()
+
+
 def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = None) -> Fastest | None:
     """:func:`decide_fastest` over a report's whole-model speedups in ``mode``."""
     return decide_fastest(total_points(report, mode, report.precisions if precisions is None else precisions))
@@ -181,9 +222,28 @@ def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = 
 #: What a reader sees for each reason a number is absent (the table owner uses the same words).
 STATUS_WORDS = {"failed": "failed", "unsupported": "unsupported", "missing": "not measured"}
 
+#: A precision whose form in a mode is another precision's (``Precision.absent_modes``): FP8 Delayed's
+#: pre-quantized GEMM is FP8 Current's GEMM. Its cells are stored "unsupported" with that sentence as
+#: the reason; a reader sees "same as FP8 Current", never "unsupported" (it runs, as FP8 Current).
+SAME_AS: dict[tuple[str, str], str] = {("fp8-delayed", "prequant"): "fp8-current"}
+#: The status of a value that is another precision's (:data:`SAME_AS`); its ``reason`` is that precision's id.
+SAME = "same"
+
+
+def absent_status(precision: str, mode: str, status: str, reason: str) -> tuple[str, str]:
+    """(status, reason) a reader is told for a cell without a number: :data:`SAME` and the other
+    precision's id where the precision has no form of its own in ``mode``, else as stored."""
+    other = SAME_AS.get((precision, mode))
+    if other is not None and status == "unsupported":
+        return SAME, other
+    return status, reason
+
 
 def unavailable_text(status: str, reason: str, *, limit: int = 60) -> str:
-    """``failed: <reason>`` / ``unsupported: <reason>`` (shortened to ``limit``), never one "n/a" for all."""
+    """``failed: <reason>`` / ``unsupported: <reason>`` (shortened to ``limit``), never one "n/a" for
+    all; ``same as FP8 Current`` for a precision that has no form of its own (:data:`SAME_AS`)."""
+    if status == SAME:
+        return f"same as {PRECISIONS[reason].display}"
     word = STATUS_WORDS.get(status, status or "n/a")
     reason = " ".join(reason.split())
     if not reason:
@@ -203,17 +263,21 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                         rule=FASTEST_RULE, absent="no precision besides BF16 measured")
         if mode == report.modes[0]:  # the training step: once per result, like its other step values
             for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
+                base = report.step(BASELINE, graphed=graphed)
                 _fastest_values(out, decide_fastest(step_points(report, report.precisions, graphed=graphed)),
                                 layer_mode, "gemm-step-speedup", f"{layer_mode} step {device}{named}",
                                 rule=STEP_RULE, absent="no step besides BF16's measured",
-                                of=" for the whole layer step", noun="fastest step")
+                                of=" for the whole layer step", noun="fastest step",
+                                failed=("failed", f"BF16 step: {' '.join(base.reason.split())}")
+                                if base.status == "failed" else None)
         for precision in report.precisions:
             where = f"{PRECISIONS[precision].display}, {MODE_NAMES[mode]}, {device}" + (f" ({name})" if name else "")
             total = report.total(mode, precision)
             if total.status != "measured" or not _finite(total.model_ms):
                 why = f"{where}: {total.status}" + (f" ({total.reason})" if total.reason else "")
-                out[value_key("gemm-time", mode, precision)] = Value("", why, total.status, total.reason)
-                out[value_key("gemm-speedup", mode, precision)] = Value("", why, total.status, total.reason)
+                status, reason = absent_status(precision, mode, total.status, total.reason)
+                out[value_key("gemm-time", mode, precision)] = Value("", why, status, reason)
+                out[value_key("gemm-speedup", mode, precision)] = Value("", why, status, reason)
             else:
                 assert total.model_ms is not None
                 layers = f"{report.num_layers} layers" if report.kind == "model" else "all shapes"
@@ -235,8 +299,9 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 cell = report.cell(mode, precision, gemm)
                 if cell.status != "measured" or not _finite(cell.ms):
                     why = f"{at}: {cell.status}" + (f" ({cell.reason})" if cell.reason else "")
+                    status, reason = absent_status(precision, mode, cell.status, cell.reason)
                     for kind in ROLE_KINDS:
-                        out[value_key(kind, mode, precision, gid)] = Value("", why, cell.status, cell.reason)
+                        out[value_key(kind, mode, precision, gid)] = Value("", why, status, reason)
                     continue
                 assert cell.ms is not None
                 out[value_key("gemm-time", mode, precision, gid)] = Value(
@@ -259,16 +324,12 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 out[value_key("gemm-sqnr", mode, precision, gid)] = (
                     Value(f"{sqnr:.1f} dB", f"{sqnr:.2f} dB SQNR (Gaussian inputs): {at}") if sqnr is not None
                     else Value("", f"{at}: {report.sqnr_reason(mode, precision, gemm)}"))
-                speedup = report.gemm_speedup(mode, precision, gemm)
+                speedup, low, high = figures.gemm_point(report, mode, precision, gemm)
                 out[value_key("gemm-speedup", mode, precision, gid)] = (
-                    Value(format_speedup(speedup), f"{speedup:.3f}× BF16: {at}") if _finite(speedup) and speedup
-                    else Value("", f"{at}: no BF16 time of the same run to compare with"))
+                    Value(format_speedup(speedup), f"{speedup:.3f}× BF16: {at}", low=low, high=high)
+                    if _finite(speedup) and speedup
+                    else Value("", f"{at}: {report.gemm_speedup_reason(mode, precision, gemm)}"))
     return out
-
-
-def _absent(status: str, reason: str) -> tuple[str, str]:
-    """(status, reason) of a value that is absent because its own cell is (measured: no status)."""
-    return ("", "") if status == "measured" else (status, reason)
 
 
 def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: str, where: str) -> None:
@@ -284,28 +345,34 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
         at = f"{PRECISIONS[precision].display}, {layer_mode} step" + where.split(",", 2)[-1]
         speedup, share = step.speedup_vs_bf16, step.gemm_share
         point = step_points(report, [precision], graphed=graphed).get(precision)
+        status, reason = step_absence(report, precision, graphed=graphed)
         out[value_key("gemm-step-speedup", layer_mode, precision)] = (
             Value(format_speedup(speedup), f"{speedup:.3f}× BF16 for the whole layer step: {at}",
                   low=point.low if point else None, high=point.high if point else None)
-            if _finite(speedup) and speedup else Value("", f"{at}: {step.speedup_reason or step.reason}",
-                                                       *_absent(step.status, step.reason)))
+            if _finite(speedup) and speedup else Value("", f"{at}: {reason}", status, reason))
+        for problem in step_contradictions(report, layer_mode, precision):
+            out[value_key(STEP_PROBLEM, layer_mode, precision)] = Value(problem, f"{at}: {problem}")
         out[value_key("gemm-share", layer_mode, precision)] = (
             Value(f"{share * 100:.0f}%", f"{share * 100:.1f}% of the BF16 step is its GEMMs: {at}")
             if _finite(share) and share else Value("", f"{at}: {step.gemm_share_reason or step.reason}"))
 
 
 def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, speed_kind: str, where: str, *,
-                    rule: str, absent: str, of: str = "", noun: str = "fastest") -> None:
+                    rule: str, absent: str, of: str = "", noun: str = "fastest",
+                    failed: tuple[str, str] | None = None) -> None:
     """``gemm-fastest`` of one mode and its ``speed_kind`` ``fastest`` value (the GEMMs' speedup, or
     the training step's), from one :func:`decide_fastest` verdict."""
     if fastest is None:
-        out[value_key("gemm-fastest", mode, "")] = Value("", f"{where}: {absent}")
-        out[value_key(speed_kind, mode, "fastest")] = Value("", f"{where}: {absent}")
+        status, reason = failed if failed else ("", "")
+        why = f"{where}: {unavailable_text(status, reason, limit=10_000) if status else absent}"
+        out[value_key("gemm-fastest", mode, "")] = Value("", why, status, reason)
+        out[value_key(speed_kind, mode, "fastest")] = Value("", why, status, reason)
         return
     display = PRECISIONS[fastest.answer].display
     ties = f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}" if fastest.tied else ""
+    why = f": {fastest.why}" if fastest.why else ""
     out[value_key("gemm-fastest", mode, "")] = Value(
-        fastest.text, f"{display} ({fastest.speedup:.3f}× BF16{of}): {rule}{ties}; {where}")
+        fastest.text, f"{display} ({fastest.speedup:.3f}× BF16{of}){why}; the rule: {rule}{ties}; {where}")
     out[value_key(speed_kind, mode, "fastest")] = Value(
         format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the {noun}: {where}")
 

@@ -34,6 +34,7 @@ from typing import IO, Any, NoReturn
 
 from gemm_bench.cli import fleet as cli_fleet
 from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, one_line
+from gemm_bench.cli.extras import needs
 from gemm_bench.measure import phases
 from gemm_bench.measure.compile_cache import use_persistent_compile_cache
 from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TimerSettings, TimerSettingsError
@@ -55,6 +56,7 @@ from gemm_bench.results.cache import Cache, CacheError, read_document
 from gemm_bench.results.schema import MAX_LAYERS
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
+
 DEFAULT_README_FIGURE = Path("docs/_static/readme-speedups.svg")
 
 #: Which flag sets which :class:`TimerSettings` field, to name the flag in an error.
@@ -260,7 +262,8 @@ def load_runner() -> tuple[Any, type[BaseException]]:
     library that does not load, TE refusing the installed CUDA); the project's own modules are
     imported after these checks, so a bug in them still shows as the bug it is.
     """
-    hint = "install the 'gpu' extra (torch, transformer_engine[pytorch]) on a machine with an NVIDIA GPU"
+    hint = ("install the 'gpu' extra (pip install -e '.[gpu]': torch, transformer_engine[pytorch]) on a machine "
+            "with an NVIDIA GPU")
     try:
         import torch
     except (ImportError, OSError) as exc:
@@ -381,8 +384,17 @@ def _rerun_under_nsys(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------- report, presets
 def cmd_report(args: argparse.Namespace) -> int:
+    from gemm_bench.results.studies import study_in
+
+    path = Path(args.file)
+    study = study_in(path)
+    if study is not None:
+        raise UsageError(f"FILE: {path} holds the {one_line(str(study['study']))} study measured on "
+                         f"{one_line(str(study['device']['name']))}, not a question's result; its page shows it "
+                         f"(the gemm-{one_line(str(study['study']))} directive), and two runs of it compare with "
+                         "gemm-bench compare A B")
     try:
-        doc = read_document(Path(args.file))
+        doc = read_document(path)
     except CacheError as exc:
         raise UsageError(f"FILE: {exc}") from None
     report = Report(doc, num_layers=args.num_layers)
@@ -450,7 +462,32 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
         echo(f"wrote {path}")
     if not changed:
         echo(f"{out} is up to date")
+    if args.readme:
+        _write_readme_caption(Path(args.readme), cache_dir, figures)
     return 0
+
+
+def _write_readme_caption(path: Path, cache_dir: Path, figures: Any) -> None:
+    """Rewrite the README's caption from the results the figure drew (``--readme``)."""
+    from gemm_bench.cli import readme
+    from gemm_bench.results.cache import write_atomic
+
+    try:
+        before = path.read_text(encoding="utf-8")
+        documents, skipped = figures.readme_documents(cache_dir, on_error=lambda error: None)
+        after = readme.with_caption(before, readme.caption(documents, skipped), path)
+    except readme.ReadmeError as exc:
+        raise UsageError(f"--readme: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--readme: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+    if after == before:
+        echo(f"{path}: caption is up to date")
+        return
+    try:
+        write_atomic(path, after, durable=False)
+    except OSError as exc:
+        raise UsageError(f"--readme: cannot write {path} ({exc.strerror or exc})") from None
+    echo(f"wrote the caption in {path}")
 
 
 # ------------------------------------------------------------------------------- parser, main
@@ -472,7 +509,7 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per GEMM")
     p.set_defaults(func=cmd_shapes)
 
-    p = sub.add_parser("run", help="measure on this GPU and store the result")
+    p = sub.add_parser("run", help="measure on this GPU and store the result" + needs("run"))
     _add_config_flags(p)
     p.add_argument("--precisions", default=",".join(PRECISION_IDS),
                    help="comma or space separated list (default: all)")
@@ -517,9 +554,13 @@ def build_parser() -> Parser:
                    help=f"result cache (default: {DEFAULT_CACHE})")
     p.add_argument("--out", metavar="PATH", default=str(DEFAULT_README_FIGURE),
                    help=f"figure to write; a dark variant goes beside it (default: {DEFAULT_README_FIGURE})")
+    p.add_argument("--readme", metavar="PATH",
+                   help="also rewrite the figure's caption in this README (between its gemm-bench readme-figure "
+                        "markers) from the same results: which GPUs it shows")
     p.set_defaults(func=cmd_readme_figure)
 
-    p = sub.add_parser("study", help="measure a study (loss-parity, dynamic-range) on this GPU and store it")
+    p = sub.add_parser("study", help="measure a study (loss-parity, dynamic-range) on this GPU and store it"
+                       + needs("study"))
     p.add_argument("name", metavar="STUDY", help="the study to measure")
     p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),
                    help=f"result cache; the study goes into its studies/ folder (default: {DEFAULT_CACHE})")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gemm_bench.cli.errors import UsageError, echo, one_line
+from gemm_bench.cli.extras import needs
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
 
@@ -34,9 +35,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          "directories)")
         output = compare_dirs(a, b)
     else:
+        from gemm_bench.report.compare import compare_studies
+        from gemm_bench.results.studies import study_in
+
         try:
-            doc_a, doc_b = load_result(a), load_result(b)
-            output = compare(doc_a, doc_b)
+            study_a, study_b = study_in(a), study_in(b)
+        except CacheError as exc:
+            raise UsageError(f"{'A' if exc.path == a else 'B'}: {exc}") from None
+        if (study_a is None) != (study_b is None):
+            raise UsageError(f"A, B: {a if study_a is not None else b} holds a study and the other file a question's "
+                             "result; compare two runs of one study, or two results of one question")
+        try:
+            if study_a is not None and study_b is not None:
+                if args.markdown:
+                    echo(compare_studies(study_a, study_b).to_markdown(f"{a.name} vs {b.name}"), end="")
+                    return 0
+                output = compare_studies(study_a, study_b)
+            else:
+                output = compare(load_result(a), load_result(b))
         except CacheError as exc:
             raise UsageError(f"{'A' if exc.path == a else 'B'}: {exc}") from None
         except CompareError as exc:
@@ -51,12 +67,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from gemm_bench.results.merge import MergeError, merge
+    """Merge every usable file; exit 1 when a file was rejected (after merging all the others), so
+    a script sees that something was lost while nothing usable is held back."""
+    from gemm_bench.results.cache import write_atomic
+    from gemm_bench.results.merge import MergeError, merge, summary_markdown
 
     try:
         actions = merge([Path(d) for d in args.dirs], Path(args.cache_dir))
     except MergeError as exc:
         raise UsageError(str(exc)) from None
+    if args.summary:
+        try:
+            write_atomic(Path(args.summary), summary_markdown(actions), durable=False)
+        except OSError as exc:
+            raise UsageError(f"--summary: cannot write {exc.filename or args.summary} ({exc.strerror or exc})") \
+                from None
     for action in actions:
         echo(action.describe())
     rejected = [a for a in actions if a.action == "rejected"]
@@ -84,12 +109,16 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         if args.device:
             if not args.dry_run:
                 raise refresh_mod.RefreshError("--device: plans for another GPU only with --dry-run")
-            from gemm_bench.question.devices import normalize_selector
+            from gemm_bench.question.devices import ALIASES, normalize_selector
 
-            gpus = [refresh_mod.GpuSlot(0, normalize_selector(args.device))]
+            slug = normalize_selector(args.device)
+            if slug not in ALIASES.values():
+                raise refresh_mod.RefreshError(f"--device {one_line(args.device)}: not a device the site knows; "
+                                               f"choose from {', '.join(ALIASES)}")
+            gpus = [refresh_mod.GpuSlot(0, slug)]
             local = None
         else:
-            gpus = refresh_mod.select_gpus(refresh_mod.probe_gpus(), args.gpus)
+            gpus = refresh_mod.select_gpus(refresh_mod.probe_gpus(), args.gpus, dry_run=args.dry_run)
             # The versions the workers will record, read without importing torch or TE here (the
             # workers import them to measure); the driver only if the rule compares it.
             local = installed_stack(stale_when)
@@ -157,16 +186,20 @@ def add_commands(subparsers: Any) -> None:
     fmt.add_argument("--markdown", action="store_true", help="print Markdown (a pull request body)")
     p.set_defaults(func=cmd_compare)
 
-    p = subparsers.add_parser("merge", help="validate result files from several runners and merge them into the cache")
+    p = subparsers.add_parser("merge", help="validate result and study files from several runners and merge them "
+                                            "into the cache (exit 1 when a file could not be merged)")
     p.add_argument("dirs", metavar="DIR", nargs="+", help="directories of result files (searched recursively)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), metavar="DIR",
                    help=f"the cache to merge into (default: {DEFAULT_CACHE})")
+    p.add_argument("--summary", metavar="FILE",
+                   help="write the files that could not be merged, and why, as Markdown for a pull request "
+                        "body (an empty file when every file was merged)")
     p.set_defaults(func=cmd_merge)
 
-    p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU")
+    p = subparsers.add_parser("refresh", help="measure every question the site's pages ask, on every local GPU"
+                              + needs("refresh") + "; --dry-run needs 'docs' only")
     p.add_argument("srcdir", metavar="SRCDIR", help="the documentation source directory (docs/)")
-    p.add_argument("--gpus", default="all", type=_gpu_selection, metavar="all|0,1",
-                   help="which local GPUs measure (default: all)")
+    p.add_argument("--gpus", type=_gpu_selection, metavar="all|0,1", help="which local GPUs measure (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
     p.add_argument("--device", metavar="NAME", help="with --dry-run: plan for this device (h100, b200, ...)")
     p.add_argument("--cache-dir", metavar="DIR", help="the result cache (default: SRCDIR/_gemm_cache)")

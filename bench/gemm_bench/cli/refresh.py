@@ -81,8 +81,9 @@ def read_site(srcdir: Path) -> dict[str, Any]:
     while that builder reads, the directives only record what they ask.
     """
     if importlib.util.find_spec("sphinx") is None:
-        raise RefreshError("SRCDIR: refresh reads the pages with Sphinx, which is not installed; "
-                           "install the 'docs' extra")
+        raise RefreshError("SRCDIR: refresh reads the pages with Sphinx, which is not installed; install the "
+                           "'docs' extra (pip install -e '.[docs]', enough for --dry-run; measuring also needs the "
+                           "'gpu' extra: pip install -e '.[docs,gpu]')")
     if not (srcdir / "conf.py").is_file():
         raise RefreshError(f"SRCDIR: {srcdir} has no conf.py; refresh reads the site with its Sphinx configuration")
     with tempfile.TemporaryDirectory(prefix="gemm-questions-") as tmp:
@@ -146,9 +147,13 @@ class Job:
     def hash(self) -> str:
         return self.question.hash
 
+    def asks_on(self, device_name: str) -> list[Ask]:
+        """The directives that show this device (every device, or one selected by name)."""
+        return [a for a in self.asks if not a.devices or any(selects(s, device_name) for s in a.devices)]
+
     def wanted_on(self, device_name: str) -> tuple[list[str], list[str]] | None:
         """(precisions, modes) the pages ask of this device, or None when no page shows it."""
-        chosen = [a for a in self.asks if not a.devices or any(selects(s, device_name) for s in a.devices)]
+        chosen = self.asks_on(device_name)
         if not chosen:
             return None
         precisions = [p for p in PRECISION_IDS if any(p in a.precisions for a in chosen)]
@@ -252,7 +257,8 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
         current = next((d for d in lookup.documents if device_slug(d["device"]["name"]) == device_slug(device_name)),
                        None)
         todo = needs_measuring(current, job.question, precisions, modes, local, rules)
-        locations = tuple(a.location for a in job.asks)
+        # Only the pages that show this device: a directive restricted to other devices asks nothing of it.
+        locations = tuple(a.location for a in job.asks_on(device_name))
         if todo is None:
             fresh.append(f"{job.hash} ({job.question.describe()}): fresh")
             continue
@@ -269,6 +275,16 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
     return tasks, fresh
 
 
+def makespan(estimates: Sequence[float], gpus: int) -> float:
+    """Seconds until the last of ``estimates`` is done on ``gpus`` GPUs, dispatched as :func:`run_pool`
+    does: in plan order, each to the GPU that is free first. Never less than the longest question
+    (a question runs on one GPU) nor than the total shared evenly."""
+    loads = [0.0] * max(gpus, 1)
+    for seconds in estimates:
+        loads[loads.index(min(loads))] += seconds
+    return max(loads)
+
+
 def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[GpuSlot]) -> str:
     gpu_text = ", ".join(f"{g.index} ({g.name})" for g in gpus)
     lines = [f"gemm-bench refresh: {len(tasks)} question(s) to measure on {len(gpus)} GPU(s): {gpu_text}"]
@@ -280,7 +296,7 @@ def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[Gp
         lines.append(f"      asked at {', '.join(task.locations)}")
     known = [t.estimate_s for t in tasks if t.estimate_s is not None]
     if tasks:
-        total = sum(known) / max(len(gpus), 1) + WORKER_START_S
+        total = makespan(known, len(gpus)) + WORKER_START_S
         unknown = len(tasks) - len(known)
         lower = any(t.estimate_s is not None and "measure_s" not in t.estimate_source for t in tasks)
         lines.append(f"estimated time: {'at least ' if unknown or lower else ''}{total / 60:.1f} min across "
@@ -323,11 +339,17 @@ def probe_gpus() -> list[GpuSlot]:
     return slots
 
 
-def select_gpus(available: Sequence[GpuSlot], selection: str) -> list[GpuSlot]:
-    """``all`` or a comma list of indices (``--gpus 0,1``); one kind of GPU per refresh."""
+def select_gpus(available: Sequence[GpuSlot], selection: str | None, *, dry_run: bool = False) -> list[GpuSlot]:
+    """``all`` (``None``: the flag not given) or a comma list of indices (``--gpus 0,1``); one kind of
+    GPU per refresh. With no GPU here, the message names the flag the user gave (``--gpus`` only if
+    given) and what to do instead: plan for a GPU kind from here with ``--dry-run --device``."""
     if not available:
-        raise RefreshError("--gpus: no NVIDIA GPU found on this machine (nvidia-smi lists none)")
-    text = selection.strip().lower()
+        instead = ("to see the plan for a GPU kind from this machine, add --device NAME (h100, h200, b200, ...)"
+                   if dry_run else "run it on a GPU box, or see the plan from here with --dry-run --device NAME "
+                   "(h100, h200, b200, ...)")
+        where = f"--gpus {selection}: " if selection is not None else ("--dry-run: " if dry_run else "")
+        raise RefreshError(f"{where}no NVIDIA GPU found on this machine (nvidia-smi lists none); {instead}")
+    text = (selection or "all").strip().lower()
     if text == "all":
         chosen = list(available)
     else:
@@ -696,8 +718,8 @@ class StudyTask:
 
 def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | None,
                  rules: Rules, *, force: bool = False) -> list[StudyTask]:
-    """Every registered study that is missing or stale on this device (the stack rule of the
-    questions), or every one with ``force`` (``--force-studies``: ``--force`` re-measures the
+    """Every registered study that is missing or stale on this device (the stack and age rules of
+    the questions), or every one with ``force`` (``--force-studies``: ``--force`` re-measures the
     questions only, since a study does not depend on them and costs minutes). A corrupt study file
     is measured again."""
     from gemm_bench.measure.studies import load_registry
@@ -709,7 +731,7 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
         current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
         bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]
         why = ("forced" if force else f"unreadable: {bad[0].problem}" if bad
-               else studies.staleness(current, local, rules.stale_when))
+               else studies.staleness(current, local, rules.stale_when, max_age_days=rules.max_age_days))
         if why is None:
             continue
         timed = [d["provenance"]["method"].get("measure_s") for d in sorted(docs, key=lambda d: d is not current)]

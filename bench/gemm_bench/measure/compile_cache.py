@@ -11,6 +11,16 @@ folder under the user's cache directory instead, once, before anything is compil
 * ``GEMM_BENCH_COMPILE_CACHE``, where a maintainer puts it (a volume a fleet's boxes keep); else
 * ``$XDG_CACHE_HOME/gemm-bench/torch-compile``; else ``~/.cache/gemm-bench/torch-compile``.
 
+Every folder exported is absolute (a relative one would mean another folder in every working
+directory a worker or a build runs from). A relative ``XDG_CACHE_HOME`` is ignored, as the XDG
+Base Directory specification says ("If an implementation encounters a relative path in any of
+these variables it should consider the path invalid and ignore it"); a relative
+``GEMM_BENCH_COMPILE_CACHE`` or ``TORCHINDUCTOR_CACHE_DIR`` is made absolute against the current
+directory, once, here. Where no home directory can be found (no ``HOME``, no passwd entry: a
+container run with an arbitrary user id), :func:`default_dir` raises :class:`CompileCacheError`
+saying which variable to set, and :func:`use_persistent_compile_cache` keeps Inductor's default
+folder and says so in one line on stderr: compilation is only slower, nothing is lost.
+
 A ``TORCHINDUCTOR_CACHE_DIR`` the caller set is left alone, except Inductor's own default: importing
 ``torch._dynamo`` (as Transformer Engine and torchao do) writes that default into the environment,
 so a value equal to it is read as "nobody chose" and replaced. That is safe until the first
@@ -26,6 +36,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import sys
 import tempfile
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -36,13 +47,38 @@ ENV = "GEMM_BENCH_COMPILE_CACHE"
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
+class CompileCacheError(RuntimeError):
+    """No folder can be chosen (no home directory); the message names the variable to set."""
+
+
+def _home(env: MutableMapping[str, str]) -> Path:
+    """The user's home directory: ``HOME``, else the passwd entry; :class:`CompileCacheError` without one."""
+    if env.get("HOME"):
+        return Path(env["HOME"])
+    try:
+        return Path.home()  # the passwd entry when HOME is unset
+    except (RuntimeError, KeyError, OSError):
+        getuid = getattr(os, "getuid", None)
+        who = f"user id {getuid()}" if callable(getuid) else "this user"
+        raise CompileCacheError(f"no home directory for the torch.compile cache (HOME is not set and {who} has no "
+                                f"passwd entry); set {ENV} (or XDG_CACHE_HOME) to an absolute folder") from None
+
+
+def _absolute(text: str, env: MutableMapping[str, str]) -> Path:
+    """``text`` with ``~`` expanded (against :func:`_home`) and made absolute."""
+    if text == "~" or text.startswith("~/"):
+        text = str(_home(env)) + text[1:]
+    return Path(os.path.abspath(text))
+
+
 def default_dir(environ: MutableMapping[str, str] | None = None) -> Path:
-    """The folder this project chooses when nobody chose one (see the module docstring)."""
+    """The folder this project chooses when nobody chose one (see the module docstring); absolute."""
     env = os.environ if environ is None else environ
     if env.get(ENV):
-        return Path(env[ENV]).expanduser()
-    base = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base / "gemm-bench" / "torch-compile"
+        return _absolute(env[ENV], env)
+    xdg = env.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else _home(env) / ".cache"  # relative: invalid, per the spec
+    return Path(os.path.abspath(base / "gemm-bench" / "torch-compile"))
 
 
 def inductor_default() -> str:
@@ -67,8 +103,14 @@ def use_persistent_compile_cache(environ: MutableMapping[str, str] | None = None
     env = os.environ if environ is None else environ
     chosen = env.get(INDUCTOR_ENV)
     if chosen and os.path.abspath(chosen) != inductor_default():
-        return chosen
-    folder = default_dir(env)
+        env[INDUCTOR_ENV] = os.path.abspath(chosen)  # the workers and builds may run elsewhere
+        return env[INDUCTOR_ENV]
+    try:
+        folder = default_dir(env)
+    except CompileCacheError as exc:
+        print(f"gemm-bench: {exc}; torch.compile keeps Inductor's default folder {inductor_default()}",
+              file=sys.stderr)
+        return chosen or ""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:

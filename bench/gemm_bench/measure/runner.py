@@ -60,6 +60,9 @@ class Timed:
     #: The cross-check's ratio per ``competitor/region``: the profiled rounds' event median over
     #: their own kernel median (the same launches), :attr:`GroupTiming.cross_check`'s ``ratios``.
     kernel_ratio: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: With a breakdown asked for: competitor -> region -> profiled rounds -> kernels
+    #: ``(name, start ns, duration ns)`` (:attr:`~gemm_bench.measure.timing.GroupTiming.kernels`).
+    kernels: dict[str, dict[str, list[list[tuple[str, int, int]]]]] = dataclasses.field(default_factory=dict)
 
     def fields(self, name: str, region: str) -> dict[str, Any]:
         """What a measured cell (or peer row, or layer cell) of ``name``'s ``region`` stores: the
@@ -160,6 +163,10 @@ class Runner:
         self._groups: list[dict[str, Any]] = []
         #: Wall seconds each competitor of the last group took to build and probe.
         self.setup_s: dict[str, float] = {}
+        #: The last run's layer-step groups: (routing, competitor -> region -> profiled rounds' kernels),
+        #: for a caller that records kernel names (``tools/gpu_breakdown.py``); the result keeps only
+        #: each step's breakdown.
+        self.step_kernels: list[tuple[str, dict[str, dict[str, list[list[tuple[str, int, int]]]]]]] = []
         # What is alive now (torch, Transformer Engine, their caches) lives for the whole process:
         # out of the collector's sight, a full collection after each group (releasing its memory)
         # takes milliseconds instead of a quarter of a second.
@@ -191,25 +198,27 @@ class Runner:
         return competitors, failures
 
     def _time_group(self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = "",
-                    *, graphs: bool | None = None) -> Timed:
+                    *, graphs: bool | None = None, kernels: bool = False) -> Timed:
         """Build and probe each competitor; time the ones that work, interleaved (:meth:`Interleaver.run`).
 
         ``graphs``: publish graph-replay time (default: the settings'), with the eager time kept
         beside it; False for a group whose published time is eager by definition (the eager step).
+        ``kernels``: keep the profiled rounds' kernels (:attr:`Timed.kernels`) for a time breakdown.
         """
         competitors, failures = self._build(builders)
         timed = Timed({}, {}, failures, {})
         if not competitors:
             return timed
         try:
-            result = self.timer.run(competitors, graphs=graphs)
+            # ``kernels`` only when asked: a timer without the keyword (an older fake) still times the rest.
+            result = self.timer.run(competitors, graphs=graphs, **({"kernels": True} if kernels else {}))
         except Exception as exc:  # GPU boundary: the group's cells become failed, the run goes on
             message = _short(exc)
             failures.update({name: message for name in competitors})
         else:
             failures.update(result.failures)
-            kernels = result.cross_check.get("kernel_ms", {})
-            timed = Timed(result.samples, result.eager, failures, kernels, result.cross_check.get("ratios", {}))
+            timed = Timed(result.samples, result.eager, failures, result.cross_check.get("kernel_ms", {}),
+                          result.cross_check.get("ratios", {}), result.kernels)
             if self.telemetry and result.samples:
                 group = {"label": label, "mode": mode, "members": sorted(result.samples), **result.record,
                          "setup_s": dict(self.setup_s), "cross_check": result.cross_check}
@@ -264,6 +273,7 @@ class Runner:
         )
         run_id = doc["run_id"]
         self._groups = []
+        self.step_kernels = []
         doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
         cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
@@ -320,8 +330,11 @@ class Runner:
                 # One group: the step's eager rounds give ``layer``, its graph replays ``layer-graphed``.
                 def layer_group(builders: dict[str, Callable[[], Competitor]], graphs: bool, routing: str) -> Timed:
                     suffix = "" if routing == "balanced" else f", {routing} routing"
-                    return self._time_group(builders, label=f"layer step ({', '.join(layer)}{suffix})",
-                                            mode="layer-graphed" if graphs else "layer", graphs=graphs)
+                    timed = self._time_group(builders, label=f"layer step ({', '.join(layer)}{suffix})",
+                                             mode="layer-graphed" if graphs else "layer", graphs=graphs,
+                                             kernels=True)
+                    self.step_kernels.append((routing, timed.kernels))
+                    return timed
 
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
                     question, wanted, layer_group, support=support, modes=layer)]
@@ -388,7 +401,7 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     peers, clock telemetry and the cross-check, and the SQNRs, so every page that shows any of
     them reads one run, and re-measuring after a stack change drops nothing another page shows.
     ``progress``: the Runner's ``(groups done, groups in all, what runs now)`` callback (a docs
-    build's progress lines: ``gemm_benchmark.buildlog.MeasureProgress``).
+    build's progress lines: ``gemm_benchmark.execution.MeasureProgress``).
     """
     from gemm_bench.measure.compile_cache import use_persistent_compile_cache
     from gemm_bench.results.stack import complete_modes
@@ -432,13 +445,14 @@ def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: boo
     (whether or not the run measured them), so a result of the earlier method, which has none,
     is told apart: its report says "not measured in this result (method v1)".
     """
-    from gemm_bench.measure.step import WHAT_IS_TIMED
+    from gemm_bench.measure.step import BREAKDOWN_METHOD, WHAT_IS_TIMED
     from gemm_bench.results.accuracy_schema import DISTRIBUTIONS
 
     return {
         **settings.method(),
         **(telemetry_module.method(teardown=teardown) if telemetry else {}),
         "layer_step": WHAT_IS_TIMED,
+        "breakdown": BREAKDOWN_METHOD,
         "accuracy": "SQNR in dB of each pass's output against an FP32 reference of the same BF16 inputs, "
         f"inputs {' and '.join(DISTRIBUTIONS)} (details in the result's accuracy_method)",
         "peers": "registered peers (entry point group gemm_bench.peers), timed in the same interleaved "

@@ -13,7 +13,7 @@ schema (:mod:`gemm_bench.results.step_schema`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gemm_bench.question.config import ModelConfig
@@ -27,6 +27,7 @@ from gemm_bench.question.step_plan import (  # noqa: F401 (re-exported: the step
     routings,
     unsupported_reason,
 )
+from gemm_bench.results.breakdown import IDLE_RULE, breakdown_block, rounds_from_kernels
 from gemm_bench.results.step_schema import StepError
 
 WHAT_IS_TIMED = (
@@ -159,11 +160,12 @@ def layer_cell(mode: str, precision: str, status: str, *, ms: float | None = Non
                stats: dict[str, Any] | None = None, reason: str = "",
                measured_at: str | None = None, run_id: str | None = None,
                kernel_ms: float | None = None, kernel_ratio: float | None = None,
-               routing: str = "balanced") -> dict[str, Any]:
+               routing: str = "balanced", breakdown: dict[str, Any] | None = None) -> dict[str, Any]:
     """One layer cell in the proposed result form (``doc["layer"]`` is a list of these).
     ``kernel_ms``: the cross-check's profiled kernel time of the step (graph replays only), and
     ``kernel_ratio`` the profiled rounds' event median over it;
-    ``routing``: a mixture of experts' routing (:data:`ROUTINGS`), written only when not balanced."""
+    ``routing``: a mixture of experts' routing (:data:`ROUTINGS`), written only when not balanced;
+    ``breakdown``: where the step's time goes (:func:`step_breakdown`)."""
     cell: dict[str, Any] = {"mode": mode, "precision": precision, "status": status}
     if routing != "balanced":
         cell["routing"] = routing
@@ -175,6 +177,8 @@ def layer_cell(mode: str, precision: str, status: str, *, ms: float | None = Non
             cell["kernel_ratio"] = kernel_ratio
         if measured_at is not None:
             cell["measured_at"] = measured_at
+        if breakdown is not None:
+            cell["breakdown"] = breakdown
     else:
         cell["reason"] = reason
     if run_id is not None:
@@ -252,3 +256,34 @@ def summarize(layer_cells: Iterable[Mapping[str, Any]], gemm_ms: Mapping[str, fl
         rows.append(StepRow(mode, precision, step, step_speedup, g, gemm_speedup, predicted,
                             cell.get("reason", "")))
     return StepSummary(mode, bf16_step, bf16_gemm, share, tuple(rows))
+
+
+#: How each step cell's ``breakdown`` is made (stored in every run's method).
+BREAKDOWN_METHOD = ("each layer step's GPU time per kind of kernel, from the kernels of its profiled rounds (the "
+                    "cross-check's first batch of graph replays), classified by name into GEMMs; quantization, casts, "
+                    "amax and transposes; attention; normalization, activations and other elementwise work; "
+                    "optimizer; other (names kept) by the rules of gemm_bench.results.kernel_kinds; " + IDLE_RULE)
+
+#: Where a breakdown's kernels come from, per how the step was published.
+BREAKDOWN_SOURCES = {
+    "graph replays": "the profiled graph replays (the first batch of timed rounds)",
+    "eager rounds": "the profiled eager rounds (the first batch of timed rounds)",
+    "graph replays for eager": ("the profiled graph replays of the same group (the same kernels the eager step "
+                                "launches); idle is the eager step's time minus their busy time"),
+}
+
+
+def step_breakdown(step_ms: float, rounds: Sequence[Sequence[tuple[str, int, int]]] | None,
+                   source: str) -> dict[str, Any] | None:
+    """The ``breakdown`` block of a step cell of ``step_ms`` from its profiled rounds' kernels (each
+    ``(name, start ns, duration ns)``), or None when no round was profiled (no cross-check, or a trace
+    that could not be split per region). ``source``: a key of :data:`BREAKDOWN_SOURCES`."""
+    if not rounds:
+        return None
+    return breakdown_block(step_ms, rounds_from_kernels(rounds), source=BREAKDOWN_SOURCES[source])
+
+
+def plan_step_cell(mode: str, step: str, status: str, *, reason: str = "") -> dict[str, Any]:
+    """A precision plan's step cell that was not measured (``step``: ``all-bf16``, ``all-fp8`` or
+    ``plan``); a measured one is a :func:`layer_cell` with ``step`` in place of ``precision``."""
+    return {"step": step, "mode": mode, "status": status, "reason": reason}

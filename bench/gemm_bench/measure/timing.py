@@ -411,6 +411,10 @@ class GroupTiming:
     failures: dict[str, str]
     record: dict[str, Any]
     cross_check: dict[str, Any]
+    #: With ``run(..., kernels=True)``: each competitor's region's profiled rounds, each round its
+    #: kernels as ``(name, start ns, duration ns)`` (the time breakdown reads them:
+    #: :mod:`gemm_bench.results.breakdown`). Empty otherwise, or when the trace could not be split.
+    kernels: dict[str, dict[str, list[list[tuple[str, int, int]]]]] = dataclasses.field(default_factory=dict)
 
 
 class Interleaver:
@@ -426,13 +430,17 @@ class Interleaver:
         self.flush = L2Flusher(settings.l2_flush)
         self.sampler = sampler
         self.cross_check = cross_check
+        #: The group under way's profiled regions and their kernels, when ``run`` keeps them.
+        self._kernel_log: list[tuple[tuple[str, str], list[GpuActivity]]] | None = None
 
     def _phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
         return self.phases.phase(name) if self.phases is not None else contextlib.nullcontext()
 
-    def run(self, competitors: dict[str, Competitor], *, graphs: bool | None = None) -> GroupTiming:
+    def run(self, competitors: dict[str, Competitor], *, graphs: bool | None = None,
+            kernels: bool = False) -> GroupTiming:
         """Time one group (the module docstring's steps). ``graphs`` overrides the settings' choice
-        for this group (the eager layer step is timed eagerly by definition)."""
+        for this group (the eager layer step is timed eagerly by definition). ``kernels``: keep the
+        profiled rounds' kernels of every region (:attr:`GroupTiming.kernels`), for a time breakdown."""
         import torch
 
         s = self.settings
@@ -461,12 +469,17 @@ class Interleaver:
             cap = self._warm_up(timed, s.warmup_s / 2)
         sampling = self.sampler.sampling() if self.sampler is not None else contextlib.nullcontext()
         profile = self.cross_check or s.timer == "profiler"
-        with self._phase(TIMED), sampling:
-            samples, kernels, profiled, converged, why = self._adaptive(timed, cap, profile=profile)
+        self._kernel_log = [] if kernels and profile else None
+        try:
+            with self._phase(TIMED), sampling:
+                samples, kernel_samples, profiled, converged, why = self._adaptive(timed, cap, profile=profile)
+            region_kernels = _kernels_by_region(self._kernel_log or [])
+        finally:
+            self._kernel_log = None
         if s.timer == "profiler":
-            if kernels is None:
+            if kernel_samples is None:
                 raise RuntimeError(f"profiler timer: {why}")
-            samples, kernels = kernels, samples  # publish kernel time; events are the second method
+            samples, kernel_samples = kernel_samples, samples  # publish kernel time; events are the second method
             profiled = samples
         record["rounds"] = max((len(r.ms) for regions in samples.values() for r in regions.values()), default=0)
         record["converged"] = converged
@@ -474,12 +487,12 @@ class Interleaver:
             record["clock"] = self.sampler.summary()
         check: dict[str, Any] = {}
         if self.cross_check:
-            if kernels is None:
+            if kernel_samples is None:
                 check = {"rounds": 0, "reason": why[:300]}
             else:
                 stored = {f"{n}/{r}": smp.median for n, regions in samples.items() for r, smp in regions.items()}
-                check = with_stored_ratios(cross_check_block(profiled, kernels), stored)
-        return GroupTiming(samples, eager, failures, record, check)
+                check = with_stored_ratios(cross_check_block(profiled, kernel_samples), stored)
+        return GroupTiming(samples, eager, failures, record, check, region_kernels)
 
     def _warm_up(self, competitors: dict[str, Competitor], seconds: float) -> int:
         """Warm up by time (at least two rounds); return the most timed rounds the group's time cap allows."""
@@ -563,7 +576,9 @@ class Interleaver:
         with self._phase(TRACE):
             stack.close()
             try:
-                return _split_kernels(prof, order), ""
+                if self._kernel_log is None:
+                    return _split_kernels(prof, order), ""
+                return _split_kernels(prof, order, self._kernel_log), ""
             except (RuntimeError, ValueError, KeyError, OSError) as exc:
                 # the profiler's trace, or one that cannot be split per region
                 return None, str(exc)
@@ -636,12 +651,34 @@ def _profiler() -> Any:
     return profiler(activities=[ProfilerActivity.CUDA])
 
 
-def _split_kernels(prof: Any, order: list[tuple[str, str]]) -> dict[str, dict[str, Samples]]:
-    """Kernel samples per competitor per region: the trace split at the L2 flushes, in ``order``."""
+def _split_kernels(prof: Any, order: list[tuple[str, str]],
+                   log: list[tuple[tuple[str, str], list[GpuActivity]]] | None = None
+                   ) -> dict[str, dict[str, Samples]]:
+    """Kernel samples per competitor per region: the trace split at the L2 flushes, in ``order``.
+    ``log``: where to append each timed region's own kernels (``((competitor, region), kernels)``)."""
+    per_region = kernels_in_regions(_activities(prof), len(order))
+    if log is not None:
+        log.extend(zip(order, per_region, strict=True))
     kernels: dict[str, dict[str, list[float]]] = {}
-    for (name, region), ms in zip(order, kernel_ms_per_region(prof, len(order)), strict=True):
-        kernels.setdefault(name, {}).setdefault(region, []).append(ms)
+    for (name, region), acts in zip(order, per_region, strict=True):
+        kernels.setdefault(name, {}).setdefault(region, []).append(sum(a.duration_ns for a in acts) / 1e6)
     return {n: {r: Samples(v) for r, v in regions.items()} for n, regions in kernels.items()}
+
+
+def _kernels_by_region(log: list[tuple[tuple[str, str], list[GpuActivity]]]
+                       ) -> dict[str, dict[str, list[list[tuple[str, int, int]]]]]:
+    """The log of :func:`_split_kernels` as competitor -> region -> rounds -> (name, start, duration)."""
+    out: dict[str, dict[str, list[list[tuple[str, int, int]]]]] = {}
+    for (name, region), acts in log:
+        rounds = out.setdefault(name, {}).setdefault(region, [])
+        rounds.append([(a.name, a.start_ns, a.duration_ns) for a in acts])
+    return out
+
+
+def _activities(prof: Any) -> list[GpuActivity]:
+    """The session's GPU activities: from memory where this torch keeps them, else its chrome trace."""
+    activities = gpu_activities_in_memory(prof)
+    return activities if activities is not None else gpu_activities_from_chrome_trace(prof)
 
 
 def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:
@@ -655,10 +692,7 @@ def kernel_ms_per_region(prof: Any, regions: int) -> list[float]:
     way the activities are split by the one function :func:`split_at_flushes`, so the two readers
     cannot assign a kernel to different regions.
     """
-    activities = gpu_activities_in_memory(prof)
-    if activities is None:
-        activities = gpu_activities_from_chrome_trace(prof)
-    return split_at_flushes(activities, regions)
+    return split_at_flushes(_activities(prof), regions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -688,18 +722,23 @@ def split_at_flushes(activities: Sequence[GpuActivity], regions: int) -> list[fl
     """Kernel milliseconds per timed region: the activities in time order, split at the flush copies
     (device-to-device memcpys); everything between one flush and the next belongs to the region that
     flush preceded. Kernels replayed from a CUDA graph are kernels like any other."""
-    totals_ns: list[int] = []
+    return [sum(a.duration_ns for a in kernels) / 1e6 for kernels in kernels_in_regions(activities, regions)]
+
+
+def kernels_in_regions(activities: Sequence[GpuActivity], regions: int) -> list[list[GpuActivity]]:
+    """Each timed region's kernels (the split of :func:`split_at_flushes`), in time order."""
+    per_region: list[list[GpuActivity]] = []
     for activity in sorted(activities, key=lambda a: a.start_ns):
         if activity.kind == "gpu_memcpy" and "DtoD" in activity.name:
-            totals_ns.append(0)
-        elif activity.kind == "kernel" and totals_ns:
-            totals_ns[-1] += activity.duration_ns
-    if len(totals_ns) != regions:
+            per_region.append([])
+        elif activity.kind == "kernel" and per_region:
+            per_region[-1].append(activity)
+    if len(per_region) != regions:
         raise RuntimeError(
-            f"profiler timer: found {len(totals_ns)} L2 flushes for {regions} timed regions "
+            f"profiler timer: found {len(per_region)} L2 flushes for {regions} timed regions "
             "(the timed code copies device-to-device itself)"
         )
-    return [total / 1e6 for total in totals_ns]
+    return per_region
 
 
 def gpu_activities_in_memory(prof: Any) -> list[GpuActivity] | None:

@@ -444,6 +444,46 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
 }
 
 
+#: A model id as the site shows it: a preset, optionally at a tensor- and an expert-parallel size
+#: (``llama3-70b/tp8``, ``deepseek-v3/ep64``, ``mixtral-8x22b/tp2/ep4``). Sizes of at most 7 digits
+#: (far above any cluster), so no id makes a number no check downstream expects.
+_MODEL_ID = re.compile(r"^(?P<preset>[A-Za-z0-9][A-Za-z0-9_.-]*?)(?:/tp(?P<tp>\d{1,7}))?(?:/ep(?P<ep>\d{1,7}))?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelId:
+    """``PRESET[/tpN][/epM]``: what the summary's ``:models:``, ``--model`` and ``:model:`` accept."""
+
+    preset: str
+    tp: int | None = None
+    ep: int | None = None
+
+    def fields(self) -> dict[str, int]:
+        """The config fields the id sets (none for a bare preset)."""
+        out = {}
+        if self.tp is not None:
+            out["tensor_model_parallel_size"] = self.tp
+        if self.ep is not None:
+            out["expert_model_parallel_size"] = self.ep
+        return out
+
+
+def parse_model_id(text: str) -> ModelId:
+    """The one parser of model ids (the site, the CLI and the directives); :class:`ConfigError` on
+    ``model`` for anything else, and for a size of 0 (``llama3-8b/tp0`` once meant TP 1 silently)."""
+    match = _MODEL_ID.match(text.strip())
+    if not match:
+        raise ConfigError("model", f"{text.strip()[:60]!r} is not PRESET, PRESET/tpN, PRESET/epN or PRESET/tpN/epM")
+    sizes: dict[str, int | None] = {}
+    for key, what in (("tp", "tensor-parallel"), ("ep", "expert-parallel")):
+        digits = match[key]
+        sizes[key] = int(digits) if digits is not None else None
+        if sizes[key] == 0:
+            raise ConfigError("model", f"{text.strip()!r}: /{key}0 is not a {what} size; sizes start at 1 "
+                                       f"(/{key}1 is the same as no /{key})")
+    return ModelId(match["preset"], sizes["tp"], sizes["ep"])
+
+
 def preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name.strip().lower()]

@@ -27,6 +27,7 @@ from gemm_bench.question.config import (
     config_from_hf,
     config_from_mapping,
     megatron_args_to_fields,
+    parse_model_id,
     preset,
 )
 from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
@@ -243,7 +244,12 @@ def build_question(
         from_args, ignored = megatron_args_to_fields(megatron_args)
         config = config_from_mapping({**from_args, **fields})
     elif model:
-        config = config_from_mapping(fields, base=preset(model))
+        model_id = parse_model_id(model)
+        for field, size in model_id.fields().items():
+            given = fields.setdefault(field, size)
+            if given != size:
+                raise ConfigError(field, f"is {given}, but the model id {model.strip()!r} says {size}")
+        config = config_from_mapping(fields, base=preset(model_id.preset))
     else:
         config = config_from_mapping(fields)
     config = config.resolved()

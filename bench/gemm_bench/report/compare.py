@@ -12,8 +12,22 @@ is the one key (op, pass, M, K, N, groups, mode, precision), so two runs that st
 another order compare equal, and a GEMM only one side holds is listed as ``only in A`` or ``only
 in B``.
 
+Beside the GEMMs, what a reader acts on is compared too, each change judged against its spread:
+
+* the training step (``layer``, ``layer-graphed``): each precision's step speedup vs BF16 in A and
+  in B; a change is flagged when the two speedups differ by more than their spreads (each
+  speedup's relative spread, the IQR over the median of its step plus BF16's, as
+  :meth:`gemm_bench.report.report.Report.step` gives it, times the speedup); a step measured on
+  one side only, or failed on one, is listed too;
+* SQNR, per GEMM pass and input distribution: it has no run-to-run spread (fixed seeds; the H100
+  and H200 results re-measured in session 9 read identical SQNRs in every cell), so a change of
+  more than :data:`SQNR_TOLERANCE_DB` is flagged, and a cell measured on one side only is listed;
+* studies (``studies/``, :func:`compare_studies`): loss parity per recipe against BF16's seed
+  band (a verdict that flips, or a final loss that moves by more than the band's width), the
+  dynamic-range study per case against :data:`SQNR_TOLERANCE_DB`.
+
 Directories compare file by file (the refresh pull request compares the cache before and after
-a merge); a file only one side has is listed as added or removed.
+a merge), studies included; a file only one side has is listed as added or removed.
 
 Every string that comes from a result file is escaped where it is shown
 (:mod:`gemm_bench.results.untrusted_text`): the text output is one line per row with no
@@ -28,15 +42,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.question.precisions import MODE_NAMES, PRECISION_IDS, PRECISIONS
+from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODE_NAMES, PRECISION_IDS, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
-from gemm_bench.report.report import Cell, Report
+from gemm_bench.report.report import Cell, Report, StepResult
+from gemm_bench.results import studies
+from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.cache import MAX_FILE_BYTES, CacheError, read_document
 from gemm_bench.results.schema import ResultError, validate
 from gemm_bench.results.untrusted_text import field, markdown
 
 #: Pull-request bodies are limited to 65,536 characters; leave room for the workflow's text.
 MARKDOWN_LIMIT = 60_000
+#: An SQNR change (dB) larger than this is flagged. SQNR is computed from seeded inputs, so a
+#: re-measurement on the same stack reproduces it exactly; this leaves room for a new library's
+#: rounding while a real change in a recipe's accuracy (several dB) always shows.
+SQNR_TOLERANCE_DB = 0.5
 
 
 class CompareError(ValueError):
@@ -81,6 +101,81 @@ class Change:
                 "unmatched": self.unmatched}
 
 
+@dataclasses.dataclass(frozen=True)
+class StepChange:
+    """One precision's training step (``layer`` or ``layer-graphed``) in A and in B."""
+
+    mode: str
+    precision: str
+    a_ms: float | None
+    b_ms: float | None
+    #: Step speedup vs BF16 inside each run, and its relative spread (step's + BF16's IQR / median).
+    a_speedup: float | None
+    b_speedup: float | None
+    a_spread: float | None
+    b_spread: float | None
+    #: What a side that has no speedup says instead (``failed: ...``, ``missing``); "" where it has one.
+    a_status: str = ""
+    b_status: str = ""
+
+    @property
+    def flagged(self) -> bool:
+        """The speedups differ by more than their spreads, or one side lost (or gained) its speedup;
+        BF16's own row (its time only) by its step time against the two steps' IQRs."""
+        if self.precision == BASELINE:
+            return self.a_status != self.b_status
+        if self.a_speedup is None or self.b_speedup is None:
+            return (self.a_speedup is None) != (self.b_speedup is None)
+        allowed = self.a_speedup * (self.a_spread or 0.0) + self.b_speedup * (self.b_spread or 0.0)
+        return abs(self.a_speedup - self.b_speedup) > allowed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "precision": self.precision, "a_ms": self.a_ms, "b_ms": self.b_ms,
+                "a_speedup_vs_bf16": self.a_speedup, "b_speedup_vs_bf16": self.b_speedup,
+                "a_relative_spread": self.a_spread, "b_relative_spread": self.b_spread,
+                "a_status": self.a_status, "b_status": self.b_status, "flagged": self.flagged}
+
+
+@dataclasses.dataclass(frozen=True)
+class SqnrChange:
+    """One GEMM pass's SQNR (dB) in one mode, precision and input distribution, in A and in B."""
+
+    mode: str
+    precision: str
+    gemm: str  # "op/pass"
+    distribution: str
+    a_db: float | None
+    b_db: float | None
+
+    @property
+    def delta_db(self) -> float | None:
+        return self.b_db - self.a_db if self.a_db is not None and self.b_db is not None else None
+
+    @property
+    def flagged(self) -> bool:
+        """More than :data:`SQNR_TOLERANCE_DB` apart, or measured on one side only."""
+        return sqnr_changed(self.a_db, self.b_db)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "precision": self.precision, "gemm": self.gemm, "distribution": self.distribution,
+                "a_db": self.a_db, "b_db": self.b_db, "delta_db": self.delta_db, "flagged": self.flagged}
+
+
+def sqnr_changed(a_db: float | None, b_db: float | None) -> bool:
+    """Two SQNRs (dB) more than :data:`SQNR_TOLERANCE_DB` apart, or one measured and not the other:
+    the one rule for a GEMM's SQNR and for a study's."""
+    if a_db is None or b_db is None:
+        return (a_db is None) != (b_db is None)
+    return abs(b_db - a_db) > SQNR_TOLERANCE_DB
+
+
+def _paired_db(cells_a: dict[Any, float | None], cells_b: dict[Any, float | None]) -> list[tuple[Any, float | None,
+                                                                                                 float | None]]:
+    """(key, A's dB, B's dB) of every key either side holds a measurement of, in A's order then B's."""
+    pairs = [(key, cells_a.get(key), cells_b.get(key)) for key in dict.fromkeys([*cells_a, *cells_b])]
+    return [(key, a, b) for key, a, b in pairs if a is not None or b is not None]
+
+
 def describe_side(doc: dict[str, Any], escape: Callable[[str], str] = field) -> str:
     """Device, stack and date of a result: what a reader needs to know which side is which.
 
@@ -106,10 +201,20 @@ class Comparison:
     gemms: list[Change]
     totals: list[Change]
     title: str = ""
+    steps: list[StepChange] = dataclasses.field(default_factory=list)
+    sqnr: list[SqnrChange] = dataclasses.field(default_factory=list)
 
     @property
     def flagged(self) -> list[Change]:
         return [c for c in (*self.totals, *self.gemms) if c.flagged]
+
+    @property
+    def flagged_steps(self) -> list[StepChange]:
+        return [s for s in self.steps if s.flagged]
+
+    @property
+    def flagged_sqnr(self) -> list[SqnrChange]:
+        return [s for s in self.sqnr if s.flagged]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +225,11 @@ class Comparison:
             "flagged_when": "|a_ms - b_ms| > iqr_a + iqr_b",
             "totals": [t.to_json() for t in self.totals],
             "gemms": [g.to_json() for g in self.gemms],
+            "steps": [t.to_json() for t in self.steps],
+            "step_flagged_when": "|a_speedup - b_speedup| > a_speedup * a_relative_spread + b_speedup * "
+                                 "b_relative_spread, or a speedup on one side only",
+            "sqnr": [c.to_json() for c in self.sqnr],
+            "sqnr_flagged_when": f"|b_db - a_db| > {SQNR_TOLERANCE_DB} dB, or measured on one side only",
         }
 
     def to_text(self) -> str:
@@ -138,6 +248,22 @@ class Comparison:
                 lines.append(f"  {field(_gemm_name(g.gemm)):<26}{field(g.shape):>22}  "
                              f"{PRECISIONS[g.precision].display:<13}{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)}"
                              f" {_ratio(g, 8)}" + (f"  {field(g.unmatched)}" if g.unmatched else ""))
+        if self.steps:
+            lines += ["", "== Training step (speedup vs BF16 inside each run; ! = change beyond both spreads) =="]
+            lines.append(f"  {'step':<26}{'precision':<14}{'A ms':>10}{'B ms':>10}{'A vs BF16':>12}{'B vs BF16':>12}")
+            for st in self.steps:
+                lines.append(f"  {MODE_NAMES[st.mode]:<26}{PRECISIONS[st.precision].display:<14}{_num(st.a_ms, 10, 3)}"
+                             f"{_num(st.b_ms, 10, 3)}{_step_x(st.a_speedup, st.a_spread, st.a_status, 12)}"
+                             f"{_step_x(st.b_speedup, st.b_spread, st.b_status, 12)}{'  !' if st.flagged else ''}")
+        changed = self.flagged_sqnr
+        if self.sqnr:
+            lines += ["", f"== SQNR (dB; ! = change above {SQNR_TOLERANCE_DB:g} dB or one side only) =="]
+            if not changed:
+                lines.append(f"  no SQNR changed by more than {SQNR_TOLERANCE_DB:g} dB ({len(self.sqnr)} cells)")
+            for q in changed:
+                lines.append(f"  {MODE_NAMES[q.mode]:<14}{PRECISIONS[q.precision].display:<14}"
+                             f"{field(_gemm_name(q.gemm)):<28}{DISTRIBUTIONS[q.distribution].display[:12]:<13}"
+                             f"{_num(q.a_db, 8, 1)}{_num(q.b_db, 8, 1)}  !")
         return "\n".join(lines)
 
     def to_markdown(self, *, all_gemms: bool = False) -> str:
@@ -164,7 +290,40 @@ class Comparison:
                 out.append(f"| {MODE_NAMES[g.mode]} | {PRECISIONS[g.precision].display} | "
                            f"{markdown(_gemm_name(g.gemm))} | {markdown(g.shape)} | {_num(g.a_ms, 0, 4)} | "
                            f"{_num(g.b_ms, 0, 4)} | {ratio} |")
+        out += self._steps_markdown() + self._sqnr_markdown()
         return "\n".join(out) + "\n"
+
+    def _steps_markdown(self) -> list[str]:
+        """Every step both sides show: a step is what the recommendation rests on, so all are listed."""
+        if not self.steps:
+            return []
+        flagged = self.flagged_steps
+        out = ["", (f"**Training step: {len(flagged)} change(s) beyond the measured spread** (marked !):"
+                    if flagged else "Training step: no speedup changed by more than the measured spread."), "",
+               "| step | precision | A ms | B ms | A vs BF16 | B vs BF16 | changed |",
+               "|---|---|---:|---:|---:|---:|---|"]
+        for t in self.steps:
+            out.append(f"| {MODE_NAMES[t.mode]} | {PRECISIONS[t.precision].display} | {_num(t.a_ms, 0, 3)} | "
+                       f"{_num(t.b_ms, 0, 3)} | {markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} | "
+                       f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())} | "
+                       f"{'!' if t.flagged else ''} |")
+        return out
+
+    def _sqnr_markdown(self) -> list[str]:
+        if not self.sqnr:
+            return []
+        changed = self.flagged_sqnr
+        if not changed:
+            return ["", f"SQNR: no cell changed by more than {SQNR_TOLERANCE_DB:g} dB ({len(self.sqnr)} cells)."]
+        out = ["", f"**SQNR: {len(changed)} cell(s) changed by more than {SQNR_TOLERANCE_DB:g} dB, or measured "
+                   "on one side only:**", "",
+               "| mode | precision | GEMM | input | A dB | B dB | B - A |", "|---|---|---|---|---:|---:|---:|"]
+        for q in changed:
+            delta = f"{q.delta_db:+.1f}" if q.delta_db is not None else "one side only"
+            out.append(f"| {MODE_NAMES[q.mode]} | {PRECISIONS[q.precision].display} | "
+                       f"{markdown(_gemm_name(q.gemm))} | {DISTRIBUTIONS[q.distribution].display} | "
+                       f"{_num(q.a_db, 0, 1)} | {_num(q.b_db, 0, 1)} | {delta} |")
+        return out
 
 
 def _stack(doc: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +344,14 @@ def _num(value: float | None, width: int, digits: int) -> str:
 
 def _x(value: float | None, width: int) -> str:
     return f"{value:>{width - 1}.2f}x" if value is not None else f"{'-':>{width}}"
+
+
+def _step_x(speedup: float | None, spread: float | None, status: str, width: int) -> str:
+    """``1.57x ±4%`` (the speedup with its relative spread), or what the side says instead."""
+    if speedup is None:
+        return f"{status or '-':>{width}}"
+    text = f"{speedup:.2f}x" + (f" ±{spread:.0%}" if spread else "")
+    return f"{text:>{width}}"
 
 
 def _ratio(change: Change, width: int) -> str:
@@ -254,7 +421,200 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, modes: Sequence[str] | None
                 unmatched = _unmatched(ca, cb, a_ms, b_ms)
                 gemms.append(Change(mode, precision, f"{gemm.op}/{gemm.pass_}", gemm.label, a_ms, b_ms, spread,
                                     unmatched=unmatched))
-    return Comparison(a, b, chosen_modes, chosen_precisions, gemms, totals, title)
+    return Comparison(a, b, chosen_modes, chosen_precisions, gemms, totals, title,
+                      compare_steps(ra, rb, chosen_precisions), compare_sqnr(ra, rb))
+
+
+def _step_status(result: StepResult) -> str:
+    """What a step's speedup cell says where it has no speedup: BF16 is the baseline (when its step
+    was measured), anything else its status (``failed``, ``missing``) or that no speedup is known."""
+    if result.status != "measured":
+        return result.status
+    if result.precision == BASELINE:
+        return "baseline"
+    return "" if result.speedup_vs_bf16 is not None else "no speedup"
+
+
+def compare_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[StepChange]:
+    """Each training step either side holds, per layer mode and precision (BF16 included: its time)."""
+    modes = [m for m in LAYER_MODES if m in ra.layer_modes or m in rb.layer_modes]
+    out = []
+    for mode in modes:
+        for precision in precisions:
+            graphed = mode == LAYER_MODES[1]
+            sa, sb = ra.step(precision, graphed=graphed), rb.step(precision, graphed=graphed)
+            if sa.step_ms is None and sb.step_ms is None and sa.status == sb.status:
+                continue  # unsupported (or absent) on both sides: nothing changed
+            out.append(StepChange(mode, precision, sa.step_ms, sb.step_ms,
+                                  None if precision == BASELINE else sa.speedup_vs_bf16,
+                                  None if precision == BASELINE else sb.speedup_vs_bf16,
+                                  sa.spread, sb.spread,
+                                  _step_status(sa), _step_status(sb)))
+    return out
+
+
+def _sqnr_cells(report: Report) -> dict[tuple[str, str, str, str, str, int, int, int, int], float | None]:
+    """Every stored SQNR cell of a result by what it is (mode, precision, distribution, and the GEMM
+    as :func:`gemm_identity` names it); None where it is stored but not measured."""
+    shapes = {(g.op, g.pass_): g for g in report.gemms}
+    out: dict[tuple[str, str, str, str, str, int, int, int, int], float | None] = {}
+    for cell in report.doc.get("accuracy", []):
+        gemm = shapes.get((cell["op"], cell["pass"]))
+        if gemm is None or cell["mode"] not in ACCURACY_MODES:
+            continue
+        key = (cell["mode"], cell["precision"], cell["distribution"], gemm.op, gemm.pass_, gemm.m, gemm.k, gemm.n,
+               gemm.groups)
+        out[key] = float(cell["sqnr_db"]) if cell["status"] == "measured" else None
+    return out
+
+
+def compare_sqnr(ra: Report, rb: Report) -> list[SqnrChange]:
+    """Each SQNR cell either side holds, paired by what it is (never by its place in a list)."""
+    out = []
+    for key, a_db, b_db in _paired_db(_sqnr_cells(ra), _sqnr_cells(rb)):
+        mode, precision, distribution, op, pass_ = key[:5]
+        out.append(SqnrChange(mode, precision, f"{op}/{pass_}", distribution, a_db, b_db))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRow:
+    """One compared quantity of a study (a recipe's final loss, a case's SQNR), in A and in B."""
+
+    what: str
+    a: str
+    b: str
+    flagged: bool
+
+
+@dataclasses.dataclass
+class StudyComparison:
+    """Two runs of one study on one device: the rows a reviewer judges, and how each was judged."""
+
+    a: dict[str, Any]
+    b: dict[str, Any]
+    rows: list[StudyRow]
+    #: How a row is judged (the study's own spread), one sentence.
+    rule: str
+
+    @property
+    def flagged(self) -> list[StudyRow]:
+        return [r for r in self.rows if r.flagged]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"study": self.b["study"], "device": self.b["device"]["name"], "a_date": self.a["provenance"]["date"],
+                "b_date": self.b["provenance"]["date"], "flagged_when": self.rule,
+                "rows": [dataclasses.asdict(r) for r in self.rows]}
+
+    def _shown(self) -> list[StudyRow]:
+        """The flagged rows; every row when few (a loss-parity study has one per recipe)."""
+        return self.rows if len(self.rows) <= 8 else self.flagged
+
+    def to_text(self) -> str:
+        lines = [f"A: {describe_study(self.a)}", f"B: {describe_study(self.b)}", f"! = {self.rule}"]
+        lines += [f"  {field(r.what):<48}{field(r.a):>22}{field(r.b):>22}{'  !' if r.flagged else ''}"
+                  for r in self._shown()]
+        if not self.flagged:
+            lines.append(f"  nothing changed beyond the study's spread ({len(self.rows)} values compared)")
+        return "\n".join(lines)
+
+    def to_markdown(self, title: str) -> str:
+        flagged = self.flagged
+        out = [f"### {markdown(title)}", "", f"- **A**: {describe_study(self.a, markdown)}",
+               f"- **B**: {describe_study(self.b, markdown)}", "",
+               (f"**{len(flagged)} change(s) beyond the study's spread** ({markdown(self.rule)}):" if flagged
+                else f"Nothing changed beyond the study's spread ({markdown(self.rule)}; {len(self.rows)} values)."),
+               ""]
+        shown = self._shown()
+        if shown:
+            out += ["| what | A | B | changed |", "|---|---:|---:|---|"]
+            out += [f"| {markdown(r.what)} | {markdown(r.a)} | {markdown(r.b)} | {'!' if r.flagged else ''} |"
+                    for r in shown]
+        return "\n".join(out) + "\n"
+
+
+def describe_study(doc: dict[str, Any], escape: Callable[[str], str] = field) -> str:
+    """Device, stack, date and study method of a study run."""
+    return describe_side(doc, escape) + f" | study method v{escape(str(doc['method_version']))}"
+
+
+def _loss_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
+    from gemm_bench.results import loss_parity_schema as lp
+
+    def verdicts(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, float | None, str]], float | None]:
+        data = doc["data"]
+        band = lp.seed_band(data)
+        width = band.high - band.low if isinstance(band, lp.SeedBand) else None
+        gaps = lp.gaps(data)
+        out = {}
+        for pid, recipe in lp.recipes_by_id(data).items():
+            loss = recipe.get("final_val_loss") if recipe["status"] == "measured" else None
+            verdict = recipe["status"]
+            gap = gaps.get(pid, {}).get("val")
+            if pid != BASELINE and gap is not None and isinstance(band, lp.SeedBand):
+                verdict = "within BF16's seed range" if band.holds(gap.delta) else "beyond BF16's seed range"
+            out[pid] = (verdict, loss, recipe.get("reason", ""))
+        return out, width
+
+    va, width_a = verdicts(a)
+    vb, width_b = verdicts(b)
+    width = max((w for w in (width_a, width_b) if w is not None), default=None)
+    rows = []
+    for pid in dict.fromkeys([*va, *vb]):
+        verdict_a, loss_a, _ = va.get(pid, ("absent", None, ""))
+        verdict_b, loss_b, _ = vb.get(pid, ("absent", None, ""))
+        moved = (loss_a is not None and loss_b is not None and width is not None and abs(loss_b - loss_a) > width)
+        name = PRECISIONS[pid].display if pid in PRECISIONS else pid
+        rows.append(StudyRow(f"{name}: final validation loss", _loss_text(loss_a, verdict_a),
+                             _loss_text(loss_b, verdict_b), verdict_a != verdict_b or moved))
+    rule = ("a recipe whose verdict against BF16's seed range changes, or whose final validation loss moves by more "
+            "than the seed range's width"
+            + (f" ({width:.4f})" if width is not None else " (no seed range: verdicts only)"))
+    return rows, rule
+
+
+def _loss_text(loss: float | None, verdict: str) -> str:
+    return f"{loss:.4f} ({verdict})" if loss is not None else verdict
+
+
+def _dynamic_range_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
+    def cells(doc: dict[str, Any]) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for case in doc["data"]["cases"]:
+            for pid, result in case["results"].items():
+                name = PRECISIONS[pid].display if pid in PRECISIONS else pid
+                key = f"{name}: {case['tensor']}, {case['input']}, R={case['ratio']:g}"
+                out[key] = float(result["gemm"]["whole_db"]) if result["status"] == "measured" else None
+        return out
+
+    rows = [StudyRow(f"{key} GEMM SQNR", _db_text(da), _db_text(db), sqnr_changed(da, db))
+            for key, da, db in _paired_db(cells(a), cells(b))]
+    return rows, f"a GEMM SQNR that moves by more than {SQNR_TOLERANCE_DB:g} dB, or is measured on one side only"
+
+
+def _db_text(value: float | None) -> str:
+    return f"{value:.1f} dB" if value is not None else "not measured"
+
+
+#: Per study, the rows its comparison lists and the rule that judges them.
+_STUDY_ROWS: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[list[StudyRow], str]]] = {
+    "loss-parity": _loss_rows,
+    "dynamic-range": _dynamic_range_rows,
+}
+
+
+def compare_studies(a: dict[str, Any], b: dict[str, Any]) -> StudyComparison:
+    """Two valid runs of one study on one device (raises :class:`CompareError` for two studies)."""
+    if a["study"] != b["study"]:
+        raise CompareError(f"the files hold different studies ({a['study']}, {b['study']})")
+    rows_of = _STUDY_ROWS.get(b["study"])
+    if rows_of is None or a["method_version"] != b["method_version"]:
+        why = ("another study method version: its numbers are not compared one by one"
+               if rows_of is not None else "no per-value comparison for this study")
+        return StudyComparison(a, b, [StudyRow("the whole study", a["provenance"]["date"], b["provenance"]["date"],
+                                               True)], why)
+    rows, rule = rows_of(a, b)
+    return StudyComparison(a, b, rows, rule)
 
 
 @dataclasses.dataclass
@@ -265,38 +625,75 @@ class DirectoryComparison:
     added: list[tuple[str, dict[str, Any]]]
     removed: list[str]
     unreadable: list[CacheError]
+    studies_compared: list[tuple[str, StudyComparison]] = dataclasses.field(default_factory=list)
+    studies_added: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    studies_removed: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"changed": [{"file": name, **c.to_json()} for name, c in self.compared],
                 "added": [{"file": name, "device": d["device"]["name"], "provenance": _stack(d)}
                           for name, d in self.added],
-                "removed": self.removed, "unreadable": [str(e) for e in self.unreadable]}
+                "removed": self.removed, "unreadable": [str(e) for e in self.unreadable],
+                "studies": {"changed": [{"file": name, **c.to_json()} for name, c in self.studies_compared],
+                            "added": [{"file": name, "study": d["study"], "device": d["device"]["name"]}
+                                      for name, d in self.studies_added],
+                            "removed": self.studies_removed}}
+
+    def _empty(self) -> bool:
+        return not (self.compared or self.added or self.removed or self.unreadable or self.studies_compared
+                    or self.studies_added or self.studies_removed)
 
     def to_text(self) -> str:
         parts = [f"== {field(name)} ==\n{c.to_text()}" for name, c in self.compared]
         parts += [f"added {field(name)}: {describe_side(d)}" for name, d in self.added]
         parts += [f"removed {field(name)}" for name in self.removed]
+        parts += [f"== {SUBDIR}/{field(name)} ==\n{c.to_text()}" for name, c in self.studies_compared]
+        parts += [f"added {SUBDIR}/{field(name)}: {describe_study(d)}" for name, d in self.studies_added]
+        parts += [f"removed {SUBDIR}/{field(name)}" for name in self.studies_removed]
         parts += [f"unreadable: {field(str(e))}" for e in self.unreadable]
         return "\n\n".join(parts) if parts else "no result changed"
 
+    def headline(self) -> list[str]:
+        """What changed beyond the spread, counted over every file: the first lines a reviewer reads."""
+        gemms = sum(len([g for g in c.gemms if g.flagged]) for _, c in self.compared)
+        steps = [(name, t) for name, c in self.compared for t in c.flagged_steps]
+        sqnr = sum(len(c.flagged_sqnr) for _, c in self.compared)
+        study_rows = sum(len(c.flagged) for _, c in self.studies_compared)
+        named = "".join(f"; {markdown(name)} {MODE_NAMES[t.mode]} {PRECISIONS[t.precision].display} "
+                        f"{markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} → "
+                        f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())}" for name, t in steps[:5])
+        out = [f"- GEMMs changed beyond the measured spread: {gemms}",
+               f"- training steps changed beyond the measured spread: {len(steps)}{named}",
+               f"- SQNR cells changed by more than {SQNR_TOLERANCE_DB:g} dB: {sqnr}",
+               f"- study values changed beyond their spread: {study_rows}"]
+        return out
+
     def to_markdown(self) -> str:
-        out = ["## GEMM results changed by this refresh", ""]
-        if not (self.compared or self.added or self.removed or self.unreadable):
+        out = ["## Results changed by this refresh", ""]
+        if self._empty():
             return "\n".join([*out, "No result changed.", ""])
+        out += [*self.headline(), ""]
         out += ["Ratios are old time / new time (above 1: the new run is faster); a change is listed per GEMM "
-                "only when it exceeds the two runs' interquartile ranges combined.", ""]
+                "only when it exceeds the two runs' interquartile ranges combined; every training step is listed "
+                "with its speedup and spread; SQNR and study values as their sections say.", ""]
         if self.added:
             out += ["New results:", ""] + [f"- {markdown(name)}: {describe_side(d, markdown)}"
                                            for name, d in self.added] + [""]
-        if self.removed:
-            out += ["Removed:", ""] + [f"- {markdown(name)}" for name in self.removed] + [""]
+        if self.studies_added:
+            out += ["New studies:", ""] + [f"- {SUBDIR}/{markdown(name)}: {describe_study(d, markdown)}"
+                                           for name, d in self.studies_added] + [""]
+        if self.removed or self.studies_removed:
+            out += ["Removed:", ""] + [f"- {markdown(name)}" for name in self.removed] + [
+                f"- {SUBDIR}/{markdown(name)}" for name in self.studies_removed] + [""]
         if self.unreadable:
             out += ["Unreadable (ignored):", ""] + [f"- {markdown(str(e))}" for e in self.unreadable] + [""]
         text = "\n".join(out)
-        for index, (_name, comparison) in enumerate(self.compared):
-            section = "\n" + comparison.to_markdown()
+        sections = [(f"{SUBDIR}/{name}", "\n" + c.to_markdown(f"{SUBDIR}/{name}"))
+                    for name, c in self.studies_compared]
+        sections += [(name, "\n" + c.to_markdown()) for name, c in self.compared]
+        for index, (_name, section) in enumerate(sections):
             if len(text) + len(section) > MARKDOWN_LIMIT:
-                rest = [n for n, _ in self.compared[index:]]
+                rest = [n for n, _ in sections[index:]]
                 text += (f"\n_{len(rest)} more changed files are not shown (the pull request body has a size limit): "
                          + ", ".join(markdown(n) for n in rest) + "._\n")
                 break
@@ -304,10 +701,20 @@ class DirectoryComparison:
         return text
 
 
+#: The studies' folder inside a cache (:data:`gemm_bench.results.studies.SUBDIR`).
+SUBDIR = studies.SUBDIR
+
+
+def _changed_files(old: Path, new: Path, pattern: str) -> tuple[dict[str, Path], dict[str, Path]]:
+    def listed(folder: Path) -> dict[str, Path]:
+        return {p.name: p for p in sorted(folder.glob(pattern))} if folder.is_dir() else {}
+
+    return listed(old), listed(new)
+
+
 def compare_dirs(old: Path, new: Path) -> DirectoryComparison:
-    """Every result file whose content differs between ``old`` and ``new``, compared."""
-    old_files = {p.name: p for p in sorted(old.glob("*--*.json"))}
-    new_files = {p.name: p for p in sorted(new.glob("*--*.json"))}
+    """Every result and study file whose content differs between ``old`` and ``new``, compared."""
+    old_files, new_files = _changed_files(old, new, "*--*.json")
     compared: list[tuple[str, Comparison]] = []
     added: list[tuple[str, dict[str, Any]]] = []
     unreadable: list[CacheError] = []
@@ -331,7 +738,28 @@ def compare_dirs(old: Path, new: Path) -> DirectoryComparison:
             continue
         compared.append((name, compare(doc_old, doc_new, title=f"{name}")))
     removed = [name for name in old_files if name not in new_files]
-    return DirectoryComparison(compared, added, removed, unreadable)
+    result = DirectoryComparison(compared, added, removed, unreadable)
+    old_studies, new_studies = _changed_files(studies.study_dir(old), studies.study_dir(new), "*--*.json")
+    for name, path in new_studies.items():
+        before = old_studies.get(name)
+        if before is not None and before.read_bytes() == path.read_bytes():
+            continue
+        try:
+            study_new = studies.read_study(path)
+        except CacheError as exc:
+            result.unreadable.append(exc)
+            continue
+        try:
+            study_old = studies.read_study(before) if before is not None else None
+        except CacheError as exc:
+            result.unreadable.append(exc)
+            study_old = None
+        if study_old is None:
+            result.studies_added.append((name, study_new))
+        else:
+            result.studies_compared.append((name, compare_studies(study_old, study_new)))
+    result.studies_removed = [name for name in old_studies if name not in new_studies]
+    return result
 
 
 def load_result(path: Path) -> dict[str, Any]:

@@ -9,7 +9,9 @@ back end only paints: the layout needs neither matplotlib nor numpy.
 
 The geometry is the one the matplotlib drawing code had (sizes, margins, fonts, tick choice),
 laid out by hand: margins from the labels' widths, bars in fixed slots, the value axis as a grid
-and plain texts, a legend of one entry per precision above the plot (below it under a title).
+and plain texts, a legend of one entry per precision above the plot (under the title when there is
+one: a tall figure's legend is seen before its bars). The same spec lays out at any width (the
+site draws 3.8 in for phones and 7 in for desktops): labels keep their size, the plot takes the rest.
 
 Nothing a reader needs is cut off: a category label too long for its share of the width wraps
 (after a " · " first, else at spaces; only a single word wider than that share is shortened, its
@@ -454,10 +456,10 @@ def _padded(low: float, high: float, *, log: bool = False) -> tuple[float, float
     return low - margin, high + margin
 
 
-def layout(spec: FigureSpec, ink: str) -> Scene:
+def layout(spec: FigureSpec, ink: str, *, width_in: float = WIDTH_IN) -> Scene:
     """The scene of ``spec`` with text, axes and reference lines in ``ink`` (a CSS colour:
-    ``currentColor`` for an SVG that follows the page)."""
-    width = WIDTH_IN * 72
+    ``currentColor`` for an SVG that follows the page), ``width_in`` inches wide."""
+    width = width_in * 72
     title = wrap(spec.title, TITLE_PT, width - 2 * _PAD) if spec.title else []
     title_pt = len(title) * TITLE_PT * 1.3 + 2 if title else 0.0
     entries = _legend_entries(spec)
@@ -483,7 +485,7 @@ def layout(spec: FigureSpec, ink: str) -> Scene:
     # when longer than that panel and the free space beside it (the legend's band, the margin below).
     ylabel: list[str] = []
     if not bars and spec.value_label:
-        above = legend_pt if (entries and not title and len(spec.panels) == 1) else head_pt[-1]
+        above = legend_pt if (entries and len(spec.panels) == 1) else head_pt[-1]
         free = axes_pt[-1] + 2 * min(above, _LINE * 2 + _TICK)
         ylabel = [spec.value_label] if text_width(spec.value_label, FONT_PT) <= free \
             else wrap(spec.value_label, FONT_PT, axes_pt[-1], balanced=True)
@@ -501,7 +503,7 @@ def layout(spec: FigureSpec, ink: str) -> Scene:
 
     items: list[Item] = []
     texts: list[Text] = []
-    top = _PAD + title_pt + (0.0 if title else legend_pt)
+    top = _PAD + title_pt + legend_pt
     value_max = _value_max(spec)
     boxes: list[_Axes] = []
     for number, (panel, panel_pt, head) in enumerate(zip(spec.panels, axes_pt, head_pt, strict=True)):
@@ -535,7 +537,7 @@ def layout(spec: FigureSpec, ink: str) -> Scene:
     if title:
         texts += _block(_PAD, _PAD, title, TITLE_PT, ink, "start")
     if entries:
-        items_, texts_ = _legend(entries, spec.kind, width, height, ink, below=bool(title))
+        items_, texts_ = _legend(entries, spec.kind, width, _PAD / 2 + title_pt, ink)
         items += items_
         texts += texts_
     if spec.note:
@@ -722,20 +724,17 @@ def _scatter(items: list[Item], texts: list[Text], left: float, top: float, widt
     return box
 
 
-def _legend(entries: Sequence[tuple[str, str]], kind: str, width: float, height: float, ink: str,
-            *, below: bool) -> tuple[list[Item], list[Text]]:
-    """One entry per precision in up to three columns, filled row by row, centred; its top 2 pt
-    under the canvas' top, or its bottom 2 pt above the canvas' bottom (``below``)."""
+def _legend(entries: Sequence[tuple[str, str]], kind: str, width: float, top: float,
+            ink: str) -> tuple[list[Item], list[Text]]:
+    """One entry per precision in up to three columns, filled row by row, centred, its top at ``top``
+    (2 pt under the canvas' top, or under the title)."""
     size = FONT_PT
     handle, handle_pad = _HANDLE_EM * size, _HANDLE_PAD_EM * size
     columns = min(len(entries), _LEGEND_COLUMNS)
-    rows = math.ceil(len(entries) / columns)
     column_width = [max(handle + handle_pad + text_width(label, size) for label, _ in entries[c::columns])
                     for c in range(columns)]
     total = sum(column_width) + _COLUMN_GAP_EM * size * (columns - 1)
     row_pitch = (ASCENT + DESCENT + _ROW_GAP_EM) * size
-    box_height = rows * (ASCENT + DESCENT) * size + (rows - 1) * _ROW_GAP_EM * size
-    top = height - _PAD / 2 - box_height if below else _PAD / 2
     items: list[Item] = []
     texts: list[Text] = []
     for k, (label, color) in enumerate(entries):

@@ -16,7 +16,7 @@ import json
 from typing import Literal
 
 #: Bump when the drawing code changes what a spec looks like: every figure key changes with it.
-FIGURE_VERSION = "7"
+FIGURE_VERSION = "8"
 
 #: Okabe-Ito colours: distinguishable with colour-blindness, and mid-tone enough to read on both a
 #: white and a near-black background.
@@ -37,6 +37,16 @@ _INK = {"light": "#1f2328", "dark": "#e6edf3"}
 #: label renders at 8.4 * (4/3) * 296 / (3.8 * 96) = 9.1 px, above the 9 px floor (the browser test
 #: measures it; a unit test checks the SVG against PHONE_WIDTH_PX).
 WIDTH_IN = 3.8
+#: The width of a figure's desktop twin: 7 in is 672 CSS px, the narrowest content column a figure
+#: gets at 1400 px (nested in two tab panels; measured in Chromium: 672-736 px). The page shows it
+#: where its container is at least :data:`WIDE_MIN_PX` wide and the 3.8 in figure elsewhere, so a
+#: desktop plot uses the column's width without text growing with it.
+WIDE_IN = 7.0
+#: The narrowest container that shows the wide twin: scaled to it, the smallest label is
+#: 8.4 * (4/3) * 620 / 672 = 10.3 px, above the 10 px the browser tests ask for.
+WIDE_MIN_PX = 620
+#: Every width a figure is drawn at, the phone's first.
+WIDTHS = (WIDTH_IN, WIDE_IN)
 FONT_PT = 9.0
 SMALL_PT = 8.4
 PHONE_WIDTH_PX = 296
@@ -131,6 +141,6 @@ class FigureSpec:
 
 
 _STYLE_FINGERPRINT = json.dumps(
-    {"colors": PRECISION_COLORS, "ink": _INK, "width": WIDTH_IN, "font": FONT_PT, "small": SMALL_PT},
+    {"colors": PRECISION_COLORS, "ink": _INK, "widths": WIDTHS, "font": FONT_PT, "small": SMALL_PT},
     sort_keys=True, default=repr,
 )

@@ -48,11 +48,23 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report.figure_layout import Scene, layout
-from gemm_bench.report.figure_spec import _INK, PRECISION_COLORS, FigureError, FigureSpec, Panel, Series
+from gemm_bench.report.figure_spec import (
+    _INK,
+    PRECISION_COLORS,
+    WIDE_IN,
+    WIDTH_IN,
+    FigureError,
+    FigureSpec,
+    Panel,
+    Series,
+)
 from gemm_bench.report.figure_spec import MIN_PHONE_PX as MIN_PHONE_PX  # the phone-width rule, for callers
 from gemm_bench.report.figure_spec import PHONE_WIDTH_PX as PHONE_WIDTH_PX
+from gemm_bench.report.figure_spec import WIDE_MIN_PX as WIDE_MIN_PX  # where a page shows the wide twin
+from gemm_bench.report.figure_spec import WIDTHS as WIDTHS
 from gemm_bench.report.figure_svg import PAGE_CLASS, to_svg
 from gemm_bench.report.report import Report
+from gemm_bench.results import cross_check
 from gemm_bench.results.cache import write_atomic
 
 FORMATS: tuple[str, ...] = ("svg", "pdf", "png")
@@ -180,17 +192,23 @@ def _cell_reason(report: Report, mode: str, precision: str, gemm: GemmShape, oth
 
 
 def total_reason(report: Report, mode: str, precision: str) -> str:
-    """Why a figure has no whole-model speedup of ``precision`` (its :func:`total_point` is None)."""
+    """Why a figure has no whole-model speedup of ``precision`` (its :func:`total_point` is None); a
+    failed BF16 baseline reads failed too (its mark says "failed", never "n/a")."""
     total = report.total(mode, precision)
     if total.status != "measured":
         return status_reason(total.status, total.reason)
+    base = report.total(mode, BASELINE)
+    if base.status == "failed":
+        return status_reason("failed", f"BF16: {base.reason}")
     return total.speedup_reason or "no finite speedup vs BF16"
 
 
 def gemm_reason(report: Report, mode: str, precision: str, gemm: GemmShape) -> str:
     """Why a figure has no speedup of ``precision`` for ``gemm`` (its :func:`gemm_point` is None)."""
-    return _cell_reason(report, mode, precision, gemm,
-                        report.gemm_speedup_reason(mode, precision, gemm) or "no finite speedup vs BF16")
+    base = report.cell(mode, BASELINE, gemm)
+    otherwise = (status_reason("failed", f"BF16: {base.reason}") if base.status == "failed"
+                 else report.gemm_speedup_reason(mode, precision, gemm) or "no finite speedup vs BF16")
+    return _cell_reason(report, mode, precision, gemm, otherwise)
 
 
 def _gemm_label(report: Report, gemm: GemmShape) -> str:
@@ -199,20 +217,53 @@ def _gemm_label(report: Report, gemm: GemmShape) -> str:
     return gemm.label
 
 
+#: The mark on a figure's category whose speedup rests on a time the cross-check flags (the table's).
+FLAG_MARK = "†"
+
+
+def _flag_marks(report: Report, mode: str, precisions: Sequence[str],
+                rows: Sequence[Sequence[GemmShape] | None]) -> tuple[list[str], list[float]]:
+    """Per category (its GEMMs; None: all of them), :data:`FLAG_MARK` where a shown speedup rests on a
+    flagged time ("" else), and the ratios of the flagged times."""
+    marks, ratios = [], []
+    for gemms in rows:
+        chosen = report.gemms if gemms is None else gemms
+        cells = [report.cell(mode, p, g) for p in {BASELINE, *precisions} for g in chosen]
+        flagged = [c.cross_check.ratio for c in cells if c.cross_check is not None and c.cross_check.flag]
+        marks.append(f" {FLAG_MARK}" if flagged else "")
+        ratios += flagged
+    return marks, ratios
+
+
+def _flag_footnote(ratios: Sequence[float]) -> str:
+    """What :data:`FLAG_MARK` means, for the value label, with the highest ratio flagged ("" for none)."""
+    if not ratios:
+        return ""
+    return (f"; {FLAG_MARK}: rests on a time up to {max(ratios):.2f}× its profiled kernel time "
+            f"(cross-check bound {cross_check.REGION_MAX:g})")
+
+
 def build_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec:
-    """The figure of one report and mode, also when nothing beside BF16 was measured (a note)."""
+    """The figure of one report and mode, also when nothing beside BF16 was measured (a note).
+    A category whose speedup rests on a time the cross-check flags carries :data:`FLAG_MARK`,
+    explained (with the ratio) in the value label."""
     precisions = measured_precisions(report, mode)
     value_label = f"Speedup vs BF16 ({MODE_NAMES[mode]}; higher is faster)"
     if report.kind == "sweep":
         gemms = sorted(report.gemms, key=lambda g: g.m)
         series = tuple(_series(p, [gemm_point(report, mode, p, g) for g in gemms],
                                lambda p, i: gemm_reason(report, mode, p, gemms[i])) for p in precisions)
-        panel = Panel("", tuple(str(g.m) for g in gemms), series, tuple(float(g.m) for g in gemms))
-        return FigureSpec("sweep", title, value_label, "Square GEMM size S (S x S x S)", (panel,),
-                          note="" if series else "no precision besides BF16 measured")
+        marks, ratios = _flag_marks(report, mode, precisions if series else [], [[g] for g in gemms])
+        panel = Panel("", tuple(f"{g.m}{mark}" for g, mark in zip(gemms, marks, strict=True)), series,
+                      tuple(float(g.m) for g in gemms))
+        return FigureSpec("sweep", title, value_label + _flag_footnote(ratios), "Square GEMM size S (S x S x S)",
+                          (panel,), note="" if series else "no precision besides BF16 measured")
     gemms = [g for pass_ in PASSES for g in report.gemms if g.pass_ == pass_]
-    categories = ("Whole model" if report.kind == "model" else "All shapes",
-                  *(_gemm_label(report, g) for g in gemms))
+    marks, ratios = _flag_marks(report, mode, precisions, [None, *([g] for g in gemms)])
+    value_label += _flag_footnote(ratios)
+    categories = tuple(label + mark for label, mark in zip(
+        ("Whole model" if report.kind == "model" else "All shapes", *(_gemm_label(report, g) for g in gemms)),
+        marks, strict=True))
     series = tuple(
         _series(p, [total_point(report, mode, p), *(gemm_point(report, mode, p, g) for g in gemms)],
                 lambda p, i: total_reason(report, mode, p) if i == 0 else gemm_reason(report, mode, p, gemms[i - 1]))
@@ -359,6 +410,7 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
     panel has anything to show.
     """
     panels = []
+    ratios: list[float] = []
     for mode in modes:
         measured = {p for _, report in reports for p in measured_precisions(report, mode)}
         order = [p for p in PRECISIONS if p in measured]
@@ -368,8 +420,12 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
                     _total_reasons(reports, mode))
             for p in order
         )
-        panels.append(Panel(MODE_NAMES[mode], tuple(label for label, _ in reports), series))
-    spec = FigureSpec("bars", title, "Whole-model GEMM speedup vs BF16 (higher is faster)", "", tuple(panels))
+        flagged = [_flag_marks(report, mode, measured_precisions(report, mode), [None]) for _, report in reports]
+        ratios += [r for _, found in flagged for r in found]
+        panels.append(Panel(MODE_NAMES[mode], tuple(label + marks[0] for (label, _), (marks, _) in
+                                                     zip(reports, flagged, strict=True)), series))
+    spec = FigureSpec("bars", title, "Whole-model GEMM speedup vs BF16 (higher is faster)" + _flag_footnote(ratios),
+                      "", tuple(panels))
     return None if spec.is_empty else spec
 
 
@@ -385,21 +441,22 @@ def _check(fmt: str, theme: str | None) -> Theme:
     return chosen  # type: ignore[return-value]
 
 
-def scene(spec: FigureSpec, theme: Theme = "light") -> Scene:
-    """The laid-out figure of ``spec`` with the ink of ``theme`` (``page``: ``currentColor``)."""
-    return layout(spec, "currentColor" if theme == "page" else _INK[theme])
+def scene(spec: FigureSpec, theme: Theme = "light", *, width: float = WIDTH_IN) -> Scene:
+    """The laid-out figure of ``spec`` with the ink of ``theme`` (``page``: ``currentColor``),
+    ``width`` inches wide."""
+    return layout(spec, "currentColor" if theme == "page" else _INK[theme], width_in=width)
 
 
-def render(spec: FigureSpec, fmt: str, *, theme: Theme | None = None) -> bytes:
+def render(spec: FigureSpec, fmt: str, *, theme: Theme | None = None, width: float = WIDTH_IN) -> bytes:
     """``spec`` drawn as ``svg``, ``pdf`` or ``png``.
 
     The default theme is ``page`` for SVG (one file for light and dark pages) and ``light`` for
     PDF and PNG (LaTeX and other builders print on white). SVG is written without matplotlib;
-    PDF and PNG are painted by it from the same layout. Raises :class:`FigureError` for an
-    unknown format or theme.
+    PDF and PNG are painted by it from the same layout. ``width``: in inches (the phone's
+    :data:`WIDTH_IN` unless told). Raises :class:`FigureError` for an unknown format or theme.
     """
     chosen = _check(fmt, theme)
-    laid_out = scene(spec, chosen)
+    laid_out = scene(spec, chosen, width=width)
     if fmt == "svg":
         if chosen == "page":
             return to_svg(laid_out, page_style=_PAGE_STYLE, root_attrs=_PAGE_ROOT_ATTRS)
@@ -413,7 +470,9 @@ def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gem
     """``<directory>/<stem>-<spec key>.<fmt>``, drawn only if that file does not exist yet.
 
     The key covers everything the figure shows and how it is drawn, so an existing file is the
-    figure: rebuilds, other pages and parallel readers showing the same numbers reuse it.
+    figure: rebuilds, other pages and parallel readers showing the same numbers reuse it. An SVG
+    (:data:`WIDTH_IN` wide, for phones) gets its :data:`WIDE_IN` twin beside it (:func:`wide_twin`),
+    which an HTML page shows where its column is wide enough.
     """
     _check(fmt, None)
     path = directory / f"{stem}-{spec.key()}.{fmt}"
@@ -421,10 +480,20 @@ def figure_file(spec: FigureSpec, fmt: str, directory: Path, *, stem: str = "gem
         # The spec first: a figure file always has the spec it was drawn from beside it, so a
         # builder that needs another format can draw that from it (:func:`load_spec`).
         _write_atomic(path.with_suffix(".spec"), spec_to_json(spec).encode("utf-8"))
+        if fmt == "svg":  # the desktop twin before the figure: a figure that exists has its twin
+            _write_atomic(wide_twin(path), render(spec, fmt, width=WIDE_IN))
         _write_atomic(path, render(spec, fmt))
     elif load_spec(path) != spec:  # drawn by an older build (a pickled spec): the JSON spec beside it
         _write_atomic(path.with_suffix(".spec"), spec_to_json(spec).encode("utf-8"))
     return path
+
+
+def wide_twin(figure: Path) -> Path:
+    """The desktop twin of an SVG :func:`figure_file`: ``<stem>-wide-<key>.svg`` beside it (a name
+    that the figure's ``<stem>-<key>.*`` image URI does not match, so Sphinx never takes it for a
+    candidate of the image)."""
+    stem, _, key = figure.stem.rpartition("-")
+    return figure.with_name(f"{stem}-wide-{key}{figure.suffix}")
 
 
 # ------------------------------------------------------------------------------- spec files
@@ -552,30 +621,42 @@ DEFAULT_README_OUT = Path("docs/_static/readme-speedups.svg")
 
 
 
-def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:
-    """The README figure: the Transformer Engine guide's example layer on every cached device.
+def readme_documents(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None,
+                     ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """The README question's current results, by device name; and (device, why) of each skipped
+    stale one. What the README figure draws and what its caption says come from this one list.
 
     Unreadable cache files and stale results (another method version) are passed to ``on_error``
-    (default: printed to stderr) and skipped.
-    Raises :class:`FigureError` naming the cache directory when no device has a result.
+    (default: printed to stderr).
     """
     from gemm_bench.question.question import build_question
-    from gemm_bench.results.cache import Cache
+    from gemm_bench.results.cache import Cache, is_stale
 
     question = build_question(model=README_MODEL)
     lookup = Cache(cache_dir).lookup(question.hash)
     for error in lookup.errors:
         (on_error or _print_error)(error)
-    from gemm_bench.results.cache import is_stale
-
-    fresh = []
+    fresh, skipped = [], []
     for doc in lookup.documents:
         why = is_stale(doc)
         if why is None:
             fresh.append(doc)
         else:  # never draw another method's numbers beside the current one's
+            skipped.append((str(doc["device"]["name"]), why))
             (on_error or _print_error)(FigureError(f"skipping the result on {doc['device']['name']}: {why}"))
-    documents = sorted(fresh, key=lambda d: str(d["device"]["name"]))
+    return sorted(fresh, key=lambda d: str(d["device"]["name"])), sorted(skipped)
+
+
+def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:
+    """The README figure: the Transformer Engine guide's example layer on every cached device
+    with a current result (:func:`readme_documents`).
+
+    Raises :class:`FigureError` naming the cache directory when no device has a result.
+    """
+    from gemm_bench.question.question import build_question
+
+    question = build_question(model=README_MODEL)
+    documents, _ = readme_documents(cache_dir, on_error=on_error)
     reports = [(device_label(d["device"]["name"]), Report(d)) for d in documents]
     spec = summary_spec(reports, MODES, title=f"{README_MODEL}: {question.describe()}") if reports else None
     if spec is None:

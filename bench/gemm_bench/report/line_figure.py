@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from gemm_bench.report.figure_layout import (
@@ -237,6 +237,7 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
     def py(y: float) -> float:
         return plot_bottom - y_axis.fraction(y) * height
 
+    hidden = _hidden_under(series, py)
     items: list[Item] = []
     texts: list[Text] = []
     # Bands first, as wide strokes at low opacity (the scene has no translucent fill), under everything.
@@ -263,9 +264,8 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
         for run in runs:
             if len(run) > 1:
                 items.append(Polyline(tuple(run), color, _LINE_WIDTH, _DASH if s.dashed else ()))
-        if s.markers:
-            radius = _MARKER_R * (0.8 if s.dashed else 1.0)
-            items += [Circle(x, y, radius, color) for run in runs for x, y in run]
+        if s.markers or s.label in hidden:
+            items += [_marker(x, y, s, color, hidden) for run in runs for x, y in run]
     items.append(Polyline(((left, plot_bottom), (left, plot_top)), ink, 0.8, alpha=SPINE_ALPHA, cap="square"))
     items.append(Polyline(((left, plot_bottom), (left + plot_width, plot_bottom)), ink, 0.8, alpha=SPINE_ALPHA,
                           cap="square"))
@@ -288,7 +288,7 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
         cursor += len(lines) * _pitch(FONT_PT)
     if title_lines:
         texts += _block(_PAD, _PAD, title_lines, FONT_PT + 1, ink, "start", bold=True)
-    legend_items, legend_texts, bottom = _legend(series, colors, bands, ink, cursor + 6, inner)
+    legend_items, legend_texts, bottom = _legend(series, colors, bands, ink, cursor + 6, inner, hidden)
     items += legend_items
     texts += legend_texts
     scene = Scene(round(width, 2), round(bottom + _PAD, 2), (*items, *texts))
@@ -297,12 +297,46 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
     return to_svg(scene).decode("utf-8")
 
 
+#: Two lines whose every point lies within this many points of each other look like one line.
+COINCIDE_PT = 1.5
+#: How much wider each ring around a hidden line's points is than the marker (or ring) over it.
+_RING_STEP = 1.8
+
+
+def _hidden_under(series: Sequence[Series],
+                  py: Callable[[float], float]) -> dict[str, tuple[str, int]]:
+    """The series later ones hide: label -> (the label of the topmost line over it, how many lines
+    lie over it). A line lies over series ``i`` when it is drawn after it, has a value at each of its
+    x, and every such point is within :data:`COINCIDE_PT` of it on the canvas (FP8 Current's
+    whole-tensor SQNR under FP8 Block's, say): a reader would see one line where the legend names
+    several."""
+    points = [{x: py(y) for x, y in zip(s.xs, s.ys, strict=True) if y is not None} for s in series]
+    hidden: dict[str, tuple[str, int]] = {}
+    for i, mine in enumerate(points):
+        over = [j for j in range(i + 1, len(series)) if mine and all(
+            x in points[j] and abs(points[j][x] - y) <= COINCIDE_PT for x, y in mine.items())]
+        if over:
+            hidden[series[i].label] = (series[over[-1]].label, len(over))
+    return hidden
+
+
+def _marker(x: float, y: float, s: Series, color: str, hidden: dict[str, tuple[str, int]]) -> Circle:
+    """A point's dot; a hidden line's point is a ring, wider the more lines lie over it, so that
+    every line's points show around the dot on top."""
+    if s.label in hidden:
+        depth = hidden[s.label][1]
+        return Circle(x, y, _MARKER_R + _RING_STEP * depth, "none", stroke=color, stroke_width=1.1)
+    return Circle(x, y, _MARKER_R * (0.8 if s.dashed else 1.0), color)
+
+
 def _legend(series: Sequence[Series], colors: Sequence[str], bands: Sequence[Band], ink: str, top: float,
-            inner: float) -> tuple[list[Item], list[Text], float]:
+            inner: float, hidden: dict[str, tuple[str, int]]) -> tuple[list[Item], list[Text], float]:
     """Entries (series, then bands) in two columns when every label fits half the width, else one;
-    a label wider than its column wraps. Returns the items, texts and the legend's bottom."""
-    entries: list[tuple[str, str, bool, bool]] = [(s.label, c, s.dashed, False) for s, c in zip(series, colors,
-                                                                                               strict=True)]
+    a label wider than its column wraps; a hidden line's entry has its ring and says which line it
+    lies under. Returns the items, texts and the legend's bottom."""
+    entries: list[tuple[str, str, bool, bool]] = [
+        (f"{s.label} (under {hidden[s.label][0]})" if s.label in hidden else s.label, c, s.dashed, False)
+        for s, c in zip(series, colors, strict=True)]
     entries += [(b.label, ink, False, True) for b in bands]
     if not entries:
         return [], [], top
@@ -325,7 +359,8 @@ def _legend(series: Sequence[Series], colors: Sequence[str], bands: Sequence[Ban
             else:
                 items.append(Polyline(((x, middle), (x + _HANDLE, middle)), color, _LINE_WIDTH,
                                       _DASH if dashed else ()))
-                items.append(Circle(x + _HANDLE / 2, middle, _MARKER_R * (0.8 if dashed else 1.0), color))
+                entry = series[start + column]
+                items.append(_marker(x + _HANDLE / 2, middle, entry, color, hidden))
             texts += _block(x + _HANDLE + _HANDLE_PAD, y, lines, SMALL_PT, ink, "start")
         y += max(len(lines) for lines in wrapped) * _pitch(SMALL_PT) + 2
     return items, texts, y

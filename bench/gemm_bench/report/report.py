@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -46,8 +47,10 @@ from gemm_bench.question.question import stored_config
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
 from gemm_bench.report.model_step import ModelStep, model_step_summary
+from gemm_bench.report.rounds import rounds_outcome
 from gemm_bench.results import cross_check, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
+from gemm_bench.results.failed import failed_cells
 from gemm_bench.results.schema import (
     KINDS,
     MAX_LAYERS,
@@ -79,10 +82,18 @@ class Cell:
     kernel_ratio: float | None = None
 
     @property
+    def cross_check(self) -> cross_check.Region | None:
+        """This time's profiler cross-check (:func:`gemm_bench.results.cross_check.region`), None if unchecked."""
+        return cross_check.region({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms,
+                                   "kernel_ratio": self.kernel_ratio})
+
+    @property
     def cross_check_flag(self) -> str | None:
-        """Why this time is not plainly the GPU's time for the region (:mod:`gemm_bench.results.cross_check`)."""
-        return cross_check.region_flag({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms,
-                                        "kernel_ratio": self.kernel_ratio})
+        """Why this time is not plainly the GPU's time for the region (a judged region over the bound),
+        with its ratio; None when it holds, is too short to judge, or was not checked. Every renderer
+        marks a number whose flag (or :meth:`Report.speedup_flag`) is set."""
+        found = self.cross_check
+        return found.flag if found is not None else None
 
     @property
     def tflops(self) -> float | None:
@@ -106,6 +117,9 @@ class Total:
     speedup_reason: str = ""
     #: The one run all of this precision's cells come from, or None (none measured, or several).
     run_id: str | None = None
+    #: The cross-check flags of the times this total and its speedup rest on (this precision's
+    #: cells and BF16's), None when none is flagged (:meth:`Report.speedup_flag`).
+    cross_check_flag: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +149,9 @@ class StepResult:
     run_id: str | None
     #: The relative spread (IQR / median) of this step plus BF16's: how far the speedup is known.
     spread: float | None = None
+    #: The cross-check flag of this step's time, and of BF16's step its speedup divides by (a graphed
+    #: step is a region like any other); None when neither is flagged. Marked wherever it is shown.
+    cross_check_flag: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +177,8 @@ class PeerRow:
     tflops: float | None
     pct_of_peak: float | None
     pct_of_peak_reason: str
+    #: The row's profiler cross-check flag (a peer's region is judged like TE's), None when it holds.
+    cross_check_flag: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -254,6 +273,9 @@ class Report:
         self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
+        #: The file's profiler cross-check (:func:`gemm_bench.results.cross_check.verdict`): its
+        #: ``file_flag`` is what the file's page says when the median breaks the bound.
+        self.cross_check: cross_check.Verdict = cross_check.verdict(doc)
 
     # ------------------------------------------------------------------ lookups
     def cell(self, mode: str, precision: str, gemm: GemmShape) -> Cell:
@@ -278,6 +300,11 @@ class Report:
             if bad:
                 return status, bad[0].reason
         return "measured", ""
+
+    def failures(self) -> list[tuple[str, str, str]]:
+        """(mode, precision, reason) of each shown mode (per-GEMM and layer step) and precision with a
+        failed cell (:func:`gemm_bench.results.failed.failed_cells`): what makes the result failed."""
+        return failed_cells(self.doc, [*self.modes, *self.layer_modes], self.precisions)
 
     def missing_cells(self) -> list[tuple[str, str, GemmShape]]:
         return [
@@ -309,6 +336,21 @@ class Report:
             return None, (f"BF16 and {name} {what} come from different measurement runs ({', '.join(runs)}); "
                           "a speedup across runs would compare two runs' clocks")
         return sum(c.ms or 0.0 for c in base) / sum(c.ms or 0.0 for c in mine), ""
+
+    def time_flag(self, mode: str, precision: str, gemms: Sequence[GemmShape] | None = None) -> str | None:
+        """The cross-check flags of ``precision``'s times over ``gemms`` (default: all of the
+        question's), which a time or a sum of them rests on; None when none is flagged."""
+        return self._flags(mode, (precision,), gemms)
+
+    def speedup_flag(self, mode: str, precision: str, gemms: Sequence[GemmShape] | None = None) -> str | None:
+        """The cross-check flags of the times a speedup of ``precision`` over ``gemms`` (default: all
+        of the question's) rests on: its own cells and BF16's; None when none is flagged."""
+        return self._flags(mode, tuple(dict.fromkeys((precision, BASELINE))), gemms)
+
+    def _flags(self, mode: str, precisions: Sequence[str], gemms: Sequence[GemmShape] | None) -> str | None:
+        cells = [self.cell(mode, p, g) for p in precisions for g in (self.gemms if gemms is None else gemms)]
+        return flags_sentence([(f"{_display(c.precision)} {c.gemm.op}/{c.gemm.pass_}", c.cross_check_flag)
+                               for c in cells])
 
     def gemm_speedup(self, mode: str, precision: str, gemm: GemmShape) -> float | None:
         """BF16's time for one GEMM over this precision's (same run only)."""
@@ -355,7 +397,7 @@ class Report:
             speedup, why = self._speedup(mode, precision, self.gemms, "GEMMs")
         runs = {c.run_id for c in cells if c.run_id}
         return Total(mode, precision, pass_ms, per_layer, model, speedup, status, reason, why,
-                     runs.pop() if len(runs) == 1 else None)
+                     runs.pop() if len(runs) == 1 else None, self.speedup_flag(mode, precision))
 
     def totals(self) -> list[Total]:
         return [self.total(m, p) for m in self.modes for p in self.precisions]
@@ -517,8 +559,11 @@ class Report:
         spread = None
         if speedup is not None and base is not None:
             spread = _relative_iqr(stats) + _relative_iqr(base.get("stats", {}))
+        pairs = [(precision, raw)] + ([(BASELINE, base)] if precision != BASELINE else [])
+        flags = [(f"{_display(p)} step", cross_check.region_flag(c)) for p, c in pairs if c is not None]
         return StepResult(mode, precision, status, reason, ms, stats, speedup, speedup_reason, share,
-                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread)
+                          share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread,
+                          flags_sentence(flags))
 
     def step_contradictions(self) -> list[str]:
         """Every step the report shows whose speedup lies above what Amdahl's law allows, by more
@@ -600,6 +645,19 @@ class Report:
                     distribution: str = "gaussian") -> str:
         return self._sqnr(mode, precision, gemm, distribution)[1]
 
+    def sqnr_status(self, mode: str, precision: str, gemm: GemmShape | None = None,
+                    distribution: str = "gaussian") -> str:
+        """``measured`` when :meth:`sqnr` is a number, else the status of the first accuracy cell
+        that is not (``failed``, ``unsupported``, ``missing``): a failed SQNR reads failed."""
+        for g in [gemm] if gemm is not None else self.gemms:
+            found = self._accuracy.get((mode, precision, g.op, g.pass_, distribution))
+            if found is None:
+                return "unsupported" if self._accuracy_cell(mode, precision, g, distribution)[1].startswith(
+                    "unsupported") else "missing"
+            if found["status"] != "measured":
+                return str(found["status"])
+        return "measured"
+
     def accuracy_modes(self) -> list[str]:
         """The GEMM modes shown that have accuracy (autocast, prequant)."""
         return [m for m in self.modes if m in ACCURACY_MODES]
@@ -631,7 +689,7 @@ class Report:
                 m=shape.m, k=shape.k, n=shape.n, groups=shape.groups, flops=flops, status=raw["status"],
                 ms=ms, reason=raw.get("reason", ""), run_id=peer_run_id(self.doc, raw),
                 tflops=hardware.achieved_tflops(flops, ms) if ms else None, pct_of_peak=pct,
-                pct_of_peak_reason=pct_reason,
+                pct_of_peak_reason=pct_reason, cross_check_flag=cross_check.region_flag(raw),
             ))
         return rows
 
@@ -730,9 +788,10 @@ class Report:
         return out
 
     def to_text(self) -> str:
-        """The report as lines of text; every line is one line whatever a result file's strings hold
-        (a newline or an escape sequence in a device name or reason is shown escaped)."""
-        return "\n".join(untrusted_text.field(line) for line in self._text_lines())
+        """The report as lines of text at most :data:`TEXT_WIDTH` columns (a longer line, a note or a
+        reason, wraps under its own indent); every line is one line whatever a result file's strings
+        hold (a newline or an escape sequence in a device name or reason is shown escaped)."""
+        return "\n".join(wrapped for line in self._text_lines() for wrapped in _wrap(untrusted_text.field(line)))
 
     def _text_lines(self) -> Iterable[str]:
         doc = self.doc
@@ -743,6 +802,8 @@ class Report:
             f" | {prov['date']}"
         )
         yield f"method: {describe_method(prov['method'])}"
+        if rounds_outcome(doc):
+            yield f"rounds: {rounds_outcome(doc)}"
         for note in doc.get("notes", []):
             yield f"note: {note}"
         for mode in self.modes:
@@ -752,34 +813,34 @@ class Report:
             if runs:
                 yield f"run: {', '.join(runs)}"
             measured = [p for p in self.precisions if self.status(mode, p)[0] == "measured"]
+            shape_width = max([len("shape (MxKxN)"), *(len(g.label) for g in self.gemms)])
+            name_width = max(len(PRECISIONS[p].display) for p in PRECISIONS)
+            op_width = max([16, *(len(OP_NAMES.get(g.op, g.op)) for g in self.gemms)])
             for pass_ in PASSES:
                 gemms = [g for g in self.gemms if g.pass_ == pass_]
-                if not gemms:
+                if not gemms or not measured:
                     continue
+                # One region per line (GEMM x precision): fits TEXT_WIDTH however many precisions there are.
                 yield ""
-                header = f"{PASS_NAMES[pass_]:<18}{'shape (MxKxN)':>26}"
-                for p in measured:
-                    header += f" | {PRECISIONS[p].display + ' ms':>15}{'TFLOP/s':>9}{'%peak':>6}"
-                    if p != BASELINE:
-                        header += f"{'x':>7}"
-                yield header
+                yield (f"{PASS_NAMES[pass_]:<{op_width + 2}} {'shape (MxKxN)':>{shape_width}}  "
+                       f"{'precision':<{name_width}}{'ms':>10}{'TFLOP/s':>9}{'%peak':>6}{'vs BF16':>9}")
                 for g in gemms:
-                    line = f"  {OP_NAMES.get(g.op, g.op):<16}{g.label:>26}"
-                    for p in measured:
+                    for index, p in enumerate(measured):
                         c = self.cell(mode, p, g)
                         pct = self._pct(c)[0]
-                        line += f" | {c.ms or 0.0:>15.4f}{c.tflops or 0.0:>9.1f}"
+                        first = index == 0
+                        line = (f"  {OP_NAMES.get(g.op, g.op) if first else '':<{op_width}} "
+                                f"{g.label if first else '':>{shape_width}}  {PRECISIONS[p].display:<{name_width}}"
+                                f"{c.ms or 0.0:>10.4f}{c.tflops or 0.0:>9.1f}")
                         line += f"{pct:>6.0f}" if pct is not None else f"{'-':>6}"
                         if p != BASELINE:
-                            s = self.gemm_speedup(mode, p, g)
-                            line += f"{s:>6.2f}x" if s else f"{'-':>7}"
-                    yield line
-                line = f"  {'sum':<16}{'':>26}"
-                for p in measured:
-                    line += f" | {self.total(mode, p).pass_ms.get(pass_) or 0.0:>15.4f}{'':>15}"
-                    if p != BASELINE:
-                        line += f"{'':>7}"
-                yield line
+                            speedup = self.gemm_speedup(mode, p, g)
+                            line += f"{speedup:>8.2f}x" if speedup else f"{'-':>9}"
+                        yield line
+                for index, p in enumerate(measured):
+                    label = "sum" if index == 0 else ""
+                    yield (f"  {label:<{op_width}} {'':>{shape_width}}  {PRECISIONS[p].display:<{name_width}}"
+                           f"{self.total(mode, p).pass_ms.get(pass_) or 0.0:>10.4f}")
             yield ""
             layers = self.num_layers
             whole = f"model ({layers} layers)" if self.kind == "model" else "all shapes"
@@ -796,8 +857,8 @@ class Report:
                 else:
                     vs = f"  (no speedup vs BF16: {t.speedup_reason})"
                 passes = ", ".join(f"{PASS_NAMES[k]} {v:.3f}" for k, v in t.pass_ms.items() if v is not None)
-                yield (f"  {name:<12} per layer {t.per_layer_ms:9.3f} ms ({passes})"
-                       f" | {whole} {t.model_ms:9.2f} ms{vs}")
+                yield f"  {name:<12} per layer {t.per_layer_ms:9.3f} ms | {whole} {t.model_ms:9.2f} ms{vs}"
+                yield f"  {'':<12} ({passes} ms)"
             yield from self._roofline_lines(mode, measured)
             yield from self._accuracy_lines(mode)
         yield from self._step_lines()
@@ -817,10 +878,13 @@ class Report:
             watts = [g["clock"]["power_w_max"] for g in clocked if "power_w_max" in g["clock"]]
             yield (f"telemetry: {len(groups)} timed groups; SM clock medians {min(medians):.0f}-{max(medians):.0f} MHz"
                    + (f", board power up to {max(watts):.0f} W" if watts else ""))
+            if watts and _power_note(self.doc, clocked, max(watts)):
+                yield "  " + _power_note(self.doc, clocked, max(watts))
             low = [g["label"] for g in clocked if g.get("clock_low")]
             if low:
                 yield (f"  clock more than {telemetry.CLOCK_DROP:.0%} below the run's median in {len(low)} group(s) "
-                       f"(power- or heat-limited while timed): {', '.join(low)}")
+                       "(power- or heat-limited while timed):")
+                yield from (f"    {label}" for label in low)
         else:
             reason = next((g["clock"].get("reason") for g in groups if g.get("clock")), "no clock samples")
             yield f"telemetry: {len(groups)} timed groups; no clock samples ({reason})"
@@ -829,10 +893,10 @@ class Report:
             # The bounds judge event time / kernel time of the profiled launches (kernel_ratio), graph
             # replays only; stored (every round) / profiled kernel time is printed beside it: it adds
             # the clock's drift between the profiled rounds and the rest, and the profiler's own cost.
-            found = cross_check.verdict(self.doc)
-            if found.median is not None:
+            found = self.cross_check
+            if found.median is not None or found.short:
                 yield "  " + found.sentence() + (": holds" if found.holds else ": DOES NOT HOLD")
-            limit = 1 + (cross_check.REGION_MAX - 1) / 1.5  # 10%: worth naming, below the bound
+            limit = 1.10  # 10%: worth naming, below the bound
             rows = [(f"{label} {region}", c["ratios"][region], c.get("stored_ratios", {}).get(region))
                     for label, c in checked for region in c["ratios"]]
             stored = sorted(s for _, _, s in rows if s is not None)
@@ -844,16 +908,18 @@ class Report:
                 if waited:
                     yield (f"  more than {limit - 1:.0%} above kernel time (the GPU was idle for part of the region: "
                            "gaps between its kernels, the host's work in an eager group, or a lower clock than "
-                           f"when profiled) in {len(waited)}: " + ", ".join(waited))
+                           f"when profiled) in {len(waited)} region(s):")
+                    yield from (f"    {name}" for name in waited)
                 if overlapped:
                     yield (f"  more than {limit - 1:.0%} below kernel time (the summed kernel time exceeds the "
                            "elapsed time: kernels overlapped, e.g. on several streams, or the trace's split into "
                            "regions counted a neighbour's kernels, or the unprofiled rounds ran at a higher clock "
-                           "or without the profiler's cost) in "
-                           f"{len(overlapped)}: " + ", ".join(overlapped))
+                           f"or without the profiler's cost) in {len(overlapped)} region(s):")
+                    yield from (f"    {name}" for name in overlapped)
             eager = [g["label"] for g in groups if g.get("timed") == "eager"]
             if eager:
-                yield "  timed eagerly (host work included by definition; not judged): " + ", ".join(eager)
+                yield f"  timed eagerly (host work included by definition; not judged) in {len(eager)} group(s):"
+                yield from (f"    {label}" for label in eager)
             yield (f"  profiled rounds: events up to {max(r for _, r, _ in rows):.2f}x their own kernel time "
                    "(the same launches; what the bounds above judge where a result stores it per cell)")
         skipped = [g["cross_check"]["reason"] for g in groups if g.get("cross_check", {}).get("reason")]
@@ -870,6 +936,7 @@ class Report:
             return
         yield ""
         yield "roofline-predicted vs measured (ms; the prediction omits host overhead, launch gaps and tiling):"
+        per_line = 3  # precisions per line: "FP8 Current 1.1918/1.4050" is 25 columns
         for g in self.gemms:
             parts = []
             for p in measured:
@@ -877,7 +944,9 @@ class Report:
                 roof = self._roof(c)[0]
                 parts.append(f"{PRECISIONS[p].display} {roof:.4f}/{c.ms or 0.0:.4f}" if roof is not None
                              else f"{PRECISIONS[p].display} -")
-            yield f"  {g.op + '/' + g.pass_:<18} " + " | ".join(parts)
+            for start in range(0, len(parts), per_line):
+                label = g.op + "/" + g.pass_ if start == 0 else ""
+                yield f"  {label:<18} " + " | ".join(parts[start:start + per_line])
 
     def _accuracy_lines(self, mode: str) -> Iterable[str]:
         if mode not in ACCURACY_MODES:
@@ -903,10 +972,11 @@ class Report:
             first = self.step(self.precisions[0])
             yield ""
             yield f"== {MODE_NAMES[LAYER_MODES[0]]} ==: {first.status}: {first.reason}"
-        for mode in self.layer_modes:
+        for index, mode in enumerate(self.layer_modes):
             yield ""
             yield f"== {MODE_NAMES[mode]} =="
-            yield f"({step.WHAT_IS_TIMED})"
+            # What is timed is the same for both forms of the step: said once, under the first.
+            yield f"({step.WHAT_IS_TIMED})" if index == 0 else f"(as {MODE_NAMES[self.layer_modes[0]]} above)"
             rows = [self.step(p, graphed=mode == LAYER_MODES[1]) for p in self.precisions]
             base = next((r for r in rows if r.precision == BASELINE), None)
             if base is not None and base.gemm_share is not None:
@@ -938,13 +1008,42 @@ class Report:
             return
         yield ""
         yield "== Peers (context; not in TE totals) =="
+        # Columns as wide as their longest entry (a backend name, an op/pass), so every row aligns.
+        backend_width = max(len(r.backend) for r in rows)
+        where_width = max(len(f"{r.op}/{r.pass_}") for r in rows)
         for r in rows:
-            where = f"{r.op}/{r.pass_:<8}"
+            where = f"{r.op}/{r.pass_}"
             if r.ms is not None:
                 pct = f" {r.pct_of_peak:4.0f}% of peak" if r.pct_of_peak is not None else ""
-                yield f"  {r.backend:<44} {where} {r.ms:.4f} ms {r.tflops or 0.0:7.1f} TFLOP/s{pct}"
+                yield (f"  {r.backend:<{backend_width}} {where:<{where_width}} {r.ms:9.4f} ms "
+                       f"{r.tflops or 0.0:7.1f} TFLOP/s{pct}")
             else:
-                yield f"  {r.backend:<44} {where} {r.status}: {r.reason}"
+                yield f"  {r.backend:<{backend_width}} {where:<{where_width}} {r.status}: {r.reason}"
+
+
+#: The widest line :meth:`Report.to_text` prints (a terminal, a log, a pull request's code block).
+TEXT_WIDTH = 100
+
+
+def _wrap(line: str) -> list[str]:
+    """``line`` in lines of at most :data:`TEXT_WIDTH` columns, continued under its own indent plus two
+    (a word longer than the width, a file path, is broken rather than left over the edge)."""
+    if len(line) <= TEXT_WIDTH:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(line, TEXT_WIDTH, initial_indent="", subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, drop_whitespace=True) or [line]
+
+
+def _display(precision: str) -> str:
+    return PRECISIONS[precision].display if precision in PRECISIONS else precision
+
+
+def flags_sentence(flags: Iterable[tuple[str, str | None]]) -> str | None:
+    """The cross-check flags of the times one number rests on, each with what it is ("BF16
+    qkv/fprop: timed 1.31x ..."); None when none is flagged."""
+    found = [f"{label}: {flag}" for label, flag in flags if flag]
+    return "; ".join(found) or None
 
 
 def _step_json(r: StepResult) -> dict[str, Any]:
@@ -952,6 +1051,18 @@ def _step_json(r: StepResult) -> dict[str, Any]:
     for key in ("reason", "speedup_reason", "gemm_share_reason"):
         out[key] = out[key] or None
     return out
+
+
+def _power_note(doc: dict[str, Any], groups: list[dict[str, Any]], most: float) -> str:
+    """Why "up to 880 W" on a 700 W board is no error: the samples are instantaneous readings, and a
+    board's power limit is held by its controller on average (lowering the clock), not at every instant."""
+    try:
+        limit = float(doc.get("device", {}).get("power_limit_w"))
+    except (TypeError, ValueError):
+        return ""
+    if most <= limit or not any(g["clock"].get("power_source") == "instantaneous" for g in groups):
+        return ""
+    return f"power samples are instantaneous: the {limit:.0f} W limit holds on average, not at every instant"
 
 
 def describe_method(method: dict[str, Any]) -> str:

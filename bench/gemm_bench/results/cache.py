@@ -303,15 +303,24 @@ def is_stale(doc: dict[str, Any], *, max_age_days: float | None = None, now: dt.
     version = doc.get("method_version")
     if version != METHOD_VERSION and version not in STILL_VALID_METHODS:
         return f"measured with method version {version!r}, current is {METHOD_VERSION}"
-    if max_age_days is not None:
-        date = doc.get("provenance", {}).get("date")
-        try:
-            when = dt.datetime.fromisoformat(date)  # a non-string raises TypeError: caught below
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=dt.timezone.utc)
-            age = ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
-        except (TypeError, ValueError, OverflowError):
-            return f"unreadable date {date!r}"
-        if age > max_age_days:
-            return f"{age:.0f} days old, older than the configured {max_age_days:g}"
+    return age_staleness(doc.get("provenance", {}).get("date"), max_age_days, now)
+
+
+def age_staleness(date: Any, max_age_days: float | None, now: dt.datetime | None = None) -> str | None:
+    """Why a result (or a study) dated ``date`` is too old under ``max_age_days``, or None.
+
+    The one age rule of question results and studies. The date is text from a file: one that
+    cannot be read or placed in time is a reason to re-measure, never an exception.
+    """
+    if max_age_days is None:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(date)  # a non-string raises TypeError: caught below
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        age = ((now or dt.datetime.now(dt.timezone.utc)) - when).total_seconds() / 86400
+    except (TypeError, ValueError, OverflowError):
+        return f"unreadable date {date!r}"
+    if age > max_age_days:
+        return f"{age:.0f} days old, older than the configured {max_age_days:g}"
     return None

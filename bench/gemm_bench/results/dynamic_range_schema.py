@@ -44,6 +44,7 @@ from gemm_bench.results.studies import (
     Study,
     StudyError,
     choice,
+    decibels,
     integer,
     json_list,
     json_object,
@@ -100,7 +101,7 @@ LITERATURE: tuple[LiteratureBand, ...] = (MASSIVE_ACTIVATIONS,)
 def _summary(value: Any, where: str, fields: Sequence[str]) -> dict[str, float]:
     block = json_object(value, where)
     keys(block, where, fields)
-    out = {f: number(block[f], f"{where}.{f}") for f in fields}
+    out = {f: decibels(block[f], f"{where}.{f}") for f in fields}
     if out["row_min_db"] > out["row_median_db"]:
         raise StudyError(f"{where}.row_min_db", f"{out['row_min_db']} is above the median row's {out['row_median_db']}")
     return out

@@ -14,6 +14,12 @@ When the cache already holds a file for the same question and device, the rule i
   the cache uses for every store), with the newer run passed as the new one, so where both
   measured, the newer run's measurement is kept.
 
+Study files (``kind: study``: loss parity, dynamic range; :mod:`gemm_bench.results.studies`) come
+in the same artifacts and are told apart by their content, validated as a study read would
+(:func:`gemm_bench.results.studies.read_study`) and placed in the cache's ``studies/`` folder by a
+rule of their own (:func:`decide_study`): a study is one run with no cells to fold, so the newer
+run replaces the older one whole, and an older or identical one changes nothing.
+
 Each decision is returned as a :class:`MergeAction` saying which run was kept and why, and
 printed by ``gemm-bench merge``. What it says was kept and dropped is counted from the document
 actually written (:func:`account`), never from what the rule intends, so the message cannot
@@ -35,11 +41,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache, CacheError, dumps, read_document, write_atomic
 from gemm_bench.results.schema import merge_documents, validate
 from gemm_bench.results.stack import document_stack
-from gemm_bench.results.untrusted_text import field
+from gemm_bench.results.untrusted_text import field, markdown
 
 #: How far ahead of this machine's clock a runner's clock may be: a date later than now plus this
 #: is refused (a file dated 2099 would otherwise win every merge).
@@ -214,17 +223,79 @@ def decide(existing: dict[str, Any], incoming: dict[str, Any], *, now: dt.dateti
     return action, written, f"{why}: {account(existing, incoming, written)}"
 
 
+def decide_study(existing: dict[str, Any], incoming: dict[str, Any], *, now: dt.datetime | None = None,
+                 existing_path: str | Path = "the cached file", incoming_path: str | Path = "the incoming file",
+                 ) -> tuple[str, dict[str, Any] | None, str]:
+    """(action, document to write or None, reason) for two runs of one study on one device.
+
+    A study is one run (its losses, its SQNRs and its provenance belong together), so nothing is
+    folded: the newer run replaces the cached one whole, an older one leaves it. Raises
+    :class:`DateError` as :func:`decide` does.
+    """
+    if existing == incoming:
+        return "identical", None, "same content as the cached study"
+    when_old = check_date(existing, Path(existing_path), now)
+    when_new = check_date(incoming, Path(incoming_path), now)
+    old, new = (f"{field(str(d['provenance']['date']))}, study method v{field(str(d['method_version']))}"
+                for d in (existing, incoming))
+    if when_new > when_old:
+        return "replaced", incoming, (f"a study is one run: the newer incoming run ({new}) replaces the cached one "
+                                      f"({old})")
+    return "kept-existing", None, (f"a study is one run: the cached run ({old}) is not older than the incoming one "
+                                   f"({new})")
+
+
+def _merge_study(source: Path, cache_dir: Path, now: dt.datetime | None) -> MergeAction:
+    try:
+        incoming = studies.read_study(source)
+        check_date(incoming, source, now)
+    except CacheError as exc:
+        return MergeAction(source, None, "rejected", exc.problem)
+    except DateError as exc:
+        return MergeAction(source, None, "rejected", str(exc))
+    target = studies.study_dir(cache_dir) / studies.file_name(incoming["study"], incoming["device"]["name"])
+    if target.parent.is_symlink():
+        return MergeAction(source, None, "rejected", f"not merged: {target.parent} is a symbolic link")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.with_name(target.name + ".lock"))):
+        existing: dict[str, Any] | None = None
+        corrupt = ""
+        if target.exists() or target.is_symlink():
+            try:
+                existing = studies.read_study(target)
+            except CacheError as exc:
+                corrupt = exc.problem
+        if existing is None:
+            write_atomic(target, dumps(incoming))
+            if corrupt:
+                return MergeAction(source, target, "replaced", f"replaced an unusable cached study ({field(corrupt)})")
+            return MergeAction(source, target, "added",
+                               f"new {field(incoming['study'])} study for {field(incoming['device']['name'])}")
+        try:
+            action, document, reason = decide_study(existing, incoming, now=now, existing_path=target,
+                                                    incoming_path=source)
+        except DateError as exc:
+            return MergeAction(source, target, "rejected", f"not merged: {exc}")
+        if document is not None:
+            write_atomic(target, dumps(document))
+        return MergeAction(source, target, action, reason)
+
+
 def merge(dirs: Iterable[str | Path], cache_dir: str | Path, *, now: dt.datetime | None = None) -> list[MergeAction]:
-    """Validate every result file under ``dirs`` and place it in ``cache_dir``; say what was done.
+    """Validate every result and study file under ``dirs`` and place it in ``cache_dir``; say what was done.
 
     Files are taken in the order of ``dirs`` and, within one, by path, so a run is reproducible.
     A rejected file (invalid, or dated in the future, or meeting a cached file dated in the
-    future) is reported and skipped; it never stops the others. ``now`` is the clock dates are
-    checked against (default: this machine's).
+    future) is reported and skipped; it never stops the others. A study file goes to the cache's
+    ``studies/`` folder (:func:`decide_study`). ``now`` is the clock dates are checked against
+    (default: this machine's).
     """
     cache = Cache(cache_dir)
     actions: list[MergeAction] = []
     for source in incoming_files([Path(d) for d in dirs]):
+        if studies.holds_study(source):
+            actions.append(_merge_study(source, Path(cache_dir), now))
+            continue
         try:
             incoming = read_document(source)
             check_date(incoming, source, now)
@@ -258,3 +329,18 @@ def merge(dirs: Iterable[str | Path], cache_dir: str | Path, *, now: dt.datetime
                 write_atomic(target, dumps(document))
             actions.append(MergeAction(source, target, action, reason))
     return actions
+
+
+def summary_markdown(actions: Sequence[MergeAction]) -> str:
+    """What a pull request body says about the merge: each file that was not merged, and why.
+
+    Empty when every file was used. Strings from the files are escaped (:func:`markdown`): the
+    body is rendered by GitHub, and a runner's file must not add markup or mentions to it.
+    """
+    rejected = [a for a in actions if a.action == "rejected"]
+    if not rejected:
+        return ""
+    lines = [f"> **{len(rejected)} of {len(actions)} result file(s) from the runners could not be merged**; "
+             "every other file is in this pull request. Re-measure or fix these:", ">"]
+    lines += [f"> - {markdown(str(a.source))}: {markdown(a.reason)}" for a in rejected]
+    return "\n".join(lines) + "\n"

@@ -43,7 +43,7 @@ from gemm_bench.question.question import question_hash
 from gemm_bench.question.shapes import PASSES, GemmShape
 from gemm_bench.results.accuracy_schema import AccuracyError, validate_accuracy_cells
 from gemm_bench.results.model_step_schema import ModelStepSchemaError, validate_model_step
-from gemm_bench.results.step_schema import StepError, validate_layer_cells
+from gemm_bench.results.step_schema import StepError, validate_layer_cells, validate_plan_block
 
 __all__ = [
     "KINDS",
@@ -554,6 +554,11 @@ def validate(doc: Any) -> dict[str, Any]:
     _peaks(doc, gemms)
     if "layer" in doc:
         _layer_block(doc["layer"], version)
+    if "plan" in doc:  # a precision plan and its measured steps (gemm_bench.report.precision_plan)
+        try:
+            validate_plan_block(doc["plan"])
+        except StepError as exc:
+            raise ResultError(exc.where, exc.problem) from None
     if "accuracy" in doc or "accuracy_method" in doc:
         _accuracy_block(doc, gemms, version)
     if "model_step" in doc:

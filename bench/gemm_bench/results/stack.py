@@ -25,6 +25,7 @@ from gemm_bench.question.precisions import BASELINE, LAYER_MODES
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
 from gemm_bench.results.cache import is_stale
+from gemm_bench.results.failed import failed_cells, failed_modes
 from gemm_bench.results.schema import METHOD_VERSION, missing_cells
 
 #: Every field a staleness rule may name, with the words the reason uses. ``method`` is the
@@ -135,6 +136,9 @@ class Rules:
     stale_when: tuple[str, ...] = DEFAULT_STALE_WHEN
     max_age_days: float | None = None
     force: bool = False
+    #: Measure a mode with a failed cell again (:mod:`gemm_bench.results.failed`): a failure may be
+    #: transient. False for a result this build already measured (once per build, as ``force``).
+    retry_failed: bool = True
 
 
 def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
@@ -160,14 +164,21 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
     else:
         never = [mode for mode in modes if missing_cells(doc, question.gemms, [mode], precisions)]
         outdated = outdated_layer_modes(doc, question, complete_modes(question, modes), precisions)
+        failed = failed_modes(doc, complete_modes(question, modes), everything) if rules.retry_failed else []
+        steps = [m for m in dict.fromkeys([*outdated, *failed]) if m in LAYER_MODES]
         # The step's GEMM share divides the autocast GEMMs by the step of the same run.
-        want_modes = list(dict.fromkeys([*never, *(["autocast", *outdated] if outdated else [])]))
+        want_modes = list(dict.fromkeys([*never, *failed, *(["autocast", *steps] if steps else [])]))
         if not want_modes:
             return None
         parts = [f"cells never measured in {', '.join(never)}"] if never else []
         if outdated:
             parts.append(f"the layer step ({', '.join(outdated)}) has cells this code measures and the file "
                          "lacks (with autocast: the step's GEMM share needs one run)")
+        if failed:
+            cells = failed_cells(doc, failed, everything)
+            parts.append("failed: " + ", ".join(f"{mode}/{precision} ({' '.join(reason.split())[:80]})"
+                                                for mode, precision, reason in cells)
+                         + " (measured again: a failure may be transient)")
         why = "; ".join(parts)
     cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
     return list(dict.fromkeys([*everything, *cached])), want_modes, why

@@ -11,21 +11,13 @@ from typing import Any
 
 from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.step_plan import ROUTINGS
+from gemm_bench.results.step_error import StepError
 
 #: ``layer``: eager step; ``layer-graphed``: the same step captured by te.make_graphed_callables.
 #: Separate modes, so graphed numbers never mix with eager ones.
 #: (Defined in :mod:`gemm_bench.question.precisions`, the one list of modes, and re-exported here.)
 LAYER_MODE_NAMES = {m: MODE_NAMES[m] for m in LAYER_MODES}
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
-
-
-class StepError(ValueError):
-    """A layer cell that breaks the schema; ``where`` is its JSON path."""
-
-    def __init__(self, where: str, problem: str) -> None:
-        self.where = where
-        self.problem = problem
-        super().__init__(f"{where}: {problem}")
 
 
 def validate_layer_cells(cells: Any, *, where: str = "$.layer") -> list[dict[str, Any]]:
@@ -61,9 +53,49 @@ def validate_layer_cells(cells: Any, *, where: str = "$.layer") -> list[dict[str
             if not isinstance(stats, dict) or not all(isinstance(stats.get(k), (int, float))
                                                        for k in ("median_ms", "iqr_ms")):
                 raise StepError(f"{at}.stats", "must hold median_ms and iqr_ms")
+            if "breakdown" in cell:
+                from gemm_bench.results.breakdown import validate_breakdown  # it builds on this module
+
+                validate_breakdown(cell["breakdown"], where=f"{at}.breakdown", cell_ms=ms)
         elif not isinstance(cell.get("reason"), str):
             raise StepError(f"{at}.reason", "must be a string")
         for optional in ("run_id", "measured_at"):
             if optional in cell and not isinstance(cell[optional], str):
                 raise StepError(f"{at}.{optional}", "must be a string")
     return cells
+
+
+#: The steps a precision plan is measured as (``doc["plan"]["steps"]``).
+PLAN_STEPS: tuple[str, ...] = ("all-bf16", "all-fp8", "plan")
+
+
+def validate_plan_block(block: Any, *, where: str = "$.plan") -> dict[str, Any]:
+    """Check ``doc["plan"]``: the plan (``recipe``, ``fp8`` and ``keep_in_bf16`` projection lists) and
+    its measured ``steps`` (layer cells with ``step`` in place of ``precision``, breakdowns included)."""
+    if not isinstance(block, dict):
+        raise StepError(where, "must be an object")
+    if block.get("recipe") not in PRECISIONS or block.get("recipe") == "bf16":
+        raise StepError(f"{where}.recipe", f"{block.get('recipe')!r} is not a low-precision recipe")
+    for field in ("fp8", "keep_in_bf16"):
+        ops = block.get(field)
+        if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
+            raise StepError(f"{where}.{field}", "must be a list of projection ids")
+    if set(block["fp8"]) & set(block["keep_in_bf16"]):
+        raise StepError(where, "a projection cannot be both in FP8 and kept in BF16")
+    steps = block.get("steps", [])
+    if not isinstance(steps, list):
+        raise StepError(f"{where}.steps", "must be a list")
+    seen: set[tuple[str, str]] = set()
+    for i, cell in enumerate(steps):
+        at = f"{where}.steps[{i}]"
+        if not isinstance(cell, dict) or cell.get("step") not in PLAN_STEPS:
+            raise StepError(f"{at}.step", f"must be one of {', '.join(PLAN_STEPS)}")
+        # a layer cell's checks, with the precision the step runs its FP8 projections in
+        as_cell = {**{k: v for k, v in cell.items() if k != "step"},
+                   "precision": "bf16" if cell["step"] == "all-bf16" else block["recipe"]}
+        validate_layer_cells([as_cell], where=at)
+        key = (str(cell.get("mode")), cell["step"])
+        if key in seen:
+            raise StepError(at, f"duplicate plan step {'/'.join(key)}")
+        seen.add(key)
+    return block

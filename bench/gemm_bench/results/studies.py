@@ -20,14 +20,18 @@ A document::
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import importlib
 import math
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gemm_bench.question.devices import device_slug
-from gemm_bench.results.cache import CacheError, _read_bytes, dumps, parse_json, write_atomic
+from gemm_bench.results.cache import CacheError, _read_bytes, age_staleness, dumps, parse_json, write_atomic
 
 STUDY_SCHEMA_VERSION = 1
 #: The studies' folder inside the result cache (question results live in the cache's top level).
@@ -35,6 +39,14 @@ SUBDIR = "studies"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 #: Provenance fields every study document holds, as every question result does.
 PROVENANCE_FIELDS: tuple[str, ...] = ("torch", "transformer_engine", "cuda", "driver", "commit", "date")
+#: The largest magnitude any number of a study may have. Far above every real quantity (a loss, a
+#: token count, an amax ratio), and far enough below the float range that sums, differences and
+#: scaled figure coordinates of such numbers stay finite: a schema-valid 1e308 made a figure of
+#: ``nan`` coordinates.
+MAX_MAGNITUDE = 1e15
+#: SQNRs in dB are bounded tighter: FP32 itself reaches about 150 dB, so no comparison of two
+#: computed outputs is outside +-1000 dB (and -1e308 dB is not a measurement).
+MAX_DECIBELS = 1000.0
 
 
 class StudyError(ValueError):
@@ -63,6 +75,13 @@ class Study:
 
 
 REGISTRY: dict[str, Study] = {}
+#: The modules whose import registers the project's studies (pure, in this package). Read by
+#: :func:`get` before it looks a name up, so a reader (``gemm-bench merge``, ``compare``) knows every
+#: study whichever modules its process happened to import first.
+STUDY_MODULES: tuple[str, ...] = (
+    "gemm_bench.results.loss_parity_schema",
+    "gemm_bench.results.dynamic_range_schema",
+)
 
 
 def register(study: Study) -> Study:
@@ -72,7 +91,14 @@ def register(study: Study) -> Study:
     return study
 
 
+def _load_known() -> None:
+    for module in STUDY_MODULES:
+        if module not in sys.modules:
+            importlib.import_module(module)
+
+
 def get(name: str) -> Study:
+    _load_known()
     try:
         return REGISTRY[name]
     except KeyError:
@@ -115,15 +141,25 @@ def text(value: Any, where: str) -> str:
     return value
 
 
-def number(value: Any, where: str, *, minimum: float | None = None, positive: bool = False) -> float:
-    """A finite JSON number (never a bool), at least ``minimum`` when given, above 0 if ``positive``."""
+def number(value: Any, where: str, *, minimum: float | None = None, positive: bool = False,
+           limit: float = MAX_MAGNITUDE) -> float:
+    """A finite JSON number (never a bool) of magnitude at most ``limit`` (:data:`MAX_MAGNITUDE`),
+    at least ``minimum`` when given, above 0 if ``positive``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise StudyError(where, f"must be a finite number, got {value!r}"[:200])
+    if abs(value) > limit:
+        raise StudyError(where, f"must be between {-limit:g} and {limit:g}, got {value!r}"[:200])
     if positive and value <= 0:
         raise StudyError(where, f"must be positive, got {value!r}")
     if minimum is not None and value < minimum:
         raise StudyError(where, f"must be at least {minimum:g}, got {value!r}")
     return float(value)
+
+
+def decibels(value: Any, where: str) -> float:
+    """An SQNR in dB: a finite number within +-:data:`MAX_DECIBELS` (it may be negative: noise above
+    the signal)."""
+    return number(value, where, limit=MAX_DECIBELS)
 
 
 def integer(value: Any, where: str, *, minimum: int, maximum: int | None = None) -> int:
@@ -209,10 +245,39 @@ def read_study(path: Path) -> dict[str, Any]:
     return doc
 
 
+def holds_study(path: Path) -> bool:
+    """Whether a file holds a study document (``"kind": "study"``), valid or not; anything unreadable
+    does not (a result reader then says why it cannot be used)."""
+    try:
+        doc = parse_json(path, _read_bytes(path))
+    except CacheError:
+        return False
+    return isinstance(doc, dict) and doc.get("kind") == "study"
+
+
+def study_in(path: Path) -> dict[str, Any] | None:
+    """The valid study document ``path`` holds, whatever its name (a downloaded artifact), or None
+    when it holds no study; a study that is not valid is a :class:`CacheError` saying why (never a
+    result reader's "$.question: is missing")."""
+    if not holds_study(path):
+        return None
+    doc = parse_json(path, _read_bytes(path))
+    try:
+        validate(doc)
+    except StudyError as exc:
+        raise CacheError(path, f"holds a study that does not match the study schema: {exc}") from None
+    return dict(doc)
+
+
 def read_studies(cache_dir: str | Path, name: str) -> tuple[list[dict[str, Any]], list[CacheError]]:
     """Every valid document of study ``name`` in the cache (sorted by device), and one error per bad file."""
     docs, errors = [], []
     folder = study_dir(cache_dir)
+    if folder.is_symlink():
+        # As a cache file that is a link is never read: a linked folder could point anywhere
+        # (outside the source tree, at another project's files), and the site would publish it.
+        return [], [CacheError(folder, f"is a symbolic link (to {_link_target(folder)}); study files are read only "
+                                       "from a real folder inside the cache: replace the link with the folder")]
     if not folder.is_dir():
         return [], []
     for path in sorted(folder.glob(f"{name}--*.json")):
@@ -228,6 +293,13 @@ def read_studies(cache_dir: str | Path, name: str) -> tuple[list[dict[str, Any]]
     return docs, errors
 
 
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError as exc:
+        return f"an unreadable target: {exc.strerror or exc}"
+
+
 def write_study(cache_dir: str | Path, doc: dict[str, Any]) -> Path:
     """Validate and store atomically (a reader never sees half a file); returns the path."""
     validate(doc)
@@ -236,16 +308,22 @@ def write_study(cache_dir: str | Path, doc: dict[str, Any]) -> Path:
     return path
 
 
-def staleness(doc: Mapping[str, Any] | None, local: Mapping[str, str] | None, fields: Sequence[str]) -> str | None:
+def staleness(doc: Mapping[str, Any] | None, local: Mapping[str, str] | None, fields: Sequence[str], *,
+              max_age_days: float | None = None, now: dt.datetime | None = None) -> str | None:
     """Why a study should be measured again on a box running ``local``, or None when it is fresh.
 
     ``fields`` are the stack rule's (:data:`gemm_bench.results.stack.STACK_FIELDS`); ``method``
-    compares the study's own method version with the registered one."""
+    compares the study's own method version with the registered one. ``max_age_days``
+    (``gemm_benchmark_max_age_days``, ``--max-age-days``) ages a study as it ages a question's
+    result (:func:`gemm_bench.results.cache.age_staleness`, the one rule)."""
     if doc is None:
         return "not measured on this device yet"
     study = get(str(doc.get("study")))
     if "method" in fields and doc.get("method_version") != study.method_version:
         return f"measured with study method version {doc.get('method_version')!r}, current is {study.method_version}"
+    aged = age_staleness(doc.get("provenance", {}).get("date"), max_age_days, now)
+    if aged:
+        return aged
     if local is None:
         return None
     provenance = doc.get("provenance", {})

@@ -13,7 +13,7 @@ Imports torch and Transformer Engine.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -21,7 +21,7 @@ import transformer_engine.pytorch as te
 
 from gemm_bench.measure.backends.te import Operands, make_recipe
 from gemm_bench.measure.backends.te import support as te_support
-from gemm_bench.measure.step import LAYER_MODES, layer_cell, routings, unsupported_reason
+from gemm_bench.measure.step import LAYER_MODES, layer_cell, routings, step_breakdown, unsupported_reason
 from gemm_bench.measure.timing import Competitor, Mark
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.plan import Support
@@ -36,13 +36,19 @@ TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool, str], Any]
 REGION = "step"
 
 
-def build_layer(config: ModelConfig, routing: str = "balanced") -> Any:
+def build_layer(config: ModelConfig, routing: str = "balanced", keep_bf16: Collection[str] | None = None) -> Any:
     """The measured layer of one rank: BF16 parameters, no bias, no dropout.
 
     A dense model is a ``te.TransformerLayer`` with the rank's shard (heads, KV groups and FFN
     divided by TP: the column-parallel QKV and MLP up, the row-parallel output and MLP down of
     :func:`gemm_bench.question.shapes.layer_gemms`); a mixture of experts or multi-latent
-    attention is :class:`~gemm_bench.measure.backends.rank_layer.RankLayer`."""
+    attention is :class:`~gemm_bench.measure.backends.rank_layer.RankLayer`. ``keep_bf16``: a precision
+    plan's projections that run outside the recipe; with it (even empty) every model is a ``RankLayer``
+    built from parts, so the plan's steps (all-BF16, all-FP8, mixed) are one and the same layer."""
+    if keep_bf16 is not None:
+        from gemm_bench.measure.backends.rank_layer import RankLayer
+
+        return RankLayer(config, routing, keep_bf16=keep_bf16, parts=True)
     if config.is_moe or config.is_mla:
         from gemm_bench.measure.backends.rank_layer import RankLayer
 
@@ -62,16 +68,17 @@ def build_layer(config: ModelConfig, routing: str = "balanced") -> Any:
 
 
 def layer_step_competitor(config: ModelConfig, precision_id: str, routing: str = "balanced",
-                          shared: Operands | None = None) -> Competitor:
+                          shared: Operands | None = None, keep_bf16: Collection[str] | None = None) -> Competitor:
     """One training step of the layer under the precision's ``te.autocast`` (one timed region).
 
     ``shared``: the BF16 parameters, input and output gradient every precision and routing of the
     group uses (:class:`~gemm_bench.measure.backends.te.Operands`): one copy of a 128-expert layer's
-    weights, not one per competitor."""
+    weights, not one per competitor. ``keep_bf16``: a precision plan's BF16 projections
+    (:func:`build_layer`)."""
     reason = unsupported_reason(config)
     if reason:
         raise ValueError(reason)
-    layer = build_layer(config, routing)
+    layer = build_layer(config, routing, keep_bf16)
     recipe = make_recipe(precision_id)
     enabled = recipe is not None
     shape = (config.seq_length, config.micro_batch_size, config.hidden_size)  # TE's default "sbhd"
@@ -151,8 +158,11 @@ def measure_layer_step(question: Question, precisions: Sequence[str], time_group
 def _group_cells(timed: Any, runnable: Sequence[str], modes: Sequence[str], graphed: bool,
                  routing: str) -> list[dict[str, Any]]:
     cells = []
+    profiled = getattr(timed, "kernels", {})  # the profiled rounds' kernels (always the published rounds')
     for mode in modes:
         source = timed.samples if mode == "layer-graphed" or not graphed else timed.eager
+        origin = ("graph replays" if mode == "layer-graphed" else "graph replays for eager") if graphed \
+            else "eager rounds"
         for p in runnable:
             if p in timed.failures and (mode == "layer-graphed" or p not in timed.eager):
                 cells.append(layer_cell(mode, p, "failed", reason=timed.failures[p], routing=routing))
@@ -161,9 +171,47 @@ def _group_cells(timed: Any, runnable: Sequence[str], modes: Sequence[str], grap
                 key = f"{p}/{REGION}"
                 extra = {"kernel_ms": timed.kernel_ms[key], "kernel_ratio": timed.kernel_ratio.get(key)} if (
                     source is timed.samples and key in timed.kernel_ms) else {}
-                cells.append(layer_cell(mode, p, "measured", ms=round(samples.median, 6), stats=samples.to_stats(),
-                                        measured_at=_now(), routing=routing, **extra))
+                ms = round(samples.median, 6)
+                breakdown = step_breakdown(ms, profiled.get(p, {}).get(REGION), origin)
+                cells.append(layer_cell(mode, p, "measured", ms=ms, stats=samples.to_stats(),
+                                        measured_at=_now(), routing=routing, breakdown=breakdown, **extra))
             else:
                 cells.append(layer_cell(mode, p, "failed", reason="no samples were taken of this step",
                                         routing=routing))
+    return cells
+
+
+#: The three steps a precision plan is measured as, in one interleaved group (competitor keys).
+PLAN_STEPS = ("all-bf16", "all-fp8", "plan")
+
+
+def measure_plan_step(question: Question, precision: str, keep_bf16: Collection[str], time_group: TimeGroup, *,
+                      modes: Sequence[str] = LAYER_MODES) -> list[dict[str, Any]]:
+    """The layer step under a precision plan beside all-BF16 and all-``precision``: one interleaved
+    group of three competitors built from the same parts (:func:`build_layer` with ``keep_bf16``),
+    all-BF16 without the recipe, all-FP8 with it on every projection, the plan with ``keep_bf16``
+    outside it; so the mixed step is compared with the two pure steps of the very same layer.
+    Returns the plan's step cells (a layer cell with ``step`` in place of ``precision``), each
+    measured one with its breakdown."""
+    from gemm_bench.measure.step import plan_step_cell
+
+    config = question.config
+    reason = unsupported_reason(config)
+    if reason:
+        return [plan_step_cell(m, s, "unsupported", reason=reason) for m in modes for s in PLAN_STEPS]
+    assert config is not None
+    shared = Operands()
+    keep = frozenset(keep_bf16)
+    builders: dict[str, Callable[[], Competitor]] = {
+        "all-bf16": lambda: layer_step_competitor(config, "bf16", "balanced", shared, keep_bf16=frozenset()),
+        "all-fp8": lambda: layer_step_competitor(config, precision, "balanced", shared, keep_bf16=frozenset()),
+        "plan": lambda: layer_step_competitor(config, precision, "balanced", shared, keep_bf16=keep),
+    }
+    graphed = "layer-graphed" in modes
+    timed = time_group(builders, graphed, "balanced")
+    cells = []
+    for cell in _group_cells(timed, list(PLAN_STEPS), [m for m in LAYER_MODES if m in modes], graphed, "balanced"):
+        step = cell.pop("precision")
+        cell.pop("routing", None)
+        cells.append({"step": step, **cell})
     return cells

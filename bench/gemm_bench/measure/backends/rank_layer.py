@@ -15,11 +15,22 @@ GEMMs are exactly the rank's GEMMs of :func:`gemm_bench.question.shapes.layer_ge
 Routing is a fixed assignment of tokens to local experts (:func:`gemm_bench.measure.step.routing_splits`),
 so a CUDA graph can hold the step and every precision routes alike; the router's top-k scores
 weight the experts' outputs, so the router's GEMM, softmax and backward all run. What this leaves
-out is :func:`gemm_bench.measure.step.left_out`. Imports torch and Transformer Engine.
+out is :func:`gemm_bench.measure.step.left_out`.
+
+A precision plan (:mod:`gemm_bench.report.precision_plan`) keeps some projections in BF16 under an
+FP8 recipe: ``keep_bf16`` names them (op ids of :data:`gemm_bench.question.shapes.OPS`) and each
+such module runs inside ``te.autocast(enabled=False)``, so its Fprop, Dgrad and Wgrad stay in BF16
+(TE records the module's precision in the forward and its backward follows it). A dense layer
+cannot be a ``te.TransformerLayer`` then (its MLP is one module), so ``parts=True`` builds it from
+parts: ``te.LayerNormLinear`` (QKV), ``te.DotProductAttention``, ``te.Linear`` (output),
+``te.LayerNormLinear`` (MLP up), the activation, ``te.Linear`` (MLP down). Imports torch and
+Transformer Engine.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -40,6 +51,11 @@ def _norm(width: int) -> Any:
     return te.LayerNorm(width, params_dtype=_BF16, device="cuda")
 
 
+def _precision(op: str, keep_bf16: Collection[str]) -> contextlib.AbstractContextManager[Any]:
+    """Where the plan keeps ``op`` in BF16: outside the recipe (a nested ``te.autocast`` that disables it)."""
+    return te.autocast(enabled=False) if op in keep_bf16 else contextlib.nullcontext()
+
+
 def _activate(h: torch.Tensor, swiglu: bool) -> torch.Tensor:
     if swiglu:
         gate, up = h.chunk(2, dim=-1)
@@ -50,10 +66,11 @@ def _activate(h: torch.Tensor, swiglu: bool) -> torch.Tensor:
 class LatentAttention(torch.nn.Module):
     """Multi-latent attention of one rank (heads divided by TP), input ``[s, b, h]``."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, keep_bf16: Collection[str] = ()) -> None:
         super().__init__()
         tp = config.tensor_model_parallel_size
         h = config.hidden_size
+        self.keep = frozenset(keep_bf16)
         self.heads = config.num_attention_heads // tp
         self.qk = config.qk_head_dim or 0
         self.rope = config.qk_pos_emb_head_dim or 0
@@ -76,25 +93,96 @@ class LatentAttention(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s, b, _ = x.shape
+        keep = self.keep
         xn = self.norm(x)
-        q = self.q_up(self.q_norm(self.q_down(xn))) if self.q_down is not None else self.q_up(xn)
+        if self.q_down is not None:
+            with _precision("q_down", keep):
+                q_latent = self.q_down(xn)
+            with _precision("q_up", keep):
+                q = self.q_up(self.q_norm(q_latent))
+        else:
+            with _precision("q_proj", keep):
+                q = self.q_up(xn)
         q = q.view(s, b, self.heads, self.qk + self.rope)
-        latent, k_rope = self.kv_down(xn).split([self.kv_rank, self.rope], dim=-1)
-        kv = self.kv_up(self.kv_norm(latent)).view(s, b, self.heads, self.qk + self.v)
+        with _precision("kv_down", keep):
+            latent, k_rope = self.kv_down(xn).split([self.kv_rank, self.rope], dim=-1)
+        with _precision("kv_up", keep):
+            kv = self.kv_up(self.kv_norm(latent)).view(s, b, self.heads, self.qk + self.v)
         k_nope, v = kv.split([self.qk, self.v], dim=-1)
         k = torch.cat([k_nope, k_rope.unsqueeze(2).expand(s, b, self.heads, self.rope)], dim=-1)
         context = self.core(q.contiguous(), k.contiguous(), v.contiguous())
-        return self.out(context.reshape(s, b, self.heads * self.v))
+        with _precision("attn_out", keep):
+            return self.out(context.reshape(s, b, self.heads * self.v))
+
+
+class PartsAttention(torch.nn.Module):
+    """Dense attention of one rank from parts, so the plan can keep QKV or the output projection in
+    BF16 apart: ``te.LayerNormLinear`` (LayerNorm and fused QKV), ``te.DotProductAttention`` (causal,
+    GQA), ``te.Linear`` (output). Input ``[s, b, h]``."""
+
+    def __init__(self, config: ModelConfig, keep_bf16: Collection[str] = ()) -> None:
+        super().__init__()
+        tp = config.tensor_model_parallel_size
+        h = config.hidden_size
+        self.keep = frozenset(keep_bf16)
+        self.heads = config.num_attention_heads // tp
+        self.groups = config.query_groups // tp
+        self.d = config.head_dim
+        self.qkv = te.LayerNormLinear(h, (self.heads + 2 * self.groups) * self.d, bias=False, params_dtype=_BF16,
+                                      device="cuda")
+        self.core = te.DotProductAttention(self.heads, self.d, num_gqa_groups=self.groups, attention_dropout=0.0,
+                                           qkv_format="sbhd", attn_mask_type="causal")
+        self.out = _linear(self.heads * self.d, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, b, _ = x.shape
+        with _precision("qkv", self.keep):
+            qkv = self.qkv(x)
+        q, k, v = qkv.split([self.heads * self.d, self.groups * self.d, self.groups * self.d], dim=-1)
+        # contiguous: the layout TE's attention takes from any backend (it copies a split view itself otherwise)
+        context = self.core(q.reshape(s, b, self.heads, self.d).contiguous(),
+                            k.reshape(s, b, self.groups, self.d).contiguous(),
+                            v.reshape(s, b, self.groups, self.d).contiguous())
+        with _precision("attn_out", self.keep):
+            return self.out(context.reshape(s, b, self.heads * self.d))
+
+
+class PartsMLP(torch.nn.Module):
+    """A dense MLP of one rank from parts, so the plan can keep MLP up or down in BF16 apart:
+    ``te.LayerNormLinear`` (LayerNorm and MLP up), the activation (SwiGLU or GELU, in torch),
+    ``te.Linear`` (MLP down). Input ``[s, b, h]``."""
+
+    def __init__(self, config: ModelConfig, keep_bf16: Collection[str] = ()) -> None:
+        super().__init__()
+        tp = config.tensor_model_parallel_size
+        ffn = config.ffn_hidden_size // tp
+        self.keep = frozenset(keep_bf16)
+        self.swiglu = config.swiglu
+        self.up = te.LayerNormLinear(config.hidden_size, (2 if config.swiglu else 1) * ffn, bias=False,
+                                     params_dtype=_BF16, device="cuda")
+        self.down = _linear(ffn, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with _precision("mlp_up", self.keep):
+            h = self.up(x)
+        h = _activate(h, self.swiglu)
+        with _precision("mlp_down", self.keep):
+            return self.down(h)
 
 
 class Experts(torch.nn.Module):
     """The MLP of a mixture-of-experts layer on one rank, input ``[s, b, h]``."""
 
-    def __init__(self, config: ModelConfig, routing: str) -> None:
+    #: Buffers (``register_buffer``): each routed row's token and top-k slot.
+    token_of_row: torch.Tensor
+    slot_of_row: torch.Tensor
+
+    def __init__(self, config: ModelConfig, routing: str, keep_bf16: Collection[str] = ()) -> None:
         super().__init__()
         tp = config.tensor_model_parallel_size
         h = config.hidden_size
         up = 2 if config.swiglu else 1
+        self.keep = frozenset(keep_bf16)
         ffn = config.expert_ffn_hidden_size // tp
         self.swiglu = config.swiglu
         self.topk = config.moe_router_topk
@@ -123,21 +211,35 @@ class Experts(torch.nn.Module):
         scores, _ = torch.topk(torch.softmax(logits.float(), dim=-1), self.topk, dim=-1)
         weight = scores[self.token_of_row, self.slot_of_row].to(x.dtype).unsqueeze(-1)
         routed = xn.index_select(0, self.token_of_row)
-        hidden = _activate(self.fc1(routed, self.splits), self.swiglu)
-        out = torch.zeros_like(xn).index_add_(0, self.token_of_row, self.fc2(hidden, self.splits) * weight)
+        with _precision("mlp_up", self.keep):
+            up = self.fc1(routed, self.splits)
+        hidden = _activate(up, self.swiglu)
+        with _precision("mlp_down", self.keep):
+            down = self.fc2(hidden, self.splits)
+        out = torch.zeros_like(xn).index_add_(0, self.token_of_row, down * weight)
         if self.shared_up is not None and self.shared_down is not None:
-            out = out + self.shared_down(_activate(self.shared_up(xn), self.swiglu))
+            with _precision("shared_up", self.keep):
+                shared = self.shared_up(xn)
+            with _precision("shared_down", self.keep):
+                shared = self.shared_down(_activate(shared, self.swiglu))
+            out = out + shared
         return out.view(s, b, h)
 
 
 class RankLayer(torch.nn.Module):
     """Attention and MLP with their residuals: one rank's layer of a MoE or MLA model."""
 
-    def __init__(self, config: ModelConfig, routing: str = "balanced") -> None:
+    def __init__(self, config: ModelConfig, routing: str = "balanced", *, keep_bf16: Collection[str] = (),
+                 parts: bool = False) -> None:
+        """``keep_bf16``: the projections (op ids) that run outside the recipe; ``parts``: build dense
+        attention and MLP from parts (:class:`PartsAttention`, :class:`PartsMLP`), which a plan that
+        splits them needs."""
         super().__init__()
         tp = config.tensor_model_parallel_size
         if config.is_mla:
-            self.attention: torch.nn.Module = LatentAttention(config)
+            self.attention: torch.nn.Module = LatentAttention(config, keep_bf16)
+        elif parts:
+            self.attention = PartsAttention(config, keep_bf16)
         else:
             self.attention = te.MultiheadAttention(
                 config.hidden_size, config.num_attention_heads // tp, kv_channels=config.head_dim,
@@ -145,7 +247,9 @@ class RankLayer(torch.nn.Module):
                 input_layernorm=True, fuse_qkv_params=True, bias=False, params_dtype=_BF16, device="cuda",
                 qkv_format="sbhd")
         if config.is_moe:
-            self.mlp: torch.nn.Module = Experts(config, routing)
+            self.mlp: torch.nn.Module = Experts(config, routing, keep_bf16)
+        elif parts:
+            self.mlp = PartsMLP(config, keep_bf16)
         else:
             self.mlp = te.LayerNormMLP(config.hidden_size, config.ffn_hidden_size // tp, bias=False,
                                        activation="swiglu" if config.swiglu else "gelu",

@@ -1,0 +1,127 @@
+"""Where each recipe's step goes, drawn and said: one stacked bar per recipe beside BF16, and the
+sentence that names the largest change.
+
+Why: "FP8 Current is slower" becomes "FP8 Current spends 2.1 ms more in quantization than it saves
+in GEMMs" only when the parts are side by side. The bars are the stored breakdowns
+(:mod:`gemm_bench.results.breakdown`) of the step cells of one group (one run: the parts of
+different recipes are compared only within it). Labels are measured, never cut: the label column
+is as wide as the longest recipe name, the legend wraps to the width. Pure: no matplotlib.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.report.figure_layout import Rect, Scene, Text, text_width
+from gemm_bench.report.figure_svg import to_svg
+from gemm_bench.report.figures import _PAGE_ROOT_ATTRS, _PAGE_STYLE
+from gemm_bench.results.kernel_kinds import DISPLAY, PARTS
+
+#: One colour per part (Okabe-Ito order, mid-tones that read on white and near-black); idle grey.
+PART_COLORS = {"gemm": "#0072B2", "quantization": "#D55E00", "attention": "#009E73", "elementwise": "#E69F00",
+               "optimizer": "#CC79A7", "other": "#F0E442", "idle": "#999999"}
+#: What the sentence says a part is, after "spends ... ms more".
+PART_WORDS = {"gemm": "in GEMMs", "quantization": "in quantization, casts, amax and transposes",
+              "attention": "in attention", "elementwise": "in normalization, activations and elementwise work",
+              "optimizer": "in the optimizer", "other": "in other kernels", "idle": "with the GPU idle"}
+WIDTH_PT = 380.0
+FONT_PT = 8.4
+BAR_PT = 14.0
+GAP_PT = 7.0
+PAD_PT = 6.0
+INK = "currentColor"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bar:
+    """One recipe's step: its label and its parts in ms (every part of :data:`PARTS`)."""
+
+    precision: str
+    step_ms: float
+    parts: Mapping[str, float]
+
+    @property
+    def label(self) -> str:
+        return PRECISIONS[self.precision].display
+
+
+def bars(cells: Sequence[Mapping[str, Any]], mode: str = "layer-graphed", routing: str = "balanced") -> list[Bar]:
+    """The bars of one step mode: each measured cell with a breakdown, BF16 first, in registry order."""
+    found = {c["precision"]: c for c in cells if c.get("mode") == mode and c.get("status") == "measured"
+             and c.get("routing", "balanced") == routing and isinstance(c.get("breakdown"), dict)}
+    order = [p for p in PRECISIONS if p in found]
+    return [Bar(p, found[p]["breakdown"]["step_ms"], found[p]["breakdown"]["parts_ms"]) for p in order]
+
+
+def largest_change(base: Bar, mine: Bar) -> str | None:
+    """The sentence: the part that grew most and the one that shrank most against BF16, and the
+    step's change; None when nothing moved by 0.01 ms."""
+    delta = {p: mine.parts[p] - base.parts[p] for p in PARTS}
+    up = max(delta, key=lambda p: delta[p])
+    down = min(delta, key=lambda p: delta[p])
+    step = mine.step_ms - base.step_ms
+    longer = "longer" if step > 0 else "shorter"
+    if delta[up] >= 0.01 and delta[down] <= -0.01:
+        return (f"{mine.label} spends {delta[up]:.2f} ms more {PART_WORDS[up]} than BF16 and "
+                f"{-delta[down]:.2f} ms less {PART_WORDS[down]}: its step is {abs(step):.2f} ms {longer}.")
+    if delta[up] >= 0.01:
+        return f"{mine.label} spends {delta[up]:.2f} ms more {PART_WORDS[up]} than BF16 and saves nowhere."
+    if delta[down] <= -0.01:
+        return (f"{mine.label} saves {-delta[down]:.2f} ms {PART_WORDS[down]} against BF16: "
+                f"its step is {abs(step):.2f} ms {longer}.")
+    return None
+
+
+def sentence(all_bars: Sequence[Bar]) -> str | None:
+    """One sentence per model: the recipe whose step differs most from BF16's, and why."""
+    base = next((b for b in all_bars if b.precision == BASELINE), None)
+    others = [b for b in all_bars if b.precision != BASELINE]
+    if base is None or not others:
+        return None
+    mine = max(others, key=lambda b: abs(b.step_ms - base.step_ms))
+    return largest_change(base, mine)
+
+
+def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> Scene:
+    """Stacked horizontal bars, recipe names at the left (full width), totals at the right, legend below."""
+    if not all_bars:
+        raise ValueError("no step with a breakdown to draw")
+    label_w = max(text_width(b.label, FONT_PT) for b in all_bars) + PAD_PT
+    totals = [f"{b.step_ms:.2f} ms" for b in all_bars]
+    total_w = max(text_width(t, FONT_PT) for t in totals) + PAD_PT
+    plot_w = width - label_w - total_w - PAD_PT
+    if plot_w < 60:
+        raise ValueError(f"{width} pt is too narrow for labels of {label_w:.0f} pt")
+    scale = plot_w / max(max(b.step_ms, sum(b.parts.values())) for b in all_bars)
+    items: list[Rect | Text] = []
+    y = PAD_PT
+    for bar, total in zip(all_bars, totals, strict=True):
+        items.append(Text(label_w - PAD_PT, y + BAR_PT * 0.7, bar.label, FONT_PT, INK, anchor="end"))
+        x = label_w
+        for part in PARTS:
+            w = bar.parts[part] * scale
+            if w > 0:
+                items.append(Rect(x, y, w, BAR_PT, PART_COLORS[part]))
+                x += w
+        items.append(Text(x + PAD_PT / 2, y + BAR_PT * 0.7, total, FONT_PT, INK))
+        y += BAR_PT + GAP_PT
+    # legend: swatch + name, wrapped to the width
+    y += GAP_PT
+    x, line_h = PAD_PT, FONT_PT * 1.6
+    for part in PARTS:
+        name = DISPLAY[part]
+        w = FONT_PT + 3 + text_width(name, FONT_PT) + 2 * PAD_PT
+        if x + w > width and x > PAD_PT:
+            x, y = PAD_PT, y + line_h
+        items.append(Rect(x, y, FONT_PT, FONT_PT, PART_COLORS[part]))
+        items.append(Text(x + FONT_PT + 3, y + FONT_PT * 0.85, name, FONT_PT, INK))
+        x += w
+    return Scene(width, y + line_h + PAD_PT, tuple(items))
+
+
+def svg(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> str:
+    """The figure as SVG whose ink follows the page (light and dark)."""
+    return to_svg(scene(all_bars, width), page_style=_PAGE_STYLE, root_attrs=_PAGE_ROOT_ATTRS).decode("utf-8")

@@ -1,0 +1,172 @@
+"""A precision plan: which projections to run in FP8 and which to keep in BF16, from measured GEMMs.
+
+Why: a reader who learns that some GEMMs lose in FP8 wants to know what a mixed plan gains.
+Transformer Engine runs a module in or out of the recipe (``te.autocast(enabled=False)`` around
+it), never one of its GEMMs alone: a ``te.Linear``'s Fprop, Dgrad and Wgrad share its precision. So
+the plan decides per projection (``qkv``, ``attn_out``, ``mlp_up``, ``mlp_down`` and the MoE / MLA
+equivalents of :data:`gemm_bench.question.shapes.OPS`), on the *sum* of its three autocast GEMMs:
+
+* the sum is what the step pays for that module in either precision, so a projection whose Fprop
+  loses (0.8x) and whose Wgrad wins (1.7x) is judged by what the three cost together, not by a vote;
+* its spread is :func:`gemm_bench.report.figures.ratio_spread` over the three cells' quartiles, as
+  the whole model's total is (a sum of quartiles: it widens the interval, never narrows it);
+* FP8 is kept only when **clearly** faster: :func:`clearly_faster`, the site's significance rule
+  (``gemm_benchmark.values.decide_fastest`` calls a precision faster than BF16 only when its spread
+  does not reach BF16's 1.0). Within the spread, BF16 stays: it is the simpler, more accurate choice.
+
+Autocast cells are the right input: each includes the quantization its GEMM's inputs need, as
+the step's modules pay it. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.question.shapes import OP_NAMES, OPS, PASSES
+from gemm_bench.report.figures import quartiles, ratio_spread
+from gemm_bench.report.report import Report
+
+MODE = "autocast"
+
+PLAN_RULE = ("per projection (a te.Linear's Fprop, Dgrad and Wgrad run in one precision): the FP8 recipe is kept "
+             "when BF16's summed autocast time of the three GEMMs over the recipe's is clearly above 1 — the "
+             "lower end of its spread (sum of BF16's first quartiles over the sum of the recipe's third "
+             "quartiles) above 1, the site's rule for 'faster than BF16'; otherwise the projection stays in BF16")
+
+
+def clearly_faster(value: float | None, low: float | None, high: float | None) -> bool:
+    """Whether a speedup vs BF16 is clearly (beyond its spread) above 1: the site's one rule.
+
+    The same test as ``decide_fastest``'s "does its spread overlap BF16's exact 1.0": a speedup
+    above 1 whose spread is unknown counts as clear there too."""
+    if value is None or not math.isfinite(value) or value <= 1.0:
+        return False
+    if low is None or high is None:
+        return True
+    return not (high >= 1.0 >= low)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProjectionVerdict:
+    """One projection's three GEMMs under a recipe against BF16."""
+
+    op: str
+    #: BF16's summed time over the recipe's; None with ``reason`` when not every GEMM was measured.
+    speedup: float | None
+    low: float | None
+    high: float | None
+    fp8: bool
+    reason: str = ""
+
+    @property
+    def name(self) -> str:
+        return OP_NAMES.get(self.op, self.op)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionPlan:
+    """Which projections of a layer run in ``precision`` (an FP8 recipe) and which stay in BF16."""
+
+    precision: str
+    verdicts: tuple[ProjectionVerdict, ...]
+
+    @property
+    def fp8_ops(self) -> tuple[str, ...]:
+        return tuple(v.op for v in self.verdicts if v.fp8)
+
+    @property
+    def bf16_ops(self) -> tuple[str, ...]:
+        return tuple(v.op for v in self.verdicts if not v.fp8)
+
+    @property
+    def complete(self) -> bool:
+        """Every projection decided from measured GEMMs (none kept in BF16 for want of a number)."""
+        return all(v.speedup is not None for v in self.verdicts)
+
+    @property
+    def kind(self) -> str:
+        """``all-fp8``, ``all-bf16`` (nothing extra to measure) or ``mixed``."""
+        if not self.bf16_ops:
+            return "all-fp8"
+        return "all-bf16" if not self.fp8_ops else "mixed"
+
+    def config(self) -> dict[str, Any]:
+        """The plan as a reader's configuration (stored in a result and shown on the site)."""
+        return {"recipe": self.precision, "fp8": list(self.fp8_ops), "keep_in_bf16": list(self.bf16_ops),
+                "kind": self.kind, "rule": PLAN_RULE,
+                "projections": [{"op": v.op, "speedup": _round(v.speedup), "low": _round(v.low),
+                                 "high": _round(v.high), "fp8": v.fp8, **({"reason": v.reason} if v.reason else {})}
+                                for v in self.verdicts]}
+
+    def sentence(self) -> str:
+        name = PRECISIONS[self.precision].display
+        if self.kind == "all-fp8":
+            return f"With {name}, every projection is clearly faster in FP8: the plan is the whole recipe."
+        if self.kind == "all-bf16":
+            return f"With {name}, no projection is clearly faster than in BF16: the plan is BF16 throughout."
+        kept = ", ".join(OP_NAMES.get(op, op) for op in self.bf16_ops)
+        return f"With {name}, the plan keeps {kept} in BF16 and runs the rest in FP8."
+
+    def snippet(self) -> str:
+        """Python a reader puts in a model: the modules of the kept projections run outside the recipe."""
+        if self.kind == "all-bf16":
+            return "# no te.autocast: every projection is faster (or no slower) in BF16\n"
+        lines = [f"recipe = {_recipe_expr(self.precision)}",
+                 "with te.autocast(enabled=True, recipe=recipe):"]
+        if self.kind == "all-fp8":
+            return "\n".join([*lines, "    y = layer(x)", ""])
+        lines.append("    ...")
+        for op in self.bf16_ops:
+            lines += [f"    with te.autocast(enabled=False):  # {OP_NAMES.get(op, op)} stays in BF16",
+                      f"        h = {op}(h)"]
+        return "\n".join([*lines, "    ...", ""])
+
+
+def _recipe_expr(precision: str) -> str:
+    return {"fp8-delayed": "recipe.DelayedScaling()", "fp8-current": "recipe.Float8CurrentScaling()",
+            "fp8-block": "recipe.Float8BlockScaling()", "mxfp8": "recipe.MXFP8BlockScaling()",
+            "nvfp4": "recipe.NVFP4BlockScaling()"}.get(precision, precision)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def projection_ops(report: Report) -> list[str]:
+    """The question's projections, in layer order."""
+    held = {g.op for g in report.gemms}
+    return [op for op in OPS if op in held]
+
+
+def verdict(report: Report, precision: str, op: str) -> ProjectionVerdict:
+    """One projection's verdict from the report's autocast cells (one run: :meth:`Report._speedup`)."""
+    gemms = [g for g in report.gemms if g.op == op and g.pass_ in PASSES]
+    value, reason = report._speedup(MODE, precision, gemms, f"{OP_NAMES.get(op, op)} (Fprop, Dgrad, Wgrad)")
+    if value is None:
+        return ProjectionVerdict(op, None, None, None, False, reason or "not measured")
+    base = [quartiles(report.cell(MODE, BASELINE, g).stats) for g in gemms]
+    mine = [quartiles(report.cell(MODE, precision, g).stats) for g in gemms]
+    low, high = ratio_spread(base, mine, value)
+    return ProjectionVerdict(op, value, low, high, clearly_faster(value, low, high))
+
+
+def make_plan(report: Report, precision: str) -> PrecisionPlan:
+    """The plan for one FP8 recipe from a result's autocast GEMMs (a projection not fully measured
+    stays in BF16, with the reason, and the plan is not :attr:`~PrecisionPlan.complete`)."""
+    if precision == BASELINE or precision not in PRECISIONS:
+        raise ValueError(f"a plan is made for a low-precision recipe, not {precision!r}")
+    if not projection_ops(report):
+        raise ValueError("a plan is made for a model's layer; this question has no projections (manual shapes)")
+    return PrecisionPlan(precision, tuple(verdict(report, precision, op) for op in projection_ops(report)))
+
+
+def plans(report: Report, precisions: Sequence[str] | None = None) -> list[PrecisionPlan]:
+    """A plan for each low-precision recipe of the report measured in autocast mode."""
+    wanted = report.precisions if precisions is None else precisions
+    if not projection_ops(report):
+        return []
+    return [make_plan(report, p) for p in wanted if p != BASELINE and report.status(MODE, p)[0] == "measured"]

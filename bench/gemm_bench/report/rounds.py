@@ -1,0 +1,40 @@
+"""How a result's timed groups ended: the rounds rule's outcome, in words, beside the rule.
+
+The stored rule (``provenance.method.rounds_rule``) says what each group aimed for: rounds until
+every region's median is known to ``target_ci``, capped at ``repetitions`` rounds or
+``max_group_s`` seconds. Most groups of the committed results stopped at a cap (``converged:
+false``), so the rule alone read as a promise the numbers did not keep. Every surface that prints
+the rule (a page's provenance line, ``gemm-bench report``) says with this one function how many
+groups reached the target and where the rest stopped. Pure: reads a result document only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def rounds_outcome(doc: Mapping[str, Any]) -> str:
+    """``"1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap"``, or ""
+    when the result stores no adaptive rule's outcome (fixed rounds, an earlier method)."""
+    method = (doc.get("provenance") or {}).get("method") or {}
+    groups = [g for g in doc.get("groups") or [] if isinstance(g, Mapping) and "converged" in g]
+    target = method.get("target_ci")
+    if not groups or not isinstance(target, (int, float)) or target <= 0:
+        return ""
+    reached = sum(1 for g in groups if g.get("converged") is True)
+    total = len(groups)
+    if reached == total:
+        return f"all {total} timed groups reached that {target:.1%}"
+    cap = method.get("repetitions")
+    at_cap = sum(1 for g in groups if g.get("converged") is not True and g.get("rounds") == cap)
+    by_time = total - reached - at_cap
+    ends = []
+    if at_cap:
+        ends.append(f"the {cap}-round cap" if not by_time else f"{at_cap} at the {cap}-round cap")
+    if by_time:
+        limit = method.get("max_group_s")
+        when = f"the {limit:g} s cap" if isinstance(limit, (int, float)) else "a time cap"
+        ends.append(when if not at_cap else f"{by_time} at {when}")
+    return (f"{reached} of {total} timed groups reached that {target:.1%}; the other {total - reached} "
+            f"stopped at {' and '.join(ends)}, their medians known less closely (each cell's stats hold its spread)")

@@ -1,0 +1,438 @@
+"""The summary's answer, computed apart from its nodes: what ``gemm-benchmark-summary`` says, as data.
+
+:mod:`.summary` (the directive) asks the cache, warns and builds nodes; everything it shows is
+decided here, from the same :class:`~gemm_bench.report.report.Report` objects and the same rule
+(:func:`.values.decide_fastest`) as the roles, as :mod:`.values` and :mod:`.records` serve the
+``gemm-benchmark`` directive: the models asked (:func:`summary_asks`), each GPU's panel (its answer
+sentence, the table's rows with ★ / ≈ and the cells without a number, the notes those point to),
+the SQNR-by-pass table, the ``:gains-less:`` claims and the steps that contradict their GEMMs.
+Nothing here builds a node, so a test can check the answer without a Sphinx build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gemm_bench.measure.step import ROUTING_NAMES, routings
+from gemm_bench.question.choices import split_list
+from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
+from gemm_bench.question.devices import device_label
+from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
+from gemm_bench.question.shapes import PASS_NAMES, PASSES
+from gemm_bench.report.report import Report
+from gemm_bench.results.accuracy_schema import ACCURACY_MODES
+from gemm_benchmark import answer_text
+from gemm_benchmark.options import OptionError, Request, parse_options
+from gemm_benchmark.values import (
+    SAME,
+    Fastest,
+    Point,
+    absent_status,
+    clearly_less,
+    decide_fastest,
+    format_speedup,
+    overlaps,
+    step_absence,
+    step_points,
+    total_points,
+    unavailable_text,
+)
+
+#: What ``:show:`` may list: the per-model tables, the figure, and SQNR once per recipe and pass.
+SHOW_PARTS = ("table", "figure", "sqnr")
+MODE_ROW_NAMES = {"autocast": "Autocast GEMMs", "prequant": "Pre-quantized GEMMs"}
+
+
+# ------------------------------------------------------------------------------ the models asked
+@dataclasses.dataclass(frozen=True)
+class ModelAsk:
+    label: str
+    request: Request
+    preset: str
+    tp: int | None
+    ep: int | None = None
+
+    @property
+    def entry(self) -> str:
+        """The model as ``:models:`` names it (``PRESET``, ``PRESET/tpN``, ``PRESET/epN``, ``PRESET/tpN/epM``)."""
+        return self.preset + (f"/tp{self.tp}" if self.tp else "") + (f"/ep{self.ep}" if self.ep else "")
+
+    @property
+    def command(self) -> str:
+        """The command that measures this model on a GPU box."""
+        tp = f" --tensor-model-parallel-size {self.tp}" if self.tp and self.tp > 1 else ""
+        ep = f" --expert-model-parallel-size {self.ep}" if self.ep and self.ep > 1 else ""
+        return f"gemm-bench run --model {self.preset}{tp}{ep}"
+
+
+def model_label(preset: str, tp: int | None, ep: int | None = None) -> str:
+    name = PRESET_DESCRIPTIONS.get(preset, preset).split(":")[0].split(" (")[0]  # the name, not its shape
+    parallel = [f"TP {tp}"] if tp and tp > 1 else []
+    parallel += [f"EP {ep}"] if ep and ep > 1 else []
+    return f"{name} ({', '.join(parallel)})" if parallel else name
+
+
+def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> list[ModelAsk]:
+    """The questions a summary asks, one per ``:models:`` entry, through the directive's own parser.
+
+    ``gemm-bench refresh`` calls this too, so a summary's models are measured like any directive's.
+    """
+    models = split_list(options.get("models", "") or "")
+    if not models:
+        raise OptionError("models", "needs at least one model preset (e.g. te-guide-5b, llama3-70b/tp8)")
+    shared = {k: options[k] for k in ("precisions", "modes", "devices") if (options.get(k) or "").strip()}
+    asks = []
+    for entry in models:
+        try:  # the one parser of model ids (gemm-bench --model takes them too); refuses /tp0 and /ep0
+            model_id = parse_model_id(entry)
+        except ConfigError as exc:
+            raise OptionError("models", exc.rule) from None
+        fields = {"model": model_id.preset, **shared}
+        tp, ep = model_id.tp, model_id.ep
+        if tp:
+            fields["tensor-model-parallel-size"] = str(tp)
+        if ep:
+            fields["expert-model-parallel-size"] = str(ep)
+        request = parse_options(fields, srcdir=srcdir, docdir=docdir, modes_known=ALL_MODES)
+        if not any(p != BASELINE for p in request.precisions):
+            raise OptionError("precisions", "the summary shows speedups vs BF16: name at least one precision "
+                              "besides BF16", subtype="precisions")
+        asks.append(ModelAsk(model_label(model_id.preset, tp, ep) if len(models) > 1 else "", request,
+                             model_id.preset, tp, ep))
+    return asks
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One ``:gains-less:`` item: ``left < right`` (left gains clearly less everywhere both are
+    measured) or ``left ~ right`` (somewhere, on a GPU and a precision, the two are not told apart)."""
+
+    left: str
+    relation: str
+    right: str
+
+
+def gains_less_claims(text: str, entries: Sequence[str]) -> list[Claim]:
+    """``:gains-less: A < B, C ~ D``: the comparisons a page's prose makes between its models, in a
+    form the build checks (each side one of ``:models:``'s entries)."""
+    claims = []
+    for item in (part.strip() for part in (text or "").split(",")):
+        if not item:
+            continue
+        found = re.fullmatch(r"(?P<left>[^<~]*)(?P<rel>[<~])(?P<right>[^<~]*)", item)
+        left, right = (found["left"].strip(), found["right"].strip()) if found else ("", "")
+        if not found or not left or not right:
+            raise OptionError("gains-less", f"{item!r} is not MODEL < MODEL or MODEL ~ MODEL")
+        for side in (left, right):
+            if side not in entries:
+                raise OptionError("gains-less", f"{side!r} is not one of :models: ({', '.join(entries)})")
+        claims.append(Claim(left, found["rel"], right))
+    return claims
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """One model's result on one GPU, as the summary reads it: what :func:`claim_problems` and
+    :func:`panel` need of an :class:`~.execution.DeviceAnswer`."""
+
+    device: str
+    doc: Mapping[str, Any]
+    reports: Mapping[str, Report]
+    #: ``fresh``, ``stale``, ``missing`` (and why, for the last two).
+    status: str = "fresh"
+    reason: str = ""
+
+
+def claim_problems(claims: Sequence[Claim], results: Mapping[str, Sequence[Measured]], precisions: Sequence[str],
+                   mode: str) -> list[str]:
+    """Each claim that the measurements do not support, in words (empty when every claim holds).
+
+    ``A < B`` must hold, with :func:`.values.clearly_less` (the spreads apart, the same rule as the
+    ★ and the prose check), on every GPU both models have a result of and every precision both
+    measured; ``A ~ B`` needs one such GPU and precision where the two overlap."""
+    problems = []
+    for claim in claims:
+        theirs = {d.device: d for d in results.get(claim.right, ())}
+        pairs: list[tuple[str, str, Point, Point]] = []
+        for mine in results.get(claim.left, ()):
+            other = theirs.get(mine.device)
+            if other is None or mode not in mine.reports or mode not in other.reports:
+                continue
+            ours = total_points(mine.reports[mode], mode, precisions)
+            others = total_points(other.reports[mode], mode, precisions)
+            gpu = device_label(mine.device)
+            pairs += [(gpu, p, ours[p], others[p]) for p in precisions if p != BASELINE and p in ours and p in others]
+        if claim.relation == "<":
+            for gpu, p, a, b in pairs:
+                if not clearly_less(a, b):
+                    how = "within each other's measured spread" if overlaps(a, b) else "not less"
+                    problems.append(f":gains-less: {claim.left} < {claim.right} does not hold on {gpu} with "
+                                    f"{PRECISIONS[p].display} ({MODE_NAMES[mode]}): {_spread(a)} against "
+                                    f"{_spread(b)}, {how}")
+        elif pairs and not any(overlaps(a, b) for _, _, a, b in pairs):
+            problems.append(f":gains-less: {claim.left} ~ {claim.right} does not hold: on every GPU and precision "
+                            f"({MODE_NAMES[mode]}) the two are apart, e.g. {_spread(pairs[0][2])} against "
+                            f"{_spread(pairs[0][3])}")
+    return problems
+
+
+def _spread(point: Point) -> str:
+    if point.low is None or point.high is None:
+        return f"{point.value:.2f}x"
+    return f"{point.value:.2f}x [{point.low:.2f}-{point.high:.2f}]"
+
+
+def step_problems(measured: Measured) -> list[str]:
+    """The steps of one result that contradict their GEMMs (the summary shows every step it holds)."""
+    if not measured.doc.get("layer"):
+        return []
+    report = Report(dict(measured.doc), modes=["autocast", *LAYER_MODES])
+    return report.step_contradictions()
+
+
+# ------------------------------------------------------------------------------ precisions shown
+def unsupported_everywhere(precisions: Sequence[str], docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The precisions that every shown result reports unsupported (none when nothing is shown), with
+    the reason (the first result's, as TE gave it)."""
+    if not docs:
+        return {}
+    out = {}
+    for p in precisions:
+        verdicts = [(doc.get("support") or {}).get(p) for doc in docs]
+        if all(isinstance(v, Mapping) and v.get("available") is False for v in verdicts):
+            out[p] = str(verdicts[0].get("reason", ""))  # type: ignore[union-attr]
+    return out
+
+
+def collapsed_notes(collapsed: Mapping[str, str]) -> list[str]:
+    """One line per distinct reason: "MXFP8, NVFP4: not measured on any GPU shown (unsupported: ...)"."""
+    by_reason: dict[str, list[str]] = {}
+    for p, why in collapsed.items():
+        by_reason.setdefault(why, []).append(PRECISIONS[p].display)
+    return [f"{', '.join(names)}: not measured on any GPU shown ({unavailable_text('unsupported', why)})."
+            for why, names in by_reason.items()]
+
+
+# ------------------------------------------------------------------------------ one GPU's panel
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """One cell of a summary table, as data (the directive turns it into a table entry)."""
+
+    text: str
+    strong: bool = False
+    classes: tuple[str, ...] = ()
+    tooltip: str = ""
+    morecols: int = 0
+
+
+class Table:
+    """The summary's rows, each exactly as wide as the header: no row of another width can be built.
+
+    A row of the wrong width (a span of ``-1`` columns when a summary shows no precision besides
+    BF16) made docutils' writers fail; every row goes through :meth:`row`, which refuses one.
+    """
+
+    def __init__(self, head: str, columns: Sequence[str]) -> None:
+        self.header = [Shown(head), *(Shown(c) for c in columns)]
+        self.width = len(self.header)
+        if self.width < 2:
+            raise ValueError("a summary table needs a column besides its row heads")
+        self.rows: list[list[Shown]] = []
+
+    def row(self, cells: Sequence[Shown]) -> None:
+        width = sum(1 + c.morecols for c in cells)
+        if width != self.width or any(c.morecols < 0 for c in cells):
+            raise ValueError(f"a summary row of {width} columns in a table of {self.width} columns")
+        self.rows.append(list(cells))
+
+    def span(self, head: Shown, cell: Shown) -> None:
+        """A row whose one cell spans every column after the head."""
+        self.row([head, dataclasses.replace(cell, morecols=self.width - 2)])
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One model on one GPU: notices (a stale result), the answer sentence, the table and its notes."""
+
+    notices: tuple[tuple[str, str], ...]  # (text, its class)
+    sentence: answer_text.Sentence | None
+    table: Table
+    title: str
+    notes: tuple[str, ...]
+    routing_note: str
+
+
+def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
+          precisions: Sequence[str], *, accuracy_row: bool,
+          loss_parity: Mapping[str, Any] | None = None) -> Panel:
+    """One GPU's answer for one model: the sentence, then the table (rows: what is timed; columns:
+    precisions), then the notes its cells without a number point to. ``label`` names the model in the
+    sentence (a summary of several models), ``model`` in the table's title."""
+    gpu = device_label(measured.device)
+    notices: list[tuple[str, str]] = []
+    stale = measured.status in ("stale", "missing")
+    if stale:
+        # As text, not hover-only: a phone reader sees why these numbers may be out of date.
+        notices.append((f"This {gpu} result is {measured.status}: {measured.reason}. A GPU run of gemm-bench "
+                        "refresh re-measures it (see the freshness page).", f"gemm-{measured.status}"))
+    # The step rows are the ones the summary's modes ask for (graphed first), else both forms.
+    step_modes = sorted(steps, key=lambda m: m != LAYER_MODES[1]) or (
+        [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and measured.doc.get("layer") else [])
+    sentence = None
+    if gemm_mode:
+        sentence = answer_text.answer(measured.reports[gemm_mode], gemm_mode, precisions, device=gpu,
+                                      model=label, step_modes=step_modes, loss_parity=loss_parity)
+    notes = answer_text.Notes()
+    table = Table("What is timed", [PRECISIONS[p].display for p in precisions])
+    for mode in per_gemm:
+        table.row(mode_row(measured.reports[mode], mode, precisions, gpu, notes))
+    for mode in step_modes:
+        table.row(step_row(measured.reports[gemm_mode or mode], precisions, gpu, notes,
+                           graphed=mode == LAYER_MODES[1]))
+    config = measured.reports[gemm_mode or step_modes[0]].config if (gemm_mode or step_modes) else None
+    skewed = bool(step_modes) and config is not None and "skewed" in routings(config)
+    if skewed:  # a mixture of experts: the same step with the skewed routing the page names
+        table.row(step_row(measured.reports[gemm_mode or step_modes[0]], precisions, gpu, notes,
+                           graphed=step_modes[0] == LAYER_MODES[1], routing="skewed"))
+    if gemm_mode in ACCURACY_MODES and measured.doc.get("accuracy") and accuracy_row:
+        table.row(sqnr_row(measured.reports[gemm_mode], gemm_mode, precisions, gpu, notes))
+    status = f" ({measured.status}: see the freshness page)" if stale else ""
+    title = (f"Speedup vs BF16, {model} on the {gpu}{status}: ★ fastest, ≈ within the fastest's measured spread; "
+             "tap a number for its source")
+    routing_note = (f"Training step, skewed routing: the same step with {ROUTING_NAMES['skewed']}; the other rows "
+                    f"use {ROUTING_NAMES['balanced']}. The answer above is about the balanced step." if skewed else "")
+    return Panel(tuple(notices), sentence, table, title, tuple(notes.lines()), routing_note)
+
+
+def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, notes: answer_text.Notes) -> list[Shown]:
+    """The whole model's GEMM speedups in one mode (autocast or pre-quantized), ★ and ≈ by the one rule."""
+    points = total_points(report, mode, precisions)
+    verdict = decide_fastest(points)
+    row = [head(MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
+    for p in precisions:
+        total = report.total(mode, p)
+        source = f"{PRECISIONS[p].display}, {MODE_NAMES[mode]}, {gpu}"
+        if p in points:
+            point = points[p]
+            range_text = (f" (spread {point.low:.2f}–{point.high:.2f}×)"
+                          if point.low is not None and point.high is not None else "")
+            row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16{range_text}, whole model "
+                                  f"({report.num_layers} layers): {source}"))
+        else:
+            status, reason = absent_status(p, mode, total.status if total.status != "measured" else "",
+                                           total.reason or total.speedup_reason)
+            row.append(absent_cell(status, reason, source, notes, explain=total.reason if status == SAME else ""))
+    return row
+
+
+def step_row(report: Report, precisions: Sequence[str], gpu: str, notes: answer_text.Notes, *, graphed: bool = True,
+             routing: str = "balanced") -> list[Shown]:
+    """The training step's speedup (CUDA-graphed or eager) per precision; a step whose BF16 step
+    failed reads failed, as its own failure would."""
+    name = "Training step" if graphed else "Training step, eager"
+    if routing != "balanced":
+        name = f"{name}, {routing} routing"
+    points = step_points(report, precisions, graphed=graphed, routing=routing)
+    verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈
+    row = [head(name, verdict)]
+    for p in precisions:
+        source = f"{PRECISIONS[p].display}, {gpu}"
+        if p in points:
+            point = points[p]
+            row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16 "
+                                  f"(spread {point.low:.2f}–{point.high:.2f}×) for the whole layer step"
+                                  f"{'' if graphed else ', eager'}: {source}"))
+            continue
+        status, reason = step_absence(report, p, graphed=graphed, routing=routing)
+        row.append(absent_cell(status, reason, f"{source}, {name.lower()}", notes))
+    return row
+
+
+def sqnr_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, notes: answer_text.Notes) -> list[Shown]:
+    """The accuracy: SQNR of the least accurate GEMM, per precision."""
+    row = [head("Least SQNR, dB", None)]
+    for p in precisions:
+        source = f"{PRECISIONS[p].display}, {gpu}"
+        sqnr = report.sqnr(mode, p)
+        if sqnr is not None:
+            row.append(Shown(f"{sqnr:.1f}", classes=("gemm-num",),
+                             tooltip=f"{sqnr:.2f} dB, the layer's least accurate GEMM: {source}"))
+        else:
+            row.append(absent_cell("", report.sqnr_reason(mode, p), f"{source}, SQNR", notes))
+    return row
+
+
+def head(what: str, verdict: Fastest | None) -> Shown:
+    """A row's first cell: what is timed, and "fastest: BF16" when no precision is clearly faster."""
+    return Shown(what + (" · fastest: BF16" if verdict is not None and verdict.starred is None else ""), strong=True)
+
+
+def speed_cell(point: Point, verdict: Fastest | None, precision: str, tooltip: str) -> Shown:
+    """A speedup cell: ★ on the answer, ≈ on one within the answer's measured spread (with why)."""
+    star = verdict is not None and precision == verdict.starred
+    tied = verdict is not None and precision in verdict.tied
+    why = ""
+    if tied and verdict is not None and verdict.answer == BASELINE:
+        why = "; within the measured spread of BF16: not significantly faster"
+    elif tied and verdict is not None:
+        why = (f"; within the measured spread of the fastest ({PRECISIONS[verdict.answer].display}): "
+               "not significantly slower")
+    text = format_speedup(point.value) + (" ★" if star else " ≈" if tied else "")
+    classes = ("gemm-num", *(("gemm-fastest",) if star else ("gemm-tie",) if tied else ()))
+    return Shown(text, strong=star, classes=classes, tooltip=tooltip + why)
+
+
+def absent_cell(status: str, reason: str, source: str, notes: answer_text.Notes, *, explain: str = "") -> Shown:
+    """A cell without a number: "failed", "same as FP8 Current" or "n/a", with a note mark; the reason
+    is a numbered note under the table (text a phone reader can read, not hover-only), so a failed
+    cell never reads as unsupported, and FP8 Delayed's pre-quantized GEMM (FP8 Current's GEMM) never
+    as unsupported. ``explain``: why a "same as" cell is the other precision's."""
+    full = unavailable_text(status, reason, limit=10_000)
+    word = "failed" if status == "failed" else full if status == SAME else "n/a"
+    precision_only = status in ("unsupported", SAME)  # true of the precision on this GPU, not of one cell
+    note = f"{source.split(',')[0] if precision_only else source}: {full}" + (f" ({explain})" if explain else "")
+    mark = notes.mark(note)
+    classes = ("gemm-num", "gemm-na", *((f"gemm-{status}",) if status else ()))
+    return Shown(f"{word}{mark}", classes=classes, tooltip=f"{source}: {full}" + (f" ({explain})" if explain else ""))
+
+
+# ------------------------------------------------------------------------------ SQNR once per pass
+@dataclasses.dataclass(frozen=True)
+class SqnrSection:
+    """SQNR once per recipe and pass over every model and GPU shown; ``table`` None when none is measured."""
+
+    table: Table | None
+    title: str
+    text: str
+
+
+def sqnr_section(reports: Sequence[Report], models: int, mode: str, precisions: Sequence[str]) -> SqnrSection:
+    """Each model's least accurate GEMM of each pass, as a range over every model and GPU shown (one
+    number where they agree to the shown digit)."""
+    shown = [BASELINE, *precisions]
+    ranges = answer_text.sqnr_by_pass(reports, mode, shown)
+    if not ranges:
+        return SqnrSection(None, "", "No SQNR is measured in these results yet.")
+    table = Table("Pass", [PRECISIONS[p].display for p in shown])
+    for pass_ in PASSES:
+        name = PASS_NAMES[pass_]
+        row = [Shown(name, strong=True)]
+        for p in shown:
+            cell = ranges.get((p, pass_))
+            row.append(Shown(cell.text, classes=("gemm-num",),
+                             tooltip=f"{PRECISIONS[p].display}, {name}: least SQNR of the pass's GEMMs, "
+                                     f"{cell.low:.2f} to {cell.high:.2f} dB over {cell.count} results")
+                       if cell else Shown("n/a", classes=("gemm-num", "gemm-na")))
+        table.row(row)
+    width = max(r.high - r.low for r in ranges.values())
+    count = max(r.count for r in ranges.values())
+    title = (f"SQNR in dB per recipe and pass ({MODE_NAMES[mode].lower()}, Gaussian inputs), the least "
+             f"accurate GEMM of each pass over {models} model{'s' if models != 1 else ''} and {count} results")
+    text = (f"Every result's value lies within {width:.1f} dB of the others' for the same recipe and pass: "
+            "the inputs are synthetic and the same for every model, so this table is shown once rather than "
+            "per model." if count > 1 else "One result: a range needs several.")
+    return SqnrSection(table, title, text)

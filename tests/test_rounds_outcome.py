@@ -1,0 +1,55 @@
+"""The rounds rule's outcome is stated beside the rule (issue 35 item 1).
+
+Every page's provenance said each group timed "until every region's median was known to 1.0%"
+while 358 of the 450 committed groups stopped at the 40-round cap (``converged: false``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gemm_bench.report.report import Report
+from gemm_bench.report.rounds import rounds_outcome
+
+CACHE = Path(__file__).parent.parent / "docs" / "_gemm_cache"
+METHOD = {"target_ci": 0.01, "repetitions": 40, "max_group_s": 10.0}
+
+
+def _doc(groups: list[dict]) -> dict:
+    return {"provenance": {"method": METHOD}, "groups": groups}
+
+
+def test_the_outcome_counts_groups_and_names_each_cap():
+    assert rounds_outcome(_doc([{"converged": True, "rounds": 12}] * 3)) == "all 3 timed groups reached that 1.0%"
+    capped = rounds_outcome(_doc([{"converged": True, "rounds": 12}, {"converged": False, "rounds": 40}]))
+    assert capped.startswith("1 of 2 timed groups reached that 1.0%; the other 1 stopped at the 40-round cap")
+    both = rounds_outcome(_doc([{"converged": False, "rounds": 40}, {"converged": False, "rounds": 23}]))
+    assert "0 of 2" in both and "1 at the 40-round cap and 1 at the 10 s cap" in both
+
+
+def test_no_outcome_without_an_adaptive_rule():
+    assert rounds_outcome({"provenance": {"method": {"repetitions": 40}}, "groups": [{"rounds": 40}]}) == ""
+    assert rounds_outcome({"provenance": {"method": METHOD}}) == ""
+
+
+def test_every_committed_result_states_its_outcome():
+    """Before: no surface said that most groups stopped at the cap."""
+    reached = total = 0
+    for path in sorted(CACHE.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = rounds_outcome(doc)
+        groups = doc["groups"]
+        n = sum(1 for g in groups if g["converged"])
+        reached, total = reached + n, total + len(groups)
+        assert text.startswith(f"{n} of {len(groups)} timed groups" if n < len(groups) else "all"), path.name
+        assert f"rounds: {text}" in Report(doc).to_text().splitlines(), path.name
+    assert reached < total  # the committed cache holds capped groups: the sentence is needed
+
+
+def test_report_explains_power_above_the_limit():
+    doc = json.loads(next(CACHE.glob("2160d33ec54a347e--h100*.json")).read_text(encoding="utf-8"))
+    lines = Report(doc).to_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("telemetry:"))
+    assert "board power up to" in lines[at]
+    assert lines[at + 1].strip().startswith("power samples are instantaneous: the 700 W limit holds on average")
