@@ -90,9 +90,17 @@ def _path_outside(session: nox.Session) -> str:
 def tests(session: nox.Session) -> None:
     """The CPU test-suite, with PyTorch's CPU build (the ``test-torch`` extra: pinned to the wheel on
     disk, see pyproject.toml), so the loss-parity trainer trains a tiny model for a few steps; GPU
-    tests skip (no CUDA, no Transformer Engine)."""
+    tests skip (no CUDA, no Transformer Engine).
+
+    In parallel: one pytest-xdist worker per CPU core (``-n auto``), tests handed out as workers
+    free up (``--dist worksteal``: the suite's longest tests, fuzzers and multi-process refreshes,
+    otherwise pile up at the end of one worker). ``nox -s tests -- -n 0`` runs serially; arguments
+    after ``--`` come last, so they win. Every test is xdist-safe: temporary directories per worker
+    (or shared on purpose under a file lock, tests/site_build.py), ports chosen by the OS, no cwd or
+    environment changes outside ``monkeypatch``.
+    """
     session.install("-e", ".[docs,test,test-torch]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs)
 
 
 @nox.session

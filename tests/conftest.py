@@ -1,4 +1,6 @@
-"""Shared fixtures: Sphinx's test fixtures, the test roots, result documents, GPU gating.
+"""Shared fixtures: Sphinx's test fixtures, the test roots, result documents, GPU gating, and the
+real site's build and refresh's reading of a site, each done once per test run (``docs_site``,
+``shared_site_reads``; tests/site_build.py).
 
 Extension tests build tiny projects from ``tests/roots/test-<name>/`` with Sphinx's own fixtures;
 each test passes a unique ``srcdir`` so the project is copied into a temporary directory and
@@ -27,6 +29,33 @@ H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
 @pytest.fixture(scope="session")
 def rootdir() -> Path:
     return TESTS / "roots"
+
+
+@pytest.fixture(scope="session")
+def docs_site(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The real site built once per test run from the committed cache (:func:`tests.site_build.shared_docs_build`),
+    shared by every module and xdist worker: read it, never write into it."""
+    from tests.site_build import shared_docs_build
+
+    return shared_docs_build(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def _site_reads(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from gemm_bench.cli import refresh
+    from tests.site_build import SiteReads, run_root
+
+    return SiteReads(run_root(tmp_path_factory) / "site-reads", refresh.read_site)
+
+
+@pytest.fixture
+def shared_site_reads(_site_reads: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``gemm-bench refresh`` reads each distinct site once per test run (:class:`tests.site_build.SiteReads`):
+    for tests that refresh copies of the same pages. ``read_site`` called by name from a test still reads."""
+    from gemm_bench.cli import refresh
+
+    monkeypatch.setattr(refresh, "read_site", _site_reads)
+    return _site_reads
 
 
 def cuda_available() -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import signal
 from typing import Any
 
 from gemm_bench.question.question import Question, build_question
@@ -79,3 +80,17 @@ def near(expected: float) -> object:
     import pytest
 
     return pytest.approx(expected, rel=5e-3)
+
+
+def default_ctrl_c() -> None:
+    """``preexec_fn`` for a child process that a test interrupts with SIGINT: Ctrl-C's default action.
+
+    A shell starts a background job (``pytest ... &`` without job control, ``nohup``, some CI
+    runners) with SIGINT ignored, and an ignored signal stays ignored through ``fork`` and ``exec``:
+    Python then installs no KeyboardInterrupt handler, so the child never notices the test's SIGINT
+    and the test hangs. Reset here, in the child before ``exec``, it starts as it would from a
+    terminal. (Also unblocked: a blocked SIGINT is inherited the same way.) Call Popen from the main
+    thread: ``signal.signal`` works only there.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

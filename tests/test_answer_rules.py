@@ -280,7 +280,7 @@ def test_the_answer_says_what_the_loss_parity_study_found_linked(project: Projec
     band = schema.seed_band(data["data"])
     assert isinstance(band, schema.SeedBand)
     words = "within" if band.holds(delta) else "beyond"
-    assert (f"In the loss-parity study on this GPU, {PRECISIONS[chosen.answer].display} trained {words} "
+    assert (f"In the loss-parity study, {PRECISIONS[chosen.answer].display} trained {words} "
             "BF16") in sentence.replace("’", "'"), sentence
     assert f"{delta:+.4f}" in sentence
     link = para.select_one("a")

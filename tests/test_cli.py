@@ -320,62 +320,6 @@ def test_timer_settings_refuse_what_would_hang_or_lie(fields: dict[str, Any], fi
     assert info.value.field == field
 
 
-class FakeCudaEvent:
-    """A CUDA event on a fake clock that advances 0.5 ms per recorded event."""
-
-    clock: ClassVar[list[float]] = [0.0]
-
-    def __init__(self, enable_timing: bool) -> None:
-        self.at = 0.0
-
-    def record(self) -> None:
-        FakeCudaEvent.clock[0] += 0.5
-        self.at = FakeCudaEvent.clock[0]
-
-    def elapsed_time(self, end: FakeCudaEvent) -> float:
-        return end.at - self.at
-
-
-@pytest.fixture
-def fake_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=FakeCudaEvent, synchronize=lambda: None))
-    monkeypatch.setitem(sys.modules, "torch", torch)
-
-
-class PhaseLog:
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Any:
-        self.names.append(name)
-        yield
-
-
-@pytest.mark.usefixtures("fake_torch")
-@pytest.mark.parametrize(("repetitions", "per_launch_s", "cap_s", "expected"),
-                         [(3, 0.0, 20.0, 3), (40, 0.0, 20.0, 40), (3, 0.01, 0.02, 3), (40, 0.01, 0.05, 10)])
-def test_the_interleaver_times_the_rounds_the_settings_allow(repetitions: int, per_launch_s: float, cap_s: float,
-                                                             expected: int) -> None:
-    """Interleaver's own loop on CPU (fake CUDA events): the sample count is the rounds that ran."""
-    import time
-
-    from gemm_bench.measure.timing import Interleaver
-
-    def competitor(mark: Callable[[str, str], None]) -> None:
-        mark("main", "start")
-        time.sleep(per_launch_s)
-        mark("main", "end")
-
-    s = TimerSettings(repetitions=repetitions, warmup_s=0.0, spinup_s=0.0, l2_flush=False, max_group_s=cap_s,
-                      graphs=False, target_ci=0.0)
-    phases = PhaseLog()
-    result = Interleaver(s, phases=phases).run({"a": competitor, "b": competitor}).samples
-    assert {name: len(r["main"].ms) for name, r in result.items()} == {"a": expected, "b": expected}
-    assert result["a"]["main"].to_stats()["n"] == expected
-    assert phases.names == ["spin-up", "warm-up", "timed rounds"]
-
-
 def test_few_samples_get_honest_quantiles() -> None:
     from gemm_bench.measure.timing import Samples
 

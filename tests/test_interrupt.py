@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from gemm_bench.results.cache import Cache, read_document
-from tests.helpers import synthetic_document
+from tests.helpers import default_ctrl_c, synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,8 @@ def test_killed_writers_never_leave_a_half_file(tmp_path: Path) -> None:
             break
         sig = signal.SIGKILL if trial % 2 else signal.SIGINT
         proc = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT), cache=str(tmp_path))],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                preexec_fn=default_ctrl_c)
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.0, 0.3) if trial < 25 else 2.0)
         proc.send_signal(sig)

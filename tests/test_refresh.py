@@ -36,8 +36,11 @@ from gemm_bench.results.cache import Cache, read_document
 from gemm_bench.results.schema import METHOD_VERSION
 from gemm_bench.results.stack import document_stack
 from tests.fake_gpu import DEVICE_NAME, REPO, fake_measure
+from tests.helpers import default_ctrl_c
 
 DOCS = REPO / "docs"
+#: Each distinct site is read once per test run (conftest.py): these tests refresh copies of the same pages.
+pytestmark = pytest.mark.usefixtures("shared_site_reads")
 H100 = [GpuSlot(0, DEVICE_NAME, "GPU-fake-0")]
 TWO_H100 = [GpuSlot(0, DEVICE_NAME, "GPU-fake-0"), GpuSlot(1, DEVICE_NAME, "GPU-fake-1")]
 
@@ -461,7 +464,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, cal
     if swallowed:
         env["FAKE_GPU_SWALLOW"] = "1"
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_ctrl_c)
     deadline = time.monotonic() + 60
     while not list(calls.glob("hang.*")) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -26,7 +26,7 @@ from typing import Any
 from gemm_bench.question.question import build_question
 from gemm_bench.results.cache import Cache, dumps, read_document
 from gemm_bench.results.schema import merge_documents
-from tests.helpers import synthetic_document
+from tests.helpers import default_ctrl_c, synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
 PRELUDE = f"import sys, time\nsys.path.insert(0, {str(ROOT)!r})\n"
@@ -57,7 +57,7 @@ for i in itertools.count():
 
 def _python(code: str, **kwargs: Any) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.PIPE, text=True, cwd=ROOT, **kwargs)
+                            stdin=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=default_ctrl_c, **kwargs)
 
 
 def test_killed_refresh_leaves_exactly_the_old_or_the_new_file(tmp_path: Path) -> None:

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup, Tag
 
-from tests.site_build import BuiltSite, build_docs
+from tests.site_build import BuiltSite, shared_docs_build
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> BuiltSite:
-    return build_docs(tmp_path_factory.mktemp("site-claims"))
+    return shared_docs_build(tmp_path_factory)
 
 
 # ------------------------------------------------------------------------------ reading a page

@@ -5,17 +5,20 @@ Python work (TE's host overhead) is longer than its kernels makes the GPU wait i
 on the real H100. The tests check the method's promises: graph replays time the kernels (and the
 small gaps a graph has), eager rounds keep the host-inclusive time beside them, rounds stop once
 the median is known, a region that cannot be captured fails alone, and the cross-check's kernel
-time is the kernels' sum.
+time is the kernels' sum. Issue 34's decisions: eager rounds are a fixed count with no confidence
+target, and a warm-up round longer than the warm-up time is not repeated.
 """
 
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from gemm_bench.measure import phases
 from gemm_bench.measure.timing import (
     GraphCaptureError,
     Interleaver,
@@ -230,6 +233,7 @@ def test_the_confidence_interval_of_the_median() -> None:
 @pytest.mark.parametrize(("changes", "field"), [
     ({"eager_repetitions": -1}, "eager_repetitions"), ({"eager_repetitions": True}, "eager_repetitions"),
     ({"target_ci": float("nan")}, "target_ci"), ({"target_ci": 1.0}, "target_ci"), ({"graphs": "yes"}, "graphs"),
+    ({"graphs": False, "eager_repetitions": 0}, "eager_repetitions"),
 ])
 def test_new_settings_are_validated(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(TimerSettingsError) as info:
@@ -240,6 +244,142 @@ def test_new_settings_are_validated(changes: dict[str, Any], field: str) -> None
 def test_the_method_says_what_is_published() -> None:
     assert "CUDA graph" in TimerSettings().method()["timed"] and TimerSettings().method()["graphs"] is True
     eager = TimerSettings(graphs=False).method()
-    assert eager["graphs"] is False and eager["eager_repetitions"] == 0 and "eager" in eager["timed"]
+    assert eager["graphs"] is False and eager["eager_repetitions"] == 10 and "eager" in eager["timed"]
+    assert eager["rounds_rule"].startswith("each group timed exactly 10 eager rounds, with no confidence target")
     exact = TimerSettings(repetitions=3, target_ci=0.0)
     assert "exactly 3 rounds" in exact.rounds_rule() and exact.floor == 3
+    # the graph rounds' rule, then what the eager time beside them rests on
+    assert "the eager time beside it rests on exactly 10 eager rounds" in TimerSettings().rounds_rule()
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 34: eager rounds a fixed count, warm-up by time but a long round never twice. The timer's
+# own clock (time.perf_counter) is the fake's host clock here, so time-based rules are exact.
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def host_clock(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    """The timer reads the fake host's clock (ms there, seconds here) instead of the machine's."""
+    from gemm_bench.measure import timing
+
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: cuda.host / 1e3))
+    return cuda
+
+
+class PhaseCounter:
+    """A phase recorder that knows the open phase, so a competitor can count its calls per phase."""
+
+    def __init__(self) -> None:
+        self.current: list[str] = []
+        self.names: list[str] = []
+        self.calls: dict[str, int] = {}
+
+    def phase(self, name: str) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def open_phase() -> Iterator[None]:
+            self.names.append(name)
+            self.current.append(name)
+            try:
+                yield
+            finally:
+                self.current.pop()
+
+        return open_phase()
+
+    def counted(self, fn: Callable[[Mark], None]) -> Callable[[Mark], None]:
+        def call(mark: Mark) -> None:
+            where = self.current[-1] if self.current else "none"
+            self.calls[where] = self.calls.get(where, 0) + 1
+            fn(mark)
+
+        return call
+
+
+def noisy_host(cuda: FakeCuda) -> Callable[[Mark], None]:
+    """An eager, host-bound region whose host time varies by up to 20% from call to call: its
+    median is never known to 1% in 10 rounds."""
+    spread = iter([2.0 + 0.4 * ((i * 7919) % 11) / 10 for i in range(100_000)])
+
+    def iteration(mark: Mark) -> None:
+        mark("step", "start")
+        cuda.host_work(next(spread))
+        cuda.kernel(0.1)
+        mark("step", "end")
+
+    return iteration
+
+
+def test_eager_rounds_are_a_fixed_ten_with_their_spread_as_it_is(cuda: FakeCuda) -> None:
+    """Published eagerly (graphs=False, the eager layer step), a noisy group times exactly
+    ``eager_repetitions`` rounds, not rounds until a 1% median (which ran to 40 before) and claims
+    no convergence; its spread is stored as measured. Beside graph replays it is the same count."""
+    settings = dataclass_replace(SETTINGS, eager_repetitions=10)
+    published = Interleaver(settings).run({"bf16": noisy_host(cuda)}, graphs=False)
+    samples = published.samples["bf16"]["step"]
+    assert len(samples.ms) == 10 and published.record["rounds"] == 10
+    assert "converged" not in published.record  # no target, so nothing converged or failed to
+    assert not samples.converged(SETTINGS.target_ci) and samples.to_stats()["iqr_ms"] > 0.05  # spread kept
+    beside = Interleaver(settings).run({"bf16": noisy_host(cuda)})
+    assert len(beside.eager["bf16"]["step"].ms) == 10 and beside.record["eager_rounds"] == 10
+    assert "converged" in beside.record  # the graph rounds have their target
+
+
+def test_an_eager_group_needs_eager_rounds(cuda: FakeCuda) -> None:
+    with pytest.raises(TimerSettingsError, match="nothing to publish"):
+        Interleaver(dataclass_replace(SETTINGS, eager_repetitions=0)).run({"bf16": noisy_host(cuda)}, graphs=False)
+
+
+@pytest.mark.usefixtures("host_clock")
+@pytest.mark.parametrize(("round_ms", "warmup_s", "eager_warm_up", "graph_warm_up"), [
+    (250.0, 0.1, 1, 1),  # a round longer than the warm-up time: once, never a second time
+    (80.0, 0.1, 2, 1),  # two rounds pass the 0.1 s; the graphs' 0.05 s passes in one
+    (1.0, 0.1, 100, 50),  # short rounds: by time, as before
+    (5.0, 0.0, 1, 1),  # no warm-up time: one round
+])
+def test_warm_up_is_by_time_and_a_long_round_is_not_repeated(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch,
+                                                            round_ms: float, warmup_s: float, eager_warm_up: int,
+                                                            graph_warm_up: int) -> None:
+    """Eager warm-up for ``warmup_s``, the graphs' for half of it; every round is ``round_ms`` of GPU
+    time (and the flush), so the count is exact. Before issue 34 every warm-up ran two rounds at least."""
+    counter = PhaseCounter()
+    replays: list[str] = []
+    real_replay = fake_cuda.FakeCuda.replay
+
+    def replay(self: FakeCuda, graph: Any) -> None:
+        replays.append(counter.current[-1])
+        real_replay(self, graph)
+
+    monkeypatch.setattr(fake_cuda.FakeCuda, "replay", replay)
+    settings = dataclass_replace(SETTINGS, warmup_s=warmup_s, l2_flush=False, eager_repetitions=3, target_ci=0.0,
+                                 repetitions=10, min_repetitions=10)
+    competitor = counter.counted(linear(cuda, 0.0, {"fprop": [round_ms - 2 * fake_cuda.GRAPH_GAP_MS]}))
+    Interleaver(settings, phases=counter).run({"bf16": competitor})
+    assert counter.calls[phases.WARM_UP] == eager_warm_up  # the eager warm-up's rounds
+    assert replays.count(phases.WARM_UP) == graph_warm_up  # the graphs' warm-up's rounds (one region each)
+    assert counter.calls[phases.EAGER] == 3 and counter.calls[phases.CAPTURE] == 1
+    assert replays.count(phases.TIMED) == 10
+
+
+@pytest.mark.usefixtures("host_clock")
+@pytest.mark.parametrize(("repetitions", "kernel_ms", "cap_s", "expected"),
+                         [(3, 0.01, 20.0, 3), (40, 0.01, 20.0, 40), (3, 10.0, 0.02, 3), (40, 10.0, 0.05, 10)])
+def test_graph_rounds_are_what_the_settings_and_the_time_cap_allow(
+        cuda: FakeCuda, repetitions: int, kernel_ms: float, cap_s: float, expected: int) -> None:
+    """With no confidence target the graph rounds are ``repetitions``, or what fits in
+    ``max_group_s`` at the warm-up's pace (never fewer than ``min_repetitions``, itself at most
+    ``repetitions``). (Was tests/test_cli.py's eager version; eager rounds are a fixed count now.)"""
+    settings = TimerSettings(repetitions=repetitions, warmup_s=0.0, spinup_s=0.0, l2_flush=False,
+                             max_group_s=cap_s, target_ci=0.0)
+    counter = PhaseCounter()
+    result = Interleaver(settings, phases=counter).run(
+        {"a": linear(cuda, 0.0, {"main": [kernel_ms]}), "b": linear(cuda, 0.0, {"main": [kernel_ms]})})
+    assert {name: len(r["main"].ms) for name, r in result.samples.items()} == {"a": expected, "b": expected}
+    assert result.samples["a"]["main"].to_stats()["n"] == expected == result.record["rounds"]
+    assert counter.names == [phases.SPIN_UP, phases.WARM_UP, phases.EAGER, phases.CAPTURE, phases.SPIN_UP,
+                             phases.WARM_UP, phases.TIMED]
+    eager = Interleaver(dataclass_replace(settings, graphs=False), phases=PhaseCounter()).run(
+        {"a": linear(cuda, 0.0, {"main": [kernel_ms]})})
+    assert eager.record["rounds"] == settings.eager_repetitions  # whatever repetitions and the cap say

@@ -25,6 +25,8 @@ from gemm_bench.question.devices import ALIASES
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
+#: The refresh matrix test reads the site as refresh does: once per test run (conftest.py).
+pytestmark = pytest.mark.usefixtures("shared_site_reads")
 
 
 def load(name: str) -> dict[str, Any]:

@@ -387,12 +387,13 @@ def speed_cell(point: Point, verdict: Fastest | None, precision: str, tooltip: s
 
 
 def absent_cell(status: str, reason: str, source: str, notes: answer_text.Notes, *, explain: str = "") -> Shown:
-    """A cell without a number: "failed", "same as FP8 Current" or "n/a", with a note mark; the reason
+    """A cell without a number: "failed", "same" (as FP8 Current) or "n/a", with a note mark; the reason
     is a numbered note under the table (text a phone reader can read, not hover-only), so a failed
     cell never reads as unsupported, and FP8 Delayed's pre-quantized GEMM (FP8 Current's GEMM) never
     as unsupported. ``explain``: why a "same as" cell is the other precision's."""
     full = unavailable_text(status, reason, limit=10_000)
-    word = "failed" if status == "failed" else full if status == SAME else "n/a"
+    # "same" (its note says as what): "same as FP8 Current" widened a phone's column by half again
+    word = "failed" if status == "failed" else "same" if status == SAME else "n/a"
     precision_only = status in ("unsupported", SAME)  # true of the precision on this GPU, not of one cell
     note = f"{source.split(',')[0] if precision_only else source}: {full}" + (f" ({explain})" if explain else "")
     mark = notes.mark(note)

@@ -5,11 +5,13 @@ regions (``mark(region, "start")`` ... ``mark(region, "end")``). A group of comp
 like this (:meth:`Interleaver.run`):
 
 1. **Eager warm-up by time**, every competitor once per round (the GPU idles at a low clock, and
-   cuBLAS, TE and Triton choose and build their kernels on first use).
-2. **Eager rounds** (``eager_repetitions``): each region timed by an event pair around its eager
-   call. This time includes the host's Python and launch work whenever that work is longer than
-   the GPU's, as it is for an autocast ``te.Linear`` of modest size. It is kept as a second
-   quantity (``eager``), never the headline.
+   cuBLAS, TE and Triton choose and build their kernels on first use), until ``warmup_s`` has
+   passed: a round longer than the warm-up time is run once, never twice (issue 34).
+2. **Eager rounds**: exactly ``eager_repetitions`` rounds (10), no confidence target, so their
+   spread is stored as it is; each region timed by an event pair around its eager call. This time
+   includes the host's Python and launch work whenever that work is longer than the GPU's, as it
+   is for an autocast ``te.Linear`` of modest size. It is kept as a second quantity (``eager``),
+   never the headline.
 3. **Capture**: each region captured as its own CUDA graph (one memory pool per competitor, regions
    captured and replayed in the competitor's order, so a backward graph reads what its forward
    graph wrote). What happens between regions in the competitor (``x.grad = None``) is host work
@@ -28,7 +30,8 @@ like this (:meth:`Interleaver.run`):
    clock. A ratio near 1 says the published time is the GPU's time for the region's kernels.
 
 With ``graphs=False`` (a group whose regions are host-inclusive by definition, the eager layer
-step) steps 2-3 are skipped and the eager rounds are what is published and cross-checked.
+step) steps 3-4 are skipped: the eager rounds of step 2 (the same fixed count, no confidence
+target) are what is published and cross-checked.
 
 torch is imported inside the functions that need it: the CLI validates :class:`TimerSettings` (and
 says "no GPU stack" with exit status 3) on machines without torch.
@@ -62,6 +65,9 @@ MAX_REPETITIONS = 100_000
 #: z for a two-sided 95% interval: the median's distribution-free confidence interval runs between
 #: the order statistics ``n/2 -+ Z95 * sqrt(n)/2`` (the binomial's normal approximation).
 Z95 = 1.96
+
+#: Why ``eager_repetitions=0`` is refused for a group timed eagerly (it publishes its eager rounds).
+NO_EAGER_ROUNDS = "0 eager rounds leave a group timed eagerly nothing to publish"
 
 TIMERS = {
     "events": "CUDA events around each region",
@@ -102,6 +108,12 @@ class TimerSettings:
     and at most ``repetitions`` rounds or ``max_group_s`` seconds. ``target_ci=0`` times
     ``repetitions`` rounds, or fewer (never fewer than ``min_repetitions``) where they would take
     longer than ``max_group_s``; ``min_repetitions`` is lowered to ``repetitions`` when above it.
+
+    Eager rounds, kept beside the graph rounds or published (``graphs=False``), are always exactly
+    ``eager_repetitions``: no confidence target and no time cap (issue 34's decision: the eager time
+    is a second quantity whose spread is shown as it is, and chasing a 1% median on host-bound
+    calls cost rounds without making it the headline). ``repetitions``, ``min_repetitions``,
+    ``max_group_s`` and ``target_ci`` rule the graph rounds only.
     """
 
     timer: str = "events"  # "events" | "profiler"
@@ -112,7 +124,7 @@ class TimerSettings:
     max_group_s: float = 10.0  # cap on one group's timed rounds (huge shapes get fewer rounds)
     l2_flush: bool = True
     graphs: bool = True  # publish CUDA-graph replay time (GPU time); False: eager time
-    eager_repetitions: int = 10  # eager rounds kept beside graph rounds (host-inclusive time)
+    eager_repetitions: int = 10  # eager rounds, exactly: kept beside graph rounds, or published without graphs
     target_ci: float = 0.01  # stop once every region's median is known to 1%
 
     def __post_init__(self) -> None:
@@ -136,6 +148,8 @@ class TimerSettings:
             raise TimerSettingsError("target_ci", f"{self.target_ci!r} is not a fraction from 0 to below 1")
         if not isinstance(self.graphs, bool):
             raise TimerSettingsError("graphs", f"{self.graphs!r} is not true or false")
+        if not self.graphs and not self.eager_repetitions:
+            raise TimerSettingsError("eager_repetitions", NO_EAGER_ROUNDS)
 
     @property
     def floor(self) -> int:
@@ -150,6 +164,10 @@ class TimerSettings:
 
     def rounds_rule(self) -> str:
         """How many rounds each group timed, in words (stored with the method)."""
+        eager = (f"exactly {self.eager_repetitions} eager rounds, with no confidence target "
+                 "(their spread is stored as it is)")
+        if not self.graphs:
+            return f"each group timed {eager}; each cell's stats.n is the number of rounds it was timed"
         if self.floor == self.repetitions:
             rule = f"each group timed exactly {self.repetitions} rounds"
         elif self.target_ci == 0:
@@ -159,6 +177,8 @@ class TimerSettings:
             rule = (f"each group timed rounds until every region's median was known to {self.target_ci:.1%} "
                     f"(half-width of its 95% confidence interval), at least {self.floor} and at most "
                     f"{self.repetitions} rounds or {self.max_group_s:g} s")
+        if self.eager_repetitions:
+            rule += f"; the eager time beside it rests on {eager}"
         return rule + "; each cell's stats.n is the number of rounds it was timed"
 
     def method(self) -> dict[str, Any]:
@@ -178,7 +198,7 @@ class TimerSettings:
             "min_repetitions": self.floor,
             "max_group_s": self.max_group_s,
             "target_ci": self.target_ci,
-            "eager_repetitions": self.eager_repetitions if self.graphs else 0,
+            "eager_repetitions": self.eager_repetitions,
             "rounds_rule": self.rounds_rule(),
             "launches_per_repetition": 1,
             "l2_flush": self.l2_flush,
@@ -402,7 +422,7 @@ class GroupTiming:
     else eager calls). ``eager``: the eager samples kept beside graph replays (empty without
     ``graphs``). ``failures``: competitors that could not be captured, with the reason.
     ``record``: what the group published (``timed``: graph replays or eager), its ``rounds``,
-    ``eager_rounds``, ``converged``, and with a sampler its
+    ``eager_rounds``, ``converged`` (graph rounds only: eager rounds have no target), and with a sampler its
     ``clock``; ``cross_check``: the events-vs-profiler block (:func:`cross_check_block`).
     """
 
@@ -445,6 +465,8 @@ class Interleaver:
 
         s = self.settings
         graphed = s.graphs if graphs is None else graphs
+        if not graphed and not s.eager_repetitions:
+            raise TimerSettingsError("eager_repetitions", NO_EAGER_ROUNDS)
         cap = self._warm_up(competitors, s.warmup_s)
         eager: dict[str, dict[str, Samples]] = {}
         failures: dict[str, str] = {}
@@ -472,7 +494,11 @@ class Interleaver:
         self._kernel_log = [] if kernels and profile else None
         try:
             with self._phase(TIMED), sampling:
-                samples, kernel_samples, profiled, converged, why = self._adaptive(timed, cap, profile=profile)
+                if graphed:
+                    samples, kernel_samples, profiled, converged, why = self._adaptive(timed, cap, profile=profile)
+                else:  # eager rounds published: exactly eager_repetitions of them (no target, no time cap)
+                    samples, kernel_samples, profiled, converged, why = self._adaptive(
+                        timed, cap, profile=profile, fixed=s.eager_repetitions)
             region_kernels = _kernels_by_region(self._kernel_log or [])
         finally:
             self._kernel_log = None
@@ -482,7 +508,8 @@ class Interleaver:
             samples, kernel_samples = kernel_samples, samples  # publish kernel time; events are the second method
             profiled = samples
         record["rounds"] = max((len(r.ms) for regions in samples.values() for r in regions.values()), default=0)
-        record["converged"] = converged
+        if graphed:  # eager rounds have no confidence target: nothing to converge
+            record["converged"] = converged
         if self.sampler is not None:
             record["clock"] = self.sampler.summary()
         check: dict[str, Any] = {}
@@ -495,7 +522,13 @@ class Interleaver:
         return GroupTiming(samples, eager, failures, record, check, region_kernels)
 
     def _warm_up(self, competitors: dict[str, Competitor], seconds: float) -> int:
-        """Warm up by time (at least two rounds); return the most timed rounds the group's time cap allows."""
+        """Warm up by time: rounds until ``seconds`` have passed, at least one; return the most timed
+        rounds the group's time cap allows.
+
+        A round longer than the warm-up time is run once, never twice (issue 34: the first call has
+        already run every competitor once, in the runner's probe, so a second long round warmed
+        nothing the first had not; it had cost up to a round of each of the largest groups).
+        """
         import torch
 
         s = self.settings
@@ -509,7 +542,7 @@ class Interleaver:
                 torch.cuda.synchronize()
                 rounds_done += 1
                 elapsed = time.perf_counter() - start
-                if elapsed >= seconds and rounds_done >= 2:
+                if elapsed >= seconds:
                     break
         return s.rounds(elapsed / rounds_done)
 
@@ -517,11 +550,12 @@ class Interleaver:
         if edge == "start":
             self.flush()
 
-    def _adaptive(self, competitors: dict[str, Competitor], cap: int, *, profile: bool
+    def _adaptive(self, competitors: dict[str, Competitor], cap: int, *, profile: bool, fixed: int | None = None
                   ) -> tuple[dict[str, dict[str, Samples]], dict[str, dict[str, Samples]] | None,
                              dict[str, dict[str, Samples]], bool, str]:
         """Rounds in batches until every region's median is known to ``target_ci`` (or ``cap``, or
-        the group's time cap): the event samples of every round; with ``profile``, the profiled
+        the group's time cap), or exactly ``fixed`` rounds in one batch (eager rounds: no target, no
+        cap): the event samples of every round; with ``profile``, the profiled
         kernel samples (None and the reason when the trace cannot be split per region) and the event
         samples of the very launches profiled; and whether the samples converged.
 
@@ -538,7 +572,7 @@ class Interleaver:
         merged: dict[str, dict[str, list[float]]] = {name: {} for name in competitors}
         order: list[tuple[str, str]] = []
         done, start = 0, time.perf_counter()
-        batch = cap if s.target_ci == 0 else min(s.floor, cap)
+        batch = fixed if fixed is not None else cap if s.target_ci == 0 else min(s.floor, cap)
         converged = False
         every_round = s.timer == "profiler"
         kernels: dict[str, dict[str, Samples]] | None = None
@@ -559,9 +593,10 @@ class Interleaver:
                 if prof is not None and not every_round:
                     kernels, why = self._stop_profiler(stack, prof, order)
                     profiled, prof = out, None
-                converged = s.target_ci > 0 and all(smp.converged(s.target_ci) for regions in out.values()
-                                                    for smp in regions.values())
-                if converged or done >= cap or s.target_ci == 0 or time.perf_counter() - start >= s.max_group_s:
+                converged = fixed is None and s.target_ci > 0 and all(
+                    smp.converged(s.target_ci) for regions in out.values() for smp in regions.values())
+                if (converged or fixed is not None or done >= cap or s.target_ci == 0
+                        or time.perf_counter() - start >= s.max_group_s):
                     break
                 batch = min(cap - done, max(5, done // 2))
             if prof is not None:
