@@ -75,6 +75,7 @@ def _field_option(field: str) -> Option:
         "num_layers": "1 (or the preset's)", "micro_batch_size": "1 (or the preset's)",
         "seq_length": "4096 (or the preset's)", "tensor_model_parallel_size": "1",
         "moe_router_topk": "2", "expert_model_parallel_size": "1",
+        "num_microbatches": "8", "make_vocab_size_divisible_by": "128",
     }
     return Option(name, help_text[:1].upper() + help_text[1:] + ".", defaults.get(field, "(preset's / derived)"),
                   examples.get(field, "1"), "model", field=field)

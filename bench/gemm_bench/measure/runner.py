@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import functools
 import gc
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ from gemm_bench.measure.backends import te as te_backend
 from gemm_bench.measure.phases import ACCURACY, BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
 from gemm_bench.measure.step_extras import Planner, measure_plan_and_energy
 from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings
+from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
 from gemm_bench.question.plan import PlannedCell, make_plan
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
 from gemm_bench.question.question import Question
@@ -119,7 +121,7 @@ def _nvtx(name: str, enabled: bool) -> Iterator[None]:
 class Runner:
     def __init__(self, settings: TimerSettings, *, peers: bool = True, progress: Progress | None = None,
                  nvtx: bool = False, phases: PhaseProfiler | None = None, accuracy: bool = False,
-                 telemetry: bool = True, shared_sampler: bool = False) -> None:
+                 telemetry: bool = True, shared_sampler: bool = False, model_step: bool = True) -> None:
         """``phases``: charge this run's wall time to its phases (``gemm-bench run --profile-phases``).
 
         The runner records support checks, building, probing and releasing memory; the timer
@@ -131,13 +133,16 @@ class Runner:
         ``shared_sampler``: sample with the process's sampler of this GPU
         (:func:`~gemm_bench.measure.telemetry.shared_sampler`), which outlives the run, instead of
         one of the runner's own that ends with each :meth:`measure` (a refresh worker measures
-        many questions; its sampler process starts once).
+        many questions; its sampler process starts once). ``model_step``: with the layer step, also
+        measure the parts of the model's training step (``doc["model_step"]``,
+        :mod:`gemm_bench.measure.backends.model_parts`) where the question has one.
         """
         if not torch.cuda.is_available():
             raise NoGpuError("no CUDA GPU is visible to PyTorch")
         self.settings = settings
         self.peers = peers
         self.accuracy = accuracy
+        self.model_step = model_step
         self.progress = progress or (lambda done, total, label: None)
         self.nvtx = nvtx
         self.phases = phases
@@ -335,6 +340,11 @@ class Runner:
                 doc["layer"] = [{**c, "run_id": run_id} for c in measure_layer_step(
                     question, wanted, layer_group, support=support, modes=layer)]
             done += len(layer)
+            if self.model_step and question.config is not None:
+                with _nvtx("model step", self.nvtx):
+                    block = self._model_step(question, wanted, support, run_id)
+                if block is not None:
+                    doc["model_step"] = block
         if with_accuracy:
             from gemm_bench.measure.accuracy import accuracy_method, measure_accuracy
 
@@ -349,6 +359,38 @@ class Runner:
             doc["groups"] = [{**g, "run_id": run_id} for g in self._groups]
         self.progress(done, total, "done")
         return doc
+
+
+    def _model_step(self, question: Question, precisions: Sequence[str], support: dict[str, Any],
+                    run_id: str) -> dict[str, Any] | None:
+        """The model step's parts in this run's interleaved groups (one per kind of part); None, before
+        importing anything of the GPU's, where the question has no model step (no vocabulary) or the
+        measured layer has no cached-weight path (a mixture of experts, multi-latent attention)."""
+        config = question.config
+        if config is None or model_step_unsupported(config) or config.is_moe or config.is_mla:
+            return None
+        from gemm_bench.measure.backends.model_parts import model_step_block
+
+        def group(builders: dict[str, Callable[[], Competitor]], graphs: bool, label: str) -> Any:
+            timed = self._time_group(builders, label=f"model step: {label}", graphs=graphs)
+            check = {"kernel_ms": timed.kernel_ms, "ratios": timed.kernel_ratio}
+            return _PartsGroup(timed.samples, timed.failures, check), {}
+
+        runnable = [p for p in precisions if p not in support or support[p].available]
+        try:
+            return model_step_block(config, runnable, group, run_id)
+        except RuntimeError as exc:  # GPU boundary (out of memory outside a timed group): the run keeps its cells
+            logging.getLogger(__name__).warning("model step not stored: %s", _short(exc))
+            return None
+
+
+@dataclasses.dataclass
+class _PartsGroup:
+    """A timed group as the model step's parts read it (:func:`~gemm_bench.measure.backends.model_parts.time_parts`)."""
+
+    samples: dict[str, dict[str, Samples]]
+    failures: dict[str, str]
+    cross_check: dict[str, Any]
 
 
 def measure_question(question: Question, precisions: Sequence[str], modes: Sequence[str], *,

@@ -53,6 +53,14 @@ class ModelConfig:
     ``num_query_groups`` defaults to ``num_attention_heads`` (no GQA), ``kv_channels`` (head
     dim) to ``hidden_size // num_attention_heads`` and ``moe_ffn_hidden_size`` to
     ``ffn_hidden_size``; :meth:`resolved` fills them in so that equal models compare equal.
+
+    ``num_microbatches`` is G, the micro-batches of one optimizer step on one rank (gradient
+    accumulation). It defaults to 8 because the step a reader plans is neither extreme: at G = 1
+    (torchtitan's default, no accumulation) the optimizer and the weights' quantization weigh on
+    every micro-batch, while the published pretraining recipes of Megatron-LM / NeMo run global
+    batches of hundreds of sequences at micro-batch 1-2 over a few dozen data-parallel ranks, so
+    G of 8 or more per rank. At G = 8 both once-per-step costs are already amortized to an eighth;
+    the page shows G = 1 beside, so the reader sees the whole range.
     """
 
     hidden_size: int
@@ -78,12 +86,29 @@ class ModelConfig:
     qk_head_dim: int | None = None
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
+    # The model's training step (issue 32), appended after every GEMM field and left out of the
+    # question's hash (:data:`gemm_bench.question.question.UNKEYED_CONFIG_FIELDS`): no layer GEMM or
+    # layer step depends on them, so every committed result keeps its name. The output layer's
+    # measurement records the padded vocabulary it was measured at instead.
+    vocab_size: int | None = None
+    make_vocab_size_divisible_by: int = 128
+    num_microbatches: int = 8
 
     # ------------------------------------------------------------------ derived quantities
     @property
     def tokens(self) -> int:
         """Tokens one GEMM sees per micro-batch: micro-batch size x sequence length."""
         return self.micro_batch_size * self.seq_length
+
+    @property
+    def padded_vocab_size(self) -> int | None:
+        """The output layer's width as Megatron-LM builds it (``_vocab_size_with_padding``): the
+        vocabulary rounded up to a multiple of ``make_vocab_size_divisible_by`` x TP, so every
+        tensor-parallel rank holds an equal, aligned shard. None when the vocabulary is unknown."""
+        if self.vocab_size is None:
+            return None
+        multiple = self.make_vocab_size_divisible_by * self.tensor_model_parallel_size
+        return -(-self.vocab_size // multiple) * multiple
 
     @property
     def query_groups(self) -> int:
@@ -277,6 +302,13 @@ FIELD_HELP: dict[str, str] = {
     "qk_head_dim": "multi-latent attention: Q/K head dim without the rotary part (DeepSeek's qk_nope_head_dim)",
     "qk_pos_emb_head_dim": "multi-latent attention: Q/K rotary head dim (DeepSeek's qk_rope_head_dim)",
     "v_head_dim": "multi-latent attention: V head dim",
+    "vocab_size": "vocabulary size: sizes the embedding and the output layer of the model's step (padded as "
+    "Megatron-LM pads it, to a multiple of --make-vocab-size-divisible-by x TP); no layer GEMM depends on it",
+    "make_vocab_size_divisible_by": "Megatron-LM's vocabulary padding: the output layer is rounded up to a "
+    "multiple of this x TP (default 128)",
+    "num_microbatches": "G, micro-batches per optimizer step (gradient accumulation; Megatron-LM's global batch / "
+    "(micro-batch x data-parallel size)): weights are quantized and the optimizer runs once per G micro-batches "
+    "(default 8)",
 }
 
 
@@ -319,33 +351,40 @@ PRESETS: dict[str, ModelConfig] = {
     "llama3-8b": ModelConfig(
         hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_query_groups=8,
         num_layers=32, micro_batch_size=1, seq_length=8192, swiglu=True,
+        vocab_size=128256,
     ),
     "llama3-70b": ModelConfig(
         hidden_size=8192, ffn_hidden_size=28672, num_attention_heads=64, num_query_groups=8,
         num_layers=80, micro_batch_size=1, seq_length=8192, swiglu=True,
+        vocab_size=128256,
     ),
     "llama3.1-405b": ModelConfig(
         hidden_size=16384, ffn_hidden_size=53248, num_attention_heads=128, num_query_groups=8,
         num_layers=126, micro_batch_size=1, seq_length=8192, swiglu=True,
+        vocab_size=128256,
     ),
     # Mixtral: 8 SwiGLU experts, top-2 routing.
     "mixtral-8x7b": ModelConfig(
         hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_query_groups=8,
         num_layers=32, micro_batch_size=1, seq_length=4096, swiglu=True, num_experts=8,
         moe_router_topk=2,
+        vocab_size=32000,
     ),
     "mixtral-8x22b": ModelConfig(
         hidden_size=6144, ffn_hidden_size=16384, num_attention_heads=48, num_query_groups=8,
         num_layers=56, micro_batch_size=1, seq_length=4096, swiglu=True, num_experts=8,
         moe_router_topk=2,
+        vocab_size=32768,
     ),
     "qwen2.5-7b": ModelConfig(
         hidden_size=3584, ffn_hidden_size=18944, num_attention_heads=28, num_query_groups=4,
         num_layers=28, micro_batch_size=1, seq_length=4096, swiglu=True,
+        vocab_size=152064,
     ),
     "qwen2.5-72b": ModelConfig(
         hidden_size=8192, ffn_hidden_size=29568, num_attention_heads=64, num_query_groups=8,
         num_layers=80, micro_batch_size=1, seq_length=4096, swiglu=True,
+        vocab_size=152064,
     ),
     # DeepSeek-V3: MLA, 256 routed SwiGLU experts (top-8) plus one shared expert; the first 3 of
     # its 61 layers are dense (FFN 18432), the other 58 are the MoE layer derived here.
@@ -354,6 +393,7 @@ PRESETS: dict[str, ModelConfig] = {
         micro_batch_size=1, seq_length=4096, swiglu=True, num_experts=256, moe_router_topk=8,
         moe_ffn_hidden_size=2048, moe_shared_expert_intermediate_size=2048, moe_dense_layers=3,
         q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
+        vocab_size=129280,
     ),
     # gpt-oss-120b: 128 SwiGLU experts (top-4) of FFN 2880; 64 query heads of dim 64 (4096 wide,
     # wider than the 2880 hidden size), 8 KV heads.
@@ -361,11 +401,13 @@ PRESETS: dict[str, ModelConfig] = {
         hidden_size=2880, ffn_hidden_size=2880, num_attention_heads=64, num_query_groups=8,
         kv_channels=64, num_layers=36, micro_batch_size=1, seq_length=4096, swiglu=True,
         num_experts=128, moe_router_topk=4,
+        vocab_size=201088,
     ),
     # Gemma 2 27B: GeGLU (gated), 32 heads of dim 128 (4096, not the 4608 hidden size), 16 KV heads.
     "gemma2-27b": ModelConfig(
         hidden_size=4608, ffn_hidden_size=36864, num_attention_heads=32, num_query_groups=16,
         kv_channels=128, num_layers=46, micro_batch_size=1, seq_length=8192, swiglu=True,
+        vocab_size=256000,
     ),
 }
 
@@ -654,6 +696,7 @@ def config_from_hf(path: str | Path, **training: Any) -> ModelConfig:
         "num_query_groups": keys.integer("num_key_value_heads"),
         "kv_channels": keys.integer("head_dim"),
         "num_layers": layers,
+        "vocab_size": keys.integer("vocab_size"),
         "swiglu": activation.lower() in _GATED_ACTIVATIONS or family.lower() in _GATED_FAMILIES,
     }
     if values["ffn_hidden_size"] is None:
@@ -696,6 +739,7 @@ def _hf_origin(keys: _HfKeys, values: Mapping[str, Any]) -> dict[str, str]:
         "moe_shared_expert_intermediate_size": first("shared_expert_intermediate_size", "n_shared_experts"),
         "moe_dense_layers": "first_k_dense_replace", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
         "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+        "vocab_size": "vocab_size",
     }
 
 
@@ -778,7 +822,7 @@ _MEGATRON_INT_FLAGS: dict[str, str] = {
         "seq_length", "num_query_groups", "kv_channels", "tensor_model_parallel_size", "num_experts",
         "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
         "expert_model_parallel_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-        "v_head_dim",
+        "v_head_dim", "vocab_size", "make_vocab_size_divisible_by",
     )
 }
 _MEGATRON_SWITCHES = frozenset({"--swiglu", "--sequence-parallel", "--group-query-attention",

@@ -32,9 +32,14 @@ from gemm_bench.question.config import (
 )
 from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
 
-#: Config fields that change no measured quantity, only how a page scales per-layer values to the
-#: model (layer counts): they are not part of a question's key.
-UNKEYED_CONFIG_FIELDS: tuple[str, ...] = ("num_layers", "moe_dense_layers")
+#: Config fields that change no measured quantity of the layer, only how a page scales per-layer values
+#: to the model (layer counts) or composes the model's step (vocabulary, its padding, G micro-batches
+#: per optimizer step): they are not part of a question's key, so every result written before the
+#: model's step keeps its name. The model step's output-layer part records the padded vocabulary it
+#: was measured at and is looked up by it (:mod:`gemm_bench.results.model_step_schema`); G changes
+#: only the composition's arithmetic, never what is measured.
+UNKEYED_CONFIG_FIELDS: tuple[str, ...] = ("num_layers", "moe_dense_layers", "vocab_size",
+                                          "make_vocab_size_divisible_by", "num_microbatches")
 #: Fields that only a mixture of experts, or only multi-latent attention, reads.
 MOE_CONFIG_FIELDS: tuple[str, ...] = ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                                       "expert_model_parallel_size", "moe_shared_expert_intermediate_size")

@@ -46,6 +46,7 @@ from gemm_bench.question.precisions import (
 from gemm_bench.question.question import stored_config
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
+from gemm_bench.report.model_step import ModelStep, model_step_summary
 from gemm_bench.report.rounds import rounds_outcome
 from gemm_bench.results import cross_check, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
@@ -590,6 +591,13 @@ class Report:
         mode when none is shown (so a file without a layer step says why, per precision)."""
         modes = self.layer_modes or ([LAYER_MODES[0]] if default else [])
         return [self.step(p, graphed=m == LAYER_MODES[1]) for m in modes for p in self.precisions]
+
+    # ------------------------------------------------------------------ the model's step
+    def model_step(self, config: ModelConfig | None = None) -> ModelStep | None:
+        """The model's training step of this result for ``config`` (the page's question: its G and
+        layers; default the stored config), or None where the result has none that answers it
+        (:func:`gemm_bench.report.model_step.model_step_summary`)."""
+        return model_step_summary(self.doc, config if config is not None else self.config)
 
     # ------------------------------------------------------------------ accuracy
     def _accuracy_cell(self, mode: str, precision: str, gemm: GemmShape, distribution: str) -> tuple[float | None, str]:

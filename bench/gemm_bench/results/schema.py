@@ -43,6 +43,7 @@ from gemm_bench.question.question import question_hash
 from gemm_bench.question.shapes import PASSES, GemmShape
 from gemm_bench.results.accuracy_schema import AccuracyError, validate_accuracy_cells
 from gemm_bench.results.energy import validate_energy_block
+from gemm_bench.results.model_step_schema import ModelStepSchemaError, validate_model_step
 from gemm_bench.results.step_schema import StepError, validate_layer_cells, validate_plan_block
 
 __all__ = [
@@ -566,6 +567,11 @@ def validate(doc: Any) -> dict[str, Any]:
             raise ResultError(exc.where, exc.problem) from None
     if "accuracy" in doc or "accuracy_method" in doc:
         _accuracy_block(doc, gemms, version)
+    if "model_step" in doc:
+        try:
+            validate_model_step(doc["model_step"])
+        except ModelStepSchemaError as exc:
+            raise ResultError(exc.where, exc.problem) from None
     if "groups" in doc:
         _groups_block(doc, doc["groups"])
     return doc
@@ -582,6 +588,8 @@ def _groups_block(doc: dict[str, Any], groups: Any) -> None:
     runs = {cell_run_id(doc, c) for block in ("cells", "peers", *RUN_BLOCKS) for c in doc.get(block, [])
             if isinstance(c, dict)}
     runs.add(str(doc.get("run_id", "")))
+    if isinstance(doc.get("model_step"), dict):
+        runs.add(str(doc["model_step"].get("run_id", "")))
     seen: set[tuple[str, str, str]] = set()
     for i, group in enumerate(groups):
         where = f"$.groups[{i}]"
@@ -866,6 +874,8 @@ def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         if block in old or block in new:
             replaced = {c["mode"] for c in new.get(block, [])}
             merged[block] = [c for c in old.get(block, []) if c["mode"] not in replaced] + new.get(block, [])
+    if "model_step" not in new and "model_step" in old:  # one block, one run: the newest run's that has one
+        merged["model_step"] = old["model_step"]
     if not new.get("accuracy") and "accuracy_method" in old:
         merged["accuracy_method"] = old["accuracy_method"]
     if "groups" in old or "groups" in new:

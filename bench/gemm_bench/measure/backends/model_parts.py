@@ -1,0 +1,679 @@
+"""The model's step on one GPU: the parts the layer step lacks, their memory, and a real model run.
+
+What is composed from these parts, and how, is :mod:`gemm_bench.question.model_step`. Here, with
+torch and Transformer Engine:
+
+* **Parts** (GPU time, timed with :class:`gemm_bench.measure.timing.Interleaver`, graph replays):
+  per precision, one layer's forward + backward that quantizes its weights
+  (``is_first_microbatch=True``) and the same on the cached FP8 weights (``False``), in one
+  interleaved group with BF16; the embedding (forward + backward + the add into its FP32 main
+  gradient, as Megatron-LM's gradient hook does) and the head (final LayerNorm, the BF16 output
+  layer and the FP32 cross-entropy, forward + backward) in a second group; the optimizer (zeroing
+  the FP32 main gradients, ``torch.optim.AdamW(fused=True)`` on FP32 master weights, the copy back
+  to the BF16 weights) at two parameter counts, timed eagerly (its kernels are milliseconds long
+  and few: the host runs ahead).
+* **Gradients as Megatron-LM and Transformer Engine accumulate them**: every layer and the output
+  layer are built with ``fuse_wgrad_accumulation=True`` and an FP32 ``main_grad`` per weight, so
+  the weight-gradient GEMMs add into FP32 directly.
+* **Memory** from the allocator's own counters (``torch.cuda.memory_allocated`` and
+  ``max_memory_allocated``) around each part (:class:`~gemm_bench.question.model_step.MemoryParts`).
+* **A real model** (:class:`RealModel`): embedding, N layers, final norm, output layer, loss and
+  the optimizer over G micro-batches, timed whole with CUDA events (eager, as a training loop runs
+  it): the check that the composition holds (``tests/test_gpu_model_step.py``), and the search for
+  the largest micro-batch that fits (an out-of-memory is a result, caught as
+  ``torch.OutOfMemoryError`` only).
+
+Dense models only for now (``te.TransformerLayer``); a mixture of experts or multi-latent attention
+(:class:`~gemm_bench.measure.backends.rank_layer.RankLayer`) has no ``is_first_microbatch`` path yet
+and gets the reason :data:`NOT_DENSE_REASON`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import gc
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import transformer_engine.pytorch as te
+
+from gemm_bench.measure.backends.te import make_recipe
+from gemm_bench.measure.timing import Competitor, Interleaver, Mark, Samples, TimerSettings
+from gemm_bench.question.config import ModelConfig
+from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes, layer_parameters, vocab_parameters
+
+_BF16 = torch.bfloat16
+#: Where every tensor lives: the GPU (a CPU test with a fake Transformer Engine swaps it).
+DEVICE = "cuda"
+NOT_DENSE_REASON = ("The model's step is measured for dense models (te.TransformerLayer); a mixture of experts "
+                    "or multi-latent attention has no cached-FP8-weight path in the measured layer yet.")
+#: The optimizer's two parameter counts: both far above its launch cost, both in memory beside a
+#: layer group's graphs (16 bytes each of FP32 master, moments and main gradient, 2 of BF16).
+OPTIMIZER_SIZES: tuple[int, int] = (1 << 26, 1 << 28)
+#: The optimizer's tensors are cut into pieces of this many parameters, about one layer GEMM's
+#: weight, so the fused kernel walks a tensor list as it does over a model's weights.
+OPTIMIZER_PIECE = 1 << 24
+
+
+def unsupported_reason(config: ModelConfig) -> str | None:
+    return NOT_DENSE_REASON if config.is_moe or config.is_mla else None
+
+
+def build_dense_layer(config: ModelConfig, *, main_grads: bool = True) -> Any:
+    """One rank's dense layer as the layer step builds it, with fused FP32 weight-gradient
+    accumulation (every weight given a ``main_grad``, as Megatron-LM's DDP buffer does, unless
+    ``main_grads`` is false: the memory measurement adds them after counting the weights)."""
+    tp = config.tensor_model_parallel_size
+    layer = te.TransformerLayer(
+        config.hidden_size, config.ffn_hidden_size // tp, config.num_attention_heads // tp,
+        num_gqa_groups=config.query_groups // tp, kv_channels=config.head_dim,
+        hidden_dropout=0.0, attention_dropout=0.0, self_attn_mask_type="causal",
+        params_dtype=_BF16, device=DEVICE, fuse_qkv_params=True, bias=False,
+        activation="swiglu" if config.swiglu else "gelu", fuse_wgrad_accumulation=True,
+    )
+    if main_grads:
+        add_main_grads(layer)
+    return layer
+
+
+def add_main_grads(module: torch.nn.Module) -> None:
+    for p in module.parameters():
+        p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)  # type: ignore[attr-defined]
+
+
+def fold_unfused_grads(module: torch.nn.Module) -> None:
+    """Add each gradient autograd left in ``.grad`` (norm weights, the embedding) into its FP32
+    main gradient and drop it: Megatron-LM's gradient hook, for the weights TE does not fuse."""
+    for p in module.parameters():
+        if p.grad is not None:
+            p.main_grad.add_(p.grad)  # type: ignore[attr-defined]
+            p.grad = None
+
+
+class Head(torch.nn.Module):
+    """Final LayerNorm, the BF16 output layer of the rank's vocabulary shard, FP32 cross-entropy."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        assert config.padded_vocab_size is not None
+        self.norm = te.LayerNorm(config.hidden_size, params_dtype=_BF16, device=DEVICE)
+        self.output = te.Linear(config.hidden_size, config.padded_vocab_size // config.tensor_model_parallel_size,
+                                bias=False, params_dtype=_BF16, device=DEVICE, fuse_wgrad_accumulation=True)
+        add_main_grads(self)
+
+    def forward(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.output(self.norm(hidden))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        assert config.padded_vocab_size is not None
+        rows = config.padded_vocab_size // config.tensor_model_parallel_size
+        self.table = torch.nn.Embedding(rows, config.hidden_size, dtype=_BF16, device=DEVICE)
+        add_main_grads(self)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.table(tokens)
+
+
+def _tokens(config: ModelConfig, micro_batch: int | None = None) -> torch.Tensor:
+    rows = (config.padded_vocab_size or 1) // config.tensor_model_parallel_size
+    return torch.randint(0, rows, (config.seq_length, micro_batch or config.micro_batch_size), device=DEVICE)
+
+
+def _hidden(config: ModelConfig, micro_batch: int | None = None, *, grad: bool = False) -> torch.Tensor:
+    shape = (config.seq_length, micro_batch or config.micro_batch_size, config.hidden_size)
+    return torch.randn(*shape, device=DEVICE, dtype=_BF16, requires_grad=grad)
+
+
+# ------------------------------------------------------------------------------ competitors
+def layer_competitor(config: ModelConfig, precision: str) -> Competitor:
+    """Regions ``layer-first`` and ``layer-cached``: the layer's forward + backward quantizing its
+    weights, then the same on the weights that call cached."""
+    layer = build_dense_layer(config)
+    recipe = make_recipe(precision)
+    x, dy = _hidden(config, grad=True), _hidden(config)
+
+    def iteration(mark: Mark) -> None:
+        for region, first in (("layer-first", True), ("layer-cached", False)):
+            mark(region, "start")
+            with te.autocast(enabled=recipe is not None, recipe=recipe):
+                y = layer(x, is_first_microbatch=first)
+            y.backward(dy)
+            mark(region, "end")
+            x.grad = None
+            for p in layer.parameters():
+                p.grad = None
+
+    return iteration
+
+
+def vocab_competitor(config: ModelConfig) -> Competitor:
+    """Regions ``embedding`` and ``head`` (BF16, outside every recipe)."""
+    embedding, head = Embedding(config), Head(config)
+    tokens, labels = _tokens(config), _tokens(config)
+    dy = _hidden(config)
+    hidden = _hidden(config, grad=True)
+
+    def iteration(mark: Mark) -> None:
+        mark("embedding", "start")
+        embedding(tokens).backward(dy)
+        fold_unfused_grads(embedding)
+        mark("embedding", "end")
+        mark("head", "start")
+        head(hidden, labels).backward()
+        mark("head", "end")
+        hidden.grad = None
+        for p in head.parameters():
+            p.grad = None
+
+    return iteration
+
+
+class FlatOptimizer:
+    """The optimizer step of Megatron-LM's mixed precision over ``params`` parameters in pieces:
+    FP32 main gradients zeroed for the next step, fused AdamW on FP32 master weights, masters
+    copied into the BF16 weights."""
+
+    def __init__(self, params: int) -> None:
+        sizes = [OPTIMIZER_PIECE] * (params // OPTIMIZER_PIECE) + ([params % OPTIMIZER_PIECE] if params %
+                                                                   OPTIMIZER_PIECE else [])
+        self.weights = [torch.randn(n, device=DEVICE, dtype=_BF16) * 0.02 for n in sizes]
+        self.masters = [w.float().requires_grad_(True) for w in self.weights]
+        for m in self.masters:
+            m.grad = torch.randn_like(m) * 1e-3
+        self.grads = [m.grad for m in self.masters]
+        self.optimizer = torch.optim.AdamW(self.masters, lr=1e-4, weight_decay=0.1, fused=True)
+
+    def step(self) -> None:
+        self.optimizer.step()
+        for weight, master in zip(self.weights, self.masters, strict=True):
+            weight.copy_(master)
+        torch._foreach_zero_(self.grads)  # type: ignore[arg-type]
+
+
+def optimizer_competitor(params: int) -> Competitor:
+    opt = FlatOptimizer(params)
+
+    def iteration(mark: Mark) -> None:
+        mark("optimizer", "start")
+        opt.step()
+        mark("optimizer", "end")
+
+    return iteration
+
+
+# ---------------------------------------------------------------------------------- memory
+@contextlib.contextmanager
+def _clean() -> Iterator[None]:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    yield
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def _allocated() -> int:
+    torch.cuda.synchronize()
+    return int(torch.cuda.memory_allocated())
+
+
+def layer_memory(config: ModelConfig, precision: str) -> dict[str, int]:
+    """One layer's bytes by the allocator: weights, FP8 weight copies kept after a first micro-batch,
+    activations kept by a cached micro-batch's forward, its backward's peak above them; and the
+    layer's parameter count."""
+    recipe = make_recipe(precision)
+    with _clean():
+        start = _allocated()
+        layer = build_dense_layer(config, main_grads=False)
+        weights = _allocated() - start
+        add_main_grads(layer)
+        x, dy = _hidden(config, grad=True), _hidden(config)
+        before_first = _allocated()
+        for first in (True, False):
+            if not first:
+                before = _allocated()
+                torch.cuda.reset_peak_memory_stats()
+            with te.autocast(enabled=recipe is not None, recipe=recipe):
+                y = layer(x, is_first_microbatch=first)
+            if not first:
+                after_forward = _allocated()
+            y.backward(dy)
+            del y
+            x.grad = None
+            fold_unfused_grads(layer)
+            if first:
+                fp8 = _allocated() - before_first
+        peak = int(torch.cuda.max_memory_allocated())
+        out = {"layer_weights": weights, "layer_fp8_weights": max(0, fp8),
+               "layer_activations": after_forward - before, "layer_backward_extra": max(0, peak - after_forward),
+               "layer_params": sum(p.numel() for p in layer.parameters())}
+        del layer, x, dy
+    return out
+
+
+def vocab_memory(config: ModelConfig) -> dict[str, int]:
+    """The embedding's and output layer's weights and the head's transient peak (its logits)."""
+    with _clean():
+        start = _allocated()
+        embedding = torch.nn.Embedding((config.padded_vocab_size or 1) // config.tensor_model_parallel_size,
+                                       config.hidden_size, dtype=_BF16, device=DEVICE)
+        embedding_weights = _allocated() - start
+        del embedding
+    with _clean():
+        start = _allocated()
+        head = Head(config)  # with its FP32 main gradients: subtract them
+        main = sum(p.main_grad.numel() * 4 for p in head.parameters())  # type: ignore[attr-defined]
+        head_weights = _allocated() - start - main
+        hidden, labels = _hidden(config, grad=True), _tokens(config)
+        base = _allocated()
+        torch.cuda.reset_peak_memory_stats()
+        head(hidden, labels).backward()
+        transient = int(torch.cuda.max_memory_allocated()) - base
+        del head, hidden, labels
+    return {"embedding_weights": embedding_weights, "head_weights": head_weights, "head_transient": transient}
+
+
+def optimizer_memory(params: int) -> float:
+    """Bytes per parameter of the optimizer's FP32 master weight, moments and main gradient."""
+    with _clean():
+        start = _allocated()
+        opt = FlatOptimizer(params)
+        opt.step()
+        bf16 = sum(w.numel() * 2 for w in opt.weights)
+        per_param = (_allocated() - start - bf16) / params
+        del opt
+    return per_param
+
+
+def memory_parts(config: ModelConfig, precision: str, state_per_param: float) -> MemoryParts:
+    layer = layer_memory(config, precision)
+    vocab = vocab_memory(config)
+    return MemoryParts(layer["layer_weights"], layer["layer_fp8_weights"], layer["layer_activations"],
+                       layer["layer_backward_extra"], vocab["embedding_weights"], vocab["head_weights"],
+                       vocab["head_transient"], state_per_param)
+
+
+# -------------------------------------------------------------------------------- the parts
+@dataclasses.dataclass
+class PartsTiming:
+    """Samples per precision per region (``layer-first``, ``layer-cached``), the BF16 vocabulary
+    parts (``embedding``, ``head``) and the optimizer at each size, with failures."""
+
+    layers: dict[str, dict[str, Samples]]
+    vocab: dict[str, Samples]
+    optimizer: dict[int, Samples]
+    failures: dict[str, str]
+    cross_check: dict[str, Any]
+
+
+TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool, str], Any]
+
+
+def interleaver_group(settings: TimerSettings) -> TimeGroup:
+    """A stand-alone group timer (for the GPU tool and tests): build, probe, time interleaved."""
+    timer = Interleaver(settings, cross_check=True)
+
+    def group(builders: dict[str, Callable[[], Competitor]], graphs: bool, label: str) -> Any:
+        competitors: dict[str, Competitor] = {}
+        failures: dict[str, str] = {}
+        for name, build in builders.items():
+            try:
+                fn = build()
+                fn(lambda region, edge: None)
+                torch.cuda.synchronize()
+                competitors[name] = fn
+            except (RuntimeError, ValueError, AssertionError) as exc:  # GPU boundary: the part's reason
+                failures[name] = f"{type(exc).__name__}: {exc}"[:400]
+        result = None
+        try:
+            result = timer.run(competitors, graphs=graphs) if competitors else None
+        except RuntimeError as exc:  # GPU boundary (out of memory in the rounds): the group's parts fail
+            failures.update({name: f"{type(exc).__name__}: {exc}"[:400] for name in competitors})
+        if result is not None:
+            failures.update(result.failures)
+        del competitors
+        gc.collect()
+        torch.cuda.empty_cache()
+        return result, failures
+
+    return group
+
+
+def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup) -> PartsTiming:
+    """Every part's samples: three groups (layers per precision, vocabulary parts, optimizer sizes)."""
+    failures: dict[str, str] = {}
+    layers, vocab, optimizer, check = {}, {}, {}, {}
+    builders: dict[str, Callable[[], Competitor]] = {p: functools.partial(layer_competitor, config, p)
+                                                     for p in precisions}
+    result, failed = group(builders, True, "layers")
+    failures.update(failed)
+    if result is not None:
+        layers = dict(result.samples)
+        check["layers"] = result.cross_check
+    missing = [p for p in precisions if p not in layers]
+    if missing:  # a capture that failed: the same regions timed eagerly (GPU-bound: the host runs ahead)
+        result, failed = group({p: builders[p] for p in missing}, False, "layers (eager)")
+        failures.update({f"eager/{k}": v for k, v in failed.items()})
+        if result is not None:
+            layers.update(result.samples)
+            check["layers_eager"] = {"precisions": sorted(result.samples), **result.cross_check}
+    # Eager: the embedding's CUDA backward reads its segment count on the host (a sync no graph can
+    # hold), as it does in the real step; the head's GEMMs take tens of milliseconds.
+    result, failed = group({"bf16": lambda: vocab_competitor(config)}, False, "vocabulary")
+    failures.update({f"vocab/{k}": v for k, v in failed.items()})
+    if result is not None and "bf16" in result.samples:
+        vocab = result.samples["bf16"]
+        check["vocabulary"] = result.cross_check
+    sizes: dict[str, Callable[[], Competitor]] = {str(n): functools.partial(optimizer_competitor, n)
+                                                  for n in OPTIMIZER_SIZES}
+    result, failed = group(sizes, False, "optimizer")
+    failures.update({f"optimizer/{k}": v for k, v in failed.items()})
+    if result is not None:
+        optimizer = {int(n): regions["optimizer"] for n, regions in result.samples.items()}
+        check["optimizer"] = result.cross_check
+    return PartsTiming(layers, vocab, optimizer, failures, check)
+
+
+# --------------------------------------------------------------------------------- real run
+class RealModel:
+    """Embedding, ``layers`` dense layers, final norm, BF16 output layer, FP32 cross-entropy and
+    the fused AdamW step over G micro-batches: a rank's training step as it really runs."""
+
+    def __init__(self, config: ModelConfig, layers: int, precision: str) -> None:
+        self.config = config
+        self.recipe = make_recipe(precision)
+        self.embedding = Embedding(config)
+        self.layers = torch.nn.ModuleList(build_dense_layer(config) for _ in range(layers))
+        self.head = Head(config)
+        self.modules = torch.nn.ModuleList([self.embedding, *self.layers, self.head])
+        self.params = [p for p in self.modules.parameters()]
+        self.masters = [p.detach().float().requires_grad_(True) for p in self.params]
+        for m, p in zip(self.masters, self.params, strict=True):
+            m.grad = p.main_grad  # type: ignore[attr-defined]  # FP32 already: Megatron aliases it too
+        self.optimizer = torch.optim.AdamW(self.masters, lr=1e-5, weight_decay=0.1, fused=True)
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    def step(self, microbatches: int, micro_batch: int | None = None) -> float:
+        """One optimizer step over G micro-batches; returns the last micro-batch's loss."""
+        loss = torch.zeros((), device=DEVICE)
+        for i in range(microbatches):
+            tokens, labels = _tokens(self.config, micro_batch), _tokens(self.config, micro_batch)
+            x = self.embedding(tokens)
+            with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
+                for layer in self.layers:
+                    x = layer(x, is_first_microbatch=(i == 0))
+            loss = self.head(x, labels)
+            loss.backward()
+            fold_unfused_grads(self.modules)
+        self.optimizer.step()
+        with torch.no_grad():
+            for p, master in zip(self.params, self.masters, strict=True):
+                p.copy_(master)
+        torch._foreach_zero_([p.main_grad for p in self.params])  # type: ignore[attr-defined]
+        return float(loss.detach())
+
+
+def time_real_steps(model: RealModel, microbatches: int, *, warmup: int = 2, steps: int = 5) -> Samples:
+    """Whole optimizer steps timed with CUDA events (eager), after ``warmup`` untimed steps."""
+    for _ in range(warmup):
+        model.step(microbatches)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        model.step(microbatches)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return Samples(times)
+
+
+def real_peak_bytes(model: RealModel, microbatches: int) -> int:
+    """The allocator's peak over one step, everything the model holds included."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    model.step(microbatches)
+    torch.cuda.synchronize()
+    return int(torch.cuda.max_memory_allocated())
+
+
+def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64) -> dict[str, Any]:
+    """The largest micro-batch whose whole step (G = 1) runs on this GPU with ``layers`` layers, by
+    doubling then bisecting; an out-of-memory is the answer, never a crash."""
+    def fits(mbs: int) -> bool:
+        with _clean():
+            model = None
+            try:
+                model = RealModel(config, layers, precision)
+                model.step(1, mbs)
+                torch.cuda.synchronize()
+                return True
+            except torch.OutOfMemoryError:
+                return False
+            finally:
+                del model
+
+    started = time.monotonic()
+    if not fits(1):
+        return {"largest": 0, "tried": [1], "seconds": round(time.monotonic() - started, 1)}
+    tried, good, bad = [1], 1, None
+    while bad is None and good < limit:
+        nxt = min(good * 2, limit)
+        tried.append(nxt)
+        if fits(nxt):
+            good = nxt
+        else:
+            bad = nxt
+    while bad is not None and bad - good > 1:
+        mid = (good + bad) // 2
+        tried.append(mid)
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return {"largest": good, "tried": tried, "seconds": round(time.monotonic() - started, 1)}
+
+
+def median_ms(samples: Samples) -> float:
+    return float(statistics.median(samples.ms))
+
+
+def quartiles_ms(samples: Samples) -> tuple[float, float]:
+    q = (statistics.quantiles(samples.ms, n=4, method="inclusive") if len(samples.ms) >= 2
+         else [samples.ms[0]] * 3)  # within the samples: "exclusive" extrapolates past them
+    return float(q[0]), float(q[2])
+
+
+def first_quartile_ms(samples: Samples) -> float:
+    return quartiles_ms(samples)[0]
+
+
+def third_quartile_ms(samples: Samples) -> float:
+    return quartiles_ms(samples)[1]
+
+
+# ------------------------------------------------------------------------------ the whole job
+def capacity_bytes() -> int:
+    """What the allocator can hold on this GPU now: free memory plus what it already reserved."""
+    free, _ = torch.cuda.mem_get_info()
+    return int(free + torch.cuda.memory_reserved())
+
+
+def part_times(timing: PartsTiming, precision: str, statistic: Callable[[Samples], float]) -> PartTimes:
+    layer = timing.layers[precision]
+    return PartTimes(statistic(timing.vocab["embedding"]), statistic(timing.vocab["head"]),
+                     statistic(layer["layer-first"]), statistic(layer["layer-cached"]))
+
+
+def optimizer_line(timing: PartsTiming) -> OptimizerLine:
+    sizes = sorted(timing.optimizer)
+    return OptimizerLine((sizes[0], sizes[1]), (median_ms(timing.optimizer[sizes[0]]),
+                                                median_ms(timing.optimizer[sizes[1]])))
+
+
+def measure_model(config: ModelConfig, precisions: Sequence[str], settings: TimerSettings, *,
+                  proof_layers: int = 0, microbatches: Sequence[int] = (1, 8), real_steps: int = 5,
+                  search_layers: int = 0, search_limit: int = 16, group: TimeGroup | None = None) -> dict[str, Any]:
+    """Parts, memory, the composed model step at each G, and (``proof_layers`` > 0) a real model of
+    that many layers timed at each G beside its composition; (``search_layers`` > 0) the largest
+    micro-batch of a real model of that many layers, per precision. JSON-ready. ``group``: the group
+    timer (default: an :class:`~gemm_bench.measure.timing.Interleaver` with ``settings``)."""
+    from gemm_bench.question.model_step import (
+        composed_rows,
+        largest_microbatch_predicted,
+        layers_that_fit,
+        memory,
+        rank_parameters,
+        step_ms,
+    )
+
+    reason = unsupported_reason(config)
+    if reason:
+        return {"unsupported": reason}
+    out: dict[str, Any] = {"config": config.to_dict(), "precisions": list(precisions)}
+    started = time.monotonic()
+    timing = time_parts(config, precisions, group or interleaver_group(settings))
+    out["failures"] = timing.failures
+    out["cross_check"] = timing.cross_check
+    measured = [p for p in precisions if p in timing.layers]
+    if not timing.vocab or len(timing.optimizer) < 2 or not measured:
+        out["error"] = "a part was not measured"
+        return out
+    out["parts_ms"] = {p: dataclasses.asdict(part_times(timing, p, median_ms)) for p in measured}
+    out["optimizer_ms"] = {str(n): median_ms(s) for n, s in timing.optimizer.items()}
+    out["parts_s"] = round(time.monotonic() - started, 1)
+    line = optimizer_line(timing)
+    state = optimizer_memory(OPTIMIZER_SIZES[0])
+    mem = {p: memory_parts(config, p, state) for p in measured}
+    layer_params = layer_memory(config, measured[0])["layer_params"]
+    params = rank_parameters(config, layer_params)
+    capacity = capacity_bytes()
+    out.update(layer_params=layer_params, rank_params=params, capacity_bytes=capacity, state_per_param=state,
+               memory_parts={p: dataclasses.asdict(m) for p, m in mem.items()})
+    medians = {p: part_times(timing, p, median_ms) for p in measured}
+    quart = {p: (part_times(timing, p, first_quartile_ms), part_times(timing, p, third_quartile_ms))
+             for p in measured}
+    from gemm_bench.question.hardware import peak_tflops
+
+    peak = peak_tflops(torch.cuda.get_device_name(), "bf16")
+    out["device"] = torch.cuda.get_device_name()
+    out["rows"] = {str(g): [dataclasses.asdict(r) for r in composed_rows(
+        config, medians, quart, line, params, microbatches=g, peak_bf16_tflops=peak)] for g in microbatches}
+    out["memory"] = {p: memory(mem[p], params, layers=config.measured_layers).to_dict() for p in measured}
+    vocab = vocab_parameters(config)
+    out["layers_that_fit"] = {p: layers_that_fit(mem[p], capacity, layer_params=layer_params, vocab_params=vocab,
+                                                 hidden_size=config.hidden_size) for p in measured}
+    if proof_layers:
+        proof: dict[str, Any] = {"layers": proof_layers}
+        for p in measured:
+            for g in microbatches:
+                with _clean():
+                    model = None
+                    try:
+                        model = RealModel(config, proof_layers, p)
+                        samples = time_real_steps(model, g, steps=real_steps)
+                        peak_bytes = real_peak_bytes(model, g)
+                        count = model.parameter_count
+                    except RuntimeError as exc:  # GPU boundary (out of memory included): the entry's reason
+                        proof[f"{p}/G{g}"] = f"{type(exc).__name__}: {exc}"[:400]
+                        continue
+                    finally:
+                        del model
+                composed = step_ms(medians[p], layers=proof_layers, microbatches=g, optimizer_ms=line.at(count))
+                predicted = memory(mem[p], count, layers=proof_layers).peak
+                real = median_ms(samples)
+                proof[f"{p}/G{g}"] = {"real_ms": real, "real_ms_all": samples.ms, "composed_ms": composed,
+                                      "time_ratio": composed / real, "params": count, "real_peak_bytes": peak_bytes,
+                                      "composed_peak_bytes": predicted,
+                                      "memory_ratio": predicted / peak_bytes if peak_bytes else None}
+        out["proof"] = proof
+    if search_layers:
+        search: dict[str, Any] = {}
+        for p in measured:
+            try:
+                found = largest_microbatch(config, search_layers, p, limit=search_limit)
+            except RuntimeError as exc:  # GPU boundary: not an out-of-memory (that is an answer), a failure
+                search[p] = f"{type(exc).__name__}: {exc}"[:400]
+                continue
+            count = rank_parameters(config, layer_params, layers=search_layers)
+            found["predicted"] = largest_microbatch_predicted(mem[p], count, layers=search_layers,
+                                                              capacity=capacity, limit=search_limit)
+            search[p] = found
+        out["largest_microbatch"] = {"layers": search_layers, **search}
+    out["seconds"] = round(time.monotonic() - started, 1)
+    return out
+
+
+# ------------------------------------------------------------------------- the result block
+def _part_cell(part: str, precision: str, samples: Samples | None, reason: str, **extra: Any) -> dict[str, Any]:
+    if samples is None:
+        return {"part": part, "precision": precision, "status": "failed", "reason": reason or "not measured", **extra}
+    return {"part": part, "precision": precision, "status": "measured", "ms": round(samples.median, 6),
+            "stats": samples.to_stats(), **extra}
+
+
+def model_step_block(config: ModelConfig, precisions: Sequence[str], group: TimeGroup, run_id: str, *,
+                     search_layers: int = 0, search_limit: int = 16) -> dict[str, Any] | None:
+    """``doc["model_step"]`` (:mod:`gemm_bench.results.model_step_schema`): every part measured in
+    ``group`` (the runner's interleaved group timer), the allocator's memory per precision, and with
+    ``search_layers`` the largest micro-batch of a real model of that many layers. None when the
+    question has no model step (no vocabulary, or not a dense model)."""
+    from gemm_bench.question.model_step import WHAT_IS_COMPOSED
+    from gemm_bench.question.model_step import unsupported_reason as no_model_step
+
+    if no_model_step(config) or unsupported_reason(config):
+        return None
+    timing = time_parts(config, precisions, group)
+    cells = []
+    for p in precisions:
+        regions = timing.layers.get(p, {})
+        why = timing.failures.get(p) or timing.failures.get(f"eager/{p}", "")
+        cells += [_part_cell(r, p, regions.get(r), why) for r in ("layer-first", "layer-cached")]
+    vocab_why = timing.failures.get("vocab/bf16", "")
+    cells += [_part_cell(r, "bf16", timing.vocab.get(r), vocab_why) for r in ("embedding", "head")]
+    for n in OPTIMIZER_SIZES:
+        cells.append(_part_cell("optimizer", "bf16", timing.optimizer.get(n), timing.failures.get(f"optimizer/{n}", ""),
+                                params=n))
+    measured = [p for p in precisions if p in timing.layers]
+    state = optimizer_memory(OPTIMIZER_SIZES[0])
+    memory: dict[str, Any] = {}
+    layer_params = 0
+    for p in measured:
+        try:
+            layer = layer_memory(config, p)
+            vocab = vocab_memory(config)
+        except RuntimeError:  # GPU boundary: a precision without memory records is shown without them
+            continue
+        layer_params = layer.pop("layer_params")
+        memory[p] = {**layer, **vocab}
+    block: dict[str, Any] = {
+        "run_id": run_id,
+        "what": WHAT_IS_COMPOSED,
+        "padded_vocab_size": config.padded_vocab_size,
+        "layer_params": layer_params or layer_parameters(config),
+        "capacity_bytes": capacity_bytes(),
+        "state_per_param": state,
+        "parts": cells,
+        "memory": memory,
+    }
+    if search_layers:
+        search: dict[str, Any] = {"layers": search_layers}
+        for p in measured:
+            try:
+                search[p] = largest_microbatch(config, search_layers, p, limit=search_limit)
+            except RuntimeError as exc:  # GPU boundary: a failure, not an out-of-memory (that is an answer)
+                search[p] = f"{type(exc).__name__}: {exc}"[:400]
+        block["largest_microbatch"] = search
+    return block

@@ -1,0 +1,150 @@
+"""The model's step of one result, composed for the page's question (issue 32): per recipe and G,
+the time per micro-batch, tokens/s per GPU, model TFLOP/s, MFU, the speedup over BF16 with its
+spread, the layer step beside it, and memory (peak, what it is made of, layers that fit, the
+largest micro-batch).
+
+Pure: it reads a validated result's ``model_step`` block and composes with
+:mod:`gemm_bench.question.model_step`. G and the layer count are the page's (not in the question's
+hash), so two pages asking G = 1 and G = 8 read one file. Every number comes from one block, one
+run: speedups are never taken across runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from gemm_bench.question.config import ModelConfig
+from gemm_bench.question.hardware import peak_tflops
+from gemm_bench.question.model_step import (
+    MemoryBreakdown,
+    ModelStepRow,
+    OptimizerLine,
+    PartTimes,
+    composed_rows,
+    largest_microbatch_predicted,
+    layers_that_fit,
+    memory,
+    rank_parameters,
+    vocab_parameters,
+)
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.question.question import stored_config
+from gemm_bench.results import model_step_schema as schema
+
+GIB = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStep:
+    """One result's model step for one question (its G and layers)."""
+
+    config: ModelConfig
+    device: str
+    run_id: str
+    #: Rows per G: 1 and the question's G (one row per precision whose parts were measured).
+    rows: Mapping[int, tuple[ModelStepRow, ...]]
+    memory: Mapping[str, MemoryBreakdown]
+    layers_that_fit: Mapping[str, int]
+    largest_microbatch: Mapping[str, int]
+    largest_microbatch_predicted: Mapping[str, int]
+    #: Layers of the real model the largest micro-batch was searched with (0: not searched).
+    search_layers: int
+    capacity_bytes: int
+    rank_params: int
+
+    @property
+    def microbatches(self) -> int:
+        return self.config.num_microbatches
+
+    def row(self, precision: str, microbatches: int | None = None) -> ModelStepRow | None:
+        g = self.microbatches if microbatches is None else microbatches
+        return next((r for r in self.rows.get(g, ()) if r.precision == precision), None)
+
+    def fits(self, precision: str) -> bool | None:
+        m = self.memory.get(precision)
+        return None if m is None else m.peak <= self.capacity_bytes
+
+    def sentence(self, precision: str) -> str | None:
+        """"FP8 Delayed: 1.31x the tokens per second of BF16 (G = 8), 0.4 GiB more memory"."""
+        row, base = self.row(precision), self.row(BASELINE)
+        if row is None or base is None or row.speedup is None:
+            return None
+        text = (f"{PRECISIONS[precision].display}: {row.speedup:.2f}x the tokens per second of BF16 with "
+                f"G = {self.microbatches} micro-batches per optimizer step")
+        mine, theirs = self.memory.get(precision), self.memory.get(BASELINE)
+        if mine is not None and theirs is not None:
+            delta = (mine.peak - theirs.peak) / GIB
+            text += f", {abs(delta):.1f} GiB {'more' if delta >= 0 else 'less'} memory"
+        return text + "."
+
+
+def _quartiles(item: Mapping[str, Any]) -> tuple[float, float]:
+    samples = item.get("stats", {}).get("samples_ms")
+    if isinstance(samples, list) and len(samples) >= 2:
+        q = statistics.quantiles(samples, n=4, method="inclusive")  # within the samples, never beyond
+        return float(q[0]), float(q[2])
+    half = float(item["stats"]["iqr_ms"]) / 2
+    return float(item["ms"]) - half, float(item["ms"]) + half
+
+
+def _part_times(block: Mapping[str, Any], precision: str) -> tuple[PartTimes, PartTimes, PartTimes] | None:
+    """(medians, first quartiles, third quartiles) of one precision's parts, or None if one is missing."""
+    items = [schema.part(block, "embedding"), schema.part(block, "head"),
+             schema.part(block, "layer-first", precision), schema.part(block, "layer-cached", precision)]
+    if any(i is None for i in items):
+        return None
+    found = [i for i in items if i is not None]
+    medians = PartTimes(*(float(i["ms"]) for i in found))
+    low = PartTimes(*(_quartiles(i)[0] for i in found))
+    high = PartTimes(*(_quartiles(i)[1] for i in found))
+    return medians, low, high
+
+
+def _optimizer(block: Mapping[str, Any]) -> OptimizerLine | None:
+    points = sorted((int(i["params"]), float(i["ms"])) for i in block["parts"]
+                    if i["part"] == "optimizer" and i["status"] == "measured")
+    if len(points) < 2:
+        return None
+    (n0, t0), (n1, t1) = points[0], points[-1]
+    return OptimizerLine((n0, n1), (t0, t1))
+
+
+def model_step_summary(doc: Mapping[str, Any], config: ModelConfig | None = None) -> ModelStep | None:
+    """The model step of a valid result for ``config`` (the page's question; default: the stored
+    config), or None when the result has none that answers it (none measured, another vocabulary,
+    a part missing)."""
+    block = doc.get("model_step")
+    config = config if config is not None else stored_config(doc["question"].get("config"))
+    if block is None or config is None or not schema.answers(block, config):
+        return None
+    line = _optimizer(block)
+    if line is None:
+        return None
+    params = rank_parameters(config, int(block["layer_params"]))
+    parts = {p: t for p in PRECISIONS if (t := _part_times(block, p)) is not None}
+    if BASELINE not in parts:
+        return None
+    device = str(doc["device"]["name"])
+    peak = peak_tflops(device, "bf16")
+    medians = {p: t[0] for p, t in parts.items()}
+    quartiles = {p: (t[1], t[2]) for p, t in parts.items()}
+    rows = {g: tuple(composed_rows(config, medians, quartiles, line, params, microbatches=g, peak_bf16_tflops=peak))
+            for g in sorted({1, config.num_microbatches})}
+    capacity = int(block["capacity_bytes"])
+    layer_params = int(block["layer_params"])
+    mem, fit, predicted = {}, {}, {}
+    for p in parts:
+        m = schema.memory_parts(block, p)
+        if m is None:
+            continue
+        mem[p] = memory(m, params, layers=config.measured_layers)
+        fit[p] = layers_that_fit(m, capacity, layer_params=layer_params, vocab_params=vocab_parameters(config),
+                                 hidden_size=config.hidden_size)
+        predicted[p] = largest_microbatch_predicted(m, params, layers=config.measured_layers, capacity=capacity)
+    search = block.get("largest_microbatch") or {}
+    found = {p: int(v["largest"]) for p, v in search.items() if p != "layers" and isinstance(v, dict)}
+    return ModelStep(config, device, str(block["run_id"]), rows, mem, fit, found, predicted,
+                     int(search.get("layers", 0)), capacity, params)

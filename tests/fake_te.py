@@ -1,0 +1,216 @@
+"""A fake Transformer Engine on CPU: just enough of ``transformer_engine.pytorch`` for the model
+step's measuring path (:mod:`gemm_bench.measure.backends.model_parts`) to run end to end in a CPU
+test, so that its plumbing (regions, main gradients, the optimizer, the real model, the search for
+the largest micro-batch, the JSON it returns) is exercised before the one GPU call that times it.
+
+Modules compute in BF16 on CPU; ``fuse_wgrad_accumulation`` adds the weight gradient into
+``weight.main_grad`` and gives autograd no gradient for the weight, as TE does without Megatron's
+``grad_added_to_main_grad`` marker. ``is_first_microbatch=True`` under an FP8 recipe "quantizes"
+(a copy kept on the module), ``False`` requires that copy: a cached call before a first one fails,
+as a wrong call order would on the GPU. The allocator's counters and CUDA events are faked by
+:func:`install`, which also counts OOM: a micro-batch above ``oom_above`` raises
+``torch.OutOfMemoryError`` from the real model's step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+class _FusedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, fuse: bool) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.fuse = fuse
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        dw = dy.reshape(-1, dy.shape[-1]).t().float() @ x.reshape(-1, x.shape[-1]).float()
+        if ctx.fuse:
+            weight.main_grad.add_(dw)
+            return dy @ weight, None, None
+        return dy @ weight, dw.to(weight.dtype), None
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, k: int, n: int, bias: bool = False, params_dtype: Any = torch.bfloat16, device: Any = None,
+                 fuse_wgrad_accumulation: bool = False) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n, k, dtype=params_dtype) * k ** -0.5)
+        self.fuse = fuse_wgrad_accumulation
+        self.cached: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        if _STATE["recipe"] is not None:
+            if is_first_microbatch is False:
+                if self.cached is None:
+                    raise RuntimeError("cached FP8 weight used before a first micro-batch quantized it")
+            else:
+                self.cached = self.weight.detach().clone()
+        return _FusedLinear.apply(x, self.weight, self.fuse)
+
+
+class LayerNorm(torch.nn.Module):
+    def __init__(self, width: int, params_dtype: Any = torch.bfloat16, device: Any = None) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(width, dtype=params_dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(width, dtype=params_dtype))  # TE's LayerNorm has one
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias)
+
+
+class TransformerLayer(torch.nn.Module):
+    def __init__(self, hidden: int, ffn: int, heads: int, *, num_gqa_groups: int, kv_channels: int,
+                 fuse_wgrad_accumulation: bool = False, activation: str = "gelu", **_: Any) -> None:
+        super().__init__()
+        fuse = fuse_wgrad_accumulation
+        self.norm1, self.norm2 = LayerNorm(hidden), LayerNorm(hidden)
+        self.qkv = Linear(hidden, (heads + 2 * num_gqa_groups) * kv_channels, fuse_wgrad_accumulation=fuse)
+        self.proj = Linear(heads * kv_channels, hidden, fuse_wgrad_accumulation=fuse)
+        self.up = Linear(hidden, (2 if activation == "swiglu" else 1) * ffn, fuse_wgrad_accumulation=fuse)
+        self.down = Linear(ffn, hidden, fuse_wgrad_accumulation=fuse)
+        self.q = heads * kv_channels
+        self.swiglu = activation == "swiglu"
+
+    def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        q = self.qkv(self.norm1(x), is_first_microbatch)[..., : self.q]
+        x = x + self.proj(torch.tanh(q), is_first_microbatch)
+        h = self.up(self.norm2(x), is_first_microbatch)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        return x + self.down(h, is_first_microbatch)
+
+
+_STATE: dict[str, Any] = {"recipe": None}
+
+
+@contextlib.contextmanager
+def autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
+    before = _STATE["recipe"]
+    _STATE["recipe"] = recipe if enabled else None
+    try:
+        yield
+    finally:
+        _STATE["recipe"] = before
+
+
+class _Recipe:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Event:
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: _Event) -> float:
+        return (end.t - self.t) * 1e3
+
+
+class _Allocator:
+    """Counters that only grow between resets: every delta the measuring path takes is positive."""
+
+    def __init__(self) -> None:
+        self.now = 1 << 30
+
+    def allocated(self) -> int:
+        self.now += 1 << 20
+        return self.now
+
+    def peak(self) -> int:
+        return self.now + (1 << 22)
+
+
+def install(monkeypatch: pytest.MonkeyPatch, *, oom_above: int = 2) -> Any:
+    """The measuring module, importable and running on CPU with this fake; returns it."""
+    te = types.ModuleType("transformer_engine.pytorch")
+    for name, value in (("Linear", Linear), ("LayerNorm", LayerNorm), ("TransformerLayer", TransformerLayer),
+                        ("autocast", autocast)):
+        setattr(te, name, value)
+    package = types.ModuleType("transformer_engine")
+    package.__version__ = "0.0-fake"  # type: ignore[attr-defined]
+    package.pytorch = te  # type: ignore[attr-defined]
+    common = types.ModuleType("transformer_engine.common")
+    recipe = types.ModuleType("transformer_engine.common.recipe")
+    cpp = types.ModuleType("transformer_engine.pytorch.cpp_extensions")
+    cpp.general_gemm = cpp.general_grouped_gemm = None  # type: ignore[attr-defined]
+    for name in ("transformer_engine", "transformer_engine.pytorch", "transformer_engine_torch",
+                 "transformer_engine.common", "transformer_engine.common.recipe",
+                 "transformer_engine.pytorch.cpp_extensions"):
+        monkeypatch.setitem(sys.modules, name, {"transformer_engine": package, "transformer_engine.pytorch": te,
+                                                "transformer_engine.common": common,
+                                                "transformer_engine.common.recipe": recipe,
+                                                "transformer_engine.pytorch.cpp_extensions": cpp}.get(
+                                                    name, types.ModuleType(name)))
+    for name in ("gemm_bench.measure.backends.te", "gemm_bench.measure.backends.model_parts"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import gemm_bench.measure.backends.model_parts as parts
+
+    monkeypatch.setattr(parts, "DEVICE", "cpu")
+    # A full collection of a test process's heap takes most of a second; the GPU tool freezes it instead.
+    monkeypatch.setattr(parts, "gc", types.SimpleNamespace(collect=lambda: 0))
+    monkeypatch.setattr(parts, "make_recipe", lambda p: None if p == "bf16" else _Recipe(p))
+    allocator = _Allocator()
+    cuda = torch.cuda
+    for name, fake in (("synchronize", lambda: None), ("empty_cache", lambda: None),
+                       ("memory_allocated", allocator.allocated), ("max_memory_allocated", allocator.peak),
+                       ("reset_peak_memory_stats", lambda: None), ("mem_get_info", lambda: (60 << 30, 80 << 30)),
+                       ("memory_reserved", lambda: 0), ("get_device_name", lambda: "NVIDIA H100 80GB HBM3"),
+                       ("Event", _Event)):
+        monkeypatch.setattr(cuda, name, fake)
+    real_step = parts.RealModel.step
+
+    def step(self: Any, microbatches: int, micro_batch: int | None = None) -> float:
+        if (micro_batch or 1) > oom_above:
+            raise torch.OutOfMemoryError("fake: CUDA out of memory")
+        return real_step(self, microbatches, micro_batch)
+
+    monkeypatch.setattr(parts.RealModel, "step", step)
+    monkeypatch.setattr(parts, "OPTIMIZER_SIZES", (1 << 12, 1 << 14))
+    monkeypatch.setattr(parts, "OPTIMIZER_PIECE", 1 << 11)
+    return parts
+
+
+def group_timer(rounds: int = 3) -> Any:
+    """A group timer calling each competitor ``rounds`` times with wall-clock marks (no graphs)."""
+    from gemm_bench.measure.timing import GroupTiming, Samples
+
+    def group(builders: dict[str, Any], graphs: bool, label: str) -> Any:
+        samples: dict[str, dict[str, list[float]]] = {}
+        for name, build in builders.items():
+            fn = build()
+            fn(lambda region, edge: None)
+            opened: dict[str, float] = {}
+
+            def mark(region: str, edge: str, name: str = name, opened: dict[str, float] = opened) -> None:
+                if edge == "start":
+                    opened[region] = time.perf_counter()
+                else:
+                    samples.setdefault(name, {}).setdefault(region, []).append(
+                        (time.perf_counter() - opened.pop(region)) * 1e3)
+
+            for _ in range(rounds):
+                fn(mark)
+        timed = {n: {r: Samples(ms) for r, ms in regions.items()} for n, regions in samples.items()}
+        return GroupTiming(timed, {}, {}, {"timed": label}, {"fake": True}), {}
+
+    return group

@@ -1,0 +1,59 @@
+"""Role values of the model's step (issue 32, sphinxext/gemm_benchmark/model_step_values.py), from a
+result whose model-step block the fake Transformer Engine measured."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gemm_bench.report.report import Report
+from gemm_benchmark.model_step_values import MODEL_STEP_KINDS, model_step_g_key, model_step_values
+from gemm_benchmark.records import value_key
+from tests.test_model_step_measure_cpu import _document_with_block
+
+
+def test_every_role_has_a_value_per_precision_and_g(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc, _ = _document_with_block(monkeypatch)
+    report = Report(doc)
+    values = model_step_values(report, "tiny on H100")
+    summary = report.model_step()
+    assert summary is not None
+    for precision in ("bf16", "fp8-current"):
+        for g in ("G", "G=1", "G=4"):
+            for kind in ("gemm-tokens", "gemm-model-tflops", "gemm-mfu", "gemm-model-speedup"):
+                assert values[value_key(kind, "layer-graphed", precision, g)].available, (kind, precision, g)
+        row = summary.row(precision, 4)
+        assert row is not None
+        assert values[value_key("gemm-tokens", "layer-graphed", precision, "G")].text == f"{row.tokens_per_s:,.0f}"
+        assert values[value_key("gemm-memory", "layer-graphed", precision, "G")].text.endswith("GiB")
+        assert values[value_key("gemm-largest-microbatch", "layer-graphed", precision, "G")].text == "2"
+    speedup = values[value_key("gemm-model-speedup", "layer-graphed", "fp8-current", "G")]
+    assert speedup.low is not None and speedup.high is not None and speedup.low <= speedup.high
+    assert values[value_key("gemm-memory-delta", "layer-graphed", "bf16", "G")].text == "0.0 GiB more"
+
+
+def test_a_result_without_a_model_step_gives_reasons_not_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc, question = _document_with_block(monkeypatch)
+    del doc["model_step"]
+    values = model_step_values(Report(doc), "tiny on H100", ("bf16",))
+    assert {k.split()[0] for k in values} == set(MODEL_STEP_KINDS)
+    assert not any(v.available for v in values.values())
+    assert all("no model step" in v.tooltip for v in values.values())
+    other = Report(doc)
+    other.config = dataclasses.replace(question.config, vocab_size=4000)
+    assert not any(v.available for v in model_step_values(other, "x").values())
+
+
+@pytest.mark.parametrize(("text", "key"), [("G=8", "G=8"), ("g1", "G=1"), ("4", "G=4"), ("", "G"), ("G=0", "G")])
+def test_the_roles_g_word(text: str, key: str) -> None:
+    assert model_step_g_key(text) == key
+
+
+def test_the_role_specs_build_the_roles_own_spec() -> None:
+    from gemm_benchmark.model_step_values import MODEL_STEP_ROLES
+    from gemm_benchmark.roles import ROLES, RoleSpec
+
+    specs = [RoleSpec(**spec) for spec in MODEL_STEP_ROLES]
+    assert not {s.name for s in specs} & set(ROLES)  # new names, none taken
+    assert all(s.example.split()[1] == "layer-graphed" for s in specs)
