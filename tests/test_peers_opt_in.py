@@ -303,6 +303,27 @@ def test_a_page_that_starts_showing_peers_measures_them_alone(app: Any, peers_gp
     assert "gemm-peers" in html
 
 
+@pytest.mark.sphinx("html", testroot="execution", srcdir="peers-two-runs")
+def test_a_run_of_some_modes_with_peers_is_followed_by_the_other_modes_peers(app: Any, peers_gpu: list[Any]) -> None:
+    """The pre-quantized cells are missing (measured with their peers); the cached autocast cells
+    lack their peers: those are measured alone after, in the same build, so the page has every peer."""
+    cache = Path(app.srcdir) / "_gemm_cache"
+    path = Cache(cache).store(make_document(TE, device=FAKE, precisions=("bf16", "fp8-current"), modes=("autocast",)))
+    (Path(app.srcdir) / "index.rst").write_text(textwrap.dedent("""\
+        Peers
+        =====
+
+        .. gemm-benchmark::
+           :model: te-guide-5b
+           :precisions: bf16, fp8-current
+           :modes: autocast, prequant
+           :show: table, peers
+        """), encoding="utf-8")
+    app.build()
+    assert peers_gpu == [(("bf16", "fp8-current"), ("prequant",), True, False), (("bf16",), ("autocast",), True, True)]
+    assert {p["kind"] for p in read_document(path)["peers"]} == {"gemm", "linear"}
+
+
 # ------------------------------------------------------------------------------- gemm-bench refresh
 def _job(*peers: bool) -> refresh.Job:
     asks = [refresh.Ask(("bf16", "fp8-current"), ("autocast", "prequant"), (), f"page{i}.rst:1", shows)
