@@ -183,6 +183,8 @@ def fake_torch(cuda: FakeCuda) -> types.ModuleType:
 
     torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
         is_available=lambda: True, synchronize=cuda.synchronize, empty_cache=lambda: None,
+        memory_allocated=lambda: 0, current_device=lambda: 0,
+        get_device_properties=lambda index: types.SimpleNamespace(total_memory=80 * 10**9),
         Event=lambda enable_timing=False, external=False: _Event(cuda, external), CUDAGraph=lambda: FakeGraph(cuda),
         graph_pool_handle=lambda: object(), Stream=_Stream, stream=stream, current_stream=lambda: cuda.stream,
         nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None),

@@ -25,6 +25,8 @@ from typing import Any
 
 from gemm_bench.question.question import Question
 from gemm_bench.results.cache import read_document
+from gemm_bench.results.schema import new_run_id
+from gemm_bench.results.stack import PEER_KIND_OF_MODE, PEERS_NOT_MEASURED
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATE_DEVICE = "h100-80gb-hbm3"
@@ -35,12 +37,14 @@ def template_path(question_hash: str) -> Path:
     return REPO / "docs" / "_gemm_cache" / f"{question_hash}--{TEMPLATE_DEVICE}.json"
 
 
-def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
+def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[str], *, peers: bool = True,
+                 peers_only: bool = False) -> dict[str, Any]:
     calls = os.environ.get("FAKE_GPU_CALLS")
     if calls:
         n = len(list(Path(calls).glob(f"{question.hash}.*")))
         pinned = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        (Path(calls) / f"{question.hash}.{os.getpid()}.{n}").write_text(pinned, encoding="utf-8")
+        what = "peers-only" if peers_only else "peers" if peers else "no-peers"
+        (Path(calls) / f"{question.hash}.{os.getpid()}.{n}").write_text(f"{pinned}\n{what}", encoding="utf-8")
         if os.environ.get("FAKE_GPU_LEAK") == question.hash:
             from gemm_bench.measure import timing  # a failed capture's graphs, kept for the process's life
 
@@ -63,4 +67,13 @@ def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[
     doc = copy.deepcopy(read_document(source))
     doc["cells"] = [c for c in doc["cells"] if c["precision"] in precisions and c["mode"] in modes]
     doc["provenance"]["fake"] = f"fake GPU for tests: cells copied from {source.name}"
+    # The runner times Linear peers beside autocast and GEMM peers beside the pre-quantized GEMMs.
+    kinds = {kind for mode, kind in PEER_KIND_OF_MODE.items() if mode in modes}
+    doc["peers"] = [p for p in doc["peers"] if peers and p.get("kind", "gemm") in kinds]
+    doc["provenance"]["method"]["peers"] = "fake peers" if peers else PEERS_NOT_MEASURED
+    if peers_only:  # a run of its own: the peers alone
+        doc.update(run_id=new_run_id(), cells=[], groups=[])
+        doc["peers"] = [{k: v for k, v in p.items() if k != "run_id"} for p in doc["peers"]]
+        for block in ("layer", "accuracy", "accuracy_method"):
+            doc.pop(block, None)
     return doc

@@ -162,7 +162,8 @@ def test_a_partial_remeasure_measures_the_mode_whole(monkeypatch: pytest.MonkeyP
     q = build_question(model="te-guide-5b")
     cached = make_document(q, device=H100, precisions=("bf16", "fp8-current"), modes=("autocast",))
     todo = execution.to_measure(cached, q, ("bf16", "fp8-block"), ("autocast",), force=False, max_age_days=None)
-    assert todo == (["bf16", "fp8-block", "fp8-current"], ["autocast"])
+    assert todo is not None and (todo.precisions, todo.modes) == (["bf16", "fp8-block", "fp8-current"], ["autocast"])
+    assert not todo.peers  # the page shows no peers: the run times none
 
 
 # ---------------------------------------------------------------- corrupt and hostile files
@@ -329,7 +330,8 @@ def test_a_te_upgrade_on_the_gpu_box_re_measures_exactly_that_gpus_results(
     project.store(other)
     measured: list[tuple[str, ...]] = []
 
-    def measure(question: Any, precisions: Any, modes: Any) -> dict[str, Any]:
+    def measure(question: Any, precisions: Any, modes: Any, *, peers: bool = False, peers_only: bool = False,
+                ) -> dict[str, Any]:
         measured.append(tuple(precisions))
         doc = make_document(question, device=H100, precisions=tuple(precisions), modes=tuple(modes), speed=1.1)
         doc["provenance"]["transformer_engine"] = "99.0"

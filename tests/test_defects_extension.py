@@ -286,7 +286,7 @@ def test_linear_peers_backward_is_rendered_beside_their_fprop(project: Project) 
     doc = json.loads(source.read_text(encoding="utf-8"))
     project.store(doc)
     project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :model: te-guide-5b\n   :precisions: bf16, fp8-current\n"
-                 "   :modes: autocast\n")
+                 "   :modes: autocast\n   :show: table, peers\n")
     project.build()
     q = build_question(model="te-guide-5b")
     report = Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind)

@@ -21,7 +21,7 @@ def fake_gpu(monkeypatch, make_result):
     """A GPU that 'measures' by writing a synthetic document; records every call."""
     calls: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
 
-    def measure(question, precisions, modes):
+    def measure(question, precisions, modes, *, peers=False, peers_only=False):
         calls.append((question.hash, tuple(precisions), tuple(modes)))
         if os.environ.get("FAKE_GPU_FAILS"):
             raise RuntimeError("CUDA error: out of memory")
@@ -127,7 +127,7 @@ def test_auto_measures_a_failed_result_again_once_per_build(app, monkeypatch, ma
     that repeats is this build's answer (two directives of one question: measured once)."""
     calls: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
 
-    def measure(question, precisions, modes):
+    def measure(question, precisions, modes, *, peers=False, peers_only=False):
         calls.append((tuple(precisions), tuple(modes)))
         return make_result(question, device=FAKE, precisions=precisions, modes=modes,
                            failed={("autocast", "fp8-current"): "CUDA error: an illegal memory access"})

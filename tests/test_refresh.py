@@ -338,7 +338,7 @@ def test_two_workers_write_the_same_files_as_a_serial_run(tmp_path: Path, calls:
         assert "fake GPU" in read_document(tmp_path / "sharded" / name)["provenance"]["fake"]
     assert measured(calls) == serial_calls  # each question measured once
     # Both workers took questions from the queue, each pinned to its own GPU.
-    pins = {p.name.split(".")[1]: p.read_text() for p in calls.iterdir()}
+    pins = {p.name.split(".")[1]: p.read_text().splitlines()[0] for p in calls.iterdir()}
     assert sorted(set(pins.values())) == ["0", "1"] and len(pins) == 2
     # Nothing left to do: a re-run plans nothing.
     again = run(src, tmp_path / "sharded", TWO_H100, tmp_path)

@@ -189,7 +189,7 @@ from gemm_bench.question.question import build_question
 from gemm_benchmark import execution
 from tests.helpers import synthetic_document
 
-def measure(question, precisions, modes):
+def measure(question, precisions, modes, *, peers=False, peers_only=False):
     with open({log!r}, "a") as log:
         log.write(f"start {{os.getpid()}} {{time.time()!r}}\\n")
     time.sleep(0.4)

@@ -84,7 +84,7 @@ FP8 current scaling runs its autocast GEMMs :gemm-speedup:`te-layer autocast fp8
         answer = execution.answer(
             request.question, precisions=request.precisions, modes=request.modes, devices=request.devices,
             cache_dir=config.cache_dir, mode=config.mode, max_age_days=config.max_age_days,
-            build_started=config.build_started, stale_when=config.stale_when,
+            build_started=config.build_started, stale_when=config.stale_when, peers="peers" in request.show,
         )
         for path in answer.files:  # a fixed or replaced file re-reads the page
             self.env.note_dependency(str(path))

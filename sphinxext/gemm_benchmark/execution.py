@@ -35,7 +35,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from filelock import FileLock
 from sphinx.util import logging
@@ -44,8 +44,9 @@ from gemm_bench.question.devices import device_slug, select
 from gemm_bench.question.question import Question
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError, is_stale, read_document
+from gemm_bench.results.merge import store_peers
 from gemm_bench.results.schema import METHOD_VERSION, ResultError
-from gemm_bench.results.stack import DEFAULT_STALE_WHEN, Rules, local_stack, remeasure, stack_staleness
+from gemm_bench.results.stack import DEFAULT_STALE_WHEN, Rules, Todo, local_stack, remeasure, stack_staleness
 from gemm_benchmark.diagnostics import TextEnum
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,12 @@ def execution_mode(configured: str) -> str:
     return value
 
 
-Measure = Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
+class Measure(Protocol):
+    """``(question, precisions, modes, peers=..., peers_only=...) -> result document``: the
+    arguments of :func:`gemm_bench.measure.runner.measure_question` (a :class:`~gemm_bench.results.stack.Todo`)."""
+
+    def __call__(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *, peers: bool,
+                 peers_only: bool) -> dict[str, Any]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,14 +113,16 @@ def detect_gpu() -> tuple[LocalGpu | None, str]:
     except (ImportError, OSError, RuntimeError) as exc:
         return None, f"Transformer Engine cannot be imported ({exc})"
 
-    def measure(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
-        # The one measuring path, shared with ``gemm-bench refresh``: GEMMs, step, SQNRs, peers,
-        # telemetry, whatever this page shows of them; a progress line with an estimate meanwhile.
+    def measure(question: Question, precisions: Sequence[str], modes: Sequence[str], *, peers: bool,
+                peers_only: bool) -> dict[str, Any]:
+        # The one measuring path, shared with ``gemm-bench refresh``: GEMMs, step, SQNRs, telemetry,
+        # and the peers where the page shows them; a progress line with an estimate meanwhile.
         from gemm_bench.measure.runner import measure_question
         from gemm_bench.report.precision_plan import plan_to_measure
 
         progress = MeasureProgress(f"{question.hash} ({question.describe()}) on {torch.cuda.get_device_name()}")
-        return measure_question(question, precisions, modes, progress=progress, planner=plan_to_measure)
+        return measure_question(question, precisions, modes, peers=peers, peers_only=peers_only, progress=progress,
+                                planner=plan_to_measure)
 
     return LocalGpu(torch.cuda.get_device_name(), measure), ""
 
@@ -313,17 +321,17 @@ def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float 
 def to_measure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
                *, force: bool, max_age_days: float | None,
                stale_when: Sequence[str] = DEFAULT_STALE_WHEN,
-               retry_failed: bool = True) -> tuple[list[str], list[str]] | None:
-    """Which (precisions, modes) this GPU should measure now, or None when the cache suffices.
+               retry_failed: bool = True, peers: bool = False) -> Todo | None:
+    """What this GPU should measure now (precisions, modes, peers), or None when the cache suffices.
 
     The rule is :func:`gemm_bench.results.stack.remeasure`, shared with ``gemm-bench refresh``: a mode is
     measured whole, a result measured with another software stack (the fields of
     ``gemm_benchmark_stale_when``) is stale on this GPU box, and a mode with a failed cell is measured
-    again (``retry_failed``: not for a result this build already measured).
+    again (``retry_failed``: not for a result this build already measured). ``peers``: the directive
+    shows the peers, so a run times them, and a fresh result without them gets them alone.
     """
     rules = Rules(stale_when=tuple(stale_when), max_age_days=max_age_days, force=force, retry_failed=retry_failed)
-    todo = remeasure(doc, question, precisions, modes, local=_local_stack(), rules=rules)
-    return None if todo is None else (todo[0], todo[1])
+    return remeasure(doc, question, precisions, modes, local=_local_stack(), rules=rules, peers=peers)
 
 
 def _local_stack() -> dict[str, str] | None:
@@ -338,8 +346,11 @@ _stack: dict[str, dict[str, str] | None] = {}
 
 def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str], devices: Sequence[str],
            cache_dir: Path, mode: str, max_age_days: float | None, build_started: float,
-           stale_when: Sequence[str] = DEFAULT_STALE_WHEN) -> Answer:
-    """Look the question up, measure on this GPU if the mode says so, and assess every device."""
+           stale_when: Sequence[str] = DEFAULT_STALE_WHEN, peers: bool = False) -> Answer:
+    """Look the question up, measure on this GPU if the mode says so, and assess every device.
+
+    ``peers``: the directive shows the peers (``:show: peers``; a summary never does): only then
+    does a measurement time them (issue 34)."""
     cache = Cache(cache_dir)
     problems: list[str] = []
     local: LocalGpu | None = None
@@ -349,7 +360,7 @@ def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str
         if gpu is not None and (not devices or any(select(s, [gpu.name]) for s in devices)):
             problem = _measure_if_needed(cache, gpu, question, precisions, modes, mode=mode,
                                          max_age_days=max_age_days, build_started=build_started,
-                                         stale_when=stale_when)
+                                         stale_when=stale_when, peers=peers)
             if problem:
                 problems.append(problem)
     documents: list[tuple[Path, dict[str, Any]]] = []
@@ -403,11 +414,13 @@ def _current(cache: Cache, question: Question, gpu: LocalGpu) -> dict[str, Any] 
 
 def _measure_if_needed(cache: Cache, gpu: LocalGpu, question: Question, precisions: Sequence[str],
                        modes: Sequence[str], *, mode: str, max_age_days: float | None,
-                       build_started: float, stale_when: Sequence[str]) -> str | None:
+                       build_started: float, stale_when: Sequence[str], peers: bool = False) -> str | None:
     """Measure what this GPU lacks; the message of a failure, or None. Never raises for a GPU error.
 
     ``force`` re-measures a question once per build: a file written since the build started (by
-    this process or another ``-j`` worker) already is this build's measurement.
+    this process or another ``-j`` worker) already is this build's measurement. A run of some modes
+    with the peers can leave the peers of the file's other modes missing: they are then measured
+    alone (a second, peers-only run), so the page shows every peer it asks for.
     """
     path = cache.path_for(question.hash, gpu.name)
 
@@ -415,13 +428,13 @@ def _measure_if_needed(cache: Cache, gpu: LocalGpu, question: Question, precisio
         """The file was written by this build (this process or another ``-j`` worker)."""
         return path.exists() and path.stat().st_mtime >= build_started
 
-    def todo() -> tuple[list[str], list[str]] | None:
+    def todo() -> Todo | None:
         # Once per build: ``force`` re-measures, and a failed cell is measured again, only in a
         # file this build has not written yet (a failure that repeats is this build's answer).
         measured = this_build()
         return to_measure(_current(cache, question, gpu), question, precisions, modes,
                           force=mode == "force" and not measured, max_age_days=max_age_days,
-                          stale_when=stale_when, retry_failed=not measured)
+                          stale_when=stale_when, retry_failed=not measured, peers=peers)
 
     if todo() is None:
         return None
@@ -429,15 +442,24 @@ def _measure_if_needed(cache: Cache, gpu: LocalGpu, question: Question, precisio
     with FileLock(str(cache.directory / GPU_LOCK_NAME)):
         # Another process may have measured this question while we waited for the lock.
         planned = todo()
-        if planned is None:
-            return None
-        want_precisions, want_modes = planned
-        logger.info("gemm-benchmark: measuring %s (%s) on %s: %s | %s", question.hash, question.describe(),
-                    gpu.name, ", ".join(want_precisions), ", ".join(want_modes))
-        try:
-            doc = gpu.measure(question, want_precisions, want_modes)
-            cache.store(doc)
-        except (RuntimeError, OSError, ValueError, MemoryError, CacheError) as exc:
-            # A failed measurement (CUDA errors are RuntimeErrors) leaves the cache as it was.
-            return f"measuring on {gpu.name} failed: {type(exc).__name__}: {exc}"
+        ran_peers_only = False
+        while planned is not None and not ran_peers_only:
+            ran_peers_only = planned.peers_only
+            what = "the peers alone" if planned.peers_only else ", ".join(planned.precisions)
+            logger.info("gemm-benchmark: measuring %s (%s) on %s: %s | %s%s", question.hash, question.describe(),
+                        gpu.name, what, ", ".join(planned.modes), " | with peers" if planned.peers else "")
+            try:
+                doc = gpu.measure(question, planned.precisions, planned.modes, peers=planned.peers,
+                                  peers_only=planned.peers_only)
+                if planned.peers_only:
+                    store_peers(cache, doc)
+                else:
+                    cache.store(doc)
+            except (RuntimeError, OSError, ValueError, MemoryError, CacheError) as exc:
+                # A failed measurement (CUDA errors are RuntimeErrors) leaves the cache as it was.
+                return f"measuring on {gpu.name} failed: {type(exc).__name__}: {exc}"
+            # What a run with peers left without them (another mode's): the peers alone, once.
+            planned = todo() if peers else None
+            if planned is not None and not planned.peers_only:
+                planned = None  # anything else is this build's answer (a repeated failure, say)
     return None

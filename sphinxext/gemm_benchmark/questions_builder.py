@@ -19,7 +19,9 @@ render nothing: no cache lookup, no measuring. Nothing is written but the JSON f
     One entry per question (deduplicated by hash, in page order): ``hash``, ``question``
     (:meth:`gemm_bench.question.question.Question.to_dict`) and ``asks``, each with the directive's
     name, its ``source`` file (relative to the source directory where it lies inside it) and
-    ``line``, and the ``precisions``, ``modes`` and ``devices`` it asks for.
+    ``line``, the ``precisions``, ``modes`` and ``devices`` it asks for, and ``peers``: whether it
+    shows the peers (a ``gemm-benchmark`` directive whose ``:show:`` names them; a summary never
+    does), since a question's peers are measured only where some page shows them.
 ``problems``
     Directives whose options were rejected: ``source``, ``line`` and ``message``.
 """
@@ -44,6 +46,9 @@ OUTPUT_NAME = "questions.json"
 FORMAT_VERSION = 1
 
 _ATTR = "gemm_benchmark_questions"
+
+#: The directive that never shows peers, whatever its requests say (its own ``:show:`` has no such part).
+SUMMARY_DIRECTIVE = "gemm-benchmark-summary"
 
 
 def _store(env: BuildEnvironment) -> dict[str, list[dict[str, Any]]]:
@@ -70,11 +75,13 @@ def note_asks(directive: SphinxDirective, requests: Iterable[Any]) -> None:
     """Record the questions a directive asks (its parsed ``Request`` objects)."""
     where = _location(directive)
     entries = _store(directive.env).setdefault(directive.env.docname, [])
+    name = directive.name.lower()
     for request in requests:
         entries.append({
-            "kind": "ask", "directive": directive.name.lower(), **where,
+            "kind": "ask", "directive": name, **where,
             "hash": request.question.hash, "question": request.question.to_dict(),
             "precisions": list(request.precisions), "modes": list(request.modes), "devices": list(request.devices),
+            "peers": name != SUMMARY_DIRECTIVE and "peers" in request.show,
         })
 
 
@@ -97,7 +104,7 @@ def site_questions(env: BuildEnvironment) -> dict[str, Any]:
             question = questions.setdefault(entry["hash"], {"hash": entry["hash"], "question": entry["question"],
                                                             "asks": []})
             question["asks"].append({k: entry[k] for k in ("directive", "source", "line", "precisions", "modes",
-                                                           "devices")})
+                                                           "devices", "peers")})
     return {"format": FORMAT_VERSION, "questions": list(questions.values()), "problems": problems}
 
 

@@ -48,16 +48,23 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from gemm_bench.measure.phases import CAPTURE, EAGER, PROFILER_START, SPIN_UP, SUPPORT, TIMED, TRACE, WARM_UP
 from gemm_bench.question.devices import device_slug, selects
 from gemm_bench.question.precisions import BASELINE, MODES, PRECISION_IDS
 from gemm_bench.question.question import Question
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError
+from gemm_bench.results.merge import PeersMergeError, store_peers
 from gemm_bench.results.schema import ResultError
-from gemm_bench.results.stack import Rules, remeasure
+from gemm_bench.results.stack import Rules, Todo, remeasure
 
-#: ``(question, precisions, modes) -> result document``; runs inside a worker process.
-Measure = Callable[[Question, Sequence[str], Sequence[str]], dict[str, Any]]
+
+class Measure(Protocol):
+    """``(question, precisions, modes, peers=..., peers_only=...) -> result document``; runs inside
+    a worker process (:func:`gemm_bench.measure.runner.measure_question`'s arguments)."""
+
+    def __call__(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *, peers: bool,
+                 peers_only: bool) -> dict[str, Any]: ...
 
 
 class RefreshError(ValueError):
@@ -134,6 +141,8 @@ class Ask:
     modes: tuple[str, ...]
     devices: tuple[str, ...]  # selectors; empty: every device
     location: str
+    #: The directive shows the peers (its ``:show:`` names them; a summary never does).
+    peers: bool = False
 
 
 @dataclasses.dataclass
@@ -160,6 +169,11 @@ class Job:
         modes = [m for m in MODES if any(m in a.modes for a in chosen)]
         return list(dict.fromkeys([BASELINE, *precisions])), modes
 
+    def peers_on(self, device_name: str) -> bool:
+        """Whether some page that shows this device shows the question's peers: only then are they
+        measured (issue 34), for every mode measured, so each page reads them from one file."""
+        return any(a.peers for a in self.asks_on(device_name))
+
 
 def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
     """Questions of every directive, deduplicated; and one problem line per invalid directive."""
@@ -170,8 +184,8 @@ def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
             question = Question.from_dict(entry["question"])
             if question.hash != entry["hash"]:
                 raise ValueError(f"question {entry['hash']} reads back as {question.hash}")
-            asks = [Ask(tuple(a["precisions"]), tuple(a["modes"]), tuple(a["devices"]), _location(srcdir, a))
-                    for a in entry["asks"]]
+            asks = [Ask(tuple(a["precisions"]), tuple(a["modes"]), tuple(a["devices"]), _location(srcdir, a),
+                        bool(a.get("peers", False))) for a in entry["asks"]]
             jobs.append(Job(question, asks))
         problems = [f"{_location(srcdir, p)}: {p['message']} (skipped; the docs build warns about it too)"
                     for p in data["problems"]]
@@ -184,9 +198,10 @@ def collect_jobs(srcdir: Path) -> tuple[list[Job], list[str]]:
 # ------------------------------------------------------------------------------- freshness
 def needs_measuring(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str],
                     modes: Sequence[str], local: Mapping[str, str] | None,
-                    rules: Rules) -> tuple[list[str], list[str], str] | None:
-    """(precisions, modes, why) to measure now on this box: the docs build's own rule (stack.remeasure)."""
-    return remeasure(doc, question, precisions, modes, local=local, rules=rules)
+                    rules: Rules, *, peers: bool = False) -> Todo | None:
+    """What to measure now on this box (:class:`~gemm_bench.results.stack.Todo`): the docs build's
+    own rule (stack.remeasure); ``peers``: some page shows the question's peers."""
+    return remeasure(doc, question, precisions, modes, local=local, rules=rules, peers=peers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +217,11 @@ class Task:
     #: Seconds, from a cached run of the same question; None where there is none to go by.
     estimate_s: float | None = None
     estimate_source: str = ""
+    #: Time the peers too (some page shows them); ``peers_only``: them alone, merged into the cached result.
+    peers: bool = False
+    peers_only: bool = False
+    #: The modes the pages ask (``modes`` may be fewer: those to re-measure): whose peers they show.
+    asked_modes: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -243,9 +263,67 @@ def estimate_seconds(reference: dict[str, Any], precisions: Sequence[str], modes
     return seconds + groups * warmup
 
 
+#: The key prefix of a peer among a timed group's ``members`` and ``setup_s`` (the runner's).
+_PEER_MEMBER = "peer:"
+
+#: The phases of a run that its timed groups' members share (a peer's part of them is its share of
+#: the groups' members): warm-up, eager and timed rounds, capture and the cross-check's trace.
+_GROUP_PHASES = (WARM_UP, EAGER, CAPTURE, TIMED, PROFILER_START, TRACE)
+#: ... and the fixed cost of any run, a peers-only one too: support checks and provenance, spin-up.
+_RUN_PHASES = (SUPPORT, SPIN_UP)
+
+
+def peers_seconds(doc: Mapping[str, Any]) -> float | None:
+    """Wall seconds the peers took of ``doc``'s run, or None where it timed none (or recorded no groups).
+
+    Their building and first calls (``setup_s`` of each group: torchao's compilation, the bulk of an
+    author's first build) plus their share of the members of the timed groups times the groups'
+    phases (``provenance.phases_s``).
+    """
+    groups = [g for g in doc.get("groups", []) if isinstance(g, Mapping)]
+    setups = [(k, float(v)) for g in groups for k, v in (g.get("setup_s") or {}).items()
+              if isinstance(v, (int, float))]
+    if not any(k.startswith(_PEER_MEMBER) for k, _ in setups):
+        return None
+    setup = sum(v for k, v in setups if k.startswith(_PEER_MEMBER))
+    members = [m for g in groups for m in g.get("members", [])]
+    share = sum(m.startswith(_PEER_MEMBER) for m in members) / len(members) if members else 0.0
+    phases = doc["provenance"].get("phases_s") or {}
+    return setup + share * sum(float(phases.get(name, 0.0)) for name in _GROUP_PHASES)
+
+
+def _fixed_seconds(doc: Mapping[str, Any]) -> float:
+    phases = doc["provenance"].get("phases_s") or {}
+    return sum(float(phases.get(name, 0.0)) for name in _RUN_PHASES)
+
+
+def _peers_adjusted(estimate: float | None, reference: Mapping[str, Any], documents: Sequence[Mapping[str, Any]],
+                    *, peers: bool, peers_only: bool) -> tuple[float | None, str]:
+    """``estimate`` (from ``reference``'s whole run) for a run with or without the peers, or of the
+    peers alone; and what the estimate says of it. The peers' seconds come from ``reference`` or,
+    where it timed none, from another cached run of the question that did."""
+    here = peers_seconds(reference)
+    timed = here if here is not None else next(
+        (t for t in (peers_seconds(d) for d in documents) if t is not None), None)
+    if peers_only:
+        if timed is None:
+            return None, ""
+        return timed + _fixed_seconds(reference), ", the peers' part of it"
+    if estimate is None:
+        return None, ""
+    if here is not None and not peers:
+        return max(estimate - here, 0.0), ", less its peers"
+    if here is None and peers and timed is not None:
+        return estimate + timed, ", plus the peers of another run"
+    return estimate, ""
+
+
 def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mapping[str, str] | None,
               rules: Rules) -> tuple[list[Task], list[str]]:
-    """The tasks for this box's GPU, and one line per question that needs nothing (for the plan)."""
+    """The tasks for this box's GPU, and one line per question that needs nothing (for the plan).
+
+    A question's peers are measured when some page that shows this device shows them
+    (:meth:`Job.peers_on`); the estimate counts them in or out (:func:`peers_seconds`)."""
     tasks: list[Task] = []
     fresh: list[str] = []
     for job in jobs:
@@ -253,25 +331,31 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
         if wanted is None:
             continue
         precisions, modes = wanted
+        peers = job.peers_on(device_name)
         lookup = cache.lookup(job.hash)
         current = next((d for d in lookup.documents if device_slug(d["device"]["name"]) == device_slug(device_name)),
                        None)
-        todo = needs_measuring(current, job.question, precisions, modes, local, rules)
+        todo = needs_measuring(current, job.question, precisions, modes, local, rules, peers=peers)
         # Only the pages that show this device: a directive restricted to other devices asks nothing of it.
         locations = tuple(a.location for a in job.asks_on(device_name))
         if todo is None:
             fresh.append(f"{job.hash} ({job.question.describe()}): fresh")
             continue
-        want_p, want_m, why = todo
         # A run that recorded its wall time first (this device's, then any other's): it is the estimate.
         timed = [d for d in lookup.documents if "measure_s" in d["provenance"]]
         candidates = sorted(timed, key=lambda d: (d is not current, d["device"]["name"])) or (
             [current] if current is not None else sorted(lookup.documents, key=lambda d: d["device"]["name"]))
         reference = next(iter(candidates), None)
-        estimate = estimate_seconds(reference, want_p, want_m) if reference is not None else None
-        source = ("" if reference is None else f"cached run on {reference['device']['name']}"
-                  + (", its measure_s" if "measure_s" in reference["provenance"] else ", a lower bound"))
-        tasks.append(Task(job.question, device_name, tuple(want_p), tuple(want_m), why, locations, estimate, source))
+        estimate = estimate_seconds(reference, todo.precisions, todo.modes) if reference is not None else None
+        source = ""
+        if reference is not None:
+            estimate, peers_part = _peers_adjusted(estimate, reference, lookup.documents, peers=todo.peers,
+                                                   peers_only=todo.peers_only)
+            source = (f"cached run on {reference['device']['name']}"
+                      + (", its measure_s" if "measure_s" in reference["provenance"] else ", a lower bound")
+                      + peers_part)
+        tasks.append(Task(job.question, device_name, tuple(todo.precisions), tuple(todo.modes), todo.why, locations,
+                          estimate, source, todo.peers, todo.peers_only, tuple(modes)))
     return tasks, fresh
 
 
@@ -292,7 +376,9 @@ def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[Gp
         estimate = (f"~{task.estimate_s:.0f} s (from the {task.estimate_source})"
                     if task.estimate_s is not None else "no estimate (no cached run of this question)")
         lines.append(f"  {task.question.hash}  {task.question.describe()}")
-        lines.append(f"      {', '.join(task.precisions)} | {', '.join(task.modes)} | {task.reason} | {estimate}")
+        what = "the peers alone" if task.peers_only else ", ".join(task.precisions)
+        peers = "" if task.peers_only else (" | with peers" if task.peers else " | no peers")
+        lines.append(f"      {what} | {', '.join(task.modes)}{peers} | {task.reason} | {estimate}")
         lines.append(f"      asked at {', '.join(task.locations)}")
     known = [t.estimate_s for t in tasks if t.estimate_s is not None]
     if tasks:
@@ -391,13 +477,15 @@ def pinned(index: int) -> Iterator[None]:
             os.environ["CUDA_VISIBLE_DEVICES"] = old
 
 
-def measure_on_gpu(question: Question, precisions: Sequence[str], modes: Sequence[str]) -> dict[str, Any]:
+def measure_on_gpu(question: Question, precisions: Sequence[str], modes: Sequence[str], *, peers: bool,
+                   peers_only: bool) -> dict[str, Any]:
     """The real measure function: :func:`gemm_bench.measure.runner.measure_question`, imported in
     the worker that owns the GPU (the docs build on a GPU box calls the same function)."""
     from gemm_bench.measure.runner import measure_question
     from gemm_bench.report.precision_plan import plan_to_measure
 
-    return measure_question(question, precisions, modes, planner=plan_to_measure)
+    return measure_question(question, precisions, modes, peers=peers, peers_only=peers_only,
+                            planner=plan_to_measure)
 
 
 # ------------------------------------------------------------------------------- the pool
@@ -439,6 +527,32 @@ def _holds_failed_captures() -> bool:
     return timing is not None and timing.holds_failed_captures()
 
 
+def _measure_and_store(cache: Cache, setup: WorkerSetup, task: Task) -> Path:
+    """Measure ``task`` and store it: merged as a whole run, or (``peers_only``) its peers merged
+    into the cached result. A run with peers that left another mode's peers missing (it measured
+    some modes only) is followed by those peers alone, so every page that shows peers has them."""
+    planned: Todo | None = Todo(list(task.precisions), list(task.modes), task.reason, task.peers, task.peers_only)
+    path = cache.path_for(task.question.hash, task.device_name)
+    ran_peers_only = False
+    while planned is not None and not ran_peers_only:
+        ran_peers_only = planned.peers_only
+        doc = setup.measure(task.question, planned.precisions, planned.modes, peers=planned.peers,
+                            peers_only=planned.peers_only)
+        if _Interrupt.received:
+            raise KeyboardInterrupt
+        path = store_peers(cache, doc) if planned.peers_only else cache.store(doc)
+        if not task.peers:
+            break
+        current = next((d for d in cache.lookup(task.question.hash).documents
+                        if device_slug(d["device"]["name"]) == device_slug(task.device_name)), None)
+        unforced = dataclasses.replace(setup.rules, force=False, retry_failed=False)
+        planned = needs_measuring(current, task.question, task.precisions, task.asked_modes or task.modes,
+                                  setup.local, unforced, peers=True)
+        if planned is not None and not planned.peers_only:
+            planned = None  # anything else waits for the next refresh (a repeated failure, say)
+    return path
+
+
 def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> None:
     """A worker's life: take a task, lock the GPU, re-check the cache, measure, store, report."""
     from filelock import FileLock
@@ -458,15 +572,13 @@ def _worker(conn: multiprocessing.connection.Connection, setup: WorkerSetup) -> 
                                 if device_slug(d["device"]["name"]) == device_slug(task.device_name)), None)
                 unforced = dataclasses.replace(setup.rules, force=False)
                 if current is not None and not setup.rules.force and needs_measuring(
-                        current, task.question, task.precisions, task.modes, setup.local, unforced) is None:
+                        current, task.question, task.precisions, task.modes, setup.local, unforced,
+                        peers=task.peers) is None:
                     conn.send(("skipped", task.key, "another process measured it meanwhile"))
                     continue
-                doc = setup.measure(task.question, task.precisions, task.modes)
-                if _Interrupt.received:
-                    raise KeyboardInterrupt
                 try:
-                    path = cache.store(doc)
-                except ResultError as exc:
+                    path = _measure_and_store(cache, setup, task)
+                except (ResultError, PeersMergeError) as exc:
                     conn.send(("failed", task.key, f"the measured result is invalid: {exc}"))
                     continue
             if _holds_failed_captures():

@@ -37,6 +37,7 @@ from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, laye
 from gemm_bench.question.question import Question
 from gemm_bench.question.shapes import GemmShape
 from gemm_bench.results.schema import new_document
+from gemm_bench.results.stack import PEERS_NOT_MEASURED
 
 Progress = Callable[[int, int, str], None]
 
@@ -107,6 +108,22 @@ def _release() -> None:
     torch.cuda.empty_cache()
 
 
+#: Live GPU memory (tensors, :func:`torch.cuda.memory_allocated`), as a share of the device's, above
+#: which the end of a timed group collects Python's cyclic garbage and returns PyTorch's cached blocks
+#: to the driver. Below it the group's memory is left to reference counting and the caching
+#: allocator, which reuses its blocks and itself frees them (graph pools included) before it reports
+#: out of memory: a collection after each of a question's ~20 groups cost an author's build 2.4 s,
+#: mostly traversing the objects torch.compile and TE's first calls left. What cyclic garbage can
+#: then linger is under this share, and a build that still runs out of memory is retried once after
+#: a release (:meth:`Runner._build`).
+RELEASE_ABOVE_SHARE = 0.10
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """An allocation failure (``torch.OutOfMemoryError`` is a RuntimeError that says so)."""
+    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+
+
 @contextlib.contextmanager
 def _nvtx(name: str, enabled: bool) -> Iterator[None]:
     if enabled:
@@ -162,6 +179,9 @@ class Runner:
         self.telemetry = telemetry
         #: Each timed group's record in the run under way (``doc["groups"]``).
         self._groups: list[dict[str, Any]] = []
+        #: A group ended without a release since the last one (:data:`RELEASE_ABOVE_SHARE`).
+        self._unreleased = False
+        self._device_bytes: int | None = None
         #: Wall seconds each competitor of the last group took to build and probe.
         self.setup_s: dict[str, float] = {}
         #: The last run's layer-step groups: (routing, competitor -> region -> profiled rounds' kernels),
@@ -183,20 +203,42 @@ class Runner:
         self.setup_s = {}
         for name, build in builders.items():
             started = time.monotonic()
-            try:
-                with optional_phase(self.phases, BUILD):
-                    fn = build()
-                with optional_phase(self.phases, PROBE):
-                    fn(lambda region, edge: None)
-                    torch.cuda.synchronize()
-                competitors[name] = fn
-            except Exception as exc:  # GPU boundary: any failure is recorded as the cell's reason
-                failures[name] = _short(exc)
-                competitors.pop(name, None)
-                with optional_phase(self.phases, RELEASE):
-                    _release()
+            for attempt in (1, 2):
+                try:
+                    with optional_phase(self.phases, BUILD):
+                        fn = build()
+                    with optional_phase(self.phases, PROBE):
+                        fn(lambda region, edge: None)
+                        torch.cuda.synchronize()
+                    competitors[name] = fn
+                    failures.pop(name, None)
+                except Exception as exc:  # GPU boundary: any failure is recorded as the cell's reason
+                    failures[name] = _short(exc)
+                    competitors.pop(name, None)
+                    retry = attempt == 1 and self._unreleased and _out_of_memory(exc)
+                    del exc  # its traceback holds the failed build's tensors: released below
+                    self._release()
+                    if retry:
+                        continue  # the memory earlier groups left to the collector, now collected
+                break
             self.setup_s[name] = round(time.monotonic() - started, 3)
         return competitors, failures
+
+    def _release(self) -> None:
+        """Collect cyclic garbage and return cached blocks to the driver, charged to its phase."""
+        with optional_phase(self.phases, RELEASE):
+            _release()
+        self._unreleased = False
+
+    def _release_if_tight(self) -> None:
+        """After a group: :meth:`_release` only when live GPU memory is above
+        :data:`RELEASE_ABOVE_SHARE` of the device's (see there why not after every group)."""
+        if self._device_bytes is None:
+            self._device_bytes = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+        if torch.cuda.memory_allocated() > RELEASE_ABOVE_SHARE * self._device_bytes:
+            self._release()
+        else:
+            self._unreleased = True
 
     def _time_group(self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = "",
                     *, graphs: bool | None = None, kernels: bool = False) -> Timed:
@@ -225,23 +267,31 @@ class Runner:
                          "setup_s": dict(self.setup_s), "cross_check": result.cross_check}
                 self._groups.append(group)
         del competitors
-        with optional_phase(self.phases, RELEASE):
-            _release()
+        self._release_if_tight()
         return timed
 
     def measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
-                accuracy: bool | None = None) -> dict[str, Any]:
+                accuracy: bool | None = None, peers_only: bool = False) -> dict[str, Any]:
         """One run: the GEMM cells of ``autocast``/``prequant``, the layer step of ``layer``/
-        ``layer-graphed``, the peers, and (``accuracy``, default the runner's) the SQNRs.
+        ``layer-graphed``, the peers (where the runner times them), and (``accuracy``, default the
+        runner's) the SQNRs.
 
         Everything in the returned document is one run (one ``run_id``): speedups between any
         two of its cells are legitimate, and its method says what the run includes. The clock
         sampler's process ends with the run, however the run ends (unless it is the process's shared
         sampler, which the next run samples with).
+
+        ``peers_only``: time the peers of ``modes`` alone (Linear peers per autocast op, GEMM peers
+        per pre-quantized GEMM), no Transformer Engine cell, step or SQNR: a run that
+        :func:`gemm_bench.results.merge.merge_peers` adds to a cached result measured without them.
+        Peer rows are their own rows (never divided by a TE cell), so they need no baseline of this run.
         """
+        if peers_only and not self.peers:
+            raise ValueError("peers_only needs a runner that times the peers (Runner(peers=True))")
         started = time.monotonic()
         try:
-            doc = self._measure(question, precisions, modes, accuracy=accuracy)
+            doc = self._measure(question, precisions, modes, accuracy=False if peers_only else accuracy,
+                                peers_only=peers_only)
             doc["provenance"]["measure_s"] = round(time.monotonic() - started, 1)
             return doc
         finally:
@@ -249,19 +299,22 @@ class Runner:
                 self.sampler.close()
 
     def _measure(self, question: Question, precisions: Sequence[str], modes: Sequence[str], *,
-                 accuracy: bool | None) -> dict[str, Any]:
+                 accuracy: bool | None, peers_only: bool = False) -> dict[str, Any]:
         modes = list(dict.fromkeys(modes))
         unknown = [m for m in modes if m not in ALL_MODES]
         if unknown:
             raise ValueError(f"unknown modes {', '.join(map(repr, unknown))}; choose from {', '.join(ALL_MODES)}")
         per_gemm, layer = gemm_modes(modes), layer_modes(modes)
+        if peers_only:
+            layer = []
         with_accuracy = self.accuracy if accuracy is None else accuracy
         wanted = list(dict.fromkeys([BASELINE, *precisions]))
         with optional_phase(self.phases, SUPPORT):
             support = te_backend.support()
             plan = make_plan(question.gemms, precisions, per_gemm, support)
             method = run_method(self.settings, telemetry=self.telemetry,
-                                teardown=os.environ.get("TEARDOWN_CUPTI") == "1")
+                                teardown=os.environ.get("TEARDOWN_CUPTI") == "1", peers=self.peers,
+                                peers_only=peers_only)
             device, prov = provenance.collect(method, te_backend.VERSION)
             registry = peer_registry.registered_peers() if self.peers else []
             available = peer_registry.availability(registry)
@@ -296,32 +349,35 @@ class Runner:
             # the same numbers for all, and DeepSeek-V3's 256-expert MLP (15 GB of weights per copy)
             # fits a GPU only once, not once per precision (four copies ran an H100 out of memory).
             shared = te_backend.Operands()
-            builders: dict[str, Callable[[], Competitor]] = {
+            builders: dict[str, Callable[[], Competitor]] = {} if peers_only else {
                 p: functools.partial(te_backend.autocast_competitor, p, fprop, backward, shared) for p in chosen
             }
             # Linear peers (torchao Float8Linear ...) time the op's training step beside TE's autocast.
             linear = _peer_builders(registry, fprop, "linear", available)
             with _nvtx(f"autocast {op}", self.nvtx):
                 timed = self._time_group({**builders, **linear}, label=f"autocast {op}", mode="autocast")
-            cells += _timed_cells(wanted_cells, timed)
+            if not peers_only:
+                cells += _timed_cells(wanted_cells, timed)
             peers_out += _peer_rows(registry, fprop, "linear", available, timed)
             done += 1
 
         for gemm in prequant_gemms:
             self.progress(done, total, f"prequant {gemm.op}/{gemm.pass_}")
             wanted_cells = [c for c in prequant if c.gemm == gemm]
-            builders = {c.precision: functools.partial(te_backend.prequant_competitor, c.precision, gemm)
-                        for c in wanted_cells}
+            builders = {} if peers_only else {
+                c.precision: functools.partial(te_backend.prequant_competitor, c.precision, gemm) for c in wanted_cells}
             # GEMM peers (torch.matmul, torch._scaled_mm, plugins) time the same pass beside TE's GEMM.
             extra = _peer_builders(registry, gemm, "gemm", available)
             with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
                 timed = self._time_group({**builders, **extra}, label=f"prequant {gemm.op}/{gemm.pass_}",
                                          mode="prequant")
-            cells += _timed_cells(wanted_cells, timed)
+            if not peers_only:
+                cells += _timed_cells(wanted_cells, timed)
             peers_out += _peer_rows(registry, gemm, "gemm", available, timed)
             done += 1
 
-        doc["cells"] = cells
+        # A peers-only run keeps no TE cell (its unsupported ones are the cached result's to say).
+        doc["cells"] = [] if peers_only else cells
         doc["peers"] = peers_out
         if layer:
             from gemm_bench.measure.backends.layer_step import measure_layer_step
@@ -394,14 +450,18 @@ class _PartsGroup:
 
 
 def measure_question(question: Question, precisions: Sequence[str], modes: Sequence[str], *,
-                     settings: TimerSettings | None = None, progress: Progress | None = None,
-                     planner: Planner | None = None) -> dict[str, Any]:
+                     peers: bool = True, peers_only: bool = False, settings: TimerSettings | None = None,
+                     progress: Progress | None = None, planner: Planner | None = None) -> dict[str, Any]:
     """The one measuring path of ``gemm-bench refresh`` and of a docs build on a GPU box.
 
     A question is measured completely, whatever mode a page shows: the modes asked (with
-    :func:`~gemm_bench.results.stack.complete_modes`, the layer step of a model in both forms), the
-    peers, clock telemetry and the cross-check, and the SQNRs, so every page that shows any of
-    them reads one run, and re-measuring after a stack change drops nothing another page shows.
+    :func:`~gemm_bench.results.stack.complete_modes`, the layer step of a model in both forms),
+    clock telemetry and the cross-check, and the SQNRs, so every page that shows any of them reads
+    one run, and re-measuring after a stack change drops nothing another page shows. ``peers``:
+    time the registered peers too, which only a question some page shows peers for needs
+    (:class:`gemm_bench.results.stack.Todo`); their first calls (torchao's compilation) were most of
+    an author's one-question build. ``peers_only``: the peers of ``modes`` alone
+    (:meth:`Runner.measure`), for :func:`gemm_bench.results.merge.merge_peers`.
     ``progress``: the Runner's ``(groups done, groups in all, what runs now)`` callback (a docs
     build's progress lines: ``gemm_benchmark.execution.MeasureProgress``).
     ``planner``: decides the precision plan whose step is measured after the run
@@ -411,13 +471,16 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     from gemm_bench.measure.compile_cache import use_persistent_compile_cache
     from gemm_bench.results.stack import complete_modes
 
-    use_persistent_compile_cache()  # before the peers' first torch.compile: kept across runs
+    if peers:
+        use_persistent_compile_cache()  # before the peers' first torch.compile: kept across runs
     phases = PhaseProfiler()
     # One sampler process per GPU for the whole worker (or build), not one per question.
-    runner = Runner(settings or TimerSettings(), accuracy=True, progress=progress, phases=phases,
-                    shared_sampler=True)
-    doc = runner.measure(question, list(precisions), complete_modes(question, modes))
-    measure_plan_and_energy(runner, question, doc, planner=planner)
+    runner = Runner(settings or TimerSettings(), peers=peers or peers_only, accuracy=True, progress=progress,
+                    phases=phases, shared_sampler=True)
+    modes = list(modes) if peers_only else complete_modes(question, modes)
+    doc = runner.measure(question, list(precisions), modes, peers_only=peers_only)
+    if not peers_only:  # the peers alone are merged into a result that has its plan and energy
+        measure_plan_and_energy(runner, question, doc, planner=planner)
     phases.finish()
     # Where this question's wall time went, kept beside measure_s: the refresh's speed is
     # profiled from every GPU run, not only from a `gemm-bench run --profile-phases` by hand.
@@ -444,12 +507,14 @@ def _peer_rows(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: st
     return peer_registry.rows(registry, gemm, kind, available, fields, failures)
 
 
-def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: bool = True) -> dict[str, Any]:
+def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: bool = True, peers: bool = True,
+               peers_only: bool = False) -> dict[str, Any]:
     """The method a run records: the timer's parameters, and what else this version measures.
 
     The ``layer_step``, ``accuracy`` and ``peers`` entries are written by every run of this code
     (whether or not the run measured them), so a result of the earlier method, which has none,
-    is told apart: its report says "not measured in this result (method v1)".
+    is told apart: its report says "not measured in this result (method v1)". ``peers`` False: the
+    entry says they were not measured (:data:`~gemm_bench.results.stack.PEERS_NOT_MEASURED`).
     """
     from gemm_bench.measure.step import BREAKDOWN_METHOD, WHAT_IS_TIMED
     from gemm_bench.results.accuracy_schema import DISTRIBUTIONS
@@ -461,9 +526,17 @@ def run_method(settings: TimerSettings, *, telemetry: bool = True, teardown: boo
         "breakdown": BREAKDOWN_METHOD,
         "accuracy": "SQNR in dB of each pass's output against an FP32 reference of the same BF16 inputs, "
         f"inputs {' and '.join(DISTRIBUTIONS)} (details in the result's accuracy_method)",
-        "peers": "registered peers (entry point group gemm_bench.peers), timed in the same interleaved "
-        "groups as TE: GEMM peers with pre-quantized GEMMs, Linear peers with autocast",
+        "peers": (PEERS_ONLY_METHOD if peers_only else PEERS_METHOD) if peers else PEERS_NOT_MEASURED,
     }
+
+
+#: What a run that times the peers records of them (``provenance.method.peers``).
+PEERS_METHOD = ("registered peers (entry point group gemm_bench.peers), timed in the same interleaved groups as TE: "
+                "GEMM peers with pre-quantized GEMMs, Linear peers with autocast")
+#: ... and a peers-only run (:meth:`Runner.measure`), whose rows are merged into a cached result.
+PEERS_ONLY_METHOD = ("registered peers (entry point group gemm_bench.peers), timed in a run of their own (its run "
+                     "id on each peer row), interleaved with each other per GEMM, after the result's TE cells "
+                     "were measured without them")
 
 
 def _timed_cells(wanted: list[PlannedCell], timed: Timed) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ from filelock import FileLock
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache, CacheError, dumps, read_document, write_atomic
-from gemm_bench.results.schema import merge_documents, validate
+from gemm_bench.results.schema import merge_documents, stamp_run_ids, validate
 from gemm_bench.results.stack import document_stack
 from gemm_bench.results.untrusted_text import field, markdown
 
@@ -329,6 +329,67 @@ def merge(dirs: Iterable[str | Path], cache_dir: str | Path, *, now: dt.datetime
                 write_atomic(target, dumps(document))
             actions.append(MergeAction(source, target, action, reason))
     return actions
+
+
+# ------------------------------------------------------------------------------- peers alone
+class PeersMergeError(ValueError):
+    """A peers-only run that cannot join the cached result (another question, device or method)."""
+
+
+#: The provenance of a peers-only run that the merged file keeps (``provenance.peers_run``): the
+#: peer rows' run, beside the top-level provenance that stays true of every other entry.
+_PEERS_RUN_FIELDS = ("torch", "transformer_engine", "cuda", "cublas", "driver", "commit", "date", "measure_s")
+
+
+def merge_peers(cached: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The cached result with a peers-only run's peer rows (:meth:`Runner.measure` ``peers_only``).
+
+    Issue 34: a page that starts showing peers for a question measured without them measures the
+    peers alone; nothing else of the file is re-measured or touched. The run's rows replace the
+    cached rows of their kinds (Linear peers, GEMM peers) and carry their own ``run_id``: no speedup
+    divides a peer by a Transformer Engine cell (peers are their own rows), so no number mixes the
+    two runs. The run's timed groups join the file's (their telemetry and cross-check describe the
+    rows); its provenance is kept as ``provenance.peers_run``, and ``provenance.method.peers`` says
+    how the rows were measured. Both documents must be valid; :class:`PeersMergeError` when they
+    are not of one question, device and method version.
+    """
+    for key, what in (("question_hash", "question"), ("method_version", "method version")):
+        if cached.get(key) != run.get(key):
+            raise PeersMergeError(f"the peers-only run is of another {what} ({run.get(key)!r}) than the cached "
+                                  f"result ({cached.get(key)!r})")
+    if cached["device"]["name"] != run["device"]["name"]:
+        raise PeersMergeError(f"the peers-only run is of {run['device']['name']!r}, the cached result of "
+                              f"{cached['device']['name']!r}")
+    merged = stamp_run_ids(cached)
+    rows = stamp_run_ids(run)["peers"]
+    kinds = {row.get("kind", "gemm") for row in rows}
+    merged["peers"] = [p for p in merged["peers"] if p.get("kind", "gemm") not in kinds] + rows
+    kept = {str(p["run_id"]) for p in merged["peers"]} | {
+        str(c["run_id"]) for block in ("cells", "layer", "accuracy") for c in merged.get(block, [])}
+    groups = [g for g in merged.get("groups", []) if g.get("run_id") in kept]
+    groups += [{**g, "run_id": run["run_id"]} for g in run.get("groups", [])]
+    if groups or "groups" in merged:
+        merged["groups"] = groups
+    provenance = merged["provenance"]  # stamp_run_ids made a copy
+    provenance["method"]["peers"] = run["provenance"]["method"].get("peers", "")
+    provenance["peers_run"] = {"run_id": run["run_id"], **{k: run["provenance"][k] for k in _PEERS_RUN_FIELDS
+                                                          if k in run["provenance"]}}
+    return merged
+
+
+def store_peers(cache: Cache, run: dict[str, Any]) -> Path:
+    """Merge a peers-only run into its cached result (:func:`merge_peers`), atomically, under the
+    file's lock. With no valid cached result to join (removed, or unreadable, meanwhile) the run is
+    stored alone: a valid result holding the peers, whose missing cells the next plan measures."""
+    validate(run)
+    with cache.locked(run["question_hash"], run["device"]["name"]) as path:
+        try:
+            cached: dict[str, Any] | None = read_document(path)
+        except CacheError:
+            cached = None
+        doc = run if cached is None else validate(merge_peers(cached, run))
+        write_atomic(path, dumps(doc))
+    return path
 
 
 def summary_markdown(actions: Sequence[MergeAction]) -> str:

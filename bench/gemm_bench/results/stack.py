@@ -19,9 +19,9 @@ import importlib.metadata
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from gemm_bench.question.precisions import BASELINE, LAYER_MODES
+from gemm_bench.question.precisions import BASELINE, LAYER_MODES, gemm_modes
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
 from gemm_bench.results.cache import is_stale
@@ -141,20 +141,58 @@ class Rules:
     retry_failed: bool = True
 
 
+#: What a run records as its peers' method (``provenance.method.peers``) when it did not time them.
+PEERS_NOT_MEASURED = "not measured: no page shows peers"
+
+#: The kind of peers each per-GEMM mode's run times (:mod:`gemm_bench.measure.peers`): Linear peers
+#: beside autocast, GEMM peers beside the pre-quantized GEMMs.
+PEER_KIND_OF_MODE: dict[str, str] = {"autocast": "linear", "prequant": "gemm"}
+
+
+class Todo(NamedTuple):
+    """What this box should measure of one question now (:func:`remeasure`).
+
+    ``peers``: the run times the registered peers too. ``peers_only``: the run times the peers of
+    ``modes`` alone (no Transformer Engine cell, step or SQNR), to be merged into the cached
+    result (:func:`gemm_bench.results.merge.merge_peers`): the rest of that result is fresh.
+    """
+
+    precisions: list[str]
+    modes: list[str]
+    why: str
+    peers: bool = False
+    peers_only: bool = False
+
+
+def peers_measured(doc: Mapping[str, Any], mode: str) -> bool:
+    """Whether ``doc`` holds its peers of ``mode`` (a per-GEMM mode): a peer row of the mode's kind.
+
+    Every run that times peers writes a row per registered peer (the built-in ones always are), an
+    unsupported or failed peer included, so a file with no row of the kind was measured without them.
+    """
+    kind = PEER_KIND_OF_MODE.get(mode)
+    return kind is None or any(p.get("kind", "gemm") == kind for p in doc.get("peers", []))
+
+
 def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequence[str], modes: Sequence[str],
-              *, local: Mapping[str, str] | None, rules: Rules) -> tuple[list[str], list[str], str] | None:
-    """(precisions, modes, why) this box should measure now, or None when the cached result suffices.
+              *, local: Mapping[str, str] | None, rules: Rules, peers: bool = False) -> Todo | None:
+    """What this box should measure now (a :class:`Todo`), or None when the cached result suffices.
 
     A mode is always measured whole: the requested precisions, BF16 (the baseline) and every
     precision the cached file already holds in that mode, so the new run replaces the mode's cells
     as one run (no speedup ever compares two runs) and no page loses what another page asked for.
     Cells are judged against the page's question (its GEMMs), as the page renders them.
+
+    ``peers``: some page this plan serves shows the peers (a docs build: this directive; a refresh:
+    any directive of the question). A run times them only then (issue 34: they were most of an
+    author's wait). A result that is fresh but lacks the peers of a per-GEMM mode asked for gets a
+    peers-only run (``peers_only``), merged into it, never re-measuring the rest.
     """
     everything = list(dict.fromkeys([BASELINE, *precisions]))
     if doc is None:
-        return everything, list(modes), "not measured on this device yet"
+        return Todo(everything, list(modes), "not measured on this device yet", peers)
     if rules.force:
-        return everything, list(modes), "forced"
+        return Todo(everything, list(modes), "forced", peers)
     stale = is_stale(doc, max_age_days=rules.max_age_days) or stack_staleness(doc, local, rules.stale_when)
     if stale:
         # A stale file is replaced whole (a new method or stack never merges with the old one), so
@@ -169,7 +207,11 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
         # The step's GEMM share divides the autocast GEMMs by the step of the same run.
         want_modes = list(dict.fromkeys([*never, *failed, *(["autocast", *steps] if steps else [])]))
         if not want_modes:
-            return None
+            lacking = [m for m in gemm_modes(modes) if not peers_measured(doc, m)] if peers else []
+            if not lacking:
+                return None
+            return Todo([BASELINE], lacking, f"the peers of {', '.join(lacking)} were never measured (a page now "
+                        "shows them): the peers alone, merged into the cached result", True, True)
         parts = [f"cells never measured in {', '.join(never)}"] if never else []
         if outdated:
             parts.append(f"the layer step ({', '.join(outdated)}) has cells this code measures and the file "
@@ -181,7 +223,7 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
                          + " (measured again: a failure may be transient)")
         why = "; ".join(parts)
     cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
-    return list(dict.fromkeys([*everything, *cached])), want_modes, why
+    return Todo(list(dict.fromkeys([*everything, *cached])), want_modes, why, peers)
 
 
 def outdated_layer_modes(doc: dict[str, Any], question: Question, modes: Sequence[str],
