@@ -117,7 +117,7 @@ def test_measure_question_calls_the_extras_once_with_its_planner(monkeypatch: py
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self.sampler = None
 
-        def measure(self, question: Any, precisions: Any, modes: Any) -> dict[str, Any]:
+        def measure(self, question: Any, precisions: Any, modes: Any, **kwargs: Any) -> dict[str, Any]:
             return {"provenance": {}}
 
     monkeypatch.setattr(runner_module, "Runner", Runner)
