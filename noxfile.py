@@ -126,7 +126,10 @@ def perf(session: nox.Session) -> None:
     """Benchmark the docs build: the site against its stripped twin (tools/perf_site.py).
 
     ``nox -s perf -- --runs 3 --json perf.json``; ``nox -s perf -- --profile DIR`` profiles a
-    clean and a prose-edit build instead and prints where the extension's time goes. No system
+    clean and a prose-edit build instead and prints where the extension's time goes. The report
+    ends with the last GPU runs (measurements/*/*/timings.json: the whole-site refresh, the
+    dry-run estimate's error, the author's one-page build, against issue 34's targets);
+    ``nox -s perf -- --last-gpu-runs`` prints that section alone, without building. No system
     site-packages: the builds run in cache mode and must not pick up a GPU stack, so every machine
     measures the same work.
     """

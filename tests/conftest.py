@@ -84,10 +84,18 @@ def _no_accidental_measuring(request: pytest.FixtureRequest, monkeypatch: pytest
     during tests. Tests that exercise measuring install a fake GPU themselves; ``gpu`` tests keep
     the real one.
     """
+    without_gpu(monkeypatch, tmp_path_factory, gpu=request.node.get_closest_marker("gpu") is not None)
+
+
+def without_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory, *,
+                gpu: bool = False) -> None:
+    """What ``_no_accidental_measuring`` does for each test, for a module- or session-scoped
+    fixture that builds (those are set up before any test's own fixtures): no GPU unless ``gpu``,
+    the caller's execution mode ignored, a private torch.compile folder."""
     from gemm_benchmark import execution
 
     monkeypatch.delenv(execution.ENV_VAR, raising=False)
-    if request.node.get_closest_marker("gpu") is None:
+    if not gpu:
         monkeypatch.setattr(execution, "gpu_detector", lambda: (None, "tests run without a GPU"))
         # the CLI's and the measuring path's torch.compile folder: never the developer's own
         monkeypatch.setenv("GEMM_BENCH_COMPILE_CACHE", str(tmp_path_factory.mktemp("torch-compile")))

@@ -55,6 +55,20 @@ class BuiltSite:
             raise SiteBuildError(f"the build made no {page} (pages: {', '.join(self.pages())})")
         return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
 
+    @property
+    def doctrees(self) -> Path:
+        """The build's doctrees and pickled environment (``-d``), beside ``html``."""
+        return self.html.parent / "doctrees"
+
+    def copy_to(self, html: Path, doctrees: Path) -> None:
+        """Copy the HTML output and the doctrees to where a test builds again (incrementally, as a
+        second ``sphinx-build`` over the same ``docs/`` would): file times kept, so Sphinx sees the
+        output as up to date. The shared build itself is never written into."""
+        import shutil
+
+        shutil.copytree(self.html, html)
+        shutil.copytree(self.doctrees, doctrees)
+
     def pages(self) -> list[str]:
         """The site's own pages (not Sphinx's generated index, search and module-source pages)."""
         skip = {"genindex.html", "search.html", "py-modindex.html"}
@@ -115,6 +129,21 @@ def shared_docs_build(tmp_path_factory: pytest.TempPathFactory) -> BuiltSite:
         raise SiteBuildError(error)
     site = _SHARED_SITES[out] = _built(out)
     return site
+
+
+def shared_json(tmp_path_factory: pytest.TempPathFactory, name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per test run, shared by every module and xdist worker through a JSON file in
+    the run's temporary directory (seconds of pure Python that two modules need alike). Every caller
+    gets its own copy read from that file, so no caller sees another's changes, and the one that
+    computed it sees what the others see."""
+    path = run_root(tmp_path_factory) / "shared-json" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            text = json.dumps(compute(), allow_nan=False)
+            path.with_suffix(".tmp").write_text(text, encoding="utf-8")
+            path.with_suffix(".tmp").replace(path)
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 class SiteReads:

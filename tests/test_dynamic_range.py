@@ -36,9 +36,18 @@ def model_document(device: dict[str, Any] = H100, ratios: tuple[float, ...] = RA
     return studies.build_document(schema.STUDY, data, method, device, PROVENANCE)
 
 
+def shared_model_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """:func:`model_document` for the H100, computed once per test run (seconds of pure Python) and
+    shared with tests/test_ext_dynamic_range.py, through JSON as the study cache stores it."""
+    from tests.site_build import shared_json
+
+    doc: dict[str, Any] = shared_json(tmp_path_factory, "dynamic-range-model-h100", model_document)
+    return doc
+
+
 @pytest.fixture(scope="module")
-def document() -> dict[str, Any]:
-    return model_document()
+def document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return shared_model_document(tmp_path_factory)
 
 
 def _case(data: dict[str, Any], tensor: str, kind: str, ratio: float, pid: str) -> dict[str, Any]:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
+from sphinx.testing.util import SphinxTestApp
 
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report.report import Report
 from gemm_bench.results.schema import METHOD_VERSION
 from gemm_benchmark.values import format_ms, format_speedup
+from tests.conftest import copy_real_document, without_gpu
 
 
 def _build(app, real_result) -> BeautifulSoup:
@@ -21,10 +26,41 @@ def _build(app, real_result) -> BeautifulSoup:
     return BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
 
 
-@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-html")
-def test_html_structure(app, real_result, warning):
-    soup = _build(app, real_result)
-    assert warning.getvalue() == ""
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """One HTML build of the ``basic`` test root with the two real H100 results: its output folder
+    and the warnings it printed."""
+
+    outdir: Path
+    warnings: str
+
+    def soup(self, page: str = "index.html") -> BeautifulSoup:
+        """The page parsed afresh (a test may not change what another reads)."""
+        return BeautifulSoup((self.outdir / page).read_text(encoding="utf-8"), "html.parser")
+
+
+@pytest.fixture(scope="module")
+def basic_html(rootdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The ``basic`` project built once for the tests that only read its HTML (each of them built the
+    same project with the same results before)."""
+    srcdir = tmp_path_factory.mktemp("directive") / "basic"
+    shutil.copytree(rootdir / "test-basic", srcdir)
+    copy_real_document(srcdir / "_gemm_cache", "h100-te-guide-5b.json")
+    copy_real_document(srcdir / "_gemm_cache", "h100-mixtral-8x7b.json")
+    warning = io.StringIO()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        without_gpu(monkeypatch, tmp_path_factory)
+        app = SphinxTestApp("html", srcdir=srcdir, builddir=srcdir / "_build", status=io.StringIO(), warning=warning)
+        try:
+            app.build()
+        finally:
+            app.cleanup()
+    return Built(Path(app.outdir), warning.getvalue())
+
+
+def test_html_structure(basic_html):
+    soup = basic_html.soup()
+    assert basic_html.warnings == ""
     block = soup.select_one("div.gemm-benchmark#te-5b-h100")
     assert block is not None
     tabs = [b.get_text() for b in block.select("div.gemm-mode-tabs > [role=tablist] > button")]
@@ -38,9 +74,8 @@ def test_html_structure(app, real_result, warning):
         assert svg is not None and svg["role"] == "img" and svg["aria-label"].startswith(("Autocast", "Pre-quantized"))
 
 
-@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-table")
-def test_table_numbers_come_from_report(app, real_result):
-    soup = _build(app, real_result)
+def test_table_numbers_come_from_report(basic_html):
+    soup = basic_html.soup()
     doc = json.loads((Path(__file__).parent / "data" / "h100-te-guide-5b.json").read_text())
     report = Report(doc)
     panel = soup.select("div.gemm-benchmark#te-5b-h100 div.gemm-mode-tabs > div[role=tabpanel]")[1]  # Pre-quantized
@@ -69,26 +104,24 @@ def test_table_numbers_come_from_report(app, real_result):
     assert "MXFP8 unsupported: Device compute capability 10.0" in unavailable
 
 
-@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-provenance")
-def test_provenance_and_download(app, real_result):
-    soup = _build(app, real_result)
+def test_provenance_and_download(basic_html):
+    soup = basic_html.soup()
     prov = soup.select_one("div.gemm-benchmark#te-5b-h100 p.gemm-provenance")
     text = prov.get_text(" ")
     for expected in ("NVIDIA H100 80GB HBM3", "driver 580.159.04", "CUDA 13.0", "PyTorch 2.11.0+cu130",
                      "Transformer Engine 2.20.2", "2026-11-23", f"method v{METHOD_VERSION}", "L2 flushed"):
         assert expected in text, expected
     link = prov.select_one("a.download")
-    downloaded = Path(app.outdir) / link["href"]
+    downloaded = basic_html.outdir / link["href"]
     assert downloaded.name.startswith("2160d33ec54a347e--h100-80gb-hbm3")
     assert json.loads(downloaded.read_text())["question_hash"] == "2160d33ec54a347e"
 
 
-@pytest.mark.sphinx("html", testroot="basic", srcdir="directive-label")
-def test_name_is_a_label_and_failed_cells_are_listed(app, real_result):
-    soup = _build(app, real_result)
+def test_name_is_a_label_and_failed_cells_are_listed(basic_html):
+    soup = basic_html.soup()
     ref = soup.select_one("a.reference.internal[href='#te-5b-h100']")
     assert ref is not None and ref.get_text() == "Transformer Engine guide layer"
-    other = BeautifulSoup((Path(app.outdir) / "other.html").read_text(encoding="utf-8"), "html.parser")
+    other = basic_html.soup("other.html")
     block = other.select_one("div.gemm-benchmark#moe")
     assert not block.select("img"), ":show: table, totals draws no figure"
     assert "balanced routing" in block.get_text()

@@ -13,8 +13,8 @@ import pytest
 from bs4 import BeautifulSoup
 
 from gemm_bench.results import studies
-from tests.conftest import H100, H200
-from tests.test_dynamic_range import model_document
+from tests.conftest import H200
+from tests.test_dynamic_range import shared_model_document
 
 CONF = """\
 extensions = ["gemm_benchmark"]
@@ -37,8 +37,8 @@ Gradients:
 
 
 @pytest.fixture(scope="module")
-def documents() -> dict[str, dict[str, Any]]:
-    h100 = model_document(H100)
+def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    h100 = shared_model_document(tmp_path_factory)
     h200 = dict(h100, device=dict(H200))
     return {"h100": h100, "h200": h200}
 

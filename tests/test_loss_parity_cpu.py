@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,18 @@ PROVENANCE = {"transformer_engine": "none (plain-PyTorch kit)", "cuda": "none", 
               "commit": "0123456", "date": "2026-11-01T00:00:00+00:00"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread while this module trains: under pytest-xdist each worker already has a
+    core, and PyTorch's default (a thread per core) made every worker's threads wait on each other:
+    a 10-step run took 3-8x the wall time and 2-3x the CPU time of one thread on the 2-core machine.
+    The numbers are the same computation either way; the same-seed test compares runs made alike."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def corpus() -> lp.Corpus:
     """The standard library's ``json`` package (about 50 KB): real Python source, read as the study reads it."""
@@ -57,14 +70,22 @@ def shared_run(corpus: lp.Corpus, training: lp.TrainingConfig = TRAINING) -> lp.
                         order=torch.tensor(order, dtype=torch.int64), evals=torch.tensor(evals, dtype=torch.int64))
 
 
+@pytest.fixture(scope="module")
+def first_run(corpus: lp.Corpus, kit: lp.Kit) -> tuple[lp.SharedRun, dict[str, Any]]:
+    """One BF16 run of ``TRAINING`` and the shared run it used (which then holds its initial weights),
+    trained once for the tests that each trained this same run before."""
+    shared = shared_run(corpus)
+    return shared, lp.train_recipe("bf16", MODEL, TRAINING, shared, kit)
+
+
 def losses(record: dict[str, Any]) -> tuple[Any, ...]:
     """Everything a run's numbers are: its curve, validation and final losses (not its timing)."""
     return (record["curve"], record["validation"], record["final_train_loss"], record["final_val_loss"])
 
 
 # ------------------------------------------------------------------------------ one run
-def test_a_few_steps_on_cpu_learn_and_make_a_measured_record(corpus: lp.Corpus, kit: lp.Kit) -> None:
-    record = lp.train_recipe("bf16", MODEL, TRAINING, shared_run(corpus), kit)
+def test_a_few_steps_on_cpu_learn_and_make_a_measured_record(first_run: tuple[lp.SharedRun, dict[str, Any]]) -> None:
+    _, record = first_run
     assert record["status"] == "measured", record
     assert record["precision"] == "bf16" and record["recipe"] == "none (BF16 under torch.autocast on cpu)"
     curve, validation = record["curve"], record["validation"]
@@ -82,9 +103,9 @@ def test_a_few_steps_on_cpu_learn_and_make_a_measured_record(corpus: lp.Corpus, 
     assert len(record["init_sha256"]) == 64
 
 
-def test_the_same_seed_is_bit_identical_and_another_seed_is_not(corpus: lp.Corpus, kit: lp.Kit) -> None:
-    first_shared = shared_run(corpus)
-    first = lp.train_recipe("bf16", MODEL, TRAINING, first_shared, kit)
+def test_the_same_seed_is_bit_identical_and_another_seed_is_not(corpus: lp.Corpus, kit: lp.Kit,
+                                                                first_run: tuple[lp.SharedRun, dict[str, Any]]) -> None:
+    first_shared, first = first_run
     again = lp.train_recipe("bf16", MODEL, TRAINING, shared_run(corpus), kit)  # built afresh from the seed
     assert again["init_sha256"] == first["init_sha256"]
     assert losses(again) == losses(first)

@@ -1,13 +1,16 @@
 """The perf tool's stripped twin: directives gone with everything they own, roles left as text,
-every other byte as it was (literal examples of the directive included)."""
+every other byte as it was (literal examples of the directive included); and its report of the
+last GPU runs (issue 34's targets), from checked ``timings.json`` files."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -285,3 +288,119 @@ def test_a_file_that_is_not_a_profile_is_a_clear_error(perf: ModuleType, tmp_pat
         perf.extension_costs(bad)
     with pytest.raises(perf.PerfError, match=r"missing\.prof"):
         perf.extension_costs(tmp_path / "missing.prof")
+
+
+# ------------------------------------------------------------------------------------------------ last GPU runs
+#: Two devices, two runs each (tests/data/gpu-timings/<session>/<gpu>-<call>/timings.json). The H200's
+#: newer run lies in the older session's folder: the newest is chosen by ``date``, not by path.
+GPU_TIMINGS = REPO / "tests" / "data" / "gpu-timings"
+
+
+def test_last_gpu_runs_are_the_newest_per_device_by_date(perf: ModuleType) -> None:
+    section = perf.last_gpu_runs(GPU_TIMINGS)
+    assert section["ignored"] == []
+    h100, h200 = section["runs"]  # sorted by device name
+    assert (h100["device"], h100["date"], h100["commit"]) == ("NVIDIA H100 80GB HBM3", "2026-11-25T17:10:00Z",
+                                                               "2222222bbbbbbb")
+    assert (h200["device"], h200["commit"]) == ("NVIDIA H200", "3333333cccccccc")
+    assert h100["file"] == "tests/data/gpu-timings/2026-11-25-session10/h100-call1/timings.json"
+    # 250 s estimated for 290.1 s measured: 13.8% under, within 30%; the H200's 200 for 310 is 35% under.
+    assert h100["dry_run_error"] == pytest.approx((250.0 - 290.1) / 290.1)
+    assert h100["dry_run_within_tolerance"] is True and h200["dry_run_within_tolerance"] is False
+    assert h100["refresh_within_target"] is True and h200["refresh_within_target"] is False
+    assert h100["author_build_within_target"] is True and h200["author_build_within_target"] is None
+
+
+def test_last_gpu_runs_section_prints_every_number_against_its_target(perf: ModuleType) -> None:
+    lines = perf.gpu_run_rows(perf.last_gpu_runs(GPU_TIMINGS))
+    assert lines[1] == "Last GPU runs (the newest timings.json per device under tests/data/gpu-timings):"
+    assert lines[2:] == [
+        "  NVIDIA H100 80GB HBM3: 2026-11-25T17:10:00Z, commit 2222222bbbbbbb",
+        "    from                        tests/data/gpu-timings/2026-11-25-session10/h100-call1/timings.json",
+        "    whole-site refresh            290.1 s for 12 question(s); target <= 300 s (met)",
+        "    refresh --dry-run estimate    250.0 s, -14% of the real run; target within 30% (met)",
+        "    author's one-page build        28.7 s; target <= 30 s (met)",
+        "    README's nox -s docs          120.5 s",
+        # the top phases, largest first, at most six
+        "    where the refresh went      timed rounds 120 s, first call (probe) 80 s, eager rounds 30 s,",
+        "                                warm-up 20 s, sqnr 10 s, trace 6 s",
+        "  NVIDIA H200: 2026-11-25T09:30:00+00:00, commit 3333333cccccccc",
+        "    from                        tests/data/gpu-timings/2026-11-24-session9/h200-call1/timings.json",
+        "    whole-site refresh            310.0 s for 12 question(s); target <= 300 s (MISSED)",
+        "    refresh --dry-run estimate    200.0 s, -35% of the real run; target within 30% (MISSED)",
+        "    author's one-page build     not measured",
+        "    README's nox -s docs        not measured",
+        "    where the refresh went      timed rounds 130 s, first call (probe) 90 s",
+    ]
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_without_a_timings_file_the_report_says_no_gpu_run(perf: ModuleType, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    for root in (tmp_path, tmp_path / "absent"):
+        section = perf.last_gpu_runs(root)
+        assert section["runs"] == [] and section["ignored"] == []
+        assert perf.gpu_run_rows(section)[-1] == "  no GPU run recorded"
+    out = tmp_path / "perf.json"
+    assert perf.main(["--last-gpu-runs", "--measurements", str(tmp_path), "--json", str(out)]) == 0
+    assert "no GPU run recorded" in capsys.readouterr().out
+    assert json.loads(out.read_text(encoding="utf-8"))["gpu_runs"]["runs"] == []
+
+
+def test_the_full_report_ends_with_the_last_gpu_runs(perf: ModuleType) -> None:
+    seconds = {f"{v}.{k}": {"median": 1.0, "min": 1.0, "max": 1.0} for v in perf.VARIANTS for k in perf.KINDS}
+    result = {"seconds": seconds, "peak_rss_mib": {v: {"median": 1.0, "min": 1.0, "max": 1.0} for v in perf.VARIANTS},
+              "ratios": {}, "runs": 1, "machine": {"cpus": 2}, "commit": "x", "warnings_in_clean_build": {},
+              "refresh": [], "gpu_runs": perf.last_gpu_runs(GPU_TIMINGS)}
+    text = perf.to_text(result)
+    assert "Last GPU runs" in text and "NVIDIA H200: 2026-11-25T09:30:00+00:00" in text
+    json.dumps(result)  # --json writes the section as it is
+
+
+def _timings(**changes: Any) -> dict[str, Any]:
+    doc = json.loads((GPU_TIMINGS / "2026-11-25-session10" / "h100-call1" / "timings.json").read_text())
+    doc.update(changes)
+    return doc
+
+
+@pytest.mark.parametrize(("doc", "problem"), [
+    (_timings(refresh_s="290"), "$.refresh_s: must be a number of seconds >= 0, not '290'"),
+    (_timings(refresh_s=None), "$.refresh_s: may not be null"),
+    (_timings(refresh_s=float("nan")), "$.refresh_s: must be a number"),
+    (_timings(questions=True), "$.questions: must be a whole number >= 1, not True"),
+    (_timings(questions=0), "$.questions: must be a whole number >= 1"),
+    (_timings(author_build=28.7), "$.author_build: unknown field"),
+    (_timings(date="2026-11-25 17:10"), "$.date: must be an ISO 8601 time with its zone"),
+    (_timings(date="yesterday"), "$.date: must be an ISO 8601 time"),
+    (_timings(commit="main"), "$.commit: must be a git commit id"),
+    (_timings(device=""), "$.device: must be a non-empty string"),
+    (_timings(phases_s={"warm-up": -1}), "$.phases_s['warm-up']: must be a number of seconds >= 0, not -1"),
+    (_timings(phases_s=[1, 2]), "$.phases_s: must be an object"),
+    ({k: v for k, v in _timings().items() if k != "readme_docs_s"}, "$.readme_docs_s: is missing"),
+    ([1], "$: must be a JSON object, not list"),
+])
+def test_a_bad_timings_file_is_named_with_its_field(perf: ModuleType, doc: Any, problem: str) -> None:
+    with pytest.raises(perf.TimingsError) as caught:
+        perf.check_timings(doc, "m/x/h100-call1/timings.json")
+    assert str(caught.value).startswith("m/x/h100-call1/timings.json: ") and problem in str(caught.value)
+
+
+def test_the_sample_files_pass_the_check_and_nulls_are_allowed_where_the_script_writes_them(perf: ModuleType) -> None:
+    for path in GPU_TIMINGS.rglob("timings.json"):
+        perf.read_timings(path)
+    perf.check_timings(_timings(readme_docs_s=None, author_build_s=None, dry_run_estimate_s=None), "x")
+
+
+def test_a_bad_file_is_listed_as_ignored_not_taken_as_the_last_run(perf: ModuleType, tmp_path: Path) -> None:
+    good = tmp_path / "s1" / "h100-call1" / "timings.json"
+    good.parent.mkdir(parents=True)
+    good.write_text(json.dumps(_timings()), encoding="utf-8")
+    bad = tmp_path / "s2" / "h100-call1" / "timings.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"device": "NVIDIA H100 80GB HBM3",\n "refresh_s": 280,}', encoding="utf-8")
+    section = perf.last_gpu_runs(tmp_path)
+    assert [run["commit"] for run in section["runs"]] == ["2222222bbbbbbb"]
+    [ignored] = section["ignored"]
+    assert ignored.startswith(f"{bad}: line 2: not JSON")
+    text = "\n".join(perf.gpu_run_rows(section))
+    assert f"ignored {bad}: line 2" in text

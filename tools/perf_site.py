@@ -26,13 +26,22 @@ cProfile (``DIR/clean.prof``, ``DIR/edit.prof``) and prints where the extension'
 own functions (``gemm_bench``, ``gemm_benchmark``), the matplotlib calls and imports they make,
 and the build phases they sit in. Times under cProfile are inflated, Python-heavy code most:
 compare entries with each other, not with the benchmark's wall times.
+
+The report ends with the GPU side, read from files, never measured here: each committed result's
+refresh time (``provenance.measure_s``), and "Last GPU runs": per device, the newest
+``measurements/<session>/<gpu>-<call>/timings.json`` (written by ``tools/gpu_session.sh``) with
+issue 34's targets: the whole-site refresh (<= 300 s on an H100), ``refresh --dry-run``'s estimate
+(within 30% of it), the author's one-page build (<= 30 s), and the README's ``nox -s docs``.
+``--last-gpu-runs`` prints that section alone, without building.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
+import math
 import os
 import platform
 import pstats
@@ -42,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -484,7 +494,10 @@ def _rows(result: dict[str, Any]) -> Iterator[str]:
 
 def to_text(result: dict[str, Any]) -> str:
     """The compact table the nox session prints."""
-    return "\n".join([*_rows(result), *refresh_rows(result.get("refresh", []))])
+    lines = [*_rows(result), *refresh_rows(result.get("refresh", []))]
+    if "gpu_runs" in result:
+        lines.extend(gpu_run_rows(result["gpu_runs"]))
+    return "\n".join(lines)
 
 
 def refresh_walltimes(cache_dir: Path) -> list[dict[str, Any]]:
@@ -526,6 +539,184 @@ def refresh_rows(rows: list[dict[str, Any]]) -> list[str]:
         if phases:
             top = sorted(phases.items(), key=lambda item: -item[1])[:6]
             out.append(f"  {device:<24} where it went: " + ", ".join(f"{n} {v:.0f} s" for n, v in top))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The last GPU runs (measurements/<session>/<gpu>-<call>/timings.json, written by tools/gpu_session.sh)
+# ------------------------------------------------------------------------------------------------
+
+#: Where the GPU session script leaves one ``timings.json`` per GPU run.
+MEASUREMENTS = REPO / "measurements"
+TIMINGS_FILE = "timings.json"
+#: Issue 34's targets on an H100: the whole site refreshed, an author's one-page build, and how far
+#: ``refresh --dry-run``'s estimate may stray from the real refresh (a fraction of the real time).
+REFRESH_TARGET_S = 300.0
+AUTHOR_BUILD_TARGET_S = 30.0
+ESTIMATE_TOLERANCE = 0.30
+#: ``timings.json``'s fields: (JSON types accepted, may be null). Every field is required.
+TIMINGS_FIELDS: dict[str, tuple[str, bool]] = {
+    "device": ("string", False),
+    "date": ("string", False),
+    "commit": ("string", False),
+    "refresh_s": ("seconds", False),
+    "questions": ("count", False),
+    "dry_run_estimate_s": ("seconds", True),
+    "phases_s": ("phases", False),
+    "readme_docs_s": ("seconds", True),
+    "author_build_s": ("seconds", True),
+}
+_COMMIT = re.compile(r"[0-9a-f]{7,40}(?:[+-]dirty)?")
+
+
+class TimingsError(PerfError):
+    """A ``timings.json`` that does not have the shape the GPU session script writes."""
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def check_timings(doc: Any, where: str) -> dict[str, Any]:
+    """``doc`` if it is a valid ``timings.json``; else TimingsError naming ``where`` and every bad field.
+
+    Strict on purpose: a misspelt key or a time written as a string would otherwise drop a number
+    from the report without a word. ``date`` is ISO 8601 with its time zone (the newest run per
+    device is chosen by it); ``phases_s`` maps each phase's name to its seconds summed over the
+    questions.
+    """
+    if not isinstance(doc, dict):
+        raise TimingsError(f"{where}: $: must be a JSON object, not {type(doc).__name__}")
+    problems = [f"$.{key}: unknown field (fields: {', '.join(TIMINGS_FIELDS)})"
+                for key in doc if key not in TIMINGS_FIELDS]
+    for key, (kind, nullable) in TIMINGS_FIELDS.items():
+        if key not in doc:
+            problems.append(f"$.{key}: is missing")
+            continue
+        value = doc[key]
+        if value is None:
+            if not nullable:
+                problems.append(f"$.{key}: may not be null")
+            continue
+        if kind == "string" and not (isinstance(value, str) and value.strip()):
+            problems.append(f"$.{key}: must be a non-empty string, not {value!r}")
+        elif kind == "seconds" and not _seconds(value):
+            problems.append(f"$.{key}: must be a number of seconds >= 0, not {value!r}")
+        elif kind == "count" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            problems.append(f"$.{key}: must be a whole number >= 1, not {value!r}")
+        elif kind == "phases":
+            if not isinstance(value, dict):
+                problems.append(f"$.{key}: must be an object of phase name -> seconds, not {value!r}")
+            else:
+                problems.extend(f"$.{key}[{name!r}]: must be a number of seconds >= 0, not {seconds!r}"
+                                for name, seconds in value.items() if not _seconds(seconds))
+    if isinstance(doc.get("date"), str) and doc["date"].strip():
+        try:
+            stamp = datetime.datetime.fromisoformat(doc["date"])
+        except ValueError:
+            stamp = None
+        if stamp is None or stamp.tzinfo is None:
+            problems.append("$.date: must be an ISO 8601 time with its zone (2026-11-25T17:10:00Z), "
+                            f"not {doc['date']!r}")
+    if isinstance(doc.get("commit"), str) and doc["commit"].strip() and not _COMMIT.fullmatch(doc["commit"]):
+        problems.append(f"$.commit: must be a git commit id (7-40 hex digits), not {doc['commit']!r}")
+    if problems:
+        raise TimingsError(f"{where}: " + "; ".join(problems))
+    return doc
+
+
+def read_timings(path: Path) -> dict[str, Any]:
+    """One ``timings.json``, checked (:func:`check_timings`); TimingsError names the file."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TimingsError(f"{path}: cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise TimingsError(f"{path}: line {exc.lineno}: not JSON: {exc.msg}") from exc
+    return check_timings(doc, str(path))
+
+
+def _when(doc: dict[str, Any]) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(doc["date"])
+
+
+def last_gpu_runs(root: Path = MEASUREMENTS) -> dict[str, Any]:
+    """The newest ``timings.json`` under ``root`` per device (newest by its ``date``), with the
+    issue's targets judged; files that fail the check are listed under ``ignored``, never skipped
+    silently (a newer run with a bad file would otherwise leave an older one standing as "last")."""
+    newest: dict[str, tuple[dict[str, Any], Path]] = {}
+    ignored: list[str] = []
+    for path in sorted(root.rglob(TIMINGS_FILE)) if root.is_dir() else []:
+        try:
+            doc = read_timings(path)
+        except TimingsError as exc:
+            ignored.append(str(exc))
+            continue
+        seen = newest.get(doc["device"])
+        if seen is None or _when(doc) > _when(seen[0]):
+            newest[doc["device"]] = (doc, path)
+    runs = []
+    for device in sorted(newest):
+        doc, path = newest[device]
+        estimate, real = doc["dry_run_estimate_s"], doc["refresh_s"]
+        error = (estimate - real) / real if estimate is not None and real > 0 else None
+        author = doc["author_build_s"]
+        runs.append({
+            **doc,
+            "file": _shown(path),
+            "refresh_target_s": REFRESH_TARGET_S,
+            "refresh_within_target": real <= REFRESH_TARGET_S,
+            "dry_run_error": error,
+            "dry_run_tolerance": ESTIMATE_TOLERANCE,
+            "dry_run_within_tolerance": None if error is None else abs(error) <= ESTIMATE_TOLERANCE,
+            "author_build_target_s": AUTHOR_BUILD_TARGET_S,
+            "author_build_within_target": None if author is None else author <= AUTHOR_BUILD_TARGET_S,
+        })
+    return {"root": _shown(root), "runs": runs, "ignored": ignored}
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it (as the report prints it)."""
+    return str(path.relative_to(REPO)) if path.is_absolute() and path.is_relative_to(REPO) else str(path)
+
+
+def _verdict(ok: bool | None) -> str:
+    return "" if ok is None else (" (met)" if ok else " (MISSED)")
+
+
+def gpu_run_rows(section: dict[str, Any], *, top_phases: int = 6) -> list[str]:
+    """The report's "Last GPU runs" section (from :func:`last_gpu_runs`): a line per quantity, each
+    against its target."""
+    out = ["", f"Last GPU runs (the newest timings.json per device under {section['root']}):"]
+    if not section["runs"]:
+        out.append("  no GPU run recorded")
+
+    def row(label: str, value: str) -> str:
+        return f"    {label:<28}{value}"
+
+    for run in section["runs"]:
+        out.append(f"  {run['device']}: {run['date']}, commit {run['commit']}")
+        out.append(row("from", run["file"]))
+        out.append(row("whole-site refresh", f"{run['refresh_s']:7.1f} s for {run['questions']} question(s); "
+                       f"target <= {run['refresh_target_s']:.0f} s{_verdict(run['refresh_within_target'])}"))
+        if run["dry_run_estimate_s"] is None:
+            out.append(row("refresh --dry-run estimate", "not recorded"))
+        else:
+            out.append(row("refresh --dry-run estimate",
+                           f"{run['dry_run_estimate_s']:7.1f} s, {run['dry_run_error']:+.0%} of the real run; "
+                           f"target within {run['dry_run_tolerance']:.0%}{_verdict(run['dry_run_within_tolerance'])}"))
+        author = run["author_build_s"]
+        out.append(row("author's one-page build", "not measured" if author is None else
+                       f"{author:7.1f} s; target <= {run['author_build_target_s']:.0f} s"
+                       f"{_verdict(run['author_build_within_target'])}"))
+        readme = run["readme_docs_s"]
+        out.append(row("README's nox -s docs", "not measured" if readme is None else f"{readme:7.1f} s"))
+        phases = sorted(run["phases_s"].items(), key=lambda item: -item[1])[:top_phases]
+        if phases:
+            text = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases)
+            out.extend(textwrap.wrap(text, 100, initial_indent=row("where the refresh went", ""),
+                                     subsequent_indent=" " * 32, break_on_hyphens=False))
+    out.extend(f"  ignored {problem}" for problem in section["ignored"])
     return out
 
 
@@ -632,7 +823,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="instead of benchmarking, profile a clean and a prose-edit build of the site "
                              "(cProfile files written to DIR) and print the extension's costs")
+    parser.add_argument("--last-gpu-runs", action="store_true",
+                        help="instead of benchmarking, print only the last GPU runs' section (no builds)")
+    parser.add_argument("--measurements", type=Path, metavar="DIR", default=MEASUREMENTS,
+                        help="where the GPU runs' timings.json files are (default: measurements/)")
     args = parser.parse_args(argv)
+    if args.last_gpu_runs:
+        section = last_gpu_runs(args.measurements)
+        print("\n".join(gpu_run_rows(section)[1:]))
+        if args.json:
+            args.json.write_text(json.dumps({"gpu_runs": section}, indent=2) + "\n", encoding="utf-8")
+        return 0
     if args.profile is not None:
         try:
             print(profile_site(args.profile, rev=args.rev,
@@ -648,6 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"perf: error: {exc}", file=sys.stderr)
         return 1
     result["refresh"] = refresh_walltimes(REPO / "docs" / "_gemm_cache")
+    result["gpu_runs"] = last_gpu_runs(args.measurements)
     print(to_text(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
