@@ -39,7 +39,8 @@ def test_every_committed_result_states_its_outcome():
     for path in sorted(CACHE.glob("*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
         text = rounds_outcome(doc)
-        groups = doc["groups"]
+        # groups timed eagerly (a fixed 10 rounds, issue 34) have no target and record no outcome
+        groups = [g for g in doc["groups"] if "converged" in g]
         n = sum(1 for g in groups if g["converged"])
         reached, total = reached + n, total + len(groups)
         assert text.startswith(f"{n} of {len(groups)} timed groups" if n < len(groups) else "all"), path.name
