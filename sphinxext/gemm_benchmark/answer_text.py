@@ -9,6 +9,7 @@ beyond the two steps' measured spread, "stay in BF16" otherwise.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from gemm_bench.question.shapes import PASSES
 from gemm_bench.report.loss_parity_words import BEYOND, WITHIN, band_of
 from gemm_bench.report.report import Report
 from gemm_bench.results import loss_parity_schema
+from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import Point, decide_fastest, step_absence, step_points, total_points, unavailable_text
 
 #: Note markers of a table's cells without a number (the reason is written under the table).
@@ -24,10 +26,17 @@ _MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
 
 
 class Notes:
-    """Numbered notes under one table: each distinct text once, its mark in every cell it explains."""
+    """Numbered notes under one table: each distinct text once, its mark in every cell it explains;
+    then one line per number resting on a time the profiler cross-check flags (its cell carries
+    :data:`~.render_table.FLAG_MARK`), with the flag and its ratio."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
+        self.flags: list[str] = []
+
+    def flag(self, text: str) -> None:
+        if text not in self.flags:
+            self.flags.append(text)
 
     def mark(self, text: str) -> str:
         if text not in self.texts:
@@ -35,7 +44,7 @@ class Notes:
         return _mark(self.texts.index(text))
 
     def lines(self) -> list[str]:
-        return [f"{_mark(i)} {text}" for i, text in enumerate(self.texts)]
+        return [f"{_mark(i)} {text}" for i, text in enumerate(self.texts)] + [f"{FLAG_MARK} {t}" for t in self.flags]
 
 
 def _mark(index: int) -> str:
@@ -99,6 +108,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     who = f"{model} on the {device}" if model else f"On the {device}"
     subject = f"{who}: " if model else f"{who}, "
     basis, points, verdict, quantity = "gemms", gemm_points, gemms, gemm_words
+    graphed = False
     base_status, base_reason = report.total(mode, BASELINE).status, report.total(mode, BASELINE).reason
     absent = {p: (report.total(mode, p).status, report.total(mode, p).reason) for p in others if p not in gemm_points}
     for step_mode in step_modes:
@@ -125,6 +135,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         chosen = verdict.answer
         verb = "runs" if basis == "step" else "run"  # the step runs; the GEMMs run
         text = f"{subject}train in {_name(chosen)}: {quantity} {verb} {verdict.speedup:.2f}× as fast as in BF16"
+        text += flag_clause(report, chosen, mode, step=basis == "step", graphed=graphed)
         if basis == "step" and chosen in gemm_points:
             text += f" (its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×)"
         elif basis == "gemms":
@@ -148,6 +159,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         else:
             text = (f"{subject}stay in BF16: {measured} makes {quantity} clearly faster "
                     f"({_name(best)}'s {rest[best].value:.2f}× is within the measured spread of BF16's speed)")
+        text += flag_clause(report, best, mode, step=basis == "step", graphed=graphed)
         if basis == "step" and gemms is not None and gemms.answer != BASELINE:
             text += (f", although {_name(gemms.answer)} makes {gemm_words} alone "
                      f"{gemms.speedup:.2f}× as fast")
@@ -155,6 +167,34 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     if lost:
         words.append(f"No number: {lost} (see the notes under the table).")
     return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "")
+
+
+_RATIO = re.compile(r"timed (\d+(?:\.\d+)?)x")
+
+
+def flag_clause(report: Report, precision: str, mode: str, *, step: bool, graphed: bool) -> str:
+    """" († its step time fails the cross-check: ratio 1.60)": what the answer sentence adds when the
+    speedup it quotes rests on a time the profiler cross-check flags (issue 31), the same flags the
+    table's cells carry (the step's and BF16's step, or the GEMM times of ``mode``); "" when none is.
+    The full flags are in the table's notes under the sentence."""
+    if step:
+        flag = report.step(precision, graphed=graphed).cross_check_flag
+        own = f"{_name(precision)} step:"
+        if not flag:
+            return ""
+        mine, bf16 = own in flag, f"{_name(BASELINE)} step:" in flag
+        what = ("its step time and BF16's fail" if mine and bf16 else "its step time fails" if mine
+                else "BF16's step time, which it divides, fails")
+    else:
+        flag = report.speedup_flag(mode, precision)
+        if not flag:
+            return ""
+        what = "GEMM times it rests on fail"
+    ratios = sorted({float(r) for r in _RATIO.findall(flag)}, reverse=True)
+    if not ratios:  # a flag of another wording: say it whole rather than a number it does not hold
+        return f" ({FLAG_MARK} {flag})"
+    said = ("ratio " if len(ratios) == 1 else "ratios ") + ", ".join(f"{r:.2f}" for r in ratios)
+    return f" ({FLAG_MARK} {what} the cross-check: {said})"
 
 
 def loss_parity_words(doc: Mapping[str, Any] | None, precision: str) -> str:

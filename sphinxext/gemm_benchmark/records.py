@@ -46,6 +46,11 @@ class Value:
     #: check of :mod:`.roles` needs it to tell two quoted speedups apart.
     low: float | None = None
     high: float | None = None
+    #: The profiler cross-check flags of the times this value rests on (``Cell.cross_check_flag``,
+    #: ``Report.speedup_flag``, ``StepResult.cross_check_flag``: each with its ratio), "" when none is
+    #: flagged; a role shows the mark beside the number and the flag in its title (issue 31). Last,
+    #: with a default: an environment pickled before the field reads "" (the class attribute).
+    flag: str = ""
 
     @property
     def available(self) -> bool:

@@ -32,6 +32,7 @@ from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS, 
 from gemm_benchmark import claims, records
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.nodes import builder_format, gemm_value
+from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import (
     BREAKDOWN_ITEMS,
     ENERGY_ITEMS,
@@ -247,10 +248,21 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
     return Resolved(record, device, gemm, value)
 
 
+def displayed(value: records.Value) -> tuple[str, str, list[str]]:
+    """(text, title, classes) of a quoted value: a value resting on a time the profiler cross-check
+    flags carries :data:`~.render_table.FLAG_MARK` after its number and the flag (with its ratio)
+    in its title, as the tables and figures mark it (issue 31)."""
+    if not value.flag:
+        return value.text, value.tooltip, ["gemm-value"]
+    return (f"{value.text} {FLAG_MARK}", f"{value.tooltip}; {FLAG_MARK} {value.flag}",
+            ["gemm-value", "gemm-flagged"])
+
+
 def _rendered(value: records.Value, html: bool) -> nodes.Element:
+    text, title, classes = displayed(value)
     if html:
-        return nodes.abbreviation(value.text, value.text, explanation=value.tooltip, classes=["gemm-value"])
-    return nodes.inline(value.text, value.text, classes=["gemm-value"])
+        return nodes.abbreviation(text, text, explanation=title, classes=classes)
+    return nodes.inline(text, text, classes=classes)
 
 
 #: What a reader sees where a role has no value: visibly no number, with the reason on hover.
@@ -332,15 +344,16 @@ def _visit_html(self: Any, node: gemm_value) -> None:
         self.body.append(self.starttag(node, "abbr", "", title=f"{exc} ({node['text']})", CLASS="gemm-value-error"))
         self.body.append(self.encode(exc.shown) + "</abbr>")
     else:
-        self.body.append(self.starttag(node, "abbr", "", title=value.tooltip, CLASS="gemm-value"))
-        self.body.append(self.encode(value.text) + "</abbr>")
+        text, title, classes = displayed(value)
+        self.body.append(self.starttag(node, "abbr", "", title=title, CLASS=" ".join(classes)))
+        self.body.append(self.encode(text) + "</abbr>")
     raise nodes.SkipNode
 
 
 def _visit_text_like(self: Any, node: gemm_value) -> None:
     """LaTeX, text, man, texinfo: the value's text through the writer's own escaping."""
     try:
-        text = lookup(self.builder.env, node).text
+        text = displayed(lookup(self.builder.env, node))[0]
     except Unavailable as exc:
         text = exc.shown
     node.children = [nodes.Text(text)]  # a copy outside the body: let the writer write it

@@ -267,7 +267,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         return doc if doc["study"] == loss_parity_schema.NAME else None
 
     def _panel_nodes(self, found: Panel) -> list[nodes.Node]:
-        """One GPU's panel as nodes: notices, the sentence (its loss-parity phrase a link), table, notes."""
+        """One GPU's panel as nodes: notices, the sentence (its loss-parity phrase a link), table, notes,
+        and the result's cross-check flag when its median breaks the bound."""
         out: list[nodes.Node] = [nodes.paragraph(text, text, classes=["gemm-summary-note", cls])
                                  for text, cls in found.notices]
         if found.sentence is not None:
@@ -278,6 +279,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if found.routing_note:
             out.append(nodes.paragraph(found.routing_note, found.routing_note,
                                        classes=["gemm-summary-note", "gemm-summary-routing"]))
+        if found.file_flag:  # the result's cross-check breaks its median bound: every number above rests on it
+            out.append(nodes.paragraph(found.file_flag, found.file_flag, classes=["gemm-summary-note", "gemm-flagged"]))
         return out
 
     def _sentence_node(self, sentence: answer_text.Sentence) -> nodes.paragraph:

@@ -27,6 +27,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
 from gemm_benchmark.options import OptionError, Request, parse_options
+from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import (
     SAME,
     Fastest,
@@ -264,6 +265,9 @@ class Panel:
     title: str
     notes: tuple[str, ...]
     routing_note: str
+    #: What the panel says under its table when the result's profiler cross-check breaks the file's
+    #: median bound (:attr:`~gemm_bench.results.cross_check.Verdict.file_flag`), "" when it holds.
+    file_flag: str = ""
 
 
 def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
@@ -305,7 +309,10 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
              "tap a number for its source")
     routing_note = (f"Training step, skewed routing: the same step with {ROUTING_NAMES['skewed']}; the other rows "
                     f"use {ROUTING_NAMES['balanced']}. The answer above is about the balanced step." if skewed else "")
-    return Panel(tuple(notices), sentence, table, title, tuple(notes.lines()), routing_note)
+    shown = [measured.reports[m] for m in (gemm_mode, *per_gemm, *step_modes) if m in measured.reports]
+    file_flag = shown[0].cross_check.file_flag if shown else None  # one verdict per file, whatever the mode
+    return Panel(tuple(notices), sentence, table, title, tuple(notes.lines()), routing_note,
+                 f"{FLAG_MARK} On the {gpu}, {file_flag}." if file_flag else "")
 
 
 def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, notes: answer_text.Notes) -> list[Shown]:
@@ -321,7 +328,8 @@ def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, not
             range_text = (f" (spread {point.low:.2f}–{point.high:.2f}×)"
                           if point.low is not None and point.high is not None else "")
             row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16{range_text}, whole model "
-                                  f"({report.num_layers} layers): {source}"))
+                                  f"({report.num_layers} layers): {source}",
+                                  flag=report.speedup_flag(mode, p), notes=notes, where=source))
         else:
             status, reason = absent_status(p, mode, total.status if total.status != "measured" else "",
                                            total.reason or total.speedup_reason)
@@ -345,7 +353,9 @@ def step_row(report: Report, precisions: Sequence[str], gpu: str, notes: answer_
             point = points[p]
             row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16 "
                                   f"(spread {point.low:.2f}–{point.high:.2f}×) for the whole layer step"
-                                  f"{'' if graphed else ', eager'}: {source}"))
+                                  f"{'' if graphed else ', eager'}: {source}",
+                                  flag=report.step(p, graphed=graphed, routing=routing).cross_check_flag,
+                                  notes=notes, where=f"{source}, {name.lower()}"))
             continue
         status, reason = step_absence(report, p, graphed=graphed, routing=routing)
         row.append(absent_cell(status, reason, f"{source}, {name.lower()}", notes))
@@ -371,8 +381,12 @@ def head(what: str, verdict: Fastest | None) -> Shown:
     return Shown(what + (" · fastest: BF16" if verdict is not None and verdict.starred is None else ""), strong=True)
 
 
-def speed_cell(point: Point, verdict: Fastest | None, precision: str, tooltip: str) -> Shown:
-    """A speedup cell: ★ on the answer, ≈ on one within the answer's measured spread (with why)."""
+def speed_cell(point: Point, verdict: Fastest | None, precision: str, tooltip: str, *, flag: str | None = None,
+               notes: answer_text.Notes | None = None, where: str = "") -> Shown:
+    """A speedup cell: ★ on the answer, ≈ on one within the answer's measured spread (with why); a
+    speedup resting on a time the profiler cross-check flags (``flag``) carries :data:`FLAG_MARK` after
+    its number, the flag (with its ratio) in its tooltip and in the table's ``notes`` (saying
+    ``where``: precision, mode and GPU) (issue 31)."""
     star = verdict is not None and precision == verdict.starred
     tied = verdict is not None and precision in verdict.tied
     why = ""
@@ -381,9 +395,12 @@ def speed_cell(point: Point, verdict: Fastest | None, precision: str, tooltip: s
     elif tied and verdict is not None:
         why = (f"; within the measured spread of the fastest ({PRECISIONS[verdict.answer].display}): "
                "not significantly slower")
-    text = format_speedup(point.value) + (" ★" if star else " ≈" if tied else "")
-    classes = ("gemm-num", *(("gemm-fastest",) if star else ("gemm-tie",) if tied else ()))
-    return Shown(text, strong=star, classes=classes, tooltip=tooltip + why)
+    text = format_speedup(point.value) + (f" {FLAG_MARK}" if flag else "") + (" ★" if star else " ≈" if tied else "")
+    classes = ("gemm-num", *(("gemm-fastest",) if star else ("gemm-tie",) if tied else ()),
+               *(("gemm-flagged",) if flag else ()))
+    if flag and notes is not None:
+        notes.flag(f"{where}: {flag}")
+    return Shown(text, strong=star, classes=classes, tooltip=tooltip + why + (f"; {FLAG_MARK} {flag}" if flag else ""))
 
 
 def absent_cell(status: str, reason: str, source: str, notes: answer_text.Notes, *, explain: str = "") -> Shown:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES
@@ -271,7 +271,8 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
     for mode, report in reports.items():
         where = f"{MODE_NAMES[mode]}, {device}{named}"
         _fastest_values(out, fastest_total(report, mode), mode, "gemm-speedup", where,
-                        rule=FASTEST_RULE, absent="no precision besides BF16 measured")
+                        rule=FASTEST_RULE, absent="no precision besides BF16 measured",
+                        flag_of=lambda p, mode=mode, report=report: report.speedup_flag(mode, p))
         if mode == report.modes[0]:  # the training step: once per result, like its other step values
             for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
                 base = report.step(BASELINE, graphed=graphed)
@@ -279,6 +280,7 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                                 layer_mode, "gemm-step-speedup", f"{layer_mode} step {device}{named}",
                                 rule=STEP_RULE, absent="no step besides BF16's measured",
                                 of=" for the whole layer step", noun="fastest step",
+                                flag_of=lambda p, g=graphed, report=report: report.step(p, graphed=g).cross_check_flag,
                                 failed=("failed", f"BF16 step: {' '.join(base.reason.split())}")
                                 if base.status == "failed" else None)
         for precision in report.precisions:
@@ -293,13 +295,15 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 assert total.model_ms is not None
                 layers = f"{report.num_layers} layers" if report.kind == "model" else "all shapes"
                 out[value_key("gemm-time", mode, precision)] = Value(
-                    f"{format_ms(total.model_ms)} ms", f"{_tooltip_ms(total.model_ms)} for {layers}: {where}")
+                    f"{format_ms(total.model_ms)} ms", f"{_tooltip_ms(total.model_ms)} for {layers}: {where}",
+                    flag=report.time_flag(mode, precision) or "")
                 speedup = total.speedup_vs_bf16
                 if _finite(speedup):
                     assert speedup is not None
                     _, low, high = figures.total_point(report, mode, precision)
                     out[value_key("gemm-speedup", mode, precision)] = Value(
-                        format_speedup(speedup), f"{speedup:.3f}× BF16 for {layers}: {where}", low=low, high=high)
+                        format_speedup(speedup), f"{speedup:.3f}× BF16 for {layers}: {where}", low=low, high=high,
+                        flag=total.cross_check_flag or "")
                 else:
                     why = getattr(total, "speedup_reason", "") or "BF16 is not measured in the same run"
                     out[value_key("gemm-speedup", mode, precision)] = Value("", f"{where}: {why}")
@@ -315,8 +319,11 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                         out[value_key(kind, mode, precision, gid)] = Value("", why, status, reason)
                     continue
                 assert cell.ms is not None
+                # The time, its throughput and its share of the peak rest on the cell's own time;
+                # its speedup on BF16's time too. The eager time and the SQNR are not profiled.
+                own = cell.cross_check_flag or ""
                 out[value_key("gemm-time", mode, precision, gid)] = Value(
-                    f"{format_ms(cell.ms)} ms", f"{_tooltip_ms(cell.ms)}: {at}")
+                    f"{format_ms(cell.ms)} ms", f"{_tooltip_ms(cell.ms)}: {at}", flag=own)
                 out[value_key("gemm-eager-time", mode, precision, gid)] = (
                     Value(f"{format_ms(cell.eager_ms)} ms",
                           f"{_tooltip_ms(cell.eager_ms)} called eagerly, host work included: {at}")
@@ -325,11 +332,11 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                 tflops = cell.tflops
                 shown = f"{format_tflops(tflops)} TFLOP/s"
                 out[value_key("gemm-tflops", mode, precision, gid)] = (
-                    Value(shown, f"{_tooltip_tflops(tflops)} TFLOP/s: {at}") if _finite(tflops) and tflops
+                    Value(shown, f"{_tooltip_tflops(tflops)} TFLOP/s: {at}", flag=own) if _finite(tflops) and tflops
                     else Value("", f"{at}: no throughput"))
                 pct = report.pct_of_peak(mode, precision, gemm)
                 out[value_key("gemm-peak", mode, precision, gid)] = (
-                    Value(f"{pct:.0f}%", f"{pct:.1f}% of the dense peak: {at}") if _finite(pct) and pct
+                    Value(f"{pct:.0f}%", f"{pct:.1f}% of the dense peak: {at}", flag=own) if _finite(pct) and pct
                     else Value("", f"{at}: {report.pct_of_peak_reason(mode, precision, gemm)}"))
                 sqnr = report.sqnr(mode, precision, gemm)
                 out[value_key("gemm-sqnr", mode, precision, gid)] = (
@@ -337,7 +344,8 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                     else Value("", f"{at}: {report.sqnr_reason(mode, precision, gemm)}"))
                 speedup, low, high = figures.gemm_point(report, mode, precision, gemm)
                 out[value_key("gemm-speedup", mode, precision, gid)] = (
-                    Value(format_speedup(speedup), f"{speedup:.3f}× BF16: {at}", low=low, high=high)
+                    Value(format_speedup(speedup), f"{speedup:.3f}× BF16: {at}", low=low, high=high,
+                          flag=report.speedup_flag(mode, precision, [gemm]) or "")
                     if _finite(speedup) and speedup
                     else Value("", f"{at}: {report.gemm_speedup_reason(mode, precision, gemm)}"))
     return out
@@ -360,20 +368,24 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
         status, reason = step_absence(report, precision, graphed=graphed)
         out[value_key("gemm-step-speedup", layer_mode, precision)] = (
             Value(format_speedup(speedup), f"{speedup:.3f}× BF16 for the whole layer step: {at}",
-                  low=point.low if point else None, high=point.high if point else None)
+                  low=point.low if point else None, high=point.high if point else None,
+                  flag=step.cross_check_flag or "")
             if _finite(speedup) and speedup else Value("", f"{at}: {reason}", status, reason))
         for problem in step_contradictions(report, layer_mode, precision):
             out[value_key(STEP_PROBLEM, layer_mode, precision)] = Value(problem, f"{at}: {problem}")
         out[value_key("gemm-share", layer_mode, precision)] = (
-            Value(f"{share * 100:.0f}%", f"{share * 100:.1f}% of the BF16 step is its GEMMs: {at}")
+            Value(f"{share * 100:.0f}%", f"{share * 100:.1f}% of the BF16 step is its GEMMs: {at}",
+                  flag=_share_flag(report, graphed))
             if _finite(share) and share else Value("", f"{at}: {step.gemm_share_reason or step.reason}"))
 
 
 def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, speed_kind: str, where: str, *,
                     rule: str, absent: str, of: str = "", noun: str = "fastest",
-                    failed: tuple[str, str] | None = None) -> None:
+                    failed: tuple[str, str] | None = None,
+                    flag_of: Callable[[str], str | None] = lambda precision: None) -> None:
     """``gemm-fastest`` of one mode and its ``speed_kind`` ``fastest`` value (the GEMMs' speedup, or
-    the training step's), from one :func:`decide_fastest` verdict."""
+    the training step's), from one :func:`decide_fastest` verdict; both rest on the answer's speedup,
+    so both carry ``flag_of(answer)``, its cross-check flag."""
     if fastest is None:
         status, reason = failed if failed else ("", "")
         why = f"{where}: {unavailable_text(status, reason, limit=10_000) if status else absent}"
@@ -381,12 +393,21 @@ def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, s
         out[value_key(speed_kind, mode, "fastest")] = Value("", why, status, reason)
         return
     display = PRECISIONS[fastest.answer].display
+    flag = (flag_of(fastest.answer) if fastest.answer != BASELINE else None) or ""
     ties = f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}" if fastest.tied else ""
     why = f": {fastest.why}" if fastest.why else ""
     out[value_key("gemm-fastest", mode, "")] = Value(
-        fastest.text, f"{display} ({fastest.speedup:.3f}× BF16{of}){why}; the rule: {rule}{ties}; {where}")
+        fastest.text, f"{display} ({fastest.speedup:.3f}× BF16{of}){why}; the rule: {rule}{ties}; {where}", flag=flag)
     out[value_key(speed_kind, mode, "fastest")] = Value(
-        format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the {noun}: {where}")
+        format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the {noun}: {where}", flag=flag)
+
+
+def _share_flag(report: Report, graphed: bool) -> str:
+    """The flags of what the GEMM share divides: BF16's autocast GEMM times (when the result holds
+    that mode) over BF16's step time."""
+    gemms = report.time_flag("autocast", BASELINE) if "autocast" in report.modes else None
+    step = report.step(BASELINE, graphed=graphed).cross_check_flag
+    return "; ".join(f for f in (gemms, step) if f)
 
 
 def gemm_names(report: Report) -> dict[str, tuple[str, ...]]:
