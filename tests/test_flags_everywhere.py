@@ -9,7 +9,7 @@ from typing import Any
 
 from gemm_bench.question.question import build_question
 from gemm_bench.report.report import Report
-from gemm_benchmark import answer_text, records
+from gemm_benchmark import records
 from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.roles import displayed
 from gemm_benchmark.summary_answer import Measured, Panel, panel

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES
@@ -272,7 +272,7 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
         where = f"{MODE_NAMES[mode]}, {device}{named}"
         _fastest_values(out, fastest_total(report, mode), mode, "gemm-speedup", where,
                         rule=FASTEST_RULE, absent="no precision besides BF16 measured",
-                        flag_of=lambda p, mode=mode, report=report: report.speedup_flag(mode, p))
+                        flags={p: report.speedup_flag(mode, p) for p in report.precisions})
         if mode == report.modes[0]:  # the training step: once per result, like its other step values
             for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
                 base = report.step(BASELINE, graphed=graphed)
@@ -280,7 +280,7 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
                                 layer_mode, "gemm-step-speedup", f"{layer_mode} step {device}{named}",
                                 rule=STEP_RULE, absent="no step besides BF16's measured",
                                 of=" for the whole layer step", noun="fastest step",
-                                flag_of=lambda p, g=graphed, report=report: report.step(p, graphed=g).cross_check_flag,
+                                flags={p: report.step(p, graphed=graphed).cross_check_flag for p in report.precisions},
                                 failed=("failed", f"BF16 step: {' '.join(base.reason.split())}")
                                 if base.status == "failed" else None)
         for precision in report.precisions:
@@ -382,10 +382,10 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
 def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, speed_kind: str, where: str, *,
                     rule: str, absent: str, of: str = "", noun: str = "fastest",
                     failed: tuple[str, str] | None = None,
-                    flag_of: Callable[[str], str | None] = lambda precision: None) -> None:
+                    flags: Mapping[str, str | None] | None = None) -> None:
     """``gemm-fastest`` of one mode and its ``speed_kind`` ``fastest`` value (the GEMMs' speedup, or
     the training step's), from one :func:`decide_fastest` verdict; both rest on the answer's speedup,
-    so both carry ``flag_of(answer)``, its cross-check flag."""
+    so both carry the answer's cross-check flag in ``flags`` (precision -> flag)."""
     if fastest is None:
         status, reason = failed if failed else ("", "")
         why = f"{where}: {unavailable_text(status, reason, limit=10_000) if status else absent}"
@@ -393,7 +393,7 @@ def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, s
         out[value_key(speed_kind, mode, "fastest")] = Value("", why, status, reason)
         return
     display = PRECISIONS[fastest.answer].display
-    flag = (flag_of(fastest.answer) if fastest.answer != BASELINE else None) or ""
+    flag = ((flags or {}).get(fastest.answer) if fastest.answer != BASELINE else None) or ""
     ties = f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}" if fastest.tied else ""
     why = f": {fastest.why}" if fastest.why else ""
     out[value_key("gemm-fastest", mode, "")] = Value(
