@@ -537,10 +537,12 @@ def test_a_desktop_figure_uses_the_column_and_a_phone_figure_stays_readable(brow
 
 
 LEGEND_TOP = """
-const names = ['FP8 Delayed', 'FP8 Current', 'FP8 Block'];
+const recipes = ['FP8 Delayed', 'FP8 Current', 'FP8 Block'];
+const kinds = ['GEMMs', 'Attention'];  // a breakdown's legend names kinds of work; its recipes label bars
 return [...document.querySelectorAll('.gemm-figure svg, .gemm-figure-wide svg')]
   .filter(svg => svg.getBoundingClientRect().height > 0).map(svg => {
     const top = svg.getBoundingClientRect().top;
+    const names = svg.closest('.gemm-breakdown-figure') ? kinds : recipes;
     const legend = [...svg.querySelectorAll('text')].filter(t => names.includes(t.textContent.trim()))
       .map(t => t.getBoundingClientRect().top - top);
     return [svg.getAttribute('aria-label'), Math.round(svg.getBoundingClientRect().height),
@@ -619,7 +621,8 @@ def test_captions_commands_and_setup_tables_fit_a_phone(browser: Any, base_url: 
 FIRST_ANSWER = """
 const answers = [...document.querySelectorAll('p.gemm-summary-answer')]
   .filter(a => a.getBoundingClientRect().height > 0);
-const figure = document.querySelector('.gemm-figure-pair, .gemm-figure');
+const figure = document.querySelector(
+  '#all-models-compared .gemm-figure-pair, #all-models-compared .gemm-figure');  // the cross-model figure
 if (!answers.length) return null;
 const a = answers[0];
 return {bottom: Math.round(a.getBoundingClientRect().bottom), height: innerHeight, text: a.innerText,

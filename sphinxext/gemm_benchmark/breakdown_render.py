@@ -18,7 +18,7 @@ from sphinx import addnodes
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report import breakdown_figure, precision_plan
 from gemm_bench.results import energy
-from gemm_benchmark.render_block import inline_svg
+from gemm_benchmark.render_block import figure_pair
 
 
 def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str = "layer-graphed",
@@ -28,8 +28,10 @@ def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str 
     if not bars:
         return []
     label = f"Where each recipe's training step goes on {device}: GPU time per kind of kernel and idle time"
-    box = nodes.container(classes=["gemm-figure", "gemm-breakdown-figure"])
-    box += nodes.raw("", inline_svg(breakdown_figure.svg(bars), prefix, label), format="html")
+    # The phone figure and its desktop twin (render_block.figure_pair): one drawing at a phone's width
+    # leaves a desktop column half empty, one at a desktop's shrinks a phone's labels below 10 px.
+    box = figure_pair(breakdown_figure.svg(bars), breakdown_figure.svg(bars, breakdown_figure.WIDE_PT), prefix, label)
+    box["classes"].append("gemm-breakdown-figure")
     out: list[nodes.Node] = [box]
     elsewhere = addnodes.only(expr="not html")
     text = "The step breakdown per recipe is drawn in the HTML version of this page."

@@ -192,8 +192,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     found = panel(result, label, label or model_label(ask.preset, ask.tp, ask.ep), per_gemm,
                                   gemm_mode, steps, precisions, accuracy_row=self.accuracy == "row",
                                   loss_parity=self._loss_parity(config.cache_dir, device.device))
+                    # Under the step rows, which a summary shows whether or not its modes name a
+                    # layer mode (summary_answer: "else both forms"); [] for a result without them.
                     detail = step_detail_nodes(device.doc, device_label(device.device),
-                                               f"bd{self.lineno}-{len(documents)}") if steps else []
+                                               f"bd{self.lineno}-{len(documents)}")
                     panels.append((device_label(device.device), self._panel_nodes(found) + detail))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1

@@ -16,6 +16,7 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.figure_layout import Rect, Scene, Text, text_width
+from gemm_bench.report.figure_spec import WIDE_IN, WIDTH_IN
 from gemm_bench.report.figure_svg import to_svg
 from gemm_bench.report.figures import _PAGE_ROOT_ATTRS, _PAGE_STYLE
 from gemm_bench.results.kernel_kinds import DISPLAY, PARTS
@@ -27,7 +28,9 @@ PART_COLORS = {"gemm": "#0072B2", "quantization": "#D55E00", "attention": "#009E
 PART_WORDS = {"gemm": "in GEMMs", "quantization": "in quantization, casts, amax and transposes",
               "attention": "in attention", "elementwise": "in normalization, activations and elementwise work",
               "optimizer": "in the optimizer", "other": "in other kernels", "idle": "with the GPU idle"}
-WIDTH_PT = 380.0
+WIDTH_PT = WIDTH_IN * 72  # the site's phone width: drawn wider, a 390 px phone shrank its labels to 7.6 px
+#: The desktop twin's width (figure_spec.WIDE_IN), shown where the page's column is wide enough.
+WIDE_PT = WIDE_IN * 72
 FONT_PT = 8.4
 BAR_PT = 14.0
 GAP_PT = 7.0
@@ -86,7 +89,9 @@ def sentence(all_bars: Sequence[Bar]) -> str | None:
 
 
 def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> Scene:
-    """Stacked horizontal bars, recipe names at the left (full width), totals at the right, legend below."""
+    """Stacked horizontal bars, recipe names at the left (full width), totals at the right, the
+    legend on top (wrapped to the width), where a reader meets it before the bars, as the site's
+    other figures have it."""
     if not all_bars:
         raise ValueError("no step with a breakdown to draw")
     label_w = max(text_width(b.label, FONT_PT) for b in all_bars) + PAD_PT
@@ -97,7 +102,17 @@ def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> Scene:
         raise ValueError(f"{width} pt is too narrow for labels of {label_w:.0f} pt")
     scale = plot_w / max(max(b.step_ms, sum(b.parts.values())) for b in all_bars)
     items: list[Rect | Text] = []
-    y = PAD_PT
+    # legend: swatch + name, wrapped to the width
+    x, y, line_h = PAD_PT, PAD_PT, FONT_PT * 1.6
+    for part in PARTS:
+        name = DISPLAY[part]
+        w = FONT_PT + 3 + text_width(name, FONT_PT) + 2 * PAD_PT
+        if x + w > width and x > PAD_PT:
+            x, y = PAD_PT, y + line_h
+        items.append(Rect(x, y, FONT_PT, FONT_PT, PART_COLORS[part]))
+        items.append(Text(x + FONT_PT + 3, y + FONT_PT * 0.85, name, FONT_PT, INK))
+        x += w
+    y += line_h + GAP_PT
     for bar, total in zip(all_bars, totals, strict=True):
         items.append(Text(label_w - PAD_PT, y + BAR_PT * 0.7, bar.label, FONT_PT, INK, anchor="end"))
         x = label_w
@@ -108,18 +123,7 @@ def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> Scene:
                 x += w
         items.append(Text(x + PAD_PT / 2, y + BAR_PT * 0.7, total, FONT_PT, INK))
         y += BAR_PT + GAP_PT
-    # legend: swatch + name, wrapped to the width
-    y += GAP_PT
-    x, line_h = PAD_PT, FONT_PT * 1.6
-    for part in PARTS:
-        name = DISPLAY[part]
-        w = FONT_PT + 3 + text_width(name, FONT_PT) + 2 * PAD_PT
-        if x + w > width and x > PAD_PT:
-            x, y = PAD_PT, y + line_h
-        items.append(Rect(x, y, FONT_PT, FONT_PT, PART_COLORS[part]))
-        items.append(Text(x + FONT_PT + 3, y + FONT_PT * 0.85, name, FONT_PT, INK))
-        x += w
-    return Scene(width, y + line_h + PAD_PT, tuple(items))
+    return Scene(width, y + PAD_PT, tuple(items))
 
 
 def svg(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> str:
