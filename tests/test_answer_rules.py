@@ -311,3 +311,15 @@ def test_the_summary_answer_is_computed_without_sphinx() -> None:
     heads = [row[0].text for row in found.table.rows]
     assert heads[:2] == ["Autocast GEMMs", "Pre-quantized GEMMs"] and "Training step" in heads
     assert sum(c.text.endswith("★") for row in found.table.rows for c in row) >= 1
+
+
+def test_the_directive_lists_fp8_delayed_prequant_as_fp8_currents_not_unsupported(project: Project) -> None:
+    """Issue 31 ("Words"): a directive's list of precisions without numbers said "FP8 Delayed
+    unsupported: ..." for the pre-quantized GEMM that is FP8 Current's."""
+    project.store(beyond_document())
+    project.page("index", "T\n=\n\n.. gemm-benchmark::\n   :name: te\n   :model: te-guide-5b\n"
+                 "   :precisions: bf16, fp8-delayed, fp8-current\n")
+    project.build()
+    items = [li.get_text(" ", strip=True) for li in project.html().select("ul.gemm-unavailable li")]
+    delayed = [t for t in items if t.startswith("FP8 Delayed")]
+    assert delayed and all("same as FP8 Current" in t and "unsupported" not in t for t in delayed), items

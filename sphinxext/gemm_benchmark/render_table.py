@@ -28,7 +28,7 @@ from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report.report import Report
 from gemm_bench.results import cross_check
 from gemm_benchmark.nodes import WRITERS, gemm_data_table
-from gemm_benchmark.values import format_ms, format_speedup, format_tflops, unavailable_text
+from gemm_benchmark.values import SAME, absent_status, format_ms, format_speedup, format_tflops, unavailable_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,8 +354,11 @@ def unavailable_list(report: Report, mode: str, precisions: Sequence[str]) -> no
         item = nodes.list_item()
         para = nodes.paragraph()
         para += nodes.strong(PRECISIONS[p].display, PRECISIONS[p].display)
-        # One wording with the summary and the roles: "failed: ..." never reads as "unsupported: ...".
-        para += nodes.Text(" " + unavailable_text(status, reason, limit=10_000))
+        # One wording with the summary and the roles: "failed: ..." never reads as "unsupported: ...",
+        # and FP8 Delayed's pre-quantized GEMM (FP8 Current's) reads "same as FP8 Current (why)".
+        shown, why = absent_status(p, mode, status, reason)
+        text = unavailable_text(shown, why, limit=10_000)
+        para += nodes.Text(" " + (f"{text} ({reason})" if shown == SAME else text))
         item += para
         items += item
     return items if len(items) else None
