@@ -520,3 +520,14 @@ def test_report_fits_100_columns_prints_no_paragraph_twice_and_aligns_peers(path
         if "== Peers" in text else []
     timed = [line for line in peers if " ms " in line]
     assert len({line.index(" ms ") for line in timed}) <= 1, timed[:3]
+
+
+def test_the_estimate_counts_the_whole_measuring_call_not_only_the_run() -> None:
+    """Issue 34: measure_s is the Runner's run; the plan's step and the energy come after it, inside
+    phases_s' total. On an H100 the estimate from measure_s read 378 s for a 429 s refresh."""
+    from gemm_bench.cli.refresh import estimate_seconds
+
+    doc = {"provenance": {"measure_s": 30.0, "phases_s": {"total": 41.5}, "method": {}}}
+    assert estimate_seconds(doc, ["bf16"], ["autocast"]) == 41.5
+    doc["provenance"]["phases_s"] = {}
+    assert estimate_seconds(doc, ["bf16"], ["autocast"]) == 30.0
