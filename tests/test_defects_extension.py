@@ -133,7 +133,7 @@ def test_summary_rows_always_have_the_tables_width(project: Project, builder: st
     model gave morecols = -1) aborted html and latex builds."""
     project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: llama3-8b\n   :precisions: bf16\n")
     warnings, _ = project.build(builder)
-    assert "index.rst:4" in warnings and "[gemm_benchmark.precisions]" in warnings, warnings
+    assert "index.rst:6" in warnings and "[gemm_benchmark.precisions]" in warnings, warnings  # at :precisions:
 
 
 def test_summary_table_width_is_checked_for_every_row() -> None:

@@ -195,3 +195,15 @@ def test_noun_problem(before, role, problem):
     from gemm_benchmark.words import noun_problem
 
     assert bool(noun_problem(before, role, "x")) is problem
+
+
+def test_every_bad_option_of_a_summary_is_reported_at_its_own_line(tmp_path) -> None:
+    """Issue 35: the summary directive reported only its first bad option (the directive had been
+    fixed, the summary not)."""
+    project = Project(tmp_path)
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: te-guide-5b\n"
+                 "   :show: tabel\n   :accuracy: rows\n   :missing: nope\n")
+    warnings, _ = project.build()
+    found = {int(m.group(1)): m.group(2) for m in re.finditer(r"index\.rst:(\d+): WARNING: (.*)", warnings)}
+    assert "unknown value 'tabel'" in found[6] and "unknown value 'rows'" in found[7], found
+    assert "unknown value 'nope'" in found[8] and 4 not in found, found

@@ -271,7 +271,7 @@ def test_sqnr_is_shown_once_per_recipe_and_pass(project: Project) -> None:
 def test_accuracy_and_show_values_are_checked(project: Project) -> None:
     _summary_page(project, "   :accuracy: everywhere\n")
     warnings, _ = project.build()
-    assert "index.rst:4" in warnings
+    assert "index.rst:7" in warnings  # at the :accuracy: line, where the author fixes it
     assert "unknown value 'everywhere'; choose from row, sentence" in warnings
 
 

@@ -36,7 +36,7 @@ from gemm_benchmark import answer_text, execution, freshness, questions_builder,
 from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.options import OptionError
+from gemm_benchmark.options import OptionError, option_line
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, scrolling
 from gemm_benchmark.render_table import Entry, data_table, inline_literals
 from gemm_benchmark.summary_answer import (
@@ -117,8 +117,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         except OptionError as exc:
             if settings(self.env).questions_only:
                 questions_builder.note_problem(self, str(exc))
-            self._warn(Subtype(exc.subtype) if exc.subtype in Subtype._value2member_map_ else Subtype.OPTION,
-                       str(exc))
+            for bad in exc.errors:  # every bad option, each at its own line, as gemm-benchmark does
+                subtype = Subtype(bad.subtype) if bad.subtype in Subtype._value2member_map_ else Subtype.OPTION
+                warn(subtype, f"gemm-benchmark-summary: {bad}",
+                     location=(self.env.docname, option_line(self.block_text, self.lineno, bad.option)))
             return []
         config = settings(self.env)
         if config.questions_only:
@@ -309,20 +311,34 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             self._report_missing(f"{where} is missing: {device.reason}", note_missing)
 
     def _parse(self) -> tuple[list[ModelAsk], tuple[str, ...], bool]:
+        """The summary's asks and choices; every bad option is found (issue 35: one run of an author's
+        build names all of them), the first raised with :attr:`OptionError.errors` holding each."""
         docdir = Path(self.env.doc2path(self.env.docname)).parent
-        asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
+        errors: list[OptionError] = []
+        asks: list[ModelAsk] = []
+        try:
+            asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
+        except OptionError as exc:
+            errors.extend(exc.errors)
         show = tuple(part.lower() for part in split_list(self.options.get("show", "table, figure")))
-        for part in show:
-            if part not in SHOW_PARTS:
-                raise OptionError("show", f"unknown value {part!r}; choose from {', '.join(SHOW_PARTS)}")
+        errors += [OptionError("show", f"unknown value {part!r}; choose from {', '.join(SHOW_PARTS)}")
+                   for part in show if part not in SHOW_PARTS]
         accuracy = self.options.get("accuracy", "row").strip().lower() or "row"
         if accuracy not in ("row", "sentence"):
-            raise OptionError("accuracy", f"unknown value {accuracy!r}; choose from row, sentence")
+            errors.append(OptionError("accuracy", f"unknown value {accuracy!r}; choose from row, sentence"))
         self.accuracy = accuracy
         missing = self.options.get("missing", "warn").strip().lower() or "warn"
         if missing not in ("warn", "note"):
-            raise OptionError("missing", f"unknown value {missing!r}; choose from warn, note")
-        self.claims = gains_less_claims(self.options.get("gains-less", ""), [ask.entry for ask in asks])
+            errors.append(OptionError("missing", f"unknown value {missing!r}; choose from warn, note"))
+        if asks:
+            try:
+                self.claims = gains_less_claims(self.options.get("gains-less", ""), [ask.entry for ask in asks])
+            except OptionError as exc:
+                errors.extend(exc.errors)
+        if errors:
+            first = errors[0]
+            first.errors = tuple(errors)
+            raise first
         return asks, show, missing == "note"
 
 
