@@ -618,6 +618,16 @@ def test_captions_commands_and_setup_tables_fit_a_phone(browser: Any, base_url: 
     assert not problems, f"{page} at {PHONE[0]} px:\n" + "\n".join(problems)
 
 
+def test_the_maintainers_diagrams_fit_a_phone(browser: Any, base_url: str) -> None:
+    """Issue 35: the maintainers' two flow diagrams (76 and 101 columns) scrolled sideways at 390 px;
+    they are drawn for a phone's column now."""
+    show(browser, base_url + "maintainers.html", PHONE)
+    problems = browser.execute_script(FITS_A_PHONE, "article div.highlight-text pre")
+    diagrams = browser.execute_script("return document.querySelectorAll('article div.highlight-text pre').length")
+    assert diagrams >= 2, "the maintainers' page has lost its flow diagrams"
+    assert not problems, "\n".join(problems)
+
+
 FIRST_ANSWER = """
 const answers = [...document.querySelectorAll('p.gemm-summary-answer')]
   .filter(a => a.getBoundingClientRect().height > 0);
