@@ -802,8 +802,8 @@ class Report:
             f" | {prov['date']}"
         )
         yield f"method: {describe_method(prov['method'])}"
-        if rounds_outcome(doc):
-            yield f"rounds: {rounds_outcome(doc)}"
+        if outcome := rounds_outcome(doc):
+            yield f"rounds: {outcome}"
         for note in doc.get("notes", []):
             yield f"note: {note}"
         for mode in self.modes:
