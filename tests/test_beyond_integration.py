@@ -366,10 +366,21 @@ def fake_runner_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     def measure_step_energy(question: Any, steps: Any, sampler: Any) -> Any:
         from gemm_bench.results.energy import alone_energy
 
-        asked["energy"] = dict(steps)
+        asked["energy rebuilt"] = dict(steps)
         return [alone_energy(p, {"power_w_median": 500.0, "samples": 15}, 0.3, 100, 128) for p in steps]
 
     layer.measure_step_energy = measure_step_energy  # type: ignore[attr-defined]
+
+    def energy_after(config: Any, sampler: Any, out: list) -> Any:
+        from gemm_bench.results.energy import alone_energy
+
+        def after(graphed: Any, ms: Any) -> None:  # on the layer-step group's own graphs, once timed
+            asked["energy"] = dict(ms)
+            out.extend(alone_energy(p, {"power_w_median": 500.0, "samples": 15}, 0.3, 100, 128) for p in graphed)
+
+        return after
+
+    layer.energy_after = energy_after  # type: ignore[attr-defined]
 
     def measure_accuracy(question: Any, precisions: Any, modes: Any, *, support: Any, run_id: str) -> Any:
         asked["accuracy"] = (list(precisions), list(modes), run_id)
@@ -460,6 +471,8 @@ def test_one_measuring_path_measures_everything_a_page_may_show(fake_runner_modu
     assert {c["mode"] for c in doc["layer"]} == {"layer", "layer-graphed"}
     # and each recipe's graphed step energy (issue 33), when the runner samples power
     assert set(asked["energy"]) == {"bf16", "fp8-current"} and len(doc["energy"]["steps"]) == 2
+    # ... on the layer-step group's own graphs, right after its timed rounds: no second build and capture
+    assert "energy rebuilt" not in asked
     import inspect
 
     from gemm_benchmark import execution

@@ -28,7 +28,18 @@ from gemm_bench.measure import peers as peer_registry
 from gemm_bench.measure import provenance
 from gemm_bench.measure import telemetry as telemetry_module
 from gemm_bench.measure.backends import te as te_backend
-from gemm_bench.measure.phases import ACCURACY, BUILD, PROBE, RELEASE, SUPPORT, PhaseProfiler, optional_phase
+from gemm_bench.measure.phases import (
+    ACCURACY,
+    BUILD,
+    ENERGY,
+    MODEL_STEP_MEMORY,
+    PLAN,
+    PROBE,
+    RELEASE,
+    SUPPORT,
+    PhaseProfiler,
+    optional_phase,
+)
 from gemm_bench.measure.step_extras import Planner, measure_plan_and_energy
 from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings
 from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
@@ -188,6 +199,9 @@ class Runner:
         #: for a caller that records kernel names (``tools/gpu_breakdown.py``); the result keeps only
         #: each step's breakdown.
         self.step_kernels: list[tuple[str, dict[str, dict[str, list[list[tuple[str, int, int]]]]]]] = []
+        #: The last run's energy entries of each recipe's graphed layer step, measured on the layer-step
+        #: group's own graphs right after its timed rounds; None when that group did not measure them.
+        self.step_energy: list[dict[str, Any]] | None = None
         # What is alive now (torch, Transformer Engine, their caches) lives for the whole process:
         # out of the collector's sight, a full collection after each group (releasing its memory)
         # takes milliseconds instead of a quarter of a second.
@@ -224,6 +238,26 @@ class Runner:
             self.setup_s[name] = round(time.monotonic() - started, 3)
         return competitors, failures
 
+    @contextlib.contextmanager
+    def graph_only(self) -> Iterator[None]:
+        """Within: groups timed as graph replays only, without eager rounds (a step whose eager
+        time nobody reads: the model step's parts, the precision plan's steps)."""
+        saved = self.timer
+        self.timer = Interleaver(dataclasses.replace(self.settings, eager_repetitions=0),
+                                 phases=self.phases, sampler=self.sampler, cross_check=self.telemetry)
+        try:
+            yield
+        finally:
+            self.timer = saved
+
+    def _phased(self, name: str, fn: Callable[..., None]) -> Callable[..., None]:
+        """``fn`` charged to the phase ``name`` of this runner's profile."""
+        def call(*args: Any) -> None:
+            with optional_phase(self.phases, name):
+                fn(*args)
+
+        return call
+
     def _release(self) -> None:
         """Collect cyclic garbage and return cached blocks to the driver, charged to its phase."""
         with optional_phase(self.phases, RELEASE):
@@ -241,12 +275,13 @@ class Runner:
             self._unreleased = True
 
     def _time_group(self, builders: dict[str, Callable[[], Competitor]], label: str = "", mode: str = "",
-                    *, graphs: bool | None = None, kernels: bool = False) -> Timed:
+                    *, graphs: bool | None = None, kernels: bool = False, after: Any = None) -> Timed:
         """Build and probe each competitor; time the ones that work, interleaved (:meth:`Interleaver.run`).
 
         ``graphs``: publish graph-replay time (default: the settings'), with the eager time kept
         beside it; False for a group whose published time is eager by definition (the eager step).
         ``kernels``: keep the profiled rounds' kernels (:attr:`Timed.kernels`) for a time breakdown.
+        ``after``: :meth:`Interleaver.run`'s hook on the group's graphs once timed (the step's energy).
         """
         competitors, failures = self._build(builders)
         timed = Timed({}, {}, failures, {})
@@ -254,7 +289,10 @@ class Runner:
             return timed
         try:
             # ``kernels`` only when asked: a timer without the keyword (an older fake) still times the rest.
-            result = self.timer.run(competitors, graphs=graphs, **({"kernels": True} if kernels else {}))
+            extra: dict[str, Any] = {"kernels": True} if kernels else {}
+            if after is not None:
+                extra["after"] = after
+            result = self.timer.run(competitors, graphs=graphs, **extra)
         except Exception as exc:  # GPU boundary: the group's cells become failed, the run goes on
             message = _short(exc)
             failures.update({name: message for name in competitors})
@@ -328,6 +366,7 @@ class Runner:
         run_id = doc["run_id"]
         self._groups = []
         self.step_kernels = []
+        self.step_energy = None
         doc["support"] = {pid: {"available": s.available, "reason": s.reason} for pid, s in support.items()}
         cells = [_cell(c, "unsupported", reason=reason) for c, reason in plan.unsupported]
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
@@ -387,9 +426,17 @@ class Runner:
                 # One group: the step's eager rounds give ``layer``, its graph replays ``layer-graphed``.
                 def layer_group(builders: dict[str, Callable[[], Competitor]], graphs: bool, routing: str) -> Timed:
                     suffix = "" if routing == "balanced" else f", {routing} routing"
+                    after = None
+                    if graphs and routing == "balanced" and self.sampler is not None and question.config is not None:
+                        # Each recipe's step energy on this group's own graphs (no second build
+                        # and capture): gemm_bench.measure.step_extras stores it as doc["energy"].
+                        from gemm_bench.measure.backends.layer_step import energy_after
+
+                        self.step_energy = []
+                        after = self._phased(ENERGY, energy_after(question.config, self.sampler, self.step_energy))
                     timed = self._time_group(builders, label=f"layer step ({', '.join(layer)}{suffix})",
                                              mode="layer-graphed" if graphs else "layer", graphs=graphs,
-                                             kernels=True)
+                                             kernels=True, after=after)
                     self.step_kernels.append((routing, timed.kernels))
                     return timed
 
@@ -428,13 +475,19 @@ class Runner:
         from gemm_bench.measure.backends.model_parts import model_step_block
 
         def group(builders: dict[str, Callable[[], Competitor]], graphs: bool, label: str) -> Any:
-            timed = self._time_group(builders, label=f"model step: {label}", graphs=graphs)
+            # Graph replays only: the model step is composed of GPU times, so the group's eager
+            # rounds (10 rounds of every layer competitor, up to 3 s a question) would be thrown away.
+            with self.graph_only() if graphs else contextlib.nullcontext():
+                timed = self._time_group(builders, label=f"model step: {label}", graphs=graphs)
             check = {"kernel_ms": timed.kernel_ms, "ratios": timed.kernel_ratio}
             return _PartsGroup(timed.samples, timed.failures, check), {}
 
         runnable = [p for p in precisions if p not in support or support[p].available]
         try:
-            return model_step_block(config, runnable, group, run_id)
+            # Exclusive accounting: the parts' timed groups are charged to their own phases; what
+            # is left here is the memory records' builds and the parts' set-up.
+            with optional_phase(self.phases, MODEL_STEP_MEMORY):
+                return model_step_block(config, runnable, group, run_id)
         except RuntimeError as exc:  # GPU boundary (out of memory outside a timed group): the run keeps its cells
             logging.getLogger(__name__).warning("model step not stored: %s", _short(exc))
             return None
@@ -480,7 +533,8 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
     modes = list(modes) if peers_only else complete_modes(question, modes)
     doc = runner.measure(question, list(precisions), modes, peers_only=peers_only)
     if not peers_only:  # the peers alone are merged into a result that has its plan and energy
-        measure_plan_and_energy(runner, question, doc, planner=planner)
+        with phases.phase(PLAN):
+            measure_plan_and_energy(runner, question, doc, planner=planner)
     phases.finish()
     # Where this question's wall time went, kept beside measure_s: the refresh's speed is
     # profiled from every GPU run, not only from a `gemm-bench run --profile-phases` by hand.

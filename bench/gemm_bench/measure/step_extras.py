@@ -17,7 +17,6 @@ and read-back fill the window (gpt-oss-120b on an H100: busy 32-60%).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,7 +53,10 @@ def measure_plan_and_energy(runner: Any, question: Question, doc: dict[str, Any]
         config = planner(doc)
         if config is not None:
             doc["plan"] = plan_block(runner, question, config, doc["run_id"], plan_step)
-    if runner.sampler is not None:
+    measured = getattr(runner, "step_energy", None)
+    if measured:  # on the layer-step group's own graphs, right after its timed rounds (issue 34)
+        doc["energy"] = energy_document(measured)
+    elif runner.sampler is not None:
         if step_energy is None:
             from gemm_bench.measure.backends.layer_step import measure_step_energy
 
@@ -80,17 +82,10 @@ def plan_block(runner: Any, question: Question, config: Mapping[str, Any], run_i
 
 def graph_only_group(runner: Any) -> Callable[[dict[str, Callable[[], Any]], bool, str], Any]:
     """The runner's group timer for the plan's step: graph replays with their kernels, no eager rounds."""
-    from gemm_bench.measure.timing import Interleaver
-
     def group(builders: dict[str, Callable[[], Any]], graphs: bool, routing: str) -> Any:
-        saved = runner.timer
-        runner.timer = Interleaver(dataclasses.replace(runner.settings, eager_repetitions=0),
-                                   phases=runner.phases, sampler=runner.sampler, cross_check=runner.telemetry)
-        try:
+        with runner.graph_only():
             return runner._time_group(builders, label=PLAN_GROUP_LABEL, mode="layer-graphed", graphs=True,
                                       kernels=True)
-        finally:
-            runner.timer = saved
 
     return group
 

@@ -44,7 +44,7 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from gemm_bench.measure.phases import CAPTURE, EAGER, PROFILER_START, SPIN_UP, TIMED, TRACE, WARM_UP
@@ -86,6 +86,10 @@ class TimerSettingsError(ValueError):
 
 class GraphCaptureError(RuntimeError):
     """A competitor whose regions cannot be captured as CUDA graphs (the reason is its cell's)."""
+
+
+#: ``after(graphed competitors, median ms per round)``: see :meth:`Interleaver.run`.
+AfterTimed = Callable[[Mapping[str, "GraphedCompetitor"], Mapping[str, float]], None]
 
 
 class PhaseRecorder(Protocol):
@@ -457,10 +461,14 @@ class Interleaver:
         return self.phases.phase(name) if self.phases is not None else contextlib.nullcontext()
 
     def run(self, competitors: dict[str, Competitor], *, graphs: bool | None = None,
-            kernels: bool = False) -> GroupTiming:
+            kernels: bool = False, after: AfterTimed | None = None) -> GroupTiming:
         """Time one group (the module docstring's steps). ``graphs`` overrides the settings' choice
         for this group (the eager layer step is timed eagerly by definition). ``kernels``: keep the
-        profiled rounds' kernels of every region (:attr:`GroupTiming.kernels`), for a time breakdown."""
+        profiled rounds' kernels of every region (:attr:`GroupTiming.kernels`), for a time breakdown.
+        ``after``: called once the timed rounds are over, while the group's CUDA graphs still live,
+        with each graphed competitor and its median time per round (sum of its regions' medians):
+        work that needs the very graphs just timed (each recipe's step energy, issue 34: no second
+        build and capture) without touching the group's samples."""
         import torch
 
         s = self.settings
@@ -512,6 +520,9 @@ class Interleaver:
             record["converged"] = converged
         if self.sampler is not None:
             record["clock"] = self.sampler.summary()
+        if after is not None and graphed:
+            after({n: fn for n, fn in timed.items() if isinstance(fn, GraphedCompetitor)},
+                  {n: sum(smp.median for smp in regions.values()) for n, regions in samples.items()})
         check: dict[str, Any] = {}
         if self.cross_check:
             if kernel_samples is None:

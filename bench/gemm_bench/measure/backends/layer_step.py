@@ -223,45 +223,76 @@ def _untimed(region: str, edge: str) -> None:
 
 def measure_step_energy(question: Question, step_ms: Mapping[str, float], sampler: Any, *,
                         window_s: float | None = None) -> list[dict[str, Any]]:
-    """Each recipe's graphed layer step alone under the power sampler (:data:`gemm_bench.results.energy.ALONE_RULE`):
-    built, captured, replayed back to back for ``window_s`` in batches of about 50 ms, one entry per
-    recipe of ``step_ms`` (its published graphed step, which sizes the batches). A recipe that fails
-    is a ``failed`` entry with the message; the others go on. Cost: the build and capture plus the window."""
+    """Each recipe's graphed layer step alone under the power sampler (:data:`gemm_bench.results.energy.ALONE_RULE`),
+    built and captured here, one recipe at a time (:func:`replay_energy`). The measuring path does not
+    call this: it measures energy on the layer-step group's own graphs (``Interleaver.run``'s ``after``,
+    :func:`energy_after`), which costs no second build and capture; this is for a script that has
+    no such group (``tools/gpu_breakdown.py``). A recipe that fails is a ``failed`` entry with the
+    message; the others go on."""
     import gc
-    import time
 
     from gemm_bench.measure.timing import capture
-    from gemm_bench.results.energy import ENERGY_WINDOW_S, alone_energy
 
     config = question.config
     assert config is not None and not unsupported_reason(config)
-    window = ENERGY_WINDOW_S if window_s is None else window_s
     tokens = config.seq_length * config.micro_batch_size
     shared = Operands()
     out: list[dict[str, Any]] = []
     for precision, ms in step_ms.items():
-        batch = max(1, round(50.0 / ms)) if ms > 0 else 1
         try:
             fn = layer_step_competitor(config, precision, "balanced", shared)
             fn(_untimed)
             torch.cuda.synchronize()
             graphed = capture(fn)
-            for _ in range(batch):  # the replays' own warm-up: clocks up before the window opens
-                graphed(_untimed)
-            torch.cuda.synchronize()
-            steps, start = 0, time.monotonic()
-            with sampler.sampling():
-                while time.monotonic() - start < window:
-                    for _ in range(batch):
-                        graphed(_untimed)
-                    torch.cuda.synchronize()
-                    steps += batch
-                wall_s = time.monotonic() - start
-            out.append(alone_energy(precision, sampler.summary(), wall_s, steps, tokens))
+            out.append(replay_energy(precision, graphed, ms, sampler, tokens, window_s))
         except Exception as exc:  # GPU boundary: this recipe's entry says why, the others go on
-            out.append({"precision": precision, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]})
+            out.append(_energy_failed(precision, exc))
         finally:
             fn = graphed = None  # type: ignore[assignment]
             gc.collect()
             torch.cuda.empty_cache()
     return out
+
+
+def _energy_failed(precision: str, exc: BaseException) -> dict[str, Any]:
+    return {"precision": precision, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]}
+
+
+def replay_energy(precision: str, graphed: Any, ms: float, sampler: Any, tokens: int,
+                  window_s: float | None = None) -> dict[str, Any]:
+    """One recipe's energy entry: its captured step ``graphed`` replayed back to back for ``window_s``
+    (default :data:`~gemm_bench.results.energy.ENERGY_WINDOW_S`) under ``sampler``, in batches of
+    about 50 ms (sized by ``ms``, its step's time), after one batch that brings the clocks up."""
+    import time
+
+    from gemm_bench.results.energy import ENERGY_WINDOW_S, alone_energy
+
+    window = ENERGY_WINDOW_S if window_s is None else window_s
+    batch = max(1, round(50.0 / ms)) if ms > 0 else 1
+    for _ in range(batch):  # the replays' own warm-up: clocks up before the window opens
+        graphed(_untimed)
+    torch.cuda.synchronize()
+    steps, start = 0, time.monotonic()
+    with sampler.sampling():
+        while time.monotonic() - start < window:
+            for _ in range(batch):
+                graphed(_untimed)
+            torch.cuda.synchronize()
+            steps += batch
+        wall_s = time.monotonic() - start
+    return alone_energy(precision, sampler.summary(), wall_s, steps, tokens)
+
+
+def energy_after(config: ModelConfig, sampler: Any, out: list[dict[str, Any]]) -> Callable[..., None]:
+    """An ``Interleaver.run`` ``after`` hook that appends each recipe's energy entry to ``out``,
+    replaying the group's own graphs (the layer step's, just timed) one recipe at a time."""
+    tokens = config.seq_length * config.micro_batch_size
+
+    def after(graphed: Mapping[str, Any], ms: Mapping[str, float]) -> None:
+        for precision, fn in graphed.items():
+            try:
+                out.append(replay_energy(precision, fn, ms.get(precision, 0.0), sampler, tokens))
+            except Exception as exc:  # GPU boundary: this recipe's entry says why, the others go on
+                out.append(_energy_failed(precision, exc))
+
+    return after
