@@ -34,6 +34,13 @@ def test_the_whole_measuring_path_runs_and_returns_json(monkeypatch: pytest.Monk
     assert set(out["rows"]) == {"1", "4"}
     assert {r["precision"] for r in out["rows"]["4"]} == {"bf16", "fp8-current"}
     assert {k for k in out["proof"] if k != "layers"} == {"bf16/G1", "bf16/G4", "fp8-current/G1", "fp8-current/G4"}
+    # the composition is held to the real run's GPU time (the union of its kernels per step: fake_te's
+    # two overlapping kernels over 3 steps), the event time with the host's waits kept beside it
+    for key in ("bf16/G1", "fp8-current/G4"):
+        proof = out["proof"][key]
+        assert proof["real_gpu_ms"] == pytest.approx(4 / 3)
+        assert proof["time_ratio"] == pytest.approx(proof["composed_ms"] / (4 / 3))
+        assert proof["event_ratio"] == pytest.approx(proof["composed_ms"] / proof["real_ms"])
     # the layer's parameters counted on the module are the pure count (GEMM weights + two norms)
     from gemm_bench.question.model_step import layer_parameters
 

@@ -101,8 +101,9 @@ def print_table(name: str, r: dict[str, Any]) -> int:
             continue
         ok = abs(v["time_ratio"] - 1) <= 0.03
         bad |= not ok
-        print(f"proof {key:20s} real {v['real_ms']:9.2f} ms composed {v['composed_ms']:9.2f} ms "
-              f"ratio {v['time_ratio']:.4f} {'OK' if ok else 'OFF'}; memory real "
+        print(f"proof {key:20s} real GPU {v['real_gpu_ms']:9.2f} ms (events {v['real_ms']:9.2f}, host wait "
+              f"{v['host_wait_ms']:.2f}) composed {v['composed_ms']:9.2f} ms "
+              f"ratio {v['time_ratio']:.4f} {'OK' if ok else 'OFF'} (to events {v['event_ratio']:.4f}); memory real "
               f"{v['real_peak_bytes'] / gib:.2f} GiB composed {v['composed_peak_bytes'] / gib:.2f} GiB "
               f"ratio {v['memory_ratio']:.3f}")
     for p, v in r.get("largest_microbatch", {}).items():
