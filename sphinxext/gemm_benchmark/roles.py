@@ -116,8 +116,8 @@ ROLES: dict[str, RoleSpec] = {
                  "te-5b@h100 layer-graphed fp8-current quantization", items=BREAKDOWN_ITEMS),
         RoleSpec("gemm-plan", "NAME[@DEVICE] layer-graphed PRECISION [kept|vs-bf16|vs-fp8]",
                  "The precision plan of PRECISION (the recipe the refresh planned: the fastest FP8 step): "
-                 "``kept``, the projections it keeps in BF16 (\"none\"); ``vs-bf16``/``vs-fp8``, its measured "
-                 "step's speedup against all-BF16 and all-FP8 in one group.",
+                 "``kept``, the projections it keeps in BF16 (\"MLP up and MLP down\", \"no projection\"); "
+                 "``vs-bf16``/``vs-fp8``, its measured step's speedup against all-BF16 and all-FP8 in one group.",
                  "te-5b@h100 layer-graphed fp8-delayed vs-bf16", items=PLAN_ITEMS),
         RoleSpec("gemm-energy", "NAME[@DEVICE] layer-graphed PRECISION [joules|tokens-per-joule]",
                  "Energy of one CUDA-graphed layer step of PRECISION, measured with that recipe's step alone: "

@@ -16,7 +16,6 @@ import math
 from collections.abc import Iterable, Mapping
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from gemm_bench.question.shapes import OP_NAMES
 from gemm_bench.report import breakdown_figure, figures, precision_plan
 from gemm_bench.report.report import Report
 from gemm_bench.results.energy import step_energies
@@ -482,9 +481,8 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
         for item in PLAN_ITEMS:
             out[value_key("gemm-plan", mode, precision, item)] = Value("", f"{at}: {why}")
     else:
-        kept = [OP_NAMES.get(op, op) for op in plan.get("keep_in_bf16", [])]
         out[value_key("gemm-plan", mode, precision, "kept")] = Value(
-            ", ".join(kept) if kept else "none", f"{precision_plan.plan_sentence(plan)} ({at})")
+            precision_plan.kept_words(plan.get("keep_in_bf16", [])), f"{precision_plan.plan_sentence(plan)} ({at})")
         vs_bf16, vs_fp8, why = precision_plan.plan_speedups(plan)
         for item, value, against in (("vs-bf16", vs_bf16, "all-BF16"), ("vs-fp8", vs_fp8, "all-FP8")):
             out[value_key("gemm-plan", mode, precision, item)] = (
