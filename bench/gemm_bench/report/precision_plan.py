@@ -139,7 +139,9 @@ class PrecisionPlan:
 def kept_words(ops: Sequence[str]) -> str:
     """The projections a plan keeps in BF16 as a sentence names them ("MLP up and MLP down", "no
     projection"): the plan's own sentence and ``:gemm-plan:`... kept``` say it alike."""
-    names = [OP_NAMES.get(op, op) for op in ops]
+    # "Attention output" starts a table row; inside a sentence it is "attention output" ("MLP up" stays).
+    names = [name[:1].lower() + name[1:] if name[1:2].islower() else name
+             for name in (OP_NAMES.get(op, op) for op in ops)]
     if not names:
         return "no projection"
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
