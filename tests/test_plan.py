@@ -43,7 +43,7 @@ def test_a_projection_whose_three_gemms_lose_together_stays_in_bf16() -> None:
     plan = pp.make_plan(Report(doc), "fp8-current")
     assert plan.bf16_ops == ("attn_out",) and plan.fp8_ops == ("qkv", "mlp_up", "mlp_down")
     assert plan.kind == "mixed" and plan.complete
-    assert "Attention output in BF16" in plan.sentence()
+    assert "attention output in BF16" in plan.sentence()
     assert plan.config()["keep_in_bf16"] == ["attn_out"] and "te.autocast(enabled=False)" in plan.snippet()
 
 

@@ -39,7 +39,7 @@ def test_the_step_detail_shows_bars_sentence_plan_code_and_energy() -> None:
     out = step_detail_nodes(_doc(), "H100", "bd1")
     text = "\n".join(n.astext() for n in out)
     assert 'aria-label="Where each recipe' in text
-    assert "keeps MLP up, MLP down in BF16" in text and "te.autocast(enabled=False)" in text
+    assert "keeps MLP up and MLP down in BF16" in text and "te.autocast(enabled=False)" in text
     assert "1.00× all-BF16 and 1.45× all-FP8" in text
     assert "Energy per CUDA-graphed layer step" in text and "BF16 9.54 J per step" in text
     assert any(isinstance(n, nodes.literal_block) for n in out)
@@ -62,7 +62,7 @@ def test_the_roles_quote_what_the_page_shows() -> None:
                                              for p in ("bf16", "fp8-current")])
     assert out[key].text == said and said.startswith("FP8 Current spends")
     assert out[value_key("gemm-breakdown", "layer-graphed", "bf16", "idle")].text == "0.00 ms"
-    assert out[value_key("gemm-plan", "layer-graphed", "fp8-delayed", "kept")].text == "MLP up, MLP down"
+    assert out[value_key("gemm-plan", "layer-graphed", "fp8-delayed", "kept")].text == "MLP up and MLP down"
     assert out[value_key("gemm-plan", "layer-graphed", "fp8-delayed", "vs-fp8")].text == "1.45×"
     assert not out[value_key("gemm-plan", "layer-graphed", "fp8-current", "kept")].available
     assert out[value_key("gemm-energy", "layer-graphed", "bf16", "joules")].text == "9.54 J"

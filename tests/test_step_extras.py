@@ -80,7 +80,7 @@ def test_a_mixed_plan_is_measured_graphed_only_and_stored_valid() -> None:
     vs_bf16, vs_fp8, why = pp.plan_speedups(doc["plan"])
     assert why == "" and vs_bf16 == pytest.approx(13.175 / 13.112) and vs_fp8 == pytest.approx(18.959 / 13.112)
     said = pp.plan_sentence(doc["plan"])
-    assert "MLP up, MLP down in BF16" in said and "1.45× all-FP8" in said
+    assert "MLP up and MLP down in BF16" in said and "1.45× all-FP8" in said
     # energy: one entry per recipe with a graphed step, each its own
     assert sorted(energy.step_energies(doc)) == ["bf16", "fp8-block", "fp8-current", "fp8-delayed"]
     validate(doc)

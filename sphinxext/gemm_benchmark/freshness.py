@@ -33,6 +33,7 @@ from gemm_benchmark import records as envdata
 from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.values import device_values, gemm_names
 
 if TYPE_CHECKING:
     from gemm_benchmark.execution import Answer, DeviceAnswer
@@ -95,7 +96,8 @@ class GemmBenchmarkFreshnessDirective(SphinxDirective):
 def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: Request, answer: Answer,
                        cache_dir: Path) -> None:
     """Record one model of a ``gemm-benchmark-summary`` (at ``lineno`` of the current page) as it was
-    answered, for the freshness table and the build's last line. Roles never quote it (no values).
+    answered, for the freshness table and the build's last line. Roles quote it only when the summary
+    has a ``:name:`` (one model): then it holds every value, computed as a ``gemm-benchmark``'s are.
 
     A summary shows the layer step, which :func:`.execution.assess` (per-GEMM cells) does not judge:
     a step that failed makes the result *failed* here, never *fresh*."""
@@ -107,17 +109,19 @@ def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: 
             status, reason = "failed", "failed: " + ", ".join(failed)
         devices.append(envdata.DeviceRecord(
             name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
-            method_version=str(d.doc["method_version"]), status=status, reason=reason, values={}))
+            method_version=str(d.doc["method_version"]), status=status, reason=reason,
+            values=device_values(d.reports, device_label(d.device), request.name) if request.name else {}))
     overall = answer.status.value
     if overall == "fresh" and any(d.status == "failed" for d in devices):
         overall = "failed"
+    names = gemm_names(answer.devices[0].reports[request.modes[0]]) if request.name and answer.devices else {}
     envdata.add_record(env, envdata.DirectiveRecord(
-        docname=env.docname, lineno=lineno, name=label, kind=request.question.kind,
+        docname=env.docname, lineno=lineno, name=request.name or label, kind=request.question.kind,
         question_hash=request.question.hash, describe=request.question.describe(), modes=tuple(request.modes),
         precisions=tuple(request.precisions), cache_dir=str(cache_dir),
         cache_files=tuple(p.name for p in answer.files), status=overall, devices=tuple(devices),
-        unmatched=tuple(answer.unmatched), devices_listed=bool(request.devices), gemm_names={},
-        directive=SUMMARY))
+        unmatched=tuple(answer.unmatched), devices_listed=bool(request.devices), gemm_names=names,
+        directive=SUMMARY, named=bool(request.name)))
 
 
 def failed_steps(device: DeviceAnswer, modes: Sequence[str], precisions: Sequence[str]) -> list[str]:

@@ -3,7 +3,8 @@
 Per page: a :class:`DirectiveRecord` for every ``gemm-benchmark`` directive (its name, question,
 devices, the cache files it used, freshness, and every value a role may quote, computed once from
 the directive's own answer) and for every model of a ``gemm-benchmark-summary`` (the freshness table
-lists them; roles never quote them), the names its roles quote, and whether it holds a freshness table.
+lists them; roles quote one only where its summary has a ``:name:``), the names its roles quote, and
+whether it holds a freshness table.
 
 :class:`GemmBenchmarkCollector` (a Sphinx ``EnvironmentCollector``, as myst-nb's
 ``NbMetadataCollector``) purges a re-read page's data, merges ``-j`` workers' data back by page,
@@ -91,12 +92,15 @@ class DirectiveRecord:
     #: label) -> the ``op/pass`` ids it names (several: ambiguous; see :func:`.values.resolve_gemm`).
     gemm_names: dict[str, tuple[str, ...]]
     #: The directive that asked: ``gemm-benchmark`` (roles quote it by name) or
-    #: ``gemm-benchmark-summary`` (one record per model, ``name`` its label: listed, never quoted).
+    #: ``gemm-benchmark-summary`` (one record per model, ``name`` its label: listed, not quoted unless
+    #: ``named``).
     directive: str = "gemm-benchmark"
+    #: A summary of one model with a ``:name:``: ``name`` is that name and roles quote it as a directive's.
+    named: bool = False
 
     @property
     def quotable(self) -> bool:
-        return self.directive == "gemm-benchmark" and bool(self.name)
+        return bool(self.name) and (self.directive == "gemm-benchmark" or self.named)
 
     def default_device(self) -> DeviceRecord | None:
         """The device a role without ``@DEVICE`` quotes: unambiguous or None.

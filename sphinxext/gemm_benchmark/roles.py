@@ -106,16 +106,18 @@ ROLES: dict[str, RoleSpec] = {
                  "``layer-graphed`` (or ``layer``) it answers for the training step, as the summary's answer "
                  "sentence does; ``:gemm-step-speedup:`NAME layer-graphed fastest``` quotes that speedup.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
-        RoleSpec("gemm-breakdown", "NAME[@DEVICE] layer-graphed PRECISION [change|PART]",
+        RoleSpec("gemm-breakdown", "NAME[@DEVICE] layer-graphed PRECISION [change|more|less|PART]",
                  "Where the CUDA-graphed layer step's time goes: with PART (``gemm``, ``quantization``, "
                  "``attention``, ``elementwise``, ``optimizer``, ``other``, ``idle``) that part's milliseconds; "
                  "with ``change`` (the default) the sentence naming the largest change against BF16's step, the "
-                 "sentence the summary prints beside the bars.",
+                 "sentence the summary prints beside the bars; with ``more`` / ``less`` the part that grew / "
+                 "shrank most, as a phrase a sentence continues with \"than BF16\" (\"2.10 ms more in "
+                 "quantization, casts, amax and transposes\").",
                  "te-5b@h100 layer-graphed fp8-current quantization", items=BREAKDOWN_ITEMS),
         RoleSpec("gemm-plan", "NAME[@DEVICE] layer-graphed PRECISION [kept|vs-bf16|vs-fp8]",
                  "The precision plan of PRECISION (the recipe the refresh planned: the fastest FP8 step): "
-                 "``kept``, the projections it keeps in BF16 (\"none\"); ``vs-bf16``/``vs-fp8``, its measured "
-                 "step's speedup against all-BF16 and all-FP8 in one group.",
+                 "``kept``, the projections it keeps in BF16 (\"MLP up and MLP down\", \"no projection\"); "
+                 "``vs-bf16``/``vs-fp8``, its measured step's speedup against all-BF16 and all-FP8 in one group.",
                  "te-5b@h100 layer-graphed fp8-delayed vs-bf16", items=PLAN_ITEMS),
         RoleSpec("gemm-energy", "NAME[@DEVICE] layer-graphed PRECISION [joules|tokens-per-joule]",
                  "Energy of one CUDA-graphed layer step of PRECISION, measured with that recipe's step alone: "

@@ -87,6 +87,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                       "precision the two lie within each other's measured spread",
         "accuracy": "``row`` (default: a least-SQNR row in each table) or ``sentence`` (only the answer sentence's "
                     "SQNR, for a page that shows ``:show: sqnr`` once)",
+        "name": "with one model in ``:models:``: a name roles quote its numbers by, as a ``gemm-benchmark``'s "
+                "(``:gemm-breakdown:`NAME@h100 layer-graphed fp8-current more```); unique across the site",
     }
     has_content = False
     option_spec = {  # noqa: RUF012  (docutils reads it as a class attribute)
@@ -99,6 +101,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         "caption": lambda text: text or "",
         "gains-less": lambda text: text or "",
         "accuracy": lambda text: text or "",
+        "name": lambda text: text or "",
     }
 
     def _warn(self, subtype: Subtype, message: str) -> None:

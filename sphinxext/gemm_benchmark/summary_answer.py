@@ -85,7 +85,9 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> l
     models = split_list(options.get("models", "") or "")
     if not models:
         raise OptionError("models", "needs at least one model preset (e.g. te-guide-5b, llama3-70b/tp8)")
-    shared = {k: options[k] for k in ("precisions", "modes", "devices") if (options.get(k) or "").strip()}
+    if (options.get("name") or "").strip() and len(models) > 1:  # a name quotes one model's numbers
+        raise OptionError("name", f"names one model's result for roles to quote; this summary shows {len(models)}")
+    shared = {k: options[k] for k in ("precisions", "modes", "devices", "name") if (options.get(k) or "").strip()}
     asks = []
     for entry in models:
         try:  # the one parser of model ids (gemm-bench --model takes them too); refuses /tp0 and /ep0

@@ -16,7 +16,6 @@ import math
 from collections.abc import Iterable, Mapping
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from gemm_bench.question.shapes import OP_NAMES
 from gemm_bench.report import breakdown_figure, figures, precision_plan
 from gemm_bench.report.report import Report
 from gemm_bench.results.energy import step_energies
@@ -27,7 +26,7 @@ ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "
 
 #: What ``:gemm-breakdown:``, ``:gemm-plan:`` and ``:gemm-energy:`` quote (their last word; the first
 #: is the default). They are measured for the CUDA-graphed step only (``layer-graphed``).
-BREAKDOWN_ITEMS: tuple[str, ...] = ("change", *PARTS)
+BREAKDOWN_ITEMS: tuple[str, ...] = ("change", "more", "less", *PARTS)
 PLAN_ITEMS: tuple[str, ...] = ("kept", "vs-bf16", "vs-fp8")
 ENERGY_ITEMS: tuple[str, ...] = ("joules", "tokens-per-joule")
 #: A result measured before the breakdown, the plan and the energy were part of the method.
@@ -461,12 +460,20 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
         out[value_key("gemm-breakdown", mode, precision, part)] = (
             Value(f"{mine.parts[part]:.2f} ms", f"{mine.parts[part]:.4g} ms of a {mine.step_ms:.4g} ms step: {at}")
             if mine is not None else Value("", f"{at}: breakdown {NOT_IN_RESULT}"))
-    change = breakdown_figure.largest_change(base, mine) if mine is not None and base is not None else None
+    # The sentence, and the parts that grew and shrank most (``more``, ``less``): one computation
+    # (breakdown_figure.changes), so the figure's sentence and the prose that quotes a part agree.
+    absent = ("BF16 is the reference" if precision == BASELINE else
+              f"breakdown {NOT_IN_RESULT}" if mine is None or base is None else "")
+    said, grew, shrank = None, None, None
+    if mine is not None and base is not None and not absent:
+        said, (grew, shrank) = breakdown_figure.largest_change(base, mine), breakdown_figure.changes(base, mine)
     out[value_key("gemm-breakdown", mode, precision, "change")] = (
-        Value(change, f"the largest change against BF16's step: {at}") if change and precision != BASELINE
-        else Value("", f"{at}: " + ("BF16 is the reference" if precision == BASELINE else
-                                    f"breakdown {NOT_IN_RESULT}" if mine is None or base is None else
-                                    "no part moved by 0.01 ms")))
+        Value(said, f"the largest change against BF16's step: {at}") if said
+        else Value("", f"{at}: {absent or 'no part moved by 0.01 ms'}"))
+    for item, moved in (("more", grew), ("less", shrank)):
+        out[value_key("gemm-breakdown", mode, precision, item)] = (
+            Value(moved.words(), f"{moved.words()} than BF16's step: {at}") if moved is not None
+            else Value("", f"{at}: {absent or f'no part is {item} than in BF16 by 0.01 ms'}"))
     plan = doc.get("plan")
     if not isinstance(plan, dict) or plan.get("recipe") != precision:
         why = (f"the result's plan is {PRECISIONS[str(plan['recipe'])].display}'s" if isinstance(plan, dict)
@@ -474,9 +481,8 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
         for item in PLAN_ITEMS:
             out[value_key("gemm-plan", mode, precision, item)] = Value("", f"{at}: {why}")
     else:
-        kept = [OP_NAMES.get(op, op) for op in plan.get("keep_in_bf16", [])]
         out[value_key("gemm-plan", mode, precision, "kept")] = Value(
-            ", ".join(kept) if kept else "none", f"{precision_plan.plan_sentence(plan)} ({at})")
+            precision_plan.kept_words(plan.get("keep_in_bf16", [])), f"{precision_plan.plan_sentence(plan)} ({at})")
         vs_bf16, vs_fp8, why = precision_plan.plan_speedups(plan)
         for item, value, against in (("vs-bf16", vs_bf16, "all-BF16"), ("vs-fp8", vs_fp8, "all-FP8")):
             out[value_key("gemm-plan", mode, precision, item)] = (

@@ -59,21 +59,48 @@ def bars(cells: Sequence[Mapping[str, Any]], mode: str = "layer-graphed", routin
     return [Bar(p, found[p]["breakdown"]["step_ms"], found[p]["breakdown"]["parts_ms"]) for p in order]
 
 
-def largest_change(base: Bar, mine: Bar) -> str | None:
-    """The sentence: the part that grew most and the one that shrank most against BF16, and the
-    step's change; None when nothing moved by 0.01 ms."""
+#: The smallest move of a part, in ms, that a sentence names (the stored parts keep 6 decimals; the page
+#: shows two).
+MIN_CHANGE_MS = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One part's move against BF16's step: ``ms`` above 0 when the recipe spends more there."""
+
+    part: str
+    ms: float
+
+    def words(self) -> str:
+        """``2.10 ms more in quantization, casts, amax and transposes``: a phrase a sentence continues
+        with "than BF16" (what ``:gemm-breakdown:`... more``` and ``... less``` quote)."""
+        return f"{abs(self.ms):.2f} ms {'more' if self.ms > 0 else 'less'} {PART_WORDS[self.part]}"
+
+
+def changes(base: Bar, mine: Bar) -> tuple[Change | None, Change | None]:
+    """The part that grew most and the part that shrank most against BF16's step, each None where no
+    part moved that way by :data:`MIN_CHANGE_MS`: the one computation behind every sentence of a
+    step's breakdown (the figure's and the roles')."""
     delta = {p: mine.parts[p] - base.parts[p] for p in PARTS}
     up = max(delta, key=lambda p: delta[p])
     down = min(delta, key=lambda p: delta[p])
+    return (Change(up, delta[up]) if delta[up] >= MIN_CHANGE_MS else None,
+            Change(down, delta[down]) if delta[down] <= -MIN_CHANGE_MS else None)
+
+
+def largest_change(base: Bar, mine: Bar) -> str | None:
+    """The sentence: the part that grew most and the one that shrank most against BF16 (:func:`changes`),
+    and the step's change; None when nothing moved by :data:`MIN_CHANGE_MS`."""
+    up, down = changes(base, mine)
     step = mine.step_ms - base.step_ms
     longer = "longer" if step > 0 else "shorter"
-    if delta[up] >= 0.01 and delta[down] <= -0.01:
-        return (f"{mine.label} spends {delta[up]:.2f} ms more {PART_WORDS[up]} than BF16 and "
-                f"{-delta[down]:.2f} ms less {PART_WORDS[down]}: its step is {abs(step):.2f} ms {longer}.")
-    if delta[up] >= 0.01:
-        return f"{mine.label} spends {delta[up]:.2f} ms more {PART_WORDS[up]} than BF16 and saves nowhere."
-    if delta[down] <= -0.01:
-        return (f"{mine.label} saves {-delta[down]:.2f} ms {PART_WORDS[down]} against BF16: "
+    if up is not None and down is not None:
+        return (f"{mine.label} spends {up.words()} than BF16 and {down.words()}: "
+                f"its step is {abs(step):.2f} ms {longer}.")
+    if up is not None:
+        return f"{mine.label} spends {up.words()} than BF16 and saves nowhere."
+    if down is not None:
+        return (f"{mine.label} saves {-down.ms:.2f} ms {PART_WORDS[down.part]} against BF16: "
                 f"its step is {abs(step):.2f} ms {longer}.")
     return None
 

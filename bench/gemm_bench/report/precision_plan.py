@@ -119,8 +119,7 @@ class PrecisionPlan:
             return f"With {name}, every projection is clearly faster in FP8: the plan is the whole recipe."
         if self.kind == "all-bf16":
             return f"With {name}, no projection is clearly faster than in BF16: the plan is BF16 throughout."
-        kept = ", ".join(OP_NAMES.get(op, op) for op in self.bf16_ops)
-        return f"With {name}, the plan keeps {kept} in BF16 and runs the rest in FP8."
+        return f"With {name}, the plan keeps {kept_words(self.bf16_ops)} in BF16 and runs the rest in FP8."
 
     def snippet(self) -> str:
         """Python a reader puts in a model: the modules of the kept projections run outside the recipe."""
@@ -135,6 +134,17 @@ class PrecisionPlan:
             lines += [f"    with te.autocast(enabled=False):  # {OP_NAMES.get(op, op)} stays in BF16",
                       f"        h = {op}(h)"]
         return "\n".join([*lines, "    ...", ""])
+
+
+def kept_words(ops: Sequence[str]) -> str:
+    """The projections a plan keeps in BF16 as a sentence names them ("MLP up and MLP down", "no
+    projection"): the plan's own sentence and ``:gemm-plan:`... kept``` say it alike."""
+    # "Attention output" starts a table row; inside a sentence it is "attention output" ("MLP up" stays).
+    names = [name[:1].lower() + name[1:] if name[1:2].islower() else name
+             for name in (OP_NAMES.get(op, op) for op in ops)]
+    if not names:
+        return "no projection"
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _recipe_expr(precision: str) -> str:
