@@ -103,7 +103,7 @@ def scene(summary: ModelStep, device: str, width: float = WIDTH_PT) -> Scene:
                     items.append(Polyline(((label_w + low, bar_y + h / 2), (label_w + high, bar_y + h / 2)), INK, 0.8))
                 end = max(w, high)
                 items.append(Text(label_w + end + PAD_PT / 2, bar_y + h * 0.5 + FONT_PT * 0.35,
-                                  f"{r.tokens_per_s:,.0f}", FONT_PT if i == 0 else FONT_PT * 0.9, INK))
+                                  f"{r.tokens_per_s:,.0f}", FONT_PT, INK))
                 bar_y += h + 2
             y += max(height, BAR_PT) + GAP_PT
     # ------------------------------------------------------------------- memory
@@ -135,9 +135,9 @@ def scene(summary: ModelStep, device: str, width: float = WIDTH_PT) -> Scene:
     cap_x = label_w + capacity * scale
     items.append(Polyline(((cap_x, top - GAP_PT / 2), (cap_x, y - GAP_PT / 2)), INK, 1.0, dash=(3.0, 2.0)))
     mark = f"{device}: {capacity:.1f}"
-    at_right = cap_x + text_width(mark, FONT_PT * 0.9) + PAD_PT > width  # the label ends at the line
+    at_right = cap_x + text_width(mark, FONT_PT) + PAD_PT > width  # the label ends at the line
     items.append(Text(cap_x + (-PAD_PT / 2 if at_right else PAD_PT / 2), y + FONT_PT * 0.4, mark,
-                      FONT_PT * 0.9, INK, anchor="end" if at_right else "start"))
+                      FONT_PT, INK, anchor="end" if at_right else "start"))
     y += FONT_PT * 1.2
     return Scene(width, y + PAD_PT, tuple(items))
 
