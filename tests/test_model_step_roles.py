@@ -113,3 +113,21 @@ def test_the_authoring_reference_lists_every_model_step_role() -> None:
     for kind in MODEL_STEP_KINDS:
         spec = ROLES[kind]
         assert spec.description and spec.example.startswith("llama layer-graphed"), kind
+
+
+@pytest.mark.parametrize(("before", "role", "problem"), [
+    ("On the H100 the model trains FP8 Delayed at ", "gemm-step-speedup", False),  # no unit named
+    ("FP8 Delayed gives the tokens per second of BF16 times ", "gemm-step-speedup", True),
+    ("the model's training step runs ", "gemm-step-speedup", True),
+    ("G = 8, where one layer's step gains ", "gemm-step-speedup", False),
+    ("FP8 Delayed gives ", "gemm-model-speedup", False),
+    ("one layer's step gains ", "gemm-model-speedup", True),
+    ("the layer trains ", "gemm-tokens", True),
+    ("the model's step of 32 layers trains ", "gemm-tokens", False),
+])
+def test_a_step_quoted_under_the_other_steps_name_is_a_claim_problem(before: str, role: str, problem: bool) -> None:
+    """One layer's step and the model's whole step are different numbers (issue 32): a role of one
+    introduced by the other's words states a number the site does not have."""
+    from gemm_benchmark.words import noun_problem
+
+    assert bool(noun_problem(before, role, "x")) is problem

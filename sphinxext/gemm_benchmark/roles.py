@@ -110,8 +110,11 @@ ROLES: dict[str, RoleSpec] = {
                  "a clearly faster one; \"BF16\" when none is (why, on hover), a name a sentence holds. One rule, "
                  "shared with the summary's ★ and answer sentence. ``:gemm-speedup:`NAME MODE fastest``` quotes its "
                  "speedup (1.00× for BF16). With MODE "
-                 "``layer-graphed`` (or ``layer``) it answers for the training step, as the summary's answer "
-                 "sentence does; ``:gemm-step-speedup:`NAME layer-graphed fastest``` quotes that speedup.",
+                 "``layer-graphed`` (or ``layer``) it answers for one layer's training step, as the summary's "
+                 "answer sentence does for a result without a model step; ``:gemm-step-speedup:`NAME "
+                 "layer-graphed fastest``` quotes that speedup. Where the result has the model's training step, "
+                 "the sentence answers for it: ``:gemm-model-speedup:`NAME layer-graphed fastest``` quotes that "
+                 "answer's speedup, its title names the precision.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
         RoleSpec("gemm-breakdown", "NAME[@DEVICE] layer-graphed PRECISION [change|PART]",
                  "Where the CUDA-graphed layer step's time goes: with PART (``gemm``, ``quantization``, "
