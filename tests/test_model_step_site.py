@@ -162,3 +162,15 @@ def test_the_figure_is_drawn_twice_and_every_label_lies_inside_it(project: Proje
     assert "WARNING" not in warnings, warnings
     figure = _panels(project)["H100 80GB HBM3"].select_one(".gemm-model-step-figure")
     assert figure is not None and len(figure.select("svg")) == 2  # phone and desktop twins
+
+
+def test_the_figure_and_the_model_step_summary_import_no_torch_numpy_or_matplotlib() -> None:
+    """The docs build draws them on a machine with no GPU stack: pure, as the step breakdown's figure."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport gemm_bench.report.model_step_figure, gemm_bench.report.model_step\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_engine', 'numpy',"
+            " 'matplotlib', 'sphinx'))\nassert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
