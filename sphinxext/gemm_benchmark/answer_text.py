@@ -16,10 +16,20 @@ from typing import Any
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import PASSES
 from gemm_bench.report.loss_parity_words import BEYOND, WITHIN, band_of
+from gemm_bench.report.model_step import GIB, ModelStep, memory_delta_text, part_absence
 from gemm_bench.report.report import Report
 from gemm_bench.results import loss_parity_schema
 from gemm_benchmark.render_table import FLAG_MARK
-from gemm_benchmark.values import Point, decide_fastest, step_absence, step_points, total_points, unavailable_text
+from gemm_benchmark.values import (
+    Fastest,
+    Point,
+    decide_fastest,
+    model_step_points,
+    step_absence,
+    step_points,
+    total_points,
+    unavailable_text,
+)
 
 #: Note markers of a table's cells without a number (the reason is written under the table).
 _MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
@@ -55,7 +65,7 @@ def _name(precision: str) -> str:
     return PRECISIONS[precision].display
 
 
-def _names(precisions: Sequence[str]) -> str:
+def names(precisions: Sequence[str]) -> str:
     """"A", "A and B", "A, B and C"."""
     names = [_name(p) for p in precisions]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
@@ -73,7 +83,7 @@ def _absent(statuses: Mapping[str, tuple[str, str]]) -> str:
         else:
             continue
         by_word.setdefault(word, []).append(precision)
-    return "; ".join(f"{_names(ps)} {word}" for word, ps in by_word.items())
+    return "; ".join(f"{names(ps)} {word}" for word, ps in by_word.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,10 +104,12 @@ LOSS_PARITY_PHRASE = "the loss-parity study"
 def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
            step_modes: Sequence[str] = ("layer-graphed", "layer"),
            loss_parity: Mapping[str, Any] | None = None) -> Sentence:
-    """The recommendation for ``model`` on ``device``: from its training step in the first of
-    ``step_modes`` (the step rows the table shows, CUDA-graphed first) that has a number or a
-    failure, else from its GEMMs in ``mode`` (autocast, or the mode the summary shows); the accuracy
-    it costs (SQNR), and what ``loss_parity`` (this GPU's loss-parity study document) found for it.
+    """The recommendation for ``model`` on ``device``: from the model's training step (issue 32: tokens
+    per second at the question's G, with the memory it costs, the layer step and the GEMMs beside it)
+    where the result has one, else from its layer's training step in the first of ``step_modes`` (the
+    step rows the table shows, CUDA-graphed first) that has a number or a failure, else from its
+    GEMMs in ``mode`` (autocast, or the mode the summary shows); the accuracy it costs (SQNR), and
+    what ``loss_parity`` (this GPU's loss-parity study document) found for it.
 
     A step that failed, BF16's included, is never passed over for the GEMMs: the sentence says
     it failed, with the reason."""
@@ -122,6 +134,14 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
             base_status, base_reason = base.status, base.reason
             absent = statuses
             break
+    layer_points = points if basis == "step" else {}
+    summary = report.model_step()
+    model_points = model_step_points(summary, precisions)
+    if summary is not None and model_points:  # the model's step: what a reader's training run sees
+        basis, points, verdict = "model", model_points, decide_fastest(model_points)
+        quantity = f"the model's training step at G = {summary.microbatches}"
+        base_status = "measured"  # BF16's model step is the reference of every point above
+        absent = {p: part_absence(report.doc, p) for p in others if p not in model_points}
     if base_status == "failed":
         return Sentence(f"{subject}no recommendation: {unavailable_text('failed', base_reason, limit=80)} "
                         f"(BF16, the reference of every speedup of {quantity}).")
@@ -131,7 +151,11 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         return Sentence(f"{subject}no recommendation: no FP8 or FP4 precision has a number for {quantity}{why}.")
     words: list[str] = []
     link = ""
-    if verdict.answer != BASELINE:
+    if basis == "model" and summary is not None:
+        words.append(_model_words(report, summary, verdict, points, subject, layer_points, graphed,
+                                  gemm_points, gemm_words, gemms, none="of the recipes measured, none" if lost
+                                  else "no FP8 recipe"))
+    elif verdict.answer != BASELINE:
         chosen = verdict.answer
         verb = "runs" if basis == "step" else "run"  # the step runs; the GEMMs run
         text = f"{subject}train in {_name(chosen)}: {quantity} {verb} {verdict.speedup:.2f}× as fast as in BF16"
@@ -140,15 +164,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
             text += f" (its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×)"
         elif basis == "gemms":
             text += " (no training step is measured yet)"
-        if verdict.tied:
-            text += (f"; {_names(verdict.tied)} {'is' if len(verdict.tied) == 1 else 'are'} within its "
-                     "measured spread")
-        words.append(text + ".")
-        words.append(_accuracy(report, mode, precisions, chosen, points))
-        parity = loss_parity_words(loss_parity, chosen)
-        if parity:
-            words.append(parity)
-            link = LOSS_PARITY_PHRASE
+        words.append(text + _ties(verdict) + ".")
     else:
         rest = {p: v for p, v in points.items() if p != BASELINE}
         best = max(rest, key=lambda p: rest[p].value)
@@ -164,9 +180,58 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
             text += (f", although {_name(gemms.answer)} makes {gemm_words} alone "
                      f"{gemms.speedup:.2f}× as fast")
         words.append(text + ".")
+    if verdict.answer != BASELINE:
+        words.append(_accuracy(report, mode, precisions, verdict.answer, points))
+        parity = loss_parity_words(loss_parity, verdict.answer)
+        if parity:
+            words.append(parity)
+            link = LOSS_PARITY_PHRASE
     if lost:
         words.append(f"No number: {lost} (see the notes under the table).")
     return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "")
+
+
+def _ties(verdict: Fastest) -> str:
+    """"; FP8 Current is within its measured spread" (the precisions tied with the answer), or ""."""
+    if not verdict.tied:
+        return ""
+    return f"; {names(verdict.tied)} {'is' if len(verdict.tied) == 1 else 'are'} within its measured spread"
+
+
+def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: Mapping[str, Point], subject: str,
+                 layer_points: Mapping[str, Point], graphed: bool, gemm_points: Mapping[str, Point], gemm_words: str,
+                 gemms: Fastest | None, *, none: str) -> str:
+    """The model step's recommendation: "train in FP8 Delayed: 1.35× the tokens per second of BF16
+    (14,915 per GPU) in the model's training step at G = 8, 9.5 GiB more memory (its layer step
+    1.33×, its autocast GEMMs 1.61×)", or why BF16 stays (``none``: who gives no more)."""
+    where = f"in the model's training step at G = {summary.microbatches}"
+    if verdict.answer == BASELINE:
+        best = max(points, key=lambda p: points[p].value)
+        value = points[best].value
+        text = (f"{subject}stay in BF16: {none} gives more tokens per second {where} (the best, {_name(best)}, "
+                f"gives {value:.2f}× BF16's)" if value <= 1.0 else
+                f"{subject}stay in BF16: {none} gives clearly more tokens per second {where} ({_name(best)}'s "
+                f"{value:.2f}× is within the measured spread of BF16's)")
+        if gemms is not None and gemms.answer != BASELINE:
+            text += f", although {_name(gemms.answer)} makes {gemm_words} alone {gemms.speedup:.2f}× as fast"
+        return text + "."
+    chosen = verdict.answer
+    row = summary.row(chosen)
+    assert row is not None  # a point is a row's speedup
+    text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
+            f"({row.tokens_per_s:,.0f} per GPU) {where}")
+    mine, base = summary.memory.get(chosen), summary.memory.get(BASELINE)
+    if mine is not None and base is not None:
+        text += f", {memory_delta_text((mine.peak - base.peak) / GIB)} memory"
+    beside = []
+    if chosen in layer_points:
+        beside.append(f"its layer step {layer_points[chosen].value:.2f}×"
+                      + flag_clause(report, chosen, "", step=True, graphed=graphed))
+    if chosen in gemm_points:
+        beside.append(f"its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×")
+    if beside:
+        text += f" ({', '.join(beside)})"
+    return text + _ties(verdict) + "."
 
 
 _RATIO = re.compile(r"timed (\d+(?:\.\d+)?)x")

@@ -6,21 +6,30 @@ the page's question: its G and layers), like every other value (:mod:`.values`).
 
 Keys are :func:`~gemm_benchmark.records.value_key` ``(kind, "layer-graphed", precision, "G=<g>")``:
 the model step is composed of GPU times (graph replays), so its roles name the ``layer-graphed``
-mode, and the optional last word picks G (``G=1`` or the question's G; default the question's).
+mode, and the optional last word picks G: ``G=1`` or the question's own G (``G=8``); without it,
+the question's (key word :data:`DEFAULT_G`). Memory and the largest micro-batch do not depend on G
+and take no G word. Every value a role may ask for is recorded, a number or the reason there is
+none (not measured on this GPU, the recipe's parts failed, not searched), so a role without a
+number always warns with the reason, never a silent "n/a".
 
-Registering the roles (``roles.py`` is another helper's; three small additions there):
-
-1. ``ROLES.update({spec["name"]: RoleSpec(**spec) for spec in MODEL_STEP_ROLES})`` after ``ROLES``;
-2. in ``_lookup``, for ``node["kind"] in MODEL_STEP_KINDS``: skip ``resolve_gemm`` and use
-   ``gemm = model_step_g_key(node["gemm"], record_default_g)`` (``"G=8"``) as the value key's last
-   word (the record's question G is the default: :func:`default_g_key` reads it from the values);
-3. in ``values.device_values``: ``out.update(model_step_values(report, where))`` for each report.
+The roles are registered by :mod:`.roles` (``ROLES.update`` from :data:`MODEL_STEP_ROLES`, the G
+word read with :func:`model_step_g_key`); :func:`.values.device_values` records these values.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from typing import Any
+
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.report.model_step import GIB, ModelStep
+from gemm_bench.report.model_step import (
+    GIB,
+    ModelStep,
+    largest_microbatch_absence,
+    memory_delta_text,
+    part_absence,
+)
 from gemm_bench.report.report import Report
 from gemm_benchmark.records import Value, value_key
 
@@ -30,26 +39,30 @@ MODE = "layer-graphed"
 MODEL_STEP_ROLES: tuple[dict[str, str], ...] = (
     {"name": "gemm-tokens", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
      "description": "Tokens per second per GPU of the model's training step (one rank's embedding, layers, output "
-                    "layer, loss and optimizer over G micro-batches, composed of measured parts; collectives "
-                    "excluded).",
-     "example": "llama layer-graphed fp8-delayed"},
+                    "layer, loss and optimizer over G micro-batches per optimizer step, composed of measured parts; "
+                    "collectives excluded). ``G=1`` or the question's G (``:num-microbatches:``, default 8); "
+                    "without it, the question's.",
+     "example": "llama layer-graphed fp8-delayed G=1"},
     {"name": "gemm-mfu", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
-     "description": "Model FLOPs utilization: Megatron-LM's FLOP count of the step over its time, against the GPU's "
-                    "dense BF16 peak (whatever the recipe).",
-     "example": "llama layer-graphed fp8-current G=1"},
+     "description": "Model FLOPs utilization of the model's training step: Megatron-LM's FLOP count over the step's "
+                    "time, against the GPU's dense BF16 peak whatever the recipe (so FP8 may pass 100%).",
+     "example": "llama layer-graphed fp8-current"},
     {"name": "gemm-model-tflops", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
-     "description": "Model TFLOP/s per GPU of the training step (Megatron-LM's count).",
+     "description": "Model TFLOP/s per GPU of the model's training step (Megatron-LM's count, attention included).",
      "example": "llama layer-graphed bf16"},
-    {"name": "gemm-model-speedup", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
-     "description": "Speedup vs BF16 of the model's training step per micro-batch, with its spread (every part's "
-                    "quartiles composed).",
-     "example": "llama layer-graphed fp8-delayed"},
+    {"name": "gemm-model-speedup", "syntax": "NAME[@DEVICE] layer-graphed PRECISION|fastest [G=N]",
+     "gemm": "optional",
+     "description": "Speedup vs BF16 of the model's training step per micro-batch (its tokens per second over "
+                    "BF16's), with its spread (every part's quartiles composed). ``fastest``: the answer of the "
+                    "summary's sentence for the model step, by the rule of ``gemm-fastest``.",
+     "example": "llama layer-graphed fp8-delayed G=1"},
     {"name": "gemm-memory", "syntax": "NAME[@DEVICE] layer-graphed PRECISION", "gemm": "none",
      "description": "Peak GPU memory of the model's training step on one rank, composed of the allocator's measured "
-                    "parts (weights, FP8 weight copies, activations, gradients, optimizer state).",
+                    "parts (weights, FP8 weight copies, activations, gradients, optimizer state); its title says "
+                    "whether it fits the GPU and how many layers do.",
      "example": "llama layer-graphed fp8-delayed"},
     {"name": "gemm-memory-delta", "syntax": "NAME[@DEVICE] layer-graphed PRECISION", "gemm": "none",
-     "description": "Peak memory of the model step minus BF16's: \"0.4 GiB more\" or \"1.2 GiB less\".",
+     "description": "Peak memory of the model step minus BF16's: \"0.4 GiB more\", \"1.2 GiB less\" or \"the same\".",
      "example": "llama layer-graphed fp8-delayed"},
     {"name": "gemm-largest-microbatch", "syntax": "NAME[@DEVICE] layer-graphed PRECISION", "gemm": "none",
      "description": "The largest micro-batch whose step fitted this GPU (found on the GPU with a real model of the "
@@ -57,8 +70,15 @@ MODEL_STEP_ROLES: tuple[dict[str, str], ...] = (
      "example": "llama layer-graphed fp8-current"},
 )
 MODEL_STEP_KINDS: tuple[str, ...] = tuple(spec["name"] for spec in MODEL_STEP_ROLES)
+#: Kinds whose value depends on G (the others take no G word).
+G_KINDS: tuple[str, ...] = ("gemm-tokens", "gemm-mfu", "gemm-model-tflops", "gemm-model-speedup")
 #: The value key's last word of the question's own G when a role names none.
 DEFAULT_G = "G"
+#: Not a role: the key under which a result records the question's G (text: the number), so a
+#: role asking for another G is told which ones there are.
+QUESTION_G = "model-step-g"
+
+_G_WORD = re.compile(r"(?:G\s*=?\s*)?(\d+)", re.IGNORECASE)
 
 
 def g_key(microbatches: int) -> str:
@@ -66,33 +86,54 @@ def g_key(microbatches: int) -> str:
 
 
 def model_step_g_key(text: str) -> str:
-    """The key word of a role's optional G (``G=8``, ``g8`` or ``8``; empty: the question's G)."""
-    word = text.strip().upper().removeprefix("G").removeprefix("=")
-    return g_key(int(word)) if word.isdigit() and int(word) > 0 else DEFAULT_G
+    """The key word of a role's optional G (``G=8``, ``g8`` or ``8``; empty: the question's G).
+
+    A word that is no G of at least 1 raises :class:`ValueError`: the role warns, rather than quote
+    the question's G for a G the author did not mean."""
+    if not text.strip():
+        return DEFAULT_G
+    found = _G_WORD.fullmatch(text.strip())
+    if found is None or int(found.group(1)) < 1:
+        raise ValueError(f"{text.strip()!r} is not a G of at least 1 (write G=1 or G=8)")
+    return g_key(int(found.group(1)))
 
 
-def _absent(out: dict[str, Value], kinds: tuple[str, ...], precision: str, keys: tuple[str, ...], why: str) -> None:
+def _absence_words(status: str, reason: str) -> str:
+    """"the model step failed: CUDA out of memory", or why its parts give no number."""
+    if status:
+        return f"the model step {status}: {reason}" if reason else f"the model step {status}"
+    return f"the model step's parts {reason or 'were not measured'}"
+
+
+def _absent(out: dict[str, Value], kinds: tuple[str, ...], precision: str, keys: tuple[str, ...], why: str,
+            status: str = "", reason: str = "") -> None:
     for kind in kinds:
-        for key in keys:
-            out[value_key(kind, MODE, precision, key)] = Value("", why)
+        for key in keys if kind in G_KINDS else (DEFAULT_G,):
+            out[value_key(kind, MODE, precision, key)] = Value("", why, status, reason)
 
 
 def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | None = None) -> dict[str, Value]:
     """Every model-step value of one device's report (for the page's question: ``report.config``)."""
     summary: ModelStep | None = report.model_step()
     out: dict[str, Value] = {}
-    shown = precisions or tuple(PRECISIONS)
+    shown = tuple(precisions or PRECISIONS)
     if summary is None:
         why = f"{where}: no model step in this result for this question (its vocabulary, or not measured)"
         for p in shown:
             _absent(out, MODEL_STEP_KINDS, p, (DEFAULT_G, g_key(1)), why)
         return out
     g_default = summary.microbatches
+    out[value_key(QUESTION_G, MODE, "")] = Value(str(g_default), f"G = {g_default}: {where}")
+    keys_of = {g: (g_key(g), DEFAULT_G) if g == g_default else (g_key(g),) for g in summary.rows}
+    for p in shown:
+        if all(summary.row(p, g) is None for g in summary.rows):
+            status, reason = part_absence(report.doc, p)
+            why = f"{where}, {PRECISIONS[p].display}: {_absence_words(status, reason)}"
+            _absent(out, G_KINDS, p, tuple(k for keys in keys_of.values() for k in keys), why, status, reason)
     for g, rows in summary.rows.items():
-        keys = (g_key(g), DEFAULT_G) if g == g_default else (g_key(g),)
         for row in rows:
             at = f"{where}, {PRECISIONS[row.precision].display}, G = {g}"
-            for key in keys:
+            for key in keys_of[g]:
                 out[value_key("gemm-tokens", MODE, row.precision, key)] = Value(
                     f"{row.tokens_per_s:,.0f}", f"{row.tokens_per_s:,.1f} tokens/s per GPU: {at}")
                 out[value_key("gemm-model-tflops", MODE, row.precision, key)] = Value(
@@ -104,16 +145,35 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
                     Value(f"{row.speedup:.2f}×", f"{row.speedup:.3f}× BF16 (spread {row.speedup_low:.3f}–"
                           f"{row.speedup_high:.3f}): {at}", low=row.speedup_low, high=row.speedup_high)
                     if row.speedup else Value("", f"{at}: no BF16 model step of the same run"))
-    base = summary.memory.get(BASELINE)
-    for p, m in summary.memory.items():
-        at = f"{where}, {PRECISIONS[p].display}"
-        out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value(
-            f"{m.peak / GIB:.1f} GiB", f"{m.peak / GIB:.2f} GiB peak of the model step on one rank: {at}")
-        if base is not None:
-            delta = (m.peak - base.peak) / GIB
-            out[value_key("gemm-memory-delta", MODE, p, DEFAULT_G)] = Value(
-                f"{abs(delta):.1f} GiB {'more' if delta >= 0 else 'less'}", f"{delta:+.2f} GiB against BF16: {at}")
-    for p, largest in summary.largest_microbatch.items():
-        out[value_key("gemm-largest-microbatch", MODE, p, DEFAULT_G)] = Value(
-            str(largest), f"largest micro-batch that fitted with {summary.search_layers} layers: {where}")
+    _memory_values(out, summary, shown, where, report.doc)
     return out
+
+
+def _memory_values(out: dict[str, Value], summary: ModelStep, shown: tuple[str, ...], where: str,
+                   doc: Mapping[str, Any]) -> None:
+    base = summary.memory.get(BASELINE)
+    capacity = summary.capacity_bytes / GIB
+    for p in shown:
+        at = f"{where}, {PRECISIONS[p].display}"
+        m = summary.memory.get(p)
+        if m is None:
+            status, reason = part_absence(doc, p)
+            why = f"{at}: {_absence_words(status, reason)}"
+            out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
+            out[value_key("gemm-memory-delta", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
+        else:
+            fits = (f"fits the GPU's {capacity:.1f} GiB" if summary.fits(p) else
+                    f"more than the GPU's {capacity:.1f} GiB: {summary.layers_that_fit[p]} of "
+                    f"{summary.config.measured_layers} layers fit with the embedding and output layer")
+            out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value(
+                f"{m.peak / GIB:.1f} GiB", f"{m.peak / GIB:.2f} GiB peak of the model step on one rank ({fits}): {at}")
+            out[value_key("gemm-memory-delta", MODE, p, DEFAULT_G)] = (
+                Value(memory_delta_text((m.peak - base.peak) / GIB),
+                      f"{(m.peak - base.peak) / GIB:+.2f} GiB against BF16's peak: {at}") if base is not None
+                else Value("", f"{at}: no BF16 memory in the same run"))
+        largest = summary.largest_microbatch.get(p)
+        out[value_key("gemm-largest-microbatch", MODE, p, DEFAULT_G)] = (
+            Value(str(largest) if largest else "none", (
+                f"the largest micro-batch that fitted with {summary.search_layers} layers: {at}" if largest else
+                f"not even a micro-batch of 1 fitted with {summary.search_layers} layers: {at}"))
+            if largest is not None else Value("", f"{at}: {largest_microbatch_absence(doc, p)}"))

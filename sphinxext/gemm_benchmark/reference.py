@@ -37,7 +37,7 @@ import gemm_benchmark
 from gemm_bench.question import config as presets_module
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, PRESET_SOURCES
 from gemm_benchmark import config as config_module
-from gemm_benchmark import diagnostics, options, roles
+from gemm_benchmark import diagnostics, model_step_values, options, roles
 from gemm_benchmark.config import CONFIG_VALUES
 from gemm_benchmark.diagnostics import DESCRIPTIONS, WARNING_TYPE, Subtype, warn
 from gemm_benchmark.nodes import app_of
@@ -259,7 +259,7 @@ class GemmBenchmarkRolesDirective(ReferenceDirective):
     """The table of the value roles."""
 
     reference_example = ".. gemm-benchmark-roles::"
-    documents = (roles,)
+    documents = (roles, model_step_values)  # the model step's role specs live beside their values
 
     def run(self) -> list[nodes.Node]:
         self.depend_on_sources()

@@ -31,6 +31,13 @@ from gemm_bench.question.devices import selects
 from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
 from gemm_benchmark import claims, records
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.model_step_values import (
+    G_KINDS,
+    MODEL_STEP_KINDS,
+    MODEL_STEP_ROLES,
+    QUESTION_G,
+    model_step_g_key,
+)
 from gemm_benchmark.nodes import builder_format, gemm_value
 from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import (
@@ -103,8 +110,11 @@ ROLES: dict[str, RoleSpec] = {
                  "a clearly faster one; \"BF16\" when none is (why, on hover), a name a sentence holds. One rule, "
                  "shared with the summary's ★ and answer sentence. ``:gemm-speedup:`NAME MODE fastest``` quotes its "
                  "speedup (1.00× for BF16). With MODE "
-                 "``layer-graphed`` (or ``layer``) it answers for the training step, as the summary's answer "
-                 "sentence does; ``:gemm-step-speedup:`NAME layer-graphed fastest``` quotes that speedup.",
+                 "``layer-graphed`` (or ``layer``) it answers for one layer's training step, as the summary's "
+                 "answer sentence does for a result without a model step; ``:gemm-step-speedup:`NAME "
+                 "layer-graphed fastest``` quotes that speedup. Where the result has the model's training step, "
+                 "the sentence answers for it: ``:gemm-model-speedup:`NAME layer-graphed fastest``` quotes that "
+                 "answer's speedup, its title names the precision.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
         RoleSpec("gemm-breakdown", "NAME[@DEVICE] layer-graphed PRECISION [change|more|less|PART]",
                  "Where the CUDA-graphed layer step's time goes: with PART (``gemm``, ``quantization``, "
@@ -126,6 +136,11 @@ ROLES: dict[str, RoleSpec] = {
     )
 }
 
+
+#: The model's training step (issue 32): tokens/s, MFU, model TFLOP/s, speedup, memory, largest
+#: micro-batch; MODE ``layer-graphed``, the optional last word G (:mod:`.model_step_values`).
+ROLES.update({spec["name"]: RoleSpec(spec["name"], spec["syntax"], spec["description"], spec["example"],
+                                      gemm=spec["gemm"]) for spec in MODEL_STEP_ROLES})
 
 #: Roles about the layer step: their MODE is ``layer`` or ``layer-graphed``, whatever the directive shows.
 STEP_ROLES = ("gemm-step-speedup", "gemm-share")
@@ -154,9 +169,14 @@ class GemmValueRole(SphinxRole):
             mode = normalize_mode(mode_text)
         except KeyError:
             return self._fail(f"unknown mode {mode_text!r}; choose from {', '.join(MODE_NAMES)}", Subtype.MODES)
-        if spec.items and mode != "layer-graphed":
+        if (spec.items or self.name in MODEL_STEP_KINDS) and mode != "layer-graphed":
             return self._fail(f"is measured for the CUDA-graphed step only: use layer-graphed, not {mode_text!r}",
                               Subtype.MODES)
+        if self.name in MODEL_STEP_KINDS and len(words) > 3:
+            try:
+                model_step_g_key(" ".join(words[3:]))
+            except ValueError as exc:
+                return self._fail(f"{exc}; expects `{spec.syntax}`")
         try:
             precision = ("" if not spec.precision else "fastest" if precision_text.lower() == "fastest"
                          else normalize_precision(precision_text))
@@ -235,7 +255,9 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
         raise Unavailable(f"{record.name} does not show precision {precision!r} "
                           f"(it shows {', '.join(record.precisions)})")
     gemm = ""
-    if ROLES[node["kind"]].items:
+    if node["kind"] in MODEL_STEP_KINDS:
+        gemm = model_step_g_key(node["gemm"])  # the role checked its G word: "G=1", "G=8" or the question's
+    elif ROLES[node["kind"]].items:
         gemm = node["gemm"]  # a part or item the role checked, not a GEMM
     elif node["gemm"]:
         try:
@@ -243,6 +265,11 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
         except GemmNameError as exc:
             raise Unavailable(f"{record.name}: {exc}") from None
     value = device.values.get(records.value_key(node["kind"], mode, precision, gemm))
+    if value is None and node["kind"] in G_KINDS:
+        question_g = device.values.get(records.value_key(QUESTION_G, mode, ""))
+        if question_g is not None:
+            raise Unavailable(f"{record.name}: the model step is composed for G=1 and the question's "
+                              f"G={question_g.text} only, not {gemm} (set :num-microbatches: to ask for another)")
     if value is None:
         raise Unavailable(f"{record.name} recorded no {node['kind']} value for {mode}/{precision} {gemm}".rstrip())
     if not value.available:
@@ -318,7 +345,7 @@ class ResolveGemmValues(SphinxPostTransform):
 
 
 #: Roles quoting a speedup with a spread: two of them in one passage are a comparison.
-SPEEDUP_ROLES = ("gemm-speedup", "gemm-step-speedup")
+SPEEDUP_ROLES = ("gemm-speedup", "gemm-step-speedup", "gemm-model-speedup")
 
 
 def quoted_step_problems(node: gemm_value, found: Resolved) -> list[str]:

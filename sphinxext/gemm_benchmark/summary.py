@@ -27,7 +27,8 @@ from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import BASELINE, gemm_modes, layer_modes
-from gemm_bench.report import figures
+from gemm_bench.report import figures, model_step_figure
+from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
 from gemm_bench.results import loss_parity_schema, studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
@@ -37,7 +38,7 @@ from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import OptionError, option_line
-from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, scrolling
+from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, figure_pair, scrolling
 from gemm_benchmark.render_table import Entry, data_table, inline_literals
 from gemm_benchmark.summary_answer import (
     SHOW_PARTS,
@@ -201,7 +202,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     # layer mode (summary_answer: "else both forms"); [] for a result without them.
                     detail = step_detail_nodes(device.doc, device_label(device.device),
                                                f"bd{self.lineno}-{len(documents)}")
-                    panels.append((device_label(device.device), self._panel_nodes(found) + detail))
+                    panels.append((device_label(device.device),
+                                   self._panel_nodes(found, f"ms{self.lineno}-{len(documents)}") + detail))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[per_gemm[0]]))
@@ -273,9 +275,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             return None
         return doc if doc["study"] == loss_parity_schema.NAME else None
 
-    def _panel_nodes(self, found: Panel) -> list[nodes.Node]:
+    def _panel_nodes(self, found: Panel, prefix: str) -> list[nodes.Node]:
         """One GPU's panel as nodes: notices, the sentence (its loss-parity phrase a link), table, notes,
-        and the result's cross-check flag when its median breaks the bound."""
+        the result's cross-check flag when its median breaks the bound, then the model's training step
+        in the units teams plan in (its table, notes and figure) where the result has one."""
         out: list[nodes.Node] = [nodes.paragraph(text, text, classes=["gemm-summary-note", cls])
                                  for text, cls in found.notices]
         if found.sentence is not None:
@@ -288,6 +291,12 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                        classes=["gemm-summary-note", "gemm-summary-routing"]))
         if found.file_flag:  # the result's cross-check breaks its median bound: every number above rests on it
             out.append(nodes.paragraph(found.file_flag, found.file_flag, classes=["gemm-summary-note", "gemm-flagged"]))
+        if found.model_step is not None:
+            out.append(scrolling(_table_node(found.model_step, found.model_step_title, "gemm-model-step-table")))
+            out += [nodes.paragraph(line, line, classes=["gemm-summary-note", "gemm-cell-note"])
+                    for line in found.model_step_notes]
+        if found.model_step_summary is not None:
+            out += model_step_figure_nodes(found.model_step_summary, found.gpu, prefix)
         return out
 
     def _sentence_node(self, sentence: answer_text.Sentence) -> nodes.paragraph:
@@ -353,9 +362,22 @@ def _entry(cell: Shown) -> Entry:
     return Entry(cell.text, morecols=cell.morecols, strong=cell.strong, classes=cell.classes, tooltip=cell.tooltip)
 
 
-def _table_node(table: Table, title: str) -> nodes.Element:
+def _table_node(table: Table, title: str, kind: str = "gemm-summary-table") -> nodes.Element:
     return data_table([[_entry(c) for c in table.header]], [[_entry(c) for c in row] for row in table.rows],
-                      [30] + [12] * (table.width - 1), classes=["gemm-summary-table"], title=title)
+                      [30] + [12] * (table.width - 1), classes=[kind], title=title)
+
+
+def model_step_figure_nodes(summary: ModelStep, gpu: str, prefix: str) -> list[nodes.Node]:
+    """Tokens/s per GPU (the question's G and G = 1) and peak memory per recipe, drawn at a phone's
+    width and a desktop's (:func:`~.render_block.figure_pair`); a sentence for builders without SVG."""
+    label = f"Tokens per second per GPU and peak memory per recipe of the model's training step on the {gpu}"
+    wide = model_step_figure.svg(summary, gpu, model_step_figure.WIDE_PT)
+    box = figure_pair(model_step_figure.svg(summary, gpu), wide, prefix, label)
+    box["classes"].append("gemm-model-step-figure")
+    elsewhere = addnodes.only(expr="not html")
+    text = "The model step's tokens per second and memory per recipe are drawn in the HTML version of this page."
+    elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
+    return [box, elsewhere]
 
 
 def _missing_paragraph(text: str) -> nodes.paragraph:

@@ -21,8 +21,10 @@ from gemm_bench.measure.step import ROUTING_NAMES, routings
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
 from gemm_bench.question.devices import device_label
+from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
+from gemm_bench.report.model_step import GIB, ModelStep, memory_delta_text, part_absence
 from gemm_bench.report.report import Report
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
@@ -36,6 +38,7 @@ from gemm_benchmark.values import (
     clearly_less,
     decide_fastest,
     format_speedup,
+    model_step_points,
     overlaps,
     step_absence,
     step_points,
@@ -270,6 +273,15 @@ class Panel:
     #: What the panel says under its table when the result's profiler cross-check breaks the file's
     #: median bound (:attr:`~gemm_bench.results.cross_check.Verdict.file_flag`), "" when it holds.
     file_flag: str = ""
+    #: The model's training step in the units teams plan in (tokens/s per GPU, MFU, memory), its
+    #: title and notes; None where the result has no model step (the speedup table says why).
+    model_step: Table | None = None
+    model_step_title: str = ""
+    model_step_notes: tuple[str, ...] = ()
+    #: The composed model step the figure draws (None: no figure).
+    model_step_summary: ModelStep | None = None
+    #: The GPU's name as the panel says it (``H100 80GB HBM3``).
+    gpu: str = ""
 
 
 def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
@@ -294,6 +306,15 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
                                       model=label, step_modes=step_modes, loss_parity=loss_parity)
     notes = answer_text.Notes()
     table = Table("What is timed", [PRECISIONS[p].display for p in precisions])
+    main = measured.reports[gemm_mode or step_modes[0]] if (gemm_mode or step_modes) else None
+    summary = main.model_step() if main is not None else None
+    if main is not None and summary is not None:  # the model's step first: the answer sentence speaks of it
+        for g in sorted(summary.rows, reverse=True):
+            table.row(model_step_row(main, summary, precisions, gpu, notes, g))
+    elif main is not None and main.config is not None and unsupported_reason(main.config) is None:
+        table.span(Shown("Model step", strong=True),
+                   Shown(f"not measured on the {gpu} yet: tokens/s, MFU and memory come with its next refresh",
+                         classes=("gemm-na", "gemm-model-step-missing")))
     for mode in per_gemm:
         table.row(mode_row(measured.reports[mode], mode, precisions, gpu, notes))
     for mode in step_modes:
@@ -313,8 +334,108 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
                     f"use {ROUTING_NAMES['balanced']}. The answer above is about the balanced step." if skewed else "")
     shown = [measured.reports[m] for m in (gemm_mode, *per_gemm, *step_modes) if m in measured.reports]
     file_flag = shown[0].cross_check.file_flag if shown else None  # one verdict per file, whatever the mode
+    units, units_title, units_notes = (model_step_table(main, summary, precisions, model, gpu)
+                                       if main is not None and summary is not None else (None, "", ()))
     return Panel(tuple(notices), sentence, table, title, tuple(notes.lines()), routing_note,
-                 f"{FLAG_MARK} On the {gpu}, {file_flag}." if file_flag else "")
+                 f"{FLAG_MARK} On the {gpu}, {file_flag}." if file_flag else "", units, units_title, units_notes,
+                 summary, gpu)
+
+
+def model_step_row(report: Report, summary: ModelStep, precisions: Sequence[str], gpu: str, notes: answer_text.Notes,
+                   microbatches: int) -> list[Shown]:
+    """The model's training step's speedup at G = ``microbatches`` (its tokens per second over BF16's),
+    ★ and ≈ by the one rule; a recipe without a model step reads failed or n/a with its reason."""
+    points = model_step_points(summary, precisions, microbatches)
+    verdict = decide_fastest(points)
+    row = [head(f"Model step, G = {microbatches}", verdict)]
+    for p in precisions:
+        source = f"{PRECISIONS[p].display}, {gpu}, model step at G = {microbatches}"
+        if p in points:
+            point = points[p]
+            row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16's tokens per second (spread "
+                                  f"{point.low:.2f}–{point.high:.2f}×) in the model's training step: {source}"))
+            continue
+        status, reason = part_absence(report.doc, p)
+        row.append(absent_cell(status, reason or "no model step for this recipe", source, notes))
+    return row
+
+
+def _delta_gib(delta: float) -> str:
+    """"+9.5", "−1.2", "same" (a difference the shown digit cannot tell)."""
+    return "same" if memory_delta_text(delta) == "the same" else f"{delta:+.1f}".replace("-", "−")
+
+
+def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[str], model: str,
+                     gpu: str) -> tuple[Table, str, tuple[str, ...]]:
+    """The model's step in the units teams plan in, one column per recipe (BF16 first): tokens/s per
+    GPU and MFU at the question's G, the peak memory of one rank's step and its difference from BF16,
+    the layers that fit where the whole rank does not, and the largest micro-batch found on the GPU."""
+    shown = [BASELINE, *precisions]
+    notes = answer_text.Notes()
+    g = summary.microbatches
+    table = Table("Per GPU", [PRECISIONS[p].display for p in shown])
+
+    def cells(value: Any) -> list[Shown]:
+        out = []
+        for p in shown:
+            got = value(p)
+            if got is None:
+                status, reason = part_absence(report.doc, p)
+                out.append(absent_cell(status, reason or "no model step for this recipe",
+                                       f"{PRECISIONS[p].display}, {gpu}, model step", notes))
+            else:
+                out.append(Shown(got[0], classes=("gemm-num",), tooltip=f"{got[1]}: {PRECISIONS[p].display}, {gpu}"))
+        return out
+
+    def row_of(p: str) -> Any:
+        return summary.row(p)
+
+    table.row([Shown(f"Tokens/s, G = {g}", strong=True),
+               *cells(lambda p: (f"{r.tokens_per_s:,.0f}", f"{r.tokens_per_s:,.1f} tokens per second per GPU, "
+                                 f"{r.ms_per_microbatch:.4g} ms per micro-batch at G = {g}")
+                      if (r := row_of(p)) else None)])
+    if any((r := row_of(p)) is not None and r.mfu for p in shown):
+        table.row([Shown(f"MFU, G = {g}", strong=True),
+                   *cells(lambda p: (f"{r.mfu:.0%}", f"{r.mfu:.1%} of the dense BF16 peak ({r.tflops:.0f} model "
+                                     f"TFLOP/s per GPU, Megatron-LM's count) at G = {g}")
+                          if (r := row_of(p)) and r.mfu else None)])
+    base = summary.memory.get(BASELINE)
+    table.row([Shown("Peak memory, GiB", strong=True),
+               *cells(lambda p: (f"{m.peak / GIB:.1f}", f"{m.peak / GIB:.2f} GiB peak of one rank's model step "
+                                 f"(weights {m.weights / GIB:.1f}, FP8 copies {m.fp8_weights / GIB:.1f}, activations "
+                                 f"{m.activations / GIB:.1f}, gradients {m.gradients / GIB:.1f}, optimizer state "
+                                 f"{m.optimizer_state / GIB:.1f}, transient {m.transient / GIB:.1f} GiB)"
+                                 + (f"; {memory_delta_text((m.peak - base.peak) / GIB)} than BF16"
+                                    if base is not None and p != BASELINE else ""))
+                      if (m := summary.memory.get(p)) else None)])
+    if base is not None:
+        table.row([Shown("Memory vs BF16, GiB", strong=True),
+                   *cells(lambda p: ("–", "BF16 is the reference") if p == BASELINE else
+                          (_delta_gib((m.peak - base.peak) / GIB), f"{memory_delta_text((m.peak - base.peak) / GIB)} "
+                           "peak memory than BF16's model step") if (m := summary.memory.get(p)) else None)])
+    capacity = summary.capacity_bytes / GIB
+    layers = summary.config.measured_layers
+    if any(summary.fits(p) is False for p in shown):
+        table.row([Shown(f"Layers that fit, of {layers}", strong=True),
+                   *cells(lambda p: (str(summary.layers_that_fit[p]), f"{summary.layers_that_fit[p]} of {layers} "
+                                     f"layers fit the {capacity:.1f} GiB with the embedding and output layer "
+                                     "(a pipeline stage's size)") if p in summary.layers_that_fit else None)])
+    if summary.largest_microbatch:
+        table.row([Shown("Largest micro-batch", strong=True),
+                   *cells(lambda p: (str(summary.largest_microbatch[p]) if summary.largest_microbatch[p] else "none",
+                                     f"the largest micro-batch that fitted, found on the GPU with "
+                                     f"{summary.search_layers} layers") if p in summary.largest_microbatch
+                          else None)])
+    title = (f"The model's training step, {model} on the {gpu}: one rank's embedding, {layers} layers, BF16 output "
+             f"layer, loss and optimizer, G = {g} micro-batches per optimizer step, composed of measured GPU times "
+             "(collectives excluded); tap a number for its source")
+    lines = list(notes.lines())
+    unfit = [p for p in shown if summary.fits(p) is False]
+    if unfit:
+        lines.append(f"Peak memory above the {gpu}'s {capacity:.1f} GiB: "
+                     f"{'every recipe' if len(unfit) == len(shown) else answer_text.names(unfit)}'s whole rank does "
+                     "not fit one GPU; the layers that fit give a pipeline stage's size.")
+    return table, title, tuple(lines)
 
 
 def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, notes: answer_text.Notes) -> list[Shown]:

@@ -17,9 +17,11 @@ from collections.abc import Iterable, Mapping
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import breakdown_figure, figures, precision_plan
+from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
 from gemm_bench.results.energy import step_energies
 from gemm_bench.results.kernel_kinds import PARTS
+from gemm_benchmark.model_step_values import DEFAULT_G, g_key, model_step_values
 from gemm_benchmark.records import Value, value_key
 
 ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "gemm-tflops")
@@ -201,6 +203,27 @@ def step_points(report: Report, precisions: Iterable[str], *, graphed: bool,
     return out
 
 
+#: The same rule for the model's training step (issue 32): the summary's answer where a result has one.
+MODEL_STEP_RULE = ("the fastest of the precisions whose model training step gives clearly more tokens per second than "
+                   "BF16's (the speedup's composed spread lies above 1.0); BF16 when none is")
+
+
+def model_step_points(summary: ModelStep | None, precisions: Iterable[str],
+                      microbatches: int | None = None) -> dict[str, Point]:
+    """The model step's speedups vs BF16 with their composed spreads at G = ``microbatches`` (default:
+    the question's G), of the precisions shown whose step has one: the :func:`decide_fastest` input."""
+    out: dict[str, Point] = {}
+    if summary is None:
+        return out
+    for precision in dict.fromkeys(precisions):
+        row = summary.row(precision, microbatches)
+        if precision == BASELINE or row is None or not _finite(row.speedup):
+            continue
+        assert row.speedup is not None
+        out[precision] = Point(row.speedup, row.speedup_low, row.speedup_high)
+    return out
+
+
 def step_absence(report: Report, precision: str, *, graphed: bool, routing: str = "balanced") -> tuple[str, str]:
     """(status, reason) of a step speedup that has no number: its own step's when that is not measured,
     ``failed`` when the BF16 step it divides failed (a failed reference is a failure, never "n/a"),
@@ -267,6 +290,10 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
     """All quotable values of one device's answer, keyed by :func:`~.records.value_key`."""
     out: dict[str, Value] = {}
     named = f" ({name})" if name else ""
+    if reports:
+        first = next(iter(reports.values()))
+        out.update(model_step_values(first, f"model step, {device}{named}", tuple(first.precisions)))
+        _model_step_fastest(out, first, f"model step, {device}{named}")
     for mode, report in reports.items():
         where = f"{MODE_NAMES[mode]}, {device}{named}"
         _fastest_values(out, fastest_total(report, mode), mode, "gemm-speedup", where,
@@ -399,6 +426,27 @@ def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, s
         fastest.text, f"{display} ({fastest.speedup:.3f}× BF16{of}){why}; the rule: {rule}{ties}; {where}", flag=flag)
     out[value_key(speed_kind, mode, "fastest")] = Value(
         format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the {noun}: {where}", flag=flag)
+
+
+def _model_step_fastest(out: dict[str, Value], report: Report, where: str) -> None:
+    """``:gemm-model-speedup:`NAME layer-graphed fastest [G=N]```: the answer of :func:`decide_fastest`
+    over the model step's speedups, at each G the step is composed for (the summary's sentence)."""
+    summary = report.model_step()
+    gs = sorted(summary.rows) if summary is not None else [1]
+    for g in gs:
+        keys = (g_key(g), DEFAULT_G) if summary is not None and g == summary.microbatches else (g_key(g),)
+        verdict = decide_fastest(model_step_points(summary, report.precisions, g))
+        for key in keys:
+            at = f"{where}, G = {g}"
+            out[value_key("gemm-model-speedup", "layer-graphed", "fastest", key)] = (
+                Value("", f"{at}: no model step besides BF16's measured" if summary is not None else
+                      f"{where}: no model step in this result for this question") if verdict is None else
+                Value(format_speedup(verdict.speedup), f"{verdict.speedup:.3f}× BF16's tokens per second by "
+                      f"{PRECISIONS[verdict.answer].display}, the fastest model step: {at}; the rule: "
+                      f"{MODEL_STEP_RULE}" + (f": {verdict.why}" if verdict.why else "")))
+    if summary is None:
+        out.setdefault(value_key("gemm-model-speedup", "layer-graphed", "fastest", DEFAULT_G),
+                       out[value_key("gemm-model-speedup", "layer-graphed", "fastest", g_key(1))])
 
 
 def _share_flag(report: Report, graphed: bool) -> str:

@@ -35,6 +35,15 @@ from gemm_bench.question.question import stored_config
 from gemm_bench.results import model_step_schema as schema
 
 GIB = 1 << 30
+#: A memory difference smaller than this (GiB) reads "the same": the shown digit cannot tell it.
+SAME_GIB = 0.05
+
+
+def memory_delta_text(delta_gib: float) -> str:
+    """"0.4 GiB more", "1.2 GiB less", "the same": the sentence, the table and the role say it alike."""
+    if abs(delta_gib) < SAME_GIB:
+        return "the same"
+    return f"{abs(delta_gib):.1f} GiB {'more' if delta_gib > 0 else 'less'}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +85,8 @@ class ModelStep:
                 f"G = {self.microbatches} micro-batches per optimizer step")
         mine, theirs = self.memory.get(precision), self.memory.get(BASELINE)
         if mine is not None and theirs is not None:
-            delta = (mine.peak - theirs.peak) / GIB
-            text += f", {abs(delta):.1f} GiB {'more' if delta >= 0 else 'less'} memory"
+            delta = memory_delta_text((mine.peak - theirs.peak) / GIB)
+            text += ", the same memory" if delta == "the same" else f", {delta} memory"
         return text + "."
 
 
@@ -148,3 +157,29 @@ def model_step_summary(doc: Mapping[str, Any], config: ModelConfig | None = None
     found = {p: int(v["largest"]) for p, v in search.items() if p != "layers" and isinstance(v, dict)}
     return ModelStep(config, device, str(block["run_id"]), rows, mem, fit, found, predicted,
                      int(search.get("layers", 0)), capacity, params)
+
+
+def part_absence(doc: Mapping[str, Any], precision: str) -> tuple[str, str]:
+    """(status, reason) of a precision's model step without a number: its layer parts' stored failure
+    or unsupported verdict (``failed``, "CUDA out of memory ..."), ("", "is not in this result") when
+    no part of it was stored, or ("", "") when the block answers nothing at all."""
+    block = doc.get("model_step")
+    if not isinstance(block, Mapping):
+        return "", ""
+    for item in block.get("parts", []):
+        if item.get("precision") == precision and item.get("part", "").startswith("layer") and (
+                item.get("status") != "measured"):
+            return str(item["status"]), " ".join(str(item.get("reason", "")).split())
+    if precision not in {i.get("precision") for i in block.get("parts", [])}:
+        return "", "are not in this result (not measured for this recipe)"
+    return "", "are incomplete in this result"
+
+
+def largest_microbatch_absence(doc: Mapping[str, Any], precision: str) -> str:
+    """Why a precision has no largest micro-batch: the search's stored failure, or not searched."""
+    block = doc.get("model_step")
+    search = block.get("largest_microbatch") if isinstance(block, Mapping) else None
+    found = search.get(precision) if isinstance(search, Mapping) else None
+    if isinstance(found, str):
+        return f"the search on the GPU failed: {' '.join(found.split())}"
+    return "the largest micro-batch was not searched on the GPU in this result"
