@@ -52,12 +52,14 @@ class GemmBenchmarkDirective(SphinxDirective):
 
     reference_example = """\
 .. gemm-benchmark::
-   :name: te-layer
+   :name: layer
    :model: te-guide-5b
    :precisions: bf16, fp8-current, fp8-block
    :devices: h100
 
-FP8 current scaling runs its autocast GEMMs :gemm-speedup:`te-layer autocast fp8-current` faster.
+FP8 current scaling runs its autocast GEMMs
+:gemm-speedup:`layer autocast fp8-current`
+faster.
 """
     has_content = False
     required_arguments = 0
