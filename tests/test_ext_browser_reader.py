@@ -658,7 +658,7 @@ def test_the_models_page_answers_on_its_first_screen(browser: Any, base_url: str
 REFERENCE_LABELS = """
 document.querySelectorAll('[role=tabpanel][hidden]').forEach(p => p.removeAttribute('hidden'));
 const out = [];
-for (const table of document.querySelectorAll('article table.gemm-reference')) {
+for (const table of document.querySelectorAll('article table.gemm-reference, article table.gemm-freshness')) {
   const heads = [...table.querySelectorAll('thead th')].map(th => th.innerText.trim());
   for (const row of table.querySelectorAll('tbody tr')) {
     [...row.children].forEach((td, i) => {
@@ -682,10 +682,12 @@ CODE_PAGES = ["index.html", "models.html", "authoring.html", "maintainers.html",
 def test_code_blocks_and_reference_tables_fit_a_phone(browser: Any, base_url: str, page: str) -> None:
     """Issue 35: at 390 px the authoring page's examples (98 characters a line) and its reference
     tables (the directives' table 1,009 px wide, its Example column off the screen) scrolled
-    sideways, and so did the models page's plan snippets and the tutorial's GEMM diagram. Each
-    code block fits the column; a reference table is one card per row on a phone, each cell
-    labelled with its column's heading."""
+    sideways, and so did the models page's plan snippets, the tutorial's GEMM diagram and the
+    freshness tables (456 px in 358, "Shown on" off the screen). Each code block fits the column; a
+    reference or freshness table is one card per row on a phone, each cell labelled with its
+    column's heading."""
     show(browser, base_url + page, PHONE)
     labels = browser.execute_script(REFERENCE_LABELS)
-    problems = browser.execute_script(FITS_A_PHONE, "article pre, article div.table-wrapper.gemm-reference")
+    problems = browser.execute_script(FITS_A_PHONE, "article pre, article div.table-wrapper.gemm-reference, "
+                                      "article div.table-wrapper.gemm-freshness")
     assert not problems + labels, f"{page} at {PHONE[0]} px:\n" + "\n".join(problems + labels)

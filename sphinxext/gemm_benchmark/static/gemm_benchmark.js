@@ -1,7 +1,7 @@
 /* gemm-benchmark: every hover meaning is reachable without a mouse. Each number's source (an
    <abbr title>) takes keyboard focus, and a focus or a tap shows it as text beside the number,
    in one tooltip element (role=tooltip) the number is described by; Escape or moving on hides it.
-   And a reference table's cells are labelled with their columns, for its cards on a phone. */
+   And a reference or freshness table's cells are labelled with their columns, for its cards on a phone. */
 (function () {
   "use strict";
   function setUp() {
@@ -39,11 +39,11 @@
       if (event.key === "Escape" && shown) { shown.blur(); hide(); }
     });
   }
-  /* A reference table is one card per row on a phone (gemm_benchmark.css): each cell carries its
-     column's heading, which the card shows as the cell's label. */
+  /* A reference or freshness table is one card per row on a phone (gemm_benchmark.css): each cell
+     carries its column's heading, which the card shows as the cell's label. */
   function labelReferenceCells() {
     var each = Array.prototype.forEach;
-    each.call(document.querySelectorAll("table.gemm-reference"), function (table) {
+    each.call(document.querySelectorAll("table.gemm-reference, table.gemm-freshness"), function (table) {
       var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
         return th.textContent.trim();
       });
