@@ -663,7 +663,7 @@ for (const table of document.querySelectorAll('article table.gemm-reference, art
   for (const row of table.querySelectorAll('tbody tr')) {
     [...row.children].forEach((td, i) => {
       if (i === 0 || !td.innerText.trim()) return;
-      const label = getComputedStyle(td, '::before').content.replace(/^"|"$/g, '').replace(/:\s*$/, '');
+      const label = getComputedStyle(td, '::before').content.replace(/^"|"$/g, '').replace(/:\\s*$/, '');
       if (label !== heads[i]) out.push(`${table.className}: a ${heads[i]} cell is labelled ${label}`);
     });
   }
