@@ -683,11 +683,12 @@ def test_code_blocks_and_reference_tables_fit_a_phone(browser: Any, base_url: st
     """Issue 35: at 390 px the authoring page's examples (98 characters a line) and its reference
     tables (the directives' table 1,009 px wide, its Example column off the screen) scrolled
     sideways, and so did the models page's plan snippets, the tutorial's GEMM diagram and the
-    freshness tables (456 px in 358, "Shown on" off the screen). Each code block fits the column; a
-    reference or freshness table is one card per row on a phone, each cell labelled with its
-    column's heading."""
+    freshness tables (456 px in 358, "Shown on" off the screen) and the models page's SQNR table
+    (377 px in 358). Each code block and summary table fits the column; a reference or freshness
+    table is one card per row on a phone, each cell labelled with its column's heading."""
     show(browser, base_url + page, PHONE)
     labels = browser.execute_script(REFERENCE_LABELS)
     problems = browser.execute_script(FITS_A_PHONE, "article pre, article div.table-wrapper.gemm-reference, "
-                                      "article div.table-wrapper.gemm-freshness")
+                                      "article div.table-wrapper.gemm-freshness, "
+                                      "article div.table-wrapper.gemm-summary-table")
     assert not problems + labels, f"{page} at {PHONE[0]} px:\n" + "\n".join(problems + labels)
