@@ -64,6 +64,11 @@ Other
 .. gemm-benchmark::
    :name: acrosspages
    :model: te-guide-5b
+
+.. gemm-benchmark-summary::
+   :models: te-guide-5b, llama3-8b/tp0
+   :devices: h100, h10
+   :show: table
 """
 
 MYST = """\
@@ -207,3 +212,14 @@ def test_every_bad_option_of_a_summary_is_reported_at_its_own_line(tmp_path) -> 
     found = {int(m.group(1)): m.group(2) for m in re.finditer(r"index\.rst:(\d+): WARNING: (.*)", warnings)}
     assert "unknown value 'tabel'" in found[6] and "unknown value 'rows'" in found[7], found
     assert "unknown value 'nope'" in found[8] and 4 not in found, found
+
+
+def test_a_summary_names_an_unknown_device_and_every_other_bad_option(built):
+    """Before: a summary's ``:devices: h10`` passed unchecked (the page said "not measured on h10 yet"
+    and told the reader to measure it), and a bad model entry hid every other bad option."""
+    other = built["other"]
+    assert any("sizes start at 1" in w for w in other[9]), other
+    devices = [w for w in other[10] if "'h10' is no known device" in w]
+    assert devices and devices[0].endswith("[gemm_benchmark.devices]"), other
+    assert "h100-80gb-hbm3" in devices[0].split("known names: ", 1)[1]
+    assert len(devices) == 1 and 8 not in other, other  # once per summary, not once per model

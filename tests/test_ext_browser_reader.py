@@ -653,3 +653,42 @@ def test_the_models_page_answers_on_its_first_screen(browser: Any, base_url: str
     assert found["beforeFigure"], "the cross-model figure comes before the first model's answer"
     assert found["bottom"] <= found["height"], (
         f"the first answer ends at {found['bottom']} px, below a {size[0]}x{size[1]} screen: {found['text'][:80]}")
+
+
+REFERENCE_LABELS = """
+document.querySelectorAll('[role=tabpanel][hidden]').forEach(p => p.removeAttribute('hidden'));
+const out = [];
+for (const table of document.querySelectorAll('article table.gemm-reference, article table.gemm-freshness')) {
+  const heads = [...table.querySelectorAll('thead th')].map(th => th.innerText.trim());
+  for (const row of table.querySelectorAll('tbody tr')) {
+    [...row.children].forEach((td, i) => {
+      if (i === 0 || !td.innerText.trim()) return;
+      const label = getComputedStyle(td, '::before').content.replace(/^"|"$/g, '').replace(/:\\s*$/, '');
+      if (label !== heads[i]) out.push(`${table.className}: a ${heads[i]} cell is labelled ${label}`);
+    });
+  }
+}
+return out;
+"""
+
+#: Pages whose every code block fits a phone: examples, snippets and diagrams are written for a
+#: 44-character line (what 390 px holds at a phone's code size). The methodology's two formulas
+#: are not yet (its page's owner rewrites them).
+CODE_PAGES = ["index.html", "models.html", "authoring.html", "maintainers.html", "tutorial.html",
+              "freshness.html", "loss-parity.html"]
+
+
+@pytest.mark.parametrize("page", CODE_PAGES)
+def test_code_blocks_and_reference_tables_fit_a_phone(browser: Any, base_url: str, page: str) -> None:
+    """Issue 35: at 390 px the authoring page's examples (98 characters a line) and its reference
+    tables (the directives' table 1,009 px wide, its Example column off the screen) scrolled
+    sideways, and so did the models page's plan snippets, the tutorial's GEMM diagram and the
+    freshness tables (456 px in 358, "Shown on" off the screen) and the models page's SQNR table
+    (377 px in 358). Each code block and summary table fits the column; a reference or freshness
+    table is one card per row on a phone, each cell labelled with its column's heading."""
+    show(browser, base_url + page, PHONE)
+    labels = browser.execute_script(REFERENCE_LABELS)
+    problems = browser.execute_script(FITS_A_PHONE, "article pre, article div.table-wrapper.gemm-reference, "
+                                      "article div.table-wrapper.gemm-freshness, "
+                                      "article div.table-wrapper.gemm-summary-table")
+    assert not problems + labels, f"{page} at {PHONE[0]} px:\n" + "\n".join(problems + labels)

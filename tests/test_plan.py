@@ -131,3 +131,19 @@ def test_the_schema_rejects_a_broken_plan_block(change: Any, problem: str) -> No
     change(block)
     with pytest.raises(StepError, match=problem):
         validate_plan_block(block)
+
+
+
+@pytest.mark.parametrize("kind", ["all-bf16", "mixed", "all-fp8"])
+@pytest.mark.parametrize("precision", ["fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4"])
+def test_a_snippet_fits_a_phones_code_block(precision: str, kind: str) -> None:
+    """Issue 35: the snippet's lines (46 and 70 characters) scrolled sideways on a phone; the site's
+    code is written for 44 (gemm_benchmark.css). Every op's name fits, MLA's and MoE's too."""
+    from gemm_bench.question.shapes import OP_NAMES
+
+    fp8 = {"all-bf16": [], "mixed": ["qkv"], "all-fp8": list(OP_NAMES)}[kind]
+    plan = pp.PrecisionPlan.from_config({"recipe": precision, "fp8": fp8,
+                                         "keep_in_bf16": [op for op in OP_NAMES if op not in fp8]})
+    assert plan.kind == kind
+    lines = plan.snippet().splitlines()
+    assert lines and max(len(line) for line in lines) <= 44, plan.snippet()

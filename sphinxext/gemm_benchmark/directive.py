@@ -36,17 +36,30 @@ from gemm_benchmark.values import device_values, gemm_names
 logger = logging.getLogger(__name__)
 
 
+def build_known_devices(env: BuildEnvironment) -> frozenset[str] | None:
+    """The device names ``:devices:`` may use in this build (:func:`.options.known_devices`), for
+    ``gemm-benchmark`` and ``gemm-benchmark-summary`` alike; None (no check) when only collecting
+    questions for ``gemm-bench refresh``, which runs on GPUs this machine's cache may not know yet."""
+    config = settings(env)
+    if config.questions_only:
+        return None
+    local = execution.local_gpu()[0] if config.mode != "cache" else None
+    return known_devices(config.cache_dir, local=local.name if local is not None else None)
+
+
 class GemmBenchmarkDirective(SphinxDirective):
     """Render measured GEMM speedups for a model config, shapes or a size sweep."""
 
     reference_example = """\
 .. gemm-benchmark::
-   :name: te-layer
+   :name: layer
    :model: te-guide-5b
    :precisions: bf16, fp8-current, fp8-block
    :devices: h100
 
-FP8 current scaling runs its autocast GEMMs :gemm-speedup:`te-layer autocast fp8-current` faster.
+FP8 current scaling runs its autocast GEMMs
+:gemm-speedup:`layer autocast fp8-current`
+faster.
 """
     has_content = False
     required_arguments = 0
@@ -68,7 +81,7 @@ FP8 current scaling runs its autocast GEMMs :gemm-speedup:`te-layer autocast fp8
         config = settings(self.env)
         try:
             request = parse_options(self.options, srcdir=Path(self.env.srcdir), docdir=docdir,
-                                    known_devices=self._known_devices())
+                                    known_devices=build_known_devices(self.env))
         except OptionError as exc:
             if config.questions_only:
                 questions_builder.note_problem(self, str(exc))
@@ -131,16 +144,6 @@ FP8 current scaling runs its autocast GEMMs :gemm-speedup:`te-layer autocast fp8
             return None
         node_id = document.nameids.get(label)
         return document.ids.get(node_id) if node_id else None
-
-    def _known_devices(self) -> frozenset[str] | None:
-        """The device names ``:devices:`` may use here (:func:`.options.known_devices`); None (no
-        check) when only collecting questions for ``gemm-bench refresh``, which runs on GPUs this
-        machine's cache may not know yet."""
-        config = settings(self.env)
-        if config.questions_only:
-            return None
-        local = execution.local_gpu()[0] if config.mode != "cache" else None
-        return known_devices(config.cache_dir, local=local.name if local is not None else None)
 
     def _why_not_measured(self, mode: str) -> str:
         if mode == "cache":

@@ -37,6 +37,7 @@ from gemm_benchmark import answer_text, execution, freshness, questions_builder,
 from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.directive import build_known_devices
 from gemm_benchmark.options import OptionError, option_line
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, figure_pair, scrolling
 from gemm_benchmark.render_table import Entry, data_table, inline_literals
@@ -329,7 +330,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         errors: list[OptionError] = []
         asks: list[ModelAsk] = []
         try:
-            asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir)
+            asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir,
+                               known_devices=build_known_devices(self.env))
         except OptionError as exc:
             errors.extend(exc.errors)
         show = tuple(part.lower() for part in split_list(self.options.get("show", "table, figure")))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +80,14 @@ def model_label(preset: str, tp: int | None, ep: int | None = None) -> str:
     return f"{name} ({', '.join(parallel)})" if parallel else name
 
 
-def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> list[ModelAsk]:
+def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path,
+                 known_devices: Collection[str] | None = None) -> list[ModelAsk]:
     """The questions a summary asks, one per ``:models:`` entry, through the directive's own parser.
 
     ``gemm-bench refresh`` calls this too, so a summary's models are measured like any directive's.
+    ``known_devices`` checks ``:devices:`` as ``gemm-benchmark`` does (:func:`.options.parse_options`).
+    Every bad entry and option is found, each once (a shared option's error is the same for every
+    model); the first is raised, its :attr:`~.options.OptionError.errors` holding them all.
     """
     models = split_list(options.get("models", "") or "")
     if not models:
@@ -92,23 +96,36 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path) -> l
         raise OptionError("name", f"names one model's result for roles to quote; this summary shows {len(models)}")
     shared = {k: options[k] for k in ("precisions", "modes", "devices", "name") if (options.get(k) or "").strip()}
     asks = []
+    errors: dict[str, OptionError] = {}
     for entry in models:
         try:  # the one parser of model ids (gemm-bench --model takes them too); refuses /tp0 and /ep0
             model_id = parse_model_id(entry)
         except ConfigError as exc:
-            raise OptionError("models", exc.rule) from None
+            errors.setdefault(f"models:{exc.rule}", OptionError("models", exc.rule))
+            continue
         fields = {"model": model_id.preset, **shared}
         tp, ep = model_id.tp, model_id.ep
         if tp:
             fields["tensor-model-parallel-size"] = str(tp)
         if ep:
             fields["expert-model-parallel-size"] = str(ep)
-        request = parse_options(fields, srcdir=srcdir, docdir=docdir, modes_known=ALL_MODES)
+        try:
+            request = parse_options(fields, srcdir=srcdir, docdir=docdir, modes_known=ALL_MODES,
+                                    known_devices=known_devices)
+        except OptionError as exc:
+            for bad in exc.errors:
+                errors.setdefault(f"{bad.option}:{bad.message}", bad)
+            continue
         if not any(p != BASELINE for p in request.precisions):
-            raise OptionError("precisions", "the summary shows speedups vs BF16: name at least one precision "
-                              "besides BF16", subtype="precisions")
+            errors.setdefault("precisions:baseline", OptionError(
+                "precisions", "the summary shows speedups vs BF16: name at least one precision besides BF16",
+                subtype="precisions"))
         asks.append(ModelAsk(model_label(model_id.preset, tp, ep) if len(models) > 1 else "", request,
                              model_id.preset, tp, ep))
+    if errors:
+        first, *_ = found = list(errors.values())
+        first.errors = tuple(found)
+        raise first
     return asks
 
 

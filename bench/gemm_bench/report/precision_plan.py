@@ -124,14 +124,17 @@ class PrecisionPlan:
     def snippet(self) -> str:
         """Python a reader puts in a model: the modules of the kept projections run outside the recipe."""
         if self.kind == "all-bf16":
-            return "# no te.autocast: every projection is faster (or no slower) in BF16\n"
-        lines = [f"recipe = {_recipe_expr(self.precision)}",
-                 "with te.autocast(enabled=True, recipe=recipe):"]
+            return "# no te.autocast: no projection is clearly\n# faster in this recipe than in BF16\n"
+        # Lines of at most 44 characters, what a phone's column holds (gemm_benchmark.css); the
+        # recipe is ``r``, not ``recipe``, which would shadow TE's module of that name.
+        lines = [f"r = {_recipe_expr(self.precision)}",
+                 "with te.autocast(enabled=True, recipe=r):"]
         if self.kind == "all-fp8":
             return "\n".join([*lines, "    y = layer(x)", ""])
         lines.append("    ...")
         for op in self.bf16_ops:
-            lines += [f"    with te.autocast(enabled=False):  # {OP_NAMES.get(op, op)} stays in BF16",
+            lines += [f"    # {OP_NAMES.get(op, op)} stays in BF16",
+                      "    with te.autocast(enabled=False):",
                       f"        h = {op}(h)"]
         return "\n".join([*lines, "    ...", ""])
 
