@@ -559,13 +559,15 @@ TIMINGS_FIELDS: dict[str, tuple[str, bool]] = {
     "device": ("string", False),
     "date": ("string", False),
     "commit": ("string", False),
-    "refresh_s": ("seconds", False),
-    "questions": ("count", False),
+    "refresh_s": ("seconds", True),
+    "questions": ("count", True),
     "dry_run_estimate_s": ("seconds", True),
-    "phases_s": ("phases", False),
+    "phases_s": ("phases", True),
     "readme_docs_s": ("seconds", True),
     "author_build_s": ("seconds", True),
 }
+#: What a GPU call measures; a call may measure any of them (a docs-only call has no refresh).
+MEASURED = ("refresh_s", "readme_docs_s", "author_build_s")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}(?:[+-]dirty)?")
 
 
@@ -620,6 +622,10 @@ def check_timings(doc: Any, where: str) -> dict[str, Any]:
                             f"not {doc['date']!r}")
     if isinstance(doc.get("commit"), str) and doc["commit"].strip() and not _COMMIT.fullmatch(doc["commit"]):
         problems.append(f"$.commit: must be a git commit id (7-40 hex digits), not {doc['commit']!r}")
+    if not problems and all(doc[key] is None for key in MEASURED):
+        problems.append(f"$: measures nothing (one of {', '.join(MEASURED)} must be a number)")
+    if not problems and (doc["refresh_s"] is None) != (doc["questions"] is None):
+        problems.append("$.refresh_s, $.questions: both or neither (a refresh measures some questions)")
     if problems:
         raise TimingsError(f"{where}: " + "; ".join(problems))
     return doc
@@ -641,10 +647,13 @@ def _when(doc: dict[str, Any]) -> datetime.datetime:
 
 
 def last_gpu_runs(root: Path = MEASUREMENTS) -> dict[str, Any]:
-    """The newest ``timings.json`` under ``root`` per device (newest by its ``date``), with the
-    issue's targets judged; files that fail the check are listed under ``ignored``, never skipped
-    silently (a newer run with a bad file would otherwise leave an older one standing as "last")."""
-    newest: dict[str, tuple[dict[str, Any], Path]] = {}
+    """Per device, the newest measurement of each quantity under ``root`` (newest by the file's
+    ``date``): the whole-site refresh (with its estimate and phases, from one file), the author's
+    one-page build and the README's docs command, each from the newest file that measured it (a GPU
+    call may measure only some of them), with the issue's targets judged. Files that fail the check
+    are listed under ``ignored``, never skipped silently (a newer run with a bad file would otherwise
+    leave an older one standing as "last")."""
+    docs: dict[str, list[tuple[dict[str, Any], Path]]] = {}
     ignored: list[str] = []
     for path in sorted(root.rglob(TIMINGS_FILE)) if root.is_dir() else []:
         try:
@@ -652,25 +661,34 @@ def last_gpu_runs(root: Path = MEASUREMENTS) -> dict[str, Any]:
         except TimingsError as exc:
             ignored.append(str(exc))
             continue
-        seen = newest.get(doc["device"])
-        if seen is None or _when(doc) > _when(seen[0]):
-            newest[doc["device"]] = (doc, path)
+        docs.setdefault(doc["device"], []).append((doc, path))
     runs = []
-    for device in sorted(newest):
-        doc, path = newest[device]
-        estimate, real = doc["dry_run_estimate_s"], doc["refresh_s"]
-        error = (estimate - real) / real if estimate is not None and real > 0 else None
-        author = doc["author_build_s"]
+    for device in sorted(docs):
+        ordered = sorted(docs[device], key=lambda item: _when(item[0]), reverse=True)
+
+        def newest(key: str, ordered: list[tuple[dict[str, Any], Path]] = ordered
+                   ) -> tuple[dict[str, Any], Path] | None:
+            return next((item for item in ordered if item[0][key] is not None), None)
+
+        refresh, author, readme = newest("refresh_s"), newest("author_build_s"), newest("readme_docs_s")
+        doc, path = refresh or ordered[0]
+        real, estimate = doc["refresh_s"], doc["dry_run_estimate_s"]
+        error = (estimate - real) / real if estimate is not None and real else None
+        author_s = author[0]["author_build_s"] if author else None
         runs.append({
             **doc,
             "file": _shown(path),
+            "author_build_s": author_s,
+            "author_build_file": _shown(author[1]) if author else None,
+            "readme_docs_s": readme[0]["readme_docs_s"] if readme else None,
+            "readme_docs_file": _shown(readme[1]) if readme else None,
             "refresh_target_s": REFRESH_TARGET_S,
-            "refresh_within_target": real <= REFRESH_TARGET_S,
+            "refresh_within_target": None if real is None else real <= REFRESH_TARGET_S,
             "dry_run_error": error,
             "dry_run_tolerance": ESTIMATE_TOLERANCE,
             "dry_run_within_tolerance": None if error is None else abs(error) <= ESTIMATE_TOLERANCE,
             "author_build_target_s": AUTHOR_BUILD_TARGET_S,
-            "author_build_within_target": None if author is None else author <= AUTHOR_BUILD_TARGET_S,
+            "author_build_within_target": None if author_s is None else author_s <= AUTHOR_BUILD_TARGET_S,
         })
     return {"root": _shown(root), "runs": runs, "ignored": ignored}
 
@@ -697,11 +715,14 @@ def gpu_run_rows(section: dict[str, Any], *, top_phases: int = 6) -> list[str]:
     for run in section["runs"]:
         out.append(f"  {run['device']}: {run['date']}, commit {run['commit']}")
         out.append(row("from", run["file"]))
-        out.append(row("whole-site refresh", f"{run['refresh_s']:7.1f} s for {run['questions']} question(s); "
-                       f"target <= {run['refresh_target_s']:.0f} s{_verdict(run['refresh_within_target'])}"))
+        if run["refresh_s"] is None:
+            out.append(row("whole-site refresh", "not measured"))
+        else:
+            out.append(row("whole-site refresh", f"{run['refresh_s']:7.1f} s for {run['questions']} question(s); "
+                           f"target <= {run['refresh_target_s']:.0f} s{_verdict(run['refresh_within_target'])}"))
         if run["dry_run_estimate_s"] is None:
             out.append(row("refresh --dry-run estimate", "not recorded"))
-        else:
+        elif run["dry_run_error"] is not None:
             out.append(row("refresh --dry-run estimate",
                            f"{run['dry_run_estimate_s']:7.1f} s, {run['dry_run_error']:+.0%} of the real run; "
                            f"target within {run['dry_run_tolerance']:.0%}{_verdict(run['dry_run_within_tolerance'])}"))
@@ -709,9 +730,13 @@ def gpu_run_rows(section: dict[str, Any], *, top_phases: int = 6) -> list[str]:
         out.append(row("author's one-page build", "not measured" if author is None else
                        f"{author:7.1f} s; target <= {run['author_build_target_s']:.0f} s"
                        f"{_verdict(run['author_build_within_target'])}"))
+        if author is not None and run["author_build_file"] != run["file"]:
+            out.append(row("", f"  from {run['author_build_file']}"))
         readme = run["readme_docs_s"]
         out.append(row("README's nox -s docs", "not measured" if readme is None else f"{readme:7.1f} s"))
-        phases = sorted(run["phases_s"].items(), key=lambda item: -item[1])[:top_phases]
+        if readme is not None and run["readme_docs_file"] != run["file"]:
+            out.append(row("", f"  from {run['readme_docs_file']}"))
+        phases = sorted((run["phases_s"] or {}).items(), key=lambda item: -item[1])[:top_phases]
         if phases:
             text = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases)
             out.extend(textwrap.wrap(text, 100, initial_indent=row("where the refresh went", ""),
