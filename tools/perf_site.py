@@ -680,8 +680,10 @@ def last_gpu_runs(root: Path = MEASUREMENTS) -> dict[str, Any]:
             "file": _shown(path),
             "author_build_s": author_s,
             "author_build_file": _shown(author[1]) if author else None,
+            "author_build_in_root": str(author[1].relative_to(root)) if author else None,
             "readme_docs_s": readme[0]["readme_docs_s"] if readme else None,
             "readme_docs_file": _shown(readme[1]) if readme else None,
+            "readme_docs_in_root": str(readme[1].relative_to(root)) if readme else None,
             "refresh_target_s": REFRESH_TARGET_S,
             "refresh_within_target": None if real is None else real <= REFRESH_TARGET_S,
             "dry_run_error": error,
@@ -731,11 +733,11 @@ def gpu_run_rows(section: dict[str, Any], *, top_phases: int = 6) -> list[str]:
                        f"{author:7.1f} s; target <= {run['author_build_target_s']:.0f} s"
                        f"{_verdict(run['author_build_within_target'])}"))
         if author is not None and run["author_build_file"] != run["file"]:
-            out.append(row("", f"  from {run['author_build_file']}"))
+            out.append(row("", f"  from {run['author_build_in_root']} (under the root above)"))
         readme = run["readme_docs_s"]
         out.append(row("README's nox -s docs", "not measured" if readme is None else f"{readme:7.1f} s"))
         if readme is not None and run["readme_docs_file"] != run["file"]:
-            out.append(row("", f"  from {run['readme_docs_file']}"))
+            out.append(row("", f"  from {run['readme_docs_in_root']} (under the root above)"))
         phases = sorted((run["phases_s"] or {}).items(), key=lambda item: -item[1])[:top_phases]
         if phases:
             text = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases)
