@@ -328,7 +328,7 @@ def test_last_gpu_runs_section_prints_every_number_against_its_target(perf: Modu
         # the README's command was measured again by a newer call that refreshed nothing: its number,
         # from its file; the refresh rows stay with the newest call that refreshed
         "    README's nox -s docs           63.4 s",
-        "                                  from 2026-11-25-session11/h100-call3/timings.json (under the root above)",
+        "                                  from 2026-11-25-session11/h100-call3/timings.json",
         # the top phases, largest first, at most six
         "    where the refresh went      timed rounds 120 s, first call (probe) 80 s, eager rounds 30 s,",
         "                                warm-up 20 s, sqnr 10 s, trace 6 s",
@@ -337,9 +337,9 @@ def test_last_gpu_runs_section_prints_every_number_against_its_target(perf: Modu
         "    whole-site refresh            310.0 s for 12 question(s); target <= 300 s (MISSED)",
         "    refresh --dry-run estimate    200.0 s, -35% of the real run; target within 30% (MISSED)",
         "    author's one-page build        25.0 s; target <= 30 s (met)",
-        "                                  from 2026-11-25-session10/h200-call2/timings.json (under the root above)",
+        "                                  from 2026-11-25-session10/h200-call2/timings.json",
         "    README's nox -s docs          100.0 s",
-        "                                  from 2026-11-25-session10/h200-call2/timings.json (under the root above)",
+        "                                  from 2026-11-25-session10/h200-call2/timings.json",
         "    where the refresh went      timed rounds 130 s, first call (probe) 90 s",
     ]
     assert all(len(line) <= 100 for line in lines)

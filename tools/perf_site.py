@@ -733,11 +733,11 @@ def gpu_run_rows(section: dict[str, Any], *, top_phases: int = 6) -> list[str]:
                        f"{author:7.1f} s; target <= {run['author_build_target_s']:.0f} s"
                        f"{_verdict(run['author_build_within_target'])}"))
         if author is not None and run["author_build_file"] != run["file"]:
-            out.append(row("", f"  from {run['author_build_in_root']} (under the root above)"))
+            out.append(row("", f"  from {run['author_build_in_root']}"))
         readme = run["readme_docs_s"]
         out.append(row("README's nox -s docs", "not measured" if readme is None else f"{readme:7.1f} s"))
         if readme is not None and run["readme_docs_file"] != run["file"]:
-            out.append(row("", f"  from {run['readme_docs_in_root']} (under the root above)"))
+            out.append(row("", f"  from {run['readme_docs_in_root']}"))
         phases = sorted((run["phases_s"] or {}).items(), key=lambda item: -item[1])[:top_phases]
         if phases:
             text = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases)
