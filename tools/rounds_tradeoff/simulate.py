@@ -86,7 +86,8 @@ def medians(doc: dict[str, Any], rounds: int, group_s: float) -> tuple[dict[tupl
 
 
 def speedups(med: dict[tuple[str, ...], float]) -> dict[tuple[str, ...], float]:
-    out, totals = {}, {}
+    out: dict[tuple[str, ...], float] = {}
+    totals: dict[tuple[str, str], float] = {}
     for (mode, op, pass_, precision), ms in med.items():
         base = med.get((mode, op, pass_, "bf16"))
         if precision != "bf16" and base:
