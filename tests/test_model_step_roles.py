@@ -59,6 +59,8 @@ def test_every_model_step_role_quotes_the_directives_own_numbers_at_either_g(pro
         "delta": ":gemm-memory-delta:`l8 layer-graphed fp8-delayed`",
         "same": ":gemm-memory-delta:`l8 layer-graphed bf16`",
         "largest": ":gemm-largest-microbatch:`l8 layer-graphed fp8-current`",
+        # a role's words broken across lines (the authoring page's phone-width example does so)
+        "broken": ":gemm-tokens:`l8\n  layer-graphed fp8-delayed`",
     }
     project.page("index", "T\n=\n\n" + DIRECTIVE + "".join(f"- {k}: {v}\n" for k, v in lines.items()))
     warnings, _ = project.build()
@@ -81,6 +83,7 @@ def test_every_model_step_role_quotes_the_directives_own_numbers_at_either_g(pro
     assert got["delta"][0] == f"{(delayed.peak - bf16.peak) / GIB:.1f} GiB more"
     assert got["same"][0] == "the same"
     assert got["largest"][0] == "2"
+    assert got["broken"] == got["tokens"]
 
 
 @pytest.mark.parametrize(("role", "problem"), [
