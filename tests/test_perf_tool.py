@@ -225,7 +225,7 @@ def test_site_twin_keeps_every_page_and_loses_every_directive(perf: ModuleType, 
     assert "{gemm-benchmark}" not in tutorial and "{gemm-" not in tutorial
     assert perf.EDIT_FROM in tutorial  # the sentence the incremental build edits survives
     authoring = (twin / "authoring.rst").read_text(encoding="utf-8")
-    assert "   .. gemm-benchmark::\n      :name: my-llama" in authoring  # the literal example stays
+    assert "   .. gemm-benchmark::\n      :name: llama" in authoring  # the literal example stays
     assert ".. gemm-benchmark-options::" not in authoring
     assert (twin.parent / "bench").resolve() == (REPO / "bench").resolve()
 
