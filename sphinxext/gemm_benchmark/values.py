@@ -19,7 +19,7 @@ from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import breakdown_figure, figures, precision_plan
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
-from gemm_bench.results.energy import step_energies
+from gemm_bench.results.energy import power_above_limit, step_energies
 from gemm_bench.results.kernel_kinds import PARTS
 from gemm_benchmark.model_step_values import DEFAULT_G, g_key, model_step_values
 from gemm_benchmark.records import Value, value_key
@@ -542,7 +542,9 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
             out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: energy {NOT_IN_RESULT}")
     else:
         joules = entry["energy_mj"] / 1000
+        above = power_above_limit(doc.get("device", {}), entry["power_w"], [entry.get("power_source")])
         out[value_key("gemm-energy", mode, precision, "joules")] = Value(
-            f"{joules:.3g} J", f"{joules:.4g} J per step at {entry['power_w']:.0f} W, the recipe's step alone: {at}")
+            f"{joules:.3g} J", f"{joules:.4g} J per step at {entry['power_w']:.0f} W, the recipe's step alone: {at}"
+            + (f" ({above})" if above else ""))
         out[value_key("gemm-energy", mode, precision, "tokens-per-joule")] = Value(
             f"{entry['tokens_per_j']:.0f} tokens/J", f"{entry['tokens_per_j']:.1f} tokens per joule: {at}")
