@@ -15,7 +15,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
-from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS, SAME_AS
 from gemm_bench.report import breakdown_figure, figures, precision_plan
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
@@ -255,10 +255,6 @@ def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = 
 #: What a reader sees for each reason a number is absent (the table owner uses the same words).
 STATUS_WORDS = {"failed": "failed", "unsupported": "unsupported", "missing": "not measured"}
 
-#: A precision whose form in a mode is another precision's (``Precision.absent_modes``): FP8 Delayed's
-#: pre-quantized GEMM is FP8 Current's GEMM. Its cells are stored "unsupported" with that sentence as
-#: the reason; a reader sees "same as FP8 Current", never "unsupported" (it runs, as FP8 Current).
-SAME_AS: dict[tuple[str, str], str] = {("fp8-delayed", "prequant"): "fp8-current"}
 #: The status of a value that is another precision's (:data:`SAME_AS`); its ``reason`` is that precision's id.
 SAME = "same"
 
