@@ -62,19 +62,17 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
                 entry["morecols"] = item.morecols
             # One paragraph per cell, as docutils' table model asks; HTML renders it without <p>.
             para = nodes.paragraph()
-            inner: nodes.Node
             if item.markup:
                 para.extend(inline_literals(item.text))
                 entry += para
                 row += entry
                 continue
-            pieces = breakable(item.text) if head else [nodes.Text(item.text)]
-            inner = nodes.strong(item.text, "", *pieces) if item.strong else None
+            inner: list[nodes.Node] = breakable(item.text) if head else [nodes.Text(item.text)]
+            if item.strong:
+                inner = [nodes.strong(item.text, "", *inner)]
             if item.tooltip:
-                abbr = nodes.abbreviation("", "", explanation=item.tooltip)
-                abbr += inner if inner is not None else pieces
-                inner = abbr
-            para += inner if inner is not None else pieces
+                inner = [nodes.abbreviation("", "", *inner, explanation=item.tooltip)]
+            para += inner
             entry += para
             row += entry
         return row
@@ -180,7 +178,8 @@ def setup_tables(app: Sphinx) -> None:
     # A table to Sphinx's numbering: the same ids (and, with numfig, numbers) as the docutils table had.
     visitors: dict[str, Any] = {w: (_unexpanded, None) for w in ("html", *WRITERS)}
     app.add_enumerable_node(gemm_data_table, "table", _title, **visitors)
-    app.add_node(gemm_wbr, html=(_visit_wbr_html, None), **{w: (_skip, None) for w in WRITERS})
+    others: dict[str, Any] = {w: (_skip, None) for w in WRITERS}
+    app.add_node(gemm_wbr, html=(_visit_wbr_html, None), **others)
     app.add_post_transform(ExpandTables)
 
 

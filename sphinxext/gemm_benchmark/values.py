@@ -538,7 +538,9 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
             out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: energy {NOT_IN_RESULT}")
     else:
         joules = entry["energy_mj"] / 1000
-        above = power_above_limit(doc.get("device", {}), entry["power_w"], [entry.get("power_source")])
+        device = doc.get("device")
+        above = power_above_limit(device if isinstance(device, dict) else {}, entry["power_w"],
+                                  [entry.get("power_source")])
         out[value_key("gemm-energy", mode, precision, "joules")] = Value(
             f"{joules:.3g} J", f"{joules:.4g} J per step at {entry['power_w']:.0f} W, the recipe's step alone: {at}"
             + (f" ({above})" if above else ""))
