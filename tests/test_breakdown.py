@@ -35,6 +35,18 @@ def test_documented_kernel_names_get_their_category(name: str, category: str) ->
     assert kk.classify(name) == category
 
 
+def test_attention_before_gemms_is_a_guard_as_the_docstring_says() -> None:
+    """kernel_kinds' docstring (issue 35: it said cuDNN's SDPA kernels "name wgmma" as the reason,
+    but no GEMM rule matches "wgmma"): an attention kernel holding a GEMM rule's words is attention,
+    and the recorded cuDNN SDPA names match no GEMM rule."""
+    gemm = next(rule for rule in kk.RULES if rule.category == kk.GEMM)
+    assert kk.RULES.index(gemm) > next(i for i, rule in enumerate(kk.RULES) if rule.category == kk.ATTENTION)
+    guarded = "void cutlass::device_kernel<flash::FlashAttnFwdSm90<cutlass::gemm::GemmShape<64, 128, 64>>>"
+    assert gemm.matches(guarded) and kk.classify(guarded) == kk.ATTENTION
+    sdpa = [name for name in DOCUMENTED if "sdpa" in name]
+    assert sdpa and all("wgmma" in name and not gemm.matches(name) for name in sdpa)
+
+
 def test_every_category_has_a_documented_name_and_a_display_name() -> None:
     assert set(DOCUMENTED.values()) == set(kk.CATEGORIES)
     assert set(kk.DISPLAY) == set(kk.PARTS)

@@ -124,12 +124,23 @@ def test_one_row_per_result_with_every_page_beside_it(site):
     """Before: one row per directive and per summary model (Llama 3 8B three times)."""
     soup, _, counts = site
     rows = _rows(soup.select("table.gemm-freshness")[0])
-    llama = [r for r in rows if r[0] == build_question(model="llama3-8b").describe()]
+    llama = [r for r in rows if r[0] == "Llama 3 8B: " + build_question(model="llama3-8b").describe()]
     assert len(llama) == 1
     assert llama[0][5] == "models (Llama 3 8B, summary), more (llama-again)"
     assert len(rows) == 2 and sum(counts.values()) == 2
     intro = soup.select_one("p.gemm-freshness-intro").get_text()
     assert intro.startswith("2 results (1 failed, 1 fresh) on this site")
+
+
+def test_a_result_leads_with_its_models_name(site):
+    """Issue 35: the rows named results by their config alone ("hidden 4096, FFN 14336, ..."). A
+    model a summary shows leads with the name the summary gives it, the config after it; the log
+    says the same."""
+    soup, log, _ = site
+    rows = _rows(soup.select("table.gemm-freshness")[0])
+    assert sorted(r[0].split(": ")[0] for r in rows) == ["Llama 3 8B", "Transformer Engine guide's example layer"]
+    assert all(r[0].split(": ", 1)[1].startswith("hidden ") for r in rows)
+    assert "Llama 3 8B: hidden 4096, FFN 14336" in log
 
 
 def test_the_build_log_counts_the_same_results(site):
@@ -142,7 +153,7 @@ def test_a_failed_training_step_is_failed_not_fresh(site):
     """Issue 31 item 4: every GEMM cell measured, the BF16 graphed step failed: the result read "fresh"."""
     soup, _, _ = site
     rows = _rows(soup.select("table.gemm-freshness")[0])
-    te = next(r for r in rows if r[0] == build_question(model="te-guide-5b").describe())
+    te = next(r for r in rows if r[0].endswith(build_question(model="te-guide-5b").describe()))
     assert te[4].startswith("failed") and "CUDA error: out of memory" in te[4]
 
 

@@ -22,3 +22,12 @@ def test_nothing_collapses_without_results_or_without_a_verdict() -> None:
 def test_the_note_names_the_precisions_and_teS_reason_once_per_reason() -> None:
     notes = collapsed_notes({"mxfp8": "needs sm_100", "nvfp4": "needs sm_100"})
     assert notes == ["MXFP8, NVFP4: not measured on any GPU shown (unsupported: needs sm_100)."]
+
+
+def test_the_note_gives_transformer_engines_whole_reason() -> None:
+    """Issue 35: the notes on the landing and models pages read "(unsupported: Device compute
+    capability 10.0 or higher required for MXFP8…)": cut at 60 characters, mid-sentence."""
+    why = "Device compute capability 10.0 or higher required for MXFP8 execution."
+    assert collapsed_notes({"mxfp8": why}) == [f"MXFP8: not measured on any GPU shown (unsupported: {why[:-1]})."]
+    long = "a reason " * 30
+    assert " ".join(long.split()) in collapsed_notes({"nvfp4": long})[0]

@@ -621,3 +621,32 @@ def test_committed_readme_figures_are_what_the_committed_cache_draws(tmp_path: P
     for name in ("readme-speedups.svg", "readme-speedups-dark.svg"):
         committed = ROOT / "docs" / "_static" / name
         assert (tmp_path / name).read_bytes() == committed.read_bytes(), "run `nox -s readme_figure` and commit"
+
+
+def test_a_panel_names_the_legends_precisions_it_draws_no_bars_of() -> None:
+    """Issue 35: the cross-model figure's legend (one, at its top) named FP8 Delayed, and its
+    pre-quantized panel had no Delayed bars and no word why. The panel's title says it now, and
+    wraps inside the figure at a phone's width as at a desktop's."""
+    spec = figures.readme_spec(ROOT / "docs" / "_gemm_cache")
+    legend = {s.label for p in spec.panels for s in p.series}
+    assert "FP8 Delayed" in legend
+    for panel in spec.panels:
+        for label in legend - {s.label for s in panel.series}:
+            assert f"{label}: " in panel.title, (panel.title, label)
+    assert [p.title for p in spec.panels][1] == "Pre-quantized (FP8 Delayed: same as FP8 Current)"
+    for width in figure_spec.WIDTHS:
+        scene = layout.layout(spec, "#000", width_in=width)
+        shown = [t for t in scene.items if isinstance(t, layout.Text)]
+        said = " ".join(t.text for t in shown if t.text.startswith(("Pre-quantized", "(FP8 Delayed", "FP8 Current)")))
+        assert "Pre-quantized" in said and "same as FP8 Current)" in said, said
+        for t in shown:
+            assert t.x + layout.text_width(t.text, t.size) <= scene.width + 0.5 or t.anchor != "start", t.text
+
+
+def test_a_precision_missing_from_a_panel_for_another_reason_says_which(question: Any) -> None:
+    doc = make_document(question(model="te-guide-5b"), precisions=("bf16", "fp8-current", "fp8-block"))
+    for cell in doc["cells"]:
+        if cell["mode"] == "prequant" and cell["precision"] == "fp8-block":
+            cell.update(status="failed", reason="CUDA error", ms=None, tflops=None)
+    spec = summary_spec([("H200", Report(doc))], ["autocast", "prequant"])
+    assert spec is not None and spec.panels[1].title == "Pre-quantized (FP8 Block: failed)"

@@ -107,3 +107,29 @@ def test_the_methodology_page_states_every_rule_and_parameter() -> None:
     assert f"within {breakdown.ADDS_UP_WITHIN:.0%}" in page and f"below {breakdown.MIN_SCALE:g}" in page
     assert f"for {energy.ENERGY_WINDOW_S:g} s" in page and f"every {energy.SAMPLE_INTERVAL_S * 1000:g} ms" in page
     assert f"Fewer than {energy.MIN_ENERGY_SAMPLES} samples" in page
+
+
+def test_power_above_the_boards_limit_is_explained_where_the_energy_shows() -> None:
+    """Issue 35: the energy lines read "748 W", "771 W" on a 700 W H100 without a word. The line says
+    why, with the sentence the report's telemetry line uses (one function), and only when it is so."""
+    cache = Path(__file__).parent.parent / "docs" / "_gemm_cache"
+    doc = json.loads(next(cache.glob("2160d33ec54a347e--h100*.json")).read_text(encoding="utf-8"))
+    found = energy.step_energies(doc)
+    assert max(e["power_w"] for e in found.values()) > float(doc["device"]["power_limit_w"])
+    said = energy.power_above_limit(doc["device"], 771.4, ["instantaneous"])
+    assert said.startswith("power samples are instantaneous: the 700 W limit holds on average")
+    text = " ".join(n.astext() for n in step_detail_nodes(doc, "H100", "bd1"))
+    assert f"W). {said[0].upper()}{said[1:]}." in text
+    # the report's telemetry note is the same sentence (the report wraps at 100 columns: compare words)
+    assert said in " ".join(Report(doc).to_text().split())
+    hot = next(p for p, e in found.items() if e["power_w"] > 700)
+    tip = values.device_values({"autocast": Report(doc)}, "H100", "x")[
+        value_key("gemm-energy", "layer-graphed", hot, "joules")].tooltip
+    assert "limit holds on average" in tip
+    # within the limit, or an averaged reading, or no limit stored: nothing to explain
+    for entry in doc["energy"]["steps"]:
+        entry["power_w"] = 650.0
+    assert "instantaneous" not in " ".join(n.astext() for n in step_detail_nodes(doc, "H100", "bd1"))
+    assert energy.power_above_limit(doc["device"], 771.4, ["averaged"]) == ""
+    assert energy.power_above_limit({"power_limit_w": "[N/A]"}, 771.4, ["instantaneous"]) == ""
+    assert energy.power_above_limit({}, 771.4, ["instantaneous"]) == ""

@@ -64,6 +64,11 @@ def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
         return []
     listed = "; ".join(f"{PRECISIONS[p].display} {energy.energy_words(found[p])}" for p in PRECISIONS if p in found)
     text = f"Energy per CUDA-graphed layer step, each recipe's step measured alone: {listed}."
+    # A median above the board's limit (745 W on a 700 W H100) is said where it shows, as the report says it.
+    above = energy.power_above_limit(doc.get("device", {}), max(e["power_w"] for e in found.values()),
+                                     (e.get("power_source") for e in found.values()))
+    if above:
+        text += f" {above[0].upper()}{above[1:]}."
     return [nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-energy"])]
 
 

@@ -148,6 +148,14 @@ class SiteResult:
     status: str
     reasons: tuple[str, ...]
     shown: tuple[tuple[str, str], ...]
+    #: The model's name as a page gives it (:func:`model_names`); "" for shapes, sweeps and a model no
+    #: summary names.
+    model: str = ""
+
+    def result_text(self) -> str:
+        """"Llama 3 8B: hidden 4096, FFN 14336, …": the name a reader knows first, the question after
+        it (issue 35: the rows named results by their config alone)."""
+        return f"{self.model}: {self.describe}" if self.model else self.describe
 
     def status_text(self) -> str:
         text = self.status + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
@@ -164,6 +172,19 @@ def _name(record: envdata.DirectiveRecord) -> str:
     if record.directive == SUMMARY:
         return f"{record.name}, summary" if record.name else "summary"
     return record.name or f"line {record.lineno}"
+
+
+def model_names(records: Sequence[envdata.DirectiveRecord]) -> dict[str, str]:
+    """Each question's model name, from the summaries that show it: a summary without ``:name:``
+    records the model's label ("Llama 3 8B", or the label its ``:models:`` entry gives), preferred;
+    a named one its ``:name:``. A question only ``gemm-benchmark`` directives show has none: their
+    ``:name:`` names a directive ("tut-mixtral", "square-sweep"), not a model."""
+    out: dict[str, str] = {}
+    for named in (False, True):
+        for r in records:
+            if r.directive == SUMMARY and r.named == named and r.name and r.kind == "model":
+                out.setdefault(r.question_hash, r.name)
+    return out
 
 
 def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]:
@@ -195,13 +216,14 @@ def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]
         if not r.devices and not r.unmatched:
             add((r.question_hash, ""), r, "", "", "", "missing", "no result on any device")
     asked = {question for question, device in found if device}
+    names = model_names(records)
     out = []
     for (question, device), row in found.items():
         if not device and question in asked:
             continue  # the question's devices have rows of their own
         status = min(row["statuses"], key=_WORST_FIRST.index)
         out.append(SiteResult(question, row["describe"], row["device"], row["date"], row["method"], status,
-                              tuple(row["reasons"]), tuple(row["shown"])))
+                              tuple(row["reasons"]), tuple(row["shown"]), names.get(question, "")))
     return out
 
 
@@ -224,8 +246,8 @@ def counts_text(counts: dict[str, int]) -> str:
 
 def rows(records: Sequence[envdata.DirectiveRecord]) -> list[tuple[str, ...]]:
     """One row per result: the table's and the log's content."""
-    return [(r.describe, r.device or "–", r.date or "–", r.method_version or "–", r.status_text(), r.shown_text())
-            for r in site_results(records)]
+    return [(r.result_text(), r.device or "–", r.date or "–", r.method_version or "–", r.status_text(),
+             r.shown_text()) for r in site_results(records)]
 
 
 class ResolveFreshness(SphinxPostTransform):
@@ -237,7 +259,7 @@ class ResolveFreshness(SphinxPostTransform):
             out: list[nodes.Node] = []
             if records:
                 results = site_results(records)
-                body = [[Entry(r.describe, tooltip=f"question {r.question_hash}"), Entry(r.device or "–"),
+                body = [[Entry(r.result_text(), tooltip=f"question {r.question_hash}"), Entry(r.device or "–"),
                          Entry(r.date or "–"), Entry(r.method_version or "–"),
                          Entry(r.status_text(), classes=(f"gemm-status-{r.status}",)), Entry(r.shown_text())]
                         for r in results]
@@ -321,6 +343,6 @@ def log_summary(app: Sphinx, exception: Exception | None) -> None:
         return
     logger.info("gemm-benchmark: %s", counts_text(result_counts(records)))
     for r in site_results(records):  # device names, dates and reasons come from result files: escaped
-        cells = (r.device or "–", r.date or "–", r.method_version or "–", r.status_text(), r.describe,
+        cells = (r.device or "–", r.date or "–", r.method_version or "–", r.status_text(), r.result_text(),
                  r.shown_text())
         logger.info("  %-18s %-10s v%-3s %s: %s; shown on %s", *(untrusted_text.field(str(c)) for c in cells))

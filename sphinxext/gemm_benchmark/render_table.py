@@ -54,7 +54,7 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
     for width in colwidths:
         group += nodes.colspec(colwidth=width)
 
-    def make_row(entries: Sequence[Entry]) -> nodes.row:
+    def make_row(entries: Sequence[Entry], *, head: bool = False) -> nodes.row:
         row = nodes.row()
         for item in entries:
             entry = nodes.entry(classes=list(item.classes))
@@ -62,17 +62,16 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
                 entry["morecols"] = item.morecols
             # One paragraph per cell, as docutils' table model asks; HTML renders it without <p>.
             para = nodes.paragraph()
-            inner: nodes.Node
             if item.markup:
                 para.extend(inline_literals(item.text))
                 entry += para
                 row += entry
                 continue
-            inner = nodes.strong(item.text, item.text) if item.strong else nodes.Text(item.text)
+            inner: list[nodes.Node] = breakable(item.text) if head else [nodes.Text(item.text)]
+            if item.strong:
+                inner = [nodes.strong(item.text, "", *inner)]
             if item.tooltip:
-                abbr = nodes.abbreviation("", "", explanation=item.tooltip)
-                abbr += inner
-                inner = abbr
+                inner = [nodes.abbreviation("", "", *inner, explanation=item.tooltip)]
             para += inner
             entry += para
             row += entry
@@ -82,7 +81,7 @@ def build_table(header_rows: Sequence[Sequence[Entry]], body_rows: Sequence[Sequ
         head = nodes.thead()
         group += head
         for entries in header_rows:
-            head += make_row(entries)
+            head += make_row(entries, head=True)
     body = nodes.tbody()
     group += body
     for entries in body_rows:
@@ -144,10 +143,43 @@ def _unexpanded(self: Any, node: nodes.Node) -> None:
     raise nodes.SkipNode  # ExpandTables replaced it; reaching a writer means post-transforms were skipped
 
 
+class gemm_wbr(nodes.Inline, nodes.Element):
+    """A place a heading may wrap inside a word (HTML's ``<wbr>``); nothing in other formats and in
+    the node's text, so a heading reads, copies and searches as it did."""
+
+
+#: After a dot or an underscore that follows a letter and comes before a letter or an underscore:
+#: ``torch.|_scaled_|mm``, ``torch.|compile``; never inside a number ("1.5") or after "._".
+_WORD_JOINT = re.compile(r"(?<=[A-Za-z][._])(?=[A-Za-z_])")
+
+
+def breakable(text: str) -> list[nodes.Node]:
+    """``text`` as Text nodes with a :class:`gemm_wbr` at each :data:`_WORD_JOINT`: a column headed
+    "torch._scaled_mm (FP8 tensorwise)" is as wide as its numbers, not as "torch._scaled_mm" (a peers
+    table was 769 px in a 704 px column at 1400 px, issue 35)."""
+    out: list[nodes.Node] = []
+    for i, piece in enumerate(_WORD_JOINT.split(text)):
+        if i:
+            out.append(gemm_wbr())
+        out.append(nodes.Text(piece))
+    return out
+
+
+def _visit_wbr_html(self: Any, node: gemm_wbr) -> None:
+    self.body.append("<wbr>")
+    raise nodes.SkipNode
+
+
+def _skip(self: Any, node: nodes.Node) -> None:
+    raise nodes.SkipNode
+
+
 def setup_tables(app: Sphinx) -> None:
     # A table to Sphinx's numbering: the same ids (and, with numfig, numbers) as the docutils table had.
     visitors: dict[str, Any] = {w: (_unexpanded, None) for w in ("html", *WRITERS)}
     app.add_enumerable_node(gemm_data_table, "table", _title, **visitors)
+    others: dict[str, Any] = {w: (_skip, None) for w in WRITERS}
+    app.add_node(gemm_wbr, html=(_visit_wbr_html, None), **others)
     app.add_post_transform(ExpandTables)
 
 

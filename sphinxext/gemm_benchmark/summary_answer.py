@@ -232,11 +232,15 @@ def unsupported_everywhere(precisions: Sequence[str], docs: Sequence[Mapping[str
 
 
 def collapsed_notes(collapsed: Mapping[str, str]) -> list[str]:
-    """One line per distinct reason: "MXFP8, NVFP4: not measured on any GPU shown (unsupported: ...)"."""
+    """One line per distinct reason: "MXFP8, NVFP4: not measured on any GPU shown (unsupported: ...)",
+    with Transformer Engine's whole reason: a note under the table has the room a table cell lacks,
+    and a reason cut short ("… required for MXFP8…") hid what the GPU lacks (issue 35). Its closing
+    full stop goes, as the note's own ends it."""
     by_reason: dict[str, list[str]] = {}
     for p, why in collapsed.items():
         by_reason.setdefault(why, []).append(PRECISIONS[p].display)
-    return [f"{', '.join(names)}: not measured on any GPU shown ({unavailable_text('unsupported', why)})."
+    return [f"{', '.join(names)}: not measured on any GPU shown "
+            f"({unavailable_text('unsupported', why.strip().rstrip('.'), limit=len(why) + 1)})."
             for why, names in by_reason.items()]
 
 

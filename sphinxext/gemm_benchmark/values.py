@@ -15,11 +15,11 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
-from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
+from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS, SAME_AS
 from gemm_bench.report import breakdown_figure, figures, precision_plan
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
-from gemm_bench.results.energy import step_energies
+from gemm_bench.results.energy import power_above_limit, step_energies
 from gemm_bench.results.kernel_kinds import PARTS
 from gemm_benchmark.model_step_values import DEFAULT_G, g_key, model_step_values
 from gemm_benchmark.records import Value, value_key
@@ -255,10 +255,6 @@ def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = 
 #: What a reader sees for each reason a number is absent (the table owner uses the same words).
 STATUS_WORDS = {"failed": "failed", "unsupported": "unsupported", "missing": "not measured"}
 
-#: A precision whose form in a mode is another precision's (``Precision.absent_modes``): FP8 Delayed's
-#: pre-quantized GEMM is FP8 Current's GEMM. Its cells are stored "unsupported" with that sentence as
-#: the reason; a reader sees "same as FP8 Current", never "unsupported" (it runs, as FP8 Current).
-SAME_AS: dict[tuple[str, str], str] = {("fp8-delayed", "prequant"): "fp8-current"}
 #: The status of a value that is another precision's (:data:`SAME_AS`); its ``reason`` is that precision's id.
 SAME = "same"
 
@@ -542,7 +538,11 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
             out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: energy {NOT_IN_RESULT}")
     else:
         joules = entry["energy_mj"] / 1000
+        device = doc.get("device")
+        above = power_above_limit(device if isinstance(device, dict) else {}, entry["power_w"],
+                                  [entry.get("power_source")])
         out[value_key("gemm-energy", mode, precision, "joules")] = Value(
-            f"{joules:.3g} J", f"{joules:.4g} J per step at {entry['power_w']:.0f} W, the recipe's step alone: {at}")
+            f"{joules:.3g} J", f"{joules:.4g} J per step at {entry['power_w']:.0f} W, the recipe's step alone: {at}"
+            + (f" ({above})" if above else ""))
         out[value_key("gemm-energy", mode, precision, "tokens-per-joule")] = Value(
             f"{entry['tokens_per_j']:.0f} tokens/J", f"{entry['tokens_per_j']:.1f} tokens per joule: {at}")

@@ -8,9 +8,14 @@ for the graphed step), 1-8 s on an H100. One recipe's plan per result (the plann
 every recipe's: the refresh's budget (issue 34) holds the whole site to five minutes.
 
 Energy: each recipe's graphed step alone under the power sampler for
-:data:`gemm_bench.results.energy.ENERGY_WINDOW_S` (its build and capture included, about 0.5-1 s a
-recipe): the timed group's power is every recipe's at once, and mostly the idle GPU's where flushes
-and read-back fill the window (gpt-oss-120b on an H100: busy 32-60%).
+:data:`gemm_bench.results.energy.ENERGY_WINDOW_S`, not the timed group's power, which is every
+recipe's at once and mostly the idle GPU's where flushes and read-back fill the window
+(gpt-oss-120b on an H100: busy 32-60%). The runner measures it on the layer-step group's own CUDA
+graphs right after that group's timed rounds (``layer_step.energy_after``, hooked in by
+``runner.py``: no second build and capture, a warm-up batch and the window a recipe), and this
+module only stores what it found (``runner.step_energy``). Where a runner has no such entries but a
+sampler, :func:`measure_plan_and_energy` falls back to ``layer_step.measure_step_energy``, which
+builds and captures each recipe's step itself (a script's path, ``tools/gpu_breakdown.py``).
 
 :func:`measure_plan_and_energy` is called once, by ``gemm_bench.measure.runner.measure_question``.
 """

@@ -87,6 +87,12 @@ PRECISIONS: dict[str, Precision] = {
 PRECISION_IDS: tuple[str, ...] = tuple(PRECISIONS)
 BASELINE = "bf16"
 
+#: A precision whose form in a mode is another precision's (:attr:`Precision.absent_modes`): FP8
+#: Delayed's pre-quantized GEMM is FP8 Current's. Its cells are stored "unsupported" with that
+#: sentence as the reason; a reader sees "same as FP8 Current", never "unsupported" (it runs, as
+#: FP8 Current): in tables and roles (the extension's ``values.absent_status``) and in figures.
+SAME_AS: dict[tuple[str, str], str] = {("fp8-delayed", "prequant"): "fp8-current"}
+
 
 def normalize_precision(text: str) -> str:
     """Accept ``fp8-current``, ``FP8_Current`` or the display name; return the id."""

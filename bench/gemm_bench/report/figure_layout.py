@@ -172,6 +172,15 @@ def wrap(text: str, size: float, width: float, *, bold: bool = False, balanced: 
     return lines
 
 
+def _title_lines(title: str, width: float) -> list[str]:
+    """A panel's title in lines of at most ``width`` points: whole if it fits, else broken before
+    its bracketed note first, then at spaces."""
+    if not title or text_width(title, FONT_PT) <= width:
+        return [title] if title else []
+    name, bracket, note = title.partition(" (")
+    return [line for part in (name, bracket.strip() + note) if part for line in wrap(part, FONT_PT, width)]
+
+
 def _greedy(text: str, size: float, width: float, bold: bool) -> list[str]:
     lines: list[str] = []
     current = ""
@@ -468,7 +477,6 @@ def layout(spec: FigureSpec, ink: str, *, width_in: float = WIDTH_IN) -> Scene:
     # A category label takes at most 45% of the width; a longer one wraps onto more lines.
     categories = [_category_labels(p, spec, width * _LABEL_SHARE) for p in spec.panels] if bars else []
     axes_pt = [(_rows_pt(p, categories[number]) if bars else _SWEEP_AXES_PT) for number, p in enumerate(spec.panels)]
-    head_pt = [(_LINE + 6 if p.title else 0.0) for p in spec.panels]
     zero_width = text_width("0.00", FONT_PT)
     if bars:
         left = _PAD + _TICK + max((text_width(line, FONT_PT, bold=label.bold)
@@ -481,6 +489,11 @@ def layout(spec: FigureSpec, ink: str, *, width_in: float = WIDTH_IN) -> Scene:
         rightmost = spec.panels[0].categories[-1] if spec.panels[0].categories else ""
         left = _PAD + _LINE + _TICK + zero_width
         right = _PAD + text_width(rightmost, FONT_PT) / 2
+    # A panel's title starts over its plot and wraps at the figure's right edge, its note in
+    # brackets on a line of its own first ("Pre-quantized (FP8 Delayed: same as FP8 Current)" is
+    # longer than a phone's plot).
+    heads = [_title_lines(p.title, width - left - _PAD) for p in spec.panels]
+    head_pt = [(_LINE + 6 + (len(lines) - 1) * _line_pitch(FONT_PT) if lines else 0.0) for lines in heads]
     # The value axis' label of a sweep or scatter, turned, centred on the last panel: wrapped
     # when longer than that panel and the free space beside it (the legend's band, the margin below).
     ylabel: list[str] = []
@@ -519,8 +532,9 @@ def layout(spec: FigureSpec, ink: str, *, width_in: float = WIDTH_IN) -> Scene:
         else:
             box = _sweep(items, texts, left, top, plot_width, panel_pt, spec, panel, ink, labels=last)
         items += _spines(box, ink)
-        if panel.title:
-            texts.append(Text(box.left, box.top - _TITLE_PAD, panel.title, FONT_PT, ink))
+        lines = heads[number]
+        texts += [Text(box.left, box.top - _TITLE_PAD - (len(lines) - 1 - i) * _line_pitch(FONT_PT), line, FONT_PT,
+                       ink) for i, line in enumerate(lines)]
         boxes.append(box)
         top += panel_pt + _PANEL_GAP
     final = boxes[-1]

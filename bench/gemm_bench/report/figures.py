@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from gemm_bench.question import hardware
 from gemm_bench.question.devices import device_label
-from gemm_bench.question.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS
+from gemm_bench.question.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS, SAME_AS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report.figure_layout import Scene, layout
 from gemm_bench.report.figure_spec import (
@@ -411,6 +411,7 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
     """
     panels = []
     ratios: list[float] = []
+    shown = {p for mode in modes for _, report in reports for p in measured_precisions(report, mode)}
     for mode in modes:
         measured = {p for _, report in reports for p in measured_precisions(report, mode)}
         order = [p for p in PRECISIONS if p in measured]
@@ -422,11 +423,29 @@ def summary_spec(reports: Sequence[tuple[str, Report]], modes: Sequence[str], *,
         )
         flagged = [_flag_marks(report, mode, measured_precisions(report, mode), [None]) for _, report in reports]
         ratios += [r for _, found in flagged for r in found]
-        panels.append(Panel(MODE_NAMES[mode], tuple(label + marks[0] for (label, _), (marks, _) in
-                                                     zip(reports, flagged, strict=True)), series))
+        absent = [p for p in PRECISIONS if p in shown - measured]
+        panels.append(Panel(MODE_NAMES[mode] + _absent_note(reports, absent, mode),
+                            tuple(label + marks[0] for (label, _), (marks, _) in zip(reports, flagged, strict=True)),
+                            series))
     spec = FigureSpec("bars", title, "Whole-model GEMM speedup vs BF16 (higher is faster)" + _flag_footnote(ratios),
                       "", tuple(panels))
     return None if spec.is_empty else spec
+
+
+def _absent_note(reports: Sequence[tuple[str, Report]], absent: Sequence[str], mode: str) -> str:
+    """What a panel's title adds for the legend's precisions it draws no bars of (the legend is one
+    for the whole figure, at its top): " (FP8 Delayed: same as FP8 Current)" where the precision has
+    no form of its own in ``mode`` (:data:`~gemm_bench.question.precisions.SAME_AS`), else its status
+    on the devices ("failed", "unsupported", "not measured"). Issue 35: the pre-quantized panel,
+    under a legend naming FP8 Delayed, had no Delayed bars and no word why."""
+    said = []
+    for p in absent:
+        if (p, mode) in SAME_AS:
+            said.append(f"{PRECISIONS[p].display}: same as {PRECISIONS[SAME_AS[p, mode]].display}")
+            continue
+        words = dict.fromkeys(status_reason(report.status(mode, p)[0], "") for _, report in reports)
+        said.append(f"{PRECISIONS[p].display}: {' or '.join(words)}")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 # ------------------------------------------------------------------------------------- writing

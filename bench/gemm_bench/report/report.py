@@ -48,7 +48,7 @@ from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report import roofline
 from gemm_bench.report.model_step import ModelStep, model_step_summary
 from gemm_bench.report.rounds import rounds_outcome
-from gemm_bench.results import cross_check, untrusted_text
+from gemm_bench.results import cross_check, energy, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.failed import failed_cells
 from gemm_bench.results.schema import (
@@ -1054,15 +1054,9 @@ def _step_json(r: StepResult) -> dict[str, Any]:
 
 
 def _power_note(doc: dict[str, Any], groups: list[dict[str, Any]], most: float) -> str:
-    """Why "up to 880 W" on a 700 W board is no error: the samples are instantaneous readings, and a
-    board's power limit is held by its controller on average (lowering the clock), not at every instant."""
-    try:
-        limit = float(doc.get("device", {}).get("power_limit_w"))
-    except (TypeError, ValueError):
-        return ""
-    if most <= limit or not any(g["clock"].get("power_source") == "instantaneous" for g in groups):
-        return ""
-    return f"power samples are instantaneous: the {limit:.0f} W limit holds on average, not at every instant"
+    """Why "up to 880 W" on a 700 W board is no error: :func:`gemm_bench.results.energy.power_above_limit`,
+    the sentence the pages' energy lines use too."""
+    return energy.power_above_limit(doc.get("device", {}), most, (g["clock"].get("power_source") for g in groups))
 
 
 def describe_method(method: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ Pure: no torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gemm_bench.question.precisions import PRECISIONS
@@ -40,6 +40,26 @@ ENERGY_RULE = (f"energy per step = the timed group's median board power (NVML in
                f"{SAMPLE_INTERVAL_S * 1000:g} ms by a separate process) x the step's published time; the group "
                "interleaves every recipe, so the power is the group's, not each recipe's own; energy_mj_max uses the "
                "group's highest sample and bounds the step's energy from above")
+
+
+def power_above_limit(device: Mapping[str, Any], watts: float, sources: Iterable[object]) -> str:
+    """Why a power reading above the board's limit ("board power up to 880 W" in ``gemm-bench report``,
+    "745 W" in a page's energy line, on a 700 W H100) is no error; "" when ``watts`` is within the
+    limit (``device["power_limit_w"]``, as nvidia-smi reported it), the limit is unknown, or no reading
+    was instantaneous (``sources``: the readings' ``power_source``).
+
+    NVML's power on Hopper is the board's instantaneous draw, not an average: the power controller
+    holds the enforced limit on average over its own window (by lowering the clock), so samples, and
+    the median of a fraction of a second's samples, can sit above it. One sentence for every place a
+    reading shows, so the report and the pages explain it alike."""
+    try:
+        limit = float(str(device.get("power_limit_w")))  # "700.00" as nvidia-smi wrote it; "None" fails
+    except ValueError:
+        return ""
+    if not watts > limit or "instantaneous" not in set(sources):
+        return ""
+    return (f"power samples are instantaneous: the {limit:.0f} W limit holds on average over the power "
+            "controller's window, not at every instant, so a short stretch of heavy work reads above it")
 
 
 def step_group(groups: Sequence[Mapping[str, Any]], precision: str, *, run_id: str | None,

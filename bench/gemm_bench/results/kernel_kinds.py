@@ -9,8 +9,11 @@ nothing is classified silently.
 
 Order matters and is part of the rules:
 
-* attention comes before GEMMs, because FlashAttention 3's kernels are ``cutlass::device_kernel<
-  flash::...>`` and cuDNN's SDPA kernels name ``wgmma``;
+* attention comes before GEMMs, as a guard: attention is matrix products, and FlashAttention 3's
+  kernels are CUTLASS kernels (``cutlass::device_kernel<flash::...>``), so an attention kernel's
+  name (template arguments included) may hold a GEMM rule's words (``gemm``, ``cutlass3x``); with
+  attention first it counts as attention whatever it holds. No recorded name needs the guard yet:
+  cuDNN's SDPA kernels name ``wgmma`` (the instruction), which no GEMM rule matches;
 * GEMMs come before quantization, because FP8 GEMMs name their types (``e4m3``);
 * the recipes' scale bookkeeping (amax, scale updates) comes before the optimizer, because both
   run as ``multi_tensor_apply_kernel``;
