@@ -64,3 +64,31 @@ def test_bad_rules_name_the_source() -> None:
         validate_fields(["method", "te"], source="gemm_benchmark_stale_when")
     with pytest.raises(StackError, match="must be a list"):
         validate_fields("torch")  # type: ignore[arg-type]
+
+
+def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whole_again() -> None:
+    """Issues 32/33: the H200 results predate the model step and the step energy; without this rule
+    refresh called them fresh and the pages' "comes with its next refresh" never came true."""
+    import json
+    from pathlib import Path
+
+    from gemm_bench.question.question import build_question
+    from gemm_bench.results.stack import Rules, lacking_blocks, remeasure
+
+    cache = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+    q = build_question(model="llama3-8b")
+    old = json.loads((cache / f"{q.hash}--h200.json").read_text())
+    new = json.loads((cache / f"{q.hash}--h100-80gb-hbm3.json").read_text())
+    assert lacking_blocks(old, q) == ["the model's training step", "each recipe's step energy"]
+    todo = remeasure(old, q, ["bf16", "fp8-current"], ["autocast"], local=None, rules=Rules())
+    assert todo is not None and "lacks the model's training step" in todo.why
+    assert set(todo.modes) >= {"autocast", "prequant"}  # measured whole, as a stale result is
+    assert lacking_blocks(new, q) == []
+    # a mixture of experts: this code measures no model step for it, so only the energy is lacking
+    moe = build_question(model="mixtral-8x7b")
+    moe_old = json.loads((cache / f"{moe.hash}--h200.json").read_text())
+    assert lacking_blocks(moe_old, moe) == ["each recipe's step energy"]
+    # a result whose run sampled no power (no NVML) lacks no energy; a sweep has no layer step at all
+    for group in moe_old["groups"]:
+        group.pop("clock", None)
+    assert lacking_blocks(moe_old, moe) == []

@@ -21,6 +21,7 @@ from gemm_bench.measure.step import ROUTING_NAMES, routings
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
 from gemm_bench.question.devices import device_label
+from gemm_bench.question.model_step import not_measured_reason as model_step_not_measured
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
@@ -333,8 +334,12 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
         for g in sorted(summary.rows, reverse=True):
             table.row(model_step_row(main, summary, precisions, gpu, notes, g))
     elif main is not None and main.config is not None and unsupported_reason(main.config) is None:
+        # A result without it is re-measured by the next refresh (results.stack.lacking_blocks), unless
+        # this code measures no model step for such a layer yet: then the reason, not a promise.
+        why = model_step_not_measured(main.config)
         table.span(Shown("Model step", strong=True),
-                   Shown(f"not measured on the {gpu} yet: tokens/s, MFU and memory come with its next refresh",
+                   Shown(f"not measured on the {gpu} yet: tokens/s, MFU and memory come with its next refresh"
+                         if why is None else f"not measured: {why}",
                          classes=("gemm-na", "gemm-model-step-missing")))
     for mode in per_gemm:
         table.row(mode_row(measured.reports[mode], mode, precisions, gpu, notes))

@@ -74,6 +74,19 @@ def unsupported_reason(config: ModelConfig | None) -> str | None:
     return None
 
 
+def not_measured_reason(config: ModelConfig | None) -> str | None:
+    """Why this code measures no model step for this question (:func:`unsupported_reason`, or a layer
+    the model step's parts cannot build yet), or None when a run measures it: one rule for the runner
+    (which measures it) and the cache's freshness (which re-measures a result that lacks it)."""
+    reason = unsupported_reason(config)
+    if reason or config is None:
+        return reason
+    if config.is_moe or config.is_mla:
+        return ("The model step's parts are built for dense layers only so far: a mixture-of-experts or "
+                "multi-latent-attention layer's first and cached micro-batches are not measured yet.")
+    return None
+
+
 # ------------------------------------------------------------------------------------ FLOPs
 def megatron_flops(config: ModelConfig, *, layers: int | None = None, micro_batches: int = 1) -> Fraction:
     """Model FLOPs of ``micro_batches`` micro-batches of the whole model (all TP ranks), exactly as

@@ -21,6 +21,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from gemm_bench.question.model_step import not_measured_reason
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, gemm_modes
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
@@ -194,6 +195,10 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
     if rules.force:
         return Todo(everything, list(modes), "forced", peers)
     stale = is_stale(doc, max_age_days=rules.max_age_days) or stack_staleness(doc, local, rules.stale_when)
+    lacking = lacking_blocks(doc, question)
+    if not stale and lacking:
+        stale = (f"the result lacks {' and '.join(lacking)}, which this code measures in the same run "
+                 "(measured whole again)")
     if stale:
         # A stale file is replaced whole (a new method or stack never merges with the old one), so
         # the new run also measures every mode and precision the file holds: no page loses them.
@@ -224,6 +229,27 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
         why = "; ".join(parts)
     cached = [c["precision"] for c in doc["cells"] if c["mode"] in want_modes]
     return Todo(list(dict.fromkeys([*everything, *cached])), want_modes, why, peers)
+
+
+def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
+    """What a result of a model question lacks that this code measures in the same run as its layer
+    step (issues 32 and 33): the model's training step (where :func:`not_measured_reason` has none)
+    and each recipe's step energy (where the run sampled power). A result measured before the code
+    measured them is otherwise fresh; without this it would stay so, and the pages' "measured with
+    the next refresh" would never come true. A model question's run always measures its layer step
+    (:func:`complete_modes`); a result without a measured graphed step lacks nothing here."""
+    if question.kind != "model" or question.config is None:
+        return []
+    graphed = [c for c in doc.get("layer", []) if c.get("mode") == "layer-graphed" and c.get("status") == "measured"]
+    if not graphed:
+        return []
+    out = []
+    if "model_step" not in doc and not_measured_reason(question.config) is None:
+        out.append("the model's training step")
+    sampled = any((g.get("clock") or {}).get("samples") for g in doc.get("groups", []))
+    if "energy" not in doc and sampled:
+        out.append("each recipe's step energy")
+    return out
 
 
 def outdated_layer_modes(doc: dict[str, Any], question: Question, modes: Sequence[str],
