@@ -171,3 +171,15 @@ def test_every_config_field_is_classified():
     assert set(INT_FIELDS) | set(BOOL_FIELDS) == {*SHAPE_FIELDS, *MOE_FIELDS, *MLA_FIELDS, *NOT_MEASURED,
                                                   *MODEL_STEP_FIELDS,
                                                   "num_attention_heads", "sequence_parallel"}
+
+
+def test_a_tensor_parallel_note_names_the_collectives_megatron_runs() -> None:
+    """Megatron's tensor parallelism all-reduces without sequence parallelism and all-gathers /
+    reduce-scatters with it; the note named the latter for every TP question (the models page, which
+    counts all-reduces, contradicted it)."""
+    from gemm_bench.question.question import build_question
+
+    plain = " ".join(build_question(model="llama3-70b/tp8").notes)
+    assert "communication (all-reduce) is not timed" in plain and "reduce-scatter" not in plain
+    sp = " ".join(build_question(model="llama3-70b/tp8", fields={"sequence_parallel": True}).notes)
+    assert "all-gather / reduce-scatter" in sp

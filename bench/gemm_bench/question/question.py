@@ -169,9 +169,11 @@ class Question:
                 "duplicated on every rank (not split), and with sequence parallelism each projects 1/TP of the tokens."
             )
         if self.config is not None and self.config.tensor_model_parallel_size > 1:
+            collectives = ("all-gather / reduce-scatter" if self.config.sequence_parallel
+                           else "all-reduce")  # Megatron's TP collectives without and with sequence parallelism
             notes.append(
                 f"Shapes of one rank at tensor-parallel size {self.config.tensor_model_parallel_size}; "
-                "communication (all-gather / reduce-scatter) is not timed."
+                f"communication ({collectives}) is not timed."
             )
         return notes
 
