@@ -323,3 +323,20 @@ def test_the_directive_lists_fp8_delayed_prequant_as_fp8_currents_not_unsupporte
     items = [li.get_text(" ", strip=True) for li in project.html().select("ul.gemm-unavailable li")]
     delayed = [t for t in items if t.startswith("FP8 Delayed")]
     assert delayed and all("same as FP8 Current" in t and "unsupported" not in t for t in delayed), items
+
+
+def test_the_answers_sqnr_says_its_inputs_are_gaussian_and_the_same_for_every_model() -> None:
+    """A reader pass found the same "least accurate GEMM keeps 24.6 dB" under every model on both GPUs,
+    read as a finding about each model; the inputs are Gaussian, the figure nearly model-independent."""
+    import json
+    from pathlib import Path
+
+    from gemm_bench.question.question import build_question
+    from gemm_bench.report.report import Report
+    from gemm_benchmark import answer_text
+
+    q = build_question(model="llama3-8b")
+    doc = json.loads((Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+                      / f"{q.hash}--h100-80gb-hbm3.json").read_text())
+    text = answer_text._accuracy(Report(doc), "autocast", ["bf16", "fp8-delayed", "fp8-block"], "fp8-delayed", {})
+    assert text.startswith("On Gaussian inputs (nearly the same for every model) its least accurate GEMM keeps ")
