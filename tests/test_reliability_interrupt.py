@@ -26,7 +26,7 @@ from typing import Any
 from gemm_bench.question.question import build_question
 from gemm_bench.results.cache import Cache, dumps, read_document
 from gemm_bench.results.schema import merge_documents
-from tests.helpers import default_ctrl_c, synthetic_document
+from tests.helpers import default_ctrl_c, stop, synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
 PRELUDE = f"import sys, time\nsys.path.insert(0, {str(ROOT)!r})\n"
@@ -71,8 +71,7 @@ def test_killed_refresh_leaves_exactly_the_old_or_the_new_file(tmp_path: Path) -
         proc = _python(WRITER.format(cache=str(tmp_path)))
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
         time.sleep(rng.uniform(0.0, 0.25))
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=20)
+        out, _, _ = stop(proc, sig)  # Ctrl-C pressed again if the first was lost in a finalizer
         completed = len(out.split())  # the stores the writer reported done
         # Replay: state 0 is the old file, state j+1 = merge(state j as read back, document j).
         state = read_document_bytes(old_bytes)
