@@ -67,12 +67,19 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope, which this keeps within each group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if any(item.get_closest_marker("gpu") for item in items) and not cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU with Transformer Engine")
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+    # ``slow`` tests (seconds each: fuzzers, whole-site builds, killed processes) first, in a stable
+    # order. pytest-xdist's worksteal hands each worker a contiguous half of this list and moves tests
+    # only from the end of a queue, never a worker's last two: with the fuzzers last alphabetically in
+    # one half, one worker ran them for 18 s after the other had finished. First, the run ends on
+    # short tests that either worker can take.
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

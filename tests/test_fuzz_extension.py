@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bs4 import BeautifulSoup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,7 @@ def batches(draw: st.DrawFn) -> list[dict[str, Any]]:
     return _device_documents(draw, draw(st.integers(4, 10)))
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 @settings(max_examples=8, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -203,6 +204,7 @@ def _cli(*argv: str) -> int:
         return cli.main(list(argv))
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(hostile_documents(), st.sampled_from(["json", "json", "json", "raw", "symlink"]))
 def test_hostile_result_files_never_crash_the_core_or_the_cli(case: tuple[dict[str, Any], int], how: str) -> None:

@@ -35,6 +35,7 @@ for i in itertools.count():
 """
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def test_killed_writers_never_leave_a_half_file(tmp_path: Path) -> None:
     cache = Cache(tmp_path)
     first = synthetic_document()

@@ -282,6 +282,7 @@ def _build(src: Path, builddir: Path, page: str, monkeypatch: pytest.MonkeyPatch
     return warning.getvalue(), received, records
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def test_fuzzed_directives_warn_at_their_line_and_agree_with_the_cli(fuzz_project, tmp_path_factory, monkeypatch):
     built: set[tuple[tuple[str, str], ...]] = set()
     compared = {"agree_valid": 0, "agree_invalid": 0}

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gemm_bench.question.question import build_question
 from gemm_bench.results.cache import Cache, dumps, read_document
 from gemm_bench.results.schema import merge_documents
@@ -60,6 +62,7 @@ def _python(code: str, **kwargs: Any) -> subprocess.Popen:
                             stdin=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=default_ctrl_c, **kwargs)
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def test_killed_refresh_leaves_exactly_the_old_or_the_new_file(tmp_path: Path) -> None:
     cache = Cache(tmp_path)
     path = cache.store(synthetic_document())
@@ -198,6 +201,9 @@ def measure(question, precisions, modes, *, peers=False, peers_only=False):
     return doc
 
 execution.gpu_detector = lambda: (execution.LocalGpu("Test GPU 80GB", measure), "")
+# The box's software stack as a CPU machine's (no Transformer Engine: local_stack() says None), so
+# that neither child imports torch (a second each) to find it out, whatever the machine.
+execution._stack["stack"] = None
 question = build_question(model="te-guide-5b", fields={{"seq_length": {seq}}})
 print("ready", flush=True)
 sys.stdin.readline()
