@@ -16,8 +16,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 pytest_plugins = ["sphinx.testing.fixtures"]
+
+# Hypothesis profiles (``pytest --hypothesis-profile=NAME``). Every fuzzer states its budget in examples,
+# ``@settings(max_examples=fuzz_examples(N))``, and the profile scales it: ``ci`` (what ``nox -s tests``
+# and so CI run, and what the suite's time is counted with) and the default run N; ``thorough`` runs
+# 10 N, for a change to what a fuzzer covers or a nightly job (``nox -s tests -- --hypothesis-profile=
+# thorough``: about 10x the fuzzers' minutes). ``ci`` has no deadline (a loaded 2-core machine is
+# slow, not wrong) and prints the blob that reproduces a failure.
+hypothesis_settings.register_profile("ci", deadline=None, print_blob=True)
+hypothesis_settings.register_profile("thorough", deadline=None, print_blob=True, max_examples=1000)
+
+
+def fuzz_examples(n: int) -> int:
+    """A fuzzer's stated budget of ``n`` examples under the loaded profile (``thorough``: 10 n)."""
+    return max(1, round(n * hypothesis_settings.default.max_examples / 100))
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"

@@ -27,6 +27,7 @@ from sphinx.testing.util import SphinxTestApp
 
 from gemm_bench.question.devices import device_slug
 from gemm_bench.results.cache import CacheError, file_name, read_document
+from tests.conftest import fuzz_examples
 from tests.test_fuzz_results import BASES, hostile_documents
 
 TE_HASH = BASES[0]["question_hash"]
@@ -51,7 +52,7 @@ def batches(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow  # started first in a parallel run (conftest.py)
-@settings(max_examples=8, deadline=None, database=None,
+@settings(max_examples=fuzz_examples(8), deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(batches())
