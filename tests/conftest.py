@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -89,12 +91,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
-    # ``slow`` tests (seconds each: fuzzers, whole-site builds, killed processes) first, in a stable
-    # order. pytest-xdist's worksteal hands each worker a contiguous half of this list and moves tests
-    # only from the end of a queue, never a worker's last two: with the fuzzers last alphabetically in
-    # one half, one worker ran them for 18 s after the other had finished. First, the run ends on
-    # short tests that either worker can take.
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("slow") is None)
+    items[:] = slow_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` with the ``slow`` ones (seconds each: fuzzers, whole-site builds, killed processes) at
+    the head of each worker's share, dealt round-robin; otherwise in their order.
+
+    pytest-xdist's worksteal gives worker k the k-th contiguous part of this list (``len // n``, then
+    the rest alike) and later moves tests only from the end of a queue, never a worker's last two:
+    with the fuzzers last alphabetically in one half, one worker ran them for 18 s after the other
+    had finished. At the head of each share, the run ends on short tests that any worker can take.
+    """
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    rest = iter([item for item in items if not item.get_closest_marker("slow")])
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for k in range(workers):
+        size = left // (workers - k)
+        left -= size
+        share = slow[k::workers]
+        ordered += share + list(itertools.islice(rest, max(0, size - len(share))))
+    return ordered + list(rest)
 
 
 @pytest.fixture(autouse=True)

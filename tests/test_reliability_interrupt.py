@@ -63,7 +63,6 @@ def _python(code: str, **kwargs: Any) -> subprocess.Popen:
                             stdin=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=default_ctrl_c, **kwargs)
 
 
-@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def _start_writer(cache: Path, *, late_s: float = 0.0) -> subprocess.Popen:
     """A WRITER that has printed "ready" and been told to go.
 
@@ -81,6 +80,7 @@ def _start_writer(cache: Path, *, late_s: float = 0.0) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def test_killed_refresh_leaves_exactly_the_old_or_the_new_file(tmp_path: Path) -> None:
     cache = Cache(tmp_path)
     path = cache.store(synthetic_document())
