@@ -93,14 +93,17 @@ def tests(session: nox.Session) -> None:
     tests skip (no CUDA, no Transformer Engine).
 
     In parallel: one pytest-xdist worker per CPU core (``-n auto``), tests handed out as workers
-    free up (``--dist worksteal``: the suite's longest tests, fuzzers and multi-process refreshes,
-    otherwise pile up at the end of one worker). ``nox -s tests -- -n 0`` runs serially; arguments
-    after ``--`` come last, so they win. Every test is xdist-safe: temporary directories per worker
-    (or shared on purpose under a file lock, tests/site_build.py), ports chosen by the OS, no cwd or
-    environment changes outside ``monkeypatch``.
+    free up (``--dist worksteal``), the ``slow`` ones first (tests/conftest.py), so that the run
+    ends on short tests rather than on one worker's fuzzer. ``nox -s tests -- -n 0`` runs serially;
+    arguments after ``--`` come last, so they win. Every test is xdist-safe: temporary directories
+    per worker (or shared on purpose under a file lock, tests/site_build.py), ports chosen by the OS,
+    no cwd or environment changes outside ``monkeypatch``.
+
+    The fuzzers run the budgets they state (Hypothesis profile ``ci``, tests/conftest.py);
+    ``nox -s tests -- --hypothesis-profile=thorough`` runs ten times as many examples.
     """
     session.install("-e", ".[docs,test,test-torch]")
-    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs)
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", "--hypothesis-profile=ci", *session.posargs)
 
 
 @nox.session

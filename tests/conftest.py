@@ -11,13 +11,30 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 pytest_plugins = ["sphinx.testing.fixtures"]
+
+# Hypothesis profiles (``pytest --hypothesis-profile=NAME``). Every fuzzer states its budget in examples,
+# ``@settings(max_examples=fuzz_examples(N))``, and the profile scales it: ``ci`` (what ``nox -s tests``
+# and so CI run, and what the suite's time is counted with) and the default run N; ``thorough`` runs
+# 10 N, for a change to what a fuzzer covers or a nightly job (``nox -s tests -- --hypothesis-profile=
+# thorough``: about 10x the fuzzers' minutes). ``ci`` has no deadline (a loaded 2-core machine is
+# slow, not wrong) and prints the blob that reproduces a failure.
+hypothesis_settings.register_profile("ci", deadline=None, print_blob=True)
+hypothesis_settings.register_profile("thorough", deadline=None, print_blob=True, max_examples=1000)
+
+
+def fuzz_examples(n: int) -> int:
+    """A fuzzer's stated budget of ``n`` examples under the loaded profile (``thorough``: 10 n)."""
+    return max(1, round(n * hypothesis_settings.default.max_examples / 100))
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -67,12 +84,35 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope, which this keeps within each group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if any(item.get_closest_marker("gpu") for item in items) and not cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU with Transformer Engine")
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+    items[:] = slow_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` with the ``slow`` ones (seconds each: fuzzers, whole-site builds, killed processes) at
+    the head of each worker's share, dealt round-robin; otherwise in their order.
+
+    pytest-xdist's worksteal gives worker k the k-th contiguous part of this list (``len // n``, then
+    the rest alike) and later moves tests only from the end of a queue, never a worker's last two:
+    with the fuzzers last alphabetically in one half, one worker ran them for 18 s after the other
+    had finished. At the head of each share, the run ends on short tests that any worker can take.
+    """
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    rest = iter([item for item in items if not item.get_closest_marker("slow")])
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for k in range(workers):
+        size = left // (workers - k)
+        left -= size
+        share = slow[k::workers]
+        ordered += share + list(itertools.islice(rest, max(0, size - len(share))))
+    return ordered + list(rest)
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import signal
+import subprocess
 from typing import Any
 
 from gemm_bench.question.question import Question, build_question
@@ -94,3 +95,40 @@ def default_ctrl_c() -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+#: What CPython prints when it drops an exception raised inside a finalizer (``__del__``, a weakref callback).
+LOST_IN_A_FINALIZER = "Exception ignored in"
+
+
+def stop(proc: Any, sig: int, *, grace_s: float = 5.0, presses: int = 4) -> tuple[str, str, int]:
+    """Send ``sig`` to ``proc`` and wait for it to exit: ``(stdout, stderr, presses)``.
+
+    SIGKILL is sent once. SIGINT is pressed again after ``grace_s`` while the process still runs, as
+    a user whose Ctrl-C went unnoticed would, up to ``presses`` times. CPython drops a
+    KeyboardInterrupt raised inside a finalizer (it prints ``Exception ignored in ...`` and goes on):
+    a writer that stores in a loop runs filelock's ``BaseFileLock.__del__`` on every store, and a
+    Ctrl-C landing in it (about 1 in 300 random instants) used to leave the writer looping while the
+    test waited 10 s and failed. A second press is accepted only when the child's stderr shows that
+    loss (so ``stderr`` must be a pipe); a child that ignores Ctrl-C, or one still running after
+    every press, is killed (nothing is left behind) and the test fails, saying which.
+    """
+    proc.send_signal(sig)
+    pressed = 1
+    while True:
+        try:  # a retried communicate() keeps what the first read: the whole output comes back at the end
+            out, stderr = proc.communicate(timeout=grace_s if sig == signal.SIGINT else 4 * grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            if sig != signal.SIGINT or pressed >= presses:
+                proc.kill()
+                proc.communicate()
+                raise AssertionError(f"the child did not exit within {grace_s:g} s of signal "
+                                     f"{signal.Signals(sig).name} (pressed {pressed} time(s))") from None
+            proc.send_signal(sig)
+            pressed += 1
+    stderr = stderr or ""
+    if pressed > 1:
+        assert LOST_IN_A_FINALIZER in stderr, (
+            f"the child needed {pressed} Ctrl-C presses but dropped none in a finalizer:\n{stderr[-2000:]}")
+    return out or "", stderr, pressed

@@ -147,6 +147,7 @@ def _sphinx(out: Path, *args: str, style: str) -> tuple[str, str]:
     return ANSI.sub("", done.stdout), ANSI.sub("", done.stderr)
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def test_docs_rebuild_sees_no_configuration_change_and_the_brief_log_has_no_noise(tmp_path, docs_site):
     out = tmp_path / "html"
     # The first build is the run's shared one (the same docs/, cache mode), copied here: its output

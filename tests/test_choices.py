@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
 from gemm_bench.question.precisions import MODES, PRECISION_IDS, PRECISIONS, normalize_mode, normalize_precision
+from tests.conftest import fuzz_examples
 
 
 @pytest.mark.parametrize(
@@ -52,7 +53,7 @@ spellings = st.sampled_from(sorted(s for pid in PRECISION_IDS for s in spellings
 separators = st.sampled_from([",", ", ", " ", "\n", " ,\t"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=fuzz_examples(200), deadline=None)
 @given(st.lists(st.tuples(spellings, separators), min_size=1, max_size=8))
 def test_any_spelling_and_separator_gives_the_ids_in_first_seen_order(items: list[tuple[str, str]]) -> None:
     text = "".join(spelling + sep for spelling, sep in items)

@@ -22,7 +22,7 @@ from gemm_bench.cli import main
 from gemm_bench.measure import phases
 from gemm_bench.measure.timing import TimerSettings
 from gemm_bench.results.cache import Cache, read_document
-from tests.conftest import make_document
+from tests.conftest import fuzz_examples, make_document
 
 ROOT = Path(__file__).resolve().parent.parent
 TE_GUIDE = ["--hidden-size", "4096", "--ffn-hidden-size", "16384", "--num-attention-heads", "32", "--num-layers",
@@ -292,7 +292,7 @@ def test_repetitions_3_times_3_rounds_and_the_method_says_so() -> None:
             "10 and at most 40 rounds or 10 s") in default.method()["rounds_rule"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=fuzz_examples(200), deadline=None)
 @given(st.integers(1, 100_000), st.integers(1, 100_000), st.floats(1e-3, 3600),
        st.floats(allow_nan=True, allow_infinity=True))
 def test_rounds_never_exceed_the_request_nor_fall_below_the_floor(reps: int, floor: int, cap: float,
@@ -525,7 +525,7 @@ def fuzz_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.filterwarnings("ignore")
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=fuzz_examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_argv_of_every_subcommand_exits_0_2_or_3_with_one_line(data: st.DataObject, fuzz_tmp: Path,

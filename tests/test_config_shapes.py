@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemm_bench.question.config import PRESETS, ConfigError, ModelConfig, cli_flag, config_from_hf, config_from_mapping
 from gemm_bench.question.question import build_question
 from gemm_bench.question.shapes import GemmShape, layer_gemms, manual_gemms, parse_shape, square_sweep
+from tests.conftest import fuzz_examples
 
 HF = Path(__file__).parent / "data" / "hf"
 
@@ -169,6 +170,7 @@ def test_a_question_takes_one_source() -> None:
 dims = st.sampled_from([64, 128, 256])
 
 
+@settings(max_examples=fuzz_examples(100))  # hypothesis's default, stated
 @given(
     heads_per_group=st.sampled_from([1, 2, 4, 8]),
     groups=st.sampled_from([1, 2, 4, 8]),

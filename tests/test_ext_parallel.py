@@ -6,6 +6,8 @@ import io
 import shutil
 from pathlib import Path
 
+import pytest
+
 from gemm_bench.question.question import build_question
 
 H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
@@ -19,6 +21,7 @@ def _outputs(outdir: Path) -> dict[str, bytes]:
             if p.is_file() and p.name not in skip and ".doctrees" not in p.parts}
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def test_parallel_build_equals_serial(tmp_path, make_app, real_result, make_result, store_result):
     src = tmp_path / "src"
     shutil.copytree(ROOTS / "test-parallel", src)

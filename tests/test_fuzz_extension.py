@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bs4 import BeautifulSoup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from sphinx.testing.util import SphinxTestApp
 
 from gemm_bench.question.devices import device_slug
 from gemm_bench.results.cache import CacheError, file_name, read_document
+from tests.conftest import fuzz_examples
 from tests.test_fuzz_results import BASES, hostile_documents
 
 TE_HASH = BASES[0]["question_hash"]
@@ -49,7 +51,8 @@ def batches(draw: st.DrawFn) -> list[dict[str, Any]]:
     return _device_documents(draw, draw(st.integers(4, 10)))
 
 
-@settings(max_examples=8, deadline=None, database=None,
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
+@settings(max_examples=fuzz_examples(8), deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(batches())

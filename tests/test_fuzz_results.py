@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +34,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results.accuracy_schema import DISTRIBUTIONS
 from gemm_bench.results.cache import CacheError, file_name, read_document
 from gemm_bench.results.schema import document_gemms
+from tests.conftest import fuzz_examples
 from tests.fake_beyond import beyond_document
 from tests.helpers import synthetic_document
 
@@ -203,7 +205,9 @@ def _cli(*argv: str) -> int:
         return cli.main(list(argv))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
+@settings(max_examples=fuzz_examples(200), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(hostile_documents(), st.sampled_from(["json", "json", "json", "raw", "symlink"]))
 def test_hostile_result_files_never_crash_the_core_or_the_cli(case: tuple[dict[str, Any], int], how: str) -> None:
     doc, base = case

@@ -6,6 +6,7 @@ The pool runs real worker processes (spawned, as on a GPU box) with a fake GPU
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -438,7 +440,8 @@ def test_a_gpu_whose_workers_keep_dying_is_given_up(tmp_path: Path, calls: Path,
 
 
 @pytest.mark.parametrize("swallowed", [False, True], ids=["plain", "swallowed-twice"])
-def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, calls: Path, swallowed: bool) -> None:
+def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, calls: Path, swallowed: bool,
+                                                             shared_site_reads: Any) -> None:
     """Ctrl-C in a terminal: SIGINT to the whole process group (parent and workers).
 
     ``swallowed-twice``: as on the GPU machine under ``timeout -s INT`` (which signals the command
@@ -448,11 +451,17 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_stored(tmp_path: Path, cal
     src = site(tmp_path)
     cache = tmp_path / "cache"
     jobs, _ = collect_jobs(src)
+    # The refresh in the child reads the pages as this run already did (tests.site_build.SiteReads):
+    # what is tested here is the pool's Ctrl-C, not a Sphinx read of the same pages once more.
+    read = tmp_path / "site-read.json"
+    read.write_text(json.dumps(shared_site_reads(src)), encoding="utf-8")
     code = textwrap.dedent(f"""\
-        import sys
+        import json, sys
         from pathlib import Path
+        from gemm_bench.cli import refresh as module
         from gemm_bench.cli.refresh import GpuSlot, refresh
         from tests.fake_gpu import fake_measure
+        module.read_site = lambda srcdir: json.loads(Path({str(read)!r}).read_text(encoding="utf-8"))
         gpus = [GpuSlot(0, {DEVICE_NAME!r}, "a"), GpuSlot(1, {DEVICE_NAME!r}, "b")]
         outcome = refresh(Path({str(src)!r}), cache_dir=Path({str(cache)!r}), gpus=gpus, measure=fake_measure,
                           lock_dir=Path({str(tmp_path / 'locks')!r}), with_studies=False)

@@ -38,7 +38,7 @@ from gemm_bench.question.shapes import GemmShape
 from gemm_benchmark import directive as directive_module
 from gemm_benchmark import records as site_records
 from gemm_benchmark.options import OPTIONS, OptionError, known_devices, parse_options, split_list
-from tests.conftest import DATA, copy_real_document
+from tests.conftest import DATA, copy_real_document, fuzz_examples
 
 INT_OPTIONS = [f.replace("_", "-") for f in INT_FIELDS]
 BOOL_OPTIONS = [f.replace("_", "-") for f in sorted(BOOL_FIELDS)]
@@ -282,11 +282,12 @@ def _build(src: Path, builddir: Path, page: str, monkeypatch: pytest.MonkeyPatch
     return warning.getvalue(), received, records
 
 
+@pytest.mark.slow  # started first in a parallel run (conftest.py)
 def test_fuzzed_directives_warn_at_their_line_and_agree_with_the_cli(fuzz_project, tmp_path_factory, monkeypatch):
     built: set[tuple[tuple[str, str], ...]] = set()
     compared = {"agree_valid": 0, "agree_invalid": 0}
 
-    @settings(max_examples=35, deadline=None, database=None,
+    @settings(max_examples=fuzz_examples(35), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
     @given(st.lists(option_sets(), min_size=30, max_size=34, unique_by=tuple),
            st.lists(config_sets(), min_size=8, max_size=10, unique_by=tuple))

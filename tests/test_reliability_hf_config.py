@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from gemm_bench.question.config import ConfigError, cli_flag
 from gemm_bench.question.question import build_question
+from tests.conftest import fuzz_examples
 
 HF = Path(__file__).parent / "data" / "hf"
 REAL = {p.name: json.loads(p.read_text()) for p in sorted(HF.glob("*.json"))}
@@ -130,7 +131,7 @@ def hostile_configs(draw: Any) -> bytes:
     return json.dumps(raw).encode("utf-8", "surrogatepass")
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=fuzz_examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_configs(), st.sampled_from([{}, {"seq_length": 128}, {"tensor_model_parallel_size": 2}]))
 def test_fuzzed_hostile_configs_give_a_question_or_a_config_error_and_nothing_else(data: bytes, fields) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from gemm_bench.question.config import BOOL_FIELDS, INT_FIELDS, PRESETS, ModelConfig
 from gemm_bench.question.question import step_key
 from gemm_benchmark.options import OptionError, parse_options
+from tests.conftest import fuzz_examples
 
 HERE = Path(__file__).parent
 PRESET_NAMES = sorted(PRESETS)
@@ -62,7 +63,7 @@ def model_options(draw) -> tuple[str, dict[str, Any]]:
     return name, {f: draw(st.sampled_from(OVERRIDES[f])) for f in fields}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=fuzz_examples(150), deadline=None)
 @given(model_options(), st.data())
 def test_preset_and_spelled_out_numbers_give_one_hash_in_any_order_and_spacing(preset_and_fields, data):
     name, fields = preset_and_fields
@@ -84,7 +85,7 @@ def test_preset_and_spelled_out_numbers_give_one_hash_in_any_order_and_spacing(p
 SHAPES = ["8192x4096x4096", "8192x4096x14336", "1x1x1", "4096x8192x1024"]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=fuzz_examples(100), deadline=None)
 @given(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=4, unique=True), st.data())
 def test_shapes_and_sweeps_ignore_order_separators_case_and_duplicates(shapes, data):
     reference = _hash({"shapes": ", ".join(shapes)})
@@ -113,7 +114,7 @@ NOT_MEASURED = ["num_layers", "moe_dense_layers"]
 MODEL_STEP_FIELDS = ["vocab_size", "make_vocab_size_divisible_by", "num_microbatches"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=fuzz_examples(400), deadline=None)
 @given(model_options(),
        st.sampled_from([*SHAPE_FIELDS, *MOE_FIELDS, *MLA_FIELDS, *NOT_MEASURED, *MODEL_STEP_FIELDS,
                         "num_attention_heads"]),

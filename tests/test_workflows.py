@@ -85,6 +85,7 @@ def site_device_selectors() -> set[str]:
     return {d for job in jobs for ask in job.asks for d in ask.devices}
 
 
+@pytest.mark.usefixtures("shared_site_reads")  # the site is read once per test run (conftest.py)
 def test_refresh_matrix_has_one_gpu_runner_per_device_family_the_site_shows(refresh: dict[str, Any]) -> None:
     assert "schedule" in refresh["on"] and "workflow_dispatch" in refresh["on"]
     measure = refresh["jobs"]["measure"]
