@@ -341,7 +341,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc = runner.measure(q, list(precisions), list(modes))
     with phases.optional_phase(profiler, phases.WRITING):
         path = _write_result(doc, args)
-    echo(Report(doc, modes=modes, precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)]).to_text())
+    from gemm_bench.report import training_text
+
+    echo(training_text.text(Report(doc, modes=modes,
+                                   precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)])))
     echo(f"\nwrote {path}")
     if profiler is not None:
         profiler.finish()
@@ -397,11 +400,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         doc = read_document(path)
     except CacheError as exc:
         raise UsageError(f"FILE: {exc}") from None
+    from gemm_bench.report import training_text
+
     report = Report(doc, num_layers=args.num_layers)
     if args.json:
-        echo(json.dumps(report.to_json(), indent=1))
+        echo(json.dumps(training_text.to_json(report), indent=1))
     else:
-        echo(report.to_text())
+        echo(training_text.text(report))
     return 0
 
 

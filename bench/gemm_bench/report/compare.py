@@ -44,6 +44,7 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODE_NAMES, PRECISION_IDS, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
+from gemm_bench.report.model_step import part_absence
 from gemm_bench.report.report import Cell, Report, StepResult
 from gemm_bench.results import studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
@@ -137,6 +138,43 @@ class StepChange:
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelStepChange:
+    """One precision's model training step at G micro-batches per optimizer step, in A and in B: its
+    tokens/s per GPU and its speedup over BF16 (tokens/s over BF16's, inside each run) with the spread
+    :meth:`gemm_bench.report.report.Report.model_step` composes at the parts' quartiles."""
+
+    microbatches: int
+    precision: str
+    a_tokens_per_s: float | None
+    b_tokens_per_s: float | None
+    a_speedup: tuple[float, float, float] | None  # (median, low, high)
+    b_speedup: tuple[float, float, float] | None
+    #: Why a side has no model step for this recipe ("" where it has one).
+    a_status: str = ""
+    b_status: str = ""
+
+    @property
+    def flagged(self) -> bool:
+        """The speedups differ by more than the two spreads together (the training step's rule), or
+        one side has a model step and the other not; BF16's own row only by the latter."""
+        if (self.a_tokens_per_s is None) != (self.b_tokens_per_s is None):
+            return True
+        if self.precision == BASELINE or self.a_speedup is None or self.b_speedup is None:
+            return False
+        allowed = (self.a_speedup[2] - self.a_speedup[1]) + (self.b_speedup[2] - self.b_speedup[1])
+        return abs(self.a_speedup[0] - self.b_speedup[0]) > allowed
+
+    def to_json(self) -> dict[str, Any]:
+        def speedup(value: tuple[float, float, float] | None) -> dict[str, float] | None:
+            return None if value is None else {"value": value[0], "low": value[1], "high": value[2]}
+
+        return {"microbatches": self.microbatches, "precision": self.precision,
+                "a_tokens_per_s": self.a_tokens_per_s, "b_tokens_per_s": self.b_tokens_per_s,
+                "a_speedup_vs_bf16": speedup(self.a_speedup), "b_speedup_vs_bf16": speedup(self.b_speedup),
+                "a_status": self.a_status, "b_status": self.b_status, "flagged": self.flagged}
+
+
+@dataclasses.dataclass(frozen=True)
 class SqnrChange:
     """One GEMM pass's SQNR (dB) in one mode, precision and input distribution, in A and in B."""
 
@@ -203,6 +241,11 @@ class Comparison:
     title: str = ""
     steps: list[StepChange] = dataclasses.field(default_factory=list)
     sqnr: list[SqnrChange] = dataclasses.field(default_factory=list)
+    model_steps: list[ModelStepChange] = dataclasses.field(default_factory=list)
+
+    @property
+    def flagged_model_steps(self) -> list[ModelStepChange]:
+        return [m for m in self.model_steps if m.flagged]
 
     @property
     def flagged(self) -> list[Change]:
@@ -230,6 +273,9 @@ class Comparison:
                                  "b_relative_spread, or a speedup on one side only",
             "sqnr": [c.to_json() for c in self.sqnr],
             "sqnr_flagged_when": f"|b_db - a_db| > {SQNR_TOLERANCE_DB} dB, or measured on one side only",
+            "model_steps": [m.to_json() for m in self.model_steps],
+            "model_step_flagged_when": "|a_speedup - b_speedup| > (a_high - a_low) + (b_high - b_low), or a model "
+                                       "step on one side only",
         }
 
     def to_text(self) -> str:
@@ -248,6 +294,7 @@ class Comparison:
                 lines.append(f"  {field(_gemm_name(g.gemm)):<26}{field(g.shape):>22}  "
                              f"{PRECISIONS[g.precision].display:<13}{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)}"
                              f" {_ratio(g, 8)}" + (f"  {field(g.unmatched)}" if g.unmatched else ""))
+        lines += self._model_step_lines()
         if self.steps:
             lines += ["", "== Training step (speedup vs BF16 inside each run; ! = change beyond both spreads) =="]
             lines.append(f"  {'step':<26}{'precision':<14}{'A ms':>10}{'B ms':>10}{'A vs BF16':>12}{'B vs BF16':>12}")
@@ -265,6 +312,33 @@ class Comparison:
                              f"{field(_gemm_name(q.gemm)):<28}{DISTRIBUTIONS[q.distribution].display[:12]:<13}"
                              f"{_num(q.a_db, 8, 1)}{_num(q.b_db, 8, 1)}  !")
         return "\n".join(lines)
+
+    def _model_step_lines(self) -> list[str]:
+        """The model's training step per G and recipe: tokens/s per GPU and speedup vs BF16 in A and B."""
+        if not self.model_steps:
+            return []
+        lines = ["", "== The model's training step (tokens/s per GPU; speedup vs BF16 in each run, with its spread) ==",
+                 f"  {'G':>2}  {'precision':<13}{'A tokens/s':>12}{'B tokens/s':>12}  {'A vs BF16':<20}"
+                 f"{'B vs BF16':<20}! = change beyond both spreads"]
+        for m in self.model_steps:
+            lines.append(f"  {m.microbatches:>2}  {PRECISIONS[m.precision].display:<13}{_num(m.a_tokens_per_s, 12, 0)}"
+                         f"{_num(m.b_tokens_per_s, 12, 0)}  {_model_x(m.a_speedup, m.a_status):<20}"
+                         f"{_model_x(m.b_speedup, m.b_status):<20}{'!' if m.flagged else ''}".rstrip())
+        return lines
+
+    def _model_steps_markdown(self) -> list[str]:
+        if not self.model_steps:
+            return []
+        flagged = self.flagged_model_steps
+        out = ["", (f"**The model's training step: {len(flagged)} change(s) beyond the measured spread** (marked !):"
+                    if flagged else "The model's training step: no speedup changed by more than the measured spread."),
+               "", "| G | precision | A tokens/s | B tokens/s | A vs BF16 | B vs BF16 | changed |",
+               "|---:|---|---:|---:|---:|---:|---|"]
+        for m in self.model_steps:
+            out.append(f"| {m.microbatches} | {PRECISIONS[m.precision].display} | {_num(m.a_tokens_per_s, 0, 0)} | "
+                       f"{_num(m.b_tokens_per_s, 0, 0)} | {markdown(_model_x(m.a_speedup, m.a_status))} | "
+                       f"{markdown(_model_x(m.b_speedup, m.b_status))} | {'!' if m.flagged else ''} |")
+        return out
 
     def to_markdown(self, *, all_gemms: bool = False) -> str:
         """Totals of every mode and precision, then the GEMMs whose change exceeds the spread."""
@@ -290,7 +364,7 @@ class Comparison:
                 out.append(f"| {MODE_NAMES[g.mode]} | {PRECISIONS[g.precision].display} | "
                            f"{markdown(_gemm_name(g.gemm))} | {markdown(g.shape)} | {_num(g.a_ms, 0, 4)} | "
                            f"{_num(g.b_ms, 0, 4)} | {ratio} |")
-        out += self._steps_markdown() + self._sqnr_markdown()
+        out += self._model_steps_markdown() + self._steps_markdown() + self._sqnr_markdown()
         return "\n".join(out) + "\n"
 
     def _steps_markdown(self) -> list[str]:
@@ -352,6 +426,13 @@ def _step_x(speedup: float | None, spread: float | None, status: str, width: int
         return f"{status or '-':>{width}}"
     text = f"{speedup:.2f}x" + (f" ±{spread:.0%}" if spread else "")
     return f"{text:>{width}}"
+
+
+def _model_x(speedup: tuple[float, float, float] | None, status: str) -> str:
+    """``1.33x (1.30-1.35x)``, the model step's speedup with its spread, or what the side says instead."""
+    if speedup is None:
+        return status or "-"
+    return f"{speedup[0]:.2f}x ({speedup[1]:.2f}-{speedup[2]:.2f}x)"
 
 
 def _ratio(change: Change, width: int) -> str:
@@ -422,7 +503,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, modes: Sequence[str] | None
                 gemms.append(Change(mode, precision, f"{gemm.op}/{gemm.pass_}", gemm.label, a_ms, b_ms, spread,
                                     unmatched=unmatched))
     return Comparison(a, b, chosen_modes, chosen_precisions, gemms, totals, title,
-                      compare_steps(ra, rb, chosen_precisions), compare_sqnr(ra, rb))
+                      compare_steps(ra, rb, chosen_precisions), compare_sqnr(ra, rb),
+                      compare_model_steps(ra, rb, chosen_precisions))
 
 
 def _step_status(result: StepResult) -> str:
@@ -451,6 +533,43 @@ def compare_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[Ste
                                   sa.spread, sb.spread,
                                   _step_status(sa), _step_status(sb)))
     return out
+
+
+def compare_model_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[ModelStepChange]:
+    """The model's training step of each recipe at every G either side composes (1 and the question's
+    G): nothing where neither result has a model step (a result measured before it was)."""
+    sa, sb = ra.model_step(), rb.model_step()
+    if sa is None and sb is None:
+        return []
+    gs = sorted({*(sa.rows if sa is not None else ()), *(sb.rows if sb is not None else ())}, reverse=True)
+    out = []
+    for g in gs:
+        for precision in [BASELINE, *(p for p in precisions if p != BASELINE)]:
+            row_a = sa.row(precision, g) if sa is not None else None
+            row_b = sb.row(precision, g) if sb is not None else None
+            if row_a is None and row_b is None:
+                continue
+            out.append(ModelStepChange(g, precision, row_a.tokens_per_s if row_a else None,
+                                       row_b.tokens_per_s if row_b else None, _model_speedup(row_a),
+                                       _model_speedup(row_b), _model_status(ra, sa, row_a, precision),
+                                       _model_status(rb, sb, row_b, precision)))
+    return out
+
+
+def _model_speedup(row: Any) -> tuple[float, float, float] | None:
+    if row is None or row.precision == BASELINE or row.speedup is None:
+        return None
+    return (row.speedup, row.speedup_low, row.speedup_high)
+
+
+def _model_status(report: Report, summary: Any, row: Any, precision: str) -> str:
+    """What a model-step cell says without a speedup: ``baseline`` for BF16's, else why it has none."""
+    if row is not None:
+        return "baseline" if precision == BASELINE else ""
+    if summary is None:
+        return "not measured"
+    status, _ = part_absence(report.doc, precision)
+    return status or "not measured"
 
 
 def _sqnr_cells(report: Report) -> dict[tuple[str, str, str, str, str, int, int, int, int], float | None]:
@@ -657,12 +776,14 @@ class DirectoryComparison:
         """What changed beyond the spread, counted over every file: the first lines a reviewer reads."""
         gemms = sum(len([g for g in c.gemms if g.flagged]) for _, c in self.compared)
         steps = [(name, t) for name, c in self.compared for t in c.flagged_steps]
+        model_steps = sum(len(c.flagged_model_steps) for _, c in self.compared)
         sqnr = sum(len(c.flagged_sqnr) for _, c in self.compared)
         study_rows = sum(len(c.flagged) for _, c in self.studies_compared)
         named = "".join(f"; {markdown(name)} {MODE_NAMES[t.mode]} {PRECISIONS[t.precision].display} "
                         f"{markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} → "
                         f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())}" for name, t in steps[:5])
         out = [f"- GEMMs changed beyond the measured spread: {gemms}",
+               f"- model training steps (tokens/s) changed beyond the measured spread: {model_steps}",
                f"- training steps changed beyond the measured spread: {len(steps)}{named}",
                f"- SQNR cells changed by more than {SQNR_TOLERANCE_DB:g} dB: {sqnr}",
                f"- study values changed beyond their spread: {study_rows}"]

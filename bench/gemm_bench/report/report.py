@@ -63,6 +63,12 @@ from gemm_bench.results.schema import (
 
 Key = tuple[str, str]  # (mode, precision)
 
+#: The training step's two forms as the site names them (docs/index.rst: "the training step" is one
+#: layer's step replayed as a CUDA graph, the eager step beside it); the CLI's report and compare say
+#: the same. MODE_NAMES' "Layer step" stays the mode's name where a mode is named (tabs, ``--modes``).
+STEP_WORDS = {"layer-graphed": "Training step (one layer, CUDA graph)",
+              "layer": "Training step, eager (one layer, host work included)"}
+
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
@@ -787,13 +793,18 @@ class Report:
             out["sqnr_reason"] = {d: self.sqnr_reason(c.mode, c.precision, c.gemm, d) or None for d in DISTRIBUTIONS}
         return out
 
-    def to_text(self) -> str:
+    def to_text(self, *, lead: Sequence[str] = (), after_steps: Sequence[str] = ()) -> str:
         """The report as lines of text at most :data:`TEXT_WIDTH` columns (a longer line, a note or a
         reason, wraps under its own indent); every line is one line whatever a result file's strings
-        hold (a newline or an escape sequence in a device name or reason is shown escaped)."""
-        return "\n".join(wrapped for line in self._text_lines() for wrapped in _wrap(untrusted_text.field(line)))
+        hold (a newline or an escape sequence in a device name or reason is shown escaped).
 
-    def _text_lines(self) -> Iterable[str]:
+        ``lead`` goes after the header (the model's step leads, as on the models page) and
+        ``after_steps`` after the training steps (their breakdown, plan and energy):
+        :func:`gemm_bench.report.training_text.text` fills both, from modules this one cannot import."""
+        return "\n".join(wrapped for line in self._text_lines(lead, after_steps)
+                         for wrapped in wrap_line(untrusted_text.field(line)))
+
+    def _text_lines(self, lead: Sequence[str] = (), after_steps: Sequence[str] = ()) -> Iterable[str]:
         doc = self.doc
         dev, prov = doc["device"], doc["provenance"]
         yield (
@@ -806,6 +817,7 @@ class Report:
             yield f"rounds: {outcome}"
         for note in doc.get("notes", []):
             yield f"note: {note}"
+        yield from lead
         for mode in self.modes:
             yield ""
             yield f"== {MODE_NAMES[mode]} =="
@@ -862,6 +874,7 @@ class Report:
             yield from self._roofline_lines(mode, measured)
             yield from self._accuracy_lines(mode)
         yield from self._step_lines()
+        yield from after_steps
         yield from self._peer_lines()
         yield from self._telemetry_lines()
 
@@ -1021,11 +1034,12 @@ class Report:
                 yield f"  {r.backend:<{backend_width}} {where:<{where_width}} {r.status}: {r.reason}"
 
 
-#: The widest line :meth:`Report.to_text` prints (a terminal, a log, a pull request's code block).
+#: The widest line :meth:`Report.to_text` prints (a terminal, a log, a pull request's code block);
+#: every command of the CLI holds its output to it (:func:`wrap_line`).
 TEXT_WIDTH = 100
 
 
-def _wrap(line: str) -> list[str]:
+def wrap_line(line: str) -> list[str]:
     """``line`` in lines of at most :data:`TEXT_WIDTH` columns, continued under its own indent plus two
     (a word longer than the width, a file path, is broken rather than left over the edge)."""
     if len(line) <= TEXT_WIDTH:

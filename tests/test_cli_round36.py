@@ -1,0 +1,146 @@
+"""Issue 35 item 5 with issues 32/33, a hostile maintainer's pass of the CLI: ``report`` and ``compare``
+give what the models page leads with (the model's training step, the breakdown, the plan, energy),
+every command fits 100 columns, the refresh's estimate counts the studies, and the words match the site's."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemm_bench.cli import main
+from gemm_bench.report import breakdown_figure, precision_plan
+from gemm_bench.report.report import Report
+from gemm_bench.results import energy
+from gemm_bench.results.cache import read_document
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "docs" / "_gemm_cache"
+#: Llama 3 70B at TP 8 on the H100: a model step, breakdowns, a mixed plan and energy.
+FULL = CACHE / "1b59f8aaa83a14db--h100-80gb-hbm3.json"
+#: The same question on the H200, measured before the model step (method v4).
+OLDER = CACHE / "1b59f8aaa83a14db--h200.json"
+SWEEP = CACHE / "4803128f66703ed6--h100-80gb-hbm3.json"
+
+
+def call(argv: Sequence[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    return code, out.getvalue(), err.getvalue()
+
+
+def flat(text: str) -> str:
+    """The text's words on one line (the report wraps at 100 columns)."""
+    return " ".join(text.split())
+
+
+# ------------------------------------------------------------------------------ 1. the model's step and the rest
+def test_report_leads_with_the_model_step_then_gives_breakdown_plan_and_energy() -> None:
+    """Before: none of the four was in ``report``: the numbers the models page's answers lead with."""
+    code, out, err = call(["report", str(FULL)])
+    assert code == 0, err
+    doc = read_document(FULL)
+    summary = Report(doc).model_step()
+    assert summary is not None and summary.microbatches == 8
+    assert out.index("== The model's training step") < out.index("== Autocast ==")
+    words = flat(out)
+    for g in (1, 8):  # both G, each recipe's tokens/s and MFU as the report layer composes them
+        for p in ("bf16", "fp8-delayed"):
+            row = summary.row(p, g)
+            assert row is not None and row.mfu is not None
+            assert f"{g} {'BF16' if p == 'bf16' else 'FP8 Delayed'} {row.ms_per_microbatch:.2f} " \
+                   f"{row.tokens_per_s:,.0f} {row.tflops:.1f} {row.mfu:.0%}" in words
+    delayed = summary.row("fp8-delayed")
+    assert delayed is not None and f"{delayed.speedup:.2f}x ({delayed.speedup_low:.2f}-" in words
+    assert flat(summary.sentence("fp8-delayed") or "missing") in words
+    memory = summary.memory["fp8-delayed"]
+    assert "memory of one rank's model step, GiB" in words and f"FP8 Delayed {memory.peak / 2**30:.1f} +" in words
+    bars = breakdown_figure.bars(doc["layer"], "layer-graphed")
+    assert "== Where the training step's time goes (ms per step) ==" in out
+    assert flat(breakdown_figure.sentence(bars) or "missing") in words
+    assert flat(precision_plan.plan_sentence(doc["plan"])) in words
+    assert "with te.autocast(enabled=False):" in out
+    for p, entry in energy.step_energies(doc).items():
+        assert energy.energy_words(entry) in words, p
+
+
+def test_report_json_carries_the_model_step_breakdown_plan_and_energy() -> None:
+    code, out, err = call(["report", str(FULL), "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    doc = read_document(FULL)
+    summary = Report(doc).model_step()
+    assert summary is not None
+    rows = {(r["microbatches"], r["precision"]): r for r in data["model_step"]["rows"]}
+    assert set(rows) == {(g, p) for g in (1, 8) for p in ("bf16", "fp8-delayed", "fp8-current", "fp8-block")}
+    assert rows[8, "fp8-current"]["tokens_per_s"] == summary.row("fp8-current").tokens_per_s  # type: ignore[union-attr]
+    assert data["model_step"]["memory"]["bf16"]["peak"] == summary.memory["bf16"].peak
+    assert data["model_step"]["microbatches"] == 8 and data["model_step_reason"] is None
+    graphed = data["breakdown"]["modes"]["layer-graphed"]
+    assert graphed["steps"][0]["precision"] == "bf16"
+    assert graphed["sentence"] == breakdown_figure.sentence(breakdown_figure.bars(doc["layer"], "layer-graphed"))
+    assert data["plan"]["keep_in_bf16"] == ["attn_out"] and data["plan"]["sentence"]
+    assert data["energy"]["words"]["bf16"] == energy.energy_words(energy.step_energies(doc)["bf16"])
+
+
+def test_a_result_without_them_says_why_and_a_sweep_has_no_model_section() -> None:
+    code, out, _ = call(["report", str(OLDER)])
+    assert code == 0
+    assert "== The model's training step (one rank, per micro-batch) ==\nNot measured in this result (method v4)" in out
+    assert "== Where the training step's time goes" not in out and "== Precision plan ==" not in out
+    data = json.loads(call(["report", str(OLDER), "--json"])[1])
+    assert data["model_step"] is None and "method v4" in data["model_step_reason"]
+    assert data["plan"] is None and data["energy"] is None and data["breakdown"] is None
+    assert "model's training step" not in call(["report", str(SWEEP)])[1]
+
+
+def _slower_model_step(doc: dict[str, Any], precision: str, factor: float) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    for part in doc["model_step"]["parts"]:
+        if part["precision"] == precision and part["part"].startswith("layer"):
+            part["ms"] *= factor
+            part["stats"] = {k: ([v * factor for v in x] if isinstance((x := part["stats"][k]), list) else
+                                 x * factor if k.endswith("_ms") else x) for k in part["stats"]}
+    return doc
+
+
+def test_compare_gives_the_model_steps_speedups_in_a_and_b() -> None:
+    """Before: compare had no model step at all."""
+    from gemm_bench.report.compare import compare
+
+    doc = read_document(FULL)
+    same = compare(doc, copy.deepcopy(doc))
+    assert [(m.microbatches, m.precision) for m in same.model_steps][:2] == [(8, "bf16"), (8, "fp8-delayed")]
+    assert not same.flagged_model_steps
+    text = same.to_text()
+    row = Report(doc).model_step().row("fp8-delayed")  # type: ignore[union-attr]
+    assert "== The model's training step (tokens/s per GPU" in text
+    assert f"{row.speedup:.2f}x ({row.speedup_low:.2f}-{row.speedup_high:.2f}x)" in text  # type: ignore[union-attr]
+    slower = compare(doc, _slower_model_step(doc, "fp8-delayed", 1.5))
+    assert {(m.microbatches, m.precision) for m in slower.flagged_model_steps} == {(1, "fp8-delayed"),
+                                                                                 (8, "fp8-delayed")}
+    assert "The model's training step: 2 change(s) beyond the measured spread" in slower.to_markdown()
+    assert slower.to_json()["model_steps"][1]["flagged"] is True
+    gone = copy.deepcopy(doc)
+    del gone["model_step"]
+    assert all(m.flagged and m.b_status == "not measured" for m in compare(doc, gone).model_steps)
+
+
+@pytest.mark.parametrize("precision", ["fp8-block"])
+def test_a_recipe_without_model_step_parts_reads_its_reason(precision: str) -> None:
+    doc = read_document(FULL)
+    doc["model_step"]["parts"] = [p for p in doc["model_step"]["parts"] if p["precision"] != precision]
+    from gemm_bench.report import training_text
+
+    text = training_text.text(Report(doc))
+    assert "FP8 Block   n/a: its parts are not in this result (not measured for this recipe)" in text
