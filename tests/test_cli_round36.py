@@ -144,3 +144,98 @@ def test_a_recipe_without_model_step_parts_reads_its_reason(precision: str) -> N
 
     text = training_text.text(Report(doc))
     assert "FP8 Block   n/a: its parts are not in this result (not measured for this recipe)" in text
+
+
+# ------------------------------------------------------------------------------ 2. every command fits 100 columns
+WIDTH = 100
+STUDIES = sorted((CACHE / "studies").glob("*--*.json"))
+
+
+def _site_model_ids() -> list[str]:
+    import re
+
+    from gemm_bench.question.config import PRESET_DESCRIPTIONS
+
+    page = (ROOT / "docs" / "models.rst").read_text(encoding="utf-8")
+    shown = {i.strip() for line in re.findall(r":models: (.*)", page) for i in line.split(",")}
+    return sorted({*PRESET_DESCRIPTIONS, *shown})
+
+
+def _commands() -> list[list[str]]:
+    results = sorted(CACHE.glob("*--*.json"))
+    out = [["presets"], *(["shapes", "--model", m] for m in _site_model_ids())]
+    out += [["report", str(p)] for p in [*results, *STUDIES]]
+    by_question: dict[str, list[Path]] = {}
+    for path in results:
+        by_question.setdefault(path.name.split("--")[0], []).append(path)
+    out += [["compare", str(a), str(b)] for a, b in (pair[:2] for pair in by_question.values() if len(pair) > 1)]
+    by_study: dict[str, list[Path]] = {}
+    for path in STUDIES:
+        by_study.setdefault(path.name.split("--")[0], []).append(path)
+    out += [["compare", str(a), str(b)] for a, b in (pair[:2] for pair in by_study.values())]
+    return out
+
+
+def _too_wide(text: str) -> list[str]:
+    return [line for line in text.splitlines() if len(line) > WIDTH]
+
+
+@pytest.mark.parametrize("argv", _commands(), ids=lambda argv: " ".join(Path(a).name if a.endswith(".json") else a
+                                                                          for a in argv))
+def test_every_command_on_the_committed_cache_fits_100_columns(argv: list[str]) -> None:
+    """Before: shapes printed 101-295 columns (DeepSeek-V3, TP and Mixtral notes), presets 120, compare 117
+    (studies 143, with columns run together: "...seed range)1.9821"), the study error 264, and the
+    sweep's report split "FP8 Current" from its numbers."""
+    code, out, err = call(argv)
+    assert code == 0, err
+    assert not _too_wide(out + err), _too_wide(out + err)[:3]
+
+
+def test_the_sweeps_roofline_keeps_each_precision_with_its_numbers() -> None:
+    import re
+
+    out = call(["report", str(SWEEP)])[1]
+    sections = [s.split("\n\n")[0] for s in out.split("roofline-predicted vs measured")[1:]]
+    assert len(sections) == 2
+    for line in (line for s in sections for line in s.splitlines()[1:]):
+        for part in line[2:].split(" | "):  # the label column, then "FP8 Current 0.0100/0.0289" parts
+            assert re.fullmatch(r"(\S+ +)?(BF16|FP8 \w+|MXFP8|NVFP4) (\d+\.\d{4}/\d+\.\d{4}|-)",
+                                part.strip()), line
+
+
+def test_compare_of_two_caches_and_of_study_runs_fits_100_columns(tmp_path: Path) -> None:
+    import shutil
+
+    other = tmp_path / "cache"
+    shutil.copytree(CACHE, other)
+    changed = json.loads((other / FULL.name).read_text(encoding="utf-8"))
+    changed["provenance"]["date"] = "2026-11-26T00:00:00+00:00"
+    (other / FULL.name).write_text(json.dumps(changed), encoding="utf-8")
+    (other / OLDER.name).unlink()
+    loss = other / "studies" / "loss-parity--h200.json"
+    study = json.loads(loss.read_text(encoding="utf-8"))
+    study["provenance"]["date"] = "2026-11-26T00:00:00+00:00"
+    loss.write_text(json.dumps(study), encoding="utf-8")
+    code, out, err = call(["compare", str(CACHE), str(other)])
+    assert code == 0, err
+    assert f"== {FULL.name} ==" in out and f"removed {OLDER.name}" in out and "studies/loss-parity" in out
+    assert not _too_wide(out)
+
+
+def test_report_on_a_study_gives_its_values_in_100_columns() -> None:
+    """Before: a 264-character error line; now the study's own report (issue 35 item 5's first choice)."""
+    code, out, err = call(["report", str(CACHE / "studies" / "loss-parity--h200.json")])
+    assert code == 0 and err == ""
+    assert out.startswith("loss-parity study: NVIDIA H200 |")
+    assert "gemm-loss-parity directive" in out and "gemm-bench compare A B" in out
+    assert "FP8 Current: final validation loss  2.0033 (beyond BF16's seed range)" in out
+    data = json.loads(call(["report", str(CACHE / "studies" / "loss-parity--h200.json"), "--json"])[1])
+    assert data["study"] == "loss-parity" and {"what": "FP8 Delayed: final validation loss",
+                                               "value": "1.9821 (within BF16's seed range)"} in data["values"]
+
+
+@pytest.mark.parametrize("device", ["b200", "h100", "h200"])
+def test_refresh_dry_run_fits_100_columns(device: str, shared_site_reads: Any) -> None:
+    code, out, err = call(["refresh", str(ROOT / "docs"), "--dry-run", "--device", device])
+    assert code == 0, err
+    assert not _too_wide(out + err), _too_wide(out + err)[:3]

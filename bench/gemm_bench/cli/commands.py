@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from gemm_bench.cli import fleet as cli_fleet
-from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, one_line
+from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, echo_wrapped, one_line
 from gemm_bench.cli.extras import needs
 from gemm_bench.measure import phases
 from gemm_bench.measure.compile_cache import use_persistent_compile_cache
@@ -188,11 +188,11 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     if args.json:
         echo(json.dumps([g.to_dict() for g in q.gemms], indent=1))
         return 0
-    echo(q.describe())
+    echo_wrapped(q.describe())
     for note in q.notes:
-        echo(f"note: {note}")
+        echo_wrapped(f"note: {note}")
     if q.ignored_flags:
-        echo(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
+        echo_wrapped(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
     echo(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
     for g in q.gemms:
         echo(f"{OP_NAMES.get(g.op, g.op):<18}{PASS_NAMES[g.pass_]:<7}{f'{g.m}x{g.k}x{g.n}':>24}"
@@ -391,11 +391,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     study = study_in(path)
-    if study is not None:
-        raise UsageError(f"FILE: {path} holds the {one_line(str(study['study']))} study measured on "
-                         f"{one_line(str(study['device']['name']))}, not a question's result; its page shows it "
-                         f"(the gemm-{one_line(str(study['study']))} directive), and two runs of it compare with "
-                         "gemm-bench compare A B")
+    if study is not None:  # its own report: what it is, where the site shows it, its values
+        from gemm_bench.report.compare import StudyReport
+
+        found = StudyReport(study)
+        echo(json.dumps(found.to_json(), indent=1) if args.json else found.to_text())
+        return 0
     try:
         doc = read_document(path)
     except CacheError as exc:
@@ -412,7 +413,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_presets(args: argparse.Namespace) -> int:
     for name, text in PRESET_DESCRIPTIONS.items():
-        echo(f"{name:<14} {text}")
+        echo_wrapped(f"{name:<14} {text}", hanging=15)
     return 0
 
 

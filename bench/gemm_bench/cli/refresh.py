@@ -52,6 +52,7 @@ from gemm_bench.measure.phases import CAPTURE, EAGER, PROFILER_START, SPIN_UP, S
 from gemm_bench.question.devices import device_slug, selects
 from gemm_bench.question.precisions import BASELINE, MODES, PRECISION_IDS
 from gemm_bench.question.question import Question
+from gemm_bench.report.compare import wrapped
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError
 from gemm_bench.results.merge import PeersMergeError, store_peers
@@ -394,7 +395,7 @@ def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[Gp
                      + (f", plus {unknown} question(s) without an estimate" if unknown else ""))
     if fresh:
         lines.append(f"{len(fresh)} question(s) already fresh for this GPU")
-    return "\n".join(lines)
+    return wrapped(lines)
 
 
 # ------------------------------------------------------------------------------- GPUs and locks
@@ -874,7 +875,7 @@ def describe_studies(tasks: Sequence[StudyTask]) -> str:
     lines = [f"studies: {len(tasks)} to measure after the questions, on the first GPU"]
     lines += [f"  {t.name}: {t.reason} | " + (f"~{t.estimate_s:.0f} s (its last run)" if t.estimate_s is not None
                                                 else "no estimate (never measured)") for t in tasks]
-    return "\n".join(lines)
+    return wrapped(lines)
 
 
 def study_command(name: str, cache_dir: Path) -> list[str]:
@@ -924,7 +925,7 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
     cache = Cache(cache_dir or srcdir / "_gemm_cache")
     jobs, problems = collect_jobs(srcdir)
     for problem in problems:
-        out(f"warning: {problem}")
+        out(wrapped([f"warning: {problem}"]))
     if not gpus:
         raise RefreshError("--gpus: no GPU selected")
     tasks, fresh = make_plan(jobs, cache, gpus[0].name, local, rules)

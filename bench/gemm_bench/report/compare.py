@@ -45,7 +45,7 @@ from typing import Any
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODE_NAMES, PRECISION_IDS, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
 from gemm_bench.report.model_step import part_absence
-from gemm_bench.report.report import Cell, Report, StepResult
+from gemm_bench.report.report import TEXT_WIDTH, Cell, Report, StepResult, wrap_line
 from gemm_bench.results import studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.cache import MAX_FILE_BYTES, CacheError, read_document
@@ -289,11 +289,17 @@ class Comparison:
                 lines.append(f"  {PRECISIONS[t.precision].display:<14}{_num(t.a_ms, 12, 3)}{_num(t.b_ms, 12, 3)}"
                              f"{_ratio(t, 8)} {_x(t.a_speedup, 9)}{_x(t.b_speedup, 10)}")
             lines.append("")
-            lines.append(f"  {'GEMM':<26}{'shape':>22}  {'precision':<13}{'A ms':>10}{'B ms':>10} {'ratio':>8}")
-            for g in (g for g in self.gemms if g.mode == mode):
-                lines.append(f"  {field(_gemm_name(g.gemm)):<26}{field(g.shape):>22}  "
-                             f"{PRECISIONS[g.precision].display:<13}{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)}"
-                             f" {_ratio(g, 8)}" + (f"  {field(g.unmatched)}" if g.unmatched else ""))
+            rows = [g for g in self.gemms if g.mode == mode]
+            # Columns as wide as their entries (a sweep's names are long, a model's short); a GEMM one
+            # side lacks says so where its ratio would be.
+            name_w = max([4, *(len(field(_gemm_name(g.gemm))) for g in rows)])
+            shape_w = max([5, *(len(field(g.shape)) for g in rows)])
+            lines.append(f"  {'GEMM':<{name_w}}  {'shape':>{shape_w}}  {'precision':<12}{'A ms':>10}{'B ms':>10}"
+                         f" {'ratio':>8}")
+            for g in rows:
+                lines.append(f"  {field(_gemm_name(g.gemm)):<{name_w}}  {field(g.shape):>{shape_w}}  "
+                             f"{PRECISIONS[g.precision].display:<12}{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)} "
+                             + (f"  {field(g.unmatched)}" if g.unmatched else _ratio(g, 8)))
         lines += self._model_step_lines()
         if self.steps:
             lines += ["", "== Training step (speedup vs BF16 inside each run; ! = change beyond both spreads) =="]
@@ -311,7 +317,7 @@ class Comparison:
                 lines.append(f"  {MODE_NAMES[q.mode]:<14}{PRECISIONS[q.precision].display:<14}"
                              f"{field(_gemm_name(q.gemm)):<28}{DISTRIBUTIONS[q.distribution].display[:12]:<13}"
                              f"{_num(q.a_db, 8, 1)}{_num(q.b_db, 8, 1)}  !")
-        return "\n".join(lines)
+        return wrapped(lines)
 
     def _model_step_lines(self) -> list[str]:
         """The model's training step per G and recipe: tokens/s per GPU and speedup vs BF16 in A and B."""
@@ -631,11 +637,10 @@ class StudyComparison:
 
     def to_text(self) -> str:
         lines = [f"A: {describe_study(self.a)}", f"B: {describe_study(self.b)}", f"! = {self.rule}"]
-        lines += [f"  {field(r.what):<48}{field(r.a):>22}{field(r.b):>22}{'  !' if r.flagged else ''}"
-                  for r in self._shown()]
+        lines += value_rows([(r.what, r.a, r.b, "!" if r.flagged else "") for r in self._shown()])
         if not self.flagged:
             lines.append(f"  nothing changed beyond the study's spread ({len(self.rows)} values compared)")
-        return "\n".join(lines)
+        return wrapped(lines)
 
     def to_markdown(self, title: str) -> str:
         flagged = self.flagged
@@ -657,34 +662,40 @@ def describe_study(doc: dict[str, Any], escape: Callable[[str], str] = field) ->
     return describe_side(doc, escape) + f" | study method v{escape(str(doc['method_version']))}"
 
 
-def _loss_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
+def _loss_verdicts(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, float | None, str]], float | None]:
+    """Per recipe of a loss-parity run: (verdict against BF16's seed range, final validation loss,
+    reason), and the seed range's width (None without one)."""
     from gemm_bench.results import loss_parity_schema as lp
 
-    def verdicts(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, float | None, str]], float | None]:
-        data = doc["data"]
-        band = lp.seed_band(data)
-        width = band.high - band.low if isinstance(band, lp.SeedBand) else None
-        gaps = lp.gaps(data)
-        out = {}
-        for pid, recipe in lp.recipes_by_id(data).items():
-            loss = recipe.get("final_val_loss") if recipe["status"] == "measured" else None
-            verdict = recipe["status"]
-            gap = gaps.get(pid, {}).get("val")
-            if pid != BASELINE and gap is not None and isinstance(band, lp.SeedBand):
-                verdict = "within BF16's seed range" if band.holds(gap.delta) else "beyond BF16's seed range"
-            out[pid] = (verdict, loss, recipe.get("reason", ""))
-        return out, width
+    data = doc["data"]
+    band = lp.seed_band(data)
+    width = band.high - band.low if isinstance(band, lp.SeedBand) else None
+    gaps = lp.gaps(data)
+    out = {}
+    for pid, recipe in lp.recipes_by_id(data).items():
+        loss = recipe.get("final_val_loss") if recipe["status"] == "measured" else None
+        verdict = recipe["status"]
+        gap = gaps.get(pid, {}).get("val")
+        if pid != BASELINE and gap is not None and isinstance(band, lp.SeedBand):
+            verdict = "within BF16's seed range" if band.holds(gap.delta) else "beyond BF16's seed range"
+        out[pid] = (verdict, loss, recipe.get("reason", ""))
+    return out, width
 
-    va, width_a = verdicts(a)
-    vb, width_b = verdicts(b)
+
+def _loss_what(pid: str) -> str:
+    return f"{PRECISIONS[pid].display if pid in PRECISIONS else pid}: final validation loss"
+
+
+def _loss_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
+    va, width_a = _loss_verdicts(a)
+    vb, width_b = _loss_verdicts(b)
     width = max((w for w in (width_a, width_b) if w is not None), default=None)
     rows = []
     for pid in dict.fromkeys([*va, *vb]):
         verdict_a, loss_a, _ = va.get(pid, ("absent", None, ""))
         verdict_b, loss_b, _ = vb.get(pid, ("absent", None, ""))
         moved = (loss_a is not None and loss_b is not None and width is not None and abs(loss_b - loss_a) > width)
-        name = PRECISIONS[pid].display if pid in PRECISIONS else pid
-        rows.append(StudyRow(f"{name}: final validation loss", _loss_text(loss_a, verdict_a),
+        rows.append(StudyRow(_loss_what(pid), _loss_text(loss_a, verdict_a),
                              _loss_text(loss_b, verdict_b), verdict_a != verdict_b or moved))
     rule = ("a recipe whose verdict against BF16's seed range changes, or whose final validation loss moves by more "
             "than the seed range's width"
@@ -696,18 +707,20 @@ def _loss_text(loss: float | None, verdict: str) -> str:
     return f"{loss:.4f} ({verdict})" if loss is not None else verdict
 
 
-def _dynamic_range_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
-    def cells(doc: dict[str, Any]) -> dict[str, float | None]:
-        out: dict[str, float | None] = {}
-        for case in doc["data"]["cases"]:
-            for pid, result in case["results"].items():
-                name = PRECISIONS[pid].display if pid in PRECISIONS else pid
-                key = f"{name}: {case['tensor']}, {case['input']}, R={case['ratio']:g}"
-                out[key] = float(result["gemm"]["whole_db"]) if result["status"] == "measured" else None
-        return out
+def _dynamic_range_cells(doc: dict[str, Any]) -> dict[str, float | None]:
+    """Each case and recipe of a dynamic-range run: its GEMM's SQNR in dB (None: not measured)."""
+    out: dict[str, float | None] = {}
+    for case in doc["data"]["cases"]:
+        for pid, result in case["results"].items():
+            name = PRECISIONS[pid].display if pid in PRECISIONS else pid
+            key = f"{name}: {case['tensor']}, {case['input']}, R={case['ratio']:g}"
+            out[key] = float(result["gemm"]["whole_db"]) if result["status"] == "measured" else None
+    return out
 
+
+def _dynamic_range_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
     rows = [StudyRow(f"{key} GEMM SQNR", _db_text(da), _db_text(db), sqnr_changed(da, db))
-            for key, da, db in _paired_db(cells(a), cells(b))]
+            for key, da, db in _paired_db(_dynamic_range_cells(a), _dynamic_range_cells(b))]
     return rows, f"a GEMM SQNR that moves by more than {SQNR_TOLERANCE_DB:g} dB, or is measured on one side only"
 
 
@@ -734,6 +747,64 @@ def compare_studies(a: dict[str, Any], b: dict[str, Any]) -> StudyComparison:
                                                True)], why)
     rows, rule = rows_of(a, b)
     return StudyComparison(a, b, rows, rule)
+
+
+def study_values(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(what, value) of one study run, as its comparison names and shows them: each recipe's final
+    loss with its verdict, each dynamic-range case's GEMM SQNR; [] for a study without such values."""
+    if doc["study"] == "loss-parity":
+        verdicts = _loss_verdicts(doc)[0]
+        return [(_loss_what(pid), _loss_text(loss, verdict)) for pid, (verdict, loss, _) in verdicts.items()]
+    if doc["study"] == "dynamic-range":
+        return [(f"{key} GEMM SQNR", _db_text(db)) for key, db in _dynamic_range_cells(doc).items()]
+    return []
+
+
+@dataclasses.dataclass
+class StudyReport:
+    """``gemm-bench report`` on a study file: what it is, where the site shows it, and its values."""
+
+    doc: dict[str, Any]
+
+    def to_text(self) -> str:
+        name = field(str(self.doc["study"]))
+        lines = [f"{name} study: {describe_study(self.doc)}",
+                 f"(a study, not a question's result: its page shows it with the gemm-{name} directive; two runs "
+                 "compare with gemm-bench compare A B)"]
+        values = study_values(self.doc)
+        lines += value_rows(values) if values else [
+            "  no per-value summary for this study; its page shows it"]
+        return wrapped(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"study": self.doc["study"], "device": self.doc["device"]["name"], "provenance": _stack(self.doc),
+                "method_version": self.doc["method_version"],
+                "values": [{"what": what, "value": value} for what, value in study_values(self.doc)]}
+
+
+def value_rows(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows of a name and its values (A, B and a flag; or one value), in columns as wide as their widest
+    entry; where they cannot fit :data:`~gemm_bench.report.report.TEXT_WIDTH` the values go on a line
+    of their own under the name. Every string from a file is escaped (:func:`field`)."""
+    rows = [tuple(field(str(c)) for c in row) for row in rows]
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    if 2 + sum(widths) + 2 * (len(widths) - 1) <= TEXT_WIDTH:
+        return [("  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=True))).rstrip() for row in rows]
+    out = []
+    for row in rows:
+        name, values = row[0], list(row[1:])
+        flag = values.pop() if len(values) == 3 else ""
+        out.append(f"  {name}" + (f"  {flag}" if flag else ""))
+        labels = ("A", "B") if len(values) == 2 else ("",)
+        out.append("    " + "   ".join(f"{label} {v}".strip() for label, v in zip(labels, values, strict=True)))
+    return out
+
+
+def wrapped(lines: Sequence[str]) -> str:
+    """Lines joined, each wrapped to :data:`~gemm_bench.report.report.TEXT_WIDTH` columns."""
+    return "\n".join(part for line in lines for part in wrap_line(line))
 
 
 @dataclasses.dataclass
@@ -770,7 +841,7 @@ class DirectoryComparison:
         parts += [f"added {SUBDIR}/{field(name)}: {describe_study(d)}" for name, d in self.studies_added]
         parts += [f"removed {SUBDIR}/{field(name)}" for name in self.studies_removed]
         parts += [f"unreadable: {field(str(e))}" for e in self.unreadable]
-        return "\n\n".join(parts) if parts else "no result changed"
+        return "\n\n".join(wrapped(part.split("\n")) for part in parts) if parts else "no result changed"
 
     def headline(self) -> list[str]:
         """What changed beyond the spread, counted over every file: the first lines a reviewer reads."""

@@ -949,7 +949,9 @@ class Report:
             return
         yield ""
         yield "roofline-predicted vs measured (ms; the prediction omits host overhead, launch gaps and tiling):"
-        per_line = 3  # precisions per line: "FP8 Current 1.1918/1.4050" is 25 columns
+        # The label column as wide as the longest GEMM name; each line takes as many "FP8 Current
+        # 1.1918/1.4050" as fit TEXT_WIDTH, never splitting a precision's name from its numbers.
+        width = max([18, *(len(f"{g.op}/{g.pass_}") for g in self.gemms)])
         for g in self.gemms:
             parts = []
             for p in measured:
@@ -957,9 +959,15 @@ class Report:
                 roof = self._roof(c)[0]
                 parts.append(f"{PRECISIONS[p].display} {roof:.4f}/{c.ms or 0.0:.4f}" if roof is not None
                              else f"{PRECISIONS[p].display} -")
-            for start in range(0, len(parts), per_line):
-                label = g.op + "/" + g.pass_ if start == 0 else ""
-                yield f"  {label:<18} " + " | ".join(parts[start:start + per_line])
+            label = f"{g.op}/{g.pass_}"
+            line = ""
+            for part in parts:
+                joined = f"{line} | {part}" if line else part
+                if line and 2 + width + 1 + len(joined) > TEXT_WIDTH:
+                    yield f"  {label:<{width}} {line}"
+                    label, joined = "", part
+                line = joined
+            yield f"  {label:<{width}} {line}"
 
     def _accuracy_lines(self, mode: str) -> Iterable[str]:
         if mode not in ACCURACY_MODES:
@@ -1039,13 +1047,14 @@ class Report:
 TEXT_WIDTH = 100
 
 
-def wrap_line(line: str) -> list[str]:
+def wrap_line(line: str, hanging: int | None = None) -> list[str]:
     """``line`` in lines of at most :data:`TEXT_WIDTH` columns, continued under its own indent plus two
-    (a word longer than the width, a file path, is broken rather than left over the edge)."""
+    (or ``hanging`` columns: a list's second column); a word longer than the width, a file path, is
+    broken rather than left over the edge. Every command of the CLI prints its text through it."""
     if len(line) <= TEXT_WIDTH:
         return [line]
-    indent = " " * (len(line) - len(line.lstrip(" ")))
-    return textwrap.wrap(line, TEXT_WIDTH, initial_indent="", subsequent_indent=indent + "  ",
+    indent = " " * (hanging if hanging is not None else len(line) - len(line.lstrip(" ")) + 2)
+    return textwrap.wrap(line, TEXT_WIDTH, initial_indent="", subsequent_indent=indent,
                          break_on_hyphens=False, drop_whitespace=True) or [line]
 
 
