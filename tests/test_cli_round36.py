@@ -239,3 +239,37 @@ def test_refresh_dry_run_fits_100_columns(device: str, shared_site_reads: Any) -
     code, out, err = call(["refresh", str(ROOT / "docs"), "--dry-run", "--device", device])
     assert code == 0, err
     assert not _too_wide(out + err), _too_wide(out + err)[:3]
+
+
+# ------------------------------------------------------------------------------ 3. the estimate counts the studies
+def test_the_dry_runs_estimate_counts_the_studies_listed_under_it(shared_site_reads: Any) -> None:
+    """Before: "estimated time: 0.6 min" above two studies of ~186 s it left out."""
+    import re
+
+    code, out, err = call(["refresh", str(ROOT / "docs"), "--dry-run", "--device", "b200"])
+    assert code == 0, err
+    questions = float(re.search(r"estimated time for the questions: ([\d.]+) min", out).group(1))  # type: ignore[union-attr]
+    studies = [int(s) for s in re.findall(r"~(\d+) s \(its last run\)", out)]
+    assert len(studies) == 2 and sum(studies) > 100
+    assert f"estimated time for the studies: {sum(studies) / 60:.1f} min" in out
+    total = re.search(r"estimated time in all: ([\d.]+) min \(questions ([\d.]+) min, then studies ([\d.]+) min\)",
+                      out)
+    assert total is not None and float(total.group(2)) == questions
+    assert abs(float(total.group(1)) - (questions + sum(studies) / 60)) <= 0.1
+    assert out.rstrip().endswith(total.group(0))  # the last line: what the whole refresh takes
+
+
+def test_the_total_is_a_lower_bound_when_a_study_has_no_estimate() -> None:
+    from gemm_bench.cli.refresh import WORKER_START_S, GpuSlot, StudyTask, Task, describe_studies, describe_total
+    from gemm_bench.question.question import build_question
+
+    q = build_question(shapes=["1024x1024x1024"])
+    task = Task(q, "b200", ("bf16",), ("autocast",), "missing", ("index.rst:1",), 45.0,
+                "cached run on H100, its measure_s")
+    gpus = [GpuSlot(0, "b200")]
+    studies = [StudyTask("loss-parity", "missing", 120.0), StudyTask("dynamic-range", "missing", None)]
+    assert describe_total([task], studies, gpus) == (
+        f"estimated time in all: at least {(45 + WORKER_START_S + 120) / 60:.1f} min (questions "
+        f"{(45 + WORKER_START_S) / 60:.1f} min, then studies 2.0 min)")
+    assert "estimated time for the studies: at least 2.0 min" in describe_studies(studies)
+    assert describe_total([], studies, gpus) is None and describe_total([task], [], gpus) is None

@@ -351,7 +351,7 @@ def test_the_estimate_is_at_least_the_longest_question_per_gpu() -> None:
              for seconds in (85.0, 1.0)]
     gpus = [GpuSlot(0, "NVIDIA H100 80GB HBM3"), GpuSlot(1, "NVIDIA H100 80GB HBM3")]
     text = describe_plan(tasks, [], gpus)
-    assert f"estimated time: {(85 + WORKER_START_S) / 60:.1f} min across 2 GPU(s)" in text
+    assert f"estimated time for the questions: {(85 + WORKER_START_S) / 60:.1f} min across 2 GPU(s)" in text
 
 
 # ------------------------------------------------------------------------------- refresh's command line
