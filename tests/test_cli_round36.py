@@ -273,3 +273,33 @@ def test_the_total_is_a_lower_bound_when_a_study_has_no_estimate() -> None:
         f"{(45 + WORKER_START_S) / 60:.1f} min, then studies 2.0 min)")
     assert "estimated time for the studies: at least 2.0 min" in describe_studies(studies)
     assert describe_total([], studies, gpus) is None and describe_total([task], [], gpus) is None
+
+
+# ------------------------------------------------------------------------------ 4. run without a GPU says what next
+@pytest.mark.parametrize("command", [["run", "--shape", "1024x1024x1024", "--no-peers"], ["study", "loss-parity"]])
+def test_no_gpu_says_where_to_measure_and_how_to_build_without_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                   command: list[str]) -> None:
+    """Before: "no CUDA GPU is visible to PyTorch" and nothing else."""
+    import sys
+    import types
+
+    no_cuda = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", no_cuda)
+    code, out, err = call([*command, "--cache-dir", str(tmp_path)])
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no CUDA GPU is visible to PyTorch; measure on a machine with an NVIDIA GPU" in err
+    assert "README: Refreshing the numbers on a GPU box" in err and "nox -s docs" in err
+
+
+def test_the_runner_finding_no_gpu_says_the_same(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gemm_bench.cli import commands
+
+    class NoGpu(RuntimeError):
+        pass
+
+    def runner(*args: Any, **kwargs: Any) -> None:
+        raise NoGpu("no CUDA GPU is visible to PyTorch")
+
+    monkeypatch.setattr(commands, "load_runner", lambda: (runner, NoGpu))
+    code, _, err = call(["run", "--shape", "1024x1024x1024", "--no-peers", "--cache-dir", str(tmp_path)])
+    assert code == 3 and "nox -s docs" in err and "NVIDIA GPU" in err

@@ -255,6 +255,11 @@ def progress_display(stream: IO[str] | None = None) -> Iterator[Progress]:
         yield update
 
 
+#: What ``run`` and ``study`` add where no GPU is visible: the two ways on (before: the fault alone).
+NO_GPU_NEXT = ("measure on a machine with an NVIDIA GPU (README: Refreshing the numbers on a GPU box), or build "
+               "the site from the committed results without one: nox -s docs")
+
+
 def load_runner() -> tuple[Any, type[BaseException]]:
     """Import the GPU stack: ``(Runner, NoGpuError)``, or :class:`MissingSoftwareError` saying why not.
 
@@ -269,7 +274,7 @@ def load_runner() -> tuple[Any, type[BaseException]]:
     except (ImportError, OSError) as exc:
         raise MissingSoftwareError(f"PyTorch is not importable ({_short(exc)}); {hint}") from None
     if not torch.cuda.is_available():
-        raise MissingSoftwareError("no CUDA GPU is visible to PyTorch")
+        raise MissingSoftwareError(f"no CUDA GPU is visible to PyTorch; {NO_GPU_NEXT}")
     try:
         import transformer_engine.pytorch  # noqa: F401
     except (ImportError, OSError, RuntimeError) as exc:
@@ -337,7 +342,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 runner = runner_class(settings, progress=progress, **options)
             except no_gpu_error as exc:
-                raise MissingSoftwareError(str(exc)) from None
+                raise MissingSoftwareError(f"{exc}; {NO_GPU_NEXT}") from None
         doc = runner.measure(q, list(precisions), list(modes))
     with phases.optional_phase(profiler, phases.WRITING):
         path = _write_result(doc, args)
