@@ -303,3 +303,22 @@ def test_the_runner_finding_no_gpu_says_the_same(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(commands, "load_runner", lambda: (runner, NoGpu))
     code, _, err = call(["run", "--shape", "1024x1024x1024", "--no-peers", "--cache-dir", str(tmp_path)])
     assert code == 3 and "nox -s docs" in err and "NVIDIA GPU" in err
+
+
+# ------------------------------------------------------------------------------ 5. FP8 Delayed pre-quantized
+def test_fp8_delayeds_pre_quantized_rows_say_same_as_fp8_current() -> None:
+    """Before: the accuracy row read "FP8 Delayed  FP8 Delayed qkv/fprop SQNR is unsupported: ... its
+    pre-quantized time is FP8 Current's": the name twice, and time where the row is about accuracy."""
+    out = call(["report", str(FULL)])[1]
+    prequant = out.split("== Pre-quantized ==")[1].split("\n== ")[0]
+    accuracy = flat(prequant.split("accuracy: SQNR")[1])
+    assert "FP8 Delayed same as FP8 Current: its pre-quantized inputs are quantized as FP8 Current quantizes them" \
+        in accuracy
+    assert "FP8 Delayed FP8 Delayed" not in accuracy and "time" not in accuracy.split("FP8 Current Gaussian")[0]
+    totals = flat(prequant.split("accuracy: SQNR")[0])
+    assert "FP8 Delayed same as FP8 Current: FP8 delayed scaling differs" in totals
+    assert "FP8 Delayed unsupported" not in flat(prequant)
+    rows = json.loads(call(["report", str(FULL), "--json"])[1])["accuracy"]["rows"]
+    delayed = [r for r in rows if r["mode"] == "prequant" and r["precision"] == "fp8-delayed"]
+    assert delayed and all(r["same_as"] == "fp8-current" and r["sqnr_db"] is None for r in delayed)
+    assert all(r["same_as"] is None for r in rows if r["precision"] != "fp8-delayed")

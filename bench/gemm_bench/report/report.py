@@ -40,6 +40,7 @@ from gemm_bench.question.precisions import (
     MODE_NAMES,
     MODES,
     PRECISIONS,
+    SAME_AS,
     gemm_modes,
     layer_modes,
 )
@@ -776,7 +777,8 @@ class Report:
                 "aggregate": "sqnr_db is the minimum over the question's GEMMs (the least accurate pass)",
                 "rows": [
                     {"mode": m, "precision": p, "distribution": d, "sqnr_db": self.sqnr(m, p, distribution=d),
-                     "reason": self.sqnr_reason(m, p, distribution=d) or None}
+                     "reason": self.sqnr_reason(m, p, distribution=d) or None,
+                     "same_as": SAME_AS.get((p, m)) if self._same_as(m, p) else None}
                     for m in self.accuracy_modes() for p in self.precisions for d in DISTRIBUTIONS
                 ],
             },
@@ -860,7 +862,8 @@ class Report:
                 t = self.total(mode, p)
                 name = PRECISIONS[p].display
                 if t.status != "measured" or t.per_layer_ms is None or t.model_ms is None:
-                    yield f"  {name:<12} {t.status}: {t.reason}"
+                    same = self._same_as(mode, p)
+                    yield f"  {name:<12} {f'same as {same}' if same else t.status}: {t.reason}"
                     continue
                 if p == BASELINE:
                     vs = ""
@@ -983,10 +986,23 @@ class Report:
             for d in DISTRIBUTIONS:
                 value = self._sqnr(mode, p, None, d)[0]
                 parts.append(f"{DISTRIBUTIONS[d].display} {value:.1f}" if value is not None else None)
-            if all(part is None for part in parts):
+            if all(part is None for part in parts) and self._same_as(mode, p):
+                # FP8 Delayed's pre-quantized GEMM is FP8 Current's: the site says "same as FP8
+                # Current", never the cell's stored reason (which speaks of time, and repeats the name).
+                yield f"  {PRECISIONS[p].display:<12} same as {self._same_as(mode, p)}: {SAME_ACCURACY}"
+            elif all(part is None for part in parts):
                 yield f"  {PRECISIONS[p].display:<12} {self.sqnr_reason(mode, p)}"
             else:
                 yield f"  {PRECISIONS[p].display:<12} " + ", ".join(x if x is not None else "-" for x in parts)
+
+    def _same_as(self, mode: str, precision: str) -> str | None:
+        """The display name of the precision whose form ``precision`` has in ``mode`` (FP8 Current for
+        FP8 Delayed pre-quantized, :data:`~gemm_bench.question.precisions.SAME_AS`), where the result
+        stores it so; else None."""
+        other = SAME_AS.get((precision, mode))
+        if other is None or self.status(mode, precision)[0] != "unsupported":
+            return None
+        return PRECISIONS[other].display
 
     def _step_lines(self) -> Iterable[str]:
         if not self.layer_modes and self.precisions:
@@ -1041,6 +1057,10 @@ class Report:
             else:
                 yield f"  {r.backend:<{backend_width}} {where:<{where_width}} {r.status}: {r.reason}"
 
+
+#: Why FP8 Delayed has no pre-quantized SQNR of its own: what the report's accuracy row says.
+SAME_ACCURACY = ("its pre-quantized inputs are quantized as FP8 Current quantizes them (delayed scaling differs "
+                 "only in how a scale is chosen during training) and both run the same per-tensor-scaled FP8 GEMM")
 
 #: The widest line :meth:`Report.to_text` prints (a terminal, a log, a pull request's code block);
 #: every command of the CLI holds its output to it (:func:`wrap_line`).
