@@ -322,3 +322,19 @@ def test_fp8_delayeds_pre_quantized_rows_say_same_as_fp8_current() -> None:
     delayed = [r for r in rows if r["mode"] == "prequant" and r["precision"] == "fp8-delayed"]
     assert delayed and all(r["same_as"] == "fp8-current" and r["sqnr_db"] is None for r in delayed)
     assert all(r["same_as"] is None for r in rows if r["precision"] != "fp8-delayed")
+
+
+# ------------------------------------------------------------------------------ 6. help for every argument
+def test_every_argument_of_every_command_has_help() -> None:
+    """Before: `report FILE`, `report --json` and `run --timer` had none."""
+    import argparse
+
+    from gemm_bench.cli.commands import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bare = [f"{name} {action.option_strings or action.metavar or action.dest}" for name, sub in commands.items()
+            for action in sub._actions if not action.help and not isinstance(action, argparse._HelpAction)]
+    assert bare == []
+    assert "a study file" in commands["report"].format_help()
+    assert "torch.profiler CUDA kernel time" in " ".join(commands["run"].format_help().split())

@@ -37,7 +37,7 @@ from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, echo_w
 from gemm_bench.cli.extras import needs
 from gemm_bench.measure import phases
 from gemm_bench.measure.compile_cache import use_persistent_compile_cache
-from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TimerSettings, TimerSettingsError
+from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TIMERS, TimerSettings, TimerSettingsError
 from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
 from gemm_bench.question.config import (
     FIELD_HELP,
@@ -533,7 +533,9 @@ def build_parser() -> Parser:
                         "Gaussian and outlier-channel inputs)")
     p.add_argument("--out", metavar="FILE", help="write the result here instead of the cache")
     p.add_argument("--cache-dir", metavar="DIR", help=f"cache directory (default: {DEFAULT_CACHE})")
-    p.add_argument("--timer", choices=("events", "profiler"), default="events")
+    p.add_argument("--timer", choices=tuple(TIMERS), default="events",
+                   help="what a published time is: " + "; ".join(f"{k}: {v}" for k, v in TIMERS.items())
+                        + " (default: events; the profiler's kernel time cross-checks every region either way)")
     p.add_argument("--repetitions", type=_whole_number(MAX_REPETITIONS), default=_DEFAULT_TIMER.repetitions,
                    metavar="N", help="most timed rounds per group: rounds stop once every median is known "
                    f"to {_DEFAULT_TIMER.target_ci * 100:g}%% (at least {_DEFAULT_TIMER.min_repetitions} rounds); "
@@ -552,8 +554,12 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="print the summary of a saved result")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("file", metavar="FILE",
+                   help="a result file (docs/_gemm_cache/<hash>--<gpu>.json, or what run --out wrote); a study "
+                        "file (docs/_gemm_cache/studies/) gives the study's values")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: every cell with its run id, totals, steps, accuracy, peers, the model's "
+                        "training step, the breakdown, the precision plan and energy")
     p.add_argument("--num-layers", type=_whole_number(MAX_LAYERS), metavar="N", help="layers for the model total")
     p.set_defaults(func=cmd_report)
 
