@@ -338,3 +338,21 @@ def test_every_argument_of_every_command_has_help() -> None:
     assert bare == []
     assert "a study file" in commands["report"].format_help()
     assert "torch.profiler CUDA kernel time" in " ".join(commands["run"].format_help().split())
+
+
+# ------------------------------------------------------------------------------ 7. the site's words for the step
+def test_report_and_compare_name_the_training_step_as_the_site_does() -> None:
+    """Before: "Layer step" and "Layer step (CUDA graphs)", while the site says "Training step" (one
+    layer's step replayed as a CUDA graph, docs/index.rst) and "Training step, eager" beside it."""
+    index = flat((ROOT / "docs" / "index.rst").read_text(encoding="utf-8"))
+    assert 'on this site "the training step" always means this step' in index
+    report = call(["report", str(FULL)])[1]
+    compared = call(["compare", str(FULL), str(OLDER)])[1]
+    markdown = call(["compare", str(FULL), str(OLDER), "--markdown"])[1]
+    for text in (report, compared, markdown):
+        assert "Layer step" not in text and "CUDA graphs)" not in text
+    assert report.index("== Training step (one layer) ==") < report.index("== Training step, eager (one layer) ==")
+    assert "(as Training step (one layer) above)" in report
+    assert compared.index("  Training step (one layer)  ") < compared.index("  Training step, eager (one layer)  ")
+    assert "| Training step (one layer) | FP8 Delayed |" in markdown
+    assert "Training step (one layer):\n  precision" in report  # the breakdown's table, in the same words

@@ -45,7 +45,7 @@ from typing import Any
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODE_NAMES, PRECISION_IDS, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
 from gemm_bench.report.model_step import part_absence
-from gemm_bench.report.report import TEXT_WIDTH, Cell, Report, StepResult, wrap_line
+from gemm_bench.report.report import STEP_WORDS, TEXT_WIDTH, Cell, Report, StepResult, wrap_line
 from gemm_bench.results import studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.cache import MAX_FILE_BYTES, CacheError, read_document
@@ -303,9 +303,9 @@ class Comparison:
         lines += self._model_step_lines()
         if self.steps:
             lines += ["", "== Training step (speedup vs BF16 inside each run; ! = change beyond both spreads) =="]
-            lines.append(f"  {'step':<26}{'precision':<14}{'A ms':>10}{'B ms':>10}{'A vs BF16':>12}{'B vs BF16':>12}")
+            lines.append(f"  {'step':<34}{'precision':<14}{'A ms':>10}{'B ms':>10}{'A vs BF16':>12}{'B vs BF16':>12}")
             for st in self.steps:
-                lines.append(f"  {MODE_NAMES[st.mode]:<26}{PRECISIONS[st.precision].display:<14}{_num(st.a_ms, 10, 3)}"
+                lines.append(f"  {STEP_WORDS[st.mode]:<34}{PRECISIONS[st.precision].display:<14}{_num(st.a_ms, 10, 3)}"
                              f"{_num(st.b_ms, 10, 3)}{_step_x(st.a_speedup, st.a_spread, st.a_status, 12)}"
                              f"{_step_x(st.b_speedup, st.b_spread, st.b_status, 12)}{'  !' if st.flagged else ''}")
         changed = self.flagged_sqnr
@@ -383,7 +383,7 @@ class Comparison:
                "| step | precision | A ms | B ms | A vs BF16 | B vs BF16 | changed |",
                "|---|---|---:|---:|---:|---:|---|"]
         for t in self.steps:
-            out.append(f"| {MODE_NAMES[t.mode]} | {PRECISIONS[t.precision].display} | {_num(t.a_ms, 0, 3)} | "
+            out.append(f"| {STEP_WORDS[t.mode]} | {PRECISIONS[t.precision].display} | {_num(t.a_ms, 0, 3)} | "
                        f"{_num(t.b_ms, 0, 3)} | {markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} | "
                        f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())} | "
                        f"{'!' if t.flagged else ''} |")
@@ -525,7 +525,8 @@ def _step_status(result: StepResult) -> str:
 
 def compare_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[StepChange]:
     """Each training step either side holds, per layer mode and precision (BF16 included: its time)."""
-    modes = [m for m in LAYER_MODES if m in ra.layer_modes or m in rb.layer_modes]
+    # The site's order: the training step (CUDA-graphed) first, the eager step after it.
+    modes = [m for m in (LAYER_MODES[1], LAYER_MODES[0]) if m in ra.layer_modes or m in rb.layer_modes]
     out = []
     for mode in modes:
         for precision in precisions:
@@ -850,7 +851,7 @@ class DirectoryComparison:
         model_steps = sum(len(c.flagged_model_steps) for _, c in self.compared)
         sqnr = sum(len(c.flagged_sqnr) for _, c in self.compared)
         study_rows = sum(len(c.flagged) for _, c in self.studies_compared)
-        named = "".join(f"; {markdown(name)} {MODE_NAMES[t.mode]} {PRECISIONS[t.precision].display} "
+        named = "".join(f"; {markdown(name)} {STEP_WORDS[t.mode]} {PRECISIONS[t.precision].display} "
                         f"{markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} → "
                         f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())}" for name, t in steps[:5])
         out = [f"- GEMMs changed beyond the measured spread: {gemms}",

@@ -67,8 +67,7 @@ Key = tuple[str, str]  # (mode, precision)
 #: The training step's two forms as the site names them (docs/index.rst: "the training step" is one
 #: layer's step replayed as a CUDA graph, the eager step beside it); the CLI's report and compare say
 #: the same. MODE_NAMES' "Layer step" stays the mode's name where a mode is named (tabs, ``--modes``).
-STEP_WORDS = {"layer-graphed": "Training step (one layer, CUDA graph)",
-              "layer": "Training step, eager (one layer, host work included)"}
+STEP_WORDS = {"layer-graphed": "Training step (one layer)", "layer": "Training step, eager (one layer)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -588,7 +587,7 @@ class Report:
                 limit = (f"its GEMMs only {result.gemm_speedup:.2f}x" if result.gemm_speedup >= 1
                          else f"its GEMMs {result.gemm_speedup:.2f}x (slower than BF16)")
                 problems.append(
-                    f"{MODE_NAMES[result.mode]} {PRECISIONS[result.precision].display}: the step gains "
+                    f"{STEP_WORDS[result.mode]} {PRECISIONS[result.precision].display}: the step gains "
                     f"{result.speedup_vs_bf16:.2f}x but {limit}, beyond the steps' spread "
                     f"({(result.spread or 0.0):.1%})")
         return problems
@@ -1006,14 +1005,17 @@ class Report:
 
     def _step_lines(self) -> Iterable[str]:
         if not self.layer_modes and self.precisions:
-            first = self.step(self.precisions[0])
+            first = self.step(self.precisions[0], graphed=True)
             yield ""
-            yield f"== {MODE_NAMES[LAYER_MODES[0]]} ==: {first.status}: {first.reason}"
-        for index, mode in enumerate(self.layer_modes):
+            yield f"== {STEP_WORDS[LAYER_MODES[1]]} =="
+            yield f"{first.status}: {first.reason}"
+        # The site's order and words: the training step (replayed as a CUDA graph) first, eager beside it.
+        shown = sorted(self.layer_modes, key=lambda m: m != LAYER_MODES[1])
+        for index, mode in enumerate(shown):
             yield ""
-            yield f"== {MODE_NAMES[mode]} =="
+            yield f"== {STEP_WORDS[mode]} =="
             # What is timed is the same for both forms of the step: said once, under the first.
-            yield f"({step.WHAT_IS_TIMED})" if index == 0 else f"(as {MODE_NAMES[self.layer_modes[0]]} above)"
+            yield f"({step.WHAT_IS_TIMED})" if index == 0 else f"(as {STEP_WORDS[shown[0]]} above)"
             rows = [self.step(p, graphed=mode == LAYER_MODES[1]) for p in self.precisions]
             base = next((r for r in rows if r.precision == BASELINE), None)
             if base is not None and base.gemm_share is not None:
