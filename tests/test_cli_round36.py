@@ -4,21 +4,18 @@ every command fits 100 columns, the refresh's estimate counts the studies, and t
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gemm_bench.cli import main
 from gemm_bench.report import breakdown_figure, precision_plan
 from gemm_bench.report.report import Report
 from gemm_bench.results import energy
 from gemm_bench.results.cache import read_document
+from tests.test_cli import call  # main in this process: (exit status, stdout, stderr)
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "docs" / "_gemm_cache"
@@ -27,16 +24,6 @@ FULL = CACHE / "1b59f8aaa83a14db--h100-80gb-hbm3.json"
 #: The same question on the H200, measured before the model step (method v4).
 OLDER = CACHE / "1b59f8aaa83a14db--h200.json"
 SWEEP = CACHE / "4803128f66703ed6--h100-80gb-hbm3.json"
-
-
-def call(argv: Sequence[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-    return code, out.getvalue(), err.getvalue()
 
 
 def flat(text: str) -> str:
