@@ -228,3 +228,40 @@ def test_the_last_line_counts_a_result_whose_step_failed_as_failed(tmp_path, mak
     app.cleanup()
     last = [line for line in ANSI.sub("", status.getvalue()).splitlines() if line.strip()][-1]
     assert "1 of 1 results need a GPU run (1 failed)" in last, last
+
+
+@pytest.mark.parametrize(("pages", "expected"), [
+    ({}, "1 of 2 results need a GPU run (1 missing, all for a GPU no result was ever measured on: b200, asked on "
+         "the page index)"),
+    ({"other.rst": "O\n=\n\n.. gemm-benchmark::\n   :name: gap\n   :model: llama3-70b\n   :missing: note\n"},
+     "2 of 3 results need a GPU run (2 missing: 1 to measure, 1 for a GPU no result was ever measured on: b200, "
+     "asked on the page index)"),
+])
+def test_the_last_line_says_which_missing_results_are_for_gpus_never_measured(tmp_path, make_app, monkeypatch,
+                                                                             pages, expected):
+    """Issue 35: every correct build ended "4 of 29 results need a GPU run (4 missing)": the maintainers
+    page's Blackwell example, read by a newcomer as a fault. A result missing where nothing else is
+    measured either (a real gap) is still counted apart."""
+    from gemm_bench.results.cache import dumps, file_name
+    from tests.fake_beyond import beyond_document
+
+    monkeypatch.setenv(buildlog.LOG_ENV_VAR, "brief")
+    doc = beyond_document()
+    src = tmp_path / "src"
+    (src / "_gemm_cache").mkdir(parents=True)
+    (src / "_gemm_cache" / file_name(doc["question_hash"], doc["device"]["name"])).write_text(dumps(doc))
+    (src / "conf.py").write_text('extensions = ["gemm_benchmark"]\nproject = "never"\n'
+                                 'gemm_benchmark_execution_mode = "cache"\n')
+    device = doc["device"]["name"].removeprefix("NVIDIA ").split()[0].lower()
+    (src / "index.rst").write_text("T\n=\n\n" + "".join(f".. toctree::\n\n   {name[:-4]}\n\n" for name in pages)
+                                   + f".. gemm-benchmark::\n   :name: example\n   :model: te-guide-5b\n"
+                                   f"   :precisions: bf16, fp8-current\n   :devices: {device}, b200\n"
+                                   "   :missing: note\n")
+    for name, text in pages.items():
+        (src / name).write_text(text)
+    status = io.StringIO()
+    app = make_app("html", srcdir=src, status=status, warning=io.StringIO())
+    app.build()
+    app.cleanup()
+    last = [line for line in ANSI.sub("", status.getvalue()).splitlines() if line.strip()][-1]
+    assert expected in last, last

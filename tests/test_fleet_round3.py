@@ -66,11 +66,11 @@ def test_a_step_that_flips_and_an_sqnr_drop_show_in_the_pull_request_body() -> N
     md = c.to_markdown()
     assert "No GEMM changed by more than the runs' measured spread." in md  # the GEMMs did not change
     assert "**Training step: 1 change(s) beyond the measured spread**" in md
-    assert re.search(r"\| Layer step \(CUDA graphs\) \| FP8 Delayed \|.*\| 1\.\d\dx ±\d+% \| 0\.\d\dx ±\d+% \| ! \|",
+    assert re.search(r"\| Training step \(one layer\) \| FP8 Delayed \|.*\| 1\.\d\dx ±\d+% \| 0\.\d\dx ±\d+% \| ! \|",
                      md)
     assert "**SQNR: 1 cell(s) changed by more than 0.5 dB" in md and "| -15.0 |" in md
     text = c.to_text()
-    assert "Layer step (CUDA graphs)  FP8 Delayed" in text and "  !" in text
+    assert "Training step (one layer)         FP8 Delayed" in text and "  !" in text
     data = c.to_json()
     assert [s["flagged"] for s in data["steps"]].count(True) == 1
     assert [q["delta_db"] for q in data["sqnr"] if q["flagged"]] == [pytest.approx(-15)]
@@ -352,7 +352,7 @@ def test_the_estimate_is_at_least_the_longest_question_per_gpu() -> None:
              for seconds in (85.0, 1.0)]
     gpus = [GpuSlot(0, "NVIDIA H100 80GB HBM3"), GpuSlot(1, "NVIDIA H100 80GB HBM3")]
     text = describe_plan(tasks, [], gpus)
-    assert f"estimated time: {(85 + WORKER_START_S) / 60:.1f} min across 2 GPU(s)" in text
+    assert f"estimated time for the questions: {(85 + WORKER_START_S) / 60:.1f} min across 2 GPU(s)" in text
 
 
 # ------------------------------------------------------------------------------- refresh's command line
@@ -482,14 +482,15 @@ def test_every_model_id_the_site_shows_is_accepted_by_shapes_and_run(capsys: pyt
 
 # ------------------------------------------------------------------------------- report and compare on studies
 def test_report_on_a_study_says_what_it_is_and_what_to_use(capsys: pytest.CaptureFixture[str]) -> None:
-    """Before: `gemm-bench report studies/loss-parity--h200.json` said "$.question: is missing"."""
+    """Before: `gemm-bench report studies/loss-parity--h200.json` said "$.question: is missing". Since
+    issue 35's CLI pass it gives the study's own report (tests/test_cli_round36.py), not a 264-column error."""
     from gemm_bench.cli.commands import main
 
-    assert main(["report", str(LOSS)]) == 2
-    err = capsys.readouterr().err
-    assert "$.question" not in err and err.count("\n") == 1
-    assert "holds the loss-parity study measured on NVIDIA H200, not a question's result" in err
-    assert "gemm-loss-parity directive" in err and "gemm-bench compare A B" in err
+    assert main(["report", str(LOSS)]) == 0
+    out, err = capsys.readouterr()
+    assert "$.question" not in out + err and err == ""
+    assert "loss-parity study: NVIDIA H200" in out and "a study, not a question's result" in out
+    assert "gemm-loss-parity directive" in out and "gemm-bench compare A B" in out
 
 
 def test_compare_takes_two_runs_of_a_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

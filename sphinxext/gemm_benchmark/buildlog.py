@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging as pylogging
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from sphinx.util.logging import NewLineStreamHandler, get_node_location
 
 from gemm_benchmark import records as envdata
 from gemm_benchmark.config import settings
-from gemm_benchmark.freshness import result_counts
+from gemm_benchmark.freshness import result_counts, site_results
 
 logger = logging.getLogger(__name__)
 
@@ -257,8 +258,29 @@ def site_summary(app: Sphinx) -> str:
     see = ""
     if pages:
         see = f": see {out / builder.get_target_uri(pages[0])}" if builder.format == "html" else f": see {pages[0]}"
-    listed = ", ".join(f"{n} {status}" for status, n in behind.items())
+    listed = ", ".join(missing_text(records, n) if status == "missing" else f"{n} {status}"
+                       for status, n in behind.items())
     return f"{where} {sum(behind.values())} of {total} results need a GPU run ({listed}){see}."
+
+
+def missing_text(records: Sequence[envdata.DirectiveRecord], count: int) -> str:
+    """``4 missing``, saying which of them are for GPUs no result was ever measured on and which pages
+    ask for them: every correct build of the site ended "4 of 29 results need a GPU run (4 missing)",
+    the maintainers page's Blackwell example, which a newcomer read as a fault. A missing result on a
+    GPU that has results elsewhere (a real gap) is counted apart, never folded into the example."""
+    measured = {d.slug for r in records for d in r.devices}
+    missing = [r for r in site_results(records) if r.status == "missing"]
+    new = [r for r in missing if r.slug and r.slug not in measured]
+    if not new:
+        return f"{count} missing"
+    # As the pages name them (the row's label is "b200 (no result)"), in page order.
+    gpus = ", ".join(dict.fromkeys(r.device.removesuffix(" (no result)") or r.slug for r in new))
+    shown = ", ".join(dict.fromkeys(page for r in new for page, _ in r.shown))
+    what = (f"for {'a GPU' if ',' not in gpus else 'GPUs'} no result was ever measured on: {gpus}, asked on "
+            f"{'the page' if ',' not in shown else 'the pages'} {shown}")
+    if len(new) == count:
+        return f"{count} missing, all {what}"
+    return f"{count} missing: {count - len(new)} to measure, {len(new)} {what}"
 
 
 class BuildLog:

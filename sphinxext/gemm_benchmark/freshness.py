@@ -151,6 +151,8 @@ class SiteResult:
     #: The model's name as a page gives it (:func:`model_names`); "" for shapes, sweeps and a model no
     #: summary names.
     model: str = ""
+    #: The device's slug (``b200``); "" for a question no page asks on any device.
+    slug: str = ""
 
     def result_text(self) -> str:
         """"Llama 3 8B: hidden 4096, FFN 14336, …": the name a reader knows first, the question after
@@ -223,7 +225,7 @@ def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]
             continue  # the question's devices have rows of their own
         status = min(row["statuses"], key=_WORST_FIRST.index)
         out.append(SiteResult(question, row["describe"], row["device"], row["date"], row["method"], status,
-                              tuple(row["reasons"]), tuple(row["shown"]), names.get(question, "")))
+                              tuple(row["reasons"]), tuple(row["shown"]), names.get(question, ""), device))
     return out
 
 

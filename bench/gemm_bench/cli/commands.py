@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from gemm_bench.cli import fleet as cli_fleet
-from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, one_line
+from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, echo_wrapped, one_line
 from gemm_bench.cli.extras import needs
 from gemm_bench.measure import phases
 from gemm_bench.measure.compile_cache import use_persistent_compile_cache
-from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TimerSettings, TimerSettingsError
+from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TIMERS, TimerSettings, TimerSettingsError
 from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
 from gemm_bench.question.config import (
     FIELD_HELP,
@@ -188,11 +188,11 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     if args.json:
         echo(json.dumps([g.to_dict() for g in q.gemms], indent=1))
         return 0
-    echo(q.describe())
+    echo_wrapped(q.describe())
     for note in q.notes:
-        echo(f"note: {note}")
+        echo_wrapped(f"note: {note}")
     if q.ignored_flags:
-        echo(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
+        echo_wrapped(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
     echo(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
     for g in q.gemms:
         echo(f"{OP_NAMES.get(g.op, g.op):<18}{PASS_NAMES[g.pass_]:<7}{f'{g.m}x{g.k}x{g.n}':>24}"
@@ -255,6 +255,11 @@ def progress_display(stream: IO[str] | None = None) -> Iterator[Progress]:
         yield update
 
 
+#: What ``run`` and ``study`` add where no GPU is visible: the two ways on (before: the fault alone).
+NO_GPU_NEXT = ("measure on a machine with an NVIDIA GPU (README: Refreshing the numbers on a GPU box), or build "
+               "the site from the committed results without one: nox -s docs")
+
+
 def load_runner() -> tuple[Any, type[BaseException]]:
     """Import the GPU stack: ``(Runner, NoGpuError)``, or :class:`MissingSoftwareError` saying why not.
 
@@ -269,7 +274,7 @@ def load_runner() -> tuple[Any, type[BaseException]]:
     except (ImportError, OSError) as exc:
         raise MissingSoftwareError(f"PyTorch is not importable ({_short(exc)}); {hint}") from None
     if not torch.cuda.is_available():
-        raise MissingSoftwareError("no CUDA GPU is visible to PyTorch")
+        raise MissingSoftwareError(f"no CUDA GPU is visible to PyTorch; {NO_GPU_NEXT}")
     try:
         import transformer_engine.pytorch  # noqa: F401
     except (ImportError, OSError, RuntimeError) as exc:
@@ -337,11 +342,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 runner = runner_class(settings, progress=progress, **options)
             except no_gpu_error as exc:
-                raise MissingSoftwareError(str(exc)) from None
+                raise MissingSoftwareError(f"{exc}; {NO_GPU_NEXT}") from None
         doc = runner.measure(q, list(precisions), list(modes))
     with phases.optional_phase(profiler, phases.WRITING):
         path = _write_result(doc, args)
-    echo(Report(doc, modes=modes, precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)]).to_text())
+    from gemm_bench.report import training_text
+
+    echo(training_text.text(Report(doc, modes=modes,
+                                   precisions=[p for p in PRECISION_IDS if p in ("bf16", *precisions)])))
     echo(f"\nwrote {path}")
     if profiler is not None:
         profiler.finish()
@@ -388,26 +396,29 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     study = study_in(path)
-    if study is not None:
-        raise UsageError(f"FILE: {path} holds the {one_line(str(study['study']))} study measured on "
-                         f"{one_line(str(study['device']['name']))}, not a question's result; its page shows it "
-                         f"(the gemm-{one_line(str(study['study']))} directive), and two runs of it compare with "
-                         "gemm-bench compare A B")
+    if study is not None:  # its own report: what it is, where the site shows it, its values
+        from gemm_bench.report.compare import StudyReport
+
+        found = StudyReport(study)
+        echo(json.dumps(found.to_json(), indent=1) if args.json else found.to_text())
+        return 0
     try:
         doc = read_document(path)
     except CacheError as exc:
         raise UsageError(f"FILE: {exc}") from None
+    from gemm_bench.report import training_text
+
     report = Report(doc, num_layers=args.num_layers)
     if args.json:
-        echo(json.dumps(report.to_json(), indent=1))
+        echo(json.dumps(training_text.to_json(report), indent=1))
     else:
-        echo(report.to_text())
+        echo(training_text.text(report))
     return 0
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
     for name, text in PRESET_DESCRIPTIONS.items():
-        echo(f"{name:<14} {text}")
+        echo_wrapped(f"{name:<14} {text}", hanging=15)
     return 0
 
 
@@ -522,7 +533,9 @@ def build_parser() -> Parser:
                         "Gaussian and outlier-channel inputs)")
     p.add_argument("--out", metavar="FILE", help="write the result here instead of the cache")
     p.add_argument("--cache-dir", metavar="DIR", help=f"cache directory (default: {DEFAULT_CACHE})")
-    p.add_argument("--timer", choices=("events", "profiler"), default="events")
+    p.add_argument("--timer", choices=tuple(TIMERS), default="events",
+                   help="what a published time is: " + "; ".join(f"{k}: {v}" for k, v in TIMERS.items())
+                        + " (default: events; the profiler's kernel time cross-checks every region either way)")
     p.add_argument("--repetitions", type=_whole_number(MAX_REPETITIONS), default=_DEFAULT_TIMER.repetitions,
                    metavar="N", help="most timed rounds per group: rounds stop once every median is known "
                    f"to {_DEFAULT_TIMER.target_ci * 100:g}%% (at least {_DEFAULT_TIMER.min_repetitions} rounds); "
@@ -541,8 +554,12 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="print the summary of a saved result")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("file", metavar="FILE",
+                   help="a result file (docs/_gemm_cache/<hash>--<gpu>.json, or what run --out wrote); a study "
+                        "file (docs/_gemm_cache/studies/) gives the study's values")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: every cell with its run id, totals, steps, accuracy, peers, the model's "
+                        "training step, the breakdown, the precision plan and energy")
     p.add_argument("--num-layers", type=_whole_number(MAX_LAYERS), metavar="N", help="layers for the model total")
     p.set_defaults(func=cmd_report)
 

@@ -34,3 +34,12 @@ def one_line(text: str) -> str:
 def echo(text: object = "", *, file: IO[str] | None = None, end: str = "\n") -> None:
     """Print ``text`` with every control character but the newline escaped: the CLI's one printer."""
     print(terminal(str(text)), file=file if file is not None else sys.stdout, end=end)
+
+
+def echo_wrapped(text: object = "", *, hanging: int | None = None, file: IO[str] | None = None) -> None:
+    """:func:`echo`, each line wrapped to the report's 100 columns
+    (:func:`gemm_bench.report.report.wrap_line`; escaped first, so an escape cannot widen a line)."""
+    from gemm_bench.report.report import wrap_line
+
+    lines = terminal(str(text)).split("\n")
+    echo("\n".join(part for line in lines for part in wrap_line(line, hanging)), file=file)

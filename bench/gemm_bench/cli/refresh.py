@@ -52,6 +52,7 @@ from gemm_bench.measure.phases import CAPTURE, EAGER, PROFILER_START, SPIN_UP, S
 from gemm_bench.question.devices import device_slug, selects
 from gemm_bench.question.precisions import BASELINE, MODES, PRECISION_IDS
 from gemm_bench.question.question import Question
+from gemm_bench.report.compare import wrapped
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError
 from gemm_bench.results.merge import PeersMergeError, store_peers
@@ -373,6 +374,29 @@ def makespan(estimates: Sequence[float], gpus: int) -> float:
     return max(loads)
 
 
+def questions_seconds(tasks: Sequence[Task], gpus: Sequence[GpuSlot]) -> tuple[float, bool]:
+    """(seconds until the questions are measured, worker start included; whether that is a lower
+    bound: a question without an estimate, or one estimated from a run without its wall time)."""
+    if not tasks:
+        return 0.0, False
+    known = [t.estimate_s for t in tasks if t.estimate_s is not None]
+    lower = any(t.estimate_s is not None and "measure_s" not in t.estimate_source for t in tasks)
+    return makespan(known, len(gpus)) + WORKER_START_S, len(known) < len(tasks) or lower
+
+
+def describe_total(tasks: Sequence[Task], studies_: Sequence[StudyTask], gpus: Sequence[GpuSlot]) -> str | None:
+    """The whole refresh's estimate: the questions (on every GPU) and then the studies (one after the
+    other on the first GPU, :func:`run_studies`); None when only one of the two has work (its own line
+    says it). Before, the plan said "0.6 min" above ~186 s of studies it left out."""
+    if not tasks or not studies_:
+        return None
+    questions, at_least = questions_seconds(tasks, gpus)
+    studied = sum(t.estimate_s or 0.0 for t in studies_)
+    at_least = at_least or any(t.estimate_s is None for t in studies_)
+    return (f"estimated time in all: {'at least ' if at_least else ''}{(questions + studied) / 60:.1f} min "
+            f"(questions {questions / 60:.1f} min, then studies {studied / 60:.1f} min)")
+
+
 def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[GpuSlot]) -> str:
     gpu_text = ", ".join(f"{g.index} ({g.name})" for g in gpus)
     lines = [f"gemm-bench refresh: {len(tasks)} question(s) to measure on {len(gpus)} GPU(s): {gpu_text}"]
@@ -384,17 +408,15 @@ def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[Gp
         peers = "" if task.peers_only else (" | with peers" if task.peers else " | no peers")
         lines.append(f"      {what} | {', '.join(task.modes)}{peers} | {task.reason} | {estimate}")
         lines.append(f"      asked at {', '.join(task.locations)}")
-    known = [t.estimate_s for t in tasks if t.estimate_s is not None]
     if tasks:
-        total = makespan(known, len(gpus)) + WORKER_START_S
-        unknown = len(tasks) - len(known)
-        lower = any(t.estimate_s is not None and "measure_s" not in t.estimate_source for t in tasks)
-        lines.append(f"estimated time: {'at least ' if unknown or lower else ''}{total / 60:.1f} min across "
-                     f"{len(gpus)} GPU(s), worker start included"
+        total, at_least = questions_seconds(tasks, gpus)
+        unknown = len([t for t in tasks if t.estimate_s is None])
+        lines.append(f"estimated time for the questions: {'at least ' if at_least else ''}{total / 60:.1f} min "
+                     f"across {len(gpus)} GPU(s), worker start included"
                      + (f", plus {unknown} question(s) without an estimate" if unknown else ""))
     if fresh:
         lines.append(f"{len(fresh)} question(s) already fresh for this GPU")
-    return "\n".join(lines)
+    return wrapped(lines)
 
 
 # ------------------------------------------------------------------------------- GPUs and locks
@@ -874,7 +896,10 @@ def describe_studies(tasks: Sequence[StudyTask]) -> str:
     lines = [f"studies: {len(tasks)} to measure after the questions, on the first GPU"]
     lines += [f"  {t.name}: {t.reason} | " + (f"~{t.estimate_s:.0f} s (its last run)" if t.estimate_s is not None
                                                 else "no estimate (never measured)") for t in tasks]
-    return "\n".join(lines)
+    unknown = [t for t in tasks if t.estimate_s is None]
+    lines.append(f"estimated time for the studies: {'at least ' if unknown else ''}"
+                 f"{sum(t.estimate_s or 0.0 for t in tasks) / 60:.1f} min, one after the other")
+    return wrapped(lines)
 
 
 def study_command(name: str, cache_dir: Path) -> list[str]:
@@ -924,7 +949,7 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
     cache = Cache(cache_dir or srcdir / "_gemm_cache")
     jobs, problems = collect_jobs(srcdir)
     for problem in problems:
-        out(f"warning: {problem}")
+        out(wrapped([f"warning: {problem}"]))
     if not gpus:
         raise RefreshError("--gpus: no GPU selected")
     tasks, fresh = make_plan(jobs, cache, gpus[0].name, local, rules)
@@ -933,6 +958,9 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
                    if with_studies else [])
     if with_studies:
         out(describe_studies(study_tasks))
+        total = describe_total(tasks, study_tasks, gpus)
+        if total is not None:
+            out(total)
     if dry_run:
         return Outcome()
     outcome = (run_pool(tasks, gpus, cache_dir=cache.directory, measure=measure, local=local, rules=rules,

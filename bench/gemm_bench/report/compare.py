@@ -44,7 +44,8 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODE_NAMES, PRECISION_IDS, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
-from gemm_bench.report.report import Cell, Report, StepResult
+from gemm_bench.report.model_step import part_absence
+from gemm_bench.report.report import STEP_WORDS, TEXT_WIDTH, Cell, Report, StepResult, wrap_line
 from gemm_bench.results import studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.cache import MAX_FILE_BYTES, CacheError, read_document
@@ -137,6 +138,43 @@ class StepChange:
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelStepChange:
+    """One precision's model training step at G micro-batches per optimizer step, in A and in B: its
+    tokens/s per GPU and its speedup over BF16 (tokens/s over BF16's, inside each run) with the spread
+    :meth:`gemm_bench.report.report.Report.model_step` composes at the parts' quartiles."""
+
+    microbatches: int
+    precision: str
+    a_tokens_per_s: float | None
+    b_tokens_per_s: float | None
+    a_speedup: tuple[float, float, float] | None  # (median, low, high)
+    b_speedup: tuple[float, float, float] | None
+    #: Why a side has no model step for this recipe ("" where it has one).
+    a_status: str = ""
+    b_status: str = ""
+
+    @property
+    def flagged(self) -> bool:
+        """The speedups differ by more than the two spreads together (the training step's rule), or
+        one side has a model step and the other not; BF16's own row only by the latter."""
+        if (self.a_tokens_per_s is None) != (self.b_tokens_per_s is None):
+            return True
+        if self.precision == BASELINE or self.a_speedup is None or self.b_speedup is None:
+            return False
+        allowed = (self.a_speedup[2] - self.a_speedup[1]) + (self.b_speedup[2] - self.b_speedup[1])
+        return abs(self.a_speedup[0] - self.b_speedup[0]) > allowed
+
+    def to_json(self) -> dict[str, Any]:
+        def speedup(value: tuple[float, float, float] | None) -> dict[str, float] | None:
+            return None if value is None else {"value": value[0], "low": value[1], "high": value[2]}
+
+        return {"microbatches": self.microbatches, "precision": self.precision,
+                "a_tokens_per_s": self.a_tokens_per_s, "b_tokens_per_s": self.b_tokens_per_s,
+                "a_speedup_vs_bf16": speedup(self.a_speedup), "b_speedup_vs_bf16": speedup(self.b_speedup),
+                "a_status": self.a_status, "b_status": self.b_status, "flagged": self.flagged}
+
+
+@dataclasses.dataclass(frozen=True)
 class SqnrChange:
     """One GEMM pass's SQNR (dB) in one mode, precision and input distribution, in A and in B."""
 
@@ -203,6 +241,11 @@ class Comparison:
     title: str = ""
     steps: list[StepChange] = dataclasses.field(default_factory=list)
     sqnr: list[SqnrChange] = dataclasses.field(default_factory=list)
+    model_steps: list[ModelStepChange] = dataclasses.field(default_factory=list)
+
+    @property
+    def flagged_model_steps(self) -> list[ModelStepChange]:
+        return [m for m in self.model_steps if m.flagged]
 
     @property
     def flagged(self) -> list[Change]:
@@ -230,6 +273,9 @@ class Comparison:
                                  "b_relative_spread, or a speedup on one side only",
             "sqnr": [c.to_json() for c in self.sqnr],
             "sqnr_flagged_when": f"|b_db - a_db| > {SQNR_TOLERANCE_DB} dB, or measured on one side only",
+            "model_steps": [m.to_json() for m in self.model_steps],
+            "model_step_flagged_when": "|a_speedup - b_speedup| > (a_high - a_low) + (b_high - b_low), or a model "
+                                       "step on one side only",
         }
 
     def to_text(self) -> str:
@@ -243,16 +289,23 @@ class Comparison:
                 lines.append(f"  {PRECISIONS[t.precision].display:<14}{_num(t.a_ms, 12, 3)}{_num(t.b_ms, 12, 3)}"
                              f"{_ratio(t, 8)} {_x(t.a_speedup, 9)}{_x(t.b_speedup, 10)}")
             lines.append("")
-            lines.append(f"  {'GEMM':<26}{'shape':>22}  {'precision':<13}{'A ms':>10}{'B ms':>10} {'ratio':>8}")
-            for g in (g for g in self.gemms if g.mode == mode):
-                lines.append(f"  {field(_gemm_name(g.gemm)):<26}{field(g.shape):>22}  "
-                             f"{PRECISIONS[g.precision].display:<13}{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)}"
-                             f" {_ratio(g, 8)}" + (f"  {field(g.unmatched)}" if g.unmatched else ""))
+            rows = [g for g in self.gemms if g.mode == mode]
+            # Columns as wide as their entries (a sweep's names are long, a model's short); a GEMM one
+            # side lacks says so where its ratio would be.
+            name_w = max([4, *(len(field(_gemm_name(g.gemm))) for g in rows)])
+            shape_w = max([5, *(len(field(g.shape)) for g in rows)])
+            lines.append(f"  {'GEMM':<{name_w}}  {'shape':>{shape_w}}  {'precision':<12}{'A ms':>10}{'B ms':>10}"
+                         f" {'ratio':>8}")
+            for g in rows:
+                lines.append(f"  {field(_gemm_name(g.gemm)):<{name_w}}  {field(g.shape):>{shape_w}}  "
+                             f"{PRECISIONS[g.precision].display:<12}{_num(g.a_ms, 10, 4)}{_num(g.b_ms, 10, 4)} "
+                             + (f"  {field(g.unmatched)}" if g.unmatched else _ratio(g, 8)))
+        lines += self._model_step_lines()
         if self.steps:
             lines += ["", "== Training step (speedup vs BF16 inside each run; ! = change beyond both spreads) =="]
-            lines.append(f"  {'step':<26}{'precision':<14}{'A ms':>10}{'B ms':>10}{'A vs BF16':>12}{'B vs BF16':>12}")
+            lines.append(f"  {'step':<34}{'precision':<14}{'A ms':>10}{'B ms':>10}{'A vs BF16':>12}{'B vs BF16':>12}")
             for st in self.steps:
-                lines.append(f"  {MODE_NAMES[st.mode]:<26}{PRECISIONS[st.precision].display:<14}{_num(st.a_ms, 10, 3)}"
+                lines.append(f"  {STEP_WORDS[st.mode]:<34}{PRECISIONS[st.precision].display:<14}{_num(st.a_ms, 10, 3)}"
                              f"{_num(st.b_ms, 10, 3)}{_step_x(st.a_speedup, st.a_spread, st.a_status, 12)}"
                              f"{_step_x(st.b_speedup, st.b_spread, st.b_status, 12)}{'  !' if st.flagged else ''}")
         changed = self.flagged_sqnr
@@ -264,7 +317,34 @@ class Comparison:
                 lines.append(f"  {MODE_NAMES[q.mode]:<14}{PRECISIONS[q.precision].display:<14}"
                              f"{field(_gemm_name(q.gemm)):<28}{DISTRIBUTIONS[q.distribution].display[:12]:<13}"
                              f"{_num(q.a_db, 8, 1)}{_num(q.b_db, 8, 1)}  !")
-        return "\n".join(lines)
+        return wrapped(lines)
+
+    def _model_step_lines(self) -> list[str]:
+        """The model's training step per G and recipe: tokens/s per GPU and speedup vs BF16 in A and B."""
+        if not self.model_steps:
+            return []
+        lines = ["", "== The model's training step (tokens/s per GPU; speedup vs BF16 in each run, with its spread) ==",
+                 f"  {'G':>2}  {'precision':<13}{'A tokens/s':>12}{'B tokens/s':>12}  {'A vs BF16':<20}"
+                 f"{'B vs BF16':<20}! = change beyond both spreads"]
+        for m in self.model_steps:
+            lines.append(f"  {m.microbatches:>2}  {PRECISIONS[m.precision].display:<13}{_num(m.a_tokens_per_s, 12, 0)}"
+                         f"{_num(m.b_tokens_per_s, 12, 0)}  {_model_x(m.a_speedup, m.a_status):<20}"
+                         f"{_model_x(m.b_speedup, m.b_status):<20}{'!' if m.flagged else ''}".rstrip())
+        return lines
+
+    def _model_steps_markdown(self) -> list[str]:
+        if not self.model_steps:
+            return []
+        flagged = self.flagged_model_steps
+        out = ["", (f"**The model's training step: {len(flagged)} change(s) beyond the measured spread** (marked !):"
+                    if flagged else "The model's training step: no speedup changed by more than the measured spread."),
+               "", "| G | precision | A tokens/s | B tokens/s | A vs BF16 | B vs BF16 | changed |",
+               "|---:|---|---:|---:|---:|---:|---|"]
+        for m in self.model_steps:
+            out.append(f"| {m.microbatches} | {PRECISIONS[m.precision].display} | {_num(m.a_tokens_per_s, 0, 0)} | "
+                       f"{_num(m.b_tokens_per_s, 0, 0)} | {markdown(_model_x(m.a_speedup, m.a_status))} | "
+                       f"{markdown(_model_x(m.b_speedup, m.b_status))} | {'!' if m.flagged else ''} |")
+        return out
 
     def to_markdown(self, *, all_gemms: bool = False) -> str:
         """Totals of every mode and precision, then the GEMMs whose change exceeds the spread."""
@@ -290,7 +370,7 @@ class Comparison:
                 out.append(f"| {MODE_NAMES[g.mode]} | {PRECISIONS[g.precision].display} | "
                            f"{markdown(_gemm_name(g.gemm))} | {markdown(g.shape)} | {_num(g.a_ms, 0, 4)} | "
                            f"{_num(g.b_ms, 0, 4)} | {ratio} |")
-        out += self._steps_markdown() + self._sqnr_markdown()
+        out += self._model_steps_markdown() + self._steps_markdown() + self._sqnr_markdown()
         return "\n".join(out) + "\n"
 
     def _steps_markdown(self) -> list[str]:
@@ -303,7 +383,7 @@ class Comparison:
                "| step | precision | A ms | B ms | A vs BF16 | B vs BF16 | changed |",
                "|---|---|---:|---:|---:|---:|---|"]
         for t in self.steps:
-            out.append(f"| {MODE_NAMES[t.mode]} | {PRECISIONS[t.precision].display} | {_num(t.a_ms, 0, 3)} | "
+            out.append(f"| {STEP_WORDS[t.mode]} | {PRECISIONS[t.precision].display} | {_num(t.a_ms, 0, 3)} | "
                        f"{_num(t.b_ms, 0, 3)} | {markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} | "
                        f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())} | "
                        f"{'!' if t.flagged else ''} |")
@@ -352,6 +432,13 @@ def _step_x(speedup: float | None, spread: float | None, status: str, width: int
         return f"{status or '-':>{width}}"
     text = f"{speedup:.2f}x" + (f" ±{spread:.0%}" if spread else "")
     return f"{text:>{width}}"
+
+
+def _model_x(speedup: tuple[float, float, float] | None, status: str) -> str:
+    """``1.33x (1.30-1.35x)``, the model step's speedup with its spread, or what the side says instead."""
+    if speedup is None:
+        return status or "-"
+    return f"{speedup[0]:.2f}x ({speedup[1]:.2f}-{speedup[2]:.2f}x)"
 
 
 def _ratio(change: Change, width: int) -> str:
@@ -422,7 +509,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, modes: Sequence[str] | None
                 gemms.append(Change(mode, precision, f"{gemm.op}/{gemm.pass_}", gemm.label, a_ms, b_ms, spread,
                                     unmatched=unmatched))
     return Comparison(a, b, chosen_modes, chosen_precisions, gemms, totals, title,
-                      compare_steps(ra, rb, chosen_precisions), compare_sqnr(ra, rb))
+                      compare_steps(ra, rb, chosen_precisions), compare_sqnr(ra, rb),
+                      compare_model_steps(ra, rb, chosen_precisions))
 
 
 def _step_status(result: StepResult) -> str:
@@ -437,7 +525,8 @@ def _step_status(result: StepResult) -> str:
 
 def compare_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[StepChange]:
     """Each training step either side holds, per layer mode and precision (BF16 included: its time)."""
-    modes = [m for m in LAYER_MODES if m in ra.layer_modes or m in rb.layer_modes]
+    # The site's order: the training step (CUDA-graphed) first, the eager step after it.
+    modes = [m for m in (LAYER_MODES[1], LAYER_MODES[0]) if m in ra.layer_modes or m in rb.layer_modes]
     out = []
     for mode in modes:
         for precision in precisions:
@@ -451,6 +540,43 @@ def compare_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[Ste
                                   sa.spread, sb.spread,
                                   _step_status(sa), _step_status(sb)))
     return out
+
+
+def compare_model_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[ModelStepChange]:
+    """The model's training step of each recipe at every G either side composes (1 and the question's
+    G): nothing where neither result has a model step (a result measured before it was)."""
+    sa, sb = ra.model_step(), rb.model_step()
+    if sa is None and sb is None:
+        return []
+    gs = sorted({*(sa.rows if sa is not None else ()), *(sb.rows if sb is not None else ())}, reverse=True)
+    out = []
+    for g in gs:
+        for precision in [BASELINE, *(p for p in precisions if p != BASELINE)]:
+            row_a = sa.row(precision, g) if sa is not None else None
+            row_b = sb.row(precision, g) if sb is not None else None
+            if row_a is None and row_b is None:
+                continue
+            out.append(ModelStepChange(g, precision, row_a.tokens_per_s if row_a else None,
+                                       row_b.tokens_per_s if row_b else None, _model_speedup(row_a),
+                                       _model_speedup(row_b), _model_status(ra, sa, row_a, precision),
+                                       _model_status(rb, sb, row_b, precision)))
+    return out
+
+
+def _model_speedup(row: Any) -> tuple[float, float, float] | None:
+    if row is None or row.precision == BASELINE or row.speedup is None:
+        return None
+    return (row.speedup, row.speedup_low, row.speedup_high)
+
+
+def _model_status(report: Report, summary: Any, row: Any, precision: str) -> str:
+    """What a model-step cell says without a speedup: ``baseline`` for BF16's, else why it has none."""
+    if row is not None:
+        return "baseline" if precision == BASELINE else ""
+    if summary is None:
+        return "not measured"
+    status, _ = part_absence(report.doc, precision)
+    return status or "not measured"
 
 
 def _sqnr_cells(report: Report) -> dict[tuple[str, str, str, str, str, int, int, int, int], float | None]:
@@ -512,11 +638,10 @@ class StudyComparison:
 
     def to_text(self) -> str:
         lines = [f"A: {describe_study(self.a)}", f"B: {describe_study(self.b)}", f"! = {self.rule}"]
-        lines += [f"  {field(r.what):<48}{field(r.a):>22}{field(r.b):>22}{'  !' if r.flagged else ''}"
-                  for r in self._shown()]
+        lines += value_rows([(r.what, r.a, r.b, "!" if r.flagged else "") for r in self._shown()])
         if not self.flagged:
             lines.append(f"  nothing changed beyond the study's spread ({len(self.rows)} values compared)")
-        return "\n".join(lines)
+        return wrapped(lines)
 
     def to_markdown(self, title: str) -> str:
         flagged = self.flagged
@@ -538,34 +663,40 @@ def describe_study(doc: dict[str, Any], escape: Callable[[str], str] = field) ->
     return describe_side(doc, escape) + f" | study method v{escape(str(doc['method_version']))}"
 
 
-def _loss_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
+def _loss_verdicts(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, float | None, str]], float | None]:
+    """Per recipe of a loss-parity run: (verdict against BF16's seed range, final validation loss,
+    reason), and the seed range's width (None without one)."""
     from gemm_bench.results import loss_parity_schema as lp
 
-    def verdicts(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, float | None, str]], float | None]:
-        data = doc["data"]
-        band = lp.seed_band(data)
-        width = band.high - band.low if isinstance(band, lp.SeedBand) else None
-        gaps = lp.gaps(data)
-        out = {}
-        for pid, recipe in lp.recipes_by_id(data).items():
-            loss = recipe.get("final_val_loss") if recipe["status"] == "measured" else None
-            verdict = recipe["status"]
-            gap = gaps.get(pid, {}).get("val")
-            if pid != BASELINE and gap is not None and isinstance(band, lp.SeedBand):
-                verdict = "within BF16's seed range" if band.holds(gap.delta) else "beyond BF16's seed range"
-            out[pid] = (verdict, loss, recipe.get("reason", ""))
-        return out, width
+    data = doc["data"]
+    band = lp.seed_band(data)
+    width = band.high - band.low if isinstance(band, lp.SeedBand) else None
+    gaps = lp.gaps(data)
+    out = {}
+    for pid, recipe in lp.recipes_by_id(data).items():
+        loss = recipe.get("final_val_loss") if recipe["status"] == "measured" else None
+        verdict = recipe["status"]
+        gap = gaps.get(pid, {}).get("val")
+        if pid != BASELINE and gap is not None and isinstance(band, lp.SeedBand):
+            verdict = "within BF16's seed range" if band.holds(gap.delta) else "beyond BF16's seed range"
+        out[pid] = (verdict, loss, recipe.get("reason", ""))
+    return out, width
 
-    va, width_a = verdicts(a)
-    vb, width_b = verdicts(b)
+
+def _loss_what(pid: str) -> str:
+    return f"{PRECISIONS[pid].display if pid in PRECISIONS else pid}: final validation loss"
+
+
+def _loss_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
+    va, width_a = _loss_verdicts(a)
+    vb, width_b = _loss_verdicts(b)
     width = max((w for w in (width_a, width_b) if w is not None), default=None)
     rows = []
     for pid in dict.fromkeys([*va, *vb]):
         verdict_a, loss_a, _ = va.get(pid, ("absent", None, ""))
         verdict_b, loss_b, _ = vb.get(pid, ("absent", None, ""))
         moved = (loss_a is not None and loss_b is not None and width is not None and abs(loss_b - loss_a) > width)
-        name = PRECISIONS[pid].display if pid in PRECISIONS else pid
-        rows.append(StudyRow(f"{name}: final validation loss", _loss_text(loss_a, verdict_a),
+        rows.append(StudyRow(_loss_what(pid), _loss_text(loss_a, verdict_a),
                              _loss_text(loss_b, verdict_b), verdict_a != verdict_b or moved))
     rule = ("a recipe whose verdict against BF16's seed range changes, or whose final validation loss moves by more "
             "than the seed range's width"
@@ -577,18 +708,20 @@ def _loss_text(loss: float | None, verdict: str) -> str:
     return f"{loss:.4f} ({verdict})" if loss is not None else verdict
 
 
-def _dynamic_range_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
-    def cells(doc: dict[str, Any]) -> dict[str, float | None]:
-        out: dict[str, float | None] = {}
-        for case in doc["data"]["cases"]:
-            for pid, result in case["results"].items():
-                name = PRECISIONS[pid].display if pid in PRECISIONS else pid
-                key = f"{name}: {case['tensor']}, {case['input']}, R={case['ratio']:g}"
-                out[key] = float(result["gemm"]["whole_db"]) if result["status"] == "measured" else None
-        return out
+def _dynamic_range_cells(doc: dict[str, Any]) -> dict[str, float | None]:
+    """Each case and recipe of a dynamic-range run: its GEMM's SQNR in dB (None: not measured)."""
+    out: dict[str, float | None] = {}
+    for case in doc["data"]["cases"]:
+        for pid, result in case["results"].items():
+            name = PRECISIONS[pid].display if pid in PRECISIONS else pid
+            key = f"{name}: {case['tensor']}, {case['input']}, R={case['ratio']:g}"
+            out[key] = float(result["gemm"]["whole_db"]) if result["status"] == "measured" else None
+    return out
 
+
+def _dynamic_range_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[StudyRow], str]:
     rows = [StudyRow(f"{key} GEMM SQNR", _db_text(da), _db_text(db), sqnr_changed(da, db))
-            for key, da, db in _paired_db(cells(a), cells(b))]
+            for key, da, db in _paired_db(_dynamic_range_cells(a), _dynamic_range_cells(b))]
     return rows, f"a GEMM SQNR that moves by more than {SQNR_TOLERANCE_DB:g} dB, or is measured on one side only"
 
 
@@ -615,6 +748,64 @@ def compare_studies(a: dict[str, Any], b: dict[str, Any]) -> StudyComparison:
                                                True)], why)
     rows, rule = rows_of(a, b)
     return StudyComparison(a, b, rows, rule)
+
+
+def study_values(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(what, value) of one study run, as its comparison names and shows them: each recipe's final
+    loss with its verdict, each dynamic-range case's GEMM SQNR; [] for a study without such values."""
+    if doc["study"] == "loss-parity":
+        verdicts = _loss_verdicts(doc)[0]
+        return [(_loss_what(pid), _loss_text(loss, verdict)) for pid, (verdict, loss, _) in verdicts.items()]
+    if doc["study"] == "dynamic-range":
+        return [(f"{key} GEMM SQNR", _db_text(db)) for key, db in _dynamic_range_cells(doc).items()]
+    return []
+
+
+@dataclasses.dataclass
+class StudyReport:
+    """``gemm-bench report`` on a study file: what it is, where the site shows it, and its values."""
+
+    doc: dict[str, Any]
+
+    def to_text(self) -> str:
+        name = field(str(self.doc["study"]))
+        lines = [f"{name} study: {describe_study(self.doc)}",
+                 f"(a study, not a question's result: its page shows it with the gemm-{name} directive; two runs "
+                 "compare with gemm-bench compare A B)"]
+        values = study_values(self.doc)
+        lines += value_rows(values) if values else [
+            "  no per-value summary for this study; its page shows it"]
+        return wrapped(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"study": self.doc["study"], "device": self.doc["device"]["name"], "provenance": _stack(self.doc),
+                "method_version": self.doc["method_version"],
+                "values": [{"what": what, "value": value} for what, value in study_values(self.doc)]}
+
+
+def value_rows(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows of a name and its values (A, B and a flag; or one value), in columns as wide as their widest
+    entry; where they cannot fit :data:`~gemm_bench.report.report.TEXT_WIDTH` the values go on a line
+    of their own under the name. Every string from a file is escaped (:func:`field`)."""
+    rows = [tuple(field(str(c)) for c in row) for row in rows]
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    if 2 + sum(widths) + 2 * (len(widths) - 1) <= TEXT_WIDTH:
+        return [("  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=True))).rstrip() for row in rows]
+    out = []
+    for row in rows:
+        name, values = row[0], list(row[1:])
+        flag = values.pop() if len(values) == 3 else ""
+        out.append(f"  {name}" + (f"  {flag}" if flag else ""))
+        labels = ("A", "B") if len(values) == 2 else ("",)
+        out.append("    " + "   ".join(f"{label} {v}".strip() for label, v in zip(labels, values, strict=True)))
+    return out
+
+
+def wrapped(lines: Sequence[str]) -> str:
+    """Lines joined, each wrapped to :data:`~gemm_bench.report.report.TEXT_WIDTH` columns."""
+    return "\n".join(part for line in lines for part in wrap_line(line))
 
 
 @dataclasses.dataclass
@@ -651,18 +842,20 @@ class DirectoryComparison:
         parts += [f"added {SUBDIR}/{field(name)}: {describe_study(d)}" for name, d in self.studies_added]
         parts += [f"removed {SUBDIR}/{field(name)}" for name in self.studies_removed]
         parts += [f"unreadable: {field(str(e))}" for e in self.unreadable]
-        return "\n\n".join(parts) if parts else "no result changed"
+        return "\n\n".join(wrapped(part.split("\n")) for part in parts) if parts else "no result changed"
 
     def headline(self) -> list[str]:
         """What changed beyond the spread, counted over every file: the first lines a reviewer reads."""
         gemms = sum(len([g for g in c.gemms if g.flagged]) for _, c in self.compared)
         steps = [(name, t) for name, c in self.compared for t in c.flagged_steps]
+        model_steps = sum(len(c.flagged_model_steps) for _, c in self.compared)
         sqnr = sum(len(c.flagged_sqnr) for _, c in self.compared)
         study_rows = sum(len(c.flagged) for _, c in self.studies_compared)
-        named = "".join(f"; {markdown(name)} {MODE_NAMES[t.mode]} {PRECISIONS[t.precision].display} "
+        named = "".join(f"; {markdown(name)} {STEP_WORDS[t.mode]} {PRECISIONS[t.precision].display} "
                         f"{markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} → "
                         f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())}" for name, t in steps[:5])
         out = [f"- GEMMs changed beyond the measured spread: {gemms}",
+               f"- model training steps (tokens/s) changed beyond the measured spread: {model_steps}",
                f"- training steps changed beyond the measured spread: {len(steps)}{named}",
                f"- SQNR cells changed by more than {SQNR_TOLERANCE_DB:g} dB: {sqnr}",
                f"- study values changed beyond their spread: {study_rows}"]

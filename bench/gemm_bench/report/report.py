@@ -40,6 +40,7 @@ from gemm_bench.question.precisions import (
     MODE_NAMES,
     MODES,
     PRECISIONS,
+    SAME_AS,
     gemm_modes,
     layer_modes,
 )
@@ -62,6 +63,11 @@ from gemm_bench.results.schema import (
 )
 
 Key = tuple[str, str]  # (mode, precision)
+
+#: The training step's two forms as the site names them (docs/index.rst: "the training step" is one
+#: layer's step replayed as a CUDA graph, the eager step beside it); the CLI's report and compare say
+#: the same. MODE_NAMES' "Layer step" stays the mode's name where a mode is named (tabs, ``--modes``).
+STEP_WORDS = {"layer-graphed": "Training step (one layer)", "layer": "Training step, eager (one layer)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,7 +587,7 @@ class Report:
                 limit = (f"its GEMMs only {result.gemm_speedup:.2f}x" if result.gemm_speedup >= 1
                          else f"its GEMMs {result.gemm_speedup:.2f}x (slower than BF16)")
                 problems.append(
-                    f"{MODE_NAMES[result.mode]} {PRECISIONS[result.precision].display}: the step gains "
+                    f"{STEP_WORDS[result.mode]} {PRECISIONS[result.precision].display}: the step gains "
                     f"{result.speedup_vs_bf16:.2f}x but {limit}, beyond the steps' spread "
                     f"({(result.spread or 0.0):.1%})")
         return problems
@@ -770,7 +776,8 @@ class Report:
                 "aggregate": "sqnr_db is the minimum over the question's GEMMs (the least accurate pass)",
                 "rows": [
                     {"mode": m, "precision": p, "distribution": d, "sqnr_db": self.sqnr(m, p, distribution=d),
-                     "reason": self.sqnr_reason(m, p, distribution=d) or None}
+                     "reason": self.sqnr_reason(m, p, distribution=d) or None,
+                     "same_as": SAME_AS.get((p, m)) if self._same_as(m, p) else None}
                     for m in self.accuracy_modes() for p in self.precisions for d in DISTRIBUTIONS
                 ],
             },
@@ -787,13 +794,18 @@ class Report:
             out["sqnr_reason"] = {d: self.sqnr_reason(c.mode, c.precision, c.gemm, d) or None for d in DISTRIBUTIONS}
         return out
 
-    def to_text(self) -> str:
+    def to_text(self, *, lead: Sequence[str] = (), after_steps: Sequence[str] = ()) -> str:
         """The report as lines of text at most :data:`TEXT_WIDTH` columns (a longer line, a note or a
         reason, wraps under its own indent); every line is one line whatever a result file's strings
-        hold (a newline or an escape sequence in a device name or reason is shown escaped)."""
-        return "\n".join(wrapped for line in self._text_lines() for wrapped in _wrap(untrusted_text.field(line)))
+        hold (a newline or an escape sequence in a device name or reason is shown escaped).
 
-    def _text_lines(self) -> Iterable[str]:
+        ``lead`` goes after the header (the model's step leads, as on the models page) and
+        ``after_steps`` after the training steps (their breakdown, plan and energy):
+        :func:`gemm_bench.report.training_text.text` fills both, from modules this one cannot import."""
+        return "\n".join(wrapped for line in self._text_lines(lead, after_steps)
+                         for wrapped in wrap_line(untrusted_text.field(line)))
+
+    def _text_lines(self, lead: Sequence[str] = (), after_steps: Sequence[str] = ()) -> Iterable[str]:
         doc = self.doc
         dev, prov = doc["device"], doc["provenance"]
         yield (
@@ -806,6 +818,7 @@ class Report:
             yield f"rounds: {outcome}"
         for note in doc.get("notes", []):
             yield f"note: {note}"
+        yield from lead
         for mode in self.modes:
             yield ""
             yield f"== {MODE_NAMES[mode]} =="
@@ -848,7 +861,8 @@ class Report:
                 t = self.total(mode, p)
                 name = PRECISIONS[p].display
                 if t.status != "measured" or t.per_layer_ms is None or t.model_ms is None:
-                    yield f"  {name:<12} {t.status}: {t.reason}"
+                    same = self._same_as(mode, p)
+                    yield f"  {name:<12} {f'same as {same}' if same else t.status}: {t.reason}"
                     continue
                 if p == BASELINE:
                     vs = ""
@@ -862,6 +876,7 @@ class Report:
             yield from self._roofline_lines(mode, measured)
             yield from self._accuracy_lines(mode)
         yield from self._step_lines()
+        yield from after_steps
         yield from self._peer_lines()
         yield from self._telemetry_lines()
 
@@ -936,7 +951,9 @@ class Report:
             return
         yield ""
         yield "roofline-predicted vs measured (ms; the prediction omits host overhead, launch gaps and tiling):"
-        per_line = 3  # precisions per line: "FP8 Current 1.1918/1.4050" is 25 columns
+        # The label column as wide as the longest GEMM name; each line takes as many "FP8 Current
+        # 1.1918/1.4050" as fit TEXT_WIDTH, never splitting a precision's name from its numbers.
+        width = max([18, *(len(f"{g.op}/{g.pass_}") for g in self.gemms)])
         for g in self.gemms:
             parts = []
             for p in measured:
@@ -944,9 +961,15 @@ class Report:
                 roof = self._roof(c)[0]
                 parts.append(f"{PRECISIONS[p].display} {roof:.4f}/{c.ms or 0.0:.4f}" if roof is not None
                              else f"{PRECISIONS[p].display} -")
-            for start in range(0, len(parts), per_line):
-                label = g.op + "/" + g.pass_ if start == 0 else ""
-                yield f"  {label:<18} " + " | ".join(parts[start:start + per_line])
+            label = f"{g.op}/{g.pass_}"
+            line = ""
+            for part in parts:
+                joined = f"{line} | {part}" if line else part
+                if line and 2 + width + 1 + len(joined) > TEXT_WIDTH:
+                    yield f"  {label:<{width}} {line}"
+                    label, joined = "", part
+                line = joined
+            yield f"  {label:<{width}} {line}"
 
     def _accuracy_lines(self, mode: str) -> Iterable[str]:
         if mode not in ACCURACY_MODES:
@@ -962,21 +985,37 @@ class Report:
             for d in DISTRIBUTIONS:
                 value = self._sqnr(mode, p, None, d)[0]
                 parts.append(f"{DISTRIBUTIONS[d].display} {value:.1f}" if value is not None else None)
-            if all(part is None for part in parts):
+            if all(part is None for part in parts) and self._same_as(mode, p):
+                # FP8 Delayed's pre-quantized GEMM is FP8 Current's: the site says "same as FP8
+                # Current", never the cell's stored reason (which speaks of time, and repeats the name).
+                yield f"  {PRECISIONS[p].display:<12} same as {self._same_as(mode, p)}: {SAME_ACCURACY}"
+            elif all(part is None for part in parts):
                 yield f"  {PRECISIONS[p].display:<12} {self.sqnr_reason(mode, p)}"
             else:
                 yield f"  {PRECISIONS[p].display:<12} " + ", ".join(x if x is not None else "-" for x in parts)
 
+    def _same_as(self, mode: str, precision: str) -> str | None:
+        """The display name of the precision whose form ``precision`` has in ``mode`` (FP8 Current for
+        FP8 Delayed pre-quantized, :data:`~gemm_bench.question.precisions.SAME_AS`), where the result
+        stores it so; else None."""
+        other = SAME_AS.get((precision, mode))
+        if other is None or self.status(mode, precision)[0] != "unsupported":
+            return None
+        return PRECISIONS[other].display
+
     def _step_lines(self) -> Iterable[str]:
         if not self.layer_modes and self.precisions:
-            first = self.step(self.precisions[0])
+            first = self.step(self.precisions[0], graphed=True)
             yield ""
-            yield f"== {MODE_NAMES[LAYER_MODES[0]]} ==: {first.status}: {first.reason}"
-        for index, mode in enumerate(self.layer_modes):
+            yield f"== {STEP_WORDS[LAYER_MODES[1]]} =="
+            yield f"{first.status}: {first.reason}"
+        # The site's order and words: the training step (replayed as a CUDA graph) first, eager beside it.
+        shown = sorted(self.layer_modes, key=lambda m: m != LAYER_MODES[1])
+        for index, mode in enumerate(shown):
             yield ""
-            yield f"== {MODE_NAMES[mode]} =="
+            yield f"== {STEP_WORDS[mode]} =="
             # What is timed is the same for both forms of the step: said once, under the first.
-            yield f"({step.WHAT_IS_TIMED})" if index == 0 else f"(as {MODE_NAMES[self.layer_modes[0]]} above)"
+            yield f"({step.WHAT_IS_TIMED})" if index == 0 else f"(as {STEP_WORDS[shown[0]]} above)"
             rows = [self.step(p, graphed=mode == LAYER_MODES[1]) for p in self.precisions]
             base = next((r for r in rows if r.precision == BASELINE), None)
             if base is not None and base.gemm_share is not None:
@@ -1021,17 +1060,23 @@ class Report:
                 yield f"  {r.backend:<{backend_width}} {where:<{where_width}} {r.status}: {r.reason}"
 
 
-#: The widest line :meth:`Report.to_text` prints (a terminal, a log, a pull request's code block).
+#: Why FP8 Delayed has no pre-quantized SQNR of its own: what the report's accuracy row says.
+SAME_ACCURACY = ("its pre-quantized inputs are quantized as FP8 Current quantizes them (delayed scaling differs "
+                 "only in how a scale is chosen during training) and both run the same per-tensor-scaled FP8 GEMM")
+
+#: The widest line :meth:`Report.to_text` prints (a terminal, a log, a pull request's code block);
+#: every command of the CLI holds its output to it (:func:`wrap_line`).
 TEXT_WIDTH = 100
 
 
-def _wrap(line: str) -> list[str]:
+def wrap_line(line: str, hanging: int | None = None) -> list[str]:
     """``line`` in lines of at most :data:`TEXT_WIDTH` columns, continued under its own indent plus two
-    (a word longer than the width, a file path, is broken rather than left over the edge)."""
+    (or ``hanging`` columns: a list's second column); a word longer than the width, a file path, is
+    broken rather than left over the edge. Every command of the CLI prints its text through it."""
     if len(line) <= TEXT_WIDTH:
         return [line]
-    indent = " " * (len(line) - len(line.lstrip(" ")))
-    return textwrap.wrap(line, TEXT_WIDTH, initial_indent="", subsequent_indent=indent + "  ",
+    indent = " " * (hanging if hanging is not None else len(line) - len(line.lstrip(" ")) + 2)
+    return textwrap.wrap(line, TEXT_WIDTH, initial_indent="", subsequent_indent=indent,
                          break_on_hyphens=False, drop_whitespace=True) or [line]
 
 
