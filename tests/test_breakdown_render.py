@@ -32,7 +32,7 @@ def test_bars_put_bf16_first_and_keep_every_part() -> None:
 
 
 def test_the_sentence_names_the_largest_change() -> None:
-    said = bf.sentence(bf.bars(CELLS))
+    said = bf.sentence(bf.bars(CELLS), "fp8-current")
     assert said == ("FP8 Current spends 2.10 ms more in quantization, casts, amax and transposes than BF16 and "
                     "1.00 ms less in GEMMs: its step is 1.10 ms longer.")
 
@@ -54,7 +54,7 @@ def test_the_page_gets_the_inline_figure_and_the_sentence() -> None:
 
     from gemm_benchmark.breakdown_render import breakdown_nodes
 
-    out = breakdown_nodes({"layer": CELLS}, "NVIDIA H100", "bd0")
+    out = breakdown_nodes({"layer": CELLS, "plan": {"recipe": "fp8-current"}}, "NVIDIA H100", "bd0")
     raw = next(n for n in out[0].findall(nodes.raw))
     label = "One layer&#x27;s CUDA-graphed training step on the NVIDIA H100 (not the model&#x27;s step)"
     assert f'aria-label="{label}' in raw.astext() and out[-1].astext().startswith("FP8 Current spends")
@@ -114,3 +114,18 @@ def test_no_committed_layer_step_lists_a_part_it_does_not_have() -> None:
             part = next(p for p, n in DISPLAY.items() if n == name)
             assert any(b.parts[part] > 0 for b in bars), (path.name, name)
     assert seen
+
+
+def test_the_sentence_speaks_of_the_plans_recipe_not_the_one_that_moved_most() -> None:
+    """Issue 35 reader pass: gpt-oss-120b's sentence spoke of FP8 Current (the step that moved most)
+    under an answer, a plan and prose about FP8 Delayed. The sentence names the plan's recipe."""
+    from docutils import nodes
+
+    from gemm_benchmark.breakdown_render import breakdown_nodes
+
+    cells = [*CELLS, _cell("fp8-delayed", [("nvjet_q", 0, 2_400_000), ("cast_transpose_kernel", 2_400_000, 300_000)],
+                           3.0)]
+    out = breakdown_nodes({"layer": cells, "plan": {"recipe": "fp8-delayed"}}, "NVIDIA H100", "bd0")
+    said = [n.astext() for n in out if isinstance(n, nodes.paragraph) and "gemm-breakdown-sentence" in n["classes"]]
+    assert len(said) == 1 and said[0].startswith("FP8 Delayed "), said
+    assert bf.sentence(bf.bars(cells), "bf16") is None and bf.sentence(bf.bars(cells), "mxfp8") is None

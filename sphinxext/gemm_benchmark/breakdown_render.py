@@ -44,7 +44,8 @@ def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str 
     text = "The step breakdown per recipe is drawn in the HTML version of this page."
     elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
     out.append(elsewhere)
-    said = breakdown_figure.sentence(bars)
+    recipe = precision_plan.step_recipe(doc)
+    said = breakdown_figure.sentence(bars, recipe) if recipe else None
     if said:
         out.append(nodes.paragraph(said, said, classes=["gemm-breakdown-sentence"]))
     return out

@@ -105,13 +105,15 @@ def largest_change(base: Bar, mine: Bar) -> str | None:
     return None
 
 
-def sentence(all_bars: Sequence[Bar]) -> str | None:
-    """One sentence per model: the recipe whose step differs most from BF16's, and why."""
-    base = next((b for b in all_bars if b.precision == BASELINE), None)
-    others = [b for b in all_bars if b.precision != BASELINE]
-    if base is None or not others:
+def sentence(all_bars: Sequence[Bar], precision: str) -> str | None:
+    """One sentence per model and GPU: where ``precision``'s step gained or lost against BF16's
+    (:func:`largest_change`); None without both bars. The caller names the recipe by the rule the
+    plan and the answer follow (:func:`gemm_bench.report.precision_plan.step_recipe`), so the
+    sentence under the bars never speaks of another recipe than the words around it."""
+    found = {b.precision: b for b in all_bars}
+    base, mine = found.get(BASELINE), found.get(precision)
+    if base is None or mine is None or precision == BASELINE:
         return None
-    mine = max(others, key=lambda b: abs(b.step_ms - base.step_ms))
     return largest_change(base, mine)
 
 
