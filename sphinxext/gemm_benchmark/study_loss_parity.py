@@ -48,6 +48,7 @@ from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.render_block import inline_svg, scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
+from gemm_benchmark.values import reason_clause
 
 DIRECTIVE = "gemm-loss-parity"
 HOW_TO_MEASURE = "gemm-bench study loss-parity"
@@ -138,7 +139,7 @@ def seed_band_note(data: dict[str, Any]) -> nodes.paragraph | None:
             parts.append(f"seed {seed}{which}: validation {format_loss(run['final_val_loss'])}, "
                          f"train {format_loss(run['final_train_loss'])}")
         else:
-            parts.append(f"seed {seed}{which}: {' '.join(run['reason'].split())}")
+            parts.append(f"seed {seed}{which}: {reason_clause(run['reason'])}")
     text = ("BF16's seed band, the final losses of BF16 trained from each seed (every seed draws its own "
             "initial weights and batch order; the other recipes were trained from the main seed only): "
             + "; ".join(parts) + ".")
@@ -150,7 +151,7 @@ def unsupported_note(data: dict[str, Any]) -> nodes.paragraph | None:
     if not skipped:
         return None
     text = "Not trained on this GPU (Transformer Engine's reason): " + "; ".join(
-        f"{PRECISIONS[p].display}: {' '.join(reason.split())}" for p, reason in skipped) + "."
+        f"{PRECISIONS[p].display}: {reason_clause(reason)}" for p, reason in skipped) + "."
     return nodes.paragraph(text, text, classes=["gemm-note"])
 
 
