@@ -673,3 +673,22 @@ def test_the_step_scope_checks_catch_a_moe_model_step_and_a_model_without_a_laye
         if first is not None and _text(first).startswith("Training step"):
             row.decompose()
     assert any("has no training step" in p for p in every_model_has_a_layer_step(fake, models, sentence))
+
+
+def test_no_tab_holds_only_a_provenance_line(site: BuiltSite) -> None:
+    """Issue 35 reader pass: the models page's "What G changes" drew an Autocast tab and a tab per GPU
+    that held one provenance line each (a directive there only to name numbers for the prose). A
+    tab panel shows something besides where it was measured; the section's roles quote the summary."""
+    empty = []
+    for page in site.pages():
+        for panel in site.soup(page).select("article [role=tabpanel]"):
+            if panel.select("[role=tabpanel]"):
+                continue  # a panel of panels: its inner panels are judged
+            shown = [child for child in panel.find_all(recursive=False)
+                     if _text(child) and "gemm-provenance" not in (child.get("class") or [])]
+            if not shown:
+                empty.append(f"{page}#{panel.get('id')}: {_text(panel)[:60]!r}")
+    assert not empty, "tab panels with nothing but a provenance line:\n" + "\n".join(empty)
+    section = _section(site.soup("models.html"), "What G changes")
+    assert section is not None and section.select_one("div.gemm-benchmark") is None
+    assert len(section.select("abbr.gemm-value")) >= 8
