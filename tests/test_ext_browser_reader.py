@@ -745,3 +745,21 @@ def test_the_cross_model_panels_say_why_a_legend_entry_has_no_bars(browser: Any,
     for text, outside in found:
         assert "FP8 Delayed" in text and "(FP8 Delayed: same as FP8 Current)" in text, text[-300:]
         assert not outside, outside
+
+
+STUDY_FIGURES = ("SQNR of the", "Training loss")
+
+
+@pytest.mark.parametrize("page", ["methodology.html", "loss-parity.html"])
+def test_the_study_figures_use_the_column(browser: Any, base_url: str, page: str) -> None:
+    """Issue 35 reader pass: the methodology's three dynamic-range figures (and the loss-parity curves)
+    were drawn 365 px wide in a 720 px column. At 1400 px each is its desktop twin, as wide as the
+    column; at 390 px the phone figure, as wide as the column; no label under 10 px at either."""
+    for size in (DESKTOP, PHONE):
+        show(browser, base_url + page, size)
+        found = [f for f in browser.execute_script(PLOT_WIDTHS) if (f[0] or "").startswith(STUDY_FIGURES)]
+        assert found, f"{page} at {size[0]} px shows no study figure"
+        for label, column, width, _, smallest in found:
+            assert width >= 0.9 * column, f"{page} at {size[0]} px: {label}: {width} px wide in a {column} px column"
+            assert smallest >= MIN_LABEL_PX, f"{page} at {size[0]} px: {label}: a label at {smallest:.1f} px"
+
