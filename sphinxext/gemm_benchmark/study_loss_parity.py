@@ -123,7 +123,7 @@ def results_table(data: dict[str, Any], band: schema.SeedBand | str) -> nodes.ta
                      Entry(format_loss(recipe["final_val_loss"])), val_gap, judged,
                      Entry(format_tokens(recipe["tokens_per_s"]))])
     return build_table([[Entry(c) for c in COLUMNS]], body, [14, 13, 17, 15, 17, 14, 10],
-                       classes=["gemm-loss-parity-table"])
+                       classes=["gemm-loss-parity-table", "gemm-cards"])  # a card per recipe on a phone
 
 
 def seed_band_note(data: dict[str, Any]) -> nodes.paragraph | None:
