@@ -542,8 +542,10 @@ const kinds = ['GEMMs', 'Attention'];  // a breakdown's legend names kinds of wo
 return [...document.querySelectorAll('.gemm-figure svg, .gemm-figure-wide svg')]
   .filter(svg => svg.getBoundingClientRect().height > 0).map(svg => {
     const top = svg.getBoundingClientRect().top;
-    const names = svg.closest('.gemm-breakdown-figure') ? kinds : recipes;
-    const legend = [...svg.querySelectorAll('text')].filter(t => names.includes(t.textContent.trim()))
+    // The model step's figure labels its bars with the recipes (two panels); its first legend is G's.
+    const isLegend = svg.closest('.gemm-breakdown-figure') ? (t => kinds.includes(t))
+      : svg.closest('.gemm-model-step-figure') ? (t => t.startsWith('G = ')) : (t => recipes.includes(t));
+    const legend = [...svg.querySelectorAll('text')].filter(t => isLegend(t.textContent.trim()))
       .map(t => t.getBoundingClientRect().top - top);
     return [svg.getAttribute('aria-label'), Math.round(svg.getBoundingClientRect().height),
             legend.length ? Math.round(Math.max(...legend)) : null];
@@ -745,3 +747,74 @@ def test_the_cross_model_panels_say_why_a_legend_entry_has_no_bars(browser: Any,
     for text, outside in found:
         assert "FP8 Delayed" in text and "(FP8 Delayed: same as FP8 Current)" in text, text[-300:]
         assert not outside, outside
+
+
+STUDY_FIGURES = ("SQNR of the", "Training loss")
+
+
+@pytest.mark.parametrize("page", ["methodology.html", "loss-parity.html"])
+def test_the_study_figures_use_the_column(browser: Any, base_url: str, page: str) -> None:
+    """Issue 35 reader pass: the methodology's three dynamic-range figures (and the loss-parity curves)
+    were drawn 365 px wide in a 720 px column. At 1400 px each is its desktop twin, as wide as the
+    column; at 390 px the phone figure, as wide as the column; no label under 10 px at either."""
+    for size in (DESKTOP, PHONE):
+        show(browser, base_url + page, size)
+        found = [f for f in browser.execute_script(PLOT_WIDTHS) if (f[0] or "").startswith(STUDY_FIGURES)]
+        assert found, f"{page} at {size[0]} px shows no study figure"
+        for label, column, width, _, smallest in found:
+            assert width >= 0.9 * column, f"{page} at {size[0]} px: {label}: {width} px wide in a {column} px column"
+            assert smallest >= MIN_LABEL_PX, f"{page} at {size[0]} px: {label}: a label at {smallest:.1f} px"
+
+
+LOSS_PARITY_PHONE = """
+const out = [];
+const visible = el => el.getBoundingClientRect().height > 0;
+// The setup tables' row headings: no word of them split over two lines.
+for (const td of [...document.querySelectorAll('table.gemm-loss-parity-setup tbody td:first-child')].filter(visible)) {
+  const node = [...td.childNodes].find(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim())
+    || td.querySelector('p')?.firstChild;
+  if (!node) continue;
+  const text = node.textContent;
+  for (const m of text.matchAll(/\\S+/g)) {
+    const range = document.createRange();
+    range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
+    const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+    if (lines.size > 1) out.push(`setup heading "${text.trim()}": "${m[0]}" broken over ${lines.size} lines`);
+  }
+}
+// The results tables: every cell on the screen without scrolling sideways, each labelled with its column.
+for (const table of [...document.querySelectorAll('table.gemm-loss-parity-table')].filter(visible)) {
+  const heads = [...table.querySelectorAll('thead th')].map(th => th.innerText.trim());
+  const box = table.closest('.gemm-scroll');
+  if (box && box.scrollWidth > box.clientWidth + 1)
+    out.push(`results table scrolls: ${box.scrollWidth} in ${box.clientWidth}`);
+  for (const row of table.querySelectorAll('tbody tr')) {
+    let column = 0;
+    for (const td of row.children) {
+      const r = td.getBoundingClientRect();
+      if (r.right > innerWidth + 0.5 || r.left < -0.5)
+        out.push(`${heads[column]} cell at ${Math.round(r.left)}-${Math.round(r.right)} px`);
+      const label = getComputedStyle(td, '::before').content.replace(/^"|"$/g, '').replace(/:\\s*$/, '');
+      if (column > 0 && td.colSpan === 1 && label !== heads[column])
+        out.push(`a ${heads[column]} cell is labelled ${label}`);
+      column += td.colSpan;
+    }
+  }
+}
+return out;
+"""
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_loss_parity_page_keeps_words_whole_and_its_verdicts_on_a_phones_screen(
+        browser: Any, base_url: str, theme: str) -> None:
+    """Issue 35 reader pass: at 390 px the setup table's row headings broke mid-word ("Corpu s",
+    "Traini ng") and the results' verdict (the sixth of seven columns) was off the screen. Headings
+    keep their words; a results table is a card per recipe, each value labelled with its column."""
+    show(browser, base_url + "loss-parity.html", PHONE)
+    browser.execute_script("document.body.dataset.theme = arguments[0]", theme)
+    problems = browser.execute_script(LOSS_PARITY_PHONE)
+    found = browser.execute_script(
+        "return document.querySelectorAll('table.gemm-loss-parity-setup, table.gemm-loss-parity-table').length")
+    assert found >= 2, "the loss-parity page has lost its tables"
+    assert not problems, "\n".join(problems)

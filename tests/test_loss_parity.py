@@ -396,7 +396,9 @@ def test_directive_puts_each_gpu_in_a_tab(tmp_path: Path, make_app: Any) -> None
     assert "WARNING" not in warnings, warnings
     assert html.count("gemm-loss-parity-table") == 2
     assert "Other GPU 141GB" in html and "Test GPU 80GB" in html
-    assert len(re.findall(r'<svg role="img"', html)) == 2
+    # one figure per GPU, each drawn at a phone's width and as its desktop twin
+    assert html.count('class="gemm-figure docutils container"') == 2 and html.count("gemm-figure-wide") == 2
+    assert len(re.findall(r'<svg role="img"', html)) == 4
 
 
 def test_a_corrupt_study_file_is_a_located_warning_and_the_rest_renders(tmp_path: Path, make_app: Any) -> None:
@@ -510,3 +512,30 @@ def test_table_without_a_bf16_reference_shows_no_gaps_and_failures_read_as_faile
     assert rows["BF16"] == ["diverged at step 30: gradient norm inf"]
     assert rows["FP8 Delayed"] == ["1.5300", "–", "1.5800", "–", "–", "130,000"]
     assert rows["FP8 Current"] == ["failed: RuntimeError: synthetic"]
+
+
+def test_reasons_joined_into_a_sentence_keep_one_punctuation_mark() -> None:
+    """Issue 35 reader pass: Transformer Engine's reasons end with a period, and the page joined them
+    with "; " and closed with ".": "... for MXFP8 execution.; NVFP4: ... for NVFP4 execution..". A
+    failed seed of the band is joined the same way."""
+    from gemm_benchmark.answer_text import loss_parity_words
+    from gemm_benchmark.study_loss_parity import seed_band_note, unsupported_note
+    from gemm_benchmark.values import reason_clause
+
+    data = synthetic_data()
+    for recipe in data["recipes"]:
+        if recipe["status"] == "unsupported":
+            recipe["reason"] = f"Device compute capability 10.0 or higher required for {recipe['precision']} execution."
+    data["seed_band"]["runs"][1] = {"seed": 3, "status": "failed", "reason": "RuntimeError: boom.\n"}
+    unsupported, seeds = unsupported_note(data), seed_band_note(data)
+    assert unsupported is not None and seeds is not None
+    for text in (unsupported.astext(), seeds.astext()):
+        assert not re.search(r"\.[.;,]", text.replace("...", "")), text
+    assert unsupported.astext().endswith("nvfp4 execution.")
+    assert "mxfp8 execution; NVFP4:" in unsupported.astext()
+    assert seeds.astext().endswith("seed 3: RuntimeError: boom.")
+    assert reason_clause("wait...") == "wait..." and reason_clause(" a  b. ") == "a b"
+    # the answer sentence's loss-parity words for a recipe whose run failed
+    data["recipes"][2] = {"precision": "fp8-current", "status": "failed", "reason": "RuntimeError: synthetic."}
+    said = loss_parity_words({"data": data}, "fp8-current")
+    assert said.endswith("failed: RuntimeError: synthetic.") and ".." not in said, said

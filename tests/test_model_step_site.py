@@ -5,6 +5,7 @@ and never shows another GPU's number."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,38 @@ def test_the_per_gpu_table_gives_tokens_mfu_memory_layers_and_largest_microbatch
     assert rows["Largest micro-batch"][:3] == ["1", "2", "2"]
     assert rows["Largest micro-batch"][3].startswith("n/a")  # the search failed: a note says so, never a number
     notes = " ".join(p.get_text() for p in table.find_parent("div", class_="sphinx-tabs-panel").select("p"))
-    assert "does not fit one GPU" in notes
+    # Every recipe is above the GPU here: one plain negative, never "every recipe's ... does not fit".
+    assert all(not summary.fits(p) for p in PRECISIONS)
+    assert "no recipe’s whole rank fits one GPU" in notes.replace("'", "’"), notes
+    assert "does not fit" not in notes
+    # What the memory assumes about the optimizer state (issue 35 reader pass): the whole state on
+    # each rank, and what Megatron-LM's distributed optimizer divides by the data-parallel size.
+    bf16 = summary.memory["bf16"]
+    per_param = (bf16.gradients + bf16.optimizer_state) / summary.rank_params
+    assert f"whole optimizer state (no distributed optimizer, no ZeRO): {per_param:.1f} bytes per parameter" in notes
+    assert "6 + 12/d bytes per parameter" in notes
+    assert f"{bf16.optimizer_state / GIB:.1f} GiB FP32 master weights and Adam moments" in notes
+
+
+def test_the_whole_rank_note_names_the_recipes_that_do_not_fit() -> None:
+    """Where only some recipes exceed the GPU, the note names them (and says nothing of the rest)."""
+    from gemm_benchmark.summary_answer import model_step_table
+
+    q = build_question(model="llama3-8b")
+    assert q.config is not None
+    doc = make_document(q, device=H100, precisions=PRECISIONS, modes=("autocast",))
+    doc["model_step"] = model_step_block(q.config, doc["run_id"], PRECISIONS)
+    report = Report(doc)
+    summary = report.model_step()
+    assert summary is not None
+    between = (summary.memory["bf16"].peak + summary.memory["fp8-block"].peak) / 2
+    summary = dataclasses.replace(summary, capacity_bytes=int(between))
+    unfit = [p for p in PRECISIONS if summary.fits(p) is False]
+    assert unfit and len(unfit) < len(PRECISIONS)
+    _, _, notes = model_step_table(report, summary, PRECISIONS[1:], "Llama 3 8B", "H100")
+    said = next(n for n in notes if n.startswith("Peak memory above"))
+    from gemm_benchmark.answer_text import names
+    assert f"under {names(unfit)}, the whole rank does not fit one GPU" in said, said
 
 
 def test_a_gpu_without_a_model_step_says_so_and_keeps_its_layer_answer(project: Project) -> None:

@@ -17,6 +17,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from bs4 import BeautifulSoup, Tag
@@ -379,6 +380,52 @@ def roles_ordered(name: str, relation: Callable[[Callable[..., float]], bool], s
     return check
 
 
+_MODEL_STEP_CAPTION = re.compile(r"The model's training step, (?P<model>.+?) on the (?P<gpu>.+?): ")
+
+
+def _preset_of(label: str) -> str:
+    """The preset a summary's model label names ("Llama 3 70B (TP 8)" -> llama3-70b)."""
+    from gemm_bench.question.config import PRESETS
+    from gemm_benchmark.summary_answer import model_label
+
+    name = label.split(" (")[0]
+    found = [p for p in PRESETS if model_label(p, None) == name]
+    if len(found) != 1:
+        raise LookupError(f"no one preset is named {name!r}: {found}")
+    return found[0]
+
+
+def every_model_has_a_layer_step(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """Only manual shapes and sweeps lack a layer step: every model on the models page, mixtures of
+    experts and tensor-parallel ranks included, has a training-step row with a number on some GPU."""
+    models: set[str] = set()
+    stepped: set[str] = set()
+    for label, values in summary_table(site.soup("models.html")):
+        model, _, what = label.split(" · ")[:3]
+        models.add(model)
+        if what == "Training step" and any(v is not None for v in values.values()):
+            stepped.add(model)
+    if not models:
+        return ["models.html has no per-model summary table"]
+    return [f"{m} has no training step with a number on the models page" for m in sorted(models - stepped)]
+
+
+def model_step_only_for_dense_models(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """The model's training step (its own table) is shown for dense models only, and for some."""
+    from gemm_bench.question.config import preset
+
+    shown = {m["model"] for table in site.soup("models.html").select("table.gemm-model-step-table")
+             if table.caption and (m := _MODEL_STEP_CAPTION.match(_text(table.caption)))}
+    if not shown:
+        return ["models.html shows no model's training step at all"]
+    problems = []
+    for model in sorted(shown):
+        config = preset(_preset_of(model))
+        if config.is_moe or config.is_mla:
+            problems.append(f"{model} is not dense, yet the models page shows its model's training step")
+    return problems
+
+
 # ------------------------------------------------------------------------------ the claims
 
 
@@ -428,6 +475,10 @@ CLAIMS: list[Claim] = [
               get(precision=p, mode="Autocast") - 1 <= (get(precision="FP8 Current", mode="Pre-quantized") - 1) / 2
               for p in ("FP8 Current", "FP8 Delayed")),
               "autocast keeps at most half of the kernels' gain")),
+    # Regression: the methodology said MoE and tensor-parallel configs have no step; the models page
+    # shows one layer's step for both, and the whole rank's step for dense models only.
+    Claim("methodology.html", r"Manual shapes and sweeps have no layer step", every_model_has_a_layer_step),
+    Claim("methodology.html", r"is measured for dense models only for now", model_step_only_for_dense_models),
     Claim("tutorial.html", r"but the autocast gain shrinks to",
           roles_ordered("tut-llama3-70b-tp8", lambda get: get(mode="Autocast") < get(mode="Pre-quantized"),
                         "autocast gains less than the kernels alone")),
@@ -596,3 +647,48 @@ def test_reader_pages_show_no_build_machine_details(site: BuiltSite) -> None:
 
 def test_the_site_builds_without_warnings(site: BuiltSite) -> None:
     assert site.warnings.strip() == ""
+
+
+class _Pages:
+    """A stand-in for a built site: the pages a check reads, as given."""
+
+    def __init__(self, pages: dict[str, BeautifulSoup]) -> None:
+        self._pages = pages
+
+    def soup(self, page: str) -> BeautifulSoup:
+        return self._pages[page]
+
+
+def test_the_step_scope_checks_catch_a_moe_model_step_and_a_model_without_a_layer_step(site: BuiltSite) -> None:
+    models = copy.copy(site.soup("models.html"))
+    table = models.select_one("table.gemm-model-step-table")
+    assert table is not None and table.caption is not None
+    span = table.caption.find("span") or table.caption
+    span.string = _text(span).replace("Llama 3 8B", "Mixtral 8x7B", 1)
+    fake = cast(BuiltSite, _Pages({"models.html": models}))
+    sentence = Sentence("methodology.html", "", models)
+    assert any("Mixtral 8x7B is not dense" in p for p in model_step_only_for_dense_models(fake, models, sentence))
+    for row in models.select("table.gemm-summary-table tbody tr"):
+        first = row.find("td")
+        if first is not None and _text(first).startswith("Training step"):
+            row.decompose()
+    assert any("has no training step" in p for p in every_model_has_a_layer_step(fake, models, sentence))
+
+
+def test_no_tab_holds_only_a_provenance_line(site: BuiltSite) -> None:
+    """Issue 35 reader pass: the models page's "What G changes" drew an Autocast tab and a tab per GPU
+    that held one provenance line each (a directive there only to name numbers for the prose). A
+    tab panel shows something besides where it was measured; the section's roles quote the summary."""
+    empty = []
+    for page in site.pages():
+        for panel in site.soup(page).select("article [role=tabpanel]"):
+            if panel.select("[role=tabpanel]"):
+                continue  # a panel of panels: its inner panels are judged
+            shown = [child for child in panel.find_all(recursive=False)
+                     if _text(child) and "gemm-provenance" not in (child.get("class") or [])]
+            if not shown:
+                empty.append(f"{page}#{panel.get('id')}: {_text(panel)[:60]!r}")
+    assert not empty, "tab panels with nothing but a provenance line:\n" + "\n".join(empty)
+    section = _section(site.soup("models.html"), "What G changes")
+    assert section is not None and section.select_one("div.gemm-benchmark") is None
+    assert len(section.select("abbr.gemm-value")) >= 8

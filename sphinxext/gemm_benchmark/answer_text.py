@@ -25,6 +25,7 @@ from gemm_benchmark.values import (
     Point,
     decide_fastest,
     model_step_points,
+    reason_clause,
     step_absence,
     step_points,
     total_points,
@@ -277,7 +278,7 @@ def loss_parity_words(doc: Mapping[str, Any] | None, precision: str) -> str:
     if status == "diverged":
         return f"{lead} diverged ({' '.join(recipe['reason'].split())})."
     if status != "measured":
-        return f"{lead} {unavailable_text(status, recipe.get('reason', ''), limit=80)}."
+        return f"{lead} {unavailable_text(status, reason_clause(recipe.get('reason', '')), limit=80)}."
     val = loss_parity_schema.gaps(doc["data"]).get(precision, {}).get("val")
     if val is None:
         return f"{lead} trained, but BF16's run did not complete: nothing to compare it with."

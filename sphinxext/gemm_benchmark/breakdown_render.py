@@ -24,20 +24,28 @@ from gemm_benchmark.render_block import figure_pair
 def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str = "layer-graphed",
                     routing: str = "balanced") -> list[nodes.Node]:
     """The figure and its sentence for one result's step cells of ``mode``; [] without breakdowns."""
-    bars = breakdown_figure.bars(doc.get("layer", []), mode, routing)
+    cells = doc.get("layer", [])
+    bars = breakdown_figure.bars(cells, mode, routing)
     if not bars:
         return []
-    label = f"Where each recipe's training step goes on {device}: GPU time per kind of kernel and idle time"
+    # Drawn right under the model's training step (its table and figure) on the models page: the
+    # title says this is one layer's step, so its milliseconds never read as the model's.
+    how = "CUDA-graphed" if mode == "layer-graphed" else "eager"
+    routed = (f", {routing} routing" if any(c.get("routing", "balanced") != routing for c in cells) else "")
+    label = (f"One layer's {how} training step on the {device} (not the model's step): GPU time per kind of "
+             f"kernel and idle time, per recipe{routed}")
     # The phone figure and its desktop twin (render_block.figure_pair): one drawing at a phone's width
     # leaves a desktop column half empty, one at a desktop's shrinks a phone's labels below 10 px.
-    box = figure_pair(breakdown_figure.svg(bars), breakdown_figure.svg(bars, breakdown_figure.WIDE_PT), prefix, label)
+    box = figure_pair(breakdown_figure.svg(bars, heading=label),
+                      breakdown_figure.svg(bars, breakdown_figure.WIDE_PT, heading=label), prefix, label)
     box["classes"].append("gemm-breakdown-figure")
     out: list[nodes.Node] = [box]
     elsewhere = addnodes.only(expr="not html")
     text = "The step breakdown per recipe is drawn in the HTML version of this page."
     elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
     out.append(elsewhere)
-    said = breakdown_figure.sentence(bars)
+    recipe = precision_plan.step_recipe(doc)
+    said = breakdown_figure.sentence(bars, recipe) if recipe else None
     if said:
         out.append(nodes.paragraph(said, said, classes=["gemm-breakdown-sentence"]))
     return out

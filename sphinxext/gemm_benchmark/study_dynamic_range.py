@@ -29,14 +29,14 @@ from sphinx.util.docutils import SphinxDirective
 from gemm_bench.question.devices import device_label, selects
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report.figure_spec import PRECISION_COLORS
-from gemm_bench.report.line_figure import Band, Series, line_svg
+from gemm_bench.report.line_figure import HEIGHT_PT, WIDE_HEIGHT_PT, WIDE_PT, WIDTH_PT, Band, Series, line_svg
 from gemm_bench.results import dynamic_range_schema as schema
 from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.render_block import FIGURE_CLASS, inline_svg, scrolling
+from gemm_benchmark.render_block import figure_pair, scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
 
@@ -184,14 +184,15 @@ class GemmDynamicRangeDirective(SphinxDirective):
                 series.append(Series(f"{display}, {label}", xs, ys, dashed=dashed, color=color))
         bands = [Band(b.low, b.high, b.label) for b in schema.LITERATURE if (tensor, kind) in b.applies_to]
         pass_name = "Fprop" if schema.TENSORS[tensor] == "fprop" else "Dgrad"
-        svg = line_svg(series, x_label="Input dynamic range: max |x| / median |x| (log scale)",
-                       y_label=f"SQNR of the {pass_name} output (dB)", log_x=True, bands=bands, include_y=(0,))
+        # Drawn at a phone's width and at a desktop column's (render_block.figure_pair), the wide
+        # plot taller in proportion: the phone drawing alone left half of a 720 px column empty.
+        svgs = [line_svg(series, x_label="Input dynamic range: max |x| / median |x| (log scale)",
+                         y_label=f"SQNR of the {pass_name} output (dB)", log_x=True, bands=bands, include_y=(0,),
+                         width=width, height=height)
+                for width, height in ((WIDTH_PT, HEIGHT_PT), (WIDE_PT, WIDE_HEIGHT_PT))]
         label = (f"SQNR of the {pass_name} output per recipe against the input's dynamic range on "
                  f"{device_label(doc['device']['name'])}")
-        box = nodes.container(classes=[FIGURE_CLASS])
-        markup = inline_svg(svg, f"gemm-dr{self.lineno}-{number}", label)
-        box += nodes.raw("", markup, format="html")
-        return box
+        return figure_pair(svgs[0], svgs[1], f"gemm-dr{self.lineno}-{number}", label)
 
 
 def _measured(data: dict[str, Any]) -> list[str]:

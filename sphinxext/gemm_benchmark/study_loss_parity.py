@@ -37,7 +37,7 @@ from sphinx.util.docutils import SphinxDirective
 from gemm_bench.question.devices import device_label, device_slug
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.figure_spec import PRECISION_COLORS
-from gemm_bench.report.line_figure import Series, line_svg
+from gemm_bench.report.line_figure import HEIGHT_PT, WIDE_HEIGHT_PT, WIDE_PT, WIDTH_PT, Series, line_svg
 from gemm_bench.report.loss_parity_words import BEYOND, WITHIN, band_of, format_delta, format_seeds
 from gemm_bench.results import loss_parity_schema as schema
 from gemm_bench.results import studies
@@ -45,9 +45,10 @@ from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.render_block import inline_svg, scrolling
+from gemm_benchmark.render_block import figure_pair, scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
+from gemm_benchmark.values import reason_clause
 
 DIRECTIVE = "gemm-loss-parity"
 HOW_TO_MEASURE = "gemm-bench study loss-parity"
@@ -122,7 +123,7 @@ def results_table(data: dict[str, Any], band: schema.SeedBand | str) -> nodes.ta
                      Entry(format_loss(recipe["final_val_loss"])), val_gap, judged,
                      Entry(format_tokens(recipe["tokens_per_s"]))])
     return build_table([[Entry(c) for c in COLUMNS]], body, [14, 13, 17, 15, 17, 14, 10],
-                       classes=["gemm-loss-parity-table"])
+                       classes=["gemm-loss-parity-table", "gemm-cards"])  # a card per recipe on a phone
 
 
 def seed_band_note(data: dict[str, Any]) -> nodes.paragraph | None:
@@ -138,7 +139,7 @@ def seed_band_note(data: dict[str, Any]) -> nodes.paragraph | None:
             parts.append(f"seed {seed}{which}: validation {format_loss(run['final_val_loss'])}, "
                          f"train {format_loss(run['final_train_loss'])}")
         else:
-            parts.append(f"seed {seed}{which}: {' '.join(run['reason'].split())}")
+            parts.append(f"seed {seed}{which}: {reason_clause(run['reason'])}")
     text = ("BF16's seed band, the final losses of BF16 trained from each seed (every seed draws its own "
             "initial weights and batch order; the other recipes were trained from the main seed only): "
             + "; ".join(parts) + ".")
@@ -150,11 +151,11 @@ def unsupported_note(data: dict[str, Any]) -> nodes.paragraph | None:
     if not skipped:
         return None
     text = "Not trained on this GPU (Transformer Engine's reason): " + "; ".join(
-        f"{PRECISIONS[p].display}: {' '.join(reason.split())}" for p, reason in skipped) + "."
+        f"{PRECISIONS[p].display}: {reason_clause(reason)}" for p, reason in skipped) + "."
     return nodes.paragraph(text, text, classes=["gemm-note"])
 
 
-def figure_svg(data: dict[str, Any], device: str) -> str | None:
+def figure_svg(data: dict[str, Any], device: str, *, wide: bool = False) -> str | None:
     """The training-loss curves, BF16 solid (the reference), every other recipe dashed."""
     series = [Series(label=PRECISIONS[p].display + (" (reference)" if p == BASELINE else ""), xs=list(xs),
                      ys=list(ys), dashed=p != BASELINE, color=PRECISION_COLORS.get(p, ""), markers=False)
@@ -163,7 +164,8 @@ def figure_svg(data: dict[str, Any], device: str) -> str | None:
         return None
     every = data["training"]["curve_every"]
     return line_svg(series, x_label="training step", y_label=f"training loss (nats/byte, mean of {every} steps)",
-                    title=f"Training loss per recipe on {device}")
+                    title=f"Training loss per recipe on {device}", width=WIDE_PT if wide else WIDTH_PT,
+                    height=WIDE_HEIGHT_PT if wide else HEIGHT_PT)
 
 
 def figure_nodes(data: dict[str, Any], device: str, prefix: str) -> list[nodes.Node]:
@@ -172,8 +174,10 @@ def figure_nodes(data: dict[str, Any], device: str, prefix: str) -> list[nodes.N
     if svg is None:
         return []
     label = f"Training loss against step per recipe on {device}; BF16 is the reference"
-    box = nodes.container(classes=["gemm-figure", "gemm-loss-parity-figure"])
-    box += nodes.raw("", inline_svg(svg, prefix, label), format="html")
+    # The phone drawing and its desktop twin (render_block.figure_pair): one 365 px drawing left half
+    # of a desktop column empty.
+    box = figure_pair(svg, figure_svg(data, device, wide=True), prefix, label)
+    box["classes"].append("gemm-loss-parity-figure")
     elsewhere = addnodes.only(expr="not html")
     text = "The training-loss curves are drawn in the HTML version of this page."
     elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])

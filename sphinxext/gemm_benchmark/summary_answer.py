@@ -25,7 +25,7 @@ from gemm_bench.question.model_step import not_measured_reason as model_step_not
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
-from gemm_bench.report.model_step import GIB, ModelStep, memory_delta_text, part_absence
+from gemm_bench.report.model_step import GIB, ModelStep, memory_delta_text, optimizer_state_note, part_absence
 from gemm_bench.report.report import Report
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
@@ -458,9 +458,13 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     lines = list(notes.lines())
     unfit = [p for p in shown if summary.fits(p) is False]
     if unfit:
-        lines.append(f"Peak memory above the {gpu}'s {capacity:.1f} GiB: "
-                     f"{'every recipe' if len(unfit) == len(shown) else answer_text.names(unfit)}'s whole rank does "
-                     "not fit one GPU; the layers that fit give a pipeline stage's size.")
+        whose = ("no recipe's whole rank fits one GPU" if len(unfit) == len(shown)
+                 else f"under {answer_text.names(unfit)}, the whole rank does not fit one GPU")
+        lines.append(f"Peak memory above the {gpu}'s {capacity:.1f} GiB: {whose}; the layers that fit give a "
+                     "pipeline stage's size.")
+    state = optimizer_state_note(summary)
+    if state:
+        lines.append(state)
     return table, title, tuple(lines)
 
 

@@ -268,6 +268,14 @@ def absent_status(precision: str, mode: str, status: str, reason: str) -> tuple[
     return status, reason
 
 
+def reason_clause(reason: str) -> str:
+    """A stored reason as a clause a sentence goes on after (a list's "; ", its closing "."):
+    whitespace collapsed, its own closing period dropped. Transformer Engine's reasons end with one,
+    and joined they read "... for MXFP8 execution.; NVFP4: ... execution..". An ellipsis keeps its dots."""
+    text = " ".join(reason.split())
+    return text[:-1] if text.endswith(".") and not text.endswith("..") else text
+
+
 def unavailable_text(status: str, reason: str, *, limit: int = 60) -> str:
     """``failed: <reason>`` / ``unsupported: <reason>`` (shortened to ``limit``), never one "n/a" for
     all; ``same as FP8 Current`` for a precision that has no form of its own (:data:`SAME_AS`)."""

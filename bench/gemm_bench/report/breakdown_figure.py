@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.report.figure_layout import Rect, Scene, Text, text_width
+from gemm_bench.report.figure_layout import Rect, Scene, Text, text_width, wrap
 from gemm_bench.report.figure_spec import WIDE_IN, WIDTH_IN
 from gemm_bench.report.figure_svg import to_svg
 from gemm_bench.report.figures import _PAGE_ROOT_ATTRS, _PAGE_STYLE
@@ -105,20 +105,54 @@ def largest_change(base: Bar, mine: Bar) -> str | None:
     return None
 
 
-def sentence(all_bars: Sequence[Bar]) -> str | None:
-    """One sentence per model: the recipe whose step differs most from BF16's, and why."""
-    base = next((b for b in all_bars if b.precision == BASELINE), None)
-    others = [b for b in all_bars if b.precision != BASELINE]
-    if base is None or not others:
+def sentence(all_bars: Sequence[Bar], precision: str) -> str | None:
+    """One sentence per model and GPU: where ``precision``'s step gained or lost against BF16's
+    (:func:`largest_change`); None without both bars. The caller names the recipe by the rule the
+    plan and the answer follow (:func:`gemm_bench.report.precision_plan.step_recipe`), so the
+    sentence under the bars never speaks of another recipe than the words around it."""
+    found = {b.precision: b for b in all_bars}
+    base, mine = found.get(BASELINE), found.get(precision)
+    if base is None or mine is None or precision == BASELINE:
         return None
-    mine = max(others, key=lambda b: abs(b.step_ms - base.step_ms))
     return largest_change(base, mine)
 
 
-def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> Scene:
-    """Stacked horizontal bars, recipe names at the left (full width), totals at the right, the
-    legend on top (wrapped to the width), where a reader meets it before the bars, as the site's
-    other figures have it."""
+def legend(items: Sequence[tuple[str, str]], y: float, width: float) -> tuple[list[Rect | Text], float]:
+    """Swatch + name for each (name, colour), wrapped to the width; returns the items and the next free y.
+    The step breakdown's and the model step's figures share it."""
+    out: list[Rect | Text] = []
+    x, line_h = PAD_PT, FONT_PT * 1.6
+    for name, color in items:
+        w = FONT_PT + 3 + text_width(name, FONT_PT) + 2 * PAD_PT
+        if x + w > width and x > PAD_PT:
+            x, y = PAD_PT, y + line_h
+        out.append(Rect(x, y, FONT_PT, FONT_PT, color))
+        out.append(Text(x + FONT_PT + 3, y + FONT_PT * 0.85, name, FONT_PT, INK))
+        x += w
+    return out, y + line_h
+
+
+def title(text: str, y: float, width: float) -> tuple[list[Text], float]:
+    """A figure's (or a panel's) bold title, wrapped to the width (never cut); returns the lines and the
+    next free y."""
+    out = []
+    for line in wrap(text, FONT_PT, width - 2 * PAD_PT, bold=True):
+        y += FONT_PT * 1.3
+        out.append(Text(PAD_PT, y, line, FONT_PT, INK, bold=True))
+    return out, y + GAP_PT
+
+
+def parts_drawn(all_bars: Sequence[Bar]) -> list[str]:
+    """The parts some bar has time in, in :data:`PARTS` order: what the legend lists. A layer step has
+    no optimizer, a dense layer's step no "other" kernels: a legend entry without a bar misleads."""
+    return [part for part in PARTS if any(b.parts.get(part, 0.0) > 0 for b in all_bars)]
+
+
+def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT, *, heading: str = "") -> Scene:
+    """Stacked horizontal bars, recipe names at the left (full width), totals at the right, under the
+    ``heading`` (what step this is, on which GPU: wrapped, never cut) and the legend of the parts the
+    bars hold (wrapped to the width), where a reader meets them before the bars, as the site's other
+    figures have it. A part keeps its colour (:data:`PART_COLORS`) whichever parts are listed."""
     if not all_bars:
         raise ValueError("no step with a breakdown to draw")
     label_w = max(text_width(b.label, FONT_PT) for b in all_bars) + PAD_PT
@@ -129,21 +163,18 @@ def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> Scene:
         raise ValueError(f"{width} pt is too narrow for labels of {label_w:.0f} pt")
     scale = plot_w / max(max(b.step_ms, sum(b.parts.values())) for b in all_bars)
     items: list[Rect | Text] = []
-    # legend: swatch + name, wrapped to the width
-    x, y, line_h = PAD_PT, PAD_PT, FONT_PT * 1.6
-    for part in PARTS:
-        name = DISPLAY[part]
-        w = FONT_PT + 3 + text_width(name, FONT_PT) + 2 * PAD_PT
-        if x + w > width and x > PAD_PT:
-            x, y = PAD_PT, y + line_h
-        items.append(Rect(x, y, FONT_PT, FONT_PT, PART_COLORS[part]))
-        items.append(Text(x + FONT_PT + 3, y + FONT_PT * 0.85, name, FONT_PT, INK))
-        x += w
-    y += line_h + GAP_PT
+    y = PAD_PT
+    if heading:
+        lines, y = title(heading, 0.0, width)
+        items += lines
+    drawn = parts_drawn(all_bars)
+    keys, y = legend([(DISPLAY[part], PART_COLORS[part]) for part in drawn], y, width)
+    items += keys
+    y += GAP_PT
     for bar, total in zip(all_bars, totals, strict=True):
         items.append(Text(label_w - PAD_PT, y + BAR_PT * 0.7, bar.label, FONT_PT, INK, anchor="end"))
         x = label_w
-        for part in PARTS:
+        for part in drawn:
             w = bar.parts[part] * scale
             if w > 0:
                 items.append(Rect(x, y, w, BAR_PT, PART_COLORS[part]))
@@ -153,6 +184,7 @@ def scene(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> Scene:
     return Scene(width, y + PAD_PT, tuple(items))
 
 
-def svg(all_bars: Sequence[Bar], width: float = WIDTH_PT) -> str:
+def svg(all_bars: Sequence[Bar], width: float = WIDTH_PT, *, heading: str = "") -> str:
     """The figure as SVG whose ink follows the page (light and dark)."""
-    return to_svg(scene(all_bars, width), page_style=_PAGE_STYLE, root_attrs=_PAGE_ROOT_ATTRS).decode("utf-8")
+    return to_svg(scene(all_bars, width, heading=heading), page_style=_PAGE_STYLE,
+                  root_attrs=_PAGE_ROOT_ATTRS).decode("utf-8")

@@ -47,7 +47,7 @@ from gemm_bench.report.figure_layout import (
     text_width,
     wrap,
 )
-from gemm_bench.report.figure_spec import _INK, FONT_PT, SMALL_PT, WIDTH_IN
+from gemm_bench.report.figure_spec import _INK, FONT_PT, SMALL_PT, WIDE_IN, WIDTH_IN
 from gemm_bench.report.figure_svg import PAGE_CLASS, to_svg
 
 Theme = Literal["page", "light", "dark"]
@@ -57,6 +57,10 @@ PALETTE: tuple[str, ...] = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00
                             "#F0E442")
 WIDTH_PT = WIDTH_IN * 72
 HEIGHT_PT = 170.0
+#: The desktop twin's canvas width and plot height (a page shows it where the column is wide enough,
+#: ``render_block.figure_pair``): the column's width, the plot taller in proportion.
+WIDE_PT = WIDE_IN * 72
+WIDE_HEIGHT_PT = HEIGHT_PT * 1.5
 BAND_ALPHA = 0.14
 
 _PAD = 4.0

@@ -90,6 +90,28 @@ class ModelStep:
         return text + "."
 
 
+def optimizer_state_note(summary: ModelStep) -> str | None:
+    """What the memory assumes about the optimizer state, with this result's bytes; None without memory.
+
+    Why: the composed peak keeps each rank's whole optimizer state (the GPU measures it, about 16
+    bytes per parameter: an FP32 main gradient, master weight and two Adam moments), as Megatron-LM
+    does without ``--use-distributed-optimizer``. Most large runs shard it over the data-parallel
+    ranks (ZeRO): Megatron Core's distributed optimizer counts 6 + 12/d bytes per parameter for BF16
+    weights with FP32 main gradients where this counts 18, so a reader must know which one the
+    number is before comparing it with a run's memory."""
+    memory = summary.memory.get(BASELINE) or next(iter(summary.memory.values()), None)
+    if memory is None or summary.rank_params <= 0:
+        return None
+    per_param = (memory.gradients + memory.optimizer_state) / summary.rank_params
+    return (f"Memory assumes each rank holds its whole optimizer state (no distributed optimizer, no ZeRO): "
+            f"{per_param:.1f} bytes per parameter, measured, of which {memory.gradients / GIB:.1f} GiB are FP32 "
+            f"main gradients and {memory.optimizer_state / GIB:.1f} GiB FP32 master weights and Adam moments. "
+            "With Megatron-LM's distributed optimizer the master weights and moments divide by the "
+            "data-parallel size d (6 + 12/d bytes per parameter instead of 18, BF16 weights included); "
+            f"sharding the FP32 main gradients too (ZeRO-2, FSDP) divides their {memory.gradients / GIB:.1f} GiB "
+            "as well.")
+
+
 def _quartiles(item: Mapping[str, Any]) -> tuple[float, float]:
     samples = item.get("stats", {}).get("samples_ms")
     if isinstance(samples, list) and len(samples) >= 2:

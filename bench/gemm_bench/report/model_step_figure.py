@@ -12,11 +12,11 @@ Pure: no matplotlib.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report.breakdown_figure import BAR_PT, FONT_PT, GAP_PT, INK, PAD_PT, WIDE_PT, WIDTH_PT
-from gemm_bench.report.figure_layout import Polyline, Rect, Scene, Text, text_width, wrap
+from gemm_bench.report.breakdown_figure import legend as _legend
+from gemm_bench.report.breakdown_figure import title as _title
+from gemm_bench.report.figure_layout import Polyline, Rect, Scene, Text, text_width
 from gemm_bench.report.figure_svg import to_svg
 from gemm_bench.report.figures import _PAGE_ROOT_ATTRS, _PAGE_STYLE
 from gemm_bench.report.model_step import GIB, ModelStep
@@ -32,29 +32,6 @@ MEMORY_PARTS: tuple[tuple[str, str, str], ...] = (
 #: The question's G and G = 1.
 G_COLORS = ("#0072B2", "#56B4E9")
 THIN_PT = BAR_PT * 0.6
-
-
-def _legend(items: Sequence[tuple[str, str]], y: float, width: float) -> tuple[list[Rect | Text], float]:
-    """Swatch + name for each item, wrapped to the width; returns the items and the next free y."""
-    out: list[Rect | Text] = []
-    x, line_h = PAD_PT, FONT_PT * 1.6
-    for name, color in items:
-        w = FONT_PT + 3 + text_width(name, FONT_PT) + 2 * PAD_PT
-        if x + w > width and x > PAD_PT:
-            x, y = PAD_PT, y + line_h
-        out.append(Rect(x, y, FONT_PT, FONT_PT, color))
-        out.append(Text(x + FONT_PT + 3, y + FONT_PT * 0.85, name, FONT_PT, INK))
-        x += w
-    return out, y + line_h
-
-
-def _title(text: str, y: float, width: float) -> tuple[list[Text], float]:
-    """A panel's bold title, wrapped to the width (never cut)."""
-    out = []
-    for line in wrap(text, FONT_PT, width - 2 * PAD_PT, bold=True):
-        y += FONT_PT * 1.3
-        out.append(Text(PAD_PT, y, line, FONT_PT, INK, bold=True))
-    return out, y + GAP_PT
 
 
 def scene(summary: ModelStep, device: str, width: float = WIDTH_PT) -> Scene:

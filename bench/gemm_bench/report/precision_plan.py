@@ -208,16 +208,36 @@ def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
     The measuring side (``gemm_bench.measure``, below this layer) is handed this function, measures the
     plan's step when the plan is ``mixed`` and stores the block as ``doc["plan"]``."""
     report = Report(doc)
+    chosen = chosen_recipe(doc, report)
+    if chosen is None:
+        return None
+    return {**make_plan(report, chosen).config(), "chosen": CHOICE_RULE}
+
+
+def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None) -> str | None:
+    """:data:`CHOICE_RULE` over one result's cells: the low-precision recipe with autocast GEMMs whose
+    CUDA-graphed layer step (balanced routing) is fastest; None for a question without a layer's
+    projections or a measured low-precision step."""
+    report = Report(dict(doc)) if report is None else report
     if not projection_ops(report):
         return None
     steps = {c["precision"]: float(c["ms"]) for c in doc.get("layer", [])
              if c.get("mode") == "layer-graphed" and c.get("status") == "measured"
              and c.get("routing", "balanced") == "balanced" and c.get("precision") != BASELINE
              and report.status(MODE, c["precision"])[0] == "measured"}
-    if not steps:
-        return None
-    chosen = min(steps, key=lambda p: steps[p])
-    return {**make_plan(report, chosen).config(), "chosen": CHOICE_RULE}
+    return min(steps, key=lambda p: steps[p]) if steps else None
+
+
+def step_recipe(doc: Mapping[str, Any]) -> str | None:
+    """The recipe a result's step detail speaks of: the one its precision plan was made for, else the
+    one :data:`CHOICE_RULE` picks. Why one rule: the sentence under the step breakdown once named the
+    recipe whose step differed most from BF16's (gpt-oss-120b's slowest, FP8 Current) right above a plan,
+    an answer and prose about its fastest, FP8 Delayed; now the bars' sentence, the plan and
+    the prose's roles speak of one recipe, the answer's whenever that is not BF16."""
+    plan = doc.get("plan")
+    if isinstance(plan, Mapping) and isinstance(plan.get("recipe"), str):
+        return str(plan["recipe"])
+    return chosen_recipe(doc)
 
 
 def plan_step_ms(block: Mapping[str, Any], mode: str = "layer-graphed") -> dict[str, float]:

@@ -1,7 +1,8 @@
 /* gemm-benchmark: every hover meaning is reachable without a mouse. Each number's source (an
    <abbr title>) takes keyboard focus, and a focus or a tap shows it as text beside the number,
    in one tooltip element (role=tooltip) the number is described by; Escape or moving on hides it.
-   And a reference or freshness table's cells are labelled with their columns, for its cards on a phone. */
+   And a reference, freshness or gemm-cards table's cells are labelled with their columns, for its
+   cards on a phone. */
 (function () {
   "use strict";
   function setUp() {
@@ -39,17 +40,21 @@
       if (event.key === "Escape" && shown) { shown.blur(); hide(); }
     });
   }
-  /* A reference or freshness table is one card per row on a phone (gemm_benchmark.css): each cell
-     carries its column's heading, which the card shows as the cell's label. */
+  /* A reference, freshness or gemm-cards table (the loss-parity results) is one card per row on a phone
+     (gemm_benchmark.css): each cell carries its column's heading, which the card shows as its label. */
   function labelReferenceCells() {
     var each = Array.prototype.forEach;
-    each.call(document.querySelectorAll("table.gemm-reference, table.gemm-freshness"), function (table) {
+    var tables = "table.gemm-reference, table.gemm-freshness, table.gemm-cards";
+    each.call(document.querySelectorAll(tables), function (table) {
       var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
         return th.textContent.trim();
       });
       each.call(table.querySelectorAll("tbody > tr"), function (row) {
-        each.call(row.children, function (cell, index) {
-          if (heads[index]) { cell.setAttribute("data-label", heads[index]); }
+        var column = 0;
+        each.call(row.children, function (cell) {
+          // A cell across several columns (a failed run's reason) belongs to none of them.
+          if (cell.colSpan === 1 && heads[column]) { cell.setAttribute("data-label", heads[column]); }
+          column += cell.colSpan;
         });
       });
     });
