@@ -54,7 +54,7 @@ def test_report_leads_with_the_model_step_then_gives_breakdown_plan_and_energy()
     assert "memory of one rank's model step, GiB" in words and f"FP8 Delayed {memory.peak / 2**30:.1f} +" in words
     bars = breakdown_figure.bars(doc["layer"], "layer-graphed")
     assert "== Where the training step's time goes (ms per step) ==" in out
-    assert flat(breakdown_figure.sentence(bars) or "missing") in words
+    assert flat(breakdown_figure.sentence(bars, precision_plan.step_recipe(doc) or "") or "missing") in words
     assert flat(precision_plan.plan_sentence(doc["plan"])) in words
     assert "with te.autocast(enabled=False):" in out
     for p, entry in energy.step_energies(doc).items():
@@ -75,7 +75,8 @@ def test_report_json_carries_the_model_step_breakdown_plan_and_energy() -> None:
     assert data["model_step"]["microbatches"] == 8 and data["model_step_reason"] is None
     graphed = data["breakdown"]["modes"]["layer-graphed"]
     assert graphed["steps"][0]["precision"] == "bf16"
-    assert graphed["sentence"] == breakdown_figure.sentence(breakdown_figure.bars(doc["layer"], "layer-graphed"))
+    assert graphed["sentence"] == breakdown_figure.sentence(breakdown_figure.bars(doc["layer"], "layer-graphed"),
+                                                            precision_plan.step_recipe(doc) or "")
     assert data["plan"]["keep_in_bf16"] == ["attn_out"] and data["plan"]["sentence"]
     assert data["energy"]["words"]["bf16"] == energy.energy_words(energy.step_energies(doc)["bf16"])
 

@@ -202,8 +202,15 @@ def breakdowns(report: Report) -> dict[str, dict[str, Any]]:
         if bars:
             out[mode] = {"steps": [{"precision": b.precision, "step_ms": b.step_ms, "parts_ms": dict(b.parts)}
                                    for b in bars],
-                         "sentence": breakdown_figure.sentence(bars)}
+                         "sentence": _sentence(report, bars)}
     return out
+
+
+def _sentence(report: Report, bars: list[breakdown_figure.Bar]) -> str | None:
+    """The sentence under the bars, of the recipe the site's sentence, plan and answer speak of
+    (:func:`gemm_bench.report.precision_plan.step_recipe`): the report says what the page says."""
+    recipe = precision_plan.step_recipe(report.doc)
+    return breakdown_figure.sentence(bars, recipe) if recipe else None
 
 
 def breakdown_lines(report: Report) -> list[str]:
@@ -222,7 +229,7 @@ def breakdown_lines(report: Report) -> list[str]:
                   f"  {'precision':<13}{'step':>8}" + "".join(f"{_PART_HEADS[p]:>9}" for p in PARTS)]
         for bar in bars:
             lines.append(f"  {bar.label:<13}{bar.step_ms:>8.3f}" + "".join(f"{bar.parts[p]:>9.3f}" for p in PARTS))
-        said = breakdown_figure.sentence(bars)
+        said = _sentence(report, bars)
         if said:
             lines.append(f"  {said}")
     return lines
