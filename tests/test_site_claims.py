@@ -692,3 +692,21 @@ def test_no_tab_holds_only_a_provenance_line(site: BuiltSite) -> None:
     section = _section(site.soup("models.html"), "What G changes")
     assert section is not None and section.select_one("div.gemm-benchmark") is None
     assert len(section.select("abbr.gemm-value")) >= 8
+
+
+def test_the_freshness_page_says_which_results_lack_what_the_next_refresh_measures(site: BuiltSite) -> None:
+    """A reader pass found every H200 row "fresh" while none has the model's training step or the step
+    energy and `gemm-bench refresh` (results.stack.lacking_blocks) plans them: each such row says so."""
+    import json
+
+    from gemm_bench.question.question import Question
+    from gemm_bench.results.stack import lacking_blocks
+
+    cache = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+    lacking = {p.name for p in cache.glob("*.json")
+               if lacking_blocks(json.loads(p.read_text()), Question.from_dict(json.loads(p.read_text())["question"]))}
+    assert lacking  # the committed H200 results predate both blocks
+    rows = [_text(tr) for tr in site.soup("freshness.html").select("tr")]
+    said = [r for r in rows if "the next refresh measures them" in r]
+    assert len(said) == len(lacking), (len(said), sorted(lacking))
+    assert all("H200" in r for r in said) and not any("H100" in r for r in said)

@@ -157,7 +157,8 @@ faster.
         devices = tuple(
             records.DeviceRecord(
                 name=d.device, slug=d.slug, path=str(d.path), date=d.doc["provenance"]["date"],
-                method_version=d.doc["method_version"], status=d.status.value, reason=d.reason,
+                method_version=d.doc["method_version"], status=d.status.value,
+                reason=execution.lacking_reason(d.doc, request.question, d.status.value, d.reason),
                 values=device_values(d.reports, device_label(d.device), request.name),
             )
             for d in answer.devices

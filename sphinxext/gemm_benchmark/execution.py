@@ -46,7 +46,15 @@ from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError, is_stale, read_document
 from gemm_bench.results.merge import store_peers
 from gemm_bench.results.schema import METHOD_VERSION, ResultError
-from gemm_bench.results.stack import DEFAULT_STALE_WHEN, Rules, Todo, local_stack, remeasure, stack_staleness
+from gemm_bench.results.stack import (
+    DEFAULT_STALE_WHEN,
+    Rules,
+    Todo,
+    lacking_blocks,
+    local_stack,
+    remeasure,
+    stack_staleness,
+)
 from gemm_benchmark.diagnostics import TextEnum
 
 logger = logging.getLogger(__name__)
@@ -300,6 +308,14 @@ def freshness_key(dates: Sequence[str], *, max_age_days: float | None, mode: str
     if mode != "cache" and local_gpu()[0] is not None:
         stack = _local_stack()
     return json.dumps([aged, stack], sort_keys=True, default=str)
+
+
+def lacking_reason(doc: dict[str, Any], question: Question, status: str, reason: str) -> str:
+    """A fresh result's reason on the freshness page when it lacks what this code measures with its
+    step (:func:`gemm_bench.results.stack.lacking_blocks`): not a warning (the pages render what it
+    has), but never "fresh" without a word while ``gemm-bench refresh`` plans it."""
+    lacking = lacking_blocks(doc, question) if status == Status.FRESH.value else []
+    return f"lacks {' and '.join(lacking)}: the next refresh measures them" if lacking else reason
 
 
 def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float | None) -> tuple[Status, str]:

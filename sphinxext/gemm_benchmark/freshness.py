@@ -30,6 +30,7 @@ from gemm_bench.results import studies, untrusted_text
 from gemm_bench.results.cache import CacheError, is_stale
 from gemm_bench.results.schema import METHOD_VERSION
 from gemm_benchmark import records as envdata
+from gemm_benchmark.execution import lacking_reason
 from gemm_benchmark.nodes import app_of, builder_format, gemm_freshness
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
@@ -107,6 +108,7 @@ def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: 
         failed = failed_steps(d, request.modes, request.precisions)
         if failed and status == "fresh":
             status, reason = "failed", "failed: " + ", ".join(failed)
+        reason = lacking_reason(d.doc, request.question, status, reason)
         devices.append(envdata.DeviceRecord(
             name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
             method_version=str(d.doc["method_version"]), status=status, reason=reason,
