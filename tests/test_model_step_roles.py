@@ -134,3 +134,18 @@ def test_a_step_quoted_under_the_other_steps_name_is_a_claim_problem(before: str
     from gemm_benchmark.words import noun_problem
 
     assert bool(noun_problem(before, role, "x")) is problem
+
+
+def test_a_mixture_of_experts_role_says_why_it_has_no_model_step(project: Project) -> None:
+    """A reader pass: a Mixtral `gemm-tokens` role warned "no model step in this result for this question
+    (its vocabulary, or not measured)", which named neither; it now gives the reason, and promises no
+    refresh where this code measures none."""
+    q = build_question(model="mixtral-8x7b")
+    project.store(make_document(q, device=H100, precisions=PRECISIONS, modes=("autocast",)))
+    directive = DIRECTIVE.replace("llama3-8b", "mixtral-8x7b").replace(":name: l8", ":name: mx").replace(
+        "h100, h200", "h100")
+    project.page("index", "T\n=\n\n" + directive + "The value: :gemm-tokens:`mx layer-graphed bf16`.\n")
+    warnings, _ = project.build()
+    assert re.search(r"index\.rst:1\d: WARNING: .*no model step for this question: .*dense layers only", warnings), \
+        warnings
+    assert "next refresh" not in warnings

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gemm_bench.question.model_step import not_measured_reason
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.model_step import (
     GIB,
@@ -118,7 +119,9 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
     out: dict[str, Value] = {}
     shown = tuple(precisions or PRECISIONS)
     if summary is None:
-        why = f"{where}: no model step in this result for this question (its vocabulary, or not measured)"
+        reason = not_measured_reason(report.config)
+        why = (f"{where}: no model step for this question: {reason}" if reason
+               else f"{where}: no model step in this result (the next refresh measures it)")
         for p in shown:
             _absent(out, MODEL_STEP_KINDS, p, (DEFAULT_G, g_key(1)), why)
         return out
