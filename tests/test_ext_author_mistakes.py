@@ -223,3 +223,15 @@ def test_a_summary_names_an_unknown_device_and_every_other_bad_option(built):
     assert devices and devices[0].endswith("[gemm_benchmark.devices]"), other
     assert "h100-80gb-hbm3" in devices[0].split("known names: ", 1)[1]
     assert len(devices) == 1 and 8 not in other, other  # once per summary, not once per model
+
+
+def test_a_summary_model_id_whose_size_does_not_divide_blames_the_models_option(tmp_path) -> None:
+    """A reader pass: `:models: llama3-70b/tp9` was blamed on `:tensor-model-parallel-size: 9`, an option
+    the author never wrote; the warning now sits at `:models:`, naming the id and what it set."""
+    project = Project(tmp_path)
+    project.page("index", "T\n=\n\n.. gemm-benchmark-summary::\n   :models: llama3-70b/tp9\n"
+                 "   :precisions: bf16, fp8-current\n")
+    warnings, _ = project.build()
+    found = {int(m.group(1)): m.group(2) for m in re.finditer(r"index\.rst:(\d+): WARNING: (.*)", warnings)}
+    assert 5 in found and ":models: 'llama3-70b/tp9' sets :tensor-model-parallel-size: to 9: 9 does not divide" \
+        in found[5], found

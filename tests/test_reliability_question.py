@@ -184,3 +184,21 @@ def test_a_tensor_parallel_note_names_the_collectives_megatron_runs() -> None:
     assert "communication (all-reduce) is not timed" in plain and "reduce-scatter" not in plain
     sp = " ".join(build_question(model="llama3-70b/tp8", fields={"sequence_parallel": True}).notes)
     assert "all-gather / reduce-scatter" in sp
+
+
+def test_a_bad_size_in_a_model_id_blames_the_id_not_an_option_never_written() -> None:
+    """A reader pass: `llama3-70b/tp9` was reported as `--tensor-model-parallel-size: 9 ...`, an option
+    the user never gave; the id is named, with what it set and why that fails."""
+    import pytest
+
+    from gemm_bench.question.config import ConfigError
+    from gemm_bench.question.question import build_question
+
+    with pytest.raises(ConfigError) as caught:
+        build_question(model="llama3-70b/tp9")
+    assert caught.value.field == "model"
+    assert str(caught.value) == ("--model: the id 'llama3-70b/tp9' sets --tensor-model-parallel-size to 9: "
+                                 "9 does not divide --num-attention-heads 64")
+    with pytest.raises(ConfigError) as given:  # an option the user did give is still blamed itself
+        build_question(model="llama3-70b", fields={"tensor_model_parallel_size": 9})
+    assert given.value.field == "tensor_model_parallel_size"

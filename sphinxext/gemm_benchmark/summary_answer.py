@@ -115,6 +115,10 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path,
                                     known_devices=known_devices)
         except OptionError as exc:
             for bad in exc.errors:
+                if bad.option in ("tensor-model-parallel-size", "expert-model-parallel-size"):
+                    # the author wrote no such option: the size came from the id (llama3-70b/tp9)
+                    bad = OptionError("models", f"{entry.strip()!r} sets :{bad.option}: to "
+                                                f"{fields[bad.option]}: {bad.message}", bad.subtype)
                 errors.setdefault(f"{bad.option}:{bad.message}", bad)
             continue
         if not any(p != BASELINE for p in request.precisions):

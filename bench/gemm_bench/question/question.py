@@ -251,7 +251,15 @@ def build_question(
             given = fields.setdefault(field, size)
             if given != size:
                 raise ConfigError(field, f"is {given}, but the model id {model.strip()!r} says {size}")
-        config = config_from_mapping(fields, base=preset(model_id.preset))
+        try:
+            config = config_from_mapping(fields, base=preset(model_id.preset)).resolved()
+        except ConfigError as exc:
+            if exc.field not in model_id.fields():
+                raise
+            # The size came from the id (``llama3-70b/tp9``), not from an option the author wrote:
+            # blame the id, naming what it set ({field} placeholders keep every surface's spelling).
+            raise ConfigError("model", f"the id {model.strip()!r} sets {{{exc.field}}} to "
+                                       f"{model_id.fields()[exc.field]}: {exc.rule}") from None
     else:
         config = config_from_mapping(fields)
     config = config.resolved()
