@@ -19,32 +19,22 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import statistics
 import tarfile
 from pathlib import Path
 from typing import Any
 
-Z95 = 1.96
-
-
-def ci_half_width(ms: list[float]) -> float:
-    """gemm_bench.measure.timing.Samples.ci_half_width, on a list."""
-    ordered = sorted(ms)
-    n = len(ordered)
-    half = Z95 * math.sqrt(n) / 2
-    low = max(0, math.floor(n / 2 - half) - 1)
-    high = min(n - 1, math.ceil(n / 2 + half))
-    return (ordered[high] - ordered[low]) / 2
+from gemm_bench.measure.timing import Samples  # torch is imported only where it is used
 
 
 def rounds_under(cells: list[list[float]], per_round_s: float, rounds: int, group_s: float,
                  target: float = 0.01, floor: int = 10) -> int:
-    """The rounds gemm_bench.measure.timing.Interleaver._adaptive would have run on these samples."""
+    """The rounds gemm_bench.measure.timing.Interleaver._adaptive would have run on these samples (its
+    batches; its convergence test, Samples.converged, itself)."""
     done, batch = 0, min(floor, rounds)
     while True:
         done += batch
-        if (all(ci_half_width(c[:done]) <= target * statistics.median(c[:done]) for c in cells)
+        if (all(Samples(c[:done]).converged(target) for c in cells)
                 or done >= rounds or done * per_round_s >= group_s):
             return done
         batch = min(rounds - done, max(5, done // 2))
