@@ -31,6 +31,7 @@ from fractions import Fraction
 
 from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.shapes import layer_gemms
+from gemm_bench.question.step_plan import unsupported_reason as layer_step_unsupported
 
 #: The parts of the model's step, each measured as its own region.
 PARTS: tuple[str, ...] = ("embedding", "layer-first", "layer-cached", "head", "optimizer")
@@ -65,12 +66,18 @@ class ModelStepError(ConfigError):
 
 
 def unsupported_reason(config: ModelConfig | None) -> str | None:
-    """Why this question has no model step, or None when it has one."""
+    """Why this question has no model step, or None when it has one: no model, no vocabulary, or a
+    layer the layer step cannot build (its layer is the model step's). Dense, mixture-of-experts
+    and multi-latent-attention layers all have one: every Transformer Engine module they are built
+    from takes ``is_first_microbatch`` and ``fuse_wgrad_accumulation``."""
     if config is None:
         return "The model's step needs a model configuration; manual shapes and sweeps have no model."
     if config.vocab_size is None:
         return ("The model's step needs the vocabulary size to size the embedding and the output layer: "
                 "give vocab-size (presets and Hugging Face configs carry it).")
+    layer = layer_step_unsupported(config)
+    if layer is not None:
+        return f"The model's step is built from the layer step's layer, which is not measured here: {layer}"
     return None
 
 
