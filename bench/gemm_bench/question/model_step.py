@@ -154,10 +154,12 @@ def vocab_parameters(config: ModelConfig) -> int:
 
 def rank_parameters(config: ModelConfig, layer_params: int | None = None, *, layers: int | None = None) -> int:
     """All parameters one rank updates: its layers, embedding, output layer (untied, as Megatron-LM's
-    Llama recipes run) and final norm. ``layer_params``: the GPU's count of one built layer."""
+    Llama recipes run) and final norm (a LayerNorm's weight and bias, as the measured head builds it
+    and as :func:`layer_parameters` counts the layer's norms). ``layer_params``: the GPU's count of
+    one built layer."""
     per_layer = layer_parameters(config) if layer_params is None else layer_params
     n_layers = config.measured_layers if layers is None else layers
-    return n_layers * per_layer + 2 * vocab_parameters(config) + config.hidden_size
+    return n_layers * per_layer + 2 * vocab_parameters(config) + 2 * config.hidden_size
 
 
 # ------------------------------------------------------------------------------------ time
@@ -288,7 +290,7 @@ def layers_that_fit(parts: MemoryParts, capacity: int, *, layer_params: int, voc
     """The most layers a stage holding the embedding and the output layer fits in ``capacity`` bytes
     (0 when not even one does): a pipeline stage's size for a rank whose model does not fit."""
     fixed = (parts.embedding_weights + parts.head_weights + max(parts.head_transient, parts.layer_backward_extra)
-             + parts.state_per_param * (2 * vocab_params + hidden_size))
+             + parts.state_per_param * (2 * vocab_params + 2 * hidden_size))  # + the final LayerNorm
     per_layer = (parts.layer_weights + parts.layer_fp8_weights + parts.layer_activations
                  + parts.state_per_param * layer_params)
     if per_layer <= 0:
