@@ -299,10 +299,10 @@ def install(monkeypatch: pytest.MonkeyPatch, *, oom_above: int = 2) -> Any:
         monkeypatch.setattr(cuda, name, fake)
     real_step = parts.RealModel.step
 
-    def step(self: Any, microbatches: int, micro_batch: int | None = None) -> float:
-        if (micro_batch or 1) > oom_above:
+    def step(self: Any, microbatches: int) -> float:
+        if self.config.micro_batch_size > oom_above:
             raise torch.OutOfMemoryError("fake: CUDA out of memory")
-        return real_step(self, microbatches, micro_batch)
+        return real_step(self, microbatches)
 
     monkeypatch.setattr(parts.RealModel, "step", step)
     # The real run's GPU time reads the profiler's kernels: two overlapping kernels, 0-3 ms and 1-4 ms,

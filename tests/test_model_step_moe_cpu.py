@@ -123,3 +123,21 @@ def test_the_block_of_a_moe_model_validates_names_its_routing_and_the_report_com
     doc["model_step"]["routing"] = "uniform"
     with pytest.raises(ResultError, match="routing"):
         validate(doc)
+
+
+def test_the_search_builds_each_micro_batch_its_own_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mixture of experts' layer routes the tokens of the micro-batch it was built for: a model built
+    for one sequence and stepped on two would route half of them (and under-count the memory)."""
+    parts = fake_te.install(monkeypatch, oom_above=2)
+    built: list[int] = []
+    init = parts.RealModel.__init__
+
+    def record(self: Any, config: ModelConfig, layers: int, precision: str) -> None:
+        init(self, config, layers, precision)
+        built.append(config.micro_batch_size)
+        experts = self.layers[0].mlp
+        assert int(experts.token_of_row.max()) + 1 == config.tokens  # every token of the micro-batch routed
+
+    monkeypatch.setattr(parts.RealModel, "__init__", record)
+    found = parts.largest_microbatch(MOE, 1, "fp8-current", limit=4)
+    assert found["largest"] == 2 and built == found["tried"] == [1, 2, 4, 3]

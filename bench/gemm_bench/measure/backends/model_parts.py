@@ -143,13 +143,13 @@ class Embedding(torch.nn.Module):
         return self.table(tokens)
 
 
-def _tokens(config: ModelConfig, micro_batch: int | None = None) -> torch.Tensor:
+def _tokens(config: ModelConfig) -> torch.Tensor:
     rows = (config.padded_vocab_size or 1) // config.tensor_model_parallel_size
-    return torch.randint(0, rows, (config.seq_length, micro_batch or config.micro_batch_size), device=DEVICE)
+    return torch.randint(0, rows, (config.seq_length, config.micro_batch_size), device=DEVICE)
 
 
-def _hidden(config: ModelConfig, micro_batch: int | None = None, *, grad: bool = False) -> torch.Tensor:
-    shape = (config.seq_length, micro_batch or config.micro_batch_size, config.hidden_size)
+def _hidden(config: ModelConfig, *, grad: bool = False) -> torch.Tensor:
+    shape = (config.seq_length, config.micro_batch_size, config.hidden_size)
     return torch.randn(*shape, device=DEVICE, dtype=_BF16, requires_grad=grad)
 
 
@@ -437,11 +437,12 @@ class RealModel:
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.params)
 
-    def step(self, microbatches: int, micro_batch: int | None = None) -> float:
-        """One optimizer step over G micro-batches; returns the last micro-batch's loss."""
+    def step(self, microbatches: int) -> float:
+        """One optimizer step over G micro-batches of the config's micro-batch size (the layers are
+        built for it: a mixture of experts routes exactly its tokens); returns the last loss."""
         loss = torch.zeros((), device=DEVICE)
         for i in range(microbatches):
-            tokens, labels = _tokens(self.config, micro_batch), _tokens(self.config, micro_batch)
+            tokens, labels = _tokens(self.config), _tokens(self.config)
             x = self.embedding(tokens)
             with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
                 for layer in self.layers:
@@ -506,13 +507,14 @@ def real_peak_bytes(model: RealModel, microbatches: int) -> int:
 
 def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64) -> dict[str, Any]:
     """The largest micro-batch whose whole step (G = 1) runs on this GPU with ``layers`` layers, by
-    doubling then bisecting; an out-of-memory is the answer, never a crash."""
+    doubling then bisecting; an out-of-memory is the answer, never a crash. Each size builds its own
+    model: a mixture of experts' layer routes the tokens of the micro-batch it was built for."""
     def fits(mbs: int) -> bool:
         with _clean():
             model = None
             try:
-                model = RealModel(config, layers, precision)
-                model.step(1, mbs)
+                model = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision)
+                model.step(1)
                 torch.cuda.synchronize()
                 return True
             except torch.OutOfMemoryError:
@@ -589,14 +591,15 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
         memory,
         rank_parameters,
         step_ms,
+        unsupported_reason,
     )
-
-    from gemm_bench.question.model_step import unsupported_reason
 
     reason = unsupported_reason(config)
     if reason:
         return {"unsupported": reason}
     out: dict[str, Any] = {"config": config.to_dict(), "precisions": list(precisions)}
+    if config.is_moe:
+        out["routing"] = ROUTING
     started = time.monotonic()
     timing = time_parts(config, precisions, group or interleaver_group(settings))
     out["failures"] = timing.failures
@@ -712,10 +715,10 @@ def model_step_block(config: ModelConfig, precisions: Sequence[str], group: Time
     memory: dict[str, Any] = {}
     layer_params = 0
     try:  # once: the embedding and the head are BF16 under every recipe
-        vocab: dict[str, int] | None = vocab_memory(config) if measured else None
+        vocab = vocab_memory(config) if measured else {}
     except RuntimeError:  # GPU boundary: no precision has memory records then
-        vocab = None
-    for p in measured if vocab is not None else ():
+        vocab = {}
+    for p in measured if vocab else ():
         try:
             layer = layer_memory(config, p)
         except RuntimeError:  # GPU boundary: a precision without memory records is shown without them
