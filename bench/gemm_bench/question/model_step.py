@@ -14,7 +14,13 @@ that reuses the FP8 weights quantized by the first (``is_first_microbatch=False`
 final norm, the BF16 output layer (outside the recipe, as Megatron-LM keeps it by default) and the
 FP32 cross-entropy, and ``optimizer(P)`` the step over the rank's P parameters (a straight line
 through two measured sizes: the fused AdamW is memory-bound, linear in P). Communication is not
-measured on one GPU and not composed; the layer step's NVLink floor stays beside it.
+measured on one GPU and not composed; the layer step's NVLink floor stays beside it. The layer is
+the layer step's, dense or not: a mixture of experts' (the rank's local experts, experts / EP, as
+grouped GEMMs, the shared experts, the BF16 router) and multi-latent attention's take
+``is_first_microbatch`` in every Transformer Engine module that holds weights, so ``first`` and
+``cached`` mean the same for every model. L is :attr:`ModelConfig.measured_layers`: a mixture of
+experts' leading dense layers (DeepSeek-V3's three) are not the measured layer and are left out of
+time, FLOPs, parameters and memory alike.
 
 FLOPs are counted as Megatron-LM counts them (``num_floating_point_operations`` in
 ``megatron/training/training.py``): 6 x tokens x (the layer's GEMM weights, attention's two
@@ -56,8 +62,10 @@ WHAT_IS_COMPOSED = (
     "layer and FP32 cross-entropy) + L x (one layer's forward + backward that quantizes its weights + (G - 1) x "
     "the same on the cached FP8 weights) + the optimizer step over the rank's parameters, divided by G; every "
     "part measured on the GPU as its own region (GPU time). The output layer stays BF16 under every recipe, as "
-    "Megatron-LM keeps it by default. Excluded: every collective (tensor-, expert-, pipeline- and data-parallel), "
-    "pipeline bubbles and the data loader."
+    "Megatron-LM keeps it by default. A mixture of experts' layer routes its tokens evenly over the rank's local "
+    "experts (balanced routing); leading dense layers of a mixture of experts are not the measured layer and are "
+    "left out. Excluded: every collective (tensor-, expert-, pipeline- and data-parallel), pipeline bubbles and "
+    "the data loader."
 )
 
 
