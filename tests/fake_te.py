@@ -7,7 +7,10 @@ Modules compute in BF16 on CPU; ``fuse_wgrad_accumulation`` adds the weight grad
 ``weight.main_grad`` and gives autograd no gradient for the weight, as TE does without Megatron's
 ``grad_added_to_main_grad`` marker. ``is_first_microbatch=True`` under an FP8 recipe "quantizes"
 (a copy kept on the module), ``False`` requires that copy: a cached call before a first one fails,
-as a wrong call order would on the GPU. The allocator's counters and CUDA events are faked by
+as a wrong call order would on the GPU. The modules of a mixture of experts' or multi-latent
+attention's layer (``GroupedLinear``, ``MultiheadAttention``, ``DotProductAttention``,
+``LayerNormLinear``, ``LayerNormMLP``) hold the parameters TE's do, under TE's names, so a count of
+the built layer's parameters is the count of TE's. The allocator's counters and CUDA events are faked by
 :func:`install`, which also counts OOM: a micro-batch above ``oom_above`` raises
 ``torch.OutOfMemoryError`` from the real model's step.
 """
@@ -43,22 +46,57 @@ class _FusedLinear(torch.autograd.Function):
         return dy @ weight, dw.to(weight.dtype), None
 
 
+def _weight(n: int, k: int, dtype: Any = torch.bfloat16) -> torch.nn.Parameter:
+    return torch.nn.Parameter(torch.randn(n, k, dtype=dtype) * k ** -0.5)
+
+
+def _quantize(module: torch.nn.Module, names: tuple[str, ...], first: bool | None) -> None:
+    """Under an FP8 recipe: ``first`` True or None quantizes (a copy per weight, kept on the module
+    as TE keeps its ``_fp8_workspaces``), False needs the copies a first call left."""
+    if _STATE["recipe"] is None:
+        return
+    cache: dict[str, torch.Tensor] = module.__dict__.setdefault("cached_weights", {})
+    if first is False:
+        if any(name not in cache for name in names):
+            raise RuntimeError("cached FP8 weight used before a first micro-batch quantized it")
+        return
+    cache.update({name: getattr(module, name).detach().clone() for name in names})
+
+
 class Linear(torch.nn.Module):
     def __init__(self, k: int, n: int, bias: bool = False, params_dtype: Any = torch.bfloat16, device: Any = None,
                  fuse_wgrad_accumulation: bool = False) -> None:
         super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(n, k, dtype=params_dtype) * k ** -0.5)
+        self.weight = _weight(n, k, params_dtype)
         self.fuse = fuse_wgrad_accumulation
-        self.cached: torch.Tensor | None = None
+
+    @property
+    def cached(self) -> torch.Tensor | None:
+        return self.__dict__.get("cached_weights", {}).get("weight")
 
     def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
-        if _STATE["recipe"] is not None:
-            if is_first_microbatch is False:
-                if self.cached is None:
-                    raise RuntimeError("cached FP8 weight used before a first micro-batch quantized it")
-            else:
-                self.cached = self.weight.detach().clone()
+        _quantize(self, ("weight",), is_first_microbatch)
         return _FusedLinear.apply(x, self.weight, self.fuse)
+
+
+class GroupedLinear(torch.nn.Module):
+    """``num_gemms`` weights ``weight0`` ... as TE names them; rows of the input split by ``m_splits``."""
+
+    def __init__(self, num_gemms: int, k: int, n: int, bias: bool = False, params_dtype: Any = torch.bfloat16,
+                 device: Any = None, fuse_wgrad_accumulation: bool = False, **_: Any) -> None:
+        super().__init__()
+        self.num_gemms = num_gemms
+        for i in range(num_gemms):
+            setattr(self, f"weight{i}", _weight(n, k, params_dtype))
+        self.fuse = fuse_wgrad_accumulation
+
+    def forward(self, x: torch.Tensor, m_splits: list[int], is_first_microbatch: bool | None = None) -> torch.Tensor:
+        if len(m_splits) != self.num_gemms or sum(m_splits) != x.shape[0]:
+            raise ValueError(f"splits {m_splits} do not cover {x.shape[0]} rows in {self.num_gemms} groups")
+        names = tuple(f"weight{i}" for i in range(self.num_gemms))
+        _quantize(self, names, is_first_microbatch)
+        return torch.cat([_FusedLinear.apply(part, getattr(self, name), self.fuse)
+                          for part, name in zip(x.split(list(m_splits)), names, strict=True)])
 
 
 class LayerNorm(torch.nn.Module):
@@ -69,6 +107,83 @@ class LayerNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias)
+
+
+class LayerNormLinear(torch.nn.Module):
+    def __init__(self, k: int, n: int, bias: bool = False, params_dtype: Any = torch.bfloat16, device: Any = None,
+                 fuse_wgrad_accumulation: bool = False, **_: Any) -> None:
+        super().__init__()
+        self.layer_norm_weight = torch.nn.Parameter(torch.ones(k, dtype=params_dtype))
+        self.layer_norm_bias = torch.nn.Parameter(torch.zeros(k, dtype=params_dtype))
+        self.weight = _weight(n, k, params_dtype)
+        self.fuse = fuse_wgrad_accumulation
+
+    def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        _quantize(self, ("weight",), is_first_microbatch)
+        xn = F.layer_norm(x, x.shape[-1:], self.layer_norm_weight, self.layer_norm_bias)
+        return _FusedLinear.apply(xn, self.weight, self.fuse)
+
+
+class LayerNormMLP(torch.nn.Module):
+    def __init__(self, hidden: int, ffn: int, bias: bool = False, activation: str = "gelu",
+                 params_dtype: Any = torch.bfloat16, device: Any = None, fuse_wgrad_accumulation: bool = False,
+                 **_: Any) -> None:
+        super().__init__()
+        self.swiglu = activation == "swiglu"
+        self.layer_norm_weight = torch.nn.Parameter(torch.ones(hidden, dtype=params_dtype))
+        self.layer_norm_bias = torch.nn.Parameter(torch.zeros(hidden, dtype=params_dtype))
+        self.fc1_weight = _weight((2 if self.swiglu else 1) * ffn, hidden, params_dtype)
+        self.fc2_weight = _weight(hidden, ffn, params_dtype)
+        self.fuse = fuse_wgrad_accumulation
+
+    def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        _quantize(self, ("fc1_weight", "fc2_weight"), is_first_microbatch)
+        h = _FusedLinear.apply(F.layer_norm(x, x.shape[-1:], self.layer_norm_weight, self.layer_norm_bias),
+                               self.fc1_weight, self.fuse)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h)
+        return _FusedLinear.apply(h, self.fc2_weight, self.fuse)
+
+
+class DotProductAttention(torch.nn.Module):
+    """Causal attention over ``[s, b, heads, d]`` (GQA by repeating K and V); no parameters, as TE's."""
+
+    def __init__(self, heads: int, kv_channels: int | tuple[int, int], num_gqa_groups: int | None = None,
+                 **_: Any) -> None:
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s, b = q.shape[:2]
+        repeat = q.shape[2] // k.shape[2]
+        k, v = k.repeat_interleave(repeat, dim=2), v.repeat_interleave(repeat, dim=2)
+        out = F.scaled_dot_product_attention(*(t.permute(1, 2, 0, 3).float() for t in (q, k, v)), is_causal=True)
+        return out.permute(2, 0, 1, 3).reshape(s, b, -1).to(q.dtype)
+
+
+class MultiheadAttention(torch.nn.Module):
+    """TE's parameters with ``input_layernorm=True, fuse_qkv_params=True, bias=False``: the LayerNorm's
+    weight and bias, one fused QKV weight, the output projection's weight."""
+
+    def __init__(self, hidden: int, heads: int, kv_channels: int, num_gqa_groups: int,
+                 params_dtype: Any = torch.bfloat16, fuse_wgrad_accumulation: bool = False, **_: Any) -> None:
+        super().__init__()
+        self.qkv = LayerNormLinear(hidden, (heads + 2 * num_gqa_groups) * kv_channels, params_dtype=params_dtype,
+                                   fuse_wgrad_accumulation=fuse_wgrad_accumulation)
+        self.proj = Linear(heads * kv_channels, hidden, params_dtype=params_dtype,
+                           fuse_wgrad_accumulation=fuse_wgrad_accumulation)
+        self.core = DotProductAttention(heads, kv_channels, num_gqa_groups)
+        self.shape = (heads, num_gqa_groups, kv_channels)
+
+    def forward(self, x: torch.Tensor, is_first_microbatch: bool | None = None) -> torch.Tensor:
+        s, b, _ = x.shape
+        heads, groups, d = self.shape
+        q, k, v = self.qkv(x, is_first_microbatch).split([heads * d, groups * d, groups * d], dim=-1)
+        context = self.core(q.reshape(s, b, heads, d), k.reshape(s, b, groups, d), v.reshape(s, b, groups, d))
+        return self.proj(context, is_first_microbatch)
 
 
 class TransformerLayer(torch.nn.Module):
@@ -144,7 +259,9 @@ def install(monkeypatch: pytest.MonkeyPatch, *, oom_above: int = 2) -> Any:
     """The measuring module, importable and running on CPU with this fake; returns it."""
     te = types.ModuleType("transformer_engine.pytorch")
     for name, value in (("Linear", Linear), ("LayerNorm", LayerNorm), ("TransformerLayer", TransformerLayer),
-                        ("autocast", autocast)):
+                        ("autocast", autocast), ("GroupedLinear", GroupedLinear),
+                        ("LayerNormLinear", LayerNormLinear), ("LayerNormMLP", LayerNormMLP),
+                        ("DotProductAttention", DotProductAttention), ("MultiheadAttention", MultiheadAttention)):
         setattr(te, name, value)
     package = types.ModuleType("transformer_engine")
     package.__version__ = "0.0-fake"  # type: ignore[attr-defined]
@@ -161,11 +278,14 @@ def install(monkeypatch: pytest.MonkeyPatch, *, oom_above: int = 2) -> Any:
                                                 "transformer_engine.common.recipe": recipe,
                                                 "transformer_engine.pytorch.cpp_extensions": cpp}.get(
                                                     name, types.ModuleType(name)))
-    for name in ("gemm_bench.measure.backends.te", "gemm_bench.measure.backends.model_parts"):
+    for name in ("gemm_bench.measure.backends.te", "gemm_bench.measure.backends.model_parts",
+                 "gemm_bench.measure.backends.rank_layer"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     import gemm_bench.measure.backends.model_parts as parts
+    import gemm_bench.measure.backends.rank_layer as rank_layer
 
     monkeypatch.setattr(parts, "DEVICE", "cpu")
+    monkeypatch.setattr(rank_layer, "DEVICE", "cpu")
     # A full collection of a test process's heap takes most of a second; the GPU tool freezes it instead.
     monkeypatch.setattr(parts, "gc", types.SimpleNamespace(collect=lambda: 0))
     monkeypatch.setattr(parts, "make_recipe", lambda p: None if p == "bf16" else _Recipe(p))
@@ -179,10 +299,10 @@ def install(monkeypatch: pytest.MonkeyPatch, *, oom_above: int = 2) -> Any:
         monkeypatch.setattr(cuda, name, fake)
     real_step = parts.RealModel.step
 
-    def step(self: Any, microbatches: int, micro_batch: int | None = None) -> float:
-        if (micro_batch or 1) > oom_above:
+    def step(self: Any, microbatches: int) -> float:
+        if self.config.micro_batch_size > oom_above:
             raise torch.OutOfMemoryError("fake: CUDA out of memory")
-        return real_step(self, microbatches, micro_batch)
+        return real_step(self, microbatches)
 
     monkeypatch.setattr(parts.RealModel, "step", step)
     # The real run's GPU time reads the profiler's kernels: two overlapping kernels, 0-3 ms and 1-4 ms,

@@ -136,16 +136,32 @@ def test_a_step_quoted_under_the_other_steps_name_is_a_claim_problem(before: str
     assert bool(noun_problem(before, role, "x")) is problem
 
 
-def test_a_mixture_of_experts_role_says_why_it_has_no_model_step(project: Project) -> None:
+def test_a_mixture_of_experts_role_without_a_model_step_names_the_next_refresh(project: Project) -> None:
     """A reader pass: a Mixtral `gemm-tokens` role warned "no model step in this result for this question
-    (its vocabulary, or not measured)", which named neither; it now gives the reason, and promises no
-    refresh where this code measures none."""
+    (its vocabulary, or not measured)", which named neither; this code measures a mixture of experts'
+    model step, so a result lacking it is one the next refresh brings, and the warning says so."""
     q = build_question(model="mixtral-8x7b")
     project.store(make_document(q, device=H100, precisions=PRECISIONS, modes=("autocast",)))
     directive = DIRECTIVE.replace("llama3-8b", "mixtral-8x7b").replace(":name: l8", ":name: mx").replace(
         "h100, h200", "h100")
     project.page("index", "T\n=\n\n" + directive + "The value: :gemm-tokens:`mx layer-graphed bf16`.\n")
     warnings, _ = project.build()
-    assert re.search(r"index\.rst:1\d: WARNING: .*no model step for this question: .*dense layers only", warnings), \
-        warnings
+    assert re.search(r"index\.rst:1\d: WARNING: .*no model step .*next refresh", warnings), warnings
+    assert "dense layers only" not in warnings
+
+
+def test_a_role_on_a_question_without_a_vocabulary_says_why_and_promises_no_refresh(project: Project) -> None:
+    """A question given by its sizes without a vocabulary has no model step any refresh could measure:
+    the role's warning gives that reason (the vocabulary) and promises no refresh."""
+    fields = {"hidden_size": 1024, "num_attention_heads": 8, "ffn_hidden_size": 4096, "seq_length": 2048,
+              "num_layers": 2}
+    q = build_question(fields=fields)
+    assert q.config is not None and q.config.vocab_size is None
+    project.store(make_document(q, device=H100, precisions=PRECISIONS, modes=("autocast",)))
+    directive = (".. gemm-benchmark::\n   :name: nv\n   :hidden-size: 1024\n   :num-attention-heads: 8\n"
+                 "   :ffn-hidden-size: 4096\n   :seq-length: 2048\n   :num-layers: 2\n   :precisions: bf16, "
+                 "fp8-delayed, fp8-current\n   :modes: autocast\n   :devices: h100\n   :show: provenance\n\n")
+    project.page("index", "T\n=\n\n" + directive + "The value: :gemm-tokens:`nv layer-graphed bf16`.\n")
+    warnings, _ = project.build()
+    assert re.search(r"index\.rst:1\d: WARNING: .*no model step .*vocab", warnings), warnings
     assert "next refresh" not in warnings

@@ -59,9 +59,30 @@ def test_a_model_with_a_vocabulary_gets_its_model_step_in_the_same_run(fake_runn
     assert seen["regions"] == ["layer-cached", "layer-first"] and seen["failures"] == {}
 
 
-@pytest.mark.parametrize("extra", [{}, {"vocab_size": 1000, "num_experts": 4}])
-def test_no_vocabulary_or_a_moe_layer_has_no_model_step(fake_runner_module: Any,  # noqa: F811
-                                                       monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]) -> None:
+#: A mixture of experts and multi-latent attention (with its MoE): their layer is the layer step's.
+MOE = {"vocab_size": 1000, "num_experts": 4, "moe_router_topk": 2}
+MLA = {**MOE, "num_attention_heads": 4, "q_lora_rank": 64, "kv_lora_rank": 32, "qk_head_dim": 32,
+       "qk_pos_emb_head_dim": 16, "v_head_dim": 32}
+
+
+@pytest.mark.parametrize("extra", [MOE, MLA])
+def test_a_moe_or_mla_model_gets_its_model_step_too(fake_runner_module: Any,  # noqa: F811
+                                                    monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]) -> None:
+    """Before issue 32's MoE/MLA work the runner skipped them (``config.is_moe or config.is_mla``)."""
+    runner, _ = fake_runner_module
+    from gemm_bench.measure.timing import TimerSettings
+
+    seen = _fake_parts(monkeypatch)
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False)
+    doc = runner.Runner(settings, telemetry=False).measure(build_question(fields={**FIELDS, **extra}), ["fp8-current"],
+                                                           ["layer-graphed"])
+    validate(doc)
+    assert doc["model_step"]["run_id"] == doc["run_id"] and seen["regions"] == ["layer-cached", "layer-first"]
+
+
+@pytest.mark.parametrize("extra", [{}, {**MLA, "tensor_model_parallel_size": 2, "sequence_parallel": True}])
+def test_no_vocabulary_or_a_layer_the_step_cannot_build_has_no_model_step(
+        fake_runner_module: Any, monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]) -> None:  # noqa: F811
     runner, _ = fake_runner_module
     from gemm_bench.measure.timing import TimerSettings
 

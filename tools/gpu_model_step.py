@@ -3,6 +3,11 @@ the real multi-layer proof and the largest micro-batch, for the models named; JS
 compact table on stdout. Run by tools/gpu_model_step.sh. Nothing here types a number into the site.
 
     python3 tools/gpu_model_step.py --out DIR [--models llama3-8b,qwen2.5-7b] [--precisions ...]
+    python3 tools/gpu_model_step.py --out DIR --models mixtral-8x7b,deepseek-v3/ep64 --search ""
+
+A mixture of experts (Mixtral 8x7B) or multi-latent attention with experts (DeepSeek-V3, one EP 64
+rank) is measured and proven the same way: its layer is the layer step's ``RankLayer`` (balanced
+routing), with fused FP32 main gradients and ``is_first_microbatch`` through every TE module.
 """
 
 from __future__ import annotations
@@ -18,8 +23,14 @@ from typing import Any
 
 #: Layers of the real model each proof builds: as many as fit an 80 GB H100 beside the parts' memory
 #: with FP32 master weights and moments of the embedding and output layer (DESIGN.md: a 6-layer
-#: Llama 3 8B trained in ~40-42 GiB; Gemma 2 27B ran out of memory at 4 layers).
-PROOF_LAYERS = {"llama3-8b": 4, "qwen2.5-7b": 4, "gemma2-27b": 2}
+#: Llama 3 8B trained in ~40-42 GiB; Gemma 2 27B ran out of memory at 4 layers). A mixture of experts
+#: holds 18 bytes per parameter of its whole layer (BF16 weight, FP32 main gradient, master and two
+#: moments): Mixtral 8x7B's 1.45 billion a layer are 26 GB, so 2 layers (about 52 GB, FP8 weight copies
+#: and activations beside); DeepSeek-V3's EP 64 rank holds 0.41 billion a layer (7.4 GB) but a 1.85
+#: billion-parameter vocabulary (33 GB), so 2 layers too. gpt-oss-120b (3.2 billion a layer, 58 GB) and
+#: Mixtral 8x22B (2.5 billion, 45 GB) fit one layer only: no multi-layer proof on one GPU.
+PROOF_LAYERS = {"llama3-8b": 4, "qwen2.5-7b": 4, "gemma2-27b": 2, "mixtral-8x7b": 2, "deepseek-v3/ep64": 2,
+                "gpt-oss-120b": 1, "mixtral-8x22b": 1}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             result = {"error": f"{type(exc).__name__}: {exc}"}
         result["wall_s"] = round(time.monotonic() - started, 1)
-        (args.out / f"model-step-{name}.json").write_text(json.dumps(result, indent=1))
+        (args.out / f"model-step-{name.replace('/', '-')}.json").write_text(json.dumps(result, indent=1))
         status |= print_table(name, result)
     return status
 
 
 def print_table(name: str, r: dict[str, Any]) -> int:
-    print(f"\n=== {name} ({r.get('device')}, {r.get('wall_s')} s) ===")
+    routing = f", {r['routing']} routing" if r.get("routing") else ""
+    print(f"\n=== {name} ({r.get('device')}, {r.get('wall_s')} s{routing}) ===")
     if "unsupported" in r or "error" in r:
         print(r.get("unsupported") or r.get("error"), r.get("failures"))
         return 1

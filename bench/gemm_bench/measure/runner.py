@@ -467,8 +467,9 @@ class Runner:
     def _model_step(self, question: Question, precisions: Sequence[str], support: dict[str, Any],
                     run_id: str) -> dict[str, Any] | None:
         """The model step's parts in this run's interleaved groups (one per kind of part); None, before
-        importing anything of the GPU's, where the question has no model step (no vocabulary) or the
-        measured layer has no cached-weight path (a mixture of experts, multi-latent attention)."""
+        importing anything of the GPU's, where the question has no model step (no vocabulary, or a
+        layer the layer step cannot build). Dense, mixture-of-experts and multi-latent-attention
+        layers all have one (:mod:`gemm_bench.measure.backends.model_parts`)."""
         config = question.config
         if config is None or model_step_not_measured(config):
             return None

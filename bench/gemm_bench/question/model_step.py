@@ -14,7 +14,13 @@ that reuses the FP8 weights quantized by the first (``is_first_microbatch=False`
 final norm, the BF16 output layer (outside the recipe, as Megatron-LM keeps it by default) and the
 FP32 cross-entropy, and ``optimizer(P)`` the step over the rank's P parameters (a straight line
 through two measured sizes: the fused AdamW is memory-bound, linear in P). Communication is not
-measured on one GPU and not composed; the layer step's NVLink floor stays beside it.
+measured on one GPU and not composed; the layer step's NVLink floor stays beside it. The layer is
+the layer step's, dense or not: a mixture of experts' (the rank's local experts, experts / EP, as
+grouped GEMMs, the shared experts, the BF16 router) and multi-latent attention's take
+``is_first_microbatch`` in every Transformer Engine module that holds weights, so ``first`` and
+``cached`` mean the same for every model. L is :attr:`ModelConfig.measured_layers`: a mixture of
+experts' leading dense layers (DeepSeek-V3's three) are not the measured layer and are left out of
+time, FLOPs, parameters and memory alike.
 
 FLOPs are counted as Megatron-LM counts them (``num_floating_point_operations`` in
 ``megatron/training/training.py``): 6 x tokens x (the layer's GEMM weights, attention's two
@@ -31,6 +37,7 @@ from fractions import Fraction
 
 from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.shapes import layer_gemms
+from gemm_bench.question.step_plan import unsupported_reason as layer_step_unsupported
 
 #: The parts of the model's step, each measured as its own region.
 PARTS: tuple[str, ...] = ("embedding", "layer-first", "layer-cached", "head", "optimizer")
@@ -55,8 +62,10 @@ WHAT_IS_COMPOSED = (
     "layer and FP32 cross-entropy) + L x (one layer's forward + backward that quantizes its weights + (G - 1) x "
     "the same on the cached FP8 weights) + the optimizer step over the rank's parameters, divided by G; every "
     "part measured on the GPU as its own region (GPU time). The output layer stays BF16 under every recipe, as "
-    "Megatron-LM keeps it by default. Excluded: every collective (tensor-, expert-, pipeline- and data-parallel), "
-    "pipeline bubbles and the data loader."
+    "Megatron-LM keeps it by default. A mixture of experts' layer routes its tokens evenly over the rank's local "
+    "experts (balanced routing); leading dense layers of a mixture of experts are not the measured layer and are "
+    "left out. Excluded: every collective (tensor-, expert-, pipeline- and data-parallel), pipeline bubbles and "
+    "the data loader."
 )
 
 
@@ -65,26 +74,27 @@ class ModelStepError(ConfigError):
 
 
 def unsupported_reason(config: ModelConfig | None) -> str | None:
-    """Why this question has no model step, or None when it has one."""
+    """Why this question has no model step, or None when it has one: no model, no vocabulary, or a
+    layer the layer step cannot build (its layer is the model step's). Dense, mixture-of-experts
+    and multi-latent-attention layers all have one: every Transformer Engine module they are built
+    from takes ``is_first_microbatch`` and ``fuse_wgrad_accumulation``."""
     if config is None:
         return "The model's step needs a model configuration; manual shapes and sweeps have no model."
     if config.vocab_size is None:
         return ("The model's step needs the vocabulary size to size the embedding and the output layer: "
                 "give vocab-size (presets and Hugging Face configs carry it).")
+    layer = layer_step_unsupported(config)
+    if layer is not None:
+        return f"The model's step is built from the layer step's layer, which is not measured here: {layer}"
     return None
 
 
 def not_measured_reason(config: ModelConfig | None) -> str | None:
-    """Why this code measures no model step for this question (:func:`unsupported_reason`, or a layer
-    the model step's parts cannot build yet), or None when a run measures it: one rule for the runner
-    (which measures it) and the cache's freshness (which re-measures a result that lacks it)."""
-    reason = unsupported_reason(config)
-    if reason or config is None:
-        return reason
-    if config.is_moe or config.is_mla:
-        return ("The model step's parts are built for dense layers only so far: a mixture-of-experts or "
-                "multi-latent-attention layer's first and cached micro-batches are not measured yet.")
-    return None
+    """Why this code measures no model step for this question (:func:`unsupported_reason`), or None
+    when a run measures it (dense, mixture-of-experts and multi-latent-attention layers alike): one
+    rule for the runner (which measures it) and the cache's freshness (which re-measures a result
+    that lacks it)."""
+    return unsupported_reason(config)
 
 
 # ------------------------------------------------------------------------------------ FLOPs
@@ -160,10 +170,12 @@ def vocab_parameters(config: ModelConfig) -> int:
 
 def rank_parameters(config: ModelConfig, layer_params: int | None = None, *, layers: int | None = None) -> int:
     """All parameters one rank updates: its layers, embedding, output layer (untied, as Megatron-LM's
-    Llama recipes run) and final norm. ``layer_params``: the GPU's count of one built layer."""
+    Llama recipes run) and final norm (a LayerNorm's weight and bias, as the measured head builds it
+    and as :func:`layer_parameters` counts the layer's norms). ``layer_params``: the GPU's count of
+    one built layer."""
     per_layer = layer_parameters(config) if layer_params is None else layer_params
     n_layers = config.measured_layers if layers is None else layers
-    return n_layers * per_layer + 2 * vocab_parameters(config) + config.hidden_size
+    return n_layers * per_layer + 2 * vocab_parameters(config) + 2 * config.hidden_size
 
 
 # ------------------------------------------------------------------------------------ time
@@ -294,7 +306,7 @@ def layers_that_fit(parts: MemoryParts, capacity: int, *, layer_params: int, voc
     """The most layers a stage holding the embedding and the output layer fits in ``capacity`` bytes
     (0 when not even one does): a pipeline stage's size for a rank whose model does not fit."""
     fixed = (parts.embedding_weights + parts.head_weights + max(parts.head_transient, parts.layer_backward_extra)
-             + parts.state_per_param * (2 * vocab_params + hidden_size))
+             + parts.state_per_param * (2 * vocab_params + 2 * hidden_size))  # + the final LayerNorm
     per_layer = (parts.layer_weights + parts.layer_fp8_weights + parts.layer_activations
                  + parts.state_per_param * layer_params)
     if per_layer <= 0:

@@ -14,10 +14,14 @@ Block::
      "parts": [{"part": "layer-first", "precision": "bf16", "status": "measured", "ms": 20.1,
                 "stats": {...}}, {"part": "optimizer", "precision": "bf16", "params": 67108864, ...}, ...],
      "memory": {"bf16": {"layer_weights": ..., ...}, ...},
-     "largest_microbatch": {"layers": 4, "bf16": {"largest": 1, "tried": [1, 2]}}}   (optional)
+     "largest_microbatch": {"layers": 4, "bf16": {"largest": 1, "tried": [1, 2]}},   (optional)
+     "routing": "balanced"}   (a mixture of experts' only)
 
 ``embedding``, ``head`` and ``optimizer`` parts are BF16 under every recipe (outside it), so they
-are stored once, as ``bf16``; each precision has its ``layer-first`` and ``layer-cached``.
+are stored once, as ``bf16``; each precision has its ``layer-first`` and ``layer-cached``. A mixture of
+experts' layer parts name the routing they were measured with (one of the layer step's routings);
+``layer_params`` is then the rank's layer: its local experts (experts / EP), shared experts, router,
+attention (or multi-latent attention's projections) and norms.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from gemm_bench.question.config import MAX_DIMENSION, ModelConfig
 from gemm_bench.question.model_step import PARTS, MemoryParts
 from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.question.step_plan import ROUTINGS
 
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
 #: Parts measured once, in BF16, whatever the recipe (outside it).
@@ -116,6 +121,9 @@ def validate_model_step(block: Any, *, where: str = "$.model_step") -> dict[str,
             raise ModelStepSchemaError(at, "must be a known precision's object")
         for field in MEMORY_FIELDS:
             _whole(fields, field, at, 0, MAX_BYTES)
+    routing = block.get("routing")
+    if routing is not None and (not isinstance(routing, str) or routing not in ROUTINGS):
+        raise ModelStepSchemaError(f"{where}.routing", f"{routing!r} is not one of {', '.join(ROUTINGS)}")
     search = block.get("largest_microbatch")
     if search is not None:
         if not isinstance(search, dict):

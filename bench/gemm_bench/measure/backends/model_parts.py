@@ -23,9 +23,16 @@ torch and Transformer Engine:
   the largest micro-batch that fits (an out-of-memory is a result, caught as
   ``torch.OutOfMemoryError`` only).
 
-Dense models only for now (``te.TransformerLayer``); a mixture of experts or multi-latent attention
-(:class:`~gemm_bench.measure.backends.rank_layer.RankLayer`) has no ``is_first_microbatch`` path yet
-and gets the reason :data:`NOT_DENSE_REASON`.
+The layer is the layer step's (:func:`build_model_layer`): a dense model's ``te.TransformerLayer``,
+or for a mixture of experts or multi-latent attention the
+:class:`~gemm_bench.measure.backends.rank_layer.RankLayer` of TE modules (``te.MultiheadAttention``
+or MLA's ``te.Linear`` projections, ``te.GroupedLinear`` local experts, ``te.Linear`` shared
+experts), routed evenly over the rank's local experts (``balanced``, as the GEMM tables assume).
+Every one of those modules takes ``is_first_microbatch`` (it caches its quantized weights in its
+``_fp8_workspaces`` on the first micro-batch) and ``fuse_wgrad_accumulation`` (Transformer Engine
+2.19-2.20's ``linear.py``, ``layernorm_linear.py``, ``grouped_linear.py``,
+``multi_head_attention.py``), so ``layer-first`` and ``layer-cached`` are built alike for every
+model; the router (a BF16 ``F.linear`` outside every recipe) and the norms have nothing to cache.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ import torch
 import torch.nn.functional as F
 import transformer_engine.pytorch as te
 
-from gemm_bench.measure.backends.te import make_recipe
+from gemm_bench.measure.backends.te import Operands, make_recipe
 from gemm_bench.measure.timing import Competitor, Interleaver, Mark, Samples, TimerSettings
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes, layer_parameters, vocab_parameters
@@ -51,8 +58,8 @@ from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes
 _BF16 = torch.bfloat16
 #: Where every tensor lives: the GPU (a CPU test with a fake Transformer Engine swaps it).
 DEVICE = "cuda"
-NOT_DENSE_REASON = ("The model's step is measured for dense models (te.TransformerLayer); a mixture of experts "
-                    "or multi-latent attention has no cached-FP8-weight path in the measured layer yet.")
+#: The routing a mixture of experts' layer is measured with in the model step (the GEMM tables').
+ROUTING = "balanced"
 #: The optimizer's two parameter counts: both far above its launch cost, both in memory beside a
 #: layer group's graphs (16 bytes each of FP32 master, moments and main gradient, 2 of BF16).
 OPTIMIZER_SIZES: tuple[int, int] = (1 << 26, 1 << 28)
@@ -61,8 +68,18 @@ OPTIMIZER_SIZES: tuple[int, int] = (1 << 26, 1 << 28)
 OPTIMIZER_PIECE = 1 << 24
 
 
-def unsupported_reason(config: ModelConfig) -> str | None:
-    return NOT_DENSE_REASON if config.is_moe or config.is_mla else None
+def build_model_layer(config: ModelConfig, *, main_grads: bool = True) -> Any:
+    """One rank's layer as the layer step builds it (a dense ``te.TransformerLayer``, or a mixture of
+    experts' or multi-latent attention's ``RankLayer`` with :data:`ROUTING`), with fused FP32
+    weight-gradient accumulation in every TE module; ``main_grads`` as :func:`build_dense_layer`."""
+    if not (config.is_moe or config.is_mla):
+        return build_dense_layer(config, main_grads=main_grads)
+    from gemm_bench.measure.backends.rank_layer import RankLayer
+
+    layer = RankLayer(config, ROUTING, fuse_wgrad=True)
+    if main_grads:
+        add_main_grads(layer)
+    return layer
 
 
 def build_dense_layer(config: ModelConfig, *, main_grads: bool = True) -> Any:
@@ -83,8 +100,10 @@ def build_dense_layer(config: ModelConfig, *, main_grads: bool = True) -> Any:
 
 
 def add_main_grads(module: torch.nn.Module) -> None:
+    """An FP32 ``main_grad`` for every parameter that has none yet (a shared one keeps its own)."""
     for p in module.parameters():
-        p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)  # type: ignore[attr-defined]
+        if getattr(p, "main_grad", None) is None:
+            p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)  # type: ignore[attr-defined]
 
 
 def fold_unfused_grads(module: torch.nn.Module) -> None:
@@ -124,23 +143,28 @@ class Embedding(torch.nn.Module):
         return self.table(tokens)
 
 
-def _tokens(config: ModelConfig, micro_batch: int | None = None) -> torch.Tensor:
+def _tokens(config: ModelConfig) -> torch.Tensor:
     rows = (config.padded_vocab_size or 1) // config.tensor_model_parallel_size
-    return torch.randint(0, rows, (config.seq_length, micro_batch or config.micro_batch_size), device=DEVICE)
+    return torch.randint(0, rows, (config.seq_length, config.micro_batch_size), device=DEVICE)
 
 
-def _hidden(config: ModelConfig, micro_batch: int | None = None, *, grad: bool = False) -> torch.Tensor:
-    shape = (config.seq_length, micro_batch or config.micro_batch_size, config.hidden_size)
+def _hidden(config: ModelConfig, *, grad: bool = False) -> torch.Tensor:
+    shape = (config.seq_length, config.micro_batch_size, config.hidden_size)
     return torch.randn(*shape, device=DEVICE, dtype=_BF16, requires_grad=grad)
 
 
 # ------------------------------------------------------------------------------ competitors
-def layer_competitor(config: ModelConfig, precision: str) -> Competitor:
+def layer_competitor(config: ModelConfig, precision: str, shared: Operands | None = None) -> Competitor:
     """Regions ``layer-first`` and ``layer-cached``: the layer's forward + backward quantizing its
-    weights, then the same on the weights that call cached."""
-    layer = build_dense_layer(config)
+    weights, then the same on the weights that call cached. ``shared``: the BF16 weights (with their
+    FP32 main gradients), input and output gradient every precision of the group uses, as the
+    layer step shares them: one copy of a 128-expert layer's 6 GB of weights and 13 GB of main
+    gradients, not one per precision (four would not fit an 80 GB GPU); each precision keeps its
+    own quantized weight cache, as it must."""
+    layer = build_model_layer(config, main_grads=False)
     recipe = make_recipe(precision)
-    x, dy = _hidden(config, grad=True), _hidden(config)
+    x, dy = (shared or Operands()).adopt(layer, lambda: _hidden(config, grad=True), lambda: _hidden(config))
+    add_main_grads(layer)
 
     def iteration(mark: Mark) -> None:
         for region, first in (("layer-first", True), ("layer-cached", False)):
@@ -235,7 +259,7 @@ def layer_memory(config: ModelConfig, precision: str) -> dict[str, int]:
     recipe = make_recipe(precision)
     with _clean():
         start = _allocated()
-        layer = build_dense_layer(config, main_grads=False)
+        layer = build_model_layer(config, main_grads=False)
         weights = _allocated() - start
         add_main_grads(layer)
         x, dy = _hidden(config, grad=True), _hidden(config)
@@ -296,9 +320,12 @@ def optimizer_memory(params: int) -> float:
     return per_param
 
 
-def memory_parts(config: ModelConfig, precision: str, state_per_param: float) -> MemoryParts:
+def memory_parts(config: ModelConfig, precision: str, state_per_param: float,
+                 vocab: dict[str, int] | None = None) -> MemoryParts:
+    """One precision's memory records; ``vocab``: :func:`vocab_memory`'s, measured once for every
+    precision (the embedding and head are BF16 under every recipe)."""
     layer = layer_memory(config, precision)
-    vocab = vocab_memory(config)
+    vocab = vocab if vocab is not None else vocab_memory(config)
     return MemoryParts(layer["layer_weights"], layer["layer_fp8_weights"], layer["layer_activations"],
                        layer["layer_backward_extra"], vocab["embedding_weights"], vocab["head_weights"],
                        vocab["head_transient"], state_per_param)
@@ -354,7 +381,8 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
     """Every part's samples: three groups (layers per precision, vocabulary parts, optimizer sizes)."""
     failures: dict[str, str] = {}
     layers, vocab, optimizer, check = {}, {}, {}, {}
-    builders: dict[str, Callable[[], Competitor]] = {p: functools.partial(layer_competitor, config, p)
+    shared = Operands()  # one set of BF16 weights, main gradients and inputs for every precision
+    builders: dict[str, Callable[[], Competitor]] = {p: functools.partial(layer_competitor, config, p, shared)
                                                      for p in precisions}
     result, failed = group(builders, True, "layers")
     failures.update(failed)
@@ -368,6 +396,7 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
         if result is not None:
             layers.update(result.samples)
             check["layers_eager"] = {"precisions": sorted(result.samples), **result.cross_check}
+    del builders, shared  # the layer's shared weights and main gradients: not held through the next groups
     # Eager: the embedding's CUDA backward reads its segment count on the host (a sync no graph can
     # hold), as it does in the real step; the head's GEMMs take tens of milliseconds.
     result, failed = group({"bf16": lambda: vocab_competitor(config)}, False, "vocabulary")
@@ -387,14 +416,15 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
 
 # --------------------------------------------------------------------------------- real run
 class RealModel:
-    """Embedding, ``layers`` dense layers, final norm, BF16 output layer, FP32 cross-entropy and
-    the fused AdamW step over G micro-batches: a rank's training step as it really runs."""
+    """Embedding, ``layers`` layers (:func:`build_model_layer`: dense, mixture of experts or
+    multi-latent attention), final norm, BF16 output layer, FP32 cross-entropy and the fused AdamW
+    step over G micro-batches: a rank's training step as it really runs."""
 
     def __init__(self, config: ModelConfig, layers: int, precision: str) -> None:
         self.config = config
         self.recipe = make_recipe(precision)
         self.embedding = Embedding(config)
-        self.layers = torch.nn.ModuleList(build_dense_layer(config) for _ in range(layers))
+        self.layers = torch.nn.ModuleList(build_model_layer(config) for _ in range(layers))
         self.head = Head(config)
         self.modules = torch.nn.ModuleList([self.embedding, *self.layers, self.head])
         self.params = [p for p in self.modules.parameters()]
@@ -407,11 +437,12 @@ class RealModel:
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.params)
 
-    def step(self, microbatches: int, micro_batch: int | None = None) -> float:
-        """One optimizer step over G micro-batches; returns the last micro-batch's loss."""
+    def step(self, microbatches: int) -> float:
+        """One optimizer step over G micro-batches of the config's micro-batch size (the layers are
+        built for it: a mixture of experts routes exactly its tokens); returns the last loss."""
         loss = torch.zeros((), device=DEVICE)
         for i in range(microbatches):
-            tokens, labels = _tokens(self.config, micro_batch), _tokens(self.config, micro_batch)
+            tokens, labels = _tokens(self.config), _tokens(self.config)
             x = self.embedding(tokens)
             with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
                 for layer in self.layers:
@@ -476,13 +507,14 @@ def real_peak_bytes(model: RealModel, microbatches: int) -> int:
 
 def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64) -> dict[str, Any]:
     """The largest micro-batch whose whole step (G = 1) runs on this GPU with ``layers`` layers, by
-    doubling then bisecting; an out-of-memory is the answer, never a crash."""
+    doubling then bisecting; an out-of-memory is the answer, never a crash. Each size builds its own
+    model: a mixture of experts' layer routes the tokens of the micro-batch it was built for."""
     def fits(mbs: int) -> bool:
         with _clean():
             model = None
             try:
-                model = RealModel(config, layers, precision)
-                model.step(1, mbs)
+                model = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision)
+                model.step(1)
                 torch.cuda.synchronize()
                 return True
             except torch.OutOfMemoryError:
@@ -559,12 +591,15 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
         memory,
         rank_parameters,
         step_ms,
+        unsupported_reason,
     )
 
     reason = unsupported_reason(config)
     if reason:
         return {"unsupported": reason}
     out: dict[str, Any] = {"config": config.to_dict(), "precisions": list(precisions)}
+    if config.is_moe:
+        out["routing"] = ROUTING
     started = time.monotonic()
     timing = time_parts(config, precisions, group or interleaver_group(settings))
     out["failures"] = timing.failures
@@ -578,7 +613,8 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
     out["parts_s"] = round(time.monotonic() - started, 1)
     line = optimizer_line(timing)
     state = optimizer_memory(OPTIMIZER_SIZES[0])
-    mem = {p: memory_parts(config, p, state) for p in measured}
+    vocab_bytes = vocab_memory(config)
+    mem = {p: memory_parts(config, p, state, vocab_bytes) for p in measured}
     layer_params = layer_memory(config, measured[0])["layer_params"]
     params = rank_parameters(config, layer_params)
     capacity = capacity_bytes()
@@ -656,11 +692,12 @@ def model_step_block(config: ModelConfig, precisions: Sequence[str], group: Time
     """``doc["model_step"]`` (:mod:`gemm_bench.results.model_step_schema`): every part measured in
     ``group`` (the runner's interleaved group timer), the allocator's memory per precision, and with
     ``search_layers`` the largest micro-batch of a real model of that many layers. None when the
-    question has no model step (no vocabulary, or not a dense model)."""
-    from gemm_bench.question.model_step import WHAT_IS_COMPOSED
-    from gemm_bench.question.model_step import unsupported_reason as no_model_step
+    question has no model step (:func:`gemm_bench.question.model_step.unsupported_reason`: no
+    vocabulary, or a layer the layer step cannot build). A mixture of experts' block names its
+    ``routing`` (:data:`ROUTING`)."""
+    from gemm_bench.question.model_step import WHAT_IS_COMPOSED, unsupported_reason
 
-    if no_model_step(config) or unsupported_reason(config):
+    if unsupported_reason(config):
         return None
     timing = time_parts(config, precisions, group)
     cells = []
@@ -677,10 +714,13 @@ def model_step_block(config: ModelConfig, precisions: Sequence[str], group: Time
     state = optimizer_memory(OPTIMIZER_SIZES[0])
     memory: dict[str, Any] = {}
     layer_params = 0
-    for p in measured:
+    try:  # once: the embedding and the head are BF16 under every recipe
+        vocab = vocab_memory(config) if measured else {}
+    except RuntimeError:  # GPU boundary: no precision has memory records then
+        vocab = {}
+    for p in measured if vocab else ():
         try:
             layer = layer_memory(config, p)
-            vocab = vocab_memory(config)
         except RuntimeError:  # GPU boundary: a precision without memory records is shown without them
             continue
         layer_params = layer.pop("layer_params")
@@ -695,6 +735,8 @@ def model_step_block(config: ModelConfig, precisions: Sequence[str], group: Time
         "parts": cells,
         "memory": memory,
     }
+    if config.is_moe:
+        block["routing"] = ROUTING
     if search_layers:
         search: dict[str, Any] = {"layers": search_layers}
         for p in measured:
