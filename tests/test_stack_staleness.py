@@ -84,11 +84,12 @@ def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whol
     assert todo is not None and "lacks the model's training step" in todo.why
     assert set(todo.modes) >= {"autocast", "prequant"}  # measured whole, as a stale result is
     assert lacking_blocks(new, q) == []
-    # a mixture of experts: this code measures no model step for it, so only the energy is lacking
+    # a mixture of experts: this code measures its model step too (session 12)
     moe = build_question(model="mixtral-8x7b")
     moe_old = json.loads((cache / f"{moe.hash}--h200.json").read_text())
-    assert lacking_blocks(moe_old, moe) == ["each recipe's step energy"]
+    assert lacking_blocks(moe_old, moe) == ["the model's training step", "each recipe's step energy"]
+    assert lacking_blocks(json.loads((cache / f"{moe.hash}--h100-80gb-hbm3.json").read_text()), moe) == []
     # a result whose run sampled no power (no NVML) lacks no energy; a sweep has no layer step at all
     for group in moe_old["groups"]:
         group.pop("clock", None)
-    assert lacking_blocks(moe_old, moe) == []
+    assert lacking_blocks(moe_old, moe) == ["the model's training step"]

@@ -27,6 +27,7 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, OPS, PASSES
+from gemm_bench.report.fastest import decide_fastest, model_step_points, step_points
 from gemm_bench.report.figures import quartiles, ratio_spread
 from gemm_bench.report.report import Report
 
@@ -197,8 +198,10 @@ def plans(report: Report, precisions: Sequence[str] | None = None) -> list[Preci
 
 
 #: Which recipe's plan a refresh measures (one per result: the plan's step group costs 1-8 s on an H100).
-CHOICE_RULE = ("the plan of the low-precision recipe whose CUDA-graphed layer step is fastest in this run (what a "
-               "reader who trains in FP8 would pick; the step answer's recipe whenever that is not BF16)")
+CHOICE_RULE = ("the plan of the recipe the answer names: the fastest of the low-precision recipes by the model's "
+               "training step at the question's G where the result has one, else by the CUDA-graphed layer step, "
+               "decided by the site's one rule (gemm_bench.report.fastest.decide_fastest: the fastest of those "
+               "clearly faster than BF16, else the fastest)")
 
 
 def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -215,29 +218,38 @@ def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None) -> str | None:
-    """:data:`CHOICE_RULE` over one result's cells: the low-precision recipe with autocast GEMMs whose
-    CUDA-graphed layer step (balanced routing) is fastest; None for a question without a layer's
-    projections or a measured low-precision step."""
+    """:data:`CHOICE_RULE` over one result's cells: the recipe the answer sentence names (the one it
+    recommends, or the best of those that lost to BF16), among the low-precision recipes with autocast
+    GEMMs; by the model's step at the question's G where the result has one, else by the CUDA-graphed
+    layer step (balanced routing). None for a question without a layer's projections or a measured
+    low-precision step.
+
+    Why the answer's rule: the plan, the sentence under the step's bars and the answer once named
+    different recipes for Mixtral 8x7B and DeepSeek-V3 (the fastest layer step was FP8 Delayed, the
+    fastest model step FP8 Current, within each other's spread)."""
     report = Report(dict(doc)) if report is None else report
     if not projection_ops(report):
         return None
-    steps = {c["precision"]: float(c["ms"]) for c in doc.get("layer", [])
-             if c.get("mode") == "layer-graphed" and c.get("status") == "measured"
-             and c.get("routing", "balanced") == "balanced" and c.get("precision") != BASELINE
-             and report.status(MODE, c["precision"])[0] == "measured"}
-    return min(steps, key=lambda p: steps[p]) if steps else None
+    candidates = [p for p in report.precisions if p != BASELINE and report.status(MODE, p)[0] == "measured"]
+    points = model_step_points(report.model_step(), candidates) or step_points(report, candidates, graphed=True)
+    verdict = decide_fastest(points)
+    if verdict is None:
+        return None
+    return verdict.answer if verdict.answer != BASELINE else max(points, key=lambda p: points[p].value)
 
 
 def step_recipe(doc: Mapping[str, Any]) -> str | None:
-    """The recipe a result's step detail speaks of: the one its precision plan was made for, else the
-    one :data:`CHOICE_RULE` picks. Why one rule: the sentence under the step breakdown once named the
-    recipe whose step differed most from BF16's (gpt-oss-120b's slowest, FP8 Current) right above a plan,
-    an answer and prose about its fastest, FP8 Delayed; now the bars' sentence, the plan and
-    the prose's roles speak of one recipe, the answer's whenever that is not BF16."""
+    """The recipe a result's step detail speaks of: :data:`CHOICE_RULE`'s, the answer's (the stored plan's
+    when the rule has none). Why one rule: the sentence under the step breakdown once named the recipe
+    whose step differed most from BF16's (gpt-oss-120b's slowest, FP8 Current) right above a plan, an
+    answer and prose about its fastest, FP8 Delayed; now the bars' sentence, the plan and the prose's
+    roles speak of the answer's recipe. A plan stored by an older rule for another recipe names its
+    own recipe in its sentence ("With FP8 Delayed, the plan keeps ...")."""
     plan = doc.get("plan")
-    if isinstance(plan, Mapping) and isinstance(plan.get("recipe"), str):
-        return str(plan["recipe"])
-    return chosen_recipe(doc)
+    stored = str(plan["recipe"]) if isinstance(plan, Mapping) and isinstance(plan.get("recipe"), str) else None
+    if stored is not None and isinstance(plan, Mapping) and plan.get("chosen") == CHOICE_RULE:
+        return stored  # made by this rule from these very cells
+    return chosen_recipe(doc) or stored
 
 
 def plan_step_ms(block: Mapping[str, Any], mode: str = "layer-graphed") -> dict[str, float]:
