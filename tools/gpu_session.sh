@@ -169,8 +169,11 @@ for f in sorted((s / "cache").glob("*.json")):
 gpu = (s / "gpu.txt").read_text().splitlines()[-1].split(",")[0].strip() if (s / "gpu.txt").is_file() else ""
 out = {"device": gpu, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
        "commit": os.environ.get("GEMM_BENCH_COMMIT", ""),
-       "refresh_s": seconds("refresh.txt", r"whole-site refresh: ([0-9.]+) s"), "questions": questions or None,
-       "dry_run_estimate_s": seconds("plan.txt", r"estimated time: (?:at least )?([0-9.]+) min", 60.0),
+       "refresh_s": seconds("refresh.txt", r"whole-site refresh: ([0-9.]+) s"),
+       # the questions a refresh stored (an author's or the README step's new result is not one)
+       "questions": (questions or None) if (s / "refresh.txt").is_file() else None,
+       "dry_run_estimate_s": seconds("plan.txt", r"estimated time(?: for the questions)?: (?:at least )?([0-9.]+) min",
+                                     60.0),
        "phases_s": dict(sorted(phases.items(), key=lambda kv: -kv[1])),
        "readme_docs_s": seconds("nox-docs.txt", r"README command [^:]*: ([0-9.]+) s"),
        "author_build_s": seconds("author.txt", r"author's one-page build: ([0-9.]+) s")}
