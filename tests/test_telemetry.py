@@ -46,7 +46,7 @@ def nvmlDeviceGetPowerUsage(handle):
 def test_summary_of_samples_and_of_none() -> None:
     block = telemetry.summarize([1980.0, 1500.0, 1600.0], [400.0, 700.5, 650.0])
     assert block == {"samples": 3, "sm_clock_mhz_median": 1600.0, "sm_clock_mhz_min": 1500.0,
-                     "power_w_median": 650.0, "power_w_max": 700.5}
+                     "power_w_median": 650.0, "power_w_q1": 525.0, "power_w_q3": 675.2, "power_w_max": 700.5}
     assert telemetry.summarize([], [], "NVML unavailable: x") == {"samples": 0, "reason": "NVML unavailable: x"}
     assert telemetry.summarize([], [])["reason"].startswith("no sample was taken")
 
@@ -374,7 +374,7 @@ def test_summary_reads_at_once_when_a_sample_past_the_window_is_there(tmp_path: 
     block = sampler.summary()
     assert sleeps == []
     assert block == {"samples": 3, "sm_clock_mhz_median": 1800.0, "sm_clock_mhz_min": 1700.0,
-                     "power_w_median": 500.0, "power_w_max": 600.0}
+                     "power_w_median": 500.0, "power_w_q1": 450.0, "power_w_q3": 550.0, "power_w_max": 600.0}
     assert sampler._offset == len((tmp_path / "s.txt").read_text())  # the next group reads on from here
 
 

@@ -16,7 +16,7 @@ from docutils import nodes
 from sphinx import addnodes
 
 from gemm_bench.question.precisions import PRECISIONS
-from gemm_bench.report import breakdown_figure, precision_plan
+from gemm_bench.report import breakdown_figure, energy_compare, precision_plan
 from gemm_bench.results import energy
 from gemm_benchmark.render_block import figure_pair
 
@@ -66,7 +66,8 @@ def plan_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
 
 
 def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
-    """Energy per CUDA-graphed layer step and tokens per joule per recipe, BF16 first; [] without them."""
+    """Energy per CUDA-graphed layer step and tokens per joule per recipe, BF16 first, and each recipe
+    against BF16's by the site's significance rule (words the report prints too); [] without them."""
     found = energy.step_energies(doc)
     if not found:
         return []
@@ -77,6 +78,9 @@ def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
                                      (e.get("power_source") for e in found.values()))
     if above:
         text += f" {above[0].upper()}{above[1:]}."
+    compared = energy_compare.comparison_sentence(found)
+    if compared:
+        text += f" {compared}"
     return [nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-energy"])]
 
 

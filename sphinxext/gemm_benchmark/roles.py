@@ -129,9 +129,11 @@ ROLES: dict[str, RoleSpec] = {
                  "``kept``, the projections it keeps in BF16 (\"MLP up and MLP down\", \"no projection\"); "
                  "``vs-bf16``/``vs-fp8``, its measured step's speedup against all-BF16 and all-FP8 in one group.",
                  "te-5b@h100 layer-graphed fp8-delayed vs-bf16", items=PLAN_ITEMS),
-        RoleSpec("gemm-energy", "NAME[@DEVICE] layer-graphed PRECISION [joules|tokens-per-joule]",
+        RoleSpec("gemm-energy", "NAME[@DEVICE] layer-graphed PRECISION [joules|tokens-per-joule|vs-bf16]",
                  "Energy of one CUDA-graphed layer step of PRECISION, measured with that recipe's step alone: "
-                 "joules per step, or tokens per joule.",
+                 "joules per step, or tokens per joule; ``vs-bf16``, the comparison with BF16's energy as a "
+                 "phrase (\"7.91 J less per step, beyond the sampling spread\", \"within the sampling spread\", "
+                 "or, for a result that did not store the power samples' quartiles, that no difference is claimed).",
                  "te-5b@h100 layer-graphed bf16 tokens-per-joule", items=ENERGY_ITEMS),
     )
 }

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS, SAME_AS
-from gemm_bench.report import breakdown_figure, figures, precision_plan
+from gemm_bench.report import breakdown_figure, energy_compare, figures, precision_plan
 from gemm_bench.report.fastest import (  # noqa: F401  (re-exported: the extension's one import point)
     BF16_POINT,
     Fastest,
@@ -29,7 +29,7 @@ from gemm_bench.report.fastest import (
     finite as _finite,
 )
 from gemm_bench.report.report import Report
-from gemm_bench.results.energy import power_above_limit, step_energies
+from gemm_bench.results.energy import energy_bounds, joules, power_above_limit, step_energies
 from gemm_bench.results.kernel_kinds import PARTS
 from gemm_benchmark.model_step_values import DEFAULT_G, g_key, model_step_values
 from gemm_benchmark.records import Value, value_key
@@ -40,7 +40,7 @@ ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "
 #: is the default). They are measured for the CUDA-graphed step only (``layer-graphed``).
 BREAKDOWN_ITEMS: tuple[str, ...] = ("change", "more", "less", *PARTS)
 PLAN_ITEMS: tuple[str, ...] = ("kept", "vs-bf16", "vs-fp8")
-ENERGY_ITEMS: tuple[str, ...] = ("joules", "tokens-per-joule")
+ENERGY_ITEMS: tuple[str, ...] = ("joules", "tokens-per-joule", "vs-bf16")
 #: A result measured before the breakdown, the plan and the energy were part of the method.
 NOT_IN_RESULT = "not measured in this result (the next refresh measures it)"
 #: Not a role: the key under which a step that contradicts its GEMMs records the problem
@@ -422,17 +422,43 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
             out[value_key("gemm-plan", mode, precision, item)] = (
                 Value(format_speedup(value), f"{value:.3f}× {against}: the plan's step, {at}")
                 if _finite(value) else Value("", f"{at}: {why or 'not measured'}"))
-    entry = step_energies(doc).get(precision)
+    energy_values(out, doc, precision, at)
+
+
+def energy_values(out: dict[str, Value], doc: Mapping[str, object], precision: str, at: str) -> None:
+    """``gemm-energy``'s joules, tokens per joule and the comparison with BF16's energy (``vs-bf16``:
+    the significance rule's words, :mod:`gemm_bench.report.energy_compare`, as the page's energy line)."""
+    mode = "layer-graphed"
+    found = step_energies(doc)
+    entry = found.get(precision)
     if entry is None:
         for item in ENERGY_ITEMS:
             out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: energy {NOT_IN_RESULT}")
-    else:
-        joules = entry["energy_mj"] / 1000
-        device = doc.get("device")
-        above = power_above_limit(device if isinstance(device, dict) else {}, entry["power_w"],
-                                  [entry.get("power_source")])
-        out[value_key("gemm-energy", mode, precision, "joules")] = Value(
-            f"{joules:.3g} J", f"{joules:.4g} J per step at {entry['power_w']:.0f} W, the recipe's step alone: {at}"
-            + (f" ({above})" if above else ""))
-        out[value_key("gemm-energy", mode, precision, "tokens-per-joule")] = Value(
-            f"{entry['tokens_per_j']:.0f} tokens/J", f"{entry['tokens_per_j']:.1f} tokens per joule: {at}")
+        return
+    device = doc.get("device")
+    above = power_above_limit(device if isinstance(device, dict) else {}, entry["power_w"],
+                              [entry.get("power_source")])
+    out[value_key("gemm-energy", mode, precision, "joules")] = Value(
+        f"{joules(entry['energy_mj'])} J",
+        f"{entry['energy_mj'] / 1000:.4g} J per step at {entry['power_w']:.0f} W{_energy_spread(entry)}, the recipe's "
+        f"step alone: {at}" + (f" ({above})" if above else ""))
+    bounds = energy_bounds(entry)
+    rates = (f" (quartiles {entry['tokens_per_j_low']:.0f}–{entry['tokens_per_j_high']:.0f})" if bounds
+             else " (the power samples' spread was not stored)")
+    out[value_key("gemm-energy", mode, precision, "tokens-per-joule")] = Value(
+        f"{entry['tokens_per_j']:.0f} tokens/J", f"{entry['tokens_per_j']:.1f} tokens per joule{rates}: {at}")
+    base = found.get(BASELINE)
+    key = value_key("gemm-energy", mode, precision, "vs-bf16")
+    if precision == BASELINE or base is None:
+        out[key] = Value("", f"{at}: " + ("BF16 is the reference" if precision == BASELINE
+                                          else f"BF16's energy {NOT_IN_RESULT}"))
+        return
+    said = energy_compare.compare(entry, base)
+    out[key] = Value(said.words, f"{joules(entry['energy_mj'])} J{_energy_spread(entry)} against BF16's "
+                                 f"{joules(base['energy_mj'])} J{_energy_spread(base)}: {said.words} ({at})")
+
+
+def _energy_spread(entry: Mapping[str, object]) -> str:
+    bounds = energy_bounds(entry)
+    return (f" (quartiles {joules(bounds[0])}–{joules(bounds[1])} J)" if bounds
+            else " (the power samples' spread was not stored)")

@@ -4,8 +4,8 @@ Every timed group of a run (one op's autocast Linears, one pass's pre-quantized 
 step) records a ``groups`` entry in the result:
 
 * ``clock``: the SM clock in MHz and board power in W sampled by NVML every
-  :data:`SAMPLE_INTERVAL_S` while the group's timed rounds ran (median and minimum clock, median
-  and maximum power, number of samples). After the run, a group whose median clock fell more than
+  :data:`SAMPLE_INTERVAL_S` while the group's timed rounds ran (median and minimum clock, median,
+  quartiles and maximum power, number of samples). After the run, a group whose median clock fell more than
   :data:`CLOCK_DROP` below the median of the run's groups is flagged ``clock_low``: its numbers
   were measured on a throttled GPU, and ``gemm-bench report`` says so.
 * ``cross_check``: the group's first batch of timed rounds runs inside one profiler session, so
@@ -385,9 +385,21 @@ def sampler_main(argv: Sequence[str]) -> int:
                 return 0  # the parent closed our stdin (or ended)
 
 
+def quartiles(values: Sequence[float]) -> tuple[float, float]:
+    """First and third quartiles by the "inclusive" method: within the samples (the "exclusive"
+    method extrapolates past them, below the smallest and above the largest of a few samples); one
+    value is its own quartiles. The model step's times (:func:`~gemm_bench.measure.backends.model_parts.
+    quartiles_ms`) and the power samples' spread use this one rule."""
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) >= 2 else [values[0]] * 3
+    return float(q[0]), float(q[2])
+
+
 def summarize(clocks: Sequence[float], power: Sequence[float], unavailable: str = "") -> dict[str, Any]:
     """A group's clock block: ``{"samples", "sm_clock_mhz_median", "sm_clock_mhz_min",
-    "power_w_median", "power_w_max"}``, or ``{"samples": 0, "reason": ...}``."""
+    "power_w_median", "power_w_q1", "power_w_q3", "power_w_max"}``, or ``{"samples": 0, "reason": ...}``.
+
+    The power quartiles are the spread of the instantaneous samples around their median: what a
+    comparison of two recipes' energy (one window of samples each) must exceed to be a difference."""
     if unavailable or not clocks:
         return {"samples": 0, "reason": unavailable or "no sample was taken (the group ran shorter than one)"}
     out: dict[str, Any] = {
@@ -397,6 +409,8 @@ def summarize(clocks: Sequence[float], power: Sequence[float], unavailable: str 
     }
     if power:
         out["power_w_median"] = round(statistics.median(power), 1)
+        low, high = quartiles(power)
+        out["power_w_q1"], out["power_w_q3"] = round(low, 1), round(high, 1)
         out["power_w_max"] = round(max(power), 1)
     return out
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, PRECISIONS
-from gemm_bench.report import breakdown_figure, precision_plan
+from gemm_bench.report import breakdown_figure, energy_compare, precision_plan
 from gemm_bench.report.model_step import GIB, ModelStep, largest_microbatch_absence, memory_delta_text, part_absence
 from gemm_bench.report.report import STEP_WORDS, Report
 from gemm_bench.results import energy
@@ -61,8 +61,10 @@ def to_json(report: Report) -> dict[str, Any]:
     out["plan_reason"] = None if out["plan"] is not None else "no precision plan in this result"
     measured = energy.step_energies(report.doc)
     stored = report.doc.get("energy")
+    # vs_bf16: each recipe against BF16 by the site's significance rule ("unknown" without the spread)
     out["energy"] = ({"method": stored.get("method"), "mode": stored.get("mode"), "steps": stored.get("steps", []),
-                      "words": {p: energy.energy_words(e) for p, e in measured.items()}}
+                      "words": {p: energy.energy_words(e) for p, e in measured.items()},
+                      "vs_bf16": {p: c.to_json() for p, c in energy_compare.against_bf16(measured).items()}}
                      if isinstance(stored, dict) else None)
     out["energy_reason"] = None if out["energy"] is not None else "no energy per step in this result"
     return out
@@ -248,7 +250,8 @@ def plan_lines(report: Report) -> list[str]:
 
 def energy_lines(report: Report) -> list[str]:
     """Energy per CUDA-graphed training step and tokens per joule per recipe, BF16 first, with the
-    rule it was measured by and why a median above the board's limit is no error."""
+    rule it was measured by, why a median above the board's limit is no error, and each recipe against
+    BF16 as the page says it (:func:`gemm_bench.report.energy_compare.comparison_sentence`)."""
     block = report.doc.get("energy")
     if not isinstance(block, dict):
         return []
@@ -265,6 +268,9 @@ def energy_lines(report: Report) -> list[str]:
                                          (e.get("power_source") for e in found.values()))
         if above:
             lines.append(f"  {above}")
+        compared = energy_compare.comparison_sentence(found)
+        if compared:
+            lines.append(f"  {compared}")
     return lines
 
 

@@ -148,13 +148,20 @@ ALONE_RULE = (f"energy per step = the median board power (NVML, sampled every {S
               f"separate process) while that recipe's CUDA-graphed layer step alone is replayed back to back for "
               f"{ENERGY_WINDOW_S:g} s (no L2 flush, one synchronize per batch of steps), x the wall time of those "
               "steps / their number; tokens per joule = the step's tokens / that energy. Each recipe is measured "
-              "on its own, so its energy is its own draw, not a group's")
+              "on its own, so its energy is its own draw, not a group's. The spread is the power samples' first "
+              "and third quartiles x the same time per step: the scatter of the instantaneous readings within "
+              "the window, not run-to-run variation")
 
 
 def alone_energy(precision: str, clock: Mapping[str, Any], wall_s: float, steps: int, tokens: int) -> dict[str, Any]:
     """One recipe's ``doc["energy"]["steps"]`` entry from the sampler's summary of its window
-    (``clock``: ``power_w_median``, ``power_w_max``, ``samples``, ``power_source``), the window's
-    wall seconds and the steps replayed in it; ``failed`` with the reason when it cannot be trusted."""
+    (``clock``: ``power_w_median``, ``power_w_q1``, ``power_w_q3``, ``power_w_max``, ``samples``,
+    ``power_source``), the window's wall seconds and the steps replayed in it; ``failed`` with the
+    reason when it cannot be trusted.
+
+    With the samples' quartiles (a sampler before them gave none) the entry also holds the energy
+    and tokens-per-joule bounds: the quartiles' power x the same time per step, so two recipes'
+    energies can be told apart only beyond the scatter of their samples (:func:`energy_bounds`)."""
     power, samples = clock.get("power_w_median"), clock.get("samples") or 0
     if not isinstance(power, (int, float)) or not math.isfinite(power) or power <= 0:
         return {"precision": precision, "status": "failed",
@@ -172,7 +179,24 @@ def alone_energy(precision: str, clock: Mapping[str, Any], wall_s: float, steps:
     top = clock.get("power_w_max")
     if isinstance(top, (int, float)) and math.isfinite(top):
         out["power_w_max"] = round(top, 2)
+    q1, q3 = clock.get("power_w_q1"), clock.get("power_w_q3")
+    if isinstance(q1, (int, float)) and isinstance(q3, (int, float)) and math.isfinite(q1 + q3) and min(q1, q3) > 0:
+        low_mj, high_mj = q1 * step_ms, q3 * step_ms
+        out.update({"power_w_q1": round(q1, 2), "power_w_q3": round(q3, 2),
+                    "energy_mj_low": round(low_mj, 3), "energy_mj_high": round(high_mj, 3),
+                    "tokens_per_j_low": round(tokens / (high_mj / 1000), 1),
+                    "tokens_per_j_high": round(tokens / (low_mj / 1000), 1)})
     return out
+
+
+def energy_bounds(entry: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A measured entry's energy spread in mJ (the power samples' quartiles x its time per step), or
+    None for an entry measured before the quartiles were stored: then no comparison can say whether
+    two recipes' energies differ by more than the sampling scatter."""
+    low, high = entry.get("energy_mj_low"), entry.get("energy_mj_high")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return float(low), float(high)
+    return None
 
 
 def energy_document(entries: Sequence[Mapping[str, Any]], *, window_s: float = ENERGY_WINDOW_S,
@@ -190,11 +214,19 @@ def step_energies(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["precision"]: e for e in block.get("steps", []) if e.get("status") == "measured"}
 
 
+def joules(energy_mj: float) -> str:
+    """Millijoules as the pages show joules: three significant digits, whole joules from 100 J."""
+    value = energy_mj / 1000
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
 def energy_words(entry: Mapping[str, Any]) -> str:
-    """``3.75 J per step (546 tokens/J, 721 W)``: one recipe's energy as a table cell or a sentence says it."""
-    joules = entry["energy_mj"] / 1000
-    shown = f"{joules:.3g}" if joules < 100 else f"{joules:.0f}"
-    return f"{shown} J per step ({entry['tokens_per_j']:.0f} tokens/J, {entry['power_w']:.0f} W)"
+    """``3.75 J per step (546 tokens/J, 721 W)``: one recipe's energy as a table cell or a sentence says
+    it; with its spread ``3.75 J per step (quartiles 3.70-3.81 J; 546 tokens/J, 721 W)``."""
+    bounds = energy_bounds(entry)
+    spread = f"quartiles {joules(bounds[0])}–{joules(bounds[1])} J; " if bounds else ""
+    return f"{joules(entry['energy_mj'])} J per step ({spread}{entry['tokens_per_j']:.0f} tokens/J, " \
+           f"{entry['power_w']:.0f} W)"
 
 
 def validate_energy_block(block: Any, *, where: str = "$.energy") -> dict[str, Any]:
@@ -233,4 +265,35 @@ def validate_energy_block(block: Any, *, where: str = "$.energy") -> dict[str, A
                 raise StepError(f"{at}.{field}", f"must be a positive whole number, got {value!r}")
         if abs(entry["power_w"] * entry["step_ms"] - entry["energy_mj"]) > 1e-3 * entry["energy_mj"] + 0.01:
             raise StepError(f"{at}.energy_mj", "is not power_w x step_ms")
+        _validate_spread(entry, at)
     return block
+
+
+#: The spread's fields: all of them or none (an entry measured before the quartiles were stored).
+SPREAD_FIELDS = ("power_w_q1", "power_w_q3", "energy_mj_low", "energy_mj_high", "tokens_per_j_low",
+                 "tokens_per_j_high")
+
+
+def _validate_spread(entry: Mapping[str, Any], at: str) -> None:
+    """The quartiles hold the median, and the bounds are the quartiles' power x the entry's step."""
+    present = [f for f in SPREAD_FIELDS if f in entry]
+    if not present:
+        return
+    if len(present) != len(SPREAD_FIELDS):
+        missing = ", ".join(f for f in SPREAD_FIELDS if f not in entry)
+        raise StepError(f"{at}", f"has part of the spread ({', '.join(present)}) without {missing}")
+    for field in SPREAD_FIELDS:
+        value = entry[field]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise StepError(f"{at}.{field}", f"must be a positive finite number, got {value!r}")
+    if not entry["power_w_q1"] <= entry["power_w"] <= entry["power_w_q3"]:
+        raise StepError(f"{at}.power_w_q1", f"quartiles {entry['power_w_q1']:g}-{entry['power_w_q3']:g} W do not "
+                                            f"hold the median {entry['power_w']:g} W")
+    for power, bound in (("power_w_q1", "energy_mj_low"), ("power_w_q3", "energy_mj_high")):
+        if abs(entry[power] * entry["step_ms"] - entry[bound]) > 1e-3 * entry[bound] + 0.01:
+            raise StepError(f"{at}.{bound}", f"is not {power} x step_ms")
+    for rate, bound in (("tokens_per_j_high", "energy_mj_low"), ("tokens_per_j_low", "energy_mj_high")):
+        tokens_mj = entry["tokens_per_j"] * entry["energy_mj"]  # the step's tokens x 1000, for every pair
+        # each rate is rounded to 0.1 tokens/J: allow that, times the energy it multiplies
+        if abs(entry[rate] * entry[bound] - tokens_mj) > 0.05 * (entry[bound] + entry["energy_mj"]) + 1e-3 * tokens_mj:
+            raise StepError(f"{at}.{rate}", f"is not the step's tokens / {bound}")

@@ -642,6 +642,15 @@ def _clock_block(clock: dict[str, Any], where: str) -> None:
         peak = _number(clock, "power_w_max", where, 0.0, 10_000.0)
         if power is not None and peak is not None and power > peak:
             raise ResultError(f"{where}.power_w_median", f"{power:g} is above the maximum {peak:g}")
+        if ("power_w_q1" in clock) != ("power_w_q3" in clock):
+            raise ResultError(where, "has one of power_w_q1 and power_w_q3 without the other")
+        if "power_w_q1" in clock:  # the samples' quartiles (results before them have none)
+            q1 = _number(clock, "power_w_q1", where, 0.0, 10_000.0)
+            q3 = _number(clock, "power_w_q3", where, 0.0, 10_000.0)
+            if q1 is not None and q3 is not None and power is not None and peak is not None \
+                    and not q1 <= power <= q3 <= peak:
+                raise ResultError(f"{where}.power_w_q1", f"quartiles {q1:g}-{q3:g} do not hold the median "
+                                  f"{power:g} below the maximum {peak:g}")
     _optional_text(clock, "power_source", where)
 
 

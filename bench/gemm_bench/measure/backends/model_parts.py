@@ -51,6 +51,7 @@ import torch.nn.functional as F
 import transformer_engine.pytorch as te
 
 from gemm_bench.measure.backends.te import Operands, make_recipe
+from gemm_bench.measure.telemetry import quartiles
 from gemm_bench.measure.timing import Competitor, Interleaver, Mark, Samples, TimerSettings
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes, layer_parameters, vocab_parameters
@@ -545,9 +546,7 @@ def median_ms(samples: Samples) -> float:
 
 
 def quartiles_ms(samples: Samples) -> tuple[float, float]:
-    q = (statistics.quantiles(samples.ms, n=4, method="inclusive") if len(samples.ms) >= 2
-         else [samples.ms[0]] * 3)  # within the samples: "exclusive" extrapolates past them
-    return float(q[0]), float(q[2])
+    return quartiles(samples.ms)  # within the samples: "exclusive" extrapolates past them
 
 
 def first_quartile_ms(samples: Samples) -> float:
