@@ -54,6 +54,14 @@ Roles
    :missing: note
 
 .. gemm-benchmark::
+   :name: bwonly
+   :model: llama3-8b
+   :precisions: bf16
+   :modes: autocast
+   :devices: b200
+   :missing: note
+
+.. gemm-benchmark::
    :name: every
    :model: llama3-8b
    :precisions: bf16, fp8-delayed, fp8-current
@@ -77,6 +85,8 @@ Alone: :gemm-speedup:`solo autocast fp8-delayed`.
 Unlisted: :gemm-time:`every autocast bf16`.
 
 Blackwell listed: :gemm-speedup:`bw@b200 autocast fp8-delayed`.
+
+Blackwell only: :gemm-time:`bwonly autocast bf16`.
 
 Blackwell not listed: :gemm-speedup:`l8@b200 autocast fp8-delayed`.
 
@@ -223,6 +233,12 @@ def test_a_device_with_no_result_says_the_cache_has_none_and_how_to_measure(buil
     assert "h100" in message and "h200" in message  # the GPUs that are
     assert "nox -s docs on" in message and "execution mode auto measures what is missing" in message
     assert "shows no device" not in message
+
+
+def test_a_directive_whose_devices_have_no_result_says_which_and_how_to_measure(built):
+    message = " ".join(built[0]["index"].get(_line_of(INDEX, "`bwonly autocast"), []))
+    assert "bwonly has no measured result on any device: no result for b200 is in the cache" in message, message
+    assert "nox -s docs on such a GPU" in message
 
 
 def test_a_device_neither_listed_nor_measured_says_both(built):

@@ -107,8 +107,10 @@ def _build_options() -> dict[str, Option]:
         Option("devices", "Cached devices to show, in this order (device tabs when more than one): each an exact "
                "device slug (the end of the cache file name, ``h100-80gb-hbm3``) or an alias ("
                + ", ".join(f"``{a}``" for a in ALIASES) + "). A GPU box in ``auto`` mode measures a directive only "
-               "when this list names its GPU, or when the directive lists none. Roles without ``@DEVICE`` quote "
-               "the first device listed here.", "every cached device", "h100, h200", "selection"),
+               "when this list names its GPU, or when the directive lists none. A role without ``@DEVICE`` quotes "
+               "the only device shown; where several are, it is a warning naming the spellings to use "
+               "(``NAME@h100``), and shows the first listed here meanwhile.", "every cached device", "h100, h200",
+               "selection"),
         Option("missing", "What a result that no requested device has yet does: ``warn`` (a Sphinx warning, so "
                "``-W`` fails) or ``note`` (the visible note only: for hardware not measured yet on purpose).",
                "warn", "note", "presentation"),

@@ -363,9 +363,9 @@ def _device(record: records.DirectiveRecord, name: str, wanted: str) -> tuple[re
             raise _no_such_device(record, wanted)
         return device, ""
     if not record.devices:
-        listed = f"any of its devices ({_series(record.unmatched, 'or')})" if record.unmatched else "any device"
-        raise Unavailable(f"no result for {record.name} is in the cache on {listed}: to measure it, "
-                          f"{how_to_measure('such a GPU', Path(record.cache_dir))}")
+        listed = (f": no result for {_series(record.unmatched, 'or')} is in the cache; a GPU build measures it: "
+                  f"{how_to_measure('such a GPU', Path(record.cache_dir))}" if record.unmatched else "")
+        raise Unavailable(f"{record.name} has no measured result on any device{listed}")
     if len(record.devices) == 1:
         return record.devices[0], ""
     spellings = [_spelling(d.slug) for d in record.devices]
