@@ -390,14 +390,14 @@ def _no_such_device(record: records.DirectiveRecord, wanted: str) -> Unavailable
     unlisted = record.devices_listed and slug not in listed
     if slug in cached:
         if unlisted:
-            return Unavailable(f"{record.name} does not show {wanted}: its :devices: lists {shown}; add {wanted} "
-                               "there to quote it")
+            return Unavailable(f"{record.name} does not show {wanted} (it shows {shown}): add {wanted} to its "
+                               ":devices: to quote it")
         return Unavailable(f"{record.name} has a result for {wanted} that it cannot show (see the warning at "
                            "the directive)")
     have = _series([_spelling(s) for s in cached], "and") or "no GPU"
-    also = f", and its :devices: lists {shown}, not {wanted}" if unlisted else ""
-    return Unavailable(f"no result for {wanted} is in the cache for {record.name} (question {record.question_hash}: "
-                       f"the cache has it on {have}){also}; a GPU build measures it: "
+    also = f", and {wanted} is not in its :devices: (it shows {shown})" if unlisted else ""
+    return Unavailable(f"no result for {wanted} is in the cache for {record.name} (the cache has its question, "
+                       f"{record.question_hash}, on {have}){also}; a GPU build measures it: "
                        f"{how_to_measure(f'a {wanted} GPU', cache_dir)}")
 
 
@@ -407,8 +407,10 @@ def _spelling(slug: str) -> str:
 
 
 def _series(items: Sequence[str], word: str) -> str:
-    """"a", "a and b", "a, b and c" (``word`` "and" or "or")."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}" if items else ""
+    """"a", "a and b", "a, b and c" (``word`` "and" or "or"); "" for none."""
+    if len(items) < 2:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def displayed(value: records.Value) -> tuple[str, str, list[str]]:
