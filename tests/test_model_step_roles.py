@@ -47,20 +47,20 @@ def _values(project: Project) -> dict[str, tuple[str, str]]:
 def test_every_model_step_role_quotes_the_directives_own_numbers_at_either_g(project: Project) -> None:
     doc = _store(project, largest={"bf16": 1, "fp8-delayed": 2, "fp8-current": 2})
     lines = {
-        "tokens": ":gemm-tokens:`l8 layer-graphed fp8-delayed`",
-        "tokens1": ":gemm-tokens:`l8 layer-graphed fp8-delayed G=1`",
+        "tokens": ":gemm-tokens:`l8@h100 layer-graphed fp8-delayed`",
+        "tokens1": ":gemm-tokens:`l8@h100 layer-graphed fp8-delayed G=1`",
         "tokens8": ":gemm-tokens:`l8@h100 layer-graphed fp8-delayed G=8`",
-        "mfu": ":gemm-mfu:`l8 layer-graphed bf16`",
-        "tflops": ":gemm-model-tflops:`l8 layer-graphed fp8-current g1`",
-        "speedup": ":gemm-model-speedup:`l8 layer-graphed fp8-current`",
-        "speedup1": ":gemm-model-speedup:`l8 layer-graphed fp8-current G=1`",
-        "fastest": ":gemm-model-speedup:`l8 layer-graphed fastest`",
-        "memory": ":gemm-memory:`l8 layer-graphed fp8-delayed`",
-        "delta": ":gemm-memory-delta:`l8 layer-graphed fp8-delayed`",
-        "same": ":gemm-memory-delta:`l8 layer-graphed bf16`",
-        "largest": ":gemm-largest-microbatch:`l8 layer-graphed fp8-current`",
+        "mfu": ":gemm-mfu:`l8@h100 layer-graphed bf16`",
+        "tflops": ":gemm-model-tflops:`l8@h100 layer-graphed fp8-current g1`",
+        "speedup": ":gemm-model-speedup:`l8@h100 layer-graphed fp8-current`",
+        "speedup1": ":gemm-model-speedup:`l8@h100 layer-graphed fp8-current G=1`",
+        "fastest": ":gemm-model-speedup:`l8@h100 layer-graphed fastest`",
+        "memory": ":gemm-memory:`l8@h100 layer-graphed fp8-delayed`",
+        "delta": ":gemm-memory-delta:`l8@h100 layer-graphed fp8-delayed`",
+        "same": ":gemm-memory-delta:`l8@h100 layer-graphed bf16`",
+        "largest": ":gemm-largest-microbatch:`l8@h100 layer-graphed fp8-current`",
         # a role's words broken across lines (the authoring page's phone-width example does so)
-        "broken": ":gemm-tokens:`l8\n  layer-graphed fp8-delayed`",
+        "broken": ":gemm-tokens:`l8@h100\n  layer-graphed fp8-delayed`",
     }
     project.page("index", "T\n=\n\n" + DIRECTIVE + "".join(f"- {k}: {v}\n" for k, v in lines.items()))
     warnings, _ = project.build()

@@ -75,7 +75,7 @@ def test_the_sentence_resolves_on_the_committed_cache_and_warns_where_a_gpu_lack
     (cache / f"{OSS}--h200.json").write_text(json.dumps(_without_blocks(_committed("h200"))), encoding="utf-8")
     (src / "index.rst").write_text(f"Prose\n=====\n\n.. toctree::\n\n   other\n\n{SUMMARY}\n{SENTENCE}",
                                    encoding="utf-8")
-    lacking_line = 4  # other.rst: title (2 lines), blank, then LACKING's paragraph
+    lacking_line = 4  # other.rst: title (2 lines), blank, then LACKING's paragraph, a role a line
     (src / "other.rst").write_text("Other\n=====\n\n" + LACKING + "\n" + SUMMARY.replace(
         ":models: gpt-oss-120b", ":models: gpt-oss-120b, llama3-8b").replace(":name: oss", ":name: two"),
                                    encoding="utf-8")
@@ -102,10 +102,10 @@ def test_the_sentence_resolves_on_the_committed_cache_and_warns_where_a_gpu_lack
         assert text in page, item
     assert f"spends {grew.words()} than BF16's and {shrank.words()}; its precision plan keeps {quoted['kept']}" in page
 
-    # The GPU whose result lacks the blocks: a warning per role at its paragraph's line (docutils locates
-    # inline text by its paragraph), saying why; the page reads n/a.
-    for what in ("breakdown", "plan", "energy"):
-        assert re.search(rf"other\.rst:{lacking_line}: WARNING: .*{what} not measured in this result", said), said
+    # The GPU whose result lacks the blocks: a warning per role at the role's own line (not its
+    # paragraph's first, where docutils puts inline text), saying why; the page reads n/a.
+    for line, what in enumerate(("breakdown", "plan", "energy"), start=lacking_line + 1):
+        assert re.search(rf"other\.rst:{line}: WARNING: .*{what} not measured in this result", said), said
     assert "n/a" in _visible((Path(app.outdir) / "other.html").read_text(encoding="utf-8"))
     # A name quotes one model: a summary of two with a :name: is refused at that option's line.
     name_line = 3 + LACKING.count("\n") + 1 + SUMMARY.splitlines().index("   :name: oss") + 1

@@ -56,7 +56,8 @@ DESCRIPTIONS: dict[Subtype, str] = {
     Subtype.MISSING: "No result for a requested device, or requested cells never measured.",
     Subtype.STALE: "A result measured with another method version, or older than the configured age.",
     Subtype.MEASURE: "Measuring on this machine's GPU failed; the cache is left as it was.",
-    Subtype.ROLE: "A role whose directive, device, GEMM or value does not exist.",
+    Subtype.ROLE: "A role whose directive, device, GEMM or value does not exist, or a role without ``@DEVICE`` "
+    "on a directive shown on several devices (a reader could not tell which GPU its number is).",
     Subtype.CLAIM: "A result whose numbers contradict each other where the page shows them (a layer step "
     "gaining more than its own GEMMs, beyond the spread): a measurement problem, never published silently.",
     Subtype.REFERENCE: "Something the extension registers that the authoring reference cannot document: a "

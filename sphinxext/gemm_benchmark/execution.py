@@ -293,6 +293,17 @@ def clock() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def how_to_measure(gpu: str, cache_dir: Path) -> str:
+    """How a GPU's missing result gets into the cache, as a clause (``gpu``: "such a GPU", "b200").
+
+    One wording for every place that reports a result nobody has measured: the directive's "Not
+    measured yet" panel (:func:`.render_block.not_measured_admonition`) and a role quoting a GPU the
+    cache has no result for (:mod:`.roles`), so an author is told the same thing by both.
+    """
+    return (f"run nox -s docs on {gpu} (execution mode auto measures what is missing), or gemm-bench run "
+            f"there, and commit the new file in {cache_dir.name}/")
+
+
 def freshness_key(dates: Sequence[str], *, max_age_days: float | None, mode: str) -> str:
     """What a page's rendering of results dated ``dates`` depends on beyond their files' contents.
 

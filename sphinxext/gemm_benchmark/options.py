@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -107,8 +107,10 @@ def _build_options() -> dict[str, Option]:
         Option("devices", "Cached devices to show, in this order (device tabs when more than one): each an exact "
                "device slug (the end of the cache file name, ``h100-80gb-hbm3``) or an alias ("
                + ", ".join(f"``{a}``" for a in ALIASES) + "). A GPU box in ``auto`` mode measures a directive only "
-               "when this list names its GPU, or when the directive lists none. Roles without ``@DEVICE`` quote "
-               "the first device listed here.", "every cached device", "h100, h200", "selection"),
+               "when this list names its GPU, or when the directive lists none. A role without ``@DEVICE`` quotes "
+               "the only device shown; where several are, it is a warning naming the spellings to use "
+               "(``NAME@h100``), and shows the first listed here meanwhile.", "every cached device", "h100, h200",
+               "selection"),
         Option("missing", "What a result that no requested device has yet does: ``warn`` (a Sphinx warning, so "
                "``-W`` fails) or ``note`` (the visible note only: for hardware not measured yet on purpose).",
                "warn", "note", "presentation"),
@@ -251,10 +253,17 @@ def _parse_devices(text: str, known: Collection[str] | None = None) -> tuple[str
             unknown.append(item)
         out.append(slug)
     if unknown and known is not None:
-        listed = ", ".join(repr(item) for item in unknown)
-        raise OptionError("devices", f"{listed} {'is no known device' if len(unknown) == 1 else 'are no known devices'}"
-                          "; known names: " + ", ".join(sorted(known, key=_device_order)), subtype="devices")
+        raise OptionError("devices", unknown_devices_text(unknown, known), subtype="devices")
     return tuple(dict.fromkeys(out))
+
+
+def unknown_devices_text(unknown: Sequence[str], known: Collection[str]) -> str:
+    """"'h10' is no known device; known names: ...": what ``:devices:`` and a role's ``@DEVICE`` both
+    say of a name that is neither an alias nor a slug the cache or this GPU has (a typo, not a GPU to
+    measure)."""
+    listed = ", ".join(repr(item) for item in unknown)
+    return (f"{listed} {'is no known device' if len(unknown) == 1 else 'are no known devices'}"
+            "; known names: " + ", ".join(sorted(known, key=_device_order)))
 
 
 def known_devices(cache_dir: Path, *, local: str | None = None) -> frozenset[str]:

@@ -86,7 +86,8 @@ class DirectiveRecord:
     status: str
     devices: tuple[DeviceRecord, ...]
     unmatched: tuple[str, ...]
-    #: The directive listed ``:devices:``: a role without ``@DEVICE`` then means its first device.
+    #: The directive listed ``:devices:`` (``devices`` are in that order; else by name): a role without
+    #: ``@DEVICE`` on several devices warns, and says which of them it quoted (:mod:`.roles`).
     devices_listed: bool
     #: Every spelling of each GEMM a role may use (``mlp_up/fprop``, ``mlp_up.fprop``, the shape
     #: label) -> the ``op/pass`` ids it names (several: ambiguous; see :func:`.values.resolve_gemm`).
@@ -101,18 +102,6 @@ class DirectiveRecord:
     @property
     def quotable(self) -> bool:
         return bool(self.name) and (self.directive == "gemm-benchmark" or self.named)
-
-    def default_device(self) -> DeviceRecord | None:
-        """The device a role without ``@DEVICE`` quotes: unambiguous or None.
-
-        It must not change when a device is added to the cache: so it is the first of the
-        directive's own ``:devices:`` list, or the only device when the directive lists none.
-        """
-        if not self.devices:
-            return None
-        if self.devices_listed or len(self.devices) == 1:
-            return self.devices[0]
-        return None
 
     def digest(self) -> str:
         """A fingerprint of everything roles and the freshness table show from this record."""

@@ -38,7 +38,7 @@ from gemm_bench.report import figures
 from gemm_bench.report.report import Report, describe_method
 from gemm_bench.report.rounds import rounds_outcome
 from gemm_benchmark import render_table
-from gemm_benchmark.execution import Answer, DeviceAnswer
+from gemm_benchmark.execution import Answer, DeviceAnswer, how_to_measure
 from gemm_benchmark.options import Request
 from gemm_benchmark.tabs import tab_set
 
@@ -282,9 +282,7 @@ def not_measured_admonition(request: Request, reason: str, cache_dir: Path, *, n
     precisions = ", ".join(PRECISIONS[p].display for p in request.precisions)
     where = f" from {', '.join(request.devices)}" if request.devices else ""
     text = (f"No cached result{where} answers this question ({request.question.describe()}; question "
-            f"{request.question.hash}) for {precisions} yet. To add one, run nox -s docs on such a GPU "
-            f"(execution mode auto measures what is missing), or gemm-bench run there, and commit the new "
-            f"file in {cache_dir.name}/.")
+            f"{request.question.hash}) for {precisions} yet. To add one, {how_to_measure('such a GPU', cache_dir)}.")
     admonition += nodes.paragraph(text, text)
     return admonition
 

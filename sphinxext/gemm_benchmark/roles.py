@@ -7,30 +7,48 @@ with GEMM, that GEMM's speedup)
 ``:gemm-tflops:`NAME MODE PRECISION GEMM``` -> ``612 TFLOP/s`` (one GEMM: ``op/pass`` or ``MxKxN``)
 
 ``NAME@DEVICE`` picks one device of a directive by its exact slug or alias
-(:mod:`gemm_bench.question.devices`); without it the role quotes the directive's first ``:devices:`` entry,
-or its only device. NAME is a directive's ``:name:`` on any page. A role becomes a
-:class:`~.nodes.gemm_value` node while reading; after reading, :class:`ResolveGemmValues` replaces it
-by the value the directive recorded (:mod:`.values`), under ``-j`` too. Copies of the node that
-Sphinx keeps for titles (the toctree, navigation links) are rendered by the node's own visitors
-from the same records, so a role in a section title shows its value everywhere.
+(:mod:`gemm_bench.question.devices`). Without it the role quotes the directive's only device; on a
+directive shown on several devices it warns, naming the spellings to use (``te-5b is shown on h100 and
+h200: write te-5b@h100 or te-5b@h200``), and shows the first device's number (the first of
+``:devices:``), so that a prose number always says which GPU it is and a build without ``-W`` still
+shows one. A ``@DEVICE`` the directive cannot show is told apart: a name no GPU has (a typo, with the
+known names), a GPU measured but not in the directive's ``:devices:``, and a GPU the cache has no
+result for (with the GPUs it has, and how a GPU build measures it: :func:`.execution.how_to_measure`,
+the directive's own words).
+
+NAME is a directive's ``:name:`` on any page. A role becomes a :class:`~.nodes.gemm_value` node
+while reading; after reading, :class:`ResolveGemmValues` replaces it by the value the directive
+recorded (:mod:`.values`), under ``-j`` too. Copies of the node that Sphinx keeps for titles (the
+toctree, navigation links) are rendered by the node's own visitors from the same records, so a role
+in a section title shows its value everywhere.
+
+Every warning of a role is at the role's own line: docutils and MyST give a role its paragraph's
+first line, so :class:`LocateRoles` moves each role node to its paragraph's line plus the lines
+before the role's text in the paragraph's source (an author of a long paragraph is sent to the
+role, not to the paragraph).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
+from sphinx.transforms import SphinxTransform
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
-from gemm_bench.question.devices import selects
+from gemm_bench.question.devices import ALIASES, normalize_selector, selects
 from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
 from gemm_benchmark import claims, records
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.execution import how_to_measure
 from gemm_benchmark.model_step_values import (
     G_KINDS,
     MODEL_STEP_KINDS,
@@ -39,6 +57,7 @@ from gemm_benchmark.model_step_values import (
     model_step_g_key,
 )
 from gemm_benchmark.nodes import builder_format, gemm_value
+from gemm_benchmark.options import known_devices, unknown_devices_text
 from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import (
     BREAKDOWN_ITEMS,
@@ -195,17 +214,83 @@ class GemmValueRole(SphinxRole):
 
     def _fail(self, message: str,
               subtype: Subtype = Subtype.ROLE) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        warn(subtype, f":{self.name}: {message}", location=self.get_location())
-        return [nodes.literal(self.rawtext, self.text, classes=["gemm-value-error"])], []
+        """The role's text as code, its warning left to :class:`LocateRoles`, which knows its line."""
+        node = nodes.literal(self.rawtext, self.text, classes=["gemm-value-error"])
+        node[_ROLE] = self.name
+        node[_PROBLEM] = (subtype.value, f":{self.name}: {message}")
+        self.set_source_info(node)
+        return [node], []
+
+
+#: Attributes of a refused role's ``literal`` node: its role name, and (subtype, message) of its
+#: warning until :class:`LocateRoles` emits it.
+_ROLE, _PROBLEM = "gemm_role", "gemm_role_problem"
+
+
+class LocateRoles(SphinxTransform):
+    """Put each role node at its own line, and emit the warnings of roles refused while reading there.
+
+    docutils (and MyST) give a role the first line of its paragraph; in a paragraph of ten lines
+    an author looking for the bad role at that line cannot find it. A role's own line is its
+    paragraph's line plus the newlines before the role's text in the paragraph's source. The
+    roles of a paragraph are found in its source in their order, so a role written twice is placed
+    at each of its lines; a role not found there (a substitution, say) keeps the paragraph's line.
+    """
+
+    default_priority = 200
+
+    def apply(self, **kwargs: Any) -> None:
+        cursors: dict[int, int] = {}
+        for node in list(self.document.findall(nodes.Element)):
+            name = node.get("kind") if isinstance(node, gemm_value) else node.get(_ROLE)
+            if name is None or not node.rawsource:
+                continue
+            block = _source_block(node)
+            if block is not None and block.line:
+                start = cursors.get(id(block), 0)
+                at = _find_role(block.rawsource, node.rawsource, name, start)
+                if at >= 0:
+                    node.source = block.source or node.source
+                    node.line = block.line + block.rawsource.count("\n", 0, at)
+                    cursors[id(block)] = at + 1
+            problem = node.attributes.pop(_PROBLEM, None)
+            node.attributes.pop(_ROLE, None)
+            if problem is not None:
+                warn(Subtype(problem[0]), problem[1], location=node)
+
+
+def _source_block(node: nodes.Element) -> nodes.TextElement | None:
+    """The innermost text block around a role that carries its source text and first line; None in
+    a title, one line whose role already has it (docutils gives a section title its underline's line)."""
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, nodes.title):
+            return None
+        if isinstance(parent, nodes.TextElement) and parent.rawsource and parent.line:
+            return parent
+        parent = parent.parent
+    return None
+
+
+def _find_role(source: str, rawtext: str, name: str, start: int) -> int:
+    """Where a role is written in its paragraph's ``source`` at or after ``start``, or -1: as
+    reStructuredText spells it (its ``rawtext``) or as MyST does (``{name}`text```)."""
+    raw = rawtext.replace("\x00", "\\")
+    ticked = re.search(r"`.*`", raw, re.DOTALL)
+    spellings = [raw, *([f"{{{name}}}{ticked.group(0)}"] if ticked else [])]
+    found = [at for at in (source.find(spelling, start) for spelling in spellings) if at >= 0]
+    return min(found, default=-1)
 
 
 class Unavailable(Exception):
     """Why a role has no value (a warning at the role, not an error); ``value`` the absent value
-    recorded, when the directive recorded one (its status says failed or unsupported)."""
+    recorded, when the directive recorded one (its status says failed or unsupported); ``subtype``
+    the warning's (a ``@DEVICE`` no GPU has is a ``devices`` mistake)."""
 
-    def __init__(self, message: str, value: records.Value | None = None) -> None:
+    def __init__(self, message: str, value: records.Value | None = None, subtype: Subtype = Subtype.ROLE) -> None:
         super().__init__(message)
         self.value = value
+        self.subtype = subtype
 
     @property
     def shown(self) -> str:
@@ -226,6 +311,9 @@ class Resolved:
     device: records.DeviceRecord
     gemm: str
     value: records.Value
+    #: Why the device is the first of several (the role named none): the warning, "" when it named
+    #: one or the directive shows one.
+    ambiguity: str = ""
 
 
 def lookup(env: BuildEnvironment, node: gemm_value) -> records.Value:
@@ -238,18 +326,7 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
     record = records.find(env, node["gemm_name"])
     if record is None:
         raise Unavailable(f"no gemm-benchmark directive is named {node['gemm_name']!r}")
-    if not record.devices:
-        raise Unavailable(f"{record.name} has no measured result on any device")
-    if node["device"]:
-        device = next((d for d in record.devices if selects(node["device"], d.name)), None)
-        if device is None:
-            raise Unavailable(f"{record.name} shows no device {node['device']!r} (it shows "
-                              f"{', '.join(d.slug for d in record.devices)}; devices are named by slug or alias)")
-    else:
-        device = record.default_device()
-        if device is None:
-            raise Unavailable(f"{record.name} shows {len(record.devices)} devices and lists no :devices:; "
-                              f"name one: {', '.join(record.name + '@' + d.slug for d in record.devices)}")
+    device, ambiguity = _device(record, node["gemm_name"], node["device"])
     mode, precision = node["mode"], node["precision"]
     if mode not in record.modes and node["kind"] not in STEP_ROLES and mode not in LAYER_MODES:
         raise Unavailable(f"{record.name} does not show mode {mode!r} (it shows {', '.join(record.modes)})")
@@ -276,7 +353,66 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
         raise Unavailable(f"{record.name} recorded no {node['kind']} value for {mode}/{precision} {gemm}".rstrip())
     if not value.available:
         raise Unavailable(value.tooltip, value)
-    return Resolved(record, device, gemm, value)
+    return Resolved(record, device, gemm, value, ambiguity)
+
+
+def _device(record: records.DirectiveRecord, name: str, wanted: str) -> tuple[records.DeviceRecord, str]:
+    """The device a role quotes, and the warning when it named none of several; or
+    :class:`Unavailable` saying why the directive has no such device (``name`` as the role spells it)."""
+    if wanted:
+        device = next((d for d in record.devices if selects(wanted, d.name)), None)
+        if device is None:
+            raise _no_such_device(record, wanted)
+        return device, ""
+    if not record.devices:
+        listed = (f": no result for {_series(record.unmatched, 'or')} is in the cache; a GPU build measures it: "
+                  f"{how_to_measure('such a GPU', Path(record.cache_dir))}" if record.unmatched else "")
+        raise Unavailable(f"{record.name} has no measured result on any device{listed}")
+    if len(record.devices) == 1:
+        return record.devices[0], ""
+    spellings = [_spelling(d.slug) for d in record.devices]
+    first = "the first of its :devices:" if record.devices_listed else "the first by name"
+    return record.devices[0], (f"{record.name} is shown on {_series(spellings, 'and')}: write "
+                               f"{_series([f'{name}@{s}' for s in spellings], 'or')}, so that a reader knows "
+                               f"which GPU the number is (this build quotes {spellings[0]}, {first})")
+
+
+def _no_such_device(record: records.DirectiveRecord, wanted: str) -> Unavailable:
+    """Why a role's ``@DEVICE`` names no device the directive shows, in the words an author acts on:
+    a name no GPU has (a typo), a GPU measured but missing from ``:devices:``, a GPU nobody measured."""
+    slug = normalize_selector(wanted)
+    cache_dir = Path(record.cache_dir)
+    prefix = f"{record.question_hash}--"
+    cached = [f.removeprefix(prefix).removesuffix(".json") for f in record.cache_files]
+    listed = {normalize_selector(u) for u in record.unmatched} | {d.slug for d in record.devices}
+    known = known_devices(cache_dir) | listed
+    if slug not in known:
+        return Unavailable(f"{record.name}: {unknown_devices_text([wanted], known)}", subtype=Subtype.DEVICES)
+    shown = _series([_spelling(d.slug) for d in record.devices], "and") or "none"
+    unlisted = record.devices_listed and slug not in listed
+    if slug in cached:
+        if unlisted:
+            return Unavailable(f"{record.name} does not show {wanted} (it shows {shown}): add {wanted} to its "
+                               ":devices: to quote it")
+        return Unavailable(f"{record.name} has a result for {wanted} that it cannot show (see the warning at "
+                           "the directive)")
+    have = _series([_spelling(s) for s in cached], "and") or "no GPU"
+    also = f", and {wanted} is not in its :devices: (it shows {shown})" if unlisted else ""
+    return Unavailable(f"no result for {wanted} is in the cache for {record.name} (the cache has its question, "
+                       f"{record.question_hash}, on {have}){also}; a GPU build measures it: "
+                       f"{how_to_measure(f'a {wanted} GPU', cache_dir)}")
+
+
+def _spelling(slug: str) -> str:
+    """How an author writes a device: its alias (``h100`` for ``h100-80gb-hbm3``), else its slug."""
+    return next((alias for alias, target in ALIASES.items() if target == slug), slug)
+
+
+def _series(items: Sequence[str], word: str) -> str:
+    """"a", "a and b", "a, b and c" (``word`` "and" or "or"); "" for none."""
+    if len(items) < 2:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def displayed(value: records.Value) -> tuple[str, str, list[str]]:
@@ -323,9 +459,11 @@ class ResolveGemmValues(SphinxPostTransform):
             except Unavailable as exc:
                 # Always a warning, at the role: ":missing: note" makes the directive's own panel a
                 # note, but prose reading "makes it n/a faster" is never what an author meant.
-                warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
+                warn(exc.subtype, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(_not_available(node["text"], exc, html))
                 continue
+            if found.ambiguity:
+                warn(Subtype.ROLE, f":{node['kind']}:`{node['text']}`: {found.ambiguity}", location=node)
             for problem in quoted_step_problems(node, found):
                 warn(Subtype.CLAIM, f":{node['kind']}:`{node['text']}` quotes a training step that contradicts "
                      f"its GEMMs: {problem}", location=node)
@@ -399,4 +537,5 @@ def setup_roles(app: Sphinx) -> None:
     app.add_node(gemm_value, html=(_visit_html, None), **copies)
     for name in ROLES:
         app.add_role(name, GemmValueRole())
+    app.add_transform(LocateRoles)
     app.add_post_transform(ResolveGemmValues)
