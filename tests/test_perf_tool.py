@@ -220,7 +220,7 @@ def test_site_twin_keeps_every_page_and_loses_every_directive(perf: ModuleType, 
     assert (twin / "conf.py").read_bytes() == (REPO / "docs" / "conf.py").read_bytes()
     index = (twin / "index.rst").read_text(encoding="utf-8")
     assert ".. gemm-benchmark::" not in index and ":gemm-speedup:" not in index
-    assert "te-5b autocast fp8-current" in index  # the role's text, so the sentence stays
+    assert "te-5b@h100 autocast fp8-current" in index  # the role's text, so the sentence stays
     tutorial = (twin / "tutorial.md").read_text(encoding="utf-8")
     assert "{gemm-benchmark}" not in tutorial and "{gemm-" not in tutorial
     assert perf.EDIT_FROM in tutorial  # the sentence the incremental build edits survives
