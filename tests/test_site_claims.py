@@ -427,6 +427,228 @@ def model_step_for_every_model(site: BuiltSite, soup: BeautifulSoup, sentence: S
     return problems
 
 
+# ------------------------------------------------------------------------------ comparisons across passes, units, GPUs
+# Issue 35, "words that match the method": comparative words beside numbers ("least", "higher",
+# "several times", "largest", a roofline ratio above 100%) that no check read.
+
+_ANY_ROLE_TITLE = re.compile(r"^(?P<value>\d+(?:\.\d+)?)(?P<unit>× BF16|% of the dense peak| TFLOP/s| ms| dB SQNR)"
+                             r"[^:]*: (?P<rest>.*) \((?P<name>[^()]+)\)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuotedValue:
+    """A number any per-GEMM or whole-model role rendered (:class:`RoleValue` reads speedups only)."""
+
+    value: float
+    unit: str
+    gemm: str
+    precision: str
+    mode: str
+    device: str
+    name: str
+
+
+def quoted_values(element: Tag) -> list[QuotedValue]:
+    """Every role of ``element`` whose tooltip starts with a number and its unit, in reading order."""
+    out = []
+    for abbr in element.select("abbr.gemm-value"):
+        match = _ANY_ROLE_TITLE.match(str(abbr.get("title", "")))
+        parts = match["rest"].split(", ") if match else []
+        if match and len(parts) >= 3:
+            out.append(QuotedValue(float(match["value"]), match["unit"].strip(), parts[0] if len(parts) > 3 else "",
+                                   parts[-3], parts[-2], parts[-1], match["name"]))
+    return out
+
+
+def _tab_path(tag: Tag) -> str:
+    """The labels of the tabs ``tag`` sits in, outermost first ("Autocast · H100 80GB HBM3")."""
+    root = tag.find_parent("html") or tag
+    labels = []
+    for panel in tag.find_parents(attrs={"role": "tabpanel"}):
+        tab = root.find(id=str(panel.get("aria-labelledby")))
+        labels.append(_text(tab) if tab is not None else str(panel.get("id")))
+    return " · ".join(reversed(labels))
+
+
+def ms_column(table: Tag, precision: str) -> int | None:
+    """The index of ``precision``'s "ms" column in a per-GEMM table (its name spans its columns)."""
+    header, units = table.select("thead tr")[:2]
+    at = 0
+    for th in header.find_all("th"):
+        if _text(th) == precision:
+            if _text(units.find_all("th")[at]) != "ms":
+                raise LookupError(f"{precision}'s first column is not its time: {_text(units)}")
+            return at
+        at += int(str(th.get("colspan", "1")))
+    return None
+
+
+def pass_speedups(table: Tag, precision: str) -> dict[str, float]:
+    """pass -> BF16's summed time over ``precision``'s, from a per-GEMM table's bold "sum" rows (the
+    times have three decimals; the rounded "× BF16" cell would tie passes that differ)."""
+    bf16, mine = ms_column(table, "BF16"), ms_column(table, precision)
+    if bf16 is None or mine is None:
+        return {}
+    out = {}
+    for row in table.select("tbody tr"):
+        cells = [_text(td) for td in row.find_all("td")]
+        if len(cells) > max(bf16, mine) and cells[1] == "sum":
+            out[cells[0]] = float(cells[bf16]) / float(cells[mine])
+    return out
+
+
+def gains_least_in(name: str, precision: str, least: str) -> Check:
+    """In every tab of block ``name`` (each mode, each GPU), ``precision``'s summed GEMM time gains
+    less over BF16's in pass ``least`` than in every other pass; and the TFLOP/s roles of
+    ``precision`` the sentence quotes, first ``least`` then another pass, come in rising order."""
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        block = soup.select_one(f"div.gemm-benchmark#{name}")
+        if block is None:
+            return [f"{sentence.page} has no block {name}"]
+        problems, tables = [], 0
+        for table in block.select("div.gemm-gemms table"):
+            speedups = pass_speedups(table, precision)
+            if least not in speedups:
+                continue
+            tables += 1
+            others = {p: s for p, s in speedups.items() if p != least}
+            if not others or any(speedups[least] >= s for s in others.values()):
+                problems.append(f"{_tab_path(table)}: {precision} gains {speedups[least]:.3f}× in {least}, "
+                                + ", ".join(f"{s:.3f}× in {p}" for p, s in others.items()))
+        if not tables:
+            problems.append(f"block {name} has no per-GEMM table with {precision}'s {least} sum")
+        tflops = [v for v in quoted_values(sentence.element) if v.unit == "TFLOP/s" and v.precision == precision]
+        if len(tflops) != 2 or tflops[0].value >= tflops[1].value:
+            problems.append(f"the quoted {least} TFLOP/s is not below the other pass's: {tflops}")
+        return problems
+
+    return check
+
+
+def above_the_achievable_share(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """Every % of peak the paragraph quotes lies above the compute share the roofline assumes
+    (:data:`gemm_bench.report.roofline.DEFAULT_ACHIEVABLE`): then its roofline ratio passes 100%,
+    since the prediction is at least FLOPs / (peak x that share)."""
+    from gemm_bench.report.roofline import DEFAULT_ACHIEVABLE
+
+    share = DEFAULT_ACHIEVABLE.compute * 100
+    peaks = [v for v in quoted_values(sentence.element) if v.unit == "% of the dense peak"]
+    if not peaks:
+        return ["the paragraph quotes no % of peak"]
+    return [f"{v.gemm} ({v.precision}, {v.mode}) reaches {v.value}% of its peak, not above the roofline's "
+            f"{share:.0f}%: its predicted time is not below its measured one" for v in peaks if v.value <= share]
+
+
+def slower_beyond_spread(slow: str, fast: str) -> Check:
+    """On every GPU of the page's summary, ``slow``'s autocast GEMMs gain less than ``fast``'s,
+    beyond both measured spreads (the site's rule for "slower")."""
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        problems, pairs = [], 0
+        for model, cells in _autocast_cells(soup).items():
+            for (gpu, column), cell in sorted(cells.items()):
+                other = cells.get((gpu, fast))
+                if column != slow or other is None:
+                    continue
+                pairs += 1
+                if not _apart(cell, other):
+                    problems.append(f"{model} on the {gpu}: {slow} {cell.value} [{cell.low}-{cell.high}], "
+                                    f"{fast} {other.value} [{other.low}-{other.high}]")
+        return problems or ([] if pairs else [f"no summary row has both {slow} and {fast}"])
+
+    return check
+
+
+_LEAST_SQNR = re.compile(r"^(?P<value>\d+(?:\.\d+)?) dB, the layer's least accurate GEMM: (?P<precision>[^,]+), "
+                         r"(?P<gpu>.+)$")
+
+
+def least_sqnr_highest(precision: str) -> Check:
+    """On every GPU of the page's summary, ``precision``'s least SQNR is above every other recipe's."""
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        by_gpu: dict[str, dict[str, float]] = {}
+        for abbr in soup.select("div.gemm-summary table.gemm-summary-table abbr"):
+            if match := _LEAST_SQNR.match(str(abbr.get("title", ""))):
+                by_gpu.setdefault(match["gpu"], {})[match["precision"]] = float(match["value"])
+        if not any(precision in values for values in by_gpu.values()):
+            return [f"the summary shows no least SQNR of {precision}"]
+        return [f"{gpu}: {precision} {values[precision]} dB, " + ", ".join(f"{p} {v} dB" for p, v in values.items())
+                for gpu, values in sorted(by_gpu.items())
+                if precision in values and any(v >= values[precision] for p, v in values.items() if p != precision)]
+
+    return check
+
+
+def gradient_format_not_scales(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+    """The paragraph's SQNRs: where both recipes quantize to E4M3 (Fprop) FP8 Current and FP8 Block
+    agree to within a tenth of the gap they show where Current's dY is E5M2 (Dgrad), and there
+    Current is the lower: the per-tensor recipes' lower minimum is the gradient format's."""
+    # The paragraph names the passes in order (Fprop, then Dgrad): the two GEMMs may share a shape.
+    quoted = [v for v in quoted_values(sentence.element) if v.unit == "dB SQNR"]
+    if len(quoted) != 4 or [v.precision for v in quoted] != ["FP8 Current", "FP8 Block"] * 2:
+        return [f"expected Fprop then Dgrad, each FP8 Current then FP8 Block: {quoted}"]
+    fprop_gap = abs(quoted[0].value - quoted[1].value)
+    dgrad_gap = quoted[3].value - quoted[2].value
+    if dgrad_gap <= 0 or fprop_gap > dgrad_gap / 10:
+        return [f"Fprop: {quoted[0].value} against {quoted[1].value} dB; Dgrad: {quoted[2].value} against "
+                f"{quoted[3].value} dB: the gradient format does not explain the gap"]
+    return []
+
+
+def several_times_the_gemm(name: str, shape: str, *, times: float = 3.0) -> Check:
+    """At ``shape``, the work around the FP8 GEMM in autocast takes at least ``times`` the GEMM's
+    own time. From the paragraph's two speedups: BF16 autocast runs the GEMM alone, so the FP8 GEMM
+    takes BF16's time / the pre-quantized speedup, the FP8 region BF16's time / the autocast
+    speedup, and the rest over the GEMM is pre-quantized / autocast speedup - 1."""
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        roles = [r for r in role_values(sentence.element) if r.name == name and r.shape == shape
+                 and r.precision == "FP8 Current"]
+        try:
+            prequant, autocast = one_role(roles, mode="Pre-quantized").value, one_role(roles, mode="Autocast").value
+        except LookupError as exc:
+            return [f"the paragraph's roles cannot show it: {exc}"]
+        around = prequant / autocast - 1
+        return [] if around >= times else [f"at {shape} the work around the FP8 GEMM takes {around:.2f}× the GEMM's "
+                                           f"time (from {prequant}× pre-quantized, {autocast}× autocast), "
+                                           f"not {times:g}× or more"]
+
+    return check
+
+
+def largest_gemm_and_widths(name: str, largest: str, widths: dict[str, int]) -> Check:
+    """In block ``name``'s per-GEMM table, op ``largest`` has the most FLOPs (M x K x N) of the
+    layer's projections, and each op's Fprop has the N the sentence types (``widths``)."""
+    labels = {"qkv": "QKV projection", "attn_out": "Attention output", "mlp_up": "MLP up", "mlp_down": "MLP down"}
+
+    def check(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
+        table = soup.select_one(f"div.gemm-benchmark#{name} div.gemm-gemms table")
+        if table is None:
+            return [f"{sentence.page} has no per-GEMM table of {name}"]
+        fprop: dict[str, tuple[int, int, int]] = {}
+        for row in table.select("tbody tr"):
+            cells = [_text(td) for td in row.find_all("td")]
+            if len(cells) > 2 and cells[0] == "Fprop" and re.fullmatch(r"\d+x\d+x\d+", cells[2]):
+                m, k, n = (int(x) for x in cells[2].split("x"))
+                fprop[cells[1]] = (m, k, n)
+        problems = []
+        flops = {op: m * k * n for op, (m, k, n) in fprop.items()}
+        if labels[largest] not in flops or any(f >= flops[labels[largest]] for op, f in flops.items()
+                                               if op != labels[largest]):
+            problems.append(f"{labels[largest]} is not the largest GEMM: {fprop}")
+        for op, width in widths.items():
+            shown = fprop.get(labels[op], (0, 0, 0))[2]
+            if shown != width:
+                problems.append(f"{labels[op]}'s N is {shown} in the table, {width} in the sentence")
+            if not re.search(rf"\b{width}\b", sentence.text):
+                problems.append(f"the sentence no longer types {labels[op]}'s N, {width}: update the claim")
+        return problems
+
+    return check
+
+
 # ------------------------------------------------------------------------------ the claims
 
 
@@ -483,6 +705,18 @@ CLAIMS: list[Claim] = [
     Claim("tutorial.html", r"but the autocast gain shrinks to",
           roles_ordered("tut-llama3-70b-tp8", lambda get: get(mode="Autocast") < get(mode="Pre-quantized"),
                         "autocast gains less than the kernels alone")),
+    # Issue 35: comparisons beside numbers that nothing checked.
+    Claim("index.html", r"Block scaling \(.*\) gains least in Wgrad", gains_least_in("te-5b", "FP8 Block", "Wgrad")),
+    Claim("tutorial.html", r"Here the BF16 attention-output Wgrad does", above_the_achievable_share),
+    Claim("index.html", r"Block scaling buys finer scales .* for some speed",
+          slower_beyond_spread("FP8 Block", "FP8 Current")),
+    Claim("index.html", r"Its higher SQNR in the table comes from its gradients", least_sqnr_highest("FP8 Block")),
+    Claim("methodology.html", r"lower minimum in the accuracy cells is their gradient format's",
+          gradient_format_not_scales),
+    Claim("index.html", r"take several times as long as the GEMM",
+          several_times_the_gemm("square-sweep", "256x256x256")),
+    Claim("tutorial.html", r"SwiGLU makes MLP up the largest GEMM of the layer",
+          largest_gemm_and_widths("tut-llama3-8b", "mlp_up", {"qkv": 6144, "mlp_up": 28672})),
 ]
 
 #: Sentences that look like claims about rendered content but are not, each with the reason.
@@ -712,3 +946,114 @@ def test_the_freshness_page_says_which_results_lack_what_the_next_refresh_measur
     said = [r for r in rows if "the next refresh measures them" in r]
     assert len(said) == len(lacking), (len(said), sorted(lacking))
     assert all("H200" in r for r in said) and not any("H100" in r for r in said)
+
+
+# ------------------------------------------------------------------------------ issue 35's comparisons can fail
+
+
+def _doctored(site: BuiltSite, page: str, says: str) -> tuple[Claim, BeautifulSoup]:
+    """The claim and a copy of its page, to make the words false in."""
+    claim = _claim(page, says)
+    return claim, copy.copy(site.soup(page))
+
+
+def _retitle(scope: Tag, contains: str, number: str) -> int:
+    """Give every role or cell tooltip in ``scope`` that contains ``contains`` the leading number
+    ``number``; how many changed (a test that changes nothing proves nothing)."""
+    changed = 0
+    for abbr in scope.select("abbr"):
+        title = str(abbr.get("title", ""))
+        if contains in title:
+            abbr["title"] = re.sub(r"^\d+(?:\.\d+)?", number, title)
+            changed += 1
+    return changed
+
+
+def _fails(claim: Claim, soup: BeautifulSoup, site: BuiltSite) -> list[str]:
+    return claim.check(site, soup, _sentence(soup, claim.page, claim.says))
+
+
+def test_the_wgrad_check_catches_block_scaling_gaining_most_in_wgrad(site: BuiltSite) -> None:
+    claim, soup = _doctored(site, "index.html", r"Block scaling \(.*\) gains least in Wgrad")
+    assert _fails(claim, soup, site) == []
+    table = soup.select_one("div.gemm-benchmark#te-5b div.gemm-gemms table")
+    assert table is not None
+    column = ms_column(table, "FP8 Block")
+    assert column is not None
+    wgrad = next(row for row in table.select("tbody tr")
+                 if [_text(td) for td in row.find_all("td")][:2] == ["Wgrad", "sum"])
+    wgrad.find_all("td")[column].string = "1.000"  # FP8 Block's Wgrad summed GEMMs made fast
+    problems = _fails(claim, soup, site)
+    assert len(problems) == 1 and "Autocast · H100 80GB HBM3: FP8 Block gains" in problems[0], problems
+    # the TFLOP/s pair reversed: the Wgrad quoted faster than the Fprop
+    claim, soup = _doctored(site, "index.html", r"Block scaling \(.*\) gains least in Wgrad")
+    sentence = _sentence(soup, claim.page, claim.says)
+    assert _retitle(sentence.element, "16384x15872x4096, FP8 Block, Pre-quantized", "2000.0") == 1
+    assert any("TFLOP/s is not below" in p for p in claim.check(site, soup, sentence))
+
+
+def test_the_roofline_check_catches_a_gemm_below_the_achievable_share(site: BuiltSite) -> None:
+    claim, soup = _doctored(site, "tutorial.html", r"Here the BF16 attention-output Wgrad does")
+    assert _fails(claim, soup, site) == []
+    assert _retitle(soup.select_one("article") or soup, "% of the dense peak: 4096x15872x4096, BF16", "77.0") == 1
+    problems = _fails(claim, soup, site)
+    assert len(problems) == 1 and "77.0% of its peak, not above the roofline's 78%" in problems[0], problems
+
+
+def test_the_block_speed_check_catches_block_scaling_as_fast_as_current(site: BuiltSite) -> None:
+    claim, soup = _doctored(site, "index.html", r"Block scaling buys finer scales .* for some speed")
+    assert _fails(claim, soup, site) == []
+    summary = soup.select_one("div.gemm-summary")
+    assert summary is not None
+    for abbr in summary.select("abbr"):
+        title = str(abbr.get("title", ""))
+        if "FP8 Block, Autocast, H200" in title:
+            abbr["title"] = re.sub(r"spread [\d.]+–[\d.]+×", "spread 1.60–1.80×", title)
+    problems = _fails(claim, soup, site)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("Transformer Engine guide's example layer on the H200: FP8 Block"), problems
+
+
+def test_the_sqnr_check_catches_a_per_tensor_recipe_as_accurate_as_block(site: BuiltSite) -> None:
+    claim, soup = _doctored(site, "index.html", r"Its higher SQNR in the table comes from its gradients")
+    assert _fails(claim, soup, site) == []
+    assert _retitle(soup.select_one("div.gemm-summary") or soup, "least accurate GEMM: FP8 Current, H100", "28.47") == 1
+    problems = _fails(claim, soup, site)
+    assert len(problems) == 1 and problems[0].startswith("H100 80GB HBM3: FP8 Block 28.47 dB"), problems
+
+
+def test_the_gradient_format_check_catches_scales_that_explain_the_gap(site: BuiltSite) -> None:
+    claim, soup = _doctored(site, "methodology.html", r"lower minimum in the accuracy cells is their gradient format's")
+    assert _fails(claim, soup, site) == []
+    sentence = _sentence(soup, claim.page, claim.says)
+    # Fprop, where both recipes use E4M3, as far apart as Dgrad: the format would not be the reason
+    first_current = next(a for a in sentence.element.select("abbr.gemm-value")
+                         if "FP8 Current" in str(a.get("title", "")))
+    first_current["title"] = re.sub(r"^\d+(?:\.\d+)?", "24.60", str(first_current["title"]))
+    problems = claim.check(site, soup, sentence)
+    assert len(problems) == 1 and "does not explain the gap" in problems[0], problems
+
+
+def test_the_several_times_check_catches_a_small_overhead(site: BuiltSite) -> None:
+    claim, soup = _doctored(site, "index.html", r"take several times as long as the GEMM")
+    assert _fails(claim, soup, site) == []
+    sentence = _sentence(soup, claim.page, claim.says)
+    assert _retitle(sentence.element, "× BF16: 256x256x256, FP8 Current, Autocast", "0.500") == 1
+    problems = claim.check(site, soup, sentence)
+    assert len(problems) == 1 and "not 3× or more" in problems[0], problems
+
+
+def test_the_largest_gemm_check_catches_a_wrong_width_and_a_larger_gemm(site: BuiltSite) -> None:
+    claim, soup = _doctored(site, "tutorial.html", r"SwiGLU makes MLP up the largest GEMM of the layer")
+    sentence = _sentence(soup, claim.page, claim.says)
+    assert claim.check(site, soup, sentence) == []
+    typo = dataclasses.replace(sentence, text=sentence.text.replace("28672", "28762"))
+    assert claim.check(site, soup, typo) == ["the sentence no longer types MLP up's N, 28672: update the claim"]
+    table = soup.select_one("div.gemm-benchmark#tut-llama3-8b div.gemm-gemms table")
+    assert table is not None
+    qkv = next(r for r in table.select("tbody tr")
+               if [_text(td) for td in r.find_all("td")][:2] == ["Fprop", "QKV projection"])
+    qkv.find_all("td")[2].string = "8192x4096x65536"
+    problems = claim.check(site, soup, sentence)
+    assert any("MLP up is not the largest GEMM" in p for p in problems), problems
+    assert any("QKV projection's N is 65536 in the table, 6144 in the sentence" in p for p in problems), problems
