@@ -250,3 +250,22 @@ def test_the_methodology_page_says_what_the_spread_is() -> None:
                   f"one every {energy.SAMPLE_INTERVAL_S * 1000:g} ms over the {energy.ENERGY_WINDOW_S:g} s window",
                   "within the sampling spread", "no difference is claimed", "``vs-bf16``"):
         assert words in section, words
+
+
+def test_a_window_whose_readings_did_not_settle_claims_no_difference() -> None:
+    """Reader pass, session 12: Mixtral 8x22B's FP8 Delayed window on the H100 held one reading over
+    half its samples (median = first quartile, far below every other recipe's draw), and the page said
+    "13 J less per step, beyond the sampling spread". A window whose quartiles spread over
+    UNSETTLED_IQR of its median is shown and not compared."""
+    doc = json.loads((DOCS / "_gemm_cache" / "bd92f789991e76d6--h100-80gb-hbm3.json").read_text(encoding="utf-8"))
+    found = energy.step_energies(doc)
+    delayed = found["fp8-delayed"]
+    assert (delayed["power_w_q3"] - delayed["power_w_q1"]) / delayed["power_w"] > energy_compare.UNSETTLED_IQR
+    said = energy_compare.against_bf16(found)
+    assert said["fp8-delayed"].verdict == energy_compare.UNSETTLED
+    assert "did not settle" in said["fp8-delayed"].words and "less per step" not in said["fp8-delayed"].words
+    # a settled window of the same result is still judged
+    assert said["fp8-current"].verdict in (energy_compare.LESS, energy_compare.MORE, energy_compare.WITHIN)
+    # the spread-ramp example: widen a settled window's quartiles past the bound and it is no longer judged
+    wide = dict(found["fp8-current"], power_w_q1=found["fp8-current"]["power_w"] * 0.6)
+    assert energy_compare.compare(wide, found["bf16"]).verdict == energy_compare.UNSETTLED

@@ -25,9 +25,17 @@ from gemm_bench.report.fastest import Point, clearly_less, overlaps
 from gemm_bench.results.energy import energy_bounds, joules
 
 #: The verdicts, as the JSON report stores them.
-LESS, MORE, WITHIN, UNKNOWN = "less", "more", "within", "unknown"
+LESS, MORE, WITHIN, UNKNOWN, UNSETTLED = "less", "more", "within", "unknown", "unsettled"
 #: What a comparison says when either energy has no stored spread (every result before the quartiles).
 NOT_STORED = "the sampling spread was not stored, so no difference is claimed"
+#: The widest power spread (interquartile range over the median) of a window whose median is read as
+#: the recipe's draw. Why: a reader pass found Mixtral 8x22B's FP8 Delayed window (H100, session 12)
+#: with its median equal to its first quartile, 413.8 W, one reading repeated over half the window
+#: while every other recipe drew about 700 W and its own samples rose to 688 W: the board's readings
+#: had not settled, and its "13 J less per step, beyond the sampling spread" was an artefact. Its IQR
+#: was 66% of the median; the other 43 windows of that refresh spread 0.2-26%. Above this bound the
+#: window's energy is shown, and no difference is claimed.
+UNSETTLED_IQR = 0.3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +53,9 @@ class EnergyComparison:
         sampling spread", "within the sampling spread", or :data:`NOT_STORED`."""
         if self.verdict == UNKNOWN:
             return NOT_STORED
+        if self.verdict == UNSETTLED:
+            return (f"the power readings did not settle in the window (their quartiles spread over "
+                    f"{UNSETTLED_IQR:.0%} of the median), so no difference is claimed")
         if self.verdict == WITHIN:
             return "within the sampling spread"
         return f"{joules(abs(self.difference_mj))} J {self.verdict} per step, beyond the sampling spread"
@@ -52,7 +63,7 @@ class EnergyComparison:
     def clause(self) -> str:
         """The phrase with the recipe's name, for a sentence that lists every recipe."""
         name = PRECISIONS[self.precision].display
-        if self.verdict == UNKNOWN:
+        if self.verdict in (UNKNOWN, UNSETTLED):
             return f"for {name} {self.words}"
         return f"{name} {'is' if self.verdict == WITHIN else 'uses'} {self.words}"
 
@@ -67,12 +78,24 @@ def energy_point(entry: Mapping[str, Any]) -> Point:
     return Point(float(entry["energy_mj"]), *(bounds if bounds is not None else (None, None)))
 
 
+def unsettled(entry: Mapping[str, Any]) -> bool:
+    """Whether a window's power readings spread too widely for its median to be the recipe's draw
+    (:data:`UNSETTLED_IQR`); False for an entry without stored quartiles."""
+    q1, q3, median = entry.get("power_w_q1"), entry.get("power_w_q3"), entry.get("power_w")
+    if not all(isinstance(v, (int, float)) for v in (q1, q3, median)) or not median:
+        return False
+    return (float(q3) - float(q1)) / float(median) > UNSETTLED_IQR  # type: ignore[arg-type]
+
+
 def compare(entry: Mapping[str, Any], base: Mapping[str, Any]) -> EnergyComparison:
-    """``entry``'s energy against ``base``'s (BF16's): less or more only beyond both spreads."""
+    """``entry``'s energy against ``base``'s (BF16's): less or more only beyond both spreads, and
+    only where both windows' readings settled (:func:`unsettled`)."""
     mine, theirs = energy_point(entry), energy_point(base)
     difference = mine.value - theirs.value
     if None in (mine.low, mine.high, theirs.low, theirs.high):
         verdict = UNKNOWN
+    elif unsettled(entry) or unsettled(base):
+        verdict = UNSETTLED
     elif overlaps(mine, theirs):
         verdict = WITHIN
     else:
