@@ -6,6 +6,9 @@ on synthetic or committed data and fails on the wording the pass found.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from gemm_bench.report import loss_parity_words
 from gemm_bench.results import loss_parity_schema as schema
 from tests.test_loss_parity import synthetic_data
@@ -38,3 +41,34 @@ def test_loss_unit_is_the_one_the_committed_studies_store() -> None:
     assert found
     for path in found:
         assert unit in json.loads(path.read_text())["provenance"]["method"]["loss"], path
+
+
+# ------------------------------------------------------------------------------ landing page words
+_ROLE = re.compile(r":gemm-[a-z-]+:`([^`]*)`")
+
+
+def _index_sentences() -> list[str]:
+    """The landing page's prose sentences (directive blocks and their options left out), flattened."""
+    text = (Path(__file__).parents[1] / "docs" / "index.rst").read_text()
+    paragraphs = [p for p in re.split(r"\n\s*\n", text)
+                  if not p.lstrip().startswith(("..", ":")) and not p.startswith("   ")]
+    return [s for p in paragraphs for s in re.split(r"(?<=[.!?])\s+(?=[A-Z(])", " ".join(p.split()))]
+
+
+def test_index_sentences_name_the_fp8_recipe_their_numbers_quote() -> None:
+    """Finding 5: "the FP8 region takes ... autocast FP8 runs at 0.20x" quoted FP8 current scaling
+    only (delayed and block differ) while its words said "FP8": a sentence quoting one FP8 recipe's
+    number names that recipe in its words."""
+    for sentence in _index_sentences():
+        words = _ROLE.sub("", sentence).lower()
+        for arg in _ROLE.findall(sentence):
+            for recipe in set(re.findall(r"\bfp8-(current|delayed|block)\b", arg)):
+                assert recipe in words, f"{arg!r} quoted in a sentence that does not say {recipe!r}: {sentence}"
+
+
+def test_index_speedups_use_the_sites_terms() -> None:
+    """Finding 6: "runs the model's GEMMs 1.63x faster than BF16": the site says "N× the speed of
+    BF16" ("× faster" reads as N+1 to some) and the layer's measured GEMMs are its *autocast GEMMs*."""
+    text = " ".join((Path(__file__).parents[1] / "docs" / "index.rst").read_text().split())
+    assert not re.search(r":gemm-(step-)?speedup:`[^`]*` faster", text)
+    assert "model's GEMMs" not in text
