@@ -72,3 +72,15 @@ def test_index_speedups_use_the_sites_terms() -> None:
     text = " ".join((Path(__file__).parents[1] / "docs" / "index.rst").read_text().split())
     assert not re.search(r":gemm-(step-)?speedup:`[^`]*` faster", text)
     assert "model's GEMMs" not in text
+
+
+def test_rounds_outcome_with_none_reached_says_none_and_all() -> None:
+    """Finding 7: "0 of 17 timed groups reached that 1.0%; the other 17 stopped" when none converged."""
+    from gemm_bench.report.rounds import rounds_outcome
+
+    doc = {"provenance": {"method": {"target_ci": 0.01, "repetitions": 40}},
+           "groups": [{"converged": False, "rounds": 40}] * 17}
+    assert rounds_outcome(doc).startswith(
+        "none of the 17 timed groups reached that 1.0%; all stopped at the 40-round cap,")
+    doc["groups"] = [{"converged": True, "rounds": 12}] + [{"converged": False, "rounds": 40}] * 16
+    assert rounds_outcome(doc).startswith("1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap,")
