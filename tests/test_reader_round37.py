@@ -84,3 +84,11 @@ def test_rounds_outcome_with_none_reached_says_none_and_all() -> None:
         "none of the 17 timed groups reached that 1.0%; all stopped at the 40-round cap,")
     doc["groups"] = [{"converged": True, "rounds": 12}] + [{"converged": False, "rounds": 40}] * 16
     assert rounds_outcome(doc).startswith("1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap,")
+
+
+def test_one_spelling_of_normalization() -> None:
+    """Finding 13: "normalisation" in the prose beside "normalization" in every figure legend."""
+    root = Path(__file__).parents[1]
+    sources = [*(root / "docs").glob("*.rst"), *(root / "docs").glob("*.md"),
+               *(root / "bench" / "gemm_bench").rglob("*.py"), *(root / "sphinxext" / "gemm_benchmark").rglob("*.py")]
+    assert [p.name for p in sources if "normalis" in p.read_text().lower()] == []
