@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from gemm_bench.report import loss_parity_words
 from gemm_bench.results import loss_parity_schema as schema
 from tests.test_loss_parity import synthetic_data
@@ -92,3 +94,26 @@ def test_one_spelling_of_normalization() -> None:
     sources = [*(root / "docs").glob("*.rst"), *(root / "docs").glob("*.md"),
                *(root / "bench" / "gemm_bench").rglob("*.py"), *(root / "sphinxext" / "gemm_benchmark").rglob("*.py")]
     assert [p.name for p in sources if "normalis" in p.read_text().lower()] == []
+
+
+@pytest.mark.parametrize(("name", "hint"), [("llama3-70b-tp8", "llama3-70b/tp8"), ("Deepseek-V3-ep64", "deepseek-v3/ep64"),
+                                            ("mixtral-8x22b-tp2-ep4", "mixtral-8x22b/tp2/ep4")])
+def test_a_slug_named_as_a_model_suggests_its_id(name: str, hint: str) -> None:
+    """Finding 11: ``shapes --model llama3-70b-tp8`` (the :name: slug the freshness page shows) said
+    only "unknown preset ...; known: ..., llama3-70b, ...": the error now names the id to type, one
+    that the id parser accepts and that resolves."""
+    from gemm_bench.question import config
+
+    with pytest.raises(config.ConfigError) as caught:
+        config.preset(config.parse_model_id(name).preset)
+    assert f"did you mean the id {hint!r}?" in str(caught.value)
+    assert config.preset(config.parse_model_id(hint).preset)
+
+
+@pytest.mark.parametrize("name", ["llama3-70bx", "nosuch-tp8", "llama3-70b-ep4-tp2", "llama3-70b-tp0"])
+def test_no_id_is_suggested_where_none_would_work(name: str) -> None:
+    from gemm_bench.question import config
+
+    with pytest.raises(config.ConfigError) as caught:
+        config.preset(name)
+    assert "did you mean" not in str(caught.value) and "; known: " in str(caught.value)
