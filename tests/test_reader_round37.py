@@ -117,3 +117,36 @@ def test_no_id_is_suggested_where_none_would_work(name: str) -> None:
     with pytest.raises(config.ConfigError) as caught:
         config.preset(name)
     assert "did you mean" not in str(caught.value) and "; known: " in str(caught.value)
+
+
+# ------------------------------------------------------------------------------ report on the sweep
+_CACHE = Path(__file__).parents[1] / "docs" / "_gemm_cache"
+
+
+def _cli_report(path: Path) -> str:
+    from tests.test_cli import call  # main in this process: (exit status, stdout, stderr)
+
+    code, out, err = call(["report", str(path)])
+    assert code == 0, err
+    return out
+
+
+def test_report_on_a_sweep_sums_no_sizes_and_says_its_times_are_graph_replays() -> None:
+    """Finding 8: ``report`` on the square sweep printed "per layer 14.533 ms | all shapes 14.53 ms
+    1.73x vs BF16" (a sum over unrelated sizes, dominated by 16384^3) and per-pass "sum" rows, and
+    its roofline header said the prediction "omits host overhead" beside times replayed as CUDA
+    graphs, which hold none either."""
+    sweeps = [p for p in sorted(_CACHE.glob("*.json")) if '"kind": "sweep"' in p.read_text()]
+    assert sweeps
+    out = _cli_report(sweeps[0])
+    assert "per layer" not in out and "all shapes" not in out and not re.search(r"\dx vs BF16", out)
+    assert not any(line.lstrip().startswith("sum ") for line in out.splitlines()), out
+    assert "each size is a question of its own" in out
+    headers = [line for line in out.splitlines() if line.startswith("roofline-predicted vs measured")]
+    assert headers and all("graph replays" in h and "host" not in h for h in headers), headers
+
+
+def test_report_on_a_model_keeps_its_totals() -> None:
+    models = [p for p in sorted(_CACHE.glob("*.json")) if '"kind": "model"' in p.read_text()]
+    out = _cli_report(models[0])
+    assert "per layer" in out and "vs BF16" in out and "each size is a question" not in out
