@@ -85,7 +85,8 @@ def test_rounds_outcome_with_none_reached_says_none_and_all() -> None:
     assert rounds_outcome(doc).startswith(
         "none of the 17 timed groups reached that 1.0%; all stopped at the 40-round cap,")
     doc["groups"] = [{"converged": True, "rounds": 12}] + [{"converged": False, "rounds": 40}] * 16
-    assert rounds_outcome(doc).startswith("1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap,")
+    assert rounds_outcome(doc).startswith(
+        "1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap,")
 
 
 def test_one_spelling_of_normalization() -> None:
@@ -96,7 +97,8 @@ def test_one_spelling_of_normalization() -> None:
     assert [p.name for p in sources if "normalis" in p.read_text().lower()] == []
 
 
-@pytest.mark.parametrize(("name", "hint"), [("llama3-70b-tp8", "llama3-70b/tp8"), ("Deepseek-V3-ep64", "deepseek-v3/ep64"),
+@pytest.mark.parametrize(("name", "hint"), [("llama3-70b-tp8", "llama3-70b/tp8"),
+                                            ("Deepseek-V3-ep64", "deepseek-v3/ep64"),
                                             ("mixtral-8x22b-tp2-ep4", "mixtral-8x22b/tp2/ep4")])
 def test_a_slug_named_as_a_model_suggests_its_id(name: str, hint: str) -> None:
     """Finding 11: ``shapes --model llama3-70b-tp8`` (the :name: slug the freshness page shows) said
