@@ -484,12 +484,25 @@ def parse_model_id(text: str) -> ModelId:
     return ModelId(match["preset"], sizes["tp"], sizes["ep"])
 
 
+#: A slug such as the freshness page's ``llama3-70b-tp8``: a preset and its sizes joined by dashes.
+_SLUG_SIZES = re.compile(r"^(?P<preset>.+?)(?P<sizes>(?:-tp[1-9]\d{0,6})?(?:-ep[1-9]\d{0,6})?)$")
+
+
+def _id_hint(name: str) -> str:
+    """``"did you mean the id 'llama3-70b/tp8'? "`` when ``name`` is a preset with ``-tpN``/``-epN``
+    (a :name: slug, which is not an id), else "": the bare "unknown preset" left the reader to guess."""
+    match = _SLUG_SIZES.match(name.strip().lower())
+    if not match or not match["sizes"] or match["preset"] not in PRESETS:
+        return ""
+    return f"did you mean the id {match['preset'] + match['sizes'].replace('-', '/')!r}? "
+
+
 def preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name.strip().lower()]
     except KeyError:
         raise ConfigError(
-            "model", f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}"
+            "model", f"unknown preset {name!r}; {_id_hint(name)}known: {', '.join(sorted(PRESETS))}"
         ) from None
 
 

@@ -13,6 +13,9 @@ from gemm_bench.results import loss_parity_schema as schema
 
 WITHIN = "within BF16's seed-to-seed range"
 BEYOND = "beyond BF16's seed-to-seed range"
+#: The study's loss unit: cross-entropy in nats per byte of text (what the measurement stores in its
+#: method's ``loss`` line). A gap quoted outside the study's own table says it, or "+0.0181" has none.
+LOSS_UNIT = "nats/byte"
 
 
 def format_delta(value: float, digits: int = 4) -> str:
@@ -21,6 +24,15 @@ def format_delta(value: float, digits: int = 4) -> str:
 
 def format_seeds(count: int) -> str:
     return f"{count} seed{'s' if count != 1 else ''}"
+
+
+def gap_in_band(delta: float, band: schema.SeedBand) -> str:
+    """``"+0.0181 nats/byte from BF16's validation loss, within BF16's seed-to-seed range of -0.0051 to
+    +0.0347"``: a recipe's validation gap with its unit and the range it is judged against, so a reader
+    away from the study's table can see both what the number is and why it is "within"."""
+    words = WITHIN if band.holds(delta) else BEYOND
+    return (f"{format_delta(delta)} {LOSS_UNIT} from BF16's validation loss, {words} of "
+            f"{format_delta(band.low)} to {format_delta(band.high)}")
 
 
 def no_band_text(doc: dict[str, Any]) -> str:

@@ -850,14 +850,19 @@ class Report:
                             speedup = self.gemm_speedup(mode, p, g)
                             line += f"{speedup:>8.2f}x" if speedup else f"{'-':>9}"
                         yield line
-                for index, p in enumerate(measured):
+                for index, p in enumerate(measured if self.kind != "sweep" else []):  # sizes: no sum
                     label = "sum" if index == 0 else ""
                     yield (f"  {label:<{op_width}} {'':>{shape_width}}  {PRECISIONS[p].display:<{name_width}}"
                            f"{self.total(mode, p).pass_ms.get(pass_) or 0.0:>10.4f}")
             yield ""
             layers = self.num_layers
             whole = f"model ({layers} layers)" if self.kind == "model" else "all shapes"
-            for p in self.precisions:
+            # A sweep's sizes are separate questions: their sum (dominated by the largest) is no
+            # layer's time, and a speedup of that sum answers nothing a reader asked.
+            precisions = [] if self.kind == "sweep" else self.precisions
+            if self.kind == "sweep":
+                yield "  each size is a question of its own: no total over the sizes (each size's speedup is above)"
+            for p in precisions:
                 t = self.total(mode, p)
                 name = PRECISIONS[p].display
                 if t.status != "measured" or t.per_layer_ms is None or t.model_ms is None:
@@ -950,7 +955,13 @@ class Report:
             yield f"roofline: {self._no_peak(BASELINE)}"
             return
         yield ""
-        yield "roofline-predicted vs measured (ms; the prediction omits host overhead, launch gaps and tiling):"
+        # "The prediction omits host overhead" beside graph replays read as if the measured times held
+        # some: say what the times are where every group of this mode was replayed as a CUDA graph.
+        timed = {g.get("timed") for g in self.doc.get("groups") or [] if g.get("mode") == mode}
+        if timed == {"graph replays"}:
+            yield "roofline-predicted vs measured (ms, graph replays; the prediction omits kernel gaps and tiling):"
+        else:
+            yield "roofline-predicted vs measured (ms; the prediction omits host work, kernel gaps and tiling):"
         # The label column as wide as the longest GEMM name; each line takes as many "FP8 Current
         # 1.1918/1.4050" as fit TEXT_WIDTH, never splitting a precision's name from its numbers.
         width = max([18, *(len(f"{g.op}/{g.pass_}") for g in self.gemms)])

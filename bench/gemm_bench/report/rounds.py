@@ -15,7 +15,8 @@ from typing import Any
 
 
 def rounds_outcome(doc: Mapping[str, Any]) -> str:
-    """``"1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap"``, or ""
+    """``"1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap"`` (``"none of
+    the 17 ...; all stopped at ..."`` when none reached it), or ""
     when the result stores no adaptive rule's outcome (fixed rounds, an earlier method)."""
     method = (doc.get("provenance") or {}).get("method") or {}
     groups = [g for g in doc.get("groups") or [] if isinstance(g, Mapping) and "converged" in g]
@@ -36,5 +37,9 @@ def rounds_outcome(doc: Mapping[str, Any]) -> str:
         limit = method.get("max_group_s")
         when = f"the {limit:g} s cap" if isinstance(limit, (int, float)) else "a time cap"
         ends.append(when if not at_cap else f"{by_time} at {when}")
-    return (f"{reached} of {total} timed groups reached that {target:.1%}; the other {total - reached} "
-            f"stopped at {' and '.join(ends)}, their medians known less closely (each cell's stats hold its spread)")
+    # "0 of 17 ...; the other 17 stopped" read as a slip: with none reached, say "none" and "all".
+    head = (f"none of the {total} timed groups reached that {target:.1%}; all" if not reached else
+            f"{reached} of {total} timed groups reached that {target:.1%}; the other {total - reached}")
+    where = f"at {ends[0]}" if len(ends) == 1 else f"{ends[0]} and {ends[1]}"  # "stopped, 3 at ... and 2 at ..."
+    sep = " " if len(ends) == 1 else ", "
+    return f"{head} stopped{sep}{where}, their medians known less closely (each cell's stats hold its spread)"
