@@ -280,9 +280,10 @@ def test_the_answer_says_what_the_loss_parity_study_found_linked(project: Projec
     band = schema.seed_band(data["data"])
     assert isinstance(band, schema.SeedBand)
     words = "within" if band.holds(delta) else "beyond"
-    assert (f"In the loss-parity study, {PRECISIONS[chosen.answer].display} trained {words} "
-            "BF16") in sentence.replace("’", "'"), sentence
-    assert f"{delta:+.4f}" in sentence
+    # the gap with its unit and the band it is judged against (reader pass, session 12)
+    assert (f"In the loss-parity study, {PRECISIONS[chosen.answer].display} ended {delta:+.4f} nats/byte "
+            f"from BF16's validation loss, {words} BF16's seed-to-seed range of {band.low:+.4f} to "
+            f"{band.high:+.4f}") in sentence.replace("’", "'"), sentence
     link = para.select_one("a")
     assert link is not None and link["href"] == "loss-parity.html" and link.get_text() == "the loss-parity study"
 
