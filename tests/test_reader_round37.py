@@ -152,3 +152,25 @@ def test_report_on_a_model_keeps_its_totals() -> None:
     models = [p for p in sorted(_CACHE.glob("*.json")) if '"kind": "model"' in p.read_text()]
     out = _cli_report(models[0])
     assert "per layer" in out and "vs BF16" in out and "each size is a question" not in out
+
+
+def test_the_memory_capacity_is_what_the_run_could_allocate_not_the_gpus_size() -> None:
+    """Reader pass, session 12: the H100's memory read 78.3 GiB in most sections, 78.2 and 78.1 in
+    others, as "the GPU holds": it is what each run's allocator could use (free + reserved), which
+    moves between runs. The report and the figure say so."""
+    import json
+    from pathlib import Path
+
+    from gemm_bench.report import model_step_figure, training_text
+    from gemm_bench.report.report import Report
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache" / "45a55c5d892e31af--h100-80gb-hbm3.json"
+    report = Report(json.loads(path.read_text(encoding="utf-8")))
+    text = training_text.text(report)
+    assert "this run could allocate" in text and "the GPU holds" not in text
+    summary = report.model_step()
+    assert summary is not None
+    from gemm_bench.report.figure_layout import Text
+
+    words = " ".join(i.text for i in model_step_figure.scene(summary, "H100").items if isinstance(i, Text))
+    assert "could allocate" in " ".join(words.split()) and "holds" not in words

@@ -165,8 +165,8 @@ def _memory_values(out: dict[str, Value], summary: ModelStep, shown: tuple[str, 
             out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
             out[value_key("gemm-memory-delta", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
         else:
-            fits = (f"fits the GPU's {capacity:.1f} GiB" if summary.fits(p) else
-                    f"more than the GPU's {capacity:.1f} GiB: {summary.layers_that_fit[p]} of "
+            fits = (f"fits the {capacity:.1f} GiB this run could allocate" if summary.fits(p) else
+                    f"more than the {capacity:.1f} GiB this run could allocate: {summary.layers_that_fit[p]} of "
                     f"{summary.config.measured_layers} layers fit with the embedding and output layer")
             out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value(
                 f"{m.peak / GIB:.1f} GiB", f"{m.peak / GIB:.2f} GiB peak of the model step on one rank ({fits}): {at}")

@@ -448,7 +448,8 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     if any(summary.fits(p) is False for p in shown):
         table.row([Shown(f"Layers that fit, of {layers}", strong=True),
                    *cells(lambda p: (str(summary.layers_that_fit[p]), f"{summary.layers_that_fit[p]} of {layers} "
-                                     f"layers fit the {capacity:.1f} GiB with the embedding and output layer "
+                                     f"layers fit the {capacity:.1f} GiB this run could allocate, "
+                                     "with the embedding and output layer "
                                      "(a pipeline stage's size)") if p in summary.layers_that_fit else None)])
     if summary.largest_microbatch:
         table.row([Shown("Largest micro-batch", strong=True),
@@ -464,8 +465,9 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     if unfit:
         whose = ("no recipe's whole rank fits one GPU" if len(unfit) == len(shown)
                  else f"under {answer_text.names(unfit)}, the whole rank does not fit one GPU")
-        lines.append(f"Peak memory above the {gpu}'s {capacity:.1f} GiB: {whose}; the layers that fit give a "
-                     "pipeline stage's size.")
+        lines.append(f"Peak memory above the {capacity:.1f} GiB this run could allocate on the {gpu} (free memory "
+                     f"plus what the allocator held when it measured; it moves by a few hundred MB between runs): "
+                     f"{whose}; the layers that fit give a pipeline stage's size.")
     state = optimizer_state_note(summary)
     if state:
         lines.append(state)

@@ -86,7 +86,8 @@ def scene(summary: ModelStep, device: str, width: float = WIDTH_PT) -> Scene:
     # ------------------------------------------------------------------- memory
     y += GAP_PT
     capacity = summary.capacity_bytes / GIB
-    title, y = _title(f"Peak memory of one rank's training step, GiB (the {device} holds {capacity:.1f})", y, width)
+    title, y = _title(f"Peak memory of one rank's training step, GiB (the {device} run could allocate "
+                      f"{capacity:.1f})", y, width)
     items += title
     legend, y = _legend([(name, color) for field, name, color in MEMORY_PARTS
                          if any(getattr(m, field) for m in summary.memory.values())], y, width)

@@ -157,8 +157,8 @@ def _memory_lines(report: Report, summary: ModelStep, shown: list[str]) -> list[
     """Peak memory of one rank's model step per recipe and what it is made of (GiB), the layers that
     fit where the whole rank does not, and the largest micro-batch found on the GPU."""
     capacity = summary.capacity_bytes / GIB
-    lines = ["", f"memory of one rank's model step, GiB (the allocator's counters, composed; the GPU holds "
-                 f"{capacity:.1f} GiB):",
+    lines = ["", f"memory of one rank's model step, GiB (the allocator's counters, composed; this run could "
+                 f"allocate {capacity:.1f} GiB):",
              f"  {'precision':<13}{'peak':>6}{'vs BF16':>9}{'weights':>9}{'FP8 copies':>12}{'activations':>13}"
              f"{'gradients':>11}{'optimizer':>11}{'transient':>11}"]
     base = summary.memory.get(BASELINE)
