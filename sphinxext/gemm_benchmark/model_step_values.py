@@ -22,11 +22,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gemm_bench.question.model_step import not_measured_reason
+from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.model_step import (
     GIB,
     ModelStep,
+    capacity_text,
     largest_microbatch_absence,
     memory_delta_text,
     part_absence,
@@ -119,7 +120,7 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
     out: dict[str, Value] = {}
     shown = tuple(precisions or PRECISIONS)
     if summary is None:
-        reason = not_measured_reason(report.config)
+        reason = unsupported_reason(report.config)
         why = (f"{where}: no model step for this question: {reason}" if reason
                else f"{where}: no model step in this result (the next refresh measures it)")
         for p in shown:
@@ -155,7 +156,7 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
 def _memory_values(out: dict[str, Value], summary: ModelStep, shown: tuple[str, ...], where: str,
                    doc: Mapping[str, Any]) -> None:
     base = summary.memory.get(BASELINE)
-    capacity = summary.capacity_bytes / GIB
+    capacity = capacity_text(summary.capacity_bytes)
     for p in shown:
         at = f"{where}, {PRECISIONS[p].display}"
         m = summary.memory.get(p)
@@ -165,8 +166,8 @@ def _memory_values(out: dict[str, Value], summary: ModelStep, shown: tuple[str, 
             out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
             out[value_key("gemm-memory-delta", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
         else:
-            fits = (f"fits the {capacity:.1f} GiB this run could allocate" if summary.fits(p) else
-                    f"more than the {capacity:.1f} GiB this run could allocate: {summary.layers_that_fit[p]} of "
+            fits = (f"fits {capacity}" if summary.fits(p) else
+                    f"more than {capacity}: {summary.layers_that_fit[p]} of "
                     f"{summary.config.measured_layers} layers fit with the embedding and output layer")
             out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value(
                 f"{m.peak / GIB:.1f} GiB", f"{m.peak / GIB:.2f} GiB peak of the model step on one rank ({fits}): {at}")

@@ -21,11 +21,17 @@ from gemm_bench.measure.step import ROUTING_NAMES, routings
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
 from gemm_bench.question.devices import device_label
-from gemm_bench.question.model_step import not_measured_reason as model_step_not_measured
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
-from gemm_bench.report.model_step import GIB, ModelStep, memory_delta_text, optimizer_state_note, part_absence
+from gemm_bench.report.model_step import (
+    GIB,
+    ModelStep,
+    capacity_text,
+    memory_delta_text,
+    optimizer_state_note,
+    part_absence,
+)
 from gemm_bench.report.report import Report
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
@@ -338,12 +344,9 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
         for g in sorted(summary.rows, reverse=True):
             table.row(model_step_row(main, summary, precisions, gpu, notes, g))
     elif main is not None and main.config is not None and unsupported_reason(main.config) is None:
-        # A result without it is re-measured by the next refresh (results.stack.lacking_blocks), unless
-        # this code measures no model step for such a layer yet: then the reason, not a promise.
-        why = model_step_not_measured(main.config)
+        # A result without it is re-measured by the next refresh (results.stack.lacking_blocks).
         table.span(Shown("Model step", strong=True),
-                   Shown(f"not measured on the {gpu} yet: tokens/s, MFU and memory come with its next refresh"
-                         if why is None else f"not measured: {why}",
+                   Shown(f"not measured on the {gpu} yet: tokens/s, MFU and memory come with its next refresh",
                          classes=("gemm-na", "gemm-model-step-missing")))
     for mode in per_gemm:
         table.row(mode_row(measured.reports[mode], mode, precisions, gpu, notes))
@@ -443,12 +446,12 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
                    *cells(lambda p: ("–", "BF16 is the reference") if p == BASELINE else
                           (_delta_gib((m.peak - base.peak) / GIB), f"{memory_delta_text((m.peak - base.peak) / GIB)} "
                            "peak memory than BF16's model step") if (m := summary.memory.get(p)) else None)])
-    capacity = summary.capacity_bytes / GIB
+    capacity = capacity_text(summary.capacity_bytes)
     layers = summary.config.measured_layers
     if any(summary.fits(p) is False for p in shown):
         table.row([Shown(f"Layers that fit, of {layers}", strong=True),
                    *cells(lambda p: (str(summary.layers_that_fit[p]), f"{summary.layers_that_fit[p]} of {layers} "
-                                     f"layers fit the {capacity:.1f} GiB this run could allocate, "
+                                     f"layers fit {capacity}, "
                                      "with the embedding and output layer "
                                      "(a pipeline stage's size)") if p in summary.layers_that_fit else None)])
     if summary.largest_microbatch:
@@ -465,7 +468,7 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     if unfit:
         whose = ("no recipe's whole rank fits one GPU" if len(unfit) == len(shown)
                  else f"under {answer_text.names(unfit)}, the whole rank does not fit one GPU")
-        lines.append(f"Peak memory above the {capacity:.1f} GiB this run could allocate on the {gpu} (free memory "
+        lines.append(f"Peak memory above {capacity} on the {gpu} (free memory "
                      f"plus what the allocator held when it measured; it moves by a few hundred MB between runs): "
                      f"{whose}; the layers that fit give a pipeline stage's size.")
     state = optimizer_state_note(summary)

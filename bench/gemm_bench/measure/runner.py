@@ -42,7 +42,7 @@ from gemm_bench.measure.phases import (
 )
 from gemm_bench.measure.step_extras import Planner, measure_plan_and_energy
 from gemm_bench.measure.timing import Competitor, Interleaver, Samples, TimerSettings
-from gemm_bench.question.model_step import not_measured_reason as model_step_not_measured
+from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
 from gemm_bench.question.plan import PlannedCell, make_plan
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
 from gemm_bench.question.question import Question
@@ -471,7 +471,7 @@ class Runner:
         layer the layer step cannot build). Dense, mixture-of-experts and multi-latent-attention
         layers all have one (:mod:`gemm_bench.measure.backends.model_parts`)."""
         config = question.config
-        if config is None or model_step_not_measured(config):
+        if config is None or model_step_unsupported(config):
             return None
         from gemm_bench.measure.backends.model_parts import model_step_block
 

@@ -89,14 +89,6 @@ def unsupported_reason(config: ModelConfig | None) -> str | None:
     return None
 
 
-def not_measured_reason(config: ModelConfig | None) -> str | None:
-    """Why this code measures no model step for this question (:func:`unsupported_reason`), or None
-    when a run measures it (dense, mixture-of-experts and multi-latent-attention layers alike): one
-    rule for the runner (which measures it) and the cache's freshness (which re-measures a result
-    that lacks it)."""
-    return unsupported_reason(config)
-
-
 # ------------------------------------------------------------------------------------ FLOPs
 def megatron_flops(config: ModelConfig, *, layers: int | None = None, micro_batches: int = 1) -> Fraction:
     """Model FLOPs of ``micro_batches`` micro-batches of the whole model (all TP ranks), exactly as

@@ -82,9 +82,10 @@ def unsettled(entry: Mapping[str, Any]) -> bool:
     """Whether a window's power readings spread too widely for its median to be the recipe's draw
     (:data:`UNSETTLED_IQR`); False for an entry without stored quartiles."""
     q1, q3, median = entry.get("power_w_q1"), entry.get("power_w_q3"), entry.get("power_w")
-    if not all(isinstance(v, (int, float)) for v in (q1, q3, median)) or not median:
+    if not (isinstance(q1, (int, float)) and isinstance(q3, (int, float)) and isinstance(median, (int, float))
+            and median):
         return False
-    return (float(q3) - float(q1)) / float(median) > UNSETTLED_IQR  # type: ignore[arg-type]
+    return (q3 - q1) / median > UNSETTLED_IQR
 
 
 def compare(entry: Mapping[str, Any], base: Mapping[str, Any]) -> EnergyComparison:

@@ -46,6 +46,13 @@ def memory_delta_text(delta_gib: float) -> str:
     return f"{abs(delta_gib):.1f} GiB {'more' if delta_gib > 0 else 'less'}"
 
 
+def capacity_text(capacity_bytes: int) -> str:
+    """"the 78.3 GiB this run could allocate": the GPU memory a result's memory is held against is what
+    that run's allocator could use (free plus reserved when it measured), which moves by a few hundred
+    MB between runs, not the GPU's size; the table, the hover and the summary's note say it alike."""
+    return f"the {capacity_bytes / GIB:.1f} GiB this run could allocate"
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelStep:
     """One result's model step for one question (its G and layers)."""

@@ -21,7 +21,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from gemm_bench.question.model_step import not_measured_reason
+from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, gemm_modes
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
@@ -233,18 +233,19 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
 
 def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
     """What a result of a model question lacks that this code measures in the same run as its layer
-    step (issues 32 and 33): the model's training step (where :func:`not_measured_reason` has none)
-    and each recipe's step energy (where the run sampled power). A result measured before the code
-    measured them is otherwise fresh; without this it would stay so, and the pages' "measured with
-    the next refresh" would never come true. A model question's run always measures its layer step
-    (:func:`complete_modes`); a result without a measured graphed step lacks nothing here."""
+    step (issues 32 and 33): the model's training step (where
+    :func:`gemm_bench.question.model_step.unsupported_reason` has none) and each recipe's step energy
+    (where the run sampled power). A result measured before the code measured them is otherwise fresh;
+    without this it would stay so, and the pages' "measured with the next refresh" would never come
+    true. A model question's run always measures its layer step (:func:`complete_modes`); a result
+    without a measured graphed step lacks nothing here."""
     if question.kind != "model" or question.config is None:
         return []
     graphed = [c for c in doc.get("layer", []) if c.get("mode") == "layer-graphed" and c.get("status") == "measured"]
     if not graphed:
         return []
     out = []
-    if "model_step" not in doc and not_measured_reason(question.config) is None:
+    if "model_step" not in doc and model_step_unsupported(question.config) is None:
         out.append("the model's training step")
     sampled = any((g.get("clock") or {}).get("samples") for g in doc.get("groups", []))
     if "energy" not in doc and sampled:
