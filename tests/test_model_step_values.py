@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from gemm_bench.report.report import Report
-from gemm_benchmark.model_step_values import MODEL_STEP_KINDS, model_step_g_key, model_step_values
+from gemm_benchmark.model_step_values import MODEL_BREAKDOWN, MODEL_STEP_KINDS, model_step_g_key, model_step_values
 from gemm_benchmark.records import value_key
 from tests.test_model_step_measure_cpu import _document_with_block
 
@@ -38,7 +38,7 @@ def test_a_result_without_a_model_step_gives_reasons_not_numbers(monkeypatch: py
     doc, question = _document_with_block(monkeypatch)
     del doc["model_step"]
     values = model_step_values(Report(doc), "tiny on H100", ("bf16",))
-    assert {k.split()[0] for k in values} == set(MODEL_STEP_KINDS)
+    assert {k.split()[0] for k in values} == {*MODEL_STEP_KINDS, MODEL_BREAKDOWN}
     assert not any(v.available for v in values.values())
     assert all("no model step" in v.tooltip for v in values.values())
     other = Report(doc)

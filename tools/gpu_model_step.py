@@ -118,6 +118,11 @@ def print_table(name: str, r: dict[str, Any]) -> int:
               f"ratio {v['time_ratio']:.4f} {'OK' if ok else 'OFF'} (to events {v['event_ratio']:.4f}); memory real "
               f"{v['real_peak_bytes'] / gib:.2f} GiB composed {v['composed_peak_bytes'] / gib:.2f} GiB "
               f"ratio {v['memory_ratio']:.3f}")
+        real, composed = v.get("real_parts_ms") or {}, v.get("composed_parts_ms") or {}
+        if real and composed:  # the breakdown's second method: each kind's kernel time, real vs composed
+            print(f"  kinds {key:18s} " + "  ".join(
+                f"{k} {composed[k]:.1f}/{real[k]:.1f}" + (f"={composed[k] / real[k]:.3f}" if real[k] > 0 else "")
+                for k in real if max(real[k], composed.get(k, 0.0)) >= 0.05 and k in composed) + " ms (composed/real)")
     for p, v in r.get("largest_microbatch", {}).items():
         if isinstance(v, str):
             print(f"largest micro-batch {p}: FAILED: {v}")

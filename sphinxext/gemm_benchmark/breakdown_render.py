@@ -16,7 +16,8 @@ from docutils import nodes
 from sphinx import addnodes
 
 from gemm_bench.question.precisions import PRECISIONS
-from gemm_bench.report import breakdown_figure, energy_compare, precision_plan
+from gemm_bench.report import breakdown_figure, energy_compare, model_step_breakdown, precision_plan
+from gemm_bench.report.model_step import ModelStep
 from gemm_bench.results import energy
 from gemm_benchmark.render_block import figure_pair
 
@@ -28,12 +29,32 @@ def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str 
     bars = breakdown_figure.bars(cells, mode, routing)
     if not bars:
         return []
-    # Drawn right under the model's training step (its table and figure) on the models page: the
+    # Drawn under the model's training step (its table, figure and breakdown) on the models page: the
     # title says this is one layer's step, so its milliseconds never read as the model's.
     how = "CUDA-graphed" if mode == "layer-graphed" else "eager"
     routed = (f", {routing} routing" if any(c.get("routing", "balanced") != routing for c in cells) else "")
     label = (f"One layer's {how} training step on the {device} (not the model's step): GPU time per kind of "
              f"kernel and idle time, per recipe{routed}")
+    return _bars_nodes(doc, bars, label, prefix, "The step breakdown per recipe")
+
+
+def model_breakdown_nodes(doc: dict[str, Any], summary: ModelStep | None, device: str,
+                          prefix: str) -> list[nodes.Node]:
+    """The model's training step per micro-batch at the question's G, split as the layer step's is
+    (:func:`gemm_bench.report.model_step_breakdown.model_bars`), with its sentence; [] without it."""
+    bars = model_step_breakdown.model_bars(doc, summary) if summary is not None else []
+    if summary is None or not bars:
+        return []
+    label = (f"The model's training step on the {device}, per micro-batch at G = {summary.microbatches} "
+             "(embedding, layers, output layer and loss, optimizer): GPU time per kind of kernel and idle time, "
+             "per recipe")
+    return _bars_nodes(doc, bars, label, prefix, "The model step's breakdown per recipe")
+
+
+def _bars_nodes(doc: dict[str, Any], bars: list[breakdown_figure.Bar], label: str, prefix: str,
+                what: str) -> list[nodes.Node]:
+    """Stacked bars (a phone's and a desktop's drawing), a note for builders without SVG, and the
+    sentence for the recipe the page speaks of (:func:`~gemm_bench.report.precision_plan.step_recipe`)."""
     # The phone figure and its desktop twin (render_block.figure_pair): one drawing at a phone's width
     # leaves a desktop column half empty, one at a desktop's shrinks a phone's labels below 10 px.
     box = figure_pair(breakdown_figure.svg(bars, heading=label),
@@ -41,7 +62,7 @@ def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str 
     box["classes"].append("gemm-breakdown-figure")
     out: list[nodes.Node] = [box]
     elsewhere = addnodes.only(expr="not html")
-    text = "The step breakdown per recipe is drawn in the HTML version of this page."
+    text = f"{what} is drawn in the HTML version of this page."
     elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
     out.append(elsewhere)
     recipe = precision_plan.step_recipe(doc)
@@ -84,7 +105,10 @@ def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
     return [nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-energy"])]
 
 
-def step_detail_nodes(doc: dict[str, Any], device: str, prefix: str) -> list[nodes.Node]:
-    """What a page shows under a model's step on one GPU: where each recipe's time goes, the precision
-    plan and the energy; nothing (no note, no warning) for a result measured before they were."""
-    return [*breakdown_nodes(doc, device, prefix), *plan_nodes(doc), *energy_nodes(doc)]
+def step_detail_nodes(doc: dict[str, Any], device: str, prefix: str,
+                      model_step: ModelStep | None = None) -> list[nodes.Node]:
+    """What a page shows under a model's step on one GPU: where each recipe's time goes (the model's
+    step, for the page's question ``model_step``, then one layer's), the precision plan and the energy;
+    nothing (no note, no warning) for a result measured before they were."""
+    return [*model_breakdown_nodes(doc, model_step, device, f"{prefix}m"), *breakdown_nodes(doc, device, prefix),
+            *plan_nodes(doc), *energy_nodes(doc)]

@@ -32,10 +32,15 @@ from gemm_bench.report.model_step import (
     memory_delta_text,
     part_absence,
 )
+from gemm_bench.report.model_step_breakdown import model_bars
 from gemm_bench.report.report import Report
+from gemm_benchmark.breakdown_values import BREAKDOWN_ITEMS, NOT_IN_RESULT, breakdown_values
 from gemm_benchmark.records import Value, value_key
 
 MODE = "layer-graphed"
+#: Where the model's step goes (issue 33): the layer step's ``gemm-breakdown`` for the composed step at
+#: the question's G; registered by :mod:`.roles` with the items of :data:`BREAKDOWN_ITEMS`.
+MODEL_BREAKDOWN = "gemm-model-breakdown"
 #: The roles' specifications, as keyword arguments of ``roles.RoleSpec`` (this module sits below
 #: ``roles`` and ``values`` in the extension's layers, so it imports neither).
 MODEL_STEP_ROLES: tuple[dict[str, str], ...] = (
@@ -125,6 +130,8 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
                else f"{where}: no model step in this result (the next refresh measures it)")
         for p in shown:
             _absent(out, MODEL_STEP_KINDS, p, (DEFAULT_G, g_key(1)), why)
+            for item in BREAKDOWN_ITEMS:
+                out[value_key(MODEL_BREAKDOWN, MODE, p, item)] = Value("", why)
         return out
     g_default = summary.microbatches
     out[value_key(QUESTION_G, MODE, "")] = Value(str(g_default), f"G = {g_default}: {where}")
@@ -150,6 +157,11 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
                           f"{row.speedup_high:.3f}): {at}", low=row.speedup_low, high=row.speedup_high)
                     if row.speedup else Value("", f"{at}: no BF16 model step of the same run"))
     _memory_values(out, summary, shown, where, report.doc)
+    bars = model_bars(report.doc, summary)
+    for p in shown:
+        breakdown_values(out, MODEL_BREAKDOWN, MODE, bars, p,
+                         f"{where}, {PRECISIONS[p].display}, the model's step per micro-batch at G = {g_default}",
+                         NOT_IN_RESULT)
     return out
 
 

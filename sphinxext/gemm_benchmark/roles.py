@@ -143,6 +143,11 @@ ROLES: dict[str, RoleSpec] = {
                  "shrank most, as a phrase a sentence continues with \"than BF16\" (\"2.10 ms more in "
                  "quantization, casts, amax and transposes\").",
                  "te-5b@h100 layer-graphed fp8-current quantization", items=BREAKDOWN_ITEMS),
+        RoleSpec("gemm-model-breakdown", "NAME[@DEVICE] layer-graphed PRECISION [change|more|less|PART]",
+                 "Where the model's training step goes, per micro-batch at the question's G (embedding, every "
+                 "layer, output layer and loss, optimizer, composed from their measured parts as the step is): "
+                 "the same words as ``gemm-breakdown``, which says them for one layer's step.",
+                 "llama3-8b@h100 layer-graphed fp8-delayed less", items=BREAKDOWN_ITEMS),
         RoleSpec("gemm-plan", "NAME[@DEVICE] layer-graphed PRECISION [kept|vs-bf16|vs-fp8]",
                  "The precision plan of PRECISION (the recipe the refresh planned: the fastest FP8 step): "
                  "``kept``, the projections it keeps in BF16 (\"MLP up and MLP down\", \"no projection\"); "

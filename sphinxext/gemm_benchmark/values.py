@@ -30,7 +30,11 @@ from gemm_bench.report.fastest import (
 )
 from gemm_bench.report.report import Report
 from gemm_bench.results.energy import energy_bounds, joules, power_above_limit, step_energies
-from gemm_bench.results.kernel_kinds import PARTS
+from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
+    BREAKDOWN_ITEMS,
+    NOT_IN_RESULT,
+    breakdown_values,
+)
 from gemm_benchmark.model_step_values import DEFAULT_G, g_key, model_step_values
 from gemm_benchmark.records import Value, value_key
 
@@ -38,11 +42,8 @@ ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "
 
 #: What ``:gemm-breakdown:``, ``:gemm-plan:`` and ``:gemm-energy:`` quote (their last word; the first
 #: is the default). They are measured for the CUDA-graphed step only (``layer-graphed``).
-BREAKDOWN_ITEMS: tuple[str, ...] = ("change", "more", "less", *PARTS)
 PLAN_ITEMS: tuple[str, ...] = ("kept", "vs-bf16", "vs-fp8")
 ENERGY_ITEMS: tuple[str, ...] = ("joules", "tokens-per-joule", "vs-bf16")
-#: A result measured before the breakdown, the plan and the energy were part of the method.
-NOT_IN_RESULT = "not measured in this result (the next refresh measures it)"
 #: Not a role: the key under which a step that contradicts its GEMMs records the problem
 #: (:func:`step_contradictions`), so every page that shows or quotes that step can say so.
 STEP_PROBLEM = "step-contradiction"
@@ -388,26 +389,8 @@ def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precisi
     mode = "layer-graphed"
     name = PRECISIONS[precision].display
     at = f"{name}, CUDA-graphed layer step, {where}"
-    bars = {b.precision: b for b in breakdown_figure.bars(doc.get("layer", []), mode)}  # type: ignore[arg-type]
-    mine, base = bars.get(precision), bars.get(BASELINE)
-    for part in PARTS:
-        out[value_key("gemm-breakdown", mode, precision, part)] = (
-            Value(f"{mine.parts[part]:.2f} ms", f"{mine.parts[part]:.4g} ms of a {mine.step_ms:.4g} ms step: {at}")
-            if mine is not None else Value("", f"{at}: breakdown {NOT_IN_RESULT}"))
-    # The sentence, and the parts that grew and shrank most (``more``, ``less``): one computation
-    # (breakdown_figure.changes), so the figure's sentence and the prose that quotes a part agree.
-    absent = ("BF16 is the reference" if precision == BASELINE else
-              f"breakdown {NOT_IN_RESULT}" if mine is None or base is None else "")
-    said, grew, shrank = None, None, None
-    if mine is not None and base is not None and not absent:
-        said, (grew, shrank) = breakdown_figure.largest_change(base, mine), breakdown_figure.changes(base, mine)
-    out[value_key("gemm-breakdown", mode, precision, "change")] = (
-        Value(said, f"the largest change against BF16's step: {at}") if said
-        else Value("", f"{at}: {absent or 'no part moved by 0.01 ms'}"))
-    for item, moved in (("more", grew), ("less", shrank)):
-        out[value_key("gemm-breakdown", mode, precision, item)] = (
-            Value(moved.words(), f"{moved.words()} than BF16's step: {at}") if moved is not None
-            else Value("", f"{at}: {absent or f'no part is {item} than in BF16 by 0.01 ms'}"))
+    bars = breakdown_figure.bars(doc.get("layer", []), mode)  # type: ignore[arg-type]
+    breakdown_values(out, "gemm-breakdown", mode, bars, precision, at, NOT_IN_RESULT)
     plan = doc.get("plan")
     if not isinstance(plan, dict) or plan.get("recipe") != precision:
         why = (f"the result's plan is {PRECISIONS[str(plan['recipe'])].display}'s" if isinstance(plan, dict)

@@ -479,9 +479,9 @@ class Runner:
             # Graph replays only: the model step is composed of GPU times, so the group's eager
             # rounds (10 rounds of every layer competitor, up to 3 s a question) would be thrown away.
             with self.graph_only() if graphs else contextlib.nullcontext():
-                timed = self._time_group(builders, label=f"model step: {label}", graphs=graphs)
+                timed = self._time_group(builders, label=f"model step: {label}", graphs=graphs, kernels=True)
             check = {"kernel_ms": timed.kernel_ms, "ratios": timed.kernel_ratio}
-            return _PartsGroup(timed.samples, timed.failures, check), {}
+            return _PartsGroup(timed.samples, timed.failures, check, timed.kernels), {}
 
         runnable = [p for p in precisions if p not in support or support[p].available]
         try:
@@ -501,6 +501,8 @@ class _PartsGroup:
     samples: dict[str, dict[str, Samples]]
     failures: dict[str, str]
     cross_check: dict[str, Any]
+    #: The profiled rounds' kernels per competitor and region (the parts' time breakdown, issue 33).
+    kernels: dict[str, dict[str, list[list[tuple[str, int, int]]]]] = dataclasses.field(default_factory=dict)
 
 
 def measure_question(question: Question, precisions: Sequence[str], modes: Sequence[str], *,

@@ -141,7 +141,8 @@ def _part_times(block: Mapping[str, Any], precision: str) -> tuple[PartTimes, Pa
     return medians, low, high
 
 
-def _optimizer(block: Mapping[str, Any]) -> OptimizerLine | None:
+def optimizer_line(block: Mapping[str, Any]) -> OptimizerLine | None:
+    """The optimizer's line through its smallest and largest measured sizes, or None with fewer than two."""
     points = sorted((int(i["params"]), float(i["ms"])) for i in block["parts"]
                     if i["part"] == "optimizer" and i["status"] == "measured")
     if len(points) < 2:
@@ -158,7 +159,7 @@ def model_step_summary(doc: Mapping[str, Any], config: ModelConfig | None = None
     config = config if config is not None else stored_config(doc["question"].get("config"))
     if block is None or config is None or not schema.answers(block, config):
         return None
-    line = _optimizer(block)
+    line = optimizer_line(block)
     if line is None:
         return None
     params = rank_parameters(config, int(block["layer_params"]))

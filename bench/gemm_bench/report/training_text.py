@@ -20,7 +20,7 @@ from typing import Any
 
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, PRECISIONS
-from gemm_bench.report import breakdown_figure, energy_compare, precision_plan
+from gemm_bench.report import breakdown_figure, energy_compare, model_step_breakdown, precision_plan
 from gemm_bench.report.model_step import GIB, ModelStep, largest_microbatch_absence, memory_delta_text, part_absence
 from gemm_bench.report.report import STEP_WORDS, Report
 from gemm_bench.results import energy
@@ -199,8 +199,7 @@ def breakdowns(report: Report) -> dict[str, dict[str, Any]]:
     """Per training-step mode (the CUDA-graphed step first), each recipe's stored parts and the
     sentence naming the largest change (:mod:`gemm_bench.report.breakdown_figure`)."""
     out: dict[str, dict[str, Any]] = {}
-    for mode in (LAYER_MODES[1], LAYER_MODES[0]):
-        bars = breakdown_figure.bars(report.doc.get("layer", []), mode)
+    for mode, bars in _all_bars(report):
         if bars:
             out[mode] = {"steps": [{"precision": b.precision, "step_ms": b.step_ms, "parts_ms": dict(b.parts)}
                                    for b in bars],
@@ -215,19 +214,36 @@ def _sentence(report: Report, bars: list[breakdown_figure.Bar]) -> str | None:
     return breakdown_figure.sentence(bars, recipe) if recipe else None
 
 
+#: The key of the model's step among the breakdowns (beside the layer step's modes).
+MODEL_BREAKDOWN = "model"
+
+
+def _all_bars(report: Report) -> list[tuple[str, list[breakdown_figure.Bar]]]:
+    """The model's step per micro-batch at the question's G (:mod:`gemm_bench.report.model_step_breakdown`),
+    then the CUDA-graphed and eager layer steps: each with its bars, [] where the result has none."""
+    summary = report.model_step() if report.config is not None else None
+    model = model_step_breakdown.model_bars(report.doc, summary) if summary is not None else []
+    return [(MODEL_BREAKDOWN, model), *((mode, breakdown_figure.bars(report.doc.get("layer", []), mode))
+                                        for mode in (LAYER_MODES[1], LAYER_MODES[0]))]
+
+
 def breakdown_lines(report: Report) -> list[str]:
     """Each recipe's training step split into GPU time per kind of kernel and idle time, the parts
-    adding up to the step; the sentence that names the largest change under each table."""
+    adding up to the step (the model's step per micro-batch first, where the result has it); the
+    sentence that names the largest change under each table."""
     lines: list[str] = []
-    for mode in (LAYER_MODES[1], LAYER_MODES[0]):
-        bars = breakdown_figure.bars(report.doc.get("layer", []), mode)
+    summary = report.model_step() if report.config is not None else None
+    for mode, bars in _all_bars(report):
         if not bars:
             continue
         if not lines:
             lines += ["", BREAKDOWN_TITLE,
                       "(" + "; ".join(f"{_PART_HEADS[p]} = {DISPLAY[p][:1].lower()}{DISPLAY[p][1:]}" for p in PARTS
                                       if p != IDLE and _PART_HEADS[p] != DISPLAY[p]) + "; " + IDLE_RULE + ")"]
-        lines += ["", f"{STEP_WORDS[mode]}:",
+        words = (f"the model's training step, per micro-batch at G = {summary.microbatches} "
+                 f"({model_step_breakdown.COMPOSED_RULE})" if mode == MODEL_BREAKDOWN and summary is not None
+                 else STEP_WORDS[mode])
+        lines += ["", f"{words}:",
                   f"  {'precision':<13}{'step':>8}" + "".join(f"{_PART_HEADS[p]:>9}" for p in PARTS)]
         for bar in bars:
             lines.append(f"  {bar.label:<13}{bar.step_ms:>8.3f}" + "".join(f"{bar.parts[p]:>9.3f}" for p in PARTS))

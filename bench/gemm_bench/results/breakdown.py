@@ -157,6 +157,26 @@ def breakdown_block(step_ms: float, rounds: Sequence[RoundParts], *, source: str
     }
 
 
+def weighted_parts(terms: Iterable[tuple[float, Mapping[str, float]]]) -> dict[str, float]:
+    """Sum of ``weight x parts`` per part (every part of :data:`PARTS`): how a step composed of
+    measured parts (the model's step, issue 33) is split as its time is composed. With non-negative
+    weights and parts that add up to each term's time, the result adds up to the composed time."""
+    out = dict.fromkeys(PARTS, 0.0)
+    for weight, parts in terms:
+        for p in PARTS:
+            out[p] += weight * float(parts[p])
+    return out
+
+
+def category_ms_per_step(rounds: Sequence[Sequence[Kernel]]) -> tuple[float, dict[str, float]]:
+    """(busy ms, ms per kernel category) per step, the mean over ``rounds`` (each one step's kernels):
+    a real model's profiled steps, which the composed model step's breakdown is checked against."""
+    parts = [round_parts(r) for r in rounds]
+    n = max(1, len(parts))
+    return (sum(r.busy_ns for r in parts) / n / 1e6,
+            {c: sum(r.category_ns[c] for r in parts) / n / 1e6 for c in CATEGORIES})
+
+
 def rounds_from_kernels(per_round: Iterable[Sequence[Kernel]]) -> list[RoundParts]:
     return [round_parts(k) for k in per_round]
 

@@ -12,7 +12,8 @@ Block::
     {"run_id": "...", "what": "...", "padded_vocab_size": 128256, "layer_params": 218112000,
      "capacity_bytes": 84000000000, "state_per_param": 16.0,
      "parts": [{"part": "layer-first", "precision": "bf16", "status": "measured", "ms": 20.1,
-                "stats": {...}}, {"part": "optimizer", "precision": "bf16", "params": 67108864, ...}, ...],
+                "stats": {...}, "breakdown": {...}},     (breakdown optional: results.breakdown's block)
+               {"part": "optimizer", "precision": "bf16", "params": 67108864, ...}, ...],
      "memory": {"bf16": {"layer_weights": ..., ...}, ...},
      "largest_microbatch": {"layers": 4, "bf16": {"largest": 1, "tried": [1, 2]}},   (optional)
      "routing": "balanced"}   (a mixture of experts' only)
@@ -34,6 +35,7 @@ from gemm_bench.question.config import MAX_DIMENSION, ModelConfig
 from gemm_bench.question.model_step import PARTS, MemoryParts
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.step_plan import ROUTINGS
+from gemm_bench.results.breakdown import BreakdownError, validate_breakdown
 
 STATUSES: tuple[str, ...] = ("measured", "unsupported", "failed")
 #: Parts measured once, in BF16, whatever the recipe (outside it).
@@ -110,6 +112,11 @@ def validate_model_step(block: Any, *, where: str = "$.model_step") -> dict[str,
                     isinstance(stats.get(k), (int, float)) and not isinstance(stats.get(k), bool)
                     for k in ("median_ms", "iqr_ms")):
                 raise ModelStepSchemaError(f"{at}.stats", "must hold median_ms and iqr_ms")
+            if "breakdown" in part:  # where the part's time goes (issue 33), the layer step's own block
+                try:
+                    validate_breakdown(part["breakdown"], where=f"{at}.breakdown", cell_ms=float(part["ms"]))
+                except BreakdownError as exc:
+                    raise ModelStepSchemaError(exc.where, exc.problem) from exc
         elif not isinstance(part.get("reason"), str):
             raise ModelStepSchemaError(f"{at}.reason", "must be a string")
     memory = block.get("memory")

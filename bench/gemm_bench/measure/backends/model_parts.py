@@ -343,6 +343,12 @@ class PartsTiming:
     optimizer: dict[int, Samples]
     failures: dict[str, str]
     cross_check: dict[str, Any]
+    #: Each part's profiled rounds, keyed ``(part, precision)`` (the optimizer's ``(optimizer, "<params>")``):
+    #: ``(source, rounds)``, each round its kernels ``(name, start ns, duration ns)``, and ``source`` a
+    #: key of :data:`gemm_bench.measure.step.BREAKDOWN_SOURCES` (graph replays or eager rounds). What
+    #: the model step's time breakdown is made of (issue 33); empty where no round was profiled.
+    kernels: dict[tuple[str, str], tuple[str, list[list[tuple[str, int, int]]]]] = dataclasses.field(
+        default_factory=dict)
 
 
 TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool, str], Any]
@@ -365,7 +371,7 @@ def interleaver_group(settings: TimerSettings) -> TimeGroup:
                 failures[name] = f"{type(exc).__name__}: {exc}"[:400]
         result = None
         try:
-            result = timer.run(competitors, graphs=graphs) if competitors else None
+            result = timer.run(competitors, graphs=graphs, kernels=True) if competitors else None
         except RuntimeError as exc:  # GPU boundary (out of memory in the rounds): the group's parts fail
             failures.update({name: f"{type(exc).__name__}: {exc}"[:400] for name in competitors})
         if result is not None:
@@ -378,10 +384,24 @@ def interleaver_group(settings: TimerSettings) -> TimeGroup:
     return group
 
 
+def _group_kernels(result: Any) -> dict[str, dict[str, list[list[tuple[str, int, int]]]]]:
+    """A timed group's profiled kernels per competitor and region (none from a timer that keeps none)."""
+    return dict(getattr(result, "kernels", None) or {})
+
+
 def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup) -> PartsTiming:
-    """Every part's samples: three groups (layers per precision, vocabulary parts, optimizer sizes)."""
+    """Every part's samples: three groups (layers per precision, vocabulary parts, optimizer sizes),
+    with each part's profiled rounds' kernels (:attr:`PartsTiming.kernels`)."""
     failures: dict[str, str] = {}
     layers, vocab, optimizer, check = {}, {}, {}, {}
+    kernels: dict[tuple[str, str], tuple[str, list[list[tuple[str, int, int]]]]] = {}
+
+    def keep(result: Any, source: str, names: dict[str, str] | None = None) -> None:
+        for name, regions in _group_kernels(result).items():
+            for region, rounds in regions.items():
+                if rounds:
+                    kernels[(region, (names or {}).get(name, name))] = (source, rounds)
+
     shared = Operands()  # one set of BF16 weights, main gradients and inputs for every precision
     builders: dict[str, Callable[[], Competitor]] = {p: functools.partial(layer_competitor, config, p, shared)
                                                      for p in precisions}
@@ -390,6 +410,7 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
     if result is not None:
         layers = dict(result.samples)
         check["layers"] = result.cross_check
+        keep(result, "graph replays")
     missing = [p for p in precisions if p not in layers]
     if missing:  # a capture that failed: the same regions timed eagerly (GPU-bound: the host runs ahead)
         result, failed = group({p: builders[p] for p in missing}, False, "layers (eager)")
@@ -397,6 +418,7 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
         if result is not None:
             layers.update(result.samples)
             check["layers_eager"] = {"precisions": sorted(result.samples), **result.cross_check}
+            keep(result, "eager rounds")
     del builders, shared  # the layer's shared weights and main gradients: not held through the next groups
     # Eager: the embedding's CUDA backward reads its segment count on the host (a sync no graph can
     # hold), as it does in the real step; the head's GEMMs take tens of milliseconds.
@@ -405,6 +427,7 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
     if result is not None and "bf16" in result.samples:
         vocab = result.samples["bf16"]
         check["vocabulary"] = result.cross_check
+        keep(result, "eager rounds")
     sizes: dict[str, Callable[[], Competitor]] = {str(n): functools.partial(optimizer_competitor, n)
                                                   for n in OPTIMIZER_SIZES}
     result, failed = group(sizes, False, "optimizer")
@@ -412,7 +435,8 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
     if result is not None:
         optimizer = {int(n): regions["optimizer"] for n, regions in result.samples.items()}
         check["optimizer"] = result.cross_check
-    return PartsTiming(layers, vocab, optimizer, failures, check)
+        keep(result, "eager rounds")
+    return PartsTiming(layers, vocab, optimizer, failures, check, kernels)
 
 
 # --------------------------------------------------------------------------------- real run
@@ -475,9 +499,11 @@ def time_real_steps(model: RealModel, microbatches: int, *, warmup: int = 2, ste
     return Samples(times)
 
 
-def real_gpu_ms(model: RealModel, microbatches: int, *, steps: int = 3) -> float:
-    """The GPU's busy time of one whole optimizer step, in ms: the union of the kernels' intervals
-    (the profiler's, as the time breakdown reads them) over ``steps`` steps, divided by ``steps``.
+def real_gpu_profile(model: RealModel, microbatches: int, *, steps: int = 3) -> tuple[float, dict[str, float]]:
+    """(GPU busy ms, ms per kind of kernel) of one whole step: the union of its kernels' intervals
+    (the profiler's, as the time breakdown reads them) over ``steps`` steps, divided by ``steps``, and
+    the same kernels classified (:func:`gemm_bench.results.breakdown.category_ms_per_step`): the second
+    method the composed step's time and its breakdown are held to.
 
     Why beside the event time: the real model runs eagerly, and where the host launches kernels more
     slowly than the GPU runs them (a 4-layer model of 4096 tokens: many short FP8 kernels) the GPU
@@ -485,7 +511,7 @@ def real_gpu_ms(model: RealModel, microbatches: int, *, steps: int = 3) -> float
     times, the GPU's time) does not. Comparing like with like, the proof holds the composition to the
     real run's GPU time and reports the host's wait beside it."""
     from gemm_bench.measure.timing import _activities, _profiler
-    from gemm_bench.results.breakdown import round_parts
+    from gemm_bench.results.breakdown import category_ms_per_step
 
     model.step(microbatches)
     torch.cuda.synchronize()
@@ -494,7 +520,38 @@ def real_gpu_ms(model: RealModel, microbatches: int, *, steps: int = 3) -> float
             model.step(microbatches)
         torch.cuda.synchronize()
     kernels = [(a.name, a.start_ns, a.duration_ns) for a in _activities(prof) if a.kind == "kernel"]
-    return round_parts(kernels).busy_ns / 1e6 / steps
+    busy, parts = category_ms_per_step([kernels])
+    return busy / steps, {c: ms / steps for c, ms in parts.items()}
+
+
+def real_gpu_ms(model: RealModel, microbatches: int, *, steps: int = 3) -> float:
+    """The GPU busy ms of one whole step (:func:`real_gpu_profile`)."""
+    return real_gpu_profile(model, microbatches, steps=steps)[0]
+
+
+def composed_parts(timing: PartsTiming, precision: str, medians: PartTimes, line: OptimizerLine, *, layers: int,
+                   microbatches: int, params: int) -> dict[str, float] | None:
+    """The composed step's kernel time per kind (GPU busy time only: idle is each part's own and no
+    real step's), from each part's profiled rounds, weighted as :func:`~gemm_bench.question.model_step.
+    step_ms` weighs the parts' times; None where a part was not profiled. The optimizer's kinds are the
+    larger measured size's, scaled to the line at ``params`` (as the report composes them)."""
+    from gemm_bench.measure.step import step_breakdown
+    from gemm_bench.results.breakdown import weighted_parts
+
+    g = microbatches
+    keys = {("embedding", "bf16"): (medians.embedding, g), ("head", "bf16"): (medians.head, g),
+            ("layer-first", precision): (medians.layer_first, layers),
+            ("layer-cached", precision): (medians.layer_cached, layers * (g - 1))}
+    size = max(OPTIMIZER_SIZES)
+    terms = []
+    for key, (ms, weight) in [*keys.items(), (("optimizer", str(size)), (median_ms(timing.optimizer[size]), 0.0))]:
+        profiled = timing.kernels.get(key)
+        block = step_breakdown(ms, profiled[1], profiled[0]) if profiled else None
+        if block is None:
+            return None
+        parts = {**block["parts_ms"], "idle": 0.0}
+        terms.append((weight if key[0] != "optimizer" else line.at(params) / ms, parts))
+    return weighted_parts(terms)
 
 
 def real_peak_bytes(model: RealModel, microbatches: int) -> int:
@@ -641,7 +698,7 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
                     try:
                         model = RealModel(config, proof_layers, p)
                         samples = time_real_steps(model, g, steps=real_steps)
-                        gpu_ms = real_gpu_ms(model, g)
+                        gpu_ms, real_parts = real_gpu_profile(model, g)
                         peak_bytes = real_peak_bytes(model, g)
                         count = model.parameter_count
                     except RuntimeError as exc:  # GPU boundary (out of memory included): the entry's reason
@@ -659,7 +716,12 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
                                       "time_ratio": composed / gpu_ms, "event_ratio": composed / real,
                                       "params": count, "real_peak_bytes": peak_bytes,
                                       "composed_peak_bytes": predicted,
-                                      "memory_ratio": predicted / peak_bytes if peak_bytes else None}
+                                      "memory_ratio": predicted / peak_bytes if peak_bytes else None,
+                                      # the breakdown's second method: kernel time per kind, real vs composed
+                                      "real_parts_ms": real_parts,
+                                      "composed_parts_ms": composed_parts(timing, p, medians[p], line,
+                                                                          layers=proof_layers, microbatches=g,
+                                                                          params=count)}
         out["proof"] = proof
     if search_layers:
         search: dict[str, Any] = {}
@@ -679,11 +741,21 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
 
 
 # ------------------------------------------------------------------------- the result block
-def _part_cell(part: str, precision: str, samples: Samples | None, reason: str, **extra: Any) -> dict[str, Any]:
+def _part_cell(part: str, precision: str, samples: Samples | None, reason: str,
+               profiled: tuple[str, list[list[tuple[str, int, int]]]] | None = None, **extra: Any) -> dict[str, Any]:
+    """One part's stored cell; with ``profiled`` (its source and profiled rounds' kernels) its time
+    breakdown (:func:`gemm_bench.measure.step.step_breakdown`, the layer step's own), issue 33."""
+    from gemm_bench.measure.step import step_breakdown
+
     if samples is None:
         return {"part": part, "precision": precision, "status": "failed", "reason": reason or "not measured", **extra}
-    return {"part": part, "precision": precision, "status": "measured", "ms": round(samples.median, 6),
+    cell = {"part": part, "precision": precision, "status": "measured", "ms": round(samples.median, 6),
             "stats": samples.to_stats(), **extra}
+    if profiled is not None:
+        block = step_breakdown(cell["ms"], profiled[1], profiled[0])
+        if block is not None:
+            cell["breakdown"] = block
+    return cell
 
 
 def model_step_block(config: ModelConfig, precisions: Sequence[str], group: TimeGroup, run_id: str, *,
@@ -703,12 +775,14 @@ def model_step_block(config: ModelConfig, precisions: Sequence[str], group: Time
     for p in precisions:
         regions = timing.layers.get(p, {})
         why = timing.failures.get(p) or timing.failures.get(f"eager/{p}", "")
-        cells += [_part_cell(r, p, regions.get(r), why) for r in ("layer-first", "layer-cached")]
+        cells += [_part_cell(r, p, regions.get(r), why, timing.kernels.get((r, p)))
+                  for r in ("layer-first", "layer-cached")]
     vocab_why = timing.failures.get("vocab/bf16", "")
-    cells += [_part_cell(r, "bf16", timing.vocab.get(r), vocab_why) for r in ("embedding", "head")]
+    cells += [_part_cell(r, "bf16", timing.vocab.get(r), vocab_why, timing.kernels.get((r, "bf16")))
+              for r in ("embedding", "head")]
     for n in OPTIMIZER_SIZES:
         cells.append(_part_cell("optimizer", "bf16", timing.optimizer.get(n), timing.failures.get(f"optimizer/{n}", ""),
-                                params=n))
+                                timing.kernels.get(("optimizer", str(n))), params=n))
     measured = [p for p in precisions if p in timing.layers]
     state = optimizer_memory(OPTIMIZER_SIZES[0])
     memory: dict[str, Any] = {}
