@@ -57,9 +57,9 @@ class GemmBenchmarkDirective(SphinxDirective):
    :precisions: bf16, fp8-current, fp8-block
    :devices: h100
 
-FP8 current scaling runs its autocast GEMMs
+FP8 current scaling runs its autocast GEMMs at
 :gemm-speedup:`layer autocast fp8-current`
-faster.
+the speed of BF16.
 """
     has_content = False
     required_arguments = 0
