@@ -370,8 +370,9 @@ def log_lines(records: Sequence[envdata.DirectiveRecord]) -> list[str]:
     widest entry (a fixed width broke the columns at "b300-sxm6-ac (no result)"), then status, result
     and pages. Device names, dates and reasons come from result files: escaped."""
     results = site_results(records)
-    heads = [tuple(untrusted_text.field(c) for c in (r.device or "–", r.date or "–", f"v{r.method_version or '–'}"))
-             for r in results]
+    # "b200 (no result)" is the page's device cell; here the status beside it says "missing".
+    heads = [tuple(untrusted_text.field(c) for c in (r.device.removesuffix(" (no result)") or "–", r.date or "–",
+                                                     f"v{r.method_version or '–'}")) for r in results]
     widths = [max((len(h[i]) for h in heads), default=0) for i in range(3)]
     out = []
     for r, head in zip(results, heads, strict=True):
