@@ -9,6 +9,7 @@ that shows "n/a" in prose is a warning, whatever the directive's ``:missing:``. 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -83,21 +84,27 @@ MYST = """\
 """
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, list[str]]]:
-    """Warnings of one build of the three pages, per page and line."""
-    project = Project(tmp_path_factory.mktemp("mistakes"))
+def located_warnings(root: Path, index: str, other: str, myst: str) -> dict[str, dict[int, list[str]]]:
+    """Warnings of one cache-mode build of three pages (``index.rst``, ``other.rst``, ``mdpage.md``)
+    with the H100's Transformer Engine guide layer cached, per page and line."""
+    project = Project(root)
     (project.src / "conf.py").write_text('extensions = ["myst_parser", "gemm_benchmark"]\nproject = "m"\n'
                                          'gemm_benchmark_execution_mode = "cache"\n', encoding="utf-8")
     copy_real_document(project.cache, "h100-te-guide-5b.json")
-    project.page("index", BAD_RST)
-    project.page("other", OTHER_RST)
-    (project.src / "mdpage.md").write_text(MYST, encoding="utf-8")
+    project.page("index", index)
+    project.page("other", other)
+    (project.src / "mdpage.md").write_text(myst, encoding="utf-8")
     warnings, _ = project.build()
     out: dict[str, dict[int, list[str]]] = {}
     for match in re.finditer(r"(\w+)\.(?:rst|md):(\d+): WARNING: (.*)", warnings):
         out.setdefault(match.group(1), {}).setdefault(int(match.group(2)), []).append(match.group(3))
     return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, list[str]]]:
+    """Warnings of one build of the three pages, per page and line."""
+    return located_warnings(tmp_path_factory.mktemp("mistakes"), BAD_RST, OTHER_RST, MYST)
 
 
 def test_every_bad_option_is_reported_at_its_own_line(built):

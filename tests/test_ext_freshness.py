@@ -95,9 +95,9 @@ def test_freshness_lists_every_model_of_a_summary(tmp_path, make_app, real_resul
     soup = BeautifulSoup((Path(app.outdir) / "index.html").read_text(encoding="utf-8"), "html.parser")
     rows = [[td.get_text(" ", strip=True) for td in tr.select("td")]
             for tr in soup.select_one("table.gemm-freshness").select("tbody tr")]
-    # One row per result: te-one and the summary's first model show one result (one row, both beside it).
+    # One row per result: te-one and the summary's first model show one result (one row, one page entry).
     assert [r[4].split()[0] for r in rows] == ["fresh", "stale", "missing"]
-    assert rows[0][5] == "summary (te-one), summary (Transformer Engine guide's example layer, summary)"
+    assert rows[0][5] == "summary (te-one)"  # one entry per page: the name a role quotes there
     assert rows[1][5] == "summary (Llama 3 8B, summary)"
     assert rows[2][5] == "summary (Llama 3 70B (TP 8), summary)" and rows[2][1] == "h100-80gb-hbm3 (no result)"
     log = re.sub(r"\x1b\[[0-9;]*m", "", status.getvalue())

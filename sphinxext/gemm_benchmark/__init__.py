@@ -91,7 +91,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", _add_static)
     app.connect("build-finished", log_summary)
     app.connect("env-check-consistency", check_unique_names)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 7}
+    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 8}
 
 
 def _add_static(app: Sphinx, config: Any) -> None:

@@ -57,9 +57,9 @@ class GemmBenchmarkDirective(SphinxDirective):
    :precisions: bf16, fp8-current, fp8-block
    :devices: h100
 
-FP8 current scaling runs its autocast GEMMs
+FP8 current scaling runs its autocast GEMMs at
 :gemm-speedup:`layer autocast fp8-current`
-faster.
+the speed of BF16.
 """
     has_content = False
     required_arguments = 0
@@ -88,6 +88,9 @@ faster.
             for bad in exc.errors:  # every bad option, each at its own line
                 warn(Subtype(bad.subtype), f"gemm-benchmark: {bad}",
                      location=(self.env.docname, option_line(self.block_text, self.lineno, bad.option)))
+            name = self.options.get("name", "").strip()
+            if name and not any(bad.option == "name" for bad in exc.errors):
+                records.note_rejected_name(self.env, name, self.lineno)  # its clash is reported now
             return []
         if request.hf_config is not None:
             self.env.note_dependency(str(request.hf_config))
@@ -180,18 +183,28 @@ def check_unique_names(app: Sphinx, env: BuildEnvironment) -> None:
 
     Roles quote a name's first directive (:func:`.records.find`); the author of the second, seeing
     its name quoted with another directive's numbers, would otherwise learn of the clash only from
-    docutils (one warning, at neither directive's line) or Sphinx ("duplicate label", at one).
+    docutils (one warning, at neither directive's line) or Sphinx ("duplicate label", at one). A
+    directive rejected for bad options counts too: its clash surfaced only on the build after the
+    author fixed the options.
     """
-    by_name: dict[str, list[records.DirectiveRecord]] = {}
+    by_name: dict[str, list[tuple[str, str, int, bool]]] = {}  # name -> (name as given, page, line, rejected)
     for record in records.all_records(env):
         if record.quotable:
-            by_name.setdefault(record.name.lower(), []).append(record)
+            by_name.setdefault(record.name.lower(), []).append((record.name, record.docname, record.lineno, False))
+    for docname, names in sorted(records.data(env).rejected_names.items()):
+        for name, lineno in names:
+            by_name.setdefault(name.lower(), []).append((name, docname, lineno, True))
     for clash in by_name.values():
         if len(clash) < 2:
             continue
-        places = [f"{env.doc2path(r.docname, False)}:{r.lineno}" for r in clash]
-        for record, place in zip(clash, places, strict=True):
+        clash.sort(key=lambda c: (c[1], c[2]))  # page order then line order, as roles find them
+        places = [f"{env.doc2path(docname, False)}:{lineno}" for _, docname, lineno, _ in clash]
+        quoted = next((place for place, c in zip(places, clash, strict=True) if not c[3]), None)
+        for (name, docname, lineno, rejected), place in zip(clash, places, strict=True):
             others = ", ".join(p for p in places if p != place)
-            warn(Subtype.OPTION, f"gemm-benchmark: :name: {record.name!r} is also the name of the directive at "
-                 f"{others}; a name must be unique across the site (roles quote the first, {places[0]})",
-                 location=(record.docname, record.lineno))
+            why = (f"roles quote the first, {quoted}" if quoted is not None
+                   else "roles quote the first once its options are fixed")
+            warn(Subtype.OPTION, f"gemm-benchmark: :name: {name!r} is also the name of the directive at "
+                 f"{others}; a name must be unique across the site ({why})"
+                 + (" (this directive's options are bad: it is not shown)" if rejected else ""),
+                 location=(docname, lineno))

@@ -206,7 +206,7 @@ def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]
         row["statuses"].append(status)
         if reason and reason not in row["reasons"]:
             row["reasons"].append(reason)
-        place = (record.docname, _name(record))
+        place = (record.docname, _name(record), record.quotable)
         if place not in row["shown"]:
             row["shown"].append(place)
 
@@ -227,8 +227,23 @@ def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]
             continue  # the question's devices have rows of their own
         status = min(row["statuses"], key=_WORST_FIRST.index)
         out.append(SiteResult(question, row["describe"], row["device"], row["date"], row["method"], status,
-                              tuple(row["reasons"]), tuple(row["shown"]), names.get(question, ""), device))
+                              tuple(row["reasons"]), _one_per_page(row["shown"]), names.get(question, ""), device))
     return out
+
+
+def _one_per_page(places: Sequence[tuple[str, str, bool]]) -> tuple[tuple[str, str], ...]:
+    """(page, name) once per page, in page order: the names a role can quote there (``:name:``), else the
+    first directive's. The models page shows each model in its page-wide summary and in its section's;
+    listing both read as two places ("models (llama3-8b, summary), models (Llama 3 8B, summary)")."""
+    pages: dict[str, list[str]] = {}
+    for page, name, quotable in places:
+        names = pages.setdefault(page, [])
+        if quotable and name not in names:
+            names.append(name)
+    firsts: dict[str, str] = {}
+    for page, name, _ in places:
+        firsts.setdefault(page, name)
+    return tuple((page, "; ".join(names) or firsts[page]) for page, names in pages.items())
 
 
 def result_counts(records: Sequence[envdata.DirectiveRecord]) -> dict[str, int]:
@@ -346,7 +361,22 @@ def log_summary(app: Sphinx, exception: Exception | None) -> None:
     if not records:
         return
     logger.info("gemm-benchmark: %s", counts_text(result_counts(records)))
-    for r in site_results(records):  # device names, dates and reasons come from result files: escaped
-        cells = (r.device or "–", r.date or "–", r.method_version or "–", r.status_text(), r.result_text(),
-                 r.shown_text())
-        logger.info("  %-18s %-10s v%-3s %s: %s; shown on %s", *(untrusted_text.field(str(c)) for c in cells))
+    for line in log_lines(records):
+        logger.info("%s", line)
+
+
+def log_lines(records: Sequence[envdata.DirectiveRecord]) -> list[str]:
+    """The build summary's rows, one per result: device, date and method in columns as wide as their
+    widest entry (a fixed width broke the columns at "b300-sxm6-ac (no result)"), then status, result
+    and pages. Device names, dates and reasons come from result files: escaped."""
+    results = site_results(records)
+    # "b200 (no result)" is the page's device cell; here the status beside it says "missing".
+    heads = [tuple(untrusted_text.field(c) for c in (r.device.removesuffix(" (no result)") or "–", r.date or "–",
+                                                     f"v{r.method_version or '–'}")) for r in results]
+    widths = [max((len(h[i]) for h in heads), default=0) for i in range(3)]
+    out = []
+    for r, head in zip(results, heads, strict=True):
+        tail = (untrusted_text.field(c) for c in (r.status_text(), r.result_text(), r.shown_text()))
+        out.append("  " + " ".join(f"{c:<{w}}" for c, w in zip(head, widths, strict=True))
+                   + " {}: {}; shown on {}".format(*tail))
+    return out

@@ -139,6 +139,10 @@ class SiteData:
     role_digests: dict[str, dict[str, str | None]] = dataclasses.field(default_factory=dict)
     #: Digest of all records when the freshness pages were last written.
     freshness_digest: str = ""
+    #: Per page: (``:name:``, line) of each directive rejected for bad options: never quoted, but its
+    #: name still clashes with another's (:func:`.directive.check_unique_names`), reported now rather
+    #: than on the build after the author fixes the options.
+    rejected_names: dict[str, list[tuple[str, int]]] = dataclasses.field(default_factory=dict)
 
 
 _ATTR = "gemm_benchmark_data"
@@ -172,6 +176,11 @@ def note_role_use(env: BuildEnvironment, docname: str, name: str) -> None:
 
 def note_freshness_page(env: BuildEnvironment, docname: str) -> None:
     data(env).freshness.add(docname)
+
+
+def note_rejected_name(env: BuildEnvironment, name: str, lineno: int) -> None:
+    """The ``:name:`` of a directive of the current page that its bad options kept from rendering."""
+    data(env).rejected_names.setdefault(env.docname, []).append((name, lineno))
 
 
 def all_records(env: BuildEnvironment) -> list[DirectiveRecord]:
@@ -219,6 +228,7 @@ class GemmBenchmarkCollector(EnvironmentCollector):
         store.watches.pop(docname, None)
         store.role_uses.pop(docname, None)
         store.freshness.discard(docname)
+        store.rejected_names.pop(docname, None)
 
     def merge_other(self, app: Sphinx, env: BuildEnvironment, docnames: Set[str], other: BuildEnvironment) -> None:
         mine, theirs = data(env), data(other)
@@ -231,6 +241,8 @@ class GemmBenchmarkCollector(EnvironmentCollector):
                 mine.role_uses[docname] = theirs.role_uses[docname]
             if docname in theirs.freshness:
                 mine.freshness.add(docname)
+            if docname in theirs.rejected_names:
+                mine.rejected_names[docname] = theirs.rejected_names[docname]
 
     def process_doc(self, app: Sphinx, doctree: object) -> None:
         """Records are added by the directive while reading; nothing to collect afterwards."""

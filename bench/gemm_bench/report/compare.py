@@ -772,6 +772,9 @@ class StudyReport:
         lines = [f"{name} study: {describe_study(self.doc)}",
                  f"(a study, not a question's result: its page shows it with the gemm-{name} directive; two runs "
                  "compare with gemm-bench compare A B)"]
+        if self.doc["study"] == "dynamic-range":  # 100 values: a recipe x R table, as its page draws them
+            lines += dynamic_range_table(self.doc)
+            return wrapped(lines)
         values = study_values(self.doc)
         lines += value_rows(values) if values else [
             "  no per-value summary for this study; its page shows it"]
@@ -781,6 +784,41 @@ class StudyReport:
         return {"study": self.doc["study"], "device": self.doc["device"]["name"], "provenance": _stack(self.doc),
                 "method_version": self.doc["method_version"],
                 "values": [{"what": what, "value": value} for what, value in study_values(self.doc)]}
+
+
+def dynamic_range_table(doc: dict[str, Any]) -> list[str]:
+    """A dynamic-range run's GEMM SQNRs as one block per (tensor, input) with a row per recipe and a column
+    per ratio R, as its page's figure reads them: one value per line made a reader hunt down 100 lines for
+    one curve. Ratio columns that do not fit :data:`~gemm_bench.report.report.TEXT_WIDTH` go to a second
+    table; recipes the cases do not hold (same as another, unsupported) are named under it."""
+    data = doc["data"]
+    ratios = [float(r) for r in data["ratios"]]
+    recipes = {pid: PRECISIONS[pid].display if pid in PRECISIONS else field(pid) for pid in data["recipes"]}
+    cells: dict[tuple[str, str], dict[str, dict[float, str]]] = {}
+    for case in data["cases"]:
+        block = cells.setdefault((field(case["tensor"]), field(case["input"])), {})
+        for pid, result in case["results"].items():
+            text = f"{float(result['gemm']['whole_db']):.1f}" if result["status"] == "measured" else "failed"
+            block.setdefault(pid, {})[float(case["ratio"])] = text
+    shown = [pid for pid in recipes if any(pid in block for block in cells.values())]
+    label = max((len(recipes[pid]) for pid in shown), default=0) + 4
+    heads = [f"{r:g}" for r in ratios]
+    width = max([6, *(len(h) + 1 for h in heads)])
+    per_table = max(1, (TEXT_WIDTH - label) // width)
+    lines = ["  GEMM SQNR in dB per recipe (rows) and R, the outliers' magnitude over the rest's (columns):"]
+    for start in range(0, len(ratios), per_table):
+        part = ratios[start:start + per_table]
+        lines.append(f"{'  R':<{label}}" + "".join(f"{h:>{width}}" for h in heads[start:start + per_table]))
+        for (tensor, kind), block in cells.items():
+            lines.append(f"  {tensor}, {kind}")
+            lines += [f"{'    ' + recipes[pid]:<{label}}" + "".join(f"{block[pid].get(r, '-'):>{width}}" for r in part)
+                      for pid in shown if pid in block]
+    for pid, entry in data["recipes"].items():
+        if entry["status"] == "same-as":
+            lines.append(f"  {recipes[pid]}: same as {recipes.get(entry['same_as'], field(entry['same_as']))}")
+        elif entry["status"] != "measured":
+            lines.append(f"  {recipes[pid]}: {field(entry['status'])} ({field(entry.get('reason', ''))})")
+    return lines
 
 
 def value_rows(rows: Sequence[tuple[str, ...]]) -> list[str]:

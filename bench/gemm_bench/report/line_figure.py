@@ -152,6 +152,77 @@ def _limits(values: Sequence[float], log: bool) -> _Axis:
     return _Axis(low - margin, high + margin, False)
 
 
+#: How far inside the plot, beyond a marker's (or ring's) edge, the highest and lowest points sit: the
+#: 5% margin alone left the methodology's 28.5 dB points, ringed three deep, touching the plot's top.
+ROOM_PT = 3.0
+
+
+def _with_room(axis: _Axis, lowest: float, highest: float, room: float) -> _Axis:
+    """``axis`` widened (never narrowed) so that ``lowest`` and ``highest`` lie at least ``room`` (a
+    fraction of the plot's height, under one half) inside its ends, in log space on a log axis."""
+    def t(v: float) -> float:
+        return math.log10(v) if axis.log else v
+
+    a, b, lo, hi, f = t(axis.low), t(axis.high), t(lowest), t(highest), room
+    top, bottom = (hi - f * a) / (1 - f), (lo - f * b) / (1 - f)  # each end as it must be, the other kept
+    if b >= top and a <= bottom:
+        pass
+    elif a <= (lo - f * max(b, top)) / (1 - f):
+        b = max(b, top)
+    elif b >= (hi - f * min(a, bottom)) / (1 - f):
+        a = min(a, bottom)
+    else:  # both ends move: the points sit exactly ``room`` inside each
+        span = (hi - lo) / (1 - 2 * f)
+        a, b = min(a, lo - f * span), max(b, hi + f * span)
+    return _Axis(10 ** a, 10 ** b, True) if axis.log else _Axis(a, b, False)
+
+
+def y_range(series: Sequence[Series], *, height: float = HEIGHT_PT, log_y: bool = False, bands: Sequence[Band] = (),
+            include_y: Sequence[float] = ()) -> tuple[float, float]:
+    """The y axis' (low, high) as :func:`line_svg` draws it for a plot ``height`` points tall: the data,
+    the y bands and ``include_y`` with 5% margins, then widened until the highest and lowest points'
+    markers (rings, where a line hides another: :func:`_hidden_under`) sit :data:`ROOM_PT` inside."""
+    axis = _y_axis(series, height, log_y, bands, include_y)
+    return axis.low, axis.high
+
+
+def _y_axis(series: Sequence[Series], height: float, log_y: bool, bands: Sequence[Band],
+            include_y: Sequence[float]) -> _Axis:
+    ys = [y for s in series for y in s.ys if y is not None]
+    base = _limits([*ys, *(v for b in bands if b.axis == "y" for v in (b.low, b.high)), *include_y], log_y)
+    if not ys:
+        return base
+    radius = _LINE_WIDTH / 2
+    while True:  # rings widen as the scale shrinks lines onto each other: until the widest ring fits
+        axis = _to_tick_above(_with_room(base, min(ys), max(ys), min((radius + ROOM_PT) / height, 0.25)),
+                              max(ys), height)
+        hidden = _hidden_under(series, _canvas_y(axis, height))
+        widest = max((_marker_radius(s, hidden) for s in series if s.markers or s.label in hidden),
+                     default=_LINE_WIDTH / 2)
+        if widest <= radius:
+            return axis
+        radius = widest
+
+
+def _to_tick_above(axis: _Axis, highest: float, height: float) -> _Axis:
+    """A linear axis whose top tick lies under ``highest`` raised to the next tick when that costs at
+    most half a tick's step: the highest points then sit under a labelled gridline, not above the last
+    one (28.5 dB under a top tick of 25 read as "on the edge")."""
+    if axis.log:
+        return axis
+    ticks = [v for v, _ in axis_ticks(axis.low, axis.high, height, "y")]
+    if len(ticks) < 2 or ticks[-1] >= highest:
+        return axis
+    step = ticks[-1] - ticks[-2]
+    above = ticks[-1] + step
+    return _Axis(axis.low, above, False) if above - axis.high <= step / 2 else axis
+
+
+def _canvas_y(axis: _Axis, height: float) -> Callable[[float], float]:
+    """A value's height on the plot, in points up from its bottom, negated (the canvas' y grows down)."""
+    return lambda y: -axis.fraction(y) * height
+
+
 def _decade_text(exponent: int) -> str:
     if -3 <= exponent <= 3:
         return f"{10.0 ** exponent:g}" if exponent < 0 else str(10 ** exponent)
@@ -216,7 +287,7 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
     x_axis = _limits(xs + [v for b in bands if b.axis == "x" for v in (b.low, b.high)], log_x)
     if not all(math.isfinite(v) and (v > 0 or not log_y) for v in include_y):
         raise LineFigureError(f"include_y {tuple(include_y)!r} holds a value the y axis cannot show")
-    y_axis = _limits([*ys, *(v for b in bands if b.axis == "y" for v in (b.low, b.high)), *include_y], log_y)
+    y_axis = _y_axis(series, height, log_y, bands, include_y)
 
     inner = width - 2 * _PAD
     title_lines = wrap(title, FONT_PT + 1, inner, bold=True) if title else []
@@ -324,13 +395,19 @@ def _hidden_under(series: Sequence[Series],
     return hidden
 
 
-def _marker(x: float, y: float, s: Series, color: str, hidden: dict[str, tuple[str, int]]) -> Circle:
-    """A point's dot; a hidden line's point is a ring, wider the more lines lie over it, so that
-    every line's points show around the dot on top."""
+def _marker_radius(s: Series, hidden: dict[str, tuple[str, int]]) -> float:
+    """A point's dot radius; a hidden line's ring is wider the more lines lie over it."""
     if s.label in hidden:
-        depth = hidden[s.label][1]
-        return Circle(x, y, _MARKER_R + _RING_STEP * depth, "none", stroke=color, stroke_width=1.1)
-    return Circle(x, y, _MARKER_R * (0.8 if s.dashed else 1.0), color)
+        return _MARKER_R + _RING_STEP * hidden[s.label][1]
+    return _MARKER_R * (0.8 if s.dashed else 1.0)
+
+
+def _marker(x: float, y: float, s: Series, color: str, hidden: dict[str, tuple[str, int]]) -> Circle:
+    """A point's dot; a hidden line's point is a ring, so that every line's points show around the
+    dot on top."""
+    if s.label in hidden:
+        return Circle(x, y, _marker_radius(s, hidden), "none", stroke=color, stroke_width=1.1)
+    return Circle(x, y, _marker_radius(s, hidden), color)
 
 
 def _legend(series: Sequence[Series], colors: Sequence[str], bands: Sequence[Band], ink: str, top: float,

@@ -59,9 +59,32 @@
       });
     });
   }
+  /* A model's GEMM table names its rows with two columns (Pass, GEMM) before the shape: on a phone,
+     where the numbers scroll, both stay (gemm_benchmark.css: the first column sticks at the box's left
+     edge, the second at the first's width, measured here and again whenever the table changes size,
+     as when its tab is shown). A table named by one column (shapes, a sweep) needs only the CSS. */
+  function stickRowLabels() {
+    var each = Array.prototype.forEach;
+    each.call(document.querySelectorAll(".gemm-scroll table.gemm-gemms"), function (table) {
+      var top = table.querySelector("thead > tr");
+      var lead = 0;
+      while (top && lead < top.children.length && !top.children[lead].classList.contains("gemm-precision")) {
+        lead += 1;
+      }
+      if (lead < 3) { return; }  // one label column and the shape
+      table.classList.add("gemm-two-labels");
+      function place() {
+        var first = table.querySelector("tbody > tr > td:first-child");
+        if (first && first.offsetWidth) { table.style.setProperty("--gemm-label-left", first.offsetWidth + "px"); }
+      }
+      place();
+      if (window.ResizeObserver) { new ResizeObserver(place).observe(table); }
+    });
+  }
   function start() {
     setUp();
     labelReferenceCells();
+    stickRowLabels();
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,82 @@
+"""Reader pass 3, item 12: a directive rejected for bad options was not registered, so its duplicate
+``:name:`` surfaced only on the build after the author fixed the options. Now the clash is reported
+at once, at both directives (file and line), on one page and across pages, in rST and MyST."""
+
+from __future__ import annotations
+
+import pytest
+
+from .test_ext_author_mistakes import located_warnings
+
+INDEX = """\
+Names
+=====
+
+.. toctree::
+
+   other
+   mdpage
+
+.. gemm-benchmark::
+   :name: clash
+   :model: te-guide-5b
+
+.. gemm-benchmark::
+   :name: clash
+   :model: te-guide-5b
+   :precisions: bf16, fp8-currnet
+
+.. gemm-benchmark::
+   :name: lonely
+   :model: te-guide-5b
+   :hidden-size: forty
+"""
+
+OTHER = """\
+Other
+=====
+
+.. gemm-benchmark::
+   :name: across
+   :model: te-guide-5b
+"""
+
+MYST = """\
+# MyST
+
+```{gemm-benchmark}
+:name: across
+:model: te-guide-5b
+:devices: h10
+```
+"""
+
+
+@pytest.fixture(scope="module")
+def warnings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, list[str]]]:
+    return located_warnings(tmp_path_factory.mktemp("names"), INDEX, OTHER, MYST)
+
+
+def clashes(found: dict[str, dict[int, list[str]]], page: str, line: int) -> list[str]:
+    return [w for w in found.get(page, {}).get(line, []) if "is also the name of" in w]
+
+
+def test_a_rejected_directive_s_name_clash_is_reported_at_both_places(warnings):
+    first, rejected = clashes(warnings, "index", 9), clashes(warnings, "index", 13)
+    assert len(first) == 1 and "'clash' is also the name of the directive at index.rst:13" in first[0]
+    assert "roles quote the first, index.rst:9" in first[0]
+    assert len(rejected) == 1 and "'clash' is also the name of the directive at index.rst:9" in rejected[0]
+    assert "options are bad" in rejected[0] and rejected[0].endswith("[gemm_benchmark.option]")
+    assert any("fp8-currnet" in w for w in warnings["index"][16])  # its bad option is still reported
+
+
+def test_across_pages_and_formats_with_the_rejected_one_first(warnings):
+    """The rejected directive comes first in page order: roles quote the valid one, and the message says so."""
+    md, rst = clashes(warnings, "mdpage", 3), clashes(warnings, "other", 4)
+    assert len(md) == 1 and "directive at other.rst:4" in md[0] and "options are bad" in md[0]
+    assert "roles quote the first, other.rst:4" in md[0]  # never the rejected one, first in page order
+    assert len(rst) == 1 and "directive at mdpage.md:3" in rst[0] and "roles quote the first, other.rst:4" in rst[0]
+
+
+def test_a_rejected_name_without_a_twin_is_no_clash(warnings):
+    assert not any("'lonely' is also" in w for page in warnings.values() for lines in page.values() for w in lines)
