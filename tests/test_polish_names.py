@@ -39,6 +39,15 @@ Other
 .. gemm-benchmark::
    :name: across
    :model: te-guide-5b
+
+.. gemm-benchmark::
+   :name: summed
+   :model: te-guide-5b
+
+.. gemm-benchmark-summary::
+   :name: summed
+   :models: te-guide-5b
+   :show: tabel
 """
 
 MYST = """\
@@ -80,3 +89,10 @@ def test_across_pages_and_formats_with_the_rejected_one_first(warnings):
 
 def test_a_rejected_name_without_a_twin_is_no_clash(warnings):
     assert not any("'lonely' is also" in w for page in warnings.values() for lines in page.values() for w in lines)
+
+
+def test_a_rejected_summary_s_name_clash_is_reported_too(warnings):
+    """gemm-benchmark-summary's bad options kept its :name: out of the clash check as gemm-benchmark's did."""
+    first, rejected = clashes(warnings, "other", 8), clashes(warnings, "other", 12)
+    assert len(first) == 1 and "'summed' is also the name of the directive at other.rst:12" in first[0]
+    assert len(rejected) == 1 and "options are bad" in rejected[0]

@@ -126,6 +126,9 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 subtype = Subtype(bad.subtype) if bad.subtype in Subtype._value2member_map_ else Subtype.OPTION
                 warn(subtype, f"gemm-benchmark-summary: {bad}",
                      location=(self.env.docname, option_line(self.block_text, self.lineno, bad.option)))
+            name = self.options.get("name", "").strip()
+            if name and not any(bad.option == "name" for bad in exc.errors):
+                records.note_rejected_name(self.env, name, self.lineno)  # its clash is reported now, as gemm-benchmark's
             return []
         config = settings(self.env)
         if config.questions_only:
