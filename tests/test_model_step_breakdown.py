@@ -178,7 +178,7 @@ def test_the_page_draws_the_model_steps_bars_before_the_layers() -> None:
     assert "The model&#x27;s training step on the H100, per micro-batch at G = 8" in raw[0].replace("'", "&#x27;")
     assert "One layer" not in raw[0] and "One layer" in raw[2]
     sentences = [n.astext() for n in out if "gemm-breakdown-sentence" in n.get("classes", [])]
-    assert sentences and sentences[0].startswith("FP8 Delayed ")
+    assert sentences and sentences[0].startswith("Per micro-batch at G = 8, FP8 Delayed spends ")
     without = step_detail_nodes(doc, "H100", "bd1")  # no model step for the page: the layer's bars alone
     assert len([n for node in without for n in node.findall(nodes.raw)]) == 2
 

@@ -45,6 +45,9 @@ class Bar:
     precision: str
     step_ms: float
     parts: Mapping[str, float]
+    #: What one bar's milliseconds are of, where not one step ("per micro-batch at G = 8": the model's
+    #: step, :mod:`gemm_bench.report.model_step_breakdown`); its sentence opens with it.
+    per: str = ""
 
     @property
     def label(self) -> str:
@@ -94,13 +97,15 @@ def largest_change(base: Bar, mine: Bar) -> str | None:
     up, down = changes(base, mine)
     step = mine.step_ms - base.step_ms
     longer = "longer" if step > 0 else "shorter"
+    # "Per micro-batch at G = 8, FP8 Delayed spends ...": a model step's bar is not one step's time.
+    who = f"{mine.per[:1].upper()}{mine.per[1:]}, {mine.label}" if mine.per else mine.label
     if up is not None and down is not None:
-        return (f"{mine.label} spends {up.words()} than BF16 and {down.words()}: "
+        return (f"{who} spends {up.words()} than BF16 and {down.words()}: "
                 f"its step is {abs(step):.2f} ms {longer}.")
     if up is not None:
-        return f"{mine.label} spends {up.words()} than BF16 and saves nowhere."
+        return f"{who} spends {up.words()} than BF16 and saves nowhere."
     if down is not None:
-        return (f"{mine.label} saves {-down.ms:.2f} ms {PART_WORDS[down.part]} against BF16: "
+        return (f"{who} saves {-down.ms:.2f} ms {PART_WORDS[down.part]} against BF16: "
                 f"its step is {abs(step):.2f} ms {longer}.")
     return None
 

@@ -83,7 +83,7 @@ def model_bars(doc: Mapping[str, Any], summary: ModelStep, microbatches: int | N
         parts = weighted_parts([(1.0, embedding), (1.0, head), (layers / g, first),
                                 (layers * (g - 1) / g, cached),
                                 (opt_ms / float(opt_block["step_ms"]) / g, opt_block["parts_ms"])])
-        out.append(Bar(precision, row.ms_per_microbatch, parts))
+        out.append(Bar(precision, row.ms_per_microbatch, parts, per=f"per micro-batch at G = {g}"))
     return out
 
 
