@@ -84,6 +84,10 @@ def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whol
     assert todo is not None and "lacks the model's training step" in todo.why
     assert set(todo.modes) >= {"autocast", "prequant"}  # measured whole, as a stale result is
     assert lacking_blocks(new, q) == []
+    # a model step measured before its parts kept their breakdowns (issue 33): planned again
+    for part in new["model_step"]["parts"]:
+        part.pop("breakdown", None)
+    assert lacking_blocks(new, q) == ["the model step's time breakdown"]
     # a mixture of experts: this code measures its model step too (session 12)
     moe = build_question(model="mixtral-8x7b")
     moe_old = json.loads((cache / f"{moe.hash}--h200.json").read_text())

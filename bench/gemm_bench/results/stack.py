@@ -247,6 +247,10 @@ def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
     out = []
     if "model_step" not in doc and model_step_unsupported(question.config) is None:
         out.append("the model's training step")
+    elif isinstance(doc.get("model_step"), Mapping) and any("breakdown" in c for c in graphed) and any(
+            p.get("status") == "measured" and "breakdown" not in p for p in doc["model_step"].get("parts", [])):
+        # a run that profiled its layer step (its cells carry breakdowns) profiles the model step's parts too
+        out.append("the model step's time breakdown")
     sampled = any((g.get("clock") or {}).get("samples") for g in doc.get("groups", []))
     if "energy" not in doc and sampled:
         out.append("each recipe's step energy")
