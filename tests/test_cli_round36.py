@@ -344,3 +344,15 @@ def test_report_and_compare_name_the_training_step_as_the_site_does() -> None:
     assert compared.index("  Training step (one layer)  ") < compared.index("  Training step, eager (one layer)  ")
     assert "| Training step (one layer) | FP8 Delayed |" in markdown
     assert "Training step (one layer):\n  precision" in report  # the breakdown's table, in the same words
+
+
+def test_the_h200_plan_is_estimated_from_runs_that_measured_what_it_will(shared_site_reads: Any) -> None:
+    """Reader pass 4: the H200 plan said 3.0 min from its own older runs, which lacked the model step
+    and the energy this refresh adds (the H100's full refresh took 398 s). A run that has them comes
+    first, even another GPU's; a run that lacks them is named a lower bound, with what it lacked."""
+    code, out, err = call(["refresh", str(ROOT / "docs"), "--dry-run", "--device", "h200"])
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "lacks the model's training step" in flat  # the H200 results are planned for it
+    assert "from the cached run on NVIDIA H100 80GB HBM3, its measure_s" in flat
+    assert "from the cached run on NVIDIA H200, its measure_s" not in flat

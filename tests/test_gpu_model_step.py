@@ -70,8 +70,13 @@ def test_composed_step_matches_a_real_multi_layer_run(model: str) -> None:
     # Quantizing once per step is what G > 1 buys: a dense layer's cached micro-batch is not slower than
     # its first under a low-precision recipe. Not asserted for BF16 (nothing to cache: equal but for
     # noise) nor for a mixture of experts: on the H100 its cached micro-batch ran 3-50% slower than its
-    # first in BF16 and, for gpt-oss-120b, under FP8 too (session 12's refresh; the real model's run agrees
-    # with the composition, so the composed step carries it), printed here for the notes.
+    # first in BF16 and, for gpt-oss-120b, under FP8 too. Why (session 13, from the parts' stored
+    # breakdowns and TE's source): TE's backward accumulates into the FP32 main gradients only when
+    # not is_first_microbatch (accumulate_wgrad_into_param_main_grad), so a cached call's Wgrad GEMMs
+    # read the main gradients back; the extra time is all GEMM time, with the same kernels (gpt-oss BF16
+    # 11.2 -> 18.8 ms of GEMMs, 848 kernels each), and a mixture of experts' weights are large beside
+    # the tokens that reach them. The real model's run agrees with the composition, so the composed
+    # step carries it; printed here for the notes.
     for p in precisions:
         parts = result["parts_ms"][p]
         print(model, p, "layer cached / first", round(parts["layer_cached"] / parts["layer_first"], 3))

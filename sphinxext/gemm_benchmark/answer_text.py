@@ -16,7 +16,7 @@ from typing import Any
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import PASSES
 from gemm_bench.report.loss_parity_words import band_of, gap_in_band
-from gemm_bench.report.model_step import GIB, ModelStep, memory_delta_text, part_absence
+from gemm_bench.report.model_step import ModelStep, part_absence
 from gemm_bench.report.report import Report
 from gemm_bench.results import loss_parity_schema
 from gemm_benchmark.render_table import FLAG_MARK
@@ -102,9 +102,13 @@ LOSS_PARITY_DOC = "loss-parity"
 LOSS_PARITY_PHRASE = "the loss-parity study"
 
 
+#: What an answer resting on one layer's step adds where the question's model step is not measured yet.
+PENDING = "; the model's training step is not measured on this GPU yet (the next refresh measures it)"
+
+
 def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
            step_modes: Sequence[str] = ("layer-graphed", "layer"),
-           loss_parity: Mapping[str, Any] | None = None) -> Sentence:
+           loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False) -> Sentence:
     """The recommendation for ``model`` on ``device``: from the model's training step (issue 32: tokens
     per second at the question's G, with the memory it costs, the layer step and the GEMMs beside it)
     where the result has one, else from its layer's training step in the first of ``step_modes`` (the
@@ -113,7 +117,9 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     what ``loss_parity`` (this GPU's loss-parity study document) found for it.
 
     A step that failed, BF16's included, is never passed over for the GEMMs: the sentence says
-    it failed, with the reason."""
+    it failed, with the reason. ``model_step_pending``: the question has a model step this result lacks
+    (an older result): the sentence names one layer's step as its basis and says the model's is not
+    measured on this GPU yet, beside a tab whose answer rests on the model's step."""
     others = [p for p in precisions if p != BASELINE]
     gemm_words = "the autocast GEMMs" if mode == "autocast" else "the pre-quantized GEMMs"
     gemm_points = total_points(report, mode, precisions)
@@ -131,7 +137,8 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         statuses = {p: step_absence(report, p, graphed=graphed) for p in others if p not in found}
         if found or base.status == "failed" or any(s == "failed" for s, _ in statuses.values()):
             basis, points, verdict = "step", found, decide_fastest(found)
-            quantity = "the training step" + ("" if graphed else " (eager)")
+            quantity = ("one layer's training step" if model_step_pending else "the training step") + (
+                "" if graphed else " (eager)")
             base_status, base_reason = base.status, base.reason
             absent = statuses
             break
@@ -165,7 +172,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
             text += f" (its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×)"
         elif basis == "gemms":
             text += " (no training step is measured yet)"
-        words.append(text + _ties(verdict) + ".")
+        words.append(text + _ties(verdict) + (PENDING if basis == "step" and model_step_pending else "") + ".")
     else:
         rest = {p: v for p, v in points.items() if p != BASELINE}
         best = max(rest, key=lambda p: rest[p].value)
@@ -180,7 +187,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         if basis == "step" and gemms is not None and gemms.answer != BASELINE:
             text += (f", although {_name(gemms.answer)} makes {gemm_words} alone "
                      f"{gemms.speedup:.2f}× as fast")
-        words.append(text + ".")
+        words.append(text + (PENDING if basis == "step" and model_step_pending else "") + ".")
     if verdict.answer != BASELINE:
         words.append(_accuracy(report, mode, precisions, verdict.answer, points))
         parity = loss_parity_words(loss_parity, verdict.answer)
@@ -221,9 +228,9 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
     assert row is not None  # a point is a row's speedup
     text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
             f"({row.tokens_per_s:,.0f} per GPU) {where}")
-    mine, base = summary.memory.get(chosen), summary.memory.get(BASELINE)
-    if mine is not None and base is not None:
-        text += f", {memory_delta_text((mine.peak - base.peak) / GIB)} memory"
+    memory = summary.memory_words(chosen)
+    if memory:
+        text += f", {memory}"
     beside = []
     if chosen in layer_points:
         beside.append(f"its layer step {layer_points[chosen].value:.2f}×"

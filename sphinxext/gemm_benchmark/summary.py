@@ -33,6 +33,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results import loss_parity_schema, studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_bench.results.cache import CacheError
+from gemm_bench.results.stack import MODEL_STEP_LACKING, lacking_blocks
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
 from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
@@ -128,7 +129,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                      location=(self.env.docname, option_line(self.block_text, self.lineno, bad.option)))
             name = self.options.get("name", "").strip()
             if name and not any(bad.option == "name" for bad in exc.errors):
-                records.note_rejected_name(self.env, name, self.lineno)  # its clash is reported now, as gemm-benchmark's
+                records.note_rejected_name(self.env, name, self.lineno)  # its clash reported now
             return []
         config = settings(self.env)
         if config.questions_only:
@@ -201,7 +202,9 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     # page); a stale result says so in its panel.
                     found = panel(result, label, label or model_label(ask.preset, ask.tp, ask.ep), per_gemm,
                                   gemm_mode, steps, precisions, accuracy_row=self.accuracy == "row",
-                                  loss_parity=self._loss_parity(config.cache_dir, device.device))
+                                  loss_parity=self._loss_parity(config.cache_dir, device.device),
+                                  model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc,
+                                                                                           ask.request.question))
                     # Under the step rows, which a summary shows whether or not its modes name a
                     # layer mode (summary_answer: "else both forms"); [] for a result without them.
                     detail = step_detail_nodes(device.doc, device_label(device.device),

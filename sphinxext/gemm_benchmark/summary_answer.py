@@ -318,10 +318,12 @@ class Panel:
 
 def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
           precisions: Sequence[str], *, accuracy_row: bool,
-          loss_parity: Mapping[str, Any] | None = None) -> Panel:
+          loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False) -> Panel:
     """One GPU's answer for one model: the sentence, then the table (rows: what is timed; columns:
     precisions), then the notes its cells without a number point to. ``label`` names the model in the
-    sentence (a summary of several models), ``model`` in the table's title."""
+    sentence (a summary of several models), ``model`` in the table's title. ``model_step_pending``: the
+    page's question has a model step that this result lacks (measured before it was part of the method:
+    :func:`gemm_bench.results.stack.lacking_blocks`), so the answer rests on one layer's step and says so."""
     gpu = device_label(measured.device)
     notices: list[tuple[str, str]] = []
     stale = measured.status in ("stale", "missing")
@@ -335,7 +337,8 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
     sentence = None
     if gemm_mode:
         sentence = answer_text.answer(measured.reports[gemm_mode], gemm_mode, precisions, device=gpu,
-                                      model=label, step_modes=step_modes, loss_parity=loss_parity)
+                                      model=label, step_modes=step_modes, loss_parity=loss_parity,
+                                      model_step_pending=model_step_pending)
     notes = answer_text.Notes()
     table = Table("What is timed", [PRECISIONS[p].display for p in precisions])
     main = measured.reports[gemm_mode or step_modes[0]] if (gemm_mode or step_modes) else None
@@ -428,7 +431,7 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
                                  f"{r.ms_per_microbatch:.4g} ms per micro-batch at G = {g}")
                       if (r := row_of(p)) else None)])
     if any((r := row_of(p)) is not None and r.mfu for p in shown):
-        table.row([Shown(f"MFU, G = {g}", strong=True),
+        table.row([Shown(f"MFU vs the BF16 peak, G = {g}", strong=True),  # FP8 recipes can pass 90% of it
                    *cells(lambda p: (f"{r.mfu:.0%}", f"{r.mfu:.1%} of the dense BF16 peak ({r.tflops:.0f} model "
                                      f"TFLOP/s per GPU, Megatron-LM's count) at G = {g}")
                           if (r := row_of(p)) and r.mfu else None)])
@@ -470,7 +473,10 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
                  else f"under {answer_text.names(unfit)}, the whole rank does not fit one GPU")
         lines.append(f"Peak memory above {capacity} on the {gpu} (free memory "
                      f"plus what the allocator held when it measured; it moves by a few hundred MB between runs): "
-                     f"{whose}; the layers that fit give a pipeline stage's size.")
+                     f"{whose}; the layers that fit give a pipeline stage's size"
+                     + ("; where none fits, not even one layer fits beside the embedding and output layer with its "
+                        "whole optimizer state, so the rank needs more parallelism (expert or tensor) or a "
+                        "sharded optimizer." if any(summary.layers_that_fit.get(p) == 0 for p in unfit) else "."))
     state = optimizer_state_note(summary)
     if state:
         lines.append(state)

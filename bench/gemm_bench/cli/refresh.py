@@ -57,7 +57,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError
 from gemm_bench.results.merge import PeersMergeError, store_peers
 from gemm_bench.results.schema import ResultError
-from gemm_bench.results.stack import Rules, Todo, remeasure
+from gemm_bench.results.stack import Rules, Todo, lacking_blocks, remeasure
 
 
 class Measure(Protocol):
@@ -347,17 +347,23 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
             fresh.append(f"{job.hash} ({job.question.describe()}): fresh")
             continue
         # A run that recorded its wall time first (this device's, then any other's): it is the estimate.
+        # A run that lacks what this code measures in the same run (the model step, the energy: an older
+        # run) times less than this refresh will: a run that has them comes first, even another GPU's
+        # (reader pass 4: the H200 plan said 3.0 min from runs without the model step; the H100's took 398 s).
         timed = [d for d in lookup.documents if "measure_s" in d["provenance"]]
-        candidates = sorted(timed, key=lambda d: (d is not current, d["device"]["name"])) or (
+        candidates = sorted(timed, key=lambda d: (bool(lacking_blocks(d, job.question)), d is not current,
+                                                  d["device"]["name"])) or (
             [current] if current is not None else sorted(lookup.documents, key=lambda d: d["device"]["name"]))
         reference = next(iter(candidates), None)
+        lacked = lacking_blocks(reference, job.question) if reference is not None else []
         estimate = estimate_seconds(reference, todo.precisions, todo.modes) if reference is not None else None
         source = ""
         if reference is not None:
             estimate, peers_part = _peers_adjusted(estimate, reference, lookup.documents, peers=todo.peers,
                                                    peers_only=todo.peers_only)
             source = (f"cached run on {reference['device']['name']}"
-                      + (", its measure_s" if "measure_s" in reference["provenance"] else ", a lower bound")
+                      + (f", a lower bound: that run lacked {' and '.join(lacked)}" if lacked
+                         else ", its measure_s" if "measure_s" in reference["provenance"] else ", a lower bound")
                       + peers_part)
         tasks.append(Task(job.question, device_name, tuple(todo.precisions), tuple(todo.modes), todo.why, locations,
                           estimate, source, todo.peers, todo.peers_only, tuple(modes)))

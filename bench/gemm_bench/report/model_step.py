@@ -90,11 +90,21 @@ class ModelStep:
             return None
         text = (f"{PRECISIONS[precision].display}: {row.speedup:.2f}x the tokens per second of BF16 with "
                 f"G = {self.microbatches} micro-batches per optimizer step")
+        said = self.memory_words(precision)
+        return text + (f", {said}" if said else "") + "."
+
+    def memory_words(self, precision: str) -> str | None:
+        """"9.5 GiB more memory", "the same memory"; "... for the whole 56-layer rank" where the rank does not
+        fit one GPU (its delta is then the whole rank's: Mixtral 8x22B's 251.6 GiB read as one GPU's);
+        None without both memories. The answer, the summary's sentence and the report say it alike."""
         mine, theirs = self.memory.get(precision), self.memory.get(BASELINE)
-        if mine is not None and theirs is not None:
-            delta = memory_delta_text((mine.peak - theirs.peak) / GIB)
-            text += ", the same memory" if delta == "the same" else f", {delta} memory"
-        return text + "."
+        if mine is None or theirs is None:
+            return None
+        delta = memory_delta_text((mine.peak - theirs.peak) / GIB)
+        text = "the same memory" if delta == "the same" else f"{delta} memory"
+        if self.fits(precision) is False:
+            text += f" for the whole {self.config.measured_layers}-layer rank"
+        return text
 
 
 def optimizer_state_note(summary: ModelStep) -> str | None:

@@ -231,6 +231,11 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
     return Todo(list(dict.fromkeys([*everything, *cached])), want_modes, why, peers)
 
 
+#: What :func:`lacking_blocks` says of a result without the question's model step (a page's answer
+#: then rests on one layer's step, and says so).
+MODEL_STEP_LACKING = "the model's training step"
+
+
 def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
     """What a result of a model question lacks that this code measures in the same run as its layer
     step (issues 32 and 33): the model's training step (where
@@ -246,7 +251,7 @@ def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
         return []
     out = []
     if "model_step" not in doc and model_step_unsupported(question.config) is None:
-        out.append("the model's training step")
+        out.append(MODEL_STEP_LACKING)
     elif isinstance(doc.get("model_step"), Mapping) and any("breakdown" in c for c in graphed) and any(
             p.get("status") == "measured" and "breakdown" not in p for p in doc["model_step"].get("parts", [])):
         # a run that profiled its layer step (its cells carry breakdowns) profiles the model step's parts too
