@@ -259,6 +259,9 @@ def test_a_window_whose_readings_did_not_settle_claims_no_difference() -> None:
     UNSETTLED_IQR of its median is shown and not compared."""
     doc = json.loads((DOCS / "_gemm_cache" / "bd92f789991e76d6--h100-80gb-hbm3.json").read_text(encoding="utf-8"))
     found = energy.step_energies(doc)
+    # That window was re-measured (session 13) and settled; the same reading, one sample over half the
+    # window, is put back on the re-measured entry: its first quartile at 60% of its median.
+    found["fp8-delayed"] = dict(found["fp8-delayed"], power_w_q1=found["fp8-delayed"]["power_w"] * 0.6)
     delayed = found["fp8-delayed"]
     assert (delayed["power_w_q3"] - delayed["power_w_q1"]) / delayed["power_w"] > energy_compare.UNSETTLED_IQR
     said = energy_compare.against_bf16(found)
