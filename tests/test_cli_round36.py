@@ -53,7 +53,7 @@ def test_report_leads_with_the_model_step_then_gives_breakdown_plan_and_energy()
     memory = summary.memory["fp8-delayed"]
     assert "memory of one rank's model step, GiB" in words and f"FP8 Delayed {memory.peak / 2**30:.1f} +" in words
     bars = breakdown_figure.bars(doc["layer"], "layer-graphed")
-    assert "== Where the training step's time goes (ms per step) ==" in out
+    assert "== Where the training step's time goes (ms per step; the model's, per micro-batch) ==" in out
     assert flat(breakdown_figure.sentence(bars, precision_plan.step_recipe(doc) or "") or "missing") in words
     assert flat(precision_plan.plan_sentence(doc["plan"])) in words
     assert "with te.autocast(enabled=False):" in out

@@ -92,7 +92,10 @@ def test_every_model_step_role_quotes_the_directives_own_numbers_at_either_g(pro
     (":gemm-model-speedup:`l8@h200 layer-graphed fastest`", "no model step in this result"),
     (":gemm-mfu:`l8 layer-graphed bf16 G=4`", "composed for G=1 and the question's G=8 only, not G=4"),
     (":gemm-tokens:`l8 layer-graphed bf16 G=0`", "'G=0' is not a G of at least 1"),
-    (":gemm-tokens:`l8 autocast bf16`", "use layer-graphed"),
+    (":gemm-tokens:`l8 autocast bf16`", "quotes the model's step, composed of GPU times: its mode word is "
+                                        "layer-graphed, not 'autocast'"),
+    (":gemm-model-breakdown:`l8 layer fp8-current less`", "its mode word is layer-graphed, not 'layer'"),
+    (":gemm-model-breakdown:`l8@h200 layer-graphed fp8-current less`", "no model step in this result"),
     (":gemm-memory:`l8 layer-graphed bf16 G=1`", "expects"),
     (":gemm-largest-microbatch:`l8 layer-graphed bf16`", "not searched on the GPU"),
     (":gemm-tokens:`l8 layer-graphed fp8-current`", "failed: CUDA out of memory"),

@@ -196,8 +196,10 @@ class GemmValueRole(SphinxRole):
         except KeyError:
             return self._fail(f"unknown mode {mode_text!r}; choose from {', '.join(MODE_NAMES)}", Subtype.MODES)
         if (spec.items or self.name in MODEL_STEP_KINDS) and mode != "layer-graphed":
-            return self._fail(f"is measured for the CUDA-graphed step only: use layer-graphed, not {mode_text!r}",
-                              Subtype.MODES)
+            what = ("quotes the model's step, composed of GPU times: its mode word is layer-graphed"
+                    if self.name in MODEL_STEP_KINDS or self.name == "gemm-model-breakdown"
+                    else "is measured for the CUDA-graphed step only: use layer-graphed")
+            return self._fail(f"{what}, not {mode_text!r}", Subtype.MODES)
         if self.name in MODEL_STEP_KINDS and len(words) > 3:
             try:
                 model_step_g_key(" ".join(words[3:]))

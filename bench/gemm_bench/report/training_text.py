@@ -30,7 +30,7 @@ from gemm_bench.results.kernel_kinds import DISPLAY, IDLE, PARTS
 #: The section titles, one per quantity (the site's words: "the model's training step" is a whole
 #: rank's step, "the training step" one layer's, replayed as a CUDA graph).
 MODEL_STEP_TITLE = "== The model's training step (one rank, per micro-batch) =="
-BREAKDOWN_TITLE = "== Where the training step's time goes (ms per step) =="
+BREAKDOWN_TITLE = "== Where the training step's time goes (ms per step; the model's, per micro-batch) =="
 PLAN_TITLE = "== Precision plan =="
 ENERGY_TITLE = "== Energy per training step =="
 
