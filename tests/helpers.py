@@ -60,6 +60,19 @@ def synthetic_document(
     return copy.deepcopy(doc)
 
 
+def refresh_document(i: int) -> dict[str, Any]:
+    """The i-th store of test_reliability_interrupt.py's writer processes: alternately BF16 and FP8 cells,
+    so merging matters; large, so slow. Here, not in that test module, so that each of the ~30 writers
+    it starts imports no pytest (a tenth of a second each)."""
+    if i % 2:
+        ms = {("autocast", "fp8-current"): 1.0 + (i % 89) / 10}
+    else:
+        ms = {("autocast", "bf16"): 2.0 + (i % 97) / 10, ("prequant", "bf16"): 1.5 + (i % 13) / 10}
+    doc = synthetic_document(ms=ms)
+    doc["notes"] = [f"refresh {i} " + "x" * 200_000]
+    return doc
+
+
 def warnings_by_line(text: str, page: str = "index.rst") -> dict[int, list[str]]:
     """Sphinx warning messages of one page, keyed by line number (colour codes stripped)."""
     import re

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_ext_browser_reader import POLL_S
+
 pytestmark = pytest.mark.browser
 
 H200 = {"name": "NVIDIA H200", "compute_capability": "9.0"}
@@ -90,7 +92,8 @@ def test_tab_click_switches_every_block(served, driver):
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(served)
-    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(driver, 20, poll_frequency=POLL_S).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
     before = driver.execute_script(PANEL_STATE)
     mode_panels = [p for p in before if p[0] in (AUTOCAST, PREQUANT)]
     # Three blocks with mode tabs (two directives, one hand-written); Autocast shown first everywhere.
@@ -100,7 +103,7 @@ def test_tab_click_switches_every_block(served, driver):
 
     tab = driver.find_element(By.CSS_SELECTOR, f"#multi button.group-tab[name='{PREQUANT}']")
     tab.click()
-    WebDriverWait(driver, 10).until(
+    WebDriverWait(driver, 10, poll_frequency=POLL_S).until(
         lambda d: all(v == (n == PREQUANT) for n, v, _ in d.execute_script(PANEL_STATE) if n in (AUTOCAST, PREQUANT)))
     after = [p for p in driver.execute_script(PANEL_STATE) if p[0] in (AUTOCAST, PREQUANT)]
     assert [visible for name, visible, _ in after if name == PREQUANT] == [True, True, True]
@@ -108,7 +111,8 @@ def test_tab_click_switches_every_block(served, driver):
     assert driver.find_element(By.CSS_SELECTOR, f"#moe button.group-tab[name='{PREQUANT}']").get_attribute(
         "aria-selected") == "true"
 
-    WebDriverWait(driver, 20).until(lambda d: all(c for _, c, _ in d.execute_script(IMAGES)))
+    WebDriverWait(driver, 20, poll_frequency=POLL_S).until(
+        lambda d: all(c for _, c, _ in d.execute_script(IMAGES)))
     images = driver.execute_script(IMAGES)
     # multi: 2 devices x 2 modes; moe: 1 device x 2 modes. One SVG per figure follows the theme,
     # with its desktop twin beside it (one of the two shown).

@@ -28,27 +28,16 @@ import pytest
 from gemm_bench.question.question import build_question
 from gemm_bench.results.cache import Cache, dumps, read_document
 from gemm_bench.results.schema import merge_documents
-from tests.helpers import default_ctrl_c, stop, synthetic_document
+from tests.helpers import default_ctrl_c, refresh_document, stop, synthetic_document
 
 ROOT = Path(__file__).resolve().parent.parent
 PRELUDE = f"import sys, time\nsys.path.insert(0, {str(ROOT)!r})\n"
 
 
-def refresh_document(i: int) -> dict[str, Any]:
-    """The writer's i-th store: alternately BF16 and FP8 cells, so merging matters; large, so slow."""
-    if i % 2:
-        ms = {("autocast", "fp8-current"): 1.0 + (i % 89) / 10}
-    else:
-        ms = {("autocast", "bf16"): 2.0 + (i % 97) / 10, ("prequant", "bf16"): 1.5 + (i % 13) / 10}
-    doc = synthetic_document(ms=ms)
-    doc["notes"] = [f"refresh {i} " + "x" * 200_000]
-    return doc
-
-
 WRITER = PRELUDE + """
 import itertools
 from gemm_bench.results.cache import Cache
-from tests.test_reliability_interrupt import refresh_document
+from tests.helpers import refresh_document
 cache = Cache({cache!r})
 print("ready", flush=True)
 sys.stdin.readline()  # go: nothing more is printed before the test has read "ready" (see _start_writer)
@@ -118,7 +107,7 @@ def test_killed_refresh_leaves_exactly_the_old_or_the_new_file(tmp_path: Path) -
 PAUSED_WRITER = PRELUDE + """
 import os
 from gemm_bench.results.cache import Cache
-from tests.test_reliability_interrupt import refresh_document
+from tests.helpers import refresh_document
 real_replace = os.replace
 def replace(src, dst):  # the worst instant: the new file is complete and fsynced, not yet renamed
     print("replacing", flush=True)
