@@ -33,6 +33,14 @@ pytest_plugins = ["sphinx.testing.fixtures"]
 GC_THRESHOLDS = (50_000, 20, 20)
 gc.set_threshold(*GC_THRESHOLDS)
 
+# PyTorch on CPU with one intra-op thread, in pytest's processes and the children they start (set before
+# anything imports torch; a value the caller set is kept). Under pytest-xdist each worker already has a
+# core, and torch's default (a thread per core) made each worker's threads wait on the others': with
+# the other core busy, the MoE/MLA measuring-path tests took 10.5 s and 11 s of CPU instead of 5.4 s and
+# 4.4 s, and once, beside another worker and another process, 76 s instead of 2 s. The numbers are the
+# same computation either way, and tests that compare runs (the same seed twice) make both alike.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Hypothesis profiles (``pytest --hypothesis-profile=NAME``). Every fuzzer states its budget in examples,
 # ``@settings(max_examples=fuzz_examples(N))``, and the profile scales it: ``ci`` (what ``nox -s tests``
 # and so CI run, and what the suite's time is counted with) and the default run N; ``thorough`` runs

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +34,6 @@ CPU = {"name": "CPU loss-parity test"}
 #: The provenance fields a study document needs besides ``torch`` (the version this test runs).
 PROVENANCE = {"transformer_engine": "none (plain-PyTorch kit)", "cuda": "none", "driver": "none",
               "commit": "0123456", "date": "2026-11-01T00:00:00+00:00"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread while this module trains: under pytest-xdist each worker already has a
-    core, and PyTorch's default (a thread per core) made every worker's threads wait on each other:
-    a 10-step run took 3-8x the wall time and 2-3x the CPU time of one thread on the 2-core machine.
-    The numbers are the same computation either way; the same-seed test compares runs made alike."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
