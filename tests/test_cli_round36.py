@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "docs" / "_gemm_cache"
 #: Llama 3 70B at TP 8 on the H100: a model step, breakdowns, a mixed plan and energy.
 FULL = CACHE / "1b59f8aaa83a14db--h100-80gb-hbm3.json"
-#: The same question on the H200, measured before the model step (method v4).
-OLDER = CACHE / "1b59f8aaa83a14db--h200.json"
+#: The same question on the H200, measured before the model step (method v4): session 9's file, kept as
+#: test data when session 13 re-measured the H200.
+OLDER = ROOT / "tests" / "data" / "older-h200" / "1b59f8aaa83a14db--h200.json"
 SWEEP = CACHE / "4803128f66703ed6--h100-80gb-hbm3.json"
 
 
@@ -346,13 +347,20 @@ def test_report_and_compare_name_the_training_step_as_the_site_does() -> None:
     assert "Training step (one layer):\n  precision" in report  # the breakdown's table, in the same words
 
 
-def test_the_h200_plan_is_estimated_from_runs_that_measured_what_it_will(shared_site_reads: Any) -> None:
+def test_the_h200_plan_is_estimated_from_runs_that_measured_what_it_will(tmp_path: Path) -> None:
     """Reader pass 4: the H200 plan said 3.0 min from its own older runs, which lacked the model step
     and the energy this refresh adds (the H100's full refresh took 398 s). A run that has them comes
-    first, even another GPU's; a run that lacks them is named a lower bound, with what it lacked."""
-    code, out, err = call(["refresh", str(ROOT / "docs"), "--dry-run", "--device", "h200"])
+    first, even another GPU's; a run that lacks them is named a lower bound, with what it lacked.
+    On a copy of the site whose H200 result for Llama 3 8B is session 9's (before the model step)."""
+    import shutil
+
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("_build"))
+    older = ROOT / "tests" / "data" / "older-h200" / "45a55c5d892e31af--h200.json"
+    shutil.copy(older, docs / "_gemm_cache" / older.name)
+    code, out, err = call(["refresh", str(docs), "--dry-run", "--device", "h200"])
     assert code == 0, err
-    flat = " ".join(out.split())
-    assert "lacks the model's training step" in flat  # the H200 results are planned for it
-    assert "from the cached run on NVIDIA H100 80GB HBM3, its measure_s" in flat
-    assert "from the cached run on NVIDIA H200, its measure_s" not in flat
+    flat_out = " ".join(out.split())
+    assert "lacks the model's training step" in flat_out  # the older result is planned for it
+    assert "from the cached run on NVIDIA H100 80GB HBM3, its measure_s" in flat_out
+    assert "from the cached run on NVIDIA H200, its measure_s" not in flat_out

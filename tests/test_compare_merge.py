@@ -59,7 +59,8 @@ def test_compare_h100_h200_ratios_are_the_files_times() -> None:
     total = next(t for t in c.totals if t.mode == "autocast" and t.precision == "fp8-current")
     assert total.a_ms == pytest.approx(sum(x["ms"] for x in a["cells"]
                                            if x["mode"] == "autocast" and x["precision"] == "fp8-current"))
-    assert c.flagged, "H100 vs H200 differ by more than their spread in some GEMM"
+    # every flag is the rule's (checked per GEMM above); whether any GEMM differs is the data's
+    assert [g.gemm for g in c.flagged] == [g.gemm for g in c.gemms if g.flagged]
 
 
 def test_compare_text_json_markdown_are_sensible() -> None:
@@ -67,15 +68,16 @@ def test_compare_text_json_markdown_are_sensible() -> None:
     text = c.to_text()
     assert text.splitlines()[0].startswith("A: NVIDIA H100 80GB HBM3 | TE 2.20.2")
     assert "== Autocast ==" in text and "== Pre-quantized ==" in text and "QKV projection Fprop" in text
-    assert "!" in text
     data = json.loads(json.dumps(c.to_json()))
     assert data["question_hash"] == TE_GUIDE and data["a"]["device"] == "NVIDIA H100 80GB HBM3"
-    assert len(data["gemms"]) == len(c.gemms) and any(g["flagged"] for g in data["gemms"])
+    assert len(data["gemms"]) == len(c.gemms) and any(g["flagged"] for g in data["gemms"]) is bool(c.flagged)
     md = c.to_markdown()
-    assert "| Autocast | FP8 Current |" in md and "GEMMs changed by more than the measured spread" in md
+    flagged_gemms = len(c.flagged) - len([t for t in c.totals if t.flagged])
+    assert "| Autocast | FP8 Current |" in md
+    assert ("GEMMs changed by more than the measured spread" in md) is bool(flagged_gemms)
     steps_table = len(c.steps) + 2 if c.steps else 0
-    assert md.count("\n|") == (len(c.totals) + 2 + len(c.flagged) - len([t for t in c.totals if t.flagged]) + 2
-                                + steps_table)
+    gemm_table = flagged_gemms + 2 if flagged_gemms else 0  # the session-13 H200 differs in none
+    assert md.count("\n|") == len(c.totals) + 2 + gemm_table + steps_table
     assert "Training step: no speedup changed" in md and "SQNR: no cell changed by more than 0.5 dB" in md
 
 

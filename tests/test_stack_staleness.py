@@ -77,7 +77,8 @@ def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whol
 
     cache = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
     q = build_question(model="llama3-8b")
-    old = json.loads((cache / f"{q.hash}--h200.json").read_text())
+    older = Path(__file__).resolve().parent / "data" / "older-h200"  # session 9's H200 files, before both blocks
+    old = json.loads((older / f"{q.hash}--h200.json").read_text())
     new = json.loads((cache / f"{q.hash}--h100-80gb-hbm3.json").read_text())
     assert lacking_blocks(old, q) == ["the model's training step", "each recipe's step energy"]
     todo = remeasure(old, q, ["bf16", "fp8-current"], ["autocast"], local=None, rules=Rules())
@@ -90,7 +91,7 @@ def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whol
     assert lacking_blocks(new, q) == ["the model step's time breakdown"]
     # a mixture of experts: this code measures its model step too (session 12)
     moe = build_question(model="mixtral-8x7b")
-    moe_old = json.loads((cache / f"{moe.hash}--h200.json").read_text())
+    moe_old = json.loads((older / f"{moe.hash}--h200.json").read_text())
     assert lacking_blocks(moe_old, moe) == ["the model's training step", "each recipe's step energy"]
     assert lacking_blocks(json.loads((cache / f"{moe.hash}--h100-80gb-hbm3.json").read_text()), moe) == []
     # a result whose run sampled no power (no NVML) lacks no energy; a sweep has no layer step at all

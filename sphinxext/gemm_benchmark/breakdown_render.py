@@ -45,10 +45,10 @@ def model_breakdown_nodes(doc: dict[str, Any], summary: ModelStep | None, device
     bars = model_step_breakdown.model_bars(doc, summary) if summary is not None else []
     if summary is None or not bars:
         return []
-    label = (f"The model's training step on the {device}, per micro-batch of {summary.config.tokens:,} tokens "
-             f"at G = {summary.microbatches} (embedding, {summary.config.measured_layers} layers, output layer and "
-             f"loss, and the optimizer's step over {summary.microbatches}): GPU time per kind of kernel and idle "
-             "time, per recipe")
+    # Short enough that the legend stays in the figure's first 80 px on a phone (a browser test holds it).
+    label = (f"The model's training step on the {device} per micro-batch ({summary.config.tokens:,} tokens, "
+             f"{summary.config.measured_layers} layers, G = {summary.microbatches}, optimizer / G): GPU time per "
+             "kind of kernel and idle time, per recipe")
     return _bars_nodes(doc, bars, label, prefix, "The model step's breakdown per recipe")
 
 
