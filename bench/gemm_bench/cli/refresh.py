@@ -350,12 +350,12 @@ def make_plan(jobs: Sequence[Job], cache: Cache, device_name: str, local: Mappin
         # A run that lacks what this code measures in the same run (the model step, the energy: an older
         # run) times less than this refresh will: a run that has them comes first, even another GPU's
         # (reader pass 4: the H200 plan said 3.0 min from runs without the model step; the H100's took 398 s).
+        lacks = {id(d): lacking_blocks(d, job.question) for d in lookup.documents}
         timed = [d for d in lookup.documents if "measure_s" in d["provenance"]]
-        candidates = sorted(timed, key=lambda d: (bool(lacking_blocks(d, job.question)), d is not current,
-                                                  d["device"]["name"])) or (
+        candidates = sorted(timed, key=lambda d: (bool(lacks[id(d)]), d is not current, d["device"]["name"])) or (
             [current] if current is not None else sorted(lookup.documents, key=lambda d: d["device"]["name"]))
         reference = next(iter(candidates), None)
-        lacked = lacking_blocks(reference, job.question) if reference is not None else []
+        lacked = lacks[id(reference)] if reference is not None else []
         estimate = estimate_seconds(reference, todo.precisions, todo.modes) if reference is not None else None
         source = ""
         if reference is not None:

@@ -32,7 +32,7 @@ from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report.breakdown_figure import Bar
 from gemm_bench.report.model_step import ModelStep, optimizer_line
 from gemm_bench.results import model_step_schema as schema
-from gemm_bench.results.breakdown import ADDS_UP_WITHIN, weighted_parts
+from gemm_bench.results.breakdown import ADDS_UP_WITHIN, model_step_parts
 from gemm_bench.results.kernel_kinds import PARTS
 
 #: How the model step's breakdown is composed (the page's methodology says it; the report prints it).
@@ -46,13 +46,12 @@ def _parts(item: Mapping[str, Any] | None) -> Mapping[str, float] | None:
     return block["parts_ms"] if isinstance(block, Mapping) else None
 
 
-def _optimizer_parts(block: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]] | None:
-    """The larger measured optimizer size's (params, breakdown block), or None without one."""
-    sized = sorted(((int(i["params"]), i) for i in block["parts"] if i["part"] == "optimizer"
-                    and i["status"] == "measured"), key=lambda pair: pair[0])
-    if not sized or not isinstance(sized[-1][1].get("breakdown"), Mapping):
-        return None
-    return sized[-1][0], sized[-1][1]["breakdown"]
+def _optimizer_breakdown(block: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The breakdown block of the larger measured optimizer size, or None without one."""
+    sized = sorted((i for i in block["parts"] if i["part"] == "optimizer" and i["status"] == "measured"),
+                   key=lambda i: int(i["params"]))
+    found = sized[-1].get("breakdown") if sized else None
+    return found if isinstance(found, Mapping) else None
 
 
 def model_bars(doc: Mapping[str, Any], summary: ModelStep, microbatches: int | None = None) -> list[Bar]:
@@ -65,10 +64,9 @@ def model_bars(doc: Mapping[str, Any], summary: ModelStep, microbatches: int | N
     g = summary.microbatches if microbatches is None else microbatches
     layers = summary.config.measured_layers
     embedding, head = _parts(schema.part(block, "embedding")), _parts(schema.part(block, "head"))
-    optimizer = _optimizer_parts(block)
+    optimizer = _optimizer_breakdown(block)
     if embedding is None or head is None or optimizer is None:
         return []
-    _, opt_block = optimizer
     line = optimizer_line(block)
     if line is None:
         return []
@@ -80,9 +78,9 @@ def model_bars(doc: Mapping[str, Any], summary: ModelStep, microbatches: int | N
         cached = _parts(schema.part(block, "layer-cached", precision))
         if row is None or first is None or cached is None:
             continue
-        parts = weighted_parts([(1.0, embedding), (1.0, head), (layers / g, first),
-                                (layers * (g - 1) / g, cached),
-                                (opt_ms / float(opt_block["step_ms"]) / g, opt_block["parts_ms"])])
+        step = model_step_parts(embedding, head, first, cached, optimizer, layers=layers, microbatches=g,
+                                optimizer_ms=opt_ms)
+        parts = {p: ms / g for p, ms in step.items()}
         out.append(Bar(precision, row.ms_per_microbatch, parts, per=f"per micro-batch at G = {g}"))
     return out
 

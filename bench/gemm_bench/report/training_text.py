@@ -199,7 +199,7 @@ def breakdowns(report: Report) -> dict[str, dict[str, Any]]:
     """Per training-step mode (the CUDA-graphed step first), each recipe's stored parts and the
     sentence naming the largest change (:mod:`gemm_bench.report.breakdown_figure`)."""
     out: dict[str, dict[str, Any]] = {}
-    for mode, bars in _all_bars(report):
+    for mode, bars in _all_bars(report, report.model_step() if report.config is not None else None):
         if bars:
             out[mode] = {"steps": [{"precision": b.precision, "step_ms": b.step_ms, "parts_ms": dict(b.parts)}
                                    for b in bars],
@@ -218,10 +218,10 @@ def _sentence(report: Report, bars: list[breakdown_figure.Bar]) -> str | None:
 MODEL_BREAKDOWN = "model"
 
 
-def _all_bars(report: Report) -> list[tuple[str, list[breakdown_figure.Bar]]]:
-    """The model's step per micro-batch at the question's G (:mod:`gemm_bench.report.model_step_breakdown`),
-    then the CUDA-graphed and eager layer steps: each with its bars, [] where the result has none."""
-    summary = report.model_step() if report.config is not None else None
+def _all_bars(report: Report, summary: ModelStep | None) -> list[tuple[str, list[breakdown_figure.Bar]]]:
+    """The model's step per micro-batch at the question's G (:mod:`gemm_bench.report.model_step_breakdown`,
+    from ``summary``, the report's model step), then the CUDA-graphed and eager layer steps: each with
+    its bars, [] where the result has none."""
     model = model_step_breakdown.model_bars(report.doc, summary) if summary is not None else []
     return [(MODEL_BREAKDOWN, model), *((mode, breakdown_figure.bars(report.doc.get("layer", []), mode))
                                         for mode in (LAYER_MODES[1], LAYER_MODES[0]))]
@@ -233,7 +233,7 @@ def breakdown_lines(report: Report) -> list[str]:
     sentence that names the largest change under each table."""
     lines: list[str] = []
     summary = report.model_step() if report.config is not None else None
-    for mode, bars in _all_bars(report):
+    for mode, bars in _all_bars(report, summary):
         if not bars:
             continue
         if not lines:

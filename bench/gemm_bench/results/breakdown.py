@@ -168,6 +168,19 @@ def weighted_parts(terms: Iterable[tuple[float, Mapping[str, float]]]) -> dict[s
     return out
 
 
+def model_step_parts(embedding: Mapping[str, float], head: Mapping[str, float], first: Mapping[str, float],
+                     cached: Mapping[str, float], optimizer: Mapping[str, Any], *, layers: int, microbatches: int,
+                     optimizer_ms: float) -> dict[str, float]:
+    """A model step's parts over one optimizer step of G = ``microbatches``, weighted as
+    :func:`gemm_bench.question.model_step.step_ms` weighs the parts' times: G x (embedding + head) +
+    L x (first + (G - 1) x cached) + the optimizer's ``optimizer_ms`` in the proportions of
+    ``optimizer`` (a breakdown block: its ``parts_ms`` over its ``step_ms``). The one formula the
+    report's bars and the GPU proof's composed kinds share."""
+    g = microbatches
+    return weighted_parts([(g, embedding), (g, head), (layers, first), (layers * (g - 1), cached),
+                           (optimizer_ms / float(optimizer["step_ms"]), optimizer["parts_ms"])])
+
+
 def category_ms_per_step(rounds: Sequence[Sequence[Kernel]]) -> tuple[float, dict[str, float]]:
     """(busy ms, ms per kernel category) per step, the mean over ``rounds`` (each one step's kernels):
     a real model's profiled steps, which the composed model step's breakdown is checked against."""

@@ -51,10 +51,12 @@ import torch.nn.functional as F
 import transformer_engine.pytorch as te
 
 from gemm_bench.measure.backends.te import Operands, make_recipe
+from gemm_bench.measure.step import step_breakdown
 from gemm_bench.measure.telemetry import quartiles
 from gemm_bench.measure.timing import Competitor, Interleaver, Mark, Samples, TimerSettings
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes, layer_parameters, vocab_parameters
+from gemm_bench.results.breakdown import category_ms_per_step, model_step_parts
 
 _BF16 = torch.bfloat16
 #: Where every tensor lives: the GPU (a CPU test with a fake Transformer Engine swaps it).
@@ -511,7 +513,6 @@ def real_gpu_profile(model: RealModel, microbatches: int, *, steps: int = 3) -> 
     times, the GPU's time) does not. Comparing like with like, the proof holds the composition to the
     real run's GPU time and reports the host's wait beside it."""
     from gemm_bench.measure.timing import _activities, _profiler
-    from gemm_bench.results.breakdown import category_ms_per_step
 
     model.step(microbatches)
     torch.cuda.synchronize()
@@ -535,23 +536,20 @@ def composed_parts(timing: PartsTiming, precision: str, medians: PartTimes, line
     real step's), from each part's profiled rounds, weighted as :func:`~gemm_bench.question.model_step.
     step_ms` weighs the parts' times; None where a part was not profiled. The optimizer's kinds are the
     larger measured size's, scaled to the line at ``params`` (as the report composes them)."""
-    from gemm_bench.measure.step import step_breakdown
-    from gemm_bench.results.breakdown import weighted_parts
-
-    g = microbatches
-    keys = {("embedding", "bf16"): (medians.embedding, g), ("head", "bf16"): (medians.head, g),
-            ("layer-first", precision): (medians.layer_first, layers),
-            ("layer-cached", precision): (medians.layer_cached, layers * (g - 1))}
     size = max(OPTIMIZER_SIZES)
-    terms = []
-    for key, (ms, weight) in [*keys.items(), (("optimizer", str(size)), (median_ms(timing.optimizer[size]), 0.0))]:
+    parts = []
+    for key, ms in ((("embedding", "bf16"), medians.embedding), (("head", "bf16"), medians.head),
+                    (("layer-first", precision), medians.layer_first),
+                    (("layer-cached", precision), medians.layer_cached),
+                    (("optimizer", str(size)), median_ms(timing.optimizer[size]))):
         profiled = timing.kernels.get(key)
         block = step_breakdown(ms, profiled[1], profiled[0]) if profiled else None
         if block is None:
             return None
-        parts = {**block["parts_ms"], "idle": 0.0}
-        terms.append((weight if key[0] != "optimizer" else line.at(params) / ms, parts))
-    return weighted_parts(terms)
+        parts.append({**block, "parts_ms": {**block["parts_ms"], "idle": 0.0}})
+    embedding, head, first, cached, optimizer = parts
+    return model_step_parts(embedding["parts_ms"], head["parts_ms"], first["parts_ms"], cached["parts_ms"], optimizer,
+                            layers=layers, microbatches=microbatches, optimizer_ms=line.at(params))
 
 
 def real_peak_bytes(model: RealModel, microbatches: int) -> int:
@@ -745,8 +743,6 @@ def _part_cell(part: str, precision: str, samples: Samples | None, reason: str,
                profiled: tuple[str, list[list[tuple[str, int, int]]]] | None = None, **extra: Any) -> dict[str, Any]:
     """One part's stored cell; with ``profiled`` (its source and profiled rounds' kernels) its time
     breakdown (:func:`gemm_bench.measure.step.step_breakdown`, the layer step's own), issue 33."""
-    from gemm_bench.measure.step import step_breakdown
-
     if samples is None:
         return {"part": part, "precision": precision, "status": "failed", "reason": reason or "not measured", **extra}
     cell = {"part": part, "precision": precision, "status": "measured", "ms": round(samples.median, 6),
