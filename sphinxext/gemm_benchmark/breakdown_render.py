@@ -93,7 +93,10 @@ def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
     found = energy.step_energies(doc)
     if not found:
         return []
-    listed = "; ".join(f"{PRECISIONS[p].display} {energy.energy_words(found[p])}" for p in PRECISIONS if p in found)
+    # A recipe whose entry failed (or was refused when read) is said where its number would have been.
+    listed = "; ".join(f"{PRECISIONS[p].display} {energy.energy_words(found[p])}" if p in found
+                       else f"{PRECISIONS[p].display} {energy.energy_missing(doc, p)}"
+                       for p in PRECISIONS if p in found or _failed_energy(doc, p))
     text = f"Energy per CUDA-graphed layer step, each recipe's step measured alone: {listed}."
     # A median above the board's limit (745 W on a 700 W H100) is said where it shows, as the report says it.
     above = energy.power_above_limit(doc.get("device", {}), max(e["power_w"] for e in found.values()),
@@ -104,6 +107,12 @@ def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
     if compared:
         text += f" {compared}"
     return [nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-energy"])]
+
+
+def _failed_energy(doc: dict[str, Any], precision: str) -> bool:
+    block = doc.get("energy")
+    return any(e.get("precision") == precision and e.get("status") == "failed"
+               for e in (block.get("steps", []) if isinstance(block, dict) else []))
 
 
 def step_detail_nodes(doc: dict[str, Any], device: str, prefix: str,

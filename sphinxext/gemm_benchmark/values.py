@@ -29,7 +29,7 @@ from gemm_bench.report.fastest import (
     finite as _finite,
 )
 from gemm_bench.report.report import Report
-from gemm_bench.results.energy import energy_bounds, joules, power_above_limit, step_energies
+from gemm_bench.results.energy import energy_bounds, energy_missing, joules, power_above_limit, step_energies
 from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
     BREAKDOWN_ITEMS,
     NOT_IN_RESULT,
@@ -416,7 +416,7 @@ def energy_values(out: dict[str, Value], doc: Mapping[str, object], precision: s
     entry = found.get(precision)
     if entry is None:
         for item in ENERGY_ITEMS:
-            out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: energy {NOT_IN_RESULT}")
+            out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: {energy_missing(doc, precision)}")
         return
     device = doc.get("device")
     above = power_above_limit(device if isinstance(device, dict) else {}, entry["power_w"],
@@ -434,7 +434,7 @@ def energy_values(out: dict[str, Value], doc: Mapping[str, object], precision: s
     key = value_key("gemm-energy", mode, precision, "vs-bf16")
     if precision == BASELINE or base is None:
         out[key] = Value("", f"{at}: " + ("BF16 is the reference" if precision == BASELINE
-                                          else f"BF16's energy {NOT_IN_RESULT}"))
+                                          else f"BF16's {energy_missing(doc, BASELINE)}"))
         return
     said = energy_compare.compare(entry, base)
     out[key] = Value(said.words, f"{joules(entry['energy_mj'])} J{_energy_spread(entry)} against BF16's "

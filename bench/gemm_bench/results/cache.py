@@ -30,9 +30,11 @@ from typing import Any
 
 from filelock import FileLock
 
+from gemm_bench.results.invariants import check
 from gemm_bench.results.schema import (
     METHOD_VERSION,
     STILL_VALID_METHODS,
+    CheckedDocument,
     ResultError,
     device_slug,
     merge_documents,
@@ -140,8 +142,15 @@ def parse_json(path: Path, data: bytes) -> Any:
     return doc
 
 
-def read_document(path: Path, *, trusted: set[str] | None = None) -> dict[str, Any]:
+def read_document(path: Path, *, trusted: set[str] | None = None, raw: bool = False) -> dict[str, Any]:
     """Load and validate one result file, or raise :class:`CacheError` saying why not.
+
+    The door every reader goes through: the document returned is *checked*
+    (:func:`gemm_bench.results.invariants.check`): a number that breaks an invariant the schema
+    cannot see is demoted to a failed entry whose reason says why, and the violations are its
+    :attr:`~gemm_bench.results.schema.CheckedDocument.violations` (JSON path, block, recipe,
+    problem), for the report and the pages to say. ``raw=True`` returns the file as stored, for the writers that merge it and write it back
+    (a checked document is never stored: :func:`gemm_bench.results.schema.validate` refuses it).
 
     :class:`CacheError` is the only exception this raises for any file content. ``trusted``:
     keys (:func:`content_key`) of contents that passed validation before, with this code; such a
@@ -163,7 +172,12 @@ def read_document(path: Path, *, trusted: set[str] | None = None) -> dict[str, A
     if path.name != expected:
         raise CacheError(path, f"holds question {doc['question_hash']} on {doc['device']['name']!r}, "
                          f"which belongs in {expected}")
-    return doc
+    if raw:
+        return doc
+    checked = check(doc)
+    out = CheckedDocument(checked.doc)
+    out.violations = checked.violations
+    return out
 
 
 def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None, durable: bool = True) -> None:
@@ -271,7 +285,7 @@ class Cache:
         validate(doc)
         with self.locked(doc["question_hash"], doc["device"]["name"]) as path:
             try:
-                old: dict[str, Any] | None = read_document(path)
+                old: dict[str, Any] | None = read_document(path, raw=True)
             except CacheError:
                 old = None  # absent, or corrupt: the new valid document replaces it
             if old is not None:

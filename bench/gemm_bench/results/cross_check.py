@@ -155,6 +155,12 @@ def labelled_items(doc: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, A
         yield f"{c['mode']} step {c['precision']}" + ("" if routing == "balanced" else f" ({routing})"), c
     for p in doc.get("peers", []) or []:
         yield f"peer {p['backend']} {p['op']}/{p['pass']}", p
+    plan = doc.get("plan")
+    for s in (plan.get("steps", []) or []) if isinstance(plan, dict) else []:
+        yield f"plan step {s.get('step')}", s
+    model = doc.get("model_step")
+    for p in (model.get("parts", []) or []) if isinstance(model, dict) else []:
+        yield f"model step {p['part']} {p['precision']}", p
 
 
 def verdict(doc: Mapping[str, Any]) -> Verdict:

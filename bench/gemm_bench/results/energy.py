@@ -78,7 +78,7 @@ def step_group(groups: Sequence[Mapping[str, Any]], precision: str, *, run_id: s
     return None
 
 
-def step_energy(group: Mapping[str, Any], step_ms: float, tokens: int,
+def step_energy(group: Mapping[str, Any], step_ms: float, tokens: float,
                 member_ms: Sequence[float] = ()) -> dict[str, Any] | None:
     """Energy of one step of ``step_ms`` from its group's clock block, or None without power samples.
 
@@ -132,10 +132,31 @@ def energies(doc: Mapping[str, Any], mode: str = "layer-graphed") -> dict[tuple[
     return out
 
 
-def _tokens(doc: Mapping[str, Any]) -> int | None:
-    config = doc.get("question", {}).get("config") or {}
+def _tokens(doc: Mapping[str, Any]) -> float | None:
+    return tokens_per_gpu(doc.get("question", {}).get("config") or {})
+
+
+def tokens_per_gpu(config: Mapping[str, Any]) -> float | None:
+    """The tokens one GPU's step stands for: the micro-batch's tokens over the tensor-parallel GPUs
+    that compute them together (issue 43: each token of a TP 8 rank's step went through eight GPUs,
+    each drawing its own power). Tokens per joule is these over one GPU's energy, so it reads as
+    tokens per second per GPU does (divided by TP) and two models of different TP compare. None
+    without a model's sequence and micro-batch."""
     seq, mbs = config.get("seq_length"), config.get("micro_batch_size")
-    return seq * mbs if isinstance(seq, int) and isinstance(mbs, int) else None
+    if not isinstance(seq, int) or not isinstance(mbs, int):
+        return None
+    tp = config.get("tensor_model_parallel_size")
+    return seq * mbs / (tp if isinstance(tp, int) and tp > 0 else 1)
+
+
+def per_gpu_rates(entry: dict[str, Any], tokens: float) -> None:
+    """Set a measured entry's tokens per joule (and its bounds) from its energies and ``tokens``
+    (:func:`tokens_per_gpu`), in place: the one rule, for entries measured before it too (a TP rank's
+    entry once divided the whole micro-batch's tokens by one GPU's energy)."""
+    entry["tokens_per_j"] = round(tokens / (entry["energy_mj"] / 1000), 1)
+    if "energy_mj_low" in entry and "energy_mj_high" in entry:
+        entry["tokens_per_j_low"] = round(tokens / (entry["energy_mj_high"] / 1000), 1)
+        entry["tokens_per_j_high"] = round(tokens / (entry["energy_mj_low"] / 1000), 1)
 
 
 # ---------------------------------------------------------------- each recipe's step alone
@@ -147,13 +168,15 @@ MIN_ENERGY_SAMPLES = 5
 ALONE_RULE = (f"energy per step = the median board power (NVML, sampled every {SAMPLE_INTERVAL_S * 1000:g} ms by a "
               f"separate process) while that recipe's CUDA-graphed layer step alone is replayed back to back for "
               f"{ENERGY_WINDOW_S:g} s (no L2 flush, one synchronize per batch of steps), x the wall time of those "
-              "steps / their number; tokens per joule = the step's tokens / that energy. Each recipe is measured "
+              "steps / their number; tokens per joule = the step's tokens per GPU (the micro-batch's tokens over its "
+              "tensor-parallel GPUs) / that energy. Each recipe is measured "
               "on its own, so its energy is its own draw, not a group's. The spread is the power samples' first "
               "and third quartiles x the same time per step: the scatter of the instantaneous readings within "
               "the window, not run-to-run variation")
 
 
-def alone_energy(precision: str, clock: Mapping[str, Any], wall_s: float, steps: int, tokens: int) -> dict[str, Any]:
+def alone_energy(precision: str, clock: Mapping[str, Any], wall_s: float, steps: int,
+                 tokens: float) -> dict[str, Any]:
     """One recipe's ``doc["energy"]["steps"]`` entry from the sampler's summary of its window
     (``clock``: ``power_w_median``, ``power_w_q1``, ``power_w_q3``, ``power_w_max``, ``samples``,
     ``power_source``), the window's wall seconds and the steps replayed in it; ``failed`` with the
@@ -212,6 +235,17 @@ def step_energies(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     if not isinstance(block, dict):
         return {}
     return {e["precision"]: e for e in block.get("steps", []) if e.get("status") == "measured"}
+
+
+def energy_missing(doc: Mapping[str, Any], precision: str) -> str:
+    """Why a result has no energy to quote for ``precision``: a failed entry's reason (a measurement
+    that failed, or one refused when read: :mod:`gemm_bench.results.invariants`), else that it was not
+    measured. One wording for the roles and the report."""
+    block = doc.get("energy")
+    for entry in block.get("steps", []) if isinstance(block, dict) else []:
+        if entry.get("precision") == precision and entry.get("status") == "failed":
+            return f"energy failed: {entry.get('reason', '')}"
+    return "energy not measured in this result (the next refresh measures it)"
 
 
 def joules(energy_mj: float) -> str:

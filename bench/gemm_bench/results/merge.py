@@ -297,7 +297,7 @@ def merge(dirs: Iterable[str | Path], cache_dir: str | Path, *, now: dt.datetime
             actions.append(_merge_study(source, Path(cache_dir), now))
             continue
         try:
-            incoming = read_document(source)
+            incoming = read_document(source, raw=True)
             check_date(incoming, source, now)
         except CacheError as exc:
             actions.append(MergeAction(source, None, "rejected", exc.problem))
@@ -310,7 +310,7 @@ def merge(dirs: Iterable[str | Path], cache_dir: str | Path, *, now: dt.datetime
             corrupt = ""
             if target.exists():
                 try:
-                    existing = read_document(target)
+                    existing = read_document(target, raw=True)
                 except CacheError as exc:
                     corrupt = exc.problem
             if existing is None:
@@ -384,7 +384,7 @@ def store_peers(cache: Cache, run: dict[str, Any]) -> Path:
     validate(run)
     with cache.locked(run["question_hash"], run["device"]["name"]) as path:
         try:
-            cached: dict[str, Any] | None = read_document(path)
+            cached: dict[str, Any] | None = read_document(path, raw=True)
         except CacheError:
             cached = None
         doc = run if cached is None else validate(merge_peers(cached, run))

@@ -128,6 +128,16 @@ _CAPABILITY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 _SCALARS = (str, int, float, bool, type(None))
 
 
+class CheckedDocument(dict):  # type: ignore[type-arg]
+    """A result document as every reader gets it (:func:`gemm_bench.results.cache.read_document`): its
+    numbers passed the invariants of :mod:`gemm_bench.results.invariants` (those that broke one are
+    demoted to failed entries) and :attr:`violations` says which broke and where. It equals the plain
+    document it holds, so readers index it as before; it is never stored: :func:`validate` refuses
+    it, so a copy demoted for showing cannot overwrite the measured file."""
+
+    violations: tuple[Any, ...] = ()
+
+
 class ResultError(ValueError):
     """A result document that does not satisfy the schema; ``where`` is the JSON path."""
 
@@ -420,6 +430,9 @@ def validate(doc: Any) -> dict[str, Any]:
 
     Never raises anything else, whatever JSON value ``doc`` is.
     """
+    if isinstance(doc, CheckedDocument):
+        raise ResultError("$", "is a document checked for showing (numbers that broke an invariant demoted), "
+                               "which is never stored: store the measured document (read it with raw=True)")
     doc = _object(doc, "$")
     _walk(doc)
     version = _get(doc, "schema_version", int, "$")

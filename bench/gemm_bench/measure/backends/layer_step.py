@@ -26,6 +26,7 @@ from gemm_bench.measure.timing import Competitor, Mark
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.plan import Support
 from gemm_bench.question.question import Question
+from gemm_bench.results.energy import tokens_per_gpu
 
 #: The runner's group timer: build and probe each competitor, time the survivors interleaved (as
 #: graph replays, with eager rounds beside them, when the second argument is true); the third
@@ -258,7 +259,7 @@ def _energy_failed(precision: str, exc: BaseException) -> dict[str, Any]:
     return {"precision": precision, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:400]}
 
 
-def replay_energy(precision: str, graphed: Any, ms: float, sampler: Any, tokens: int,
+def replay_energy(precision: str, graphed: Any, ms: float, sampler: Any, tokens: float,
                   window_s: float | None = None) -> dict[str, Any]:
     """One recipe's energy entry: its captured step ``graphed`` replayed back to back for ``window_s``
     (default :data:`~gemm_bench.results.energy.ENERGY_WINDOW_S`) under ``sampler``, in batches of
@@ -286,7 +287,8 @@ def replay_energy(precision: str, graphed: Any, ms: float, sampler: Any, tokens:
 def energy_after(config: ModelConfig, sampler: Any, out: list[dict[str, Any]]) -> Callable[..., None]:
     """An ``Interleaver.run`` ``after`` hook that appends each recipe's energy entry to ``out``,
     replaying the group's own graphs (the layer step's, just timed) one recipe at a time."""
-    tokens = config.seq_length * config.micro_batch_size
+    tokens = tokens_per_gpu(config.to_dict())
+    assert tokens is not None  # a model's config has both
 
     def after(graphed: Mapping[str, Any], ms: Mapping[str, float]) -> None:
         for precision, fn in graphed.items():

@@ -1,0 +1,259 @@
+"""A result's invariants, checked once, at the door: what the schema cannot see in one field alone.
+
+Why: the schema (:func:`gemm_bench.results.schema.validate`) checks each field's type and range, so
+a file that is *well formed* passes it even when its numbers cannot all be true together: a
+breakdown whose parts add up to 1.5x its step, an energy resting on two power samples, a model
+step faster than the GPU's peak, 0.001 bytes of optimizer state per parameter, a stuck power
+reading of 855 W on a 700 W board. Each reader used to check what it happened to check; now
+:func:`check` judges every such invariant once, when the file is read
+(:func:`gemm_bench.results.cache.read_document`), and hands every reader a *checked* document:
+
+* each violation is a :class:`Violation` naming the JSON path, the block and the recipe, and what
+  is wrong, so the report and the pages can say it where the number would have been;
+* the number at fault is **demoted**, never shown as valid: a measured entry becomes a failed one
+  whose reason is the violation (every reader already shows a failed entry as failed, with its
+  reason, and the refresh measures failed blocks again), a breakdown that does not add up is
+  dropped from its part, memory resting on an impossible optimizer state is dropped.
+
+The stored file is never changed: writers (``Cache.store``, ``merge``) read it raw.
+
+The invariants, and why each bound is what it is:
+
+* **GPU time at most the hardware's speed**: a layer step, a plan's step or a model step's layer
+  part whose time would run the layer's GEMMs (:attr:`GemmShape.flops`, the question's rank GEMMs)
+  above the device's dense peak for the recipe (:mod:`gemm_bench.question.hardware`; an FP8
+  recipe against the FP8 peak, the most it could reach), and a model step's head whose logits
+  GEMMs alone would; the per-GEMM cells have had this check in the schema since method v2.
+* **Breakdowns add up**: parts within :data:`~gemm_bench.results.breakdown.ADDS_UP_WITHIN` of their
+  step and a scale of at least :data:`~gemm_bench.results.breakdown.MIN_SCALE` (the rules the cache's
+  test held the committed files to; now every file, at the door).
+* **The cross-check for every timed region**: a model step's part or a plan's step timed above
+  :data:`~gemm_bench.results.cross_check.REGION_MAX` its kernel time is not GPU time.
+* **Energy**: at least :data:`~gemm_bench.results.energy.MIN_ENERGY_SAMPLES` power samples (the
+  methodology publishes nothing on fewer); a median power within :data:`POWER_MARGIN` x the
+  board's limit (NVML's instantaneous samples sit above the average-enforced limit for short
+  stretches: the committed medians reach 1.10x on 700 W boards, so 1.15x separates that from a
+  wrong reading); a median equal to both the third quartile and the maximum of its samples is a
+  stuck or saturated sensor, not a draw.
+* **Tokens per joule per GPU** (not an invariant but a rule the door applies to every file): the
+  tokens one GPU's step stands for over its energy (:func:`~gemm_bench.results.energy.tokens_per_gpu`),
+  recomputed from the stored energies, so a tensor-parallel result measured before the rule reads
+  as one measured after it.
+* **Optimizer state per parameter** within :data:`STATE_PER_PARAM` bytes: the FP32 master weight
+  and Adam's two moments (12) are the least the recipe's optimizer holds, and those plus the FP32
+  main gradient and one more FP32 buffer (20) the most it can need.
+
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gemm_bench.question.hardware import above_peak, achieved_tflops, peak_tflops, precision_format
+from gemm_bench.question.shapes import GemmShape, total_flops
+from gemm_bench.results.breakdown import check_adds_up, check_scale
+from gemm_bench.results.cross_check import region_flag
+from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, per_gpu_rates, tokens_per_gpu
+
+#: A median power above this multiple of the board's limit is not a reading (module docstring).
+POWER_MARGIN = 1.15
+#: Bytes of optimizer state per parameter a recipe can need: (least, most) (module docstring).
+STATE_PER_PARAM = (12.0, 20.0)
+#: The demoted entry's reason starts so: every reader shows it where the number would have been.
+REFUSED = "refused when read: "
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """One broken invariant: where in the file (a JSON path), which block and recipe, and what."""
+
+    where: str
+    block: str
+    precision: str | None
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.problem}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """A document whose numbers passed every invariant (violated ones demoted), and the violations."""
+
+    doc: dict[str, Any]
+    violations: tuple[Violation, ...]
+
+
+def check(doc: Mapping[str, Any]) -> Checked:
+    """The checked copy of a schema-valid document (the input is not changed) and its violations."""
+    out = copy.deepcopy(dict(doc))
+    found: list[Violation] = []
+    gemms = [GemmShape.from_dict(row) for row in out["question"]["gemms"]]
+    device = str(out["device"]["name"])
+    layer_flops = total_flops(gemms) if out["question"].get("kind") == "model" else None
+    _layer_cells(out, device, layer_flops, found)
+    _plan(out, device, layer_flops, found)
+    _model_step(out, device, layer_flops, found)
+    _energy(out, found)
+    return Checked(out, tuple(found))
+
+
+# ----------------------------------------------------------------------------------- helpers
+def _demote(entry: dict[str, Any], problem: str, keep: tuple[str, ...]) -> None:
+    """Turn a measured entry into a failed one in place, keeping its identity fields."""
+    kept = {k: entry[k] for k in keep if k in entry}
+    entry.clear()
+    entry.update(kept)
+    entry["status"] = "failed"
+    entry["reason"] = REFUSED + problem
+
+
+def _too_fast(device: str, precision: str, flops: int | float, ms: float, what: str) -> str | None:
+    """Why ``ms`` for ``flops`` of ``precision`` cannot be a time on ``device``, or None."""
+    # A mixed plan or an FP8 step: the FP8 peak is the most any of its GEMMs could reach.
+    pct = above_peak(device, precision, flops, ms)
+    if pct is None:
+        return None
+    return (f"{ms:.6g} ms for {what} is {achieved_tflops(flops, ms):.1f} TFLOP/s of its GEMMs alone, {pct:.0f}% of "
+            f"the dense {precision_format(precision).upper()} peak of {device} "
+            f"({peak_tflops(device, precision):g} TFLOP/s): the time or the FLOP count is wrong")
+
+
+def _breakdown(entry: dict[str, Any], where: str, block: str, precision: str | None,
+               found: list[Violation]) -> None:
+    """Drop a stored breakdown whose parts are not its step's (they do not add up, or were scaled too far)."""
+    breakdown = entry.get("breakdown")
+    if not isinstance(breakdown, dict):
+        return
+    problem = check_adds_up(breakdown) or check_scale(breakdown)
+    if problem is not None:
+        found.append(Violation(f"{where}.breakdown", block, precision, f"the time breakdown {problem}"))
+        del entry["breakdown"]
+
+
+def _cross_check(entry: dict[str, Any], where: str, block: str, precision: str | None, keep: tuple[str, ...],
+                 found: list[Violation]) -> bool:
+    """Demote an entry timed beyond the cross-check's bound for one region; True when it was."""
+    flag = region_flag(entry)
+    if flag is None:
+        return False
+    found.append(Violation(where, block, precision, flag))
+    _demote(entry, flag, keep)
+    return True
+
+
+# ------------------------------------------------------------------------------------ blocks
+_LAYER_KEYS = ("mode", "precision", "routing", "run_id", "measured_at")
+
+
+def _layer_cells(doc: dict[str, Any], device: str, flops: int | None, found: list[Violation]) -> None:
+    for i, cell in enumerate(doc.get("layer", []) or []):
+        if cell.get("status") != "measured":
+            continue
+        where, precision = f"$.layer[{i}]", cell["precision"]
+        problem = None if flops is None else _too_fast(device, precision, flops, float(cell["ms"]),
+                                                       f"the {cell['mode']} layer step")
+        if problem is not None:
+            found.append(Violation(where, "layer", precision, problem))
+            _demote(cell, problem, _LAYER_KEYS)
+            continue
+        _breakdown(cell, where, "layer", precision, found)
+
+
+def _plan(doc: dict[str, Any], device: str, flops: int | None, found: list[Violation]) -> None:
+    plan = doc.get("plan")
+    if not isinstance(plan, dict):
+        return
+    recipe = str(plan.get("recipe", "bf16"))
+    for i, step in enumerate(plan.get("steps", []) or []):
+        if not isinstance(step, dict) or step.get("status") != "measured":
+            continue
+        where = f"$.plan.steps[{i}]"
+        # all-BF16 runs at the BF16 peak at most; any step with FP8 GEMMs at the recipe's.
+        precision = "bf16" if step.get("step") == "all-bf16" else recipe
+        problem = None if flops is None else _too_fast(device, precision, flops, float(step["ms"]),
+                                                       f"the plan's step {step.get('step')!r}")
+        keep = ("step", "mode", "run_id")
+        if problem is not None:
+            found.append(Violation(where, "plan", recipe, problem))
+            _demote(step, problem, keep)
+            continue
+        _cross_check(step, where, "plan", recipe, keep, found)
+
+
+def _model_step(doc: dict[str, Any], device: str, flops: int | None, found: list[Violation]) -> None:
+    block = doc.get("model_step")
+    if not isinstance(block, dict):
+        return
+    config = doc["question"].get("config") or {}
+    vocab, hidden = block.get("padded_vocab_size"), config.get("hidden_size")
+    tokens = (config.get("seq_length") or 0) * (config.get("micro_batch_size") or 0)
+    tp = config.get("tensor_model_parallel_size") or 1
+    for i, part in enumerate(block.get("parts", [])):
+        if part.get("status") != "measured":
+            continue
+        where, precision, name = f"$.model_step.parts[{i}]", part["precision"], part["part"]
+        keep = ("part", "precision", "params")
+        if name in ("layer-first", "layer-cached") and flops is not None:
+            problem = _too_fast(device, precision, flops, float(part["ms"]), f"the model step's {name} part")
+        elif name == "head" and isinstance(vocab, int) and isinstance(hidden, int) and tokens:
+            # the logits' Fprop, Dgrad and Wgrad over the rank's vocabulary shard, BF16
+            logits = 3 * 2 * tokens * hidden * (vocab // tp)
+            problem = _too_fast(device, "bf16", logits, float(part["ms"]), "the model step's head part")
+        else:
+            problem = None
+        if problem is not None:
+            found.append(Violation(where, "model_step", precision, problem))
+            _demote(part, problem, keep)
+            continue
+        if _cross_check(part, where, "model_step", precision, keep, found):
+            continue
+        _breakdown(part, where, "model_step", precision, found)
+    state = block.get("state_per_param")
+    low, high = STATE_PER_PARAM
+    if isinstance(state, (int, float)) and not low <= state <= high:
+        problem = (f"{state:g} bytes of optimizer state per parameter is outside what the recipe's optimizer can "
+                   f"need ({low:g}-{high:g}: FP32 master weight and two moments, FP32 main gradient): the memory "
+                   "composed from it is not shown")
+        found.append(Violation("$.model_step.state_per_param", "model_step", None, problem))
+        block["memory"] = {}
+        block.pop("largest_microbatch", None)
+
+
+def _energy(doc: dict[str, Any], found: list[Violation]) -> None:
+    block = doc.get("energy")
+    if not isinstance(block, dict):
+        return
+    try:
+        limit: float | None = float(str(doc["device"].get("power_limit_w")))
+    except ValueError:
+        limit = None
+    tokens = tokens_per_gpu(doc["question"].get("config") or {})
+    for i, entry in enumerate(block.get("steps", []) or []):
+        if entry.get("status") != "measured":
+            continue
+        where, precision = f"$.energy.steps[{i}]", entry["precision"]
+        power, samples = float(entry["power_w"]), int(entry["samples"])
+        top, q3 = entry.get("power_w_max"), entry.get("power_w_q3")
+        problem = None
+        if samples < MIN_ENERGY_SAMPLES:
+            problem = (f"{samples} power samples: an energy rests on at least {MIN_ENERGY_SAMPLES}, so it is not "
+                       "published")
+        elif limit is not None and power > POWER_MARGIN * limit:
+            problem = (f"a median board power of {power:.0f} W is above {POWER_MARGIN:g}x the board's "
+                       f"{limit:.0f} W limit: not a reading of the step's draw")
+        elif isinstance(top, (int, float)) and isinstance(q3, (int, float)) and power == q3 == top:
+            problem = (f"the median power {power:.1f} W equals the third quartile and the maximum of its "
+                       f"{samples} samples: a stuck or saturated reading, not the step's draw")
+        if problem is not None:
+            found.append(Violation(where, "energy", precision, problem))
+            _demote(entry, problem, ("precision",))
+        elif tokens is not None:
+            per_gpu_rates(entry, tokens)

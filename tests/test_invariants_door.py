@@ -1,0 +1,168 @@
+"""Issue 43, item 1: a result's invariants are checked once, at the door, and a number that breaks one
+is never shown as valid (it is demoted to failed with the violation as its reason)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemm_bench.cli.commands import main
+from gemm_bench.results import cross_check
+from gemm_bench.results.cache import Cache, read_document
+from gemm_bench.results.energy import step_energies
+from gemm_bench.results.invariants import REFUSED, check
+from gemm_bench.results.schema import CheckedDocument, ResultError, validate
+
+CACHE = Path(__file__).resolve().parents[1] / "docs" / "_gemm_cache"
+LLAMA_8B_H100 = CACHE / "45a55c5d892e31af--h100-80gb-hbm3.json"
+LLAMA_70B_TP8_H100 = CACHE / "c1b9aa6aaebc8435--h100-80gb-hbm3.json"
+
+
+def _stored() -> dict[str, Any]:
+    return json.loads(LLAMA_8B_H100.read_text(encoding="utf-8"))
+
+
+def _through_the_door(tmp_path: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    validate(copy.deepcopy(doc))  # the hostile document is schema-valid: only the invariants can refuse it
+    path = tmp_path / LLAMA_8B_H100.name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return read_document(path)
+
+
+def _part(doc: dict[str, Any], name: str, precision: str) -> dict[str, Any]:
+    return next(p for p in doc["model_step"]["parts"] if (p["part"], p["precision"]) == (name, precision))
+
+
+def _wheres(doc: dict[str, Any]) -> list[str]:
+    assert isinstance(doc, CheckedDocument)
+    return [v.where for v in doc.violations]
+
+
+def test_the_committed_cache_breaks_one_invariant_the_stuck_855_w_reading() -> None:
+    broken = {}
+    for path in sorted(CACHE.glob("*.json")):
+        for v in read_document(path).violations:  # type: ignore[attr-defined]
+            broken[(path.name, v.where)] = v.problem
+    assert list(broken) == [(LLAMA_70B_TP8_H100.name, "$.energy.steps[0]")]
+    assert "855 W" in next(iter(broken.values()))
+
+
+def test_the_stuck_reading_is_failed_and_no_comparison_rests_on_it() -> None:
+    doc = read_document(LLAMA_70B_TP8_H100)
+    assert "bf16" not in step_energies(doc)
+    entry = doc["energy"]["steps"][0]
+    assert entry["status"] == "failed" and entry["reason"].startswith(REFUSED)
+    raw = read_document(LLAMA_70B_TP8_H100, raw=True)
+    assert step_energies(raw)["bf16"]["power_w"] == pytest.approx(854.8)  # the file itself is untouched
+
+
+def test_a_breakdown_that_adds_up_to_1_5x_its_step_is_dropped(tmp_path: Path) -> None:
+    doc = _stored()
+    part = _part(doc, "layer-first", "fp8-current")
+    block = part["breakdown"]
+    block["parts_ms"] = {k: v * 1.5 for k, v in block["parts_ms"].items()}
+    got = _through_the_door(tmp_path, doc)
+    assert "breakdown" not in _part(got, "layer-first", "fp8-current")
+    assert _part(got, "layer-first", "fp8-current")["status"] == "measured"  # the time itself holds
+    assert any(w.endswith(".breakdown") for w in _wheres(got))
+
+
+def test_energy_from_two_samples_is_not_published(tmp_path: Path) -> None:
+    doc = _stored()
+    doc["energy"]["steps"][1]["samples"] = 2
+    got = _through_the_door(tmp_path, doc)
+    precision = doc["energy"]["steps"][1]["precision"]
+    assert precision not in step_energies(got)
+    first = got.violations[0]  # type: ignore[attr-defined]
+    assert first.block == "energy" and "2 power samples" in first.problem
+
+
+def test_a_layer_part_faster_than_the_peak_is_failed(tmp_path: Path) -> None:
+    """A BF16 model step at 209% MFU: its layer parts halved twice over."""
+    doc = _stored()
+    for name in ("layer-first", "layer-cached"):
+        part = _part(doc, name, "bf16")
+        part["ms"] /= 4
+        part["stats"]["median_ms"] = part["ms"]
+        part.pop("breakdown", None)
+    got = _through_the_door(tmp_path, doc)
+    for name in ("layer-first", "layer-cached"):
+        part = _part(got, name, "bf16")
+        assert part["status"] == "failed" and "peak" in part["reason"]
+    assert {v.block for v in got.violations} == {"model_step"}  # type: ignore[attr-defined]
+
+
+def test_a_plan_step_of_a_nanosecond_is_failed(tmp_path: Path) -> None:
+    source = CACHE / "19210ed9493a1e7a--h100-80gb-hbm3.json"  # a mixed plan with measured steps
+    doc = json.loads(source.read_text(encoding="utf-8"))
+    step = next(s for s in doc["plan"]["steps"] if s["status"] == "measured" and s["step"] != "all-bf16")
+    step["ms"] = 1e-9
+    step["stats"] = {"median_ms": 1e-9, "iqr_ms": 0.0, "n": 1, "samples_ms": [1e-9]}
+    step.pop("kernel_ms", None)
+    step.pop("kernel_ratio", None)
+    step.pop("breakdown", None)
+    path = tmp_path / source.name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    got = read_document(path)
+    index = doc["plan"]["steps"].index(step)
+    assert got["plan"]["steps"][index]["status"] == "failed"
+    assert f"$.plan.steps[{index}]" in _wheres(got)
+
+
+def test_impossible_optimizer_state_drops_the_memory(tmp_path: Path) -> None:
+    doc = _stored()
+    doc["model_step"]["state_per_param"] = 0.001
+    got = _through_the_door(tmp_path, doc)
+    assert got["model_step"]["memory"] == {}
+    assert _wheres(got) == ["$.model_step.state_per_param"]
+
+
+def test_a_model_step_part_at_1_5x_its_kernel_time_is_judged(tmp_path: Path) -> None:
+    doc = _stored()
+    part = _part(doc, "layer-cached", "fp8-delayed")
+    part["kernel_ms"] = part["ms"] / 1.5
+    assert not cross_check.verdict(doc).holds  # the file's verdict now sees the model step's parts
+    got = _through_the_door(tmp_path, doc)
+    assert _part(got, "layer-cached", "fp8-delayed")["status"] == "failed"
+
+
+def test_a_checked_document_is_never_stored(tmp_path: Path) -> None:
+    checked = read_document(LLAMA_70B_TP8_H100)
+    with pytest.raises(ResultError, match="checked for showing"):
+        validate(checked)
+    with pytest.raises(ResultError):
+        Cache(tmp_path).store(checked)
+
+
+def test_check_leaves_its_input_alone() -> None:
+    raw = read_document(LLAMA_70B_TP8_H100, raw=True)
+    before = json.dumps(raw, sort_keys=True)
+    assert check(raw).violations
+    assert json.dumps(raw, sort_keys=True) == before
+
+
+def test_report_says_what_was_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(LLAMA_70B_TP8_H100)]) == 0
+    out = capsys.readouterr().out
+    assert "854.8" not in out and "855 W" in out  # the refusal is said, the reading is not used
+
+
+def test_tokens_per_joule_is_per_gpu_for_a_tensor_parallel_model() -> None:
+    """Qwen2.5 72B (TP 8) read as twice as energy-efficient per token as Qwen2.5 7B: its rate was one
+    rank's, though each token went through eight GPUs."""
+    raw = read_document(LLAMA_70B_TP8_H100, raw=True)
+    doc = read_document(LLAMA_70B_TP8_H100)
+    tp = doc["question"]["config"]["tensor_model_parallel_size"]
+    assert tp == 8
+    for precision, entry in step_energies(doc).items():
+        stored = step_energies(raw)[precision]
+        assert entry["tokens_per_j"] == pytest.approx(stored["tokens_per_j"] / tp, rel=1e-3)
+        assert entry["tokens_per_j_low"] <= entry["tokens_per_j"] <= entry["tokens_per_j_high"]
+    single = read_document(LLAMA_8B_H100)
+    for precision, entry in step_energies(single).items():  # TP 1: unchanged
+        assert entry["tokens_per_j"] == pytest.approx(step_energies(read_document(LLAMA_8B_H100, raw=True))[
+            precision]["tokens_per_j"], abs=0.11)
