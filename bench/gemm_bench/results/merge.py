@@ -46,7 +46,7 @@ from filelock import FileLock
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache, CacheError, dumps, read_document, write_atomic
-from gemm_bench.results.schema import merge_documents, stamp_run_ids, validate
+from gemm_bench.results.schema import WHOLE_BLOCKS, merge_documents, stamp_run_ids, validate
 from gemm_bench.results.stack import document_stack
 from gemm_bench.results.untrusted_text import field, markdown
 
@@ -165,7 +165,22 @@ def account(existing: dict[str, Any], incoming: dict[str, Any], written: dict[st
                              f"({_listed(superseded)})")
             if dropped:
                 parts.append(f"dropped {sum(dropped.values())} {side} {noun} ({_listed(dropped)})")
+    for block in WHOLE_BLOCKS:  # measured whole by one run: whose the file holds, said by name
+        held = result.get(block)
+        if held is None:
+            continue
+        name = _WHOLE_NOUNS[block]
+        if held == incoming.get(block) and held == existing.get(block):
+            parts.append(f"the {name} (the same in both)")
+        elif held == incoming.get(block):
+            parts.append(f"the incoming {name}" + (", replacing the cached one" if block in existing else ""))
+        elif held == existing.get(block):
+            parts.append(f"kept the cached {name}" + (" over the incoming one" if block in incoming
+                                                       else " (the incoming run did not measure it)"))
     return "; ".join(parts) or "neither run holds any cell"
+
+
+_WHOLE_NOUNS = {"model_step": "model step", "plan": "precision plan", "energy": "energy per step"}
 
 
 def _stack_text(doc: dict[str, Any]) -> str:

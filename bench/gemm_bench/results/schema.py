@@ -170,6 +170,10 @@ peer_run_id = cell_run_id
 #: Optional blocks of per-run cells beside ``cells`` and ``peers``: the layer step
 #: (:mod:`gemm_bench.measure.step`) and the SQNRs (:mod:`gemm_bench.measure.accuracy`); one mode is one run.
 RUN_BLOCKS: tuple[str, ...] = ("layer", "accuracy")
+#: Blocks measured whole by one run (:func:`merge_documents`): a newer run that measured one replaces
+#: it whole; one that did not keeps the cached block (issue 43: a run that re-measured only the
+#: pre-quantized GEMMs once dropped the cached energy and plan).
+WHOLE_BLOCKS: tuple[str, ...] = ("model_step", "plan", "energy")
 
 
 def stamp_run_ids(doc: dict[str, Any]) -> dict[str, Any]:
@@ -872,7 +876,10 @@ def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     and Linear peers (``kind: linear``) in the autocast run: a new run with peers of a kind, or
     cells of that kind's mode, replaces every old peer of that kind; otherwise old peers are kept
     under the same conditions as old cells. Layer-step cells (``doc["layer"]``) and SQNR
-    cells (``doc["accuracy"]``) merge the same way, per mode of their own block.
+    cells (``doc["accuracy"]``) merge the same way, per mode of their own block; the whole blocks
+    (:data:`WHOLE_BLOCKS`: the model step, the precision plan, the energy) are the new run's where it
+    has one and the cached run's where it has none, so nothing is lost that the new run did not
+    re-measure.
 
     Both documents must be valid. The result is a valid current-schema document whose top-level
     ``run_id`` is the new run's; every kept old cell and peer has its own run id written out.
@@ -896,8 +903,9 @@ def merge_documents(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         if block in old or block in new:
             replaced = {c["mode"] for c in new.get(block, [])}
             merged[block] = [c for c in old.get(block, []) if c["mode"] not in replaced] + new.get(block, [])
-    if "model_step" not in new and "model_step" in old:  # one block, one run: the newest run's that has one
-        merged["model_step"] = old["model_step"]
+    for block in WHOLE_BLOCKS:  # one block, one run: the newest run's that has one, else the cached one
+        if block not in new and block in old:
+            merged[block] = old[block]
     if not new.get("accuracy") and "accuracy_method" in old:
         merged["accuracy_method"] = old["accuracy_method"]
     if "groups" in old or "groups" in new:
