@@ -149,8 +149,9 @@ def read_document(path: Path, *, trusted: set[str] | None = None, raw: bool = Fa
     (:func:`gemm_bench.results.invariants.check`): a number that breaks an invariant the schema
     cannot see is demoted to a failed entry whose reason says why, and the violations are its
     :attr:`~gemm_bench.results.schema.CheckedDocument.violations` (JSON path, block, recipe,
-    problem), for the report and the pages to say. ``raw=True`` returns the file as stored, for the writers that merge it and write it back
-    (a checked document is never stored: :func:`gemm_bench.results.schema.validate` refuses it).
+    problem), for the report and the pages to say. ``raw=True`` returns the file as stored, for the
+    writers that merge it and write it back (a checked document is never stored:
+    :func:`gemm_bench.results.schema.validate` refuses it).
 
     :class:`CacheError` is the only exception this raises for any file content. ``trusted``:
     keys (:func:`content_key`) of contents that passed validation before, with this code; such a

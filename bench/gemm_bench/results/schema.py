@@ -128,7 +128,7 @@ _CAPABILITY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 _SCALARS = (str, int, float, bool, type(None))
 
 
-class CheckedDocument(dict):  # type: ignore[type-arg]
+class CheckedDocument(dict[str, Any]):
     """A result document as every reader gets it (:func:`gemm_bench.results.cache.read_document`): its
     numbers passed the invariants of :mod:`gemm_bench.results.invariants` (those that broke one are
     demoted to failed entries) and :attr:`violations` says which broke and where. It equals the plain
