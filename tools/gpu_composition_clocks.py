@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                         "real_clock": run_clock, "real_kinds_ms": kinds}
                     del real
                 print(model, p, f"G{g}", f"composed/gpu {composed / gpu_ms:.3f} composed/event {composed / event:.3f}",
-                      f"clock parts {parts_clock.get('sm_clock_mhz_median')} real {run_clock.get('sm_clock_mhz_median')}",
+                      f"clock parts {parts_clock.get('sm_clock_mhz_median')}",
+                      f"real {run_clock.get('sm_clock_mhz_median')}",
                       f"power parts {parts_clock.get('power_w_median')} real {run_clock.get('power_w_median')}",
                       flush=True)
         report["models"][model] = entry
