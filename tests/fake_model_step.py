@@ -57,7 +57,7 @@ def model_step_block(config: ModelConfig, run_id: str, precisions: Sequence[str]
     its time breakdown (:func:`with_breakdown`)."""
     speeds = {**SPEEDS, **(speeds or {})}
     failed = dict(failed or {})
-    parts = [_measured("embedding", "bf16", 0.6), _measured("head", "bf16", 9.0),
+    parts = [_measured("embedding", "bf16", 0.6), _measured("head", "bf16", 45.0),
              _measured("optimizer", "bf16", 2.0, params=1 << 26), _measured("optimizer", "bf16", 8.0, params=1 << 28)]
     memory = {}
     for p in precisions:
