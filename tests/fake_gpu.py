@@ -64,7 +64,7 @@ def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[
             if not os.environ.get("FAKE_GPU_SWALLOW"):
                 raise TimeoutError("the test never killed the hanging fake worker")
     source = template_path(question.hash)
-    doc = copy.deepcopy(read_document(source))
+    doc = copy.deepcopy(read_document(source, raw=True))
     doc["cells"] = [c for c in doc["cells"] if c["precision"] in precisions and c["mode"] in modes]
     doc["provenance"]["fake"] = f"fake GPU for tests: cells copied from {source.name}"
     # The runner times Linear peers beside autocast and GEMM peers beside the pre-quantized GEMMs.
