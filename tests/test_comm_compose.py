@@ -171,3 +171,19 @@ def test_expert_and_pipeline_bytes() -> None:
     assert comm.dp_grad_all_reduce(1000, 4, grad_bytes=2).bytes == 2000
     with pytest.raises(comm.CommError, match="FP32 \\(4 bytes\\) or BF16"):
         comm.dp_grad_reduce_scatter(1000, 4, grad_bytes=1)
+
+
+def test_the_methodology_states_the_defaults_the_code_uses() -> None:
+    """The assumed link and the sweep's range are stated on the methodology page: the page's words
+    must be the code's numbers (a default changed in one place only fails here)."""
+    from pathlib import Path
+
+    from gemm_bench.measure.tp_step import sweep_sizes
+
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs" / "methodology.rst").read_text(
+        encoding="utf-8").split())
+    link = comm.INTER_NODE_DEFAULT
+    assert f"{link.bandwidth_gb_s * 8:g} Gb/s InfiniBand NDR" in page
+    assert f"{link.bandwidth_gb_s:g} GB/s each way, {link.latency_us:g} µs per ring step" in page
+    sizes = sweep_sizes()
+    assert f"from {sizes[0] >> 20} MiB to {sizes[-1] >> 20} MiB" in page
