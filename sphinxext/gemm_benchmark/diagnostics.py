@@ -78,7 +78,7 @@ def warn(subtype: Subtype, message: str, *, location: Any) -> None:
 
 def refused_files_text(cache_dir: Path, refused: Sequence[CacheError]) -> str:
     """What a page says of result files that exist but were refused (the schema's reason, each
-    path from the cache folder on): "" when none was. A "not measured yet" panel that said only
+    path from the cache folder on, as a ````literal````): "" when none was. A "not measured yet" panel that said only
     "does not exist" sent the author to measure again what was there, refused for one field."""
     if not refused:
         return ""
@@ -88,6 +88,6 @@ def refused_files_text(cache_dir: Path, refused: Sequence[CacheError]) -> str:
             where = f"{cache_dir.name}/{error.path.relative_to(cache_dir).as_posix()}"
         except ValueError:
             where = error.path.name
-        said.append(f"{where} exists but was refused: {error.problem}")
+        said.append(f"``{where}`` exists but was refused: {error.problem}")
     return ("; ".join(said) + ". Fix or re-measure " + ("it" if len(refused) == 1 else "them")
             + " (the build's warning names the same reason).")

@@ -124,7 +124,8 @@ the speed of BF16.
             # site's order) is known only once every page is read, so check_unique_names gives the
             # label to that block then. A name noted here would make Sphinx warn "duplicate label"
             # (untyped, at whichever page it read second) beside the extension's own error.
-            block["ids"].append(make_id(self.env, self.state.document, "gemm", request.name))
+            block["ids"].append(make_id(self.env, self.state.document, "", request.name))
+            self.state.document.set_id(block)
         self.set_source_info(block)
         if answer.unmatched:
             self.report_missing(request, f"no cached result for device(s) {', '.join(answer.unmatched)} "

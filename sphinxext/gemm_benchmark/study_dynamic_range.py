@@ -38,7 +38,7 @@ from gemm_benchmark import records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, refused_files_text, warn
 from gemm_benchmark.render_block import figure_pair, scrolling
-from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.render_table import Entry, build_table, inline_literals
 from gemm_benchmark.tabs import tab_set
 
 SHOW = ("figure", "table", "provenance")
@@ -276,7 +276,9 @@ def not_measured(cache_dir: Path, wanted: list[str], refused: Sequence[CacheErro
         admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
         admonition += nodes.title("Study file refused", "Study file refused")
         text = f"No usable dynamic-range study{where}: {refused_files_text(cache_dir, refused)}"
-        admonition += nodes.paragraph(text, text)
+        para = nodes.paragraph()
+        para.extend(inline_literals(text))
+        admonition += para
         return admonition
     admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
     admonition += nodes.title("Not measured yet", "Not measured yet")

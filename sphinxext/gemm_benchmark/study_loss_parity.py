@@ -47,7 +47,7 @@ from gemm_benchmark import records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, refused_files_text, warn
 from gemm_benchmark.render_block import figure_pair, scrolling
-from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.render_table import Entry, build_table, inline_literals
 from gemm_benchmark.tabs import tab_set
 from gemm_benchmark.values import reason_clause
 
@@ -258,7 +258,9 @@ def not_measured_admonition(cache_dir: Path, refused: Sequence[CacheError] = ())
         admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
         admonition += nodes.title("Study file refused", "Study file refused")
         text = f"No usable loss-parity study: {refused_files_text(cache_dir, refused)}"
-        admonition += nodes.paragraph(text, text)
+        para = nodes.paragraph()
+        para.extend(inline_literals(text))
+        admonition += para
         return admonition
     admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
