@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-
 from gemm_bench.question.precisions import ALL_MODES, MODE_ALIASES, MODES
 from gemm_benchmark.options import OPTIONS, OptionError, parse_options
 
@@ -101,7 +100,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[int,
 def test_the_missing_warning_and_panel_say_what_to_do_in_the_authors_project(built):
     """Before: "run nox -s docs on such a GPU" (this repository's session) and, in the warning,
     no remedy at all."""
-    located, warnings, project = built
+    located, _, project = built
     missing = [w for w in located["index"][10] if w.endswith("[gemm_benchmark.missing]")]
     assert missing, located["index"]
     assert "nox" not in missing[0]
