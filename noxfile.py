@@ -34,6 +34,7 @@ def docs(session: nox.Session) -> None:
     0.94-1.12) that include no gain at all; pass ``-- -j auto`` to try it on more cores.
     """
     _see_gpu_stack(session)
+    _announce_install(session, "the project with Sphinx, MyST, sphinx-tabs, Furo and matplotlib")
     session.install("-e", ".[docs]")
     session.run(
         "python", "-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs,
@@ -73,6 +74,12 @@ def _see_gpu_stack(session: nox.Session) -> None:
         session.log(f"PyTorch of {outside} ({torch_site}) is visible to this session")
 
 
+def _announce_install(session: nox.Session, what: str) -> None:
+    """Say what is being installed and how long it takes, before pip's quiet minutes: a new
+    environment's install printed nothing for about two minutes (nox runs pip quietly)."""
+    session.log(f"Installing {what}: about two minutes in a new environment, seconds when nox reuses it")
+
+
 def _ask(python: str, code: str) -> str | None:
     """What ``python -c code`` prints (stripped), or None where it fails."""
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
@@ -108,7 +115,10 @@ def tests(session: nox.Session) -> None:
     builds, refresh workers, killed writers) compiles the project's modules again; a second run
     spent 12 s less CPU (180 s of user time, not 192).
     """
+    _announce_install(session, "the project with the docs packages, pytest, Hypothesis, import-linter and "
+                               "PyTorch's CPU build")
     session.install("-e", ".[docs,test,test-torch]")
+    session.log("Running the test-suite: about two to three minutes on two cores")
     session.run("pytest", "-n", "auto", "--dist", "worksteal", "--hypothesis-profile=ci", *session.posargs,
                 env={"PYTHONDONTWRITEBYTECODE": None})
 

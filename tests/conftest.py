@@ -47,8 +47,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # 10 N, for a change to what a fuzzer covers or a nightly job (``nox -s tests -- --hypothesis-profile=
 # thorough``: about 10x the fuzzers' minutes). ``ci`` has no deadline (a loaded 2-core machine is
 # slow, not wrong) and prints the blob that reproduces a failure.
-hypothesis_settings.register_profile("ci", deadline=None, print_blob=True)
-hypothesis_settings.register_profile("thorough", deadline=None, print_blob=True, max_examples=1000)
+#
+# ``ci`` is derandomized (which implies no example database): each fuzzer draws the same examples on
+# every run of the same commit, seeded from the test itself, so CI's verdict is the commit's, never a
+# draw's, and nothing is read from an earlier run (a draw stored in .hypothesis/ once failed every
+# later run: a file name longer than the file system takes, a bug of the test). ``database=None``
+# alone would still let each CI run fail or pass on a new random draw; a fuzzer's reach grows instead
+# with ``thorough``, random and without a database, run on purpose (a change to what a fuzzer covers,
+# a nightly job). A plain ``pytest`` keeps Hypothesis's defaults: random, with the local database.
+hypothesis_settings.register_profile("ci", deadline=None, print_blob=True, derandomize=True, database=None)
+hypothesis_settings.register_profile("thorough", deadline=None, print_blob=True, max_examples=1000, database=None)
 
 
 def fuzz_examples(n: int) -> int:
@@ -92,6 +100,18 @@ def shared_site_reads(_site_reads: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(refresh, "read_site", _site_reads)
     return _site_reads
+
+
+@pytest.fixture
+def cpu_step() -> Any:
+    """:mod:`tests.test_model_step_measure_cpu` (its tiny model, the fake Transformer Engine it measures
+    through, its document with a model-step block), which run on PyTorch's CPU build. A test module
+    that imports it at the top stops the whole collection where torch is missing; a test that asks
+    for this fixture skips there, and the rest of its module runs."""
+    pytest.importorskip("torch", reason="the fake Transformer Engine runs on PyTorch's CPU build (test-torch extra)")
+    from tests import test_model_step_measure_cpu
+
+    return test_model_step_measure_cpu
 
 
 def cuda_available() -> bool:

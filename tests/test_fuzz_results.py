@@ -19,6 +19,7 @@ import copy
 import io
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -139,13 +140,32 @@ def hostile_documents(draw: st.DrawFn) -> tuple[dict[str, Any], int]:
     return doc, base
 
 
-def _write(directory: Path, doc: dict[str, Any], base: int, how: str) -> Path:
-    """Write ``doc`` where the cache would look for it: as JSON, raw bytes, or behind a symlink."""
+def _name_max(directory: Path) -> int:
+    """The longest file name, in bytes, the file system of ``directory`` takes (255 on ext4, tmpfs, APFS)."""
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no such variable
+        return 255
+
+
+def _file_name(directory: Path, doc: dict[str, Any], base: int) -> str:
+    """The name the cache would look for ``doc`` under, where the file system takes it: a hostile
+    hash or device name can make one longer than it allows ("x" * 300), and writing it raised
+    OSError inside the test, before the code under test ran (and Hypothesis's database replayed the
+    draw on every later run). Such a document is written under its base's name: its hostile values
+    are still read, which is what the test is about."""
     name_hash, device = doc.get("question_hash"), doc.get("device", {})
     device_name = device.get("name") if isinstance(device, dict) else None
-    if not (isinstance(name_hash, str) and isinstance(device_name, str) and name_hash.isalnum()):
-        name_hash, device_name = BASES[base]["question_hash"], BASES[base]["device"]["name"]
-    path = directory / file_name(name_hash, device_name).encode("utf-8", "replace").decode("utf-8")
+    if isinstance(name_hash, str) and isinstance(device_name, str) and name_hash.isalnum():
+        name = file_name(name_hash, device_name).encode("utf-8", "replace").decode("utf-8")
+        if len(os.fsencode(name)) <= _name_max(directory):
+            return name
+    return file_name(BASES[base]["question_hash"], BASES[base]["device"]["name"])
+
+
+def _write(directory: Path, doc: dict[str, Any], base: int, how: str) -> Path:
+    """Write ``doc`` where the cache would look for it: as JSON, raw bytes, or behind a symlink."""
+    path = directory / _file_name(directory, doc, base)
     text = json.dumps(doc, indent=1, ensure_ascii=how != "raw")  # NaN/Infinity as Python writes them
     data = text.encode("utf-8", "surrogatepass")  # a lone surrogate becomes invalid UTF-8
     if how == "symlink":
@@ -155,6 +175,18 @@ def _write(directory: Path, doc: dict[str, Any], base: int, how: str) -> Path:
     else:
         path.write_bytes(data)
     return path
+
+
+def test_a_name_longer_than_the_file_system_takes_is_written_under_its_bases(tmp_path: Path) -> None:
+    """The draw that failed the fuzzer on its own: a device name of 300 characters (OSError "File name
+    too long" in _write, before read_document ran)."""
+    doc = copy.deepcopy(BASES[0])
+    doc["device"]["name"] = "x" * 300
+    path = _write(tmp_path, doc, 0, "json")
+    assert path.name == file_name(BASES[0]["question_hash"], BASES[0]["device"]["name"]) and path.is_file()
+    short = copy.deepcopy(BASES[0])
+    short["device"]["name"] = "NVIDIA B200"
+    assert _write(tmp_path, short, 0, "json").name == file_name(short["question_hash"], "NVIDIA B200")
 
 
 def _check_report(report: Report) -> None:

@@ -19,17 +19,18 @@ from gemm_bench.report.report import Report
 from gemm_bench.results.breakdown import check_adds_up
 from gemm_bench.results.kernel_kinds import PARTS
 from gemm_bench.results.schema import ResultError, validate
-from tests import fake_model_step, fake_te
-from tests.test_model_step_measure_cpu import TINY, _document_with_block
+from tests import fake_model_step
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_every_measured_part_stores_its_breakdown_from_its_profiled_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_measured_part_stores_its_breakdown_from_its_profiled_rounds(monkeypatch: pytest.MonkeyPatch,
+                                                                           cpu_step: Any) -> None:
     """The fake timer profiles one round per region: a GEMM for half the region's median, a norm for a
     fifth; each part's stored breakdown is those kernels, classified, with the rest idle."""
+    fake_te = cpu_step.fake_te
     parts = fake_te.install(monkeypatch)
-    block = parts.model_step_block(TINY, ["bf16", "fp8-current"], fake_te.group_timer(rounds=2), "r")
+    block = parts.model_step_block(cpu_step.TINY, ["bf16", "fp8-current"], fake_te.group_timer(rounds=2), "r")
     assert block is not None
     measured = [p for p in block["parts"] if p["status"] == "measured"]
     assert {(p["part"], p["precision"]) for p in measured} >= {
@@ -46,9 +47,11 @@ def test_every_measured_part_stores_its_breakdown_from_its_profiled_rounds(monke
     assert "eager rounds" in sources["optimizer"]
 
 
-def test_a_timer_without_kernels_stores_parts_without_breakdowns(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_timer_without_kernels_stores_parts_without_breakdowns(monkeypatch: pytest.MonkeyPatch,
+                                                                 cpu_step: Any) -> None:
     from gemm_bench.measure.timing import GroupTiming
 
+    fake_te = cpu_step.fake_te
     parts = fake_te.install(monkeypatch)
     timer = fake_te.group_timer(rounds=2)
 
@@ -56,9 +59,9 @@ def test_a_timer_without_kernels_stores_parts_without_breakdowns(monkeypatch: py
         result, failures = timer(builders, graphs, label)
         return GroupTiming(result.samples, {}, {}, result.record, result.cross_check), failures
 
-    block = parts.model_step_block(TINY, ["bf16"], bare, "r")
+    block = parts.model_step_block(cpu_step.TINY, ["bf16"], bare, "r")
     assert block is not None and not any("breakdown" in p for p in block["parts"])
-    doc, _ = _document_with_block(monkeypatch)
+    doc, _ = cpu_step._document_with_block(monkeypatch)
     doc["model_step"]["parts"] = [{k: v for k, v in p.items() if k != "breakdown"} for p in doc["model_step"]["parts"]]
     validate(doc)
     summary = Report(doc).model_step()
@@ -213,15 +216,16 @@ def test_every_committed_model_step_breakdown_adds_up_to_its_step() -> None:
 
 
 def test_the_gpu_proof_holds_the_composed_kinds_beside_the_real_models(monkeypatch: pytest.MonkeyPatch,
-                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+                                                                        capsys: pytest.CaptureFixture[str],
+                                                                        cpu_step: Any) -> None:
     """The second method of the model step's breakdown: a real model's profiled kernels per kind, beside
     the same kinds composed from the parts (GPU time only: the composed idle is no real step's)."""
     from gemm_bench.measure.timing import TimerSettings
-    from tests.test_model_step_measure_cpu import _tool
 
+    fake_te = cpu_step.fake_te
     parts = fake_te.install(monkeypatch)
-    out = parts.measure_model(TINY, ["bf16"], TimerSettings(), proof_layers=2, microbatches=(1, 4), real_steps=2,
-                              group=fake_te.group_timer())
+    out = parts.measure_model(cpu_step.TINY, ["bf16"], TimerSettings(), proof_layers=2, microbatches=(1, 4),
+                              real_steps=2, group=fake_te.group_timer())
     proof = out["proof"]["bf16/G4"]
     # fake_te's real step: two overlapping unnamed kernels (4/3 ms of busy time a step, "other")
     assert proof["real_parts_ms"]["other"] == pytest.approx(4 / 3)
@@ -230,7 +234,7 @@ def test_the_gpu_proof_holds_the_composed_kinds_beside_the_real_models(monkeypat
     # the fake timer's parts: half GEMM, a fifth norm; composed with the step's weights
     assert composed["gemm"] == pytest.approx(composed["elementwise"] * 2.5, rel=1e-3)  # whole ns per kernel
     assert composed["gemm"] + composed["elementwise"] == pytest.approx(proof["composed_ms"] * 0.7, rel=0.05)
-    _tool().print_table("tiny", out)
+    cpu_step._tool().print_table("tiny", out)
     assert "kinds bf16/G4" in capsys.readouterr().out
 
 

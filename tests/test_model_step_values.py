@@ -4,17 +4,17 @@ result whose model-step block the fake Transformer Engine measured."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from gemm_bench.report.report import Report
 from gemm_benchmark.model_step_values import MODEL_BREAKDOWN, MODEL_STEP_KINDS, model_step_g_key, model_step_values
 from gemm_benchmark.records import value_key
-from tests.test_model_step_measure_cpu import _document_with_block
 
 
-def test_every_role_has_a_value_per_precision_and_g(monkeypatch: pytest.MonkeyPatch) -> None:
-    doc, _ = _document_with_block(monkeypatch)
+def test_every_role_has_a_value_per_precision_and_g(monkeypatch: pytest.MonkeyPatch, cpu_step: Any) -> None:
+    doc, _ = cpu_step._document_with_block(monkeypatch)
     report = Report(doc)
     values = model_step_values(report, "tiny on H100")
     summary = report.model_step()
@@ -34,8 +34,9 @@ def test_every_role_has_a_value_per_precision_and_g(monkeypatch: pytest.MonkeyPa
     assert values[value_key("gemm-memory-delta", "layer-graphed", "bf16", "G")].text == "the same"
 
 
-def test_a_result_without_a_model_step_gives_reasons_not_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    doc, question = _document_with_block(monkeypatch)
+def test_a_result_without_a_model_step_gives_reasons_not_numbers(monkeypatch: pytest.MonkeyPatch,
+                                                                  cpu_step: Any) -> None:
+    doc, question = cpu_step._document_with_block(monkeypatch)
     del doc["model_step"]
     values = model_step_values(Report(doc), "tiny on H100", ("bf16",))
     assert {k.split()[0] for k in values} == {*MODEL_STEP_KINDS, MODEL_BREAKDOWN}
@@ -67,10 +68,11 @@ def test_the_role_specs_are_registered_as_roles() -> None:
     assert all(s.example.split()[1] == "layer-graphed" for s in specs)
 
 
-def test_a_result_older_than_the_vocabulary_says_it_predates_the_model_step(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_result_older_than_the_vocabulary_says_it_predates_the_model_step(monkeypatch: pytest.MonkeyPatch,
+                                                                            cpu_step: Any) -> None:
     """Reader pass 4: roles @h200 told the author to "give vocab-size" on a preset that carries it; the
     H200 result was written before the config stored a vocabulary (no ``vocab_size`` key at all)."""
-    doc, _ = _document_with_block(monkeypatch)
+    doc, _ = cpu_step._document_with_block(monkeypatch)
     del doc["model_step"]
     doc["question"]["config"].pop("vocab_size", None)
     values = model_step_values(Report(doc), "tiny on H200", ("bf16",))

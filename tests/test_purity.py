@@ -64,7 +64,8 @@ def test_every_extension_module_has_a_layer() -> None:
 
 
 def test_no_import_goes_up_or_around() -> None:
-    """``lint-imports`` (installed by ``nox -s lint``) keeps both packages' layers and forbids circles
+    """``lint-imports`` (the ``test`` extra installs it, so ``nox -s tests`` runs this, as ``nox -s lint`` does)
+    keeps both packages' layers and forbids circles
     (the extension's buildlog -> config -> execution -> buildlog broke both)."""
     pytest.importorskip("importlinter")
     lint = Path(sys.executable).parent / "lint-imports"

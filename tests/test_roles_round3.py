@@ -231,14 +231,14 @@ def test_a_device_with_no_result_says_the_cache_has_none_and_how_to_measure(buil
     message = " ".join(index.get(line, []))
     assert "no result for b200 is in the cache" in message, index
     assert "h100" in message and "h200" in message  # the GPUs that are
-    assert "nox -s docs on" in message and "execution mode auto measures what is missing" in message
+    assert "build the docs on a b200 GPU in execution mode auto" in message and "gemm-bench refresh" in message
     assert "shows no device" not in message
 
 
 def test_a_directive_whose_devices_have_no_result_says_which_and_how_to_measure(built):
     message = " ".join(built[0]["index"].get(_line_of(INDEX, "`bwonly autocast"), []))
     assert "bwonly has no measured result on any device: no result for b200 is in the cache" in message, message
-    assert "nox -s docs on such a GPU" in message
+    assert "build the docs on such a GPU in execution mode auto" in message
 
 
 def test_a_device_neither_listed_nor_measured_says_both(built):

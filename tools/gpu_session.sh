@@ -12,8 +12,8 @@
 #      (SIGINT at the deadline: finished questions stay stored, a later call measures the rest);
 #   2. reproducibility: one question again in a second process, compared with the refresh's run;
 #   3. the GPU tests (-m gpu), with what they print;
-#   4. the README's docs command measuring on this box: `nox --no-venv --no-install -s docs` (torch
-#      lives in the image's own venv, which a venv nox makes would not see) with a scratch page
+#   4. the README's docs command measuring on this box, as written (nox's docs session borrows the
+#      image's own venv's torch through a .pth, noxfile.py _see_gpu_stack) with a scratch page
 #      (orphan, removed afterwards) asking one question the cache lacks: an author's new question.
 # STEPS picks steps (default "refresh,repro,tests"; add "docs" for step 4), REFRESH_ARGS adds
 # refresh flags ("--force" re-measures the whole site: the whole-site wall time).

@@ -9,11 +9,14 @@ The authoring reference renders :data:`DESCRIPTIONS` (``.. gemm-benchmark-warnin
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sphinx.util import logging
 
 from gemm_bench.results import untrusted_text
+from gemm_bench.results.cache import CacheError
 
 logger = logging.getLogger("gemm_benchmark")
 
@@ -71,3 +74,20 @@ def warn(subtype: Subtype, message: str, *, location: Any) -> None:
     strings (a device name, a reason): control characters are shown escaped, never sent to the
     terminal (an OSC sequence in a device name would retitle it), and the message stays one line."""
     logger.warning(untrusted_text.field(message), location=location, type=WARNING_TYPE, subtype=subtype.value)
+
+
+def refused_files_text(cache_dir: Path, refused: Sequence[CacheError]) -> str:
+    """What a page says of result files that exist but were refused (the schema's reason, each
+    path from the cache folder on, as a ````literal````): "" when none was. A "not measured yet" panel that said only
+    "does not exist" sent the author to measure again what was there, refused for one field."""
+    if not refused:
+        return ""
+    said = []
+    for error in refused:
+        try:
+            where = f"{cache_dir.name}/{error.path.relative_to(cache_dir).as_posix()}"
+        except ValueError:
+            where = error.path.name
+        said.append(f"``{where}`` exists but was refused: {error.problem}")
+    return ("; ".join(said) + ". Fix or re-measure " + ("it" if len(refused) == 1 else "them")
+            + " (the build's warning names the same reason).")

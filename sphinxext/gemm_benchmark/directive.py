@@ -15,12 +15,13 @@ from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
+from sphinx.util.nodes import make_id
 
 from gemm_bench.question.devices import device_label
 from gemm_benchmark import execution, questions_builder, records
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.nodes import gemm_benchmark_block
+from gemm_benchmark.nodes import block_title, gemm_benchmark_block
 from gemm_benchmark.options import (
     OPTIONS,
     OptionError,
@@ -69,12 +70,14 @@ the speed of BF16.
     def warn(self, subtype: Subtype, message: str) -> None:
         warn(subtype, f"gemm-benchmark: {message}", location=(self.env.docname, self.lineno))
 
-    def report_missing(self, request: Request, message: str) -> None:
-        """A missing result: a warning, or with ``:missing: note`` an info line (still located)."""
+    def report_missing(self, request: Request, message: str, cache_dir: Path, gpu: str = "such a GPU") -> None:
+        """A missing result: a warning saying what to do in the author's own project (measure it, or
+        say the page expects it missing), or with ``:missing: note`` an info line (still located)."""
         if request.missing == "note":
             logger.info("gemm-benchmark: %s (:missing: note)", message, location=(self.env.docname, self.lineno))
         else:
-            self.warn(Subtype.MISSING, message)
+            self.warn(Subtype.MISSING, f"{message}. To add it, {execution.how_to_measure(gpu, cache_dir)}; "
+                      f"{execution.MISSING_NOTE_REMEDY}")
 
     def run(self) -> list[nodes.Node]:
         docdir = Path(self.env.doc2path(self.env.docname)).parent
@@ -117,36 +120,30 @@ the speed of BF16.
         block["gemm_name"] = request.name
         block["gemm_caption"] = request.caption
         if request.name:
-            label = nodes.fully_normalize_name(request.name)
-            block["names"].append(label)
-            if not isinstance(self._named(label), gemm_benchmark_block):
-                # A second block of one name is reported by check_unique_names at both blocks; docutils'
-                # own "Duplicate explicit target name" would name neither block's line.
-                self.state.document.note_explicit_target(block, block)
+            # An id, not a docutils name: which block of a name given twice owns it (its first in the
+            # site's order) is known only once every page is read, so check_unique_names gives the
+            # label to that block then. A name noted here would make Sphinx warn "duplicate label"
+            # (untyped, at whichever page it read second) beside the extension's own error.
+            block["ids"].append(make_id(self.env, self.state.document, "", request.name))
+            self.state.document.set_id(block)
         self.set_source_info(block)
         if answer.unmatched:
             self.report_missing(request, f"no cached result for device(s) {', '.join(answer.unmatched)} "
-                                f"(question {request.question.hash} in {config.cache_dir})")
+                                f"(question {request.question.hash} in {config.cache_dir})", config.cache_dir,
+                                f"a {' or '.join(answer.unmatched)} GPU")
         if answer.devices:
             block.extend(block_nodes(self.env, request, answer))
         else:
             if not answer.unmatched:  # one warning per directive
                 self.report_missing(request, f"no result for question {request.question.hash} "
                                     f"({request.question.describe()}) on any device in {config.cache_dir}, "
-                                    f"and it was not measured: {self._why_not_measured(config.mode)}")
+                                    f"and it was not measured: {self._why_not_measured(config.mode)}",
+                                    config.cache_dir)
             if request.caption:
                 block += nodes.paragraph(request.caption, request.caption, classes=["gemm-caption"])
             block += not_measured_admonition(request, "", config.cache_dir, note=request.missing == "note")
-        self._record(request, answer, config.cache_dir)
+        self._record(request, answer, config.cache_dir, block)
         return [block]
-
-    def _named(self, label: str) -> nodes.Element | None:
-        """The element this page already gave the explicit name ``label``, if any."""
-        document = self.state.document
-        if not document.nametypes.get(label):
-            return None
-        node_id = document.nameids.get(label)
-        return document.ids.get(node_id) if node_id else None
 
     def _why_not_measured(self, mode: str) -> str:
         if mode == "cache":
@@ -156,7 +153,8 @@ the speed of BF16.
             return reason
         return f"this machine's GPU ({gpu.name}) is not among the requested devices"
 
-    def _record(self, request: Request, answer: execution.Answer, cache_dir: Path) -> None:
+    def _record(self, request: Request, answer: execution.Answer, cache_dir: Path,
+                block: gemm_benchmark_block) -> None:
         devices = tuple(
             records.DeviceRecord(
                 name=d.device, slug=d.slug, path=str(d.path), date=d.doc["provenance"]["date"],
@@ -173,38 +171,56 @@ the speed of BF16.
             modes=tuple(request.modes), precisions=tuple(request.precisions), cache_dir=str(cache_dir),
             cache_files=records.cache_file_names(cache_dir, request.question.hash), status=answer.status.value,
             devices=devices, unmatched=tuple(answer.unmatched), devices_listed=bool(request.devices),
-            gemm_names=names,
+            gemm_names=names, node_id=block["ids"][0] if block["ids"] else "", title=block_title(block),
         ))
 
 
 def check_unique_names(app: Sphinx, env: BuildEnvironment) -> None:
-    """``env-check-consistency``: a ``:name:`` given to two ``gemm-benchmark`` directives, on one page
-    or two, warned about at both directives, each naming the other.
+    """``env-check-consistency``: a ``:name:`` belongs to its first definition in the site's order
+    (:func:`.records.document_order`: the toctree, then pages by name; lines within a page), and
+    every later definition is an error at that definition, naming the first.
 
-    Roles quote a name's first directive (:func:`.records.find`); the author of the second, seeing
-    its name quoted with another directive's numbers, would otherwise learn of the clash only from
-    docutils (one warning, at neither directive's line) or Sphinx ("duplicate label", at one). A
-    directive rejected for bad options counts too: its clash surfaced only on the build after the
-    author fixed the options.
+    The later one is rejected: its block is still shown, unnamed, roles naming it quote the first
+    (as they did while only the first existed: adding a page never re-targets another page's
+    roles) and ``:ref:`` links to the first. The first gets no warning, and nothing else warns
+    about the clash (no "duplicate label" from Sphinx; no role warning on the later page that only
+    repeats it: :func:`.records.rejected_duplicate`). A directive rejected for bad options that
+    reuses a name is told so too, at its own line, now rather than on the build after its fix.
     """
-    by_name: dict[str, list[tuple[str, str, int, bool]]] = {}  # name -> (name as given, page, line, rejected)
-    for record in records.all_records(env):
-        if record.quotable:
-            by_name.setdefault(record.name.lower(), []).append((record.name, record.docname, record.lineno, False))
-    for docname, names in sorted(records.data(env).rejected_names.items()):
-        for name, lineno in names:
-            by_name.setdefault(name.lower(), []).append((name, docname, lineno, True))
-    for clash in by_name.values():
-        if len(clash) < 2:
+    order = records.document_order(env)
+    shown: dict[str, list[records.DirectiveRecord]] = {}
+    for record in records.quotable_records(env):
+        shown.setdefault(record.name.lower(), []).append(record)
+    std = env.get_domain("std")
+    for name, definitions in shown.items():
+        first, *later = definitions
+        for record in later:
+            warn(Subtype.OPTION, f"gemm-benchmark: :name: {record.name!r} is already the name of the directive at "
+                 f"{_place(env, first.docname, first.lineno)}, which comes first in the site's order (the "
+                 "toctree): this one's name is rejected (it is shown unnamed, and roles naming it quote the "
+                 "first); give it another name", location=(record.docname, record.lineno))
+        if not first.node_id:
+            continue  # a named summary: roles quote it, :ref: has no block to link to
+        held = std.anonlabels.get(name)  # type: ignore[attr-defined]
+        ours = {(r.docname, r.node_id) for r in definitions}
+        if held is not None and tuple(held) not in ours:
+            warn(Subtype.OPTION, f"gemm-benchmark: :name: {first.name!r} is also a label at "
+                 f"{env.doc2path(held[0], False)} (a section or target): :ref:`{name}` links there; give one "
+                 "of them another name", location=(first.docname, first.lineno))
             continue
-        clash.sort(key=lambda c: (c[1], c[2]))  # page order then line order, as roles find them
-        places = [f"{env.doc2path(docname, False)}:{lineno}" for _, docname, lineno, _ in clash]
-        quoted = next((place for place, c in zip(places, clash, strict=True) if not c[3]), None)
-        for (name, docname, lineno, rejected), place in zip(clash, places, strict=True):
-            others = ", ".join(p for p in places if p != place)
-            why = (f"roles quote the first, {quoted}" if quoted is not None
-                   else "roles quote the first once its options are fixed")
+        std.anonlabels[name] = (first.docname, first.node_id)  # type: ignore[attr-defined]
+        std.labels[name] = (first.docname, first.node_id, first.title)  # type: ignore[attr-defined]
+    rejected = sorted(((order.get(docname, len(order)), docname, lineno, name)
+                       for docname, names in records.data(env).rejected_names.items() for name, lineno in names))
+    for _, docname, lineno, name in rejected:
+        others = [_place(env, r.docname, r.lineno) for r in shown.get(name.lower(), [])]
+        others += [_place(env, d, n) for _, d, n, other in rejected
+                   if other.lower() == name.lower() and (d, n) != (docname, lineno)]
+        if others:
             warn(Subtype.OPTION, f"gemm-benchmark: :name: {name!r} is also the name of the directive at "
-                 f"{others}; a name must be unique across the site ({why})"
-                 + (" (this directive's options are bad: it is not shown)" if rejected else ""),
-                 location=(docname, lineno))
+                 f"{', '.join(others)}; a name must be unique across the site (this directive's options are bad: "
+                 "it is not shown)", location=(docname, lineno))
+
+
+def _place(env: BuildEnvironment, docname: str, lineno: int) -> str:
+    return f"{env.doc2path(docname, False)}:{lineno}"

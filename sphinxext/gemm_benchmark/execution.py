@@ -297,11 +297,20 @@ def how_to_measure(gpu: str, cache_dir: Path) -> str:
     """How a GPU's missing result gets into the cache, as a clause (``gpu``: "such a GPU", "b200").
 
     One wording for every place that reports a result nobody has measured: the directive's "Not
-    measured yet" panel (:func:`.render_block.not_measured_admonition`) and a role quoting a GPU the
-    cache has no result for (:mod:`.roles`), so an author is told the same thing by both.
+    measured yet" panel (:func:`.render_block.not_measured_admonition`), its warning, and a role
+    quoting a GPU the cache has no result for (:mod:`.roles`), so an author is told the same thing by
+    all. It names what works in *any* project using the extension (a build in execution mode auto,
+    ``gemm-bench refresh``), never this repository's own ``nox`` sessions, which an author's project
+    does not have.
     """
-    return (f"run nox -s docs on {gpu} (execution mode auto measures what is missing), or gemm-bench run "
-            f"there, and commit the new file in {cache_dir.name}/")
+    return (f"build the docs on {gpu} in execution mode auto (the default of gemm_benchmark_execution_mode; "
+            f"{ENV_VAR}=auto overrides conf.py), which measures what is missing, or run gemm-bench refresh "
+            f"DOCS_DIR there (DOCS_DIR: the folder of conf.py); then commit the new file in {cache_dir.name}/")
+
+
+#: What a page does about hardware it expects to lack a result (a GPU not measured yet on purpose).
+MISSING_NOTE_REMEDY = ("where the page shows hardware not measured yet on purpose, :missing: note makes this "
+                       "a note instead of a warning")
 
 
 def freshness_key(dates: Sequence[str], *, max_age_days: float | None, mode: str) -> str:

@@ -25,6 +25,7 @@ from gemm_bench.question import choices
 from gemm_bench.question.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
 from gemm_bench.question.devices import ALIASES, device_slug, normalize_selector
 from gemm_bench.question.precisions import (
+    MODE_ALIASES,
     MODE_NAMES,
     MODES,
     PRECISION_IDS,
@@ -83,6 +84,19 @@ def _field_option(field: str) -> Option:
                   examples.get(field, "1"), "model", field=field)
 
 
+def mode_spellings(modes: Sequence[str]) -> str:
+    """Every other spelling the parser accepts for ``modes``, as a sentence for the authoring reference:
+    generated from :data:`~gemm_bench.question.precisions.MODE_ALIASES`, the table
+    :func:`~gemm_bench.question.precisions.normalize_mode` reads, so an accepted spelling
+    (``:modes: prequantized``) is never an undocumented one."""
+    parts = []
+    for mode in modes:
+        aliases = [alias for alias, target in MODE_ALIASES.items() if target == mode]
+        if aliases:
+            parts.append(", ".join(f"``{a}``" for a in aliases) + f" for ``{mode}``")
+    return f"Any case is accepted, and these other spellings: {'; '.join(parts)}." if parts else "Any case is accepted."
+
+
 def _build_options() -> dict[str, Option]:
     presets = ", ".join(f"``{name}``" for name in PRESET_DESCRIPTIONS)
     precisions = ", ".join(f"``{p}``" for p in PRECISION_IDS)
@@ -101,9 +115,10 @@ def _build_options() -> dict[str, Option]:
                "(none)", "1024, 2048, 4096, 8192", "question"),
         *(_field_option(f) for f in (*INT_FIELDS, *sorted(BOOL_FIELDS))),
         Option("precisions", f"Precisions to show, comma separated: {precisions}. BF16, the baseline of every "
-               "speedup, is always shown.", "all", "bf16, fp8-current, fp8-block", "selection"),
-        Option("modes", "Modes to show, as tabs: " + ", ".join(f"``{m}`` ({MODE_NAMES[m]})" for m in MODES) + ".",
-               "autocast, prequant", "autocast", "selection"),
+               "speedup, is always shown. Any case, and ``_`` for ``-``, is accepted (``FP8_Current``).", "all",
+               "bf16, fp8-current, fp8-block", "selection"),
+        Option("modes", "Modes to show, as tabs: " + ", ".join(f"``{m}`` ({MODE_NAMES[m]})" for m in MODES) + ". "
+               + mode_spellings(MODES), "autocast, prequant", "autocast", "selection"),
         Option("devices", "Cached devices to show, in this order (device tabs when more than one): each an exact "
                "device slug (the end of the cache file name, ``h100-80gb-hbm3``) or an alias ("
                + ", ".join(f"``{a}``" for a in ALIASES) + "). A GPU box in ``auto`` mode measures a directive only "
@@ -129,6 +144,19 @@ def _build_options() -> dict[str, Option]:
 OPTIONS: dict[str, Option] = _build_options()
 
 
+#: Where an author finds every option: the generated tables of the authoring reference, which ship
+#: with the extension's distribution (its own project's pages need not have them).
+REFERENCE = "the authoring reference of gemm-guide (docs/authoring.rst, \"Directive options\")"
+
+
+def unknown_option_text(unknown: str, known: Collection[str], directive: str) -> str:
+    """What an unknown option is told: the closest option (a typo's fix) and where every option is
+    listed; never the whole list (36 names on one 900-character line, the fix not among the first)."""
+    near = choices.closest(unknown, list(known))
+    hint = f"; did you mean {choices.either([f':{n}:' for n in near])}?" if near else ", nor close to one."
+    return f"is not an option of {directive}{hint} Every option is in {REFERENCE}"
+
+
 def option_spelling(field: str) -> str:
     """How a config field is spelled in a directive: ``hidden_size`` -> ``:hidden-size:``."""
     return ":" + field.replace("_", "-") + ":"
@@ -139,7 +167,7 @@ class PermissiveOptionSpec(dict):
 
     docutils and MyST both look converters up with ``option_spec[name]``; answering every name
     means unknown options reach our validation, which warns with page, line, option name and the
-    list of known options, under ``suppress_warnings``-able type ``gemm_benchmark.option``.
+    closest known option, under ``suppress_warnings``-able type ``gemm_benchmark.option``.
     """
 
     def __init__(self, known: Mapping[str, Option]) -> None:
@@ -332,8 +360,7 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path,
             return fallback
 
     for unknown in (name for name in options if name not in OPTIONS):
-        errors.append(OptionError(unknown, "is not an option of gemm-benchmark; known options: "
-                                  + ", ".join(OPTIONS)))
+        errors.append(OptionError(unknown, unknown_option_text(unknown, OPTIONS, "gemm-benchmark")))
     text = {k: _keep_text(v) for k, v in options.items() if k in OPTIONS}
     fields: dict[str, Any] = {}
     question_inputs_ok = True

@@ -98,6 +98,11 @@ class DirectiveRecord:
     directive: str = "gemm-benchmark"
     #: A summary of one model with a ``:name:``: ``name`` is that name and roles quote it as a directive's.
     named: bool = False
+    #: The id of the directive's block on its page: the target ``:ref:`NAME``` links to when this
+    #: record owns its name (:func:`.directive.check_unique_names`); "" for a summary.
+    node_id: str = ""
+    #: The title ``:ref:`NAME``` shows (:func:`.nodes.block_title`: the caption, else the name).
+    title: str = ""
 
     @property
     def quotable(self) -> bool:
@@ -189,13 +194,53 @@ def all_records(env: BuildEnvironment) -> list[DirectiveRecord]:
     return [r for docname in sorted(records) for r in sorted(records[docname], key=lambda r: r.lineno)]
 
 
+def document_order(env: BuildEnvironment) -> dict[str, int]:
+    """Each page's place in the site's reading order: the toctree from the root document, depth
+    first (the order of Sphinx's "next" links), then the pages no toctree includes, by name.
+
+    A ``:name:`` given twice belongs to its first definition in this order (not to the first
+    page by name, which sent the roles of an early chapter to the directive of a late one).
+    """
+    order: dict[str, int] = {}
+    stack = [env.config.root_doc]
+    while stack:
+        docname = stack.pop()
+        if docname in order:
+            continue
+        order[docname] = len(order)
+        stack.extend(reversed(env.toctree_includes.get(docname, [])))
+    for docname in sorted({*env.found_docs, *data(env).records}):
+        order.setdefault(docname, len(order))
+    return order
+
+
+def quotable_records(env: BuildEnvironment) -> list[DirectiveRecord]:
+    """The records roles may quote by name, in :func:`document_order` then line order: the first
+    of a name is the one its roles quote."""
+    order = document_order(env)
+    found = [r for records in data(env).records.values() for r in records if r.quotable]
+    return sorted(found, key=lambda r: (order.get(r.docname, len(order)), r.docname, r.lineno))
+
+
 def find(env: BuildEnvironment, name: str) -> DirectiveRecord | None:
-    """The directive named ``name`` (case-insensitive, as docutils normalizes labels)."""
+    """The directive named ``name`` (case-insensitive, as docutils normalizes labels): its first
+    definition in :func:`document_order`, every later one being an error at that one."""
     wanted = name.lower()
-    for record in all_records(env):
-        if record.quotable and record.name.lower() == wanted:
-            return record
-    return None
+    return next((r for r in quotable_records(env) if r.name.lower() == wanted), None)
+
+
+def rejected_duplicate(env: BuildEnvironment, docname: str, name: str) -> bool:
+    """Whether page ``docname`` defines ``name`` but a page earlier in :func:`document_order` owns it:
+    a role there naming it that cannot be resolved only repeats the duplicate's own error."""
+    wanted = name.lower()
+    owner = find(env, name)
+    return owner is not None and any(r.quotable and r.name.lower() == wanted and r is not owner
+                                     for r in data(env).records.get(docname, []))
+
+
+def quotable_names(env: BuildEnvironment) -> list[str]:
+    """Every name roles may quote, as first written, sorted (a role naming none is told the closest)."""
+    return sorted({r.name.lower(): r.name for r in quotable_records(env)}.values(), key=str.lower)
 
 
 def records_of(env: BuildEnvironment, docnames: Iterable[str]) -> Iterator[DirectiveRecord]:
@@ -211,11 +256,12 @@ def _digests(env: BuildEnvironment) -> tuple[dict[str, str], str]:
     """
     by_name: dict[str, str] = {}
     parts = []
+    digests: dict[int, str] = {}
     for record in all_records(env):
-        digest = record.digest()
+        digests[id(record)] = digest = record.digest()
         parts.append(digest)
-        if record.quotable:
-            by_name.setdefault(record.name.lower(), digest)
+    for record in quotable_records(env):  # the order find() reads them in
+        by_name.setdefault(record.name.lower(), digests[id(record)])
     return by_name, hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

@@ -38,7 +38,7 @@ from gemm_bench.report import figures
 from gemm_bench.report.report import Report, describe_method
 from gemm_bench.report.rounds import rounds_outcome
 from gemm_benchmark import render_table
-from gemm_benchmark.execution import Answer, DeviceAnswer, how_to_measure
+from gemm_benchmark.execution import MISSING_NOTE_REMEDY, Answer, DeviceAnswer, how_to_measure
 from gemm_benchmark.options import Request
 from gemm_benchmark.tabs import tab_set
 
@@ -283,6 +283,8 @@ def not_measured_admonition(request: Request, reason: str, cache_dir: Path, *, n
     where = f" from {', '.join(request.devices)}" if request.devices else ""
     text = (f"No cached result{where} answers this question ({request.question.describe()}; question "
             f"{request.question.hash}) for {precisions} yet. To add one, {how_to_measure('such a GPU', cache_dir)}.")
+    if not note:  # a warning panel: the page's author may mean it (hardware not measured yet on purpose)
+        text += f" Or, {MISSING_NOTE_REMEDY}."
     admonition += nodes.paragraph(text, text)
     return admonition
 

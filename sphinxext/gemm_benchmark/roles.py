@@ -44,6 +44,7 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
+from gemm_bench.question.choices import closest, either
 from gemm_bench.question.devices import ALIASES, normalize_selector, selects
 from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS, normalize_mode, normalize_precision
 from gemm_benchmark import claims, records
@@ -332,7 +333,7 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
     """What the role quotes, or :class:`Unavailable`."""
     record = records.find(env, node["gemm_name"])
     if record is None:
-        raise Unavailable(f"no gemm-benchmark directive is named {node['gemm_name']!r}")
+        raise Unavailable(_no_such_name(env, node["gemm_name"]))
     device, ambiguity = _device(record, node["gemm_name"], node["device"])
     mode, precision = node["mode"], node["precision"]
     if mode not in record.modes and node["kind"] not in STEP_ROLES and mode not in LAYER_MODES:
@@ -361,6 +362,25 @@ def _lookup(env: BuildEnvironment, node: gemm_value) -> Resolved:
     if not value.available:
         raise Unavailable(value.tooltip, value)
     return Resolved(record, device, gemm, value, ambiguity)
+
+
+#: Up to how many names a role naming none is shown all of (beyond, the closest only).
+LISTED_NAMES = 12
+
+
+def _no_such_name(env: BuildEnvironment, name: str) -> str:
+    """Why a role's NAME quotes nothing, with the fix: the closest names a directive has (a typo),
+    else every name where they are few; never a bare "no such name"."""
+    known = records.quotable_names(env)
+    said = f"no gemm-benchmark directive is named {name!r}"
+    if not known:
+        return f"{said}; no directive on the site has a :name: yet (give the one to quote a :name:)"
+    near = closest(name, known)
+    if near:
+        return f"{said}; did you mean {either([repr(n) for n in near])}?"
+    if len(known) <= LISTED_NAMES:
+        return f"{said}; the names there are: {', '.join(known)}"
+    return f"{said}, nor a name close to it ({len(known)} directives have a :name:)"
 
 
 def _device(record: records.DirectiveRecord, name: str, wanted: str) -> tuple[records.DeviceRecord, str]:
@@ -465,8 +485,11 @@ class ResolveGemmValues(SphinxPostTransform):
                 found = _lookup(self.env, node)
             except Unavailable as exc:
                 # Always a warning, at the role: ":missing: note" makes the directive's own panel a
-                # note, but prose reading "makes it n/a faster" is never what an author meant.
-                warn(exc.subtype, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
+                # note, but prose reading "makes it n/a faster" is never what an author meant. Not
+                # where the page's own directive of that name is a rejected duplicate: the error
+                # there says it all, and the role's would only repeat it in other words.
+                if not records.rejected_duplicate(self.env, self.env.docname, node["gemm_name"]):
+                    warn(exc.subtype, f":{node['kind']}:`{node['text']}`: {exc}", location=node)
                 node.replace_self(_not_available(node["text"], exc, html))
                 continue
             if found.ambiguity:

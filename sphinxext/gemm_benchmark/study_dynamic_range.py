@@ -19,6 +19,7 @@ path, and the other devices still render.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,9 @@ from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
-from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.diagnostics import Subtype, refused_files_text, warn
 from gemm_benchmark.render_block import figure_pair, scrolling
-from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.render_table import Entry, build_table, inline_literals
 from gemm_benchmark.tabs import tab_set
 
 SHOW = ("figure", "table", "provenance")
@@ -127,7 +128,7 @@ class GemmDynamicRangeDirective(SphinxDirective):
         container = nodes.container(classes=["gemm-study", "gemm-dynamic-range"])
         self.set_source_info(container)
         if not docs:
-            container += not_measured(config.cache_dir, wanted)
+            container += not_measured(config.cache_dir, wanted, errors)
             return [container]
         panels = []
         for n, doc in enumerate(docs):
@@ -267,11 +268,20 @@ def _provenance(doc: dict[str, Any], stale: str | None = None) -> nodes.paragrap
     return para
 
 
-def not_measured(cache_dir: Path, wanted: list[str]) -> nodes.Element:
-    """The visible note for a study no GPU has measured yet (no warning: the site builds before that)."""
+def not_measured(cache_dir: Path, wanted: list[str], refused: Sequence[CacheError] = ()) -> nodes.Element:
+    """The visible note for a study no GPU has a usable file of (no warning for a study not measured
+    yet: the site builds before that); a file there but refused is said to be, with its reason."""
+    where = f" on {', '.join(wanted)}" if wanted else " on any GPU"
+    if refused:
+        admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
+        admonition += nodes.title("Study file refused", "Study file refused")
+        text = f"No usable dynamic-range study{where}: {refused_files_text(cache_dir, refused)}"
+        para = nodes.paragraph()
+        para.extend(inline_literals(text))
+        admonition += para
+        return admonition
     admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
-    where = f" on {', '.join(wanted)}" if wanted else " on any GPU"
     para = nodes.paragraph()
     for piece in (f"The dynamic-range study has not been measured{where} yet: ",
                   nodes.literal("", f"{cache_dir.name}/{studies.SUBDIR}/{schema.NAME}--<device>.json"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,9 +45,9 @@ from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
-from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.diagnostics import Subtype, refused_files_text, warn
 from gemm_benchmark.render_block import figure_pair, scrolling
-from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.render_table import Entry, build_table, inline_literals
 from gemm_benchmark.tabs import tab_set
 from gemm_benchmark.values import reason_clause
 
@@ -250,7 +251,17 @@ def provenance_nodes(env: Any, doc: dict[str, Any], path: Path, stale: str | Non
     return para
 
 
-def not_measured_admonition(cache_dir: Path) -> nodes.admonition:
+def not_measured_admonition(cache_dir: Path, refused: Sequence[CacheError] = ()) -> nodes.admonition:
+    """The visible note for a study no GPU has a usable file of; a file there but refused is said to
+    be, with the path and the schema's reason (never "holds no file")."""
+    if refused:
+        admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
+        admonition += nodes.title("Study file refused", "Study file refused")
+        text = f"No usable loss-parity study: {refused_files_text(cache_dir, refused)}"
+        para = nodes.paragraph()
+        para.extend(inline_literals(text))
+        admonition += para
+        return admonition
     admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
     text = (f"The loss-parity study has not been measured on any GPU yet: {studies.study_dir(cache_dir).name}/ "
@@ -286,7 +297,7 @@ class GemmLossParityDirective(SphinxDirective):
         block = nodes.container(classes=["gemm-loss-parity"])
         self.set_source_info(block)
         if not docs:
-            block += not_measured_admonition(config.cache_dir)
+            block += not_measured_admonition(config.cache_dir, errors)
             return [block]
         panels = []
         for doc in docs:

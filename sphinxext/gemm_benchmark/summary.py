@@ -26,7 +26,7 @@ from sphinx.util.docutils import SphinxDirective
 from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.devices import device_label
-from gemm_bench.question.precisions import BASELINE, gemm_modes, layer_modes
+from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
 from gemm_bench.report import figures, model_step_figure
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
@@ -39,7 +39,7 @@ from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.directive import build_known_devices
-from gemm_benchmark.options import OptionError, option_line
+from gemm_benchmark.options import OptionError, mode_spellings, option_line
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, figure_pair, scrolling
 from gemm_benchmark.render_table import Entry, data_table, inline_literals
 from gemm_benchmark.summary_answer import (
@@ -79,7 +79,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
     reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
         "models": "model presets, each optionally ``/tpN`` and ``/epN`` (``llama3-70b/tp8``, ``deepseek-v3/ep64``)",
         "precisions": "as ``gemm-benchmark``'s; BF16 is the reference, every other one a column",
-        "modes": "as ``gemm-benchmark``'s (default ``autocast, prequant``); the training step comes with autocast",
+        "modes": "any of " + ", ".join(f"``{m}``" for m in ALL_MODES) + " (default ``autocast, prequant``); "
+                 "the training step comes with autocast. " + mode_spellings(ALL_MODES),
         "devices": "device slugs or aliases; one tab per device, synced with every block's device tabs",
         "show": "any of ``table`` (per model: the answer sentence and its table), ``figure`` (every model's "
                 "whole-model speedup), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
@@ -240,8 +241,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 out += nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-summary-collapsed"])
         if unmeasured and show_table:
             text = (f"{len(unmeasured)} of the models and devices asked for are not measured yet. On a GPU box, "
-                    "gemm-bench refresh docs/ measures every question the site asks (or run the command shown), "
-                    "then commit the new files of the result cache.")
+                    "gemm-bench refresh DOCS_DIR (the folder of conf.py) measures every question the site asks "
+                    "(or run the command shown), then commit the new files of the result cache.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
         lacking = [what for key, what in (("layer", "training-step speedups"), ("accuracy", "accuracy (SQNR)"))
                    if documents and not any(doc.get(key) for doc in documents)]
@@ -339,7 +340,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             asks = summary_asks(self.options, srcdir=Path(self.env.srcdir), docdir=docdir,
                                known_devices=build_known_devices(self.env))
         except OptionError as exc:
-            errors.extend(exc.errors)
+            # Each entry of :models: is asked as a :model: of gemm-benchmark; the summary has no :model:,
+            # so a typo'd preset is the :models: option's (named, and located, as the author wrote it).
+            errors.extend(OptionError("models", bad.message, bad.subtype) if bad.option == "model" else bad
+                          for bad in exc.errors)
         show = tuple(part.lower() for part in split_list(self.options.get("show", "table, figure")))
         errors += [OptionError("show", f"unknown value {part!r}; choose from {', '.join(SHOW_PARTS)}")
                    for part in show if part not in SHOW_PARTS]

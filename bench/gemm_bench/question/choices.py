@@ -9,6 +9,7 @@ on the command line, ``:modes:`` in a page).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Sequence
 
@@ -62,3 +63,25 @@ def parse_choices(text: str, normalize: Callable[[str], str], known: Sequence[st
         except KeyError:
             raise ChoiceError(item, known) from None
     return tuple(dict.fromkeys(ids))
+
+
+def closest(word: str, known: Sequence[str], *, cutoff: float = 0.6) -> tuple[str, ...]:
+    """The ones of ``known`` a typo most likely meant (``hiden-size`` -> ``hidden-size``): those as
+    close as the closest (``modle`` is as close to ``model`` as to ``modes``), at most three; none
+    when nothing is close.
+
+    :func:`difflib.get_close_matches` on the lower-cased word: a suggestion beats a list of every
+    choice, which grew past what an author reads (36 directive options on one 900-character line).
+    """
+    by_lower = {name.lower(): name for name in known}
+    key = word.strip().lower()
+    found = difflib.get_close_matches(key, list(by_lower), n=3, cutoff=cutoff)
+    if not found:
+        return ()
+    best = difflib.SequenceMatcher(None, key, found[0]).ratio()
+    return tuple(by_lower[name] for name in found if difflib.SequenceMatcher(None, key, name).ratio() == best)
+
+
+def either(items: Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``: suggestions as a sentence says them."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
