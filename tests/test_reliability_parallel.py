@@ -61,7 +61,7 @@ def test_role_only_pages_resolve_the_same_under_j4(tmp_path, make_app, real_resu
         expected.add((page, 7, ":gemm-time:`rb autocast bf16`: rb has no measured result on any device "
                                "[gemm_benchmark.role]"))
         expected.add((page, 9, f":gemm-speedup:`nosuch{page[1:]} autocast bf16`: no gemm-benchmark directive is "
-                               f"named 'nosuch{page[1:]}' [gemm_benchmark.role]"))
+                               f"named 'nosuch{page[1:]}'; the names there are: ra, rb [gemm_benchmark.role]"))
     assert warnings[1] == expected
     assert [n for n in results[1] if results[1][n] != results[4].get(n)] == []
     assert sorted(results[1]) == sorted(results[4])
