@@ -62,7 +62,8 @@ def test_the_differences_are_each_recipe_minus_bf16_at_the_same_step(path: Path)
         assert drawn.val == pytest.approx([val[s] - base_val[s] for s in drawn.val_steps], abs=0)
         # The last dot is the table's validation gap.
         assert drawn.val_steps[-1] == found.last
-        assert drawn.val[-1] == pytest.approx(schema.gaps(data)[drawn.precision]["val"].delta, abs=1e-12)
+        gap = schema.gaps(data)[drawn.precision]["val"]
+        assert gap is not None and drawn.val[-1] == pytest.approx(gap.delta, abs=1e-12)
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
@@ -140,7 +141,7 @@ def test_the_page_draws_the_differences_under_the_curves_and_names_the_setup_col
     html, warnings = _build(tmp_path, make_app, [synthetic_document()])
     assert "WARNING" not in warnings, warnings
     soup = BeautifulSoup(html, "html.parser")
-    labels = [svg["aria-label"] for svg in soup.select(".gemm-figure svg")]
+    labels = [str(svg["aria-label"]) for svg in soup.select(".gemm-figure svg")]
     assert len(labels) == 2 and labels[0].startswith("Training loss") and labels[1].startswith("Loss minus BF16's")
     boxes = soup.select(".gemm-loss-parity-figure, .gemm-loss-difference-figure, p.gemm-loss-difference-note")
     kinds = ["curves" if "gemm-loss-parity-figure" in b["class"] else
@@ -177,6 +178,19 @@ def test_a_dots_only_series_draws_no_line() -> None:
         line_svg([Series("x", [0, 1], [0, 1], line=False, markers=False)], x_label="x", y_label="y")
     with pytest.raises(LineFigureError, match="area 'r'"):
         line_svg([dots], x_label="x", y_label="y", areas=[Area([0, 1], [0.1, 0.0], [0.0, 0.0], "r")])
+
+
+def test_a_shaded_outline_paints_in_every_back_end() -> None:
+    """The PDF and PNG back end (builders without SVG) paints a Polygon where the SVG one does."""
+    pytest.importorskip("matplotlib")
+    from gemm_bench.report import figure_mpl
+    from gemm_bench.report.figure_layout import Polygon, Scene
+
+    scene = Scene(100.0, 50.0, (Polygon(((10.0, 10.0), (90.0, 10.0), (90.0, 40.0)), "#000000", alpha=0.5),))
+    fig = figure_mpl.figure(scene)
+    painted = [a for a in fig.artists if a.get_alpha() == 0.5]
+    assert len(painted) == 1 and len(painted[0].get_paths()) == 1  # type: ignore[attr-defined]
+    assert figure_mpl.render(scene, "png").startswith(b"\x89PNG")
 
 
 # ------------------------------------------------------------------------------ browser: alabaster

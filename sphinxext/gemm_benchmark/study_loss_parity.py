@@ -206,9 +206,9 @@ def difference_note(data: dict[str, Any], found: LossDifferences) -> nodes.parag
     """What the difference figure shows, and what its window leaves out, from the document."""
     base = PRECISIONS[BASELINE].display
     every = data["training"]["curve_every"]
-    text = (f"Above: each recipe's loss minus {base}'s, from step {found.start} (the first evaluation after "
-            f"step 0) to step {found.last}: a dashed line is the training loss (the mean of {every} steps), a dot "
-            "the validation loss at each evaluation")
+    text = (f"The differences from {base}: each recipe's loss minus {base}'s, from step {found.start} (the first "
+            f"evaluation after step 0) to step {found.last}; a dashed line is the training loss (the mean of {every} "
+            "steps), a dot the validation loss at each evaluation")
     if found.seeds is not None:
         text += (f"; the shaded range is {base}'s own validation loss over its {format_seeds(found.seeds.runs)} "
                  f"at each evaluation, relative to its main run (at step {found.last}, the range the table judges "
@@ -217,10 +217,10 @@ def difference_note(data: dict[str, Any], found: LossDifferences) -> nodes.parag
     if found.early is not None:
         text += (f" Earlier, while the loss falls fast, the recipes' training losses differ from {base}'s by up "
                  f"to {format_delta(found.early.delta, 3)} {LOSS_UNIT} ({PRECISIONS[found.early.precision].display} "
-                 f"at step {found.early.step}): the curves above show those steps.")
+                 f"at step {found.early.step}): the loss curves show those steps.")
     for precision, step in found.diverged:
         text += (f" {PRECISIONS[precision].display} is not drawn: it diverged at step {step} "
-                 "(its curve is in the figure above).")
+                 "(the loss curves show it).")
     return nodes.paragraph(text, text, classes=["gemm-note", "gemm-loss-difference-note"])
 
 
