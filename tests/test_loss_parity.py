@@ -396,9 +396,10 @@ def test_directive_puts_each_gpu_in_a_tab(tmp_path: Path, make_app: Any) -> None
     assert "WARNING" not in warnings, warnings
     assert html.count("gemm-loss-parity-table") == 2
     assert "Other GPU 141GB" in html and "Test GPU 80GB" in html
-    # one figure per GPU, each drawn at a phone's width and as its desktop twin
-    assert html.count('class="gemm-figure docutils container"') == 2 and html.count("gemm-figure-wide") == 2
-    assert len(re.findall(r'<svg role="img"', html)) == 4
+    # two figures per GPU (the loss curves, the differences from BF16), each drawn at a phone's width
+    # and as its desktop twin
+    assert html.count('class="gemm-figure docutils container"') == 4 and html.count("gemm-figure-wide") == 4
+    assert len(re.findall(r'<svg role="img"', html)) == 8
 
 
 def test_a_corrupt_study_file_is_a_located_warning_and_the_rest_renders(tmp_path: Path, make_app: Any) -> None:

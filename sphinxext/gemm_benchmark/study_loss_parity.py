@@ -2,7 +2,10 @@
 
 Reads every loss-parity study document in ``<cache>/studies/`` (:mod:`gemm_bench.results.studies`,
 validated by :mod:`gemm_bench.results.loss_parity_schema`) and renders, per device (tabs when
-several GPUs answer): the training-loss curves of every recipe with BF16 as the reference, a table
+several GPUs answer): the training-loss curves of every recipe with BF16 as the reference, each
+recipe's loss minus BF16's from the first evaluation on with BF16's seed-to-seed range shaded
+(:mod:`gemm_bench.report.loss_difference`: the gaps the table quotes are a line's width on the curves'
+axis) and a sentence on what that window leaves out, a table
 of each recipe's final training and validation loss with its gap to BF16 (absolute and in per
 cent), whether its validation gap lies within BF16's seed-to-seed range, and its tokens/s, the
 final losses of BF16's extra seeds, the setup the numbers come from, what was not trained and why,
@@ -38,8 +41,9 @@ from sphinx.util.docutils import SphinxDirective
 from gemm_bench.question.devices import device_label, device_slug
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.figure_spec import PRECISION_COLORS
-from gemm_bench.report.line_figure import HEIGHT_PT, WIDE_HEIGHT_PT, WIDE_PT, WIDTH_PT, Series, line_svg
-from gemm_bench.report.loss_parity_words import BEYOND, WITHIN, band_of, format_delta, format_seeds
+from gemm_bench.report.line_figure import HEIGHT_PT, WIDE_HEIGHT_PT, WIDE_PT, WIDTH_PT, Area, Series, line_svg
+from gemm_bench.report.loss_difference import LossDifferences, loss_differences
+from gemm_bench.report.loss_parity_words import BEYOND, LOSS_UNIT, WITHIN, band_of, format_delta, format_seeds
 from gemm_bench.results import loss_parity_schema as schema
 from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
@@ -55,6 +59,8 @@ DIRECTIVE = "gemm-loss-parity"
 HOW_TO_MEASURE = "gemm-bench study loss-parity"
 COLUMNS = ("Recipe", "Final train loss", "vs BF16", "Final validation loss", "vs BF16",
            "Validation gap vs BF16's seeds", "Tokens/s")
+#: The setup table's two columns: what part of the study a row describes, and how it was done.
+SETUP_COLUMNS = ("Setup", "As trained and measured")
 
 
 def format_loss(value: float) -> str:
@@ -169,20 +175,85 @@ def figure_svg(data: dict[str, Any], device: str, *, wide: bool = False) -> str 
                     height=WIDE_HEIGHT_PT if wide else HEIGHT_PT)
 
 
+def difference_svg(found: LossDifferences, device: str, every: int, *, wide: bool = False) -> str:
+    """Each recipe's loss minus BF16's from the window's start: the training loss a dashed line (the
+    curve's means), the validation loss a dot at each evaluation, in the recipe's colour; BF16's seed
+    range shaded in BF16's colour; BF16 itself the line at zero."""
+    series: list[Series] = []
+    for recipe in found.recipes:
+        name, color = PRECISIONS[recipe.precision].display, PRECISION_COLORS.get(recipe.precision, "")
+        series.append(Series(f"{name}: training loss", list(recipe.train_steps), list(recipe.train), dashed=True,
+                             color=color, markers=False))
+        series.append(Series(f"{name}: validation loss", list(recipe.val_steps), list(recipe.val), color=color,
+                             line=False))
+    # Last, so that no recipe's line can hide it (line_figure rings a line that lies under later ones).
+    series.append(Series(f"{PRECISIONS[BASELINE].display} (the reference: 0)", [found.start, found.last], [0.0, 0.0],
+                         color=PRECISION_COLORS.get(BASELINE, ""), markers=False))
+    areas = []
+    if found.seeds is not None:
+        areas.append(Area(list(found.seeds.steps), list(found.seeds.lows), list(found.seeds.highs),
+                          # The table's words: the note under the figure says it is validation loss.
+                          f"{PRECISIONS[BASELINE].display}'s seed-to-seed range ({format_seeds(found.seeds.runs)})",
+                          color=PRECISION_COLORS.get(BASELINE, "")))
+    return line_svg(series, x_label=f"training step (training loss: mean of {every} steps)",
+                    y_label=f"loss minus {PRECISIONS[BASELINE].display}'s ({LOSS_UNIT})",
+                    title=f"Loss minus {PRECISIONS[BASELINE].display}'s per recipe on {device}, steps "
+                          f"{found.start} to {found.last}",
+                    width=WIDE_PT if wide else WIDTH_PT, height=WIDE_HEIGHT_PT if wide else HEIGHT_PT,
+                    include_y=(0,), areas=areas)
+
+
+def difference_note(data: dict[str, Any], found: LossDifferences) -> nodes.paragraph:
+    """What the difference figure shows, and what its window leaves out, from the document."""
+    base = PRECISIONS[BASELINE].display
+    every = data["training"]["curve_every"]
+    text = (f"The differences from {base}: each recipe's loss minus {base}'s, from step {found.start} (the first "
+            f"evaluation after step 0) to step {found.last}; a dashed line is the training loss (the mean of {every} "
+            "steps), a dot the validation loss at each evaluation")
+    if found.seeds is not None:
+        text += (f"; the shaded range is {base}'s own validation loss over its {format_seeds(found.seeds.runs)} "
+                 f"at each evaluation, relative to its main run (at step {found.last}, the range the table judges "
+                 "each validation gap by)")
+    text += "."
+    if found.early is not None:
+        text += (f" Earlier, while the loss falls fast, the recipes' training losses differ from {base}'s by up "
+                 f"to {format_delta(found.early.delta, 3)} {LOSS_UNIT} ({PRECISIONS[found.early.precision].display} "
+                 f"at step {found.early.step}): the loss curves show those steps.")
+    for precision, step in found.diverged:
+        text += (f" {PRECISIONS[precision].display} is not drawn: it diverged at step {step} "
+                 "(the loss curves show it).")
+    return nodes.paragraph(text, text, classes=["gemm-note", "gemm-loss-difference-note"])
+
+
+def _drawn(svg: str, wide_svg: str | None, prefix: str, label: str, what: str, css_class: str) -> list[nodes.Node]:
+    """A figure inline in HTML (its ink follows the page's theme); a sentence elsewhere. The phone
+    drawing and its desktop twin (render_block.figure_pair): one 365 px drawing left half of a desktop
+    column empty."""
+    box = figure_pair(svg, wide_svg, prefix, label)
+    box["classes"].append(css_class)
+    elsewhere = addnodes.only(expr="not html")
+    text = f"{what} drawn in the HTML version of this page."
+    elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
+    return [box, elsewhere]
+
+
 def figure_nodes(data: dict[str, Any], device: str, prefix: str) -> list[nodes.Node]:
-    """The figure inline in HTML (its ink follows the page's theme); a sentence elsewhere."""
+    """The loss curves, then each recipe's loss minus BF16's (with the sentence saying what it shows)."""
     svg = figure_svg(data, device)
     if svg is None:
         return []
-    label = f"Training loss against step per recipe on {device}; BF16 is the reference"
-    # The phone drawing and its desktop twin (render_block.figure_pair): one 365 px drawing left half
-    # of a desktop column empty.
-    box = figure_pair(svg, figure_svg(data, device, wide=True), prefix, label)
-    box["classes"].append("gemm-loss-parity-figure")
-    elsewhere = addnodes.only(expr="not html")
-    text = "The training-loss curves are drawn in the HTML version of this page."
-    elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
-    return [box, elsewhere]
+    out = _drawn(svg, figure_svg(data, device, wide=True), prefix,
+                 f"Training loss against step per recipe on {device}; BF16 is the reference",
+                 "The training-loss curves are", "gemm-loss-parity-figure")
+    found = loss_differences(data)
+    if found is None or not found.recipes:
+        return out
+    every = data["training"]["curve_every"]
+    out += _drawn(difference_svg(found, device, every), difference_svg(found, device, every, wide=True),
+                  f"{prefix}-diff", f"Loss minus BF16's per recipe on {device}, from step {found.start}",
+                  "The differences from BF16 are", "gemm-loss-difference-figure")
+    out.append(difference_note(data, found))
+    return out
 
 
 def setup_table(data: dict[str, Any]) -> nodes.table:
@@ -218,7 +289,7 @@ def setup_table(data: dict[str, Any]) -> nodes.table:
                                       "batch order; the same steps, schedule and validation windows. The band is "
                                       "the range of BF16's final validation loss over all its seeds, relative to "
                                       "the main run."))
-    return build_table([[Entry("Setup"), Entry("")]], [[Entry(k), Entry(v)] for k, v in rows], [16, 84],
+    return build_table([[Entry(c) for c in SETUP_COLUMNS]], [[Entry(k), Entry(v)] for k, v in rows], [16, 84],
                        classes=["gemm-loss-parity-setup"])
 
 

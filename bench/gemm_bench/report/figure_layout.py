@@ -84,6 +84,16 @@ class Rect:
 
 
 @dataclasses.dataclass(frozen=True)
+class Polygon:
+    """A filled closed shape through ``points``, without an outline, at ``alpha`` opacity: a shaded
+    range whose ends vary (a line figure's :class:`~gemm_bench.report.line_figure.Area`)."""
+
+    points: tuple[tuple[float, float], ...]
+    fill: str
+    alpha: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Polyline:
     """A stroked open line through ``points``; ``dash``: on/off lengths in points, () for solid;
     ``cap`` ``square`` extends each end by half the width (matplotlib's ``projecting``)."""
@@ -138,7 +148,7 @@ class Text:
         return self.x + start, self.y - ascent, self.x + start + width, self.y + descent
 
 
-Item = Rect | Polyline | Circle | Text
+Item = Rect | Polygon | Polyline | Circle | Text
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, cast
 
-from gemm_bench.report.figure_layout import Circle, Item, Polyline, Rect, Scene, Text
+from gemm_bench.report.figure_layout import Circle, Item, Polygon, Polyline, Rect, Scene, Text
 from gemm_bench.report.figure_spec import FONT_PT
 
 if TYPE_CHECKING:
@@ -70,6 +70,8 @@ def _paint(item: Item) -> tuple[object, ...]:
         return item.fill, item.stroke, item.stroke_width
     if isinstance(item, Rect):
         return (item.fill,)
+    if isinstance(item, Polygon):
+        return item.fill, item.alpha
     return ()
 
 
@@ -83,6 +85,10 @@ def _draw(fig: Figure, items: Sequence[Item], points: Transform, zorder: int) ->
                  for r in cast(Sequence[Rect], items)]
         fig.add_artist(PolyCollection(boxes, facecolors=first.fill, edgecolors="none", linewidths=0,
                                       transform=points, zorder=zorder))
+    elif isinstance(first, Polygon):
+        fig.add_artist(PolyCollection([shape.points for shape in cast(Sequence[Polygon], items)], facecolors=first.fill,
+                                      edgecolors="none", linewidths=0, alpha=first.alpha, transform=points,
+                                      zorder=zorder))
     elif isinstance(first, Polyline):
         style: Any = (0, first.dash) if first.dash else "solid"
         fig.add_artist(LineCollection([line.points for line in cast(Sequence[Polyline], items)], colors=first.stroke,

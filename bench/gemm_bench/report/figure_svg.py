@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from itertools import groupby
 from xml.sax.saxutils import escape
 
-from gemm_bench.report.figure_layout import Circle, Item, Polyline, Rect, Scene, Text
+from gemm_bench.report.figure_layout import Circle, Item, Polygon, Polyline, Rect, Scene, Text
 
 PAGE_CLASS = "gemm-figure-svg"
 FONT_FAMILY = "'DejaVu Sans', sans-serif"
@@ -52,6 +52,8 @@ def _style_key(item: Item) -> tuple[object, ...]:
     """Items that may share one element: same kind and same paint."""
     if isinstance(item, Rect):
         return ("rect", item.fill)
+    if isinstance(item, Polygon):
+        return ("polygon", item.fill, item.alpha)
     if isinstance(item, Polyline):
         return ("line", item.stroke, item.width, item.dash, item.alpha, item.cap, len(item.points) > 2)
     if isinstance(item, Circle):
@@ -64,8 +66,19 @@ def _rects(rects: Sequence[Rect]) -> str:
     return f'<path fill="{_attr(rects[0].fill)}" d="{d}"/>'
 
 
+def _polygons(shapes: Sequence[Polygon]) -> str:
+    first = shapes[0]
+    paint = f'fill="{_attr(first.fill)}"' + (f' fill-opacity="{_n(first.alpha)}"' if first.alpha != 1 else "")
+    d = "".join(_points_d(shape.points) + "Z" for shape in shapes)
+    return f'<path {paint} d="{d}"/>'
+
+
 def _polyline_d(line: Polyline) -> str:
-    (x0, y0), *rest = line.points
+    return _points_d(line.points)
+
+
+def _points_d(points: Sequence[tuple[float, float]]) -> str:
+    (x0, y0), *rest = points
     return f"M{_n(x0)} {_n(y0)}" + "".join(f"L{_n(x)} {_n(y)}" for x, y in rest)
 
 
@@ -137,6 +150,8 @@ def _elements(items: Sequence[Item]) -> Iterator[str]:
         group = list(run)
         if key[0] == "rect":
             yield _rects(group)  # type: ignore[arg-type]
+        elif key[0] == "polygon":
+            yield _polygons(group)  # type: ignore[arg-type]
         elif key[0] == "line":
             yield _lines(group)  # type: ignore[arg-type]
         elif key[0] == "circle":

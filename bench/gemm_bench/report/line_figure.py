@@ -23,7 +23,11 @@ What a caller can rely on:
 * A series' ``None`` values are gaps in its line; a non-finite value, a non-positive value on a
   log axis or mismatched lengths raise :class:`LineFigureError`, never a silently wrong drawing.
 * Bands are drawn under the grid and the lines, in the ink at low opacity, and named in the legend
-  (a band is context, such as a range a paper reports, not data).
+  (a band is context, such as a range a paper reports, not data). An :class:`Area` is a band whose
+  ends vary along x (BF16's seed-to-seed range at each evaluation step), drawn the same way, in its
+  own colour when it names one.
+* A series with ``line=False`` is its markers alone (values measured at a few steps, set beside a
+  curve of another quantity).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from gemm_bench.report.figure_layout import (
     SPINE_ALPHA,
     Circle,
     Item,
+    Polygon,
     Polyline,
     Scene,
     Text,
@@ -87,7 +92,8 @@ class Series:
     """One curve: ``ys[i]`` at ``xs[i]`` (``None``: no value there, a gap in the line).
 
     ``dashed`` draws the line dashed (a second quantity of the same colour, say); ``color`` a CSS
-    colour, else the next of :data:`PALETTE`; ``markers`` a dot at every point."""
+    colour, else the next of :data:`PALETTE`; ``markers`` a dot at every point; ``line=False``: the
+    dots alone, no line between them (``markers`` must then be true)."""
 
     label: str
     xs: Sequence[float]
@@ -95,6 +101,7 @@ class Series:
     dashed: bool = False
     color: str = ""
     markers: bool = True
+    line: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +112,18 @@ class Band:
     high: float
     label: str
     axis: Literal["x", "y"] = "x"
+
+
+@dataclasses.dataclass(frozen=True)
+class Area:
+    """A shaded range from ``lows[i]`` to ``highs[i]`` at each ``xs[i]``, straight between them, named in
+    the legend: a band whose ends vary along x. ``color``: a CSS colour, else the figure's ink."""
+
+    xs: Sequence[float]
+    lows: Sequence[float]
+    highs: Sequence[float]
+    label: str
+    color: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +138,11 @@ class _Axis:
         return (value - self.low) / (self.high - self.low)
 
 
-def _check(series: Sequence[Series], bands: Sequence[Band], log_x: bool, log_y: bool) -> None:
+def _check(series: Sequence[Series], bands: Sequence[Band], log_x: bool, log_y: bool,
+           areas: Sequence[Area] = ()) -> None:
     for s in series:
+        if not (s.line or s.markers):
+            raise LineFigureError(f"series {s.label!r} has neither a line nor markers: nothing would show it")
         if len(s.xs) != len(s.ys):
             raise LineFigureError(f"series {s.label!r} has {len(s.xs)} x values and {len(s.ys)} y values")
         for x, y in zip(s.xs, s.ys, strict=True):
@@ -132,6 +154,14 @@ def _check(series: Sequence[Series], bands: Sequence[Band], log_x: bool, log_y: 
         log = log_x if b.axis == "x" else log_y
         if not (math.isfinite(b.low) and math.isfinite(b.high)) or b.low > b.high or (log and b.low <= 0):
             raise LineFigureError(f"band {b.label!r} has bounds {b.low!r}..{b.high!r}, which it cannot draw")
+    for a in areas:
+        if not len(a.xs) == len(a.lows) == len(a.highs) or len(a.xs) < 2:
+            raise LineFigureError(f"area {a.label!r} needs two or more points, as many lows and highs as x values "
+                                  f"(has {len(a.xs)}, {len(a.lows)}, {len(a.highs)})")
+        for x, low, high in zip(a.xs, a.lows, a.highs, strict=True):
+            if not all(math.isfinite(v) for v in (x, low, high)) or low > high or (log_x and x <= 0) or (
+                    log_y and low <= 0):
+                raise LineFigureError(f"area {a.label!r} has {low!r}..{high!r} at {x!r}, which it cannot draw")
 
 
 def _limits(values: Sequence[float], log: bool) -> _Axis:
@@ -178,18 +208,19 @@ def _with_room(axis: _Axis, lowest: float, highest: float, room: float) -> _Axis
 
 
 def y_range(series: Sequence[Series], *, height: float = HEIGHT_PT, log_y: bool = False, bands: Sequence[Band] = (),
-            include_y: Sequence[float] = ()) -> tuple[float, float]:
+            include_y: Sequence[float] = (), areas: Sequence[Area] = ()) -> tuple[float, float]:
     """The y axis' (low, high) as :func:`line_svg` draws it for a plot ``height`` points tall: the data,
     the y bands and ``include_y`` with 5% margins, then widened until the highest and lowest points'
     markers (rings, where a line hides another: :func:`_hidden_under`) sit :data:`ROOM_PT` inside."""
-    axis = _y_axis(series, height, log_y, bands, include_y)
+    axis = _y_axis(series, height, log_y, bands, include_y, areas)
     return axis.low, axis.high
 
 
 def _y_axis(series: Sequence[Series], height: float, log_y: bool, bands: Sequence[Band],
-            include_y: Sequence[float]) -> _Axis:
+            include_y: Sequence[float], areas: Sequence[Area] = ()) -> _Axis:
     ys = [y for s in series for y in s.ys if y is not None]
-    base = _limits([*ys, *(v for b in bands if b.axis == "y" for v in (b.low, b.high)), *include_y], log_y)
+    base = _limits([*ys, *(v for b in bands if b.axis == "y" for v in (b.low, b.high)), *include_y,
+                    *(v for a in areas for v in (*a.lows, *a.highs))], log_y)
     if not ys:
         return base
     radius = _LINE_WIDTH / 2
@@ -262,14 +293,15 @@ def _pitch(size: float) -> float:
 
 def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: bool = False, log_y: bool = False,
              title: str = "", bands: Sequence[Band] = (), width: float = WIDTH_PT, height: float = HEIGHT_PT,
-             theme: Theme = "page", include_y: Sequence[float] = ()) -> str:
+             theme: Theme = "page", include_y: Sequence[float] = (), areas: Sequence[Area] = ()) -> str:
     """The figure as an SVG document (text).
 
     ``width``: the canvas' width in points; ``height``: the plotting area's height in points (the
     title, legend and axis labels are added around it, wrapped, never cut). ``theme``: ``page`` (ink
     follows the page), ``light`` or ``dark`` (fixed inks). ``include_y``: values the y axis spans
-    whatever the data (``(0,)`` keeps small differences from filling the whole height)."""
-    _check(series, bands, log_x, log_y)
+    whatever the data (``(0,)`` keeps small differences from filling the whole height). ``areas``:
+    shaded ranges that vary along x (:class:`Area`), drawn with the bands."""
+    _check(series, bands, log_x, log_y, areas)
     if theme not in ("page", "light", "dark"):
         raise LineFigureError(f"theme {theme!r} is not one of page, light, dark")
     ink = "currentColor" if theme == "page" else _INK[theme]
@@ -284,10 +316,11 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
 
     xs = [x for s in series for x, y in zip(s.xs, s.ys, strict=True) if y is not None]
     ys = [y for s in series for y in s.ys if y is not None]
-    x_axis = _limits(xs + [v for b in bands if b.axis == "x" for v in (b.low, b.high)], log_x)
+    x_axis = _limits(xs + [v for b in bands if b.axis == "x" for v in (b.low, b.high)]
+                     + [x for a in areas for x in a.xs], log_x)
     if not all(math.isfinite(v) and (v > 0 or not log_y) for v in include_y):
         raise LineFigureError(f"include_y {tuple(include_y)!r} holds a value the y axis cannot show")
-    y_axis = _y_axis(series, height, log_y, bands, include_y)
+    y_axis = _y_axis(series, height, log_y, bands, include_y, areas)
 
     inner = width - 2 * _PAD
     title_lines = wrap(title, FONT_PT + 1, inner, bold=True) if title else []
@@ -327,6 +360,10 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
             if y0 > y1:
                 middle = (y0 + y1) / 2
                 items.append(Polyline(((left, middle), (left + plot_width, middle)), ink, y0 - y1, alpha=BAND_ALPHA))
+    for area in areas:  # an outline of the upper ends left to right, then the lower ends back
+        outline = [(px(x), py(h)) for x, h in zip(area.xs, area.highs, strict=True)]
+        outline += [(px(x), py(lo)) for x, lo in reversed(list(zip(area.xs, area.lows, strict=True)))]
+        items.append(Polygon(tuple(outline), area.color or ink, alpha=BAND_ALPHA))
     items += [Polyline(((left, py(v)), (left + plot_width, py(v))), ink, 0.6, alpha=GRID_ALPHA) for v, _ in y_ticks]
     items += [Polyline(((px(v), plot_bottom), (px(v), plot_top)), ink, 0.6, alpha=GRID_ALPHA) for v, _ in x_ticks]
     for s, color in zip(series, colors, strict=True):
@@ -336,7 +373,7 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
                 runs.append([])
             else:
                 runs[-1].append((px(x), py(y)))
-        for run in runs:
+        for run in runs if s.line else ():
             if len(run) > 1:
                 items.append(Polyline(tuple(run), color, _LINE_WIDTH, _DASH if s.dashed else ()))
         if s.markers or s.label in hidden:
@@ -363,7 +400,7 @@ def line_svg(series: Sequence[Series], *, x_label: str, y_label: str, log_x: boo
         cursor += len(lines) * _pitch(FONT_PT)
     if title_lines:
         texts += _block(_PAD, _PAD, title_lines, FONT_PT + 1, ink, "start", bold=True)
-    legend_items, legend_texts, bottom = _legend(series, colors, bands, ink, cursor + 6, inner, hidden)
+    legend_items, legend_texts, bottom = _legend(series, colors, bands, ink, cursor + 6, inner, hidden, areas)
     items += legend_items
     texts += legend_texts
     scene = Scene(round(width, 2), round(bottom + _PAD, 2), (*items, *texts))
@@ -411,14 +448,16 @@ def _marker(x: float, y: float, s: Series, color: str, hidden: dict[str, tuple[s
 
 
 def _legend(series: Sequence[Series], colors: Sequence[str], bands: Sequence[Band], ink: str, top: float,
-            inner: float, hidden: dict[str, tuple[str, int]]) -> tuple[list[Item], list[Text], float]:
-    """Entries (series, then bands) in two columns when every label fits half the width, else one;
+            inner: float, hidden: dict[str, tuple[str, int]],
+            areas: Sequence[Area] = ()) -> tuple[list[Item], list[Text], float]:
+    """Entries (series, then bands and areas) in two columns when every label fits half the width, else one;
     a label wider than its column wraps; a hidden line's entry has its ring and says which line it
     lies under. Returns the items, texts and the legend's bottom."""
     entries: list[tuple[str, str, bool, bool]] = [
         (f"{s.label} (under {hidden[s.label][0]})" if s.label in hidden else s.label, c, s.dashed, False)
         for s, c in zip(series, colors, strict=True)]
     entries += [(b.label, ink, False, True) for b in bands]
+    entries += [(a.label, a.color or ink, False, True) for a in areas]
     if not entries:
         return [], [], top
     half = (inner - _COLUMN_GAP) / 2
@@ -438,9 +477,10 @@ def _legend(series: Sequence[Series], colors: Sequence[str], bands: Sequence[Ban
             if band:
                 items.append(Polyline(((x, middle), (x + _HANDLE, middle)), color, SMALL_PT, alpha=BAND_ALPHA))
             else:
-                items.append(Polyline(((x, middle), (x + _HANDLE, middle)), color, _LINE_WIDTH,
-                                      _DASH if dashed else ()))
                 entry = series[start + column]
+                if entry.line:
+                    items.append(Polyline(((x, middle), (x + _HANDLE, middle)), color, _LINE_WIDTH,
+                                          _DASH if dashed else ()))
                 items.append(_marker(x + _HANDLE / 2, middle, entry, color, hidden))
             texts += _block(x + _HANDLE + _HANDLE_PAD, y, lines, SMALL_PT, ink, "start")
         y += max(len(lines) for lines in wrapped) * _pitch(SMALL_PT) + 2

@@ -81,10 +81,36 @@
       if (window.ResizeObserver) { new ResizeObserver(place).observe(table); }
     });
   }
+  /* A table that scrolls sideways says so (gemm_benchmark.css): the box that scrolls is marked while
+     the table is wider than it (gemm-overflows), while columns lie beyond its right edge
+     (gemm-more-right) and once some have scrolled under the sticky labels (gemm-more-left). The box
+     is the extension's .gemm-scroll, or the theme's own scrolling wrapper inside it (Furo's
+     .table-wrapper). Measured again on every scroll and resize, as when a hidden tab panel is shown
+     (its boxes measure 0 until then). */
+  function cueScrolling() {
+    var boxes = document.querySelectorAll(".gemm-scroll, .gemm-scroll > .table-wrapper");
+    Array.prototype.forEach.call(boxes, function (box) {
+      function mark() {
+        var over = box.clientWidth > 0 && box.scrollWidth > box.clientWidth + 1;
+        box.classList.toggle("gemm-overflows", over);
+        box.classList.toggle("gemm-more-right", over && box.scrollLeft + box.clientWidth < box.scrollWidth - 1);
+        box.classList.toggle("gemm-more-left", over && box.scrollLeft > 1);
+      }
+      mark();
+      box.addEventListener("scroll", mark, { passive: true });
+      if (window.ResizeObserver) {
+        var watch = new ResizeObserver(mark);
+        watch.observe(box);
+        var table = box.querySelector("table");
+        if (table) { watch.observe(table); }
+      }
+    });
+  }
   function start() {
     setUp();
     labelReferenceCells();
     stickRowLabels();
+    cueScrolling();
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", start);
