@@ -5,10 +5,12 @@ pasted in. Whatever the input, the command never prints a traceback; it exits wi
 
 * 0 on success (``--version``, ``--help`` included; ``gemm-bench`` with no command prints the
   help, usage and the list of commands, on stdout: a newcomer's question, not an error, and every
-  error stays one line);
-* 2 on bad input, with one line on stderr naming the flag or file at fault;
+  error is one message);
+* 2 on bad input, with one error on stderr naming the command and the flag or file at fault (and
+  the closest flag, value or preset where one is near), wrapped at 100 columns, the lines after
+  the first indented (:func:`gemm_bench.cli.errors.error_text`);
 * 3 when software the command needs is missing (for ``run``: PyTorch, Transformer Engine or a
-  CUDA GPU), with one line saying what to install (``readme-figure`` writes its SVGs without
+  CUDA GPU), with one error saying what to install (``readme-figure`` writes its SVGs without
   matplotlib);
 * 130 when interrupted (nothing half-written: the cache is written atomically).
 

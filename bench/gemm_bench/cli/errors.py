@@ -27,11 +27,11 @@ ERROR_INDENT = 4
 
 
 class UsageError(Exception):
-    """Bad input: printed as one line, exit status 2. The message starts with the flag or file."""
+    """Bad input: printed as one error (:func:`error_text`), exit status 2. The message starts with the flag or file."""
 
 
 class MissingSoftwareError(Exception):
-    """Software the command needs is missing or unusable: printed as one line, exit status 3."""
+    """Software the command needs is missing or unusable: printed as one error, exit status 3."""
 
 
 def one_line(text: str) -> str:

@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`gemm_bench.cli.commands` so the fleet flow (many runners, one pull request)
 reads as one piece. ``commands.build_parser`` calls :func:`add_commands` once. Bad input raises
-:class:`gemm_bench.cli.errors.UsageError` (one line, exit status 2).
+:class:`gemm_bench.cli.errors.UsageError` (one error, exit status 2).
 """
 
 from __future__ import annotations
