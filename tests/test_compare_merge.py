@@ -77,7 +77,8 @@ def test_compare_text_json_markdown_are_sensible() -> None:
     assert ("GEMMs changed by more than the measured spread" in md) is bool(flagged_gemms)
     steps_table = len(c.steps) + 2 if c.steps else 0
     gemm_table = flagged_gemms + 2 if flagged_gemms else 0  # the session-13 H200 differs in none
-    assert md.count("\n|") == len(c.totals) + 2 + gemm_table + steps_table
+    energy_table = len(c.energy) + 2 if c.energy else 0  # issue 43 item 6: compare reports energy too
+    assert md.count("\n|") == len(c.totals) + 2 + gemm_table + steps_table + energy_table
     assert "Training step: no speedup changed" in md and "SQNR: no cell changed by more than 0.5 dB" in md
 
 

@@ -22,6 +22,7 @@ from gemm_bench.report.compare import compare, compare_dirs
 from gemm_bench.results.cache import dumps, file_name
 from gemm_bench.results.merge import decide, merge
 from tests.helpers import synthetic_document
+from tests.test_cli import one_error
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "docs" / "_gemm_cache"
@@ -261,7 +262,7 @@ def test_huge_integer_arguments_are_usage_errors(argv: list[str], capsys: pytest
         code = int(exc.code or 0)
     err = capsys.readouterr().err
     assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and len(err) < 400, err
+    assert len(one_error(err)) < 400, err
 
 
 def _run_cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -287,7 +288,7 @@ def test_readme_figure_never_reads_a_file_that_is_not_regular(tmp_path: Path) ->
     if os.path.exists("/dev/full"):
         result = _run_cli(["readme-figure", "--cache-dir", str(CACHE), "--out", "/dev/full"], tmp_path)
         assert result.returncode == 2 and "Traceback" not in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+        one_error(result.stderr)
         assert not Path("/dev/full-dark").exists()
 
 

@@ -20,6 +20,7 @@ from gemm_bench.results import dynamic_range_schema, studies
 from gemm_bench.results.cache import dumps, read_document
 from gemm_bench.results.merge import decide_study, merge, summary_markdown
 from gemm_bench.results.studies import StudyError
+from tests.test_cli import one_error
 
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
 TE_GUIDE = "2160d33ec54a347e"
@@ -133,9 +134,10 @@ def test_compare_dirs_lists_studies_added_changed_and_removed(tmp_path: Path) ->
     (new / "studies" / LOSS.name).write_text(dumps(_later(_load(LOSS))))
     shutil.copy(CACHE / "studies" / "loss-parity--h100-80gb-hbm3.json", new / "studies")
     d = compare_dirs(old, new)
-    assert [n for n, _ in d.studies_compared] == [LOSS.name]
-    assert [n for n, _ in d.studies_added] == ["loss-parity--h100-80gb-hbm3.json"]
-    assert d.studies_removed == [RANGE.name]
+    # Names are paths relative to the compared directories (issue 44: a studies folder compares too).
+    assert [n for n, _ in d.studies_compared] == [f"studies/{LOSS.name}"]
+    assert [n for n, _ in d.studies_added] == ["studies/loss-parity--h100-80gb-hbm3.json"]
+    assert d.studies_removed == [f"studies/{RANGE.name}"]
     md = d.to_markdown()
     assert "### studies/loss-parity--h200.json" in md and "New studies:" in md and "studies/dynamic-range" in md
     assert "study values changed beyond their spread: 0" in md
@@ -477,7 +479,8 @@ def test_every_model_id_the_site_shows_is_accepted_by_shapes_and_run(capsys: pyt
     assert build_question(model="llama3-70b/tp8").hash == spelled.hash
     assert build_question(model="llama3-70b/tp8", fields={"tensor_model_parallel_size": 8}).hash == spelled.hash
     assert main(["shapes", "--model", "llama3-70b/tp8", "--tensor-model-parallel-size", "4"]) == 2
-    assert "--tensor-model-parallel-size: is 4, but the model id 'llama3-70b/tp8' says 8" in capsys.readouterr().err
+    assert "--tensor-model-parallel-size: is 4, but the model id 'llama3-70b/tp8' says 8" in one_error(
+        capsys.readouterr().err)
 
 
 # ------------------------------------------------------------------------------- report and compare on studies
@@ -501,7 +504,7 @@ def test_compare_takes_two_runs_of_a_study(tmp_path: Path, capsys: pytest.Captur
     assert main(["compare", str(LOSS), str(newer), "--markdown"]) == 0
     assert "Nothing changed beyond the study's spread" in capsys.readouterr().out
     assert main(["compare", str(LOSS), str(H200)]) == 2
-    assert "holds a study and the other file a question's result" in capsys.readouterr().err
+    assert "holds a study and the other file a question's result" in one_error(capsys.readouterr().err)
 
 
 # ------------------------------------------------------------------------------- report fits 100 columns

@@ -1,4 +1,4 @@
-"""The command line, ``gemm-bench``: parsing flags, running the other rooms, printing one line per error.
+"""The command line, ``gemm-bench``: parsing flags, running the other rooms, printing each error as one message.
 
 Owns the sub-commands (:mod:`~gemm_bench.cli.commands`: shapes, run, report, ...;
 :mod:`~gemm_bench.cli.fleet`: compare, merge, refresh), the refresh driver

@@ -5,10 +5,12 @@ pasted in. Whatever the input, the command never prints a traceback; it exits wi
 
 * 0 on success (``--version``, ``--help`` included; ``gemm-bench`` with no command prints the
   help, usage and the list of commands, on stdout: a newcomer's question, not an error, and every
-  error stays one line);
-* 2 on bad input, with one line on stderr naming the flag or file at fault;
+  error is one message);
+* 2 on bad input, with one error on stderr naming the command and the flag or file at fault (and
+  the closest flag, value or preset where one is near), wrapped at 100 columns, the lines after
+  the first indented (:func:`gemm_bench.cli.errors.error_text`);
 * 3 when software the command needs is missing (for ``run``: PyTorch, Transformer Engine or a
-  CUDA GPU), with one line saying what to install (``readme-figure`` writes its SVGs without
+  CUDA GPU), with one error saying what to install (``readme-figure`` writes its SVGs without
   matplotlib);
 * 130 when interrupted (nothing half-written: the cache is written atomically).
 
@@ -33,7 +35,19 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from gemm_bench.cli import fleet as cli_fleet
-from gemm_bench.cli.errors import MissingSoftwareError, UsageError, echo, echo_wrapped, one_line
+from gemm_bench.cli.errors import (
+    MissingSoftwareError,
+    UsageError,
+    closest,
+    did_you_mean,
+    echo,
+    echo_wrapped,
+    error_text,
+    one_line,
+    print_error,
+    wrap_cells,
+    writable_destination,
+)
 from gemm_bench.cli.extras import needs
 from gemm_bench.measure import phases
 from gemm_bench.measure.compile_cache import use_persistent_compile_cache
@@ -44,14 +58,16 @@ from gemm_bench.question.config import (
     INT_FIELDS,
     MAX_DIMENSION,
     PRESET_DESCRIPTIONS,
+    PRESETS,
     ConfigError,
     cli_flag,
+    parse_model_id,
     split_megatron_args,
 )
 from gemm_bench.question.precisions import ALL_MODES, MODES, PRECISION_IDS, normalize_mode, normalize_precision
 from gemm_bench.question.question import Question, build_question
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES
-from gemm_bench.report.report import Report
+from gemm_bench.report.report import TEXT_WIDTH, Report
 from gemm_bench.results.cache import Cache, CacheError, read_document
 from gemm_bench.results.schema import MAX_LAYERS
 
@@ -67,11 +83,74 @@ _DEFAULT_TIMER = TimerSettings()
 Progress = Callable[[int, int, str], None]
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help at most :data:`~gemm_bench.report.report.TEXT_WIDTH` columns wide, however wide
+    the terminal (argparse fills the terminal: the help of a 200-column one ran to 198)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        columns = width if width is not None else shutil.get_terminal_size().columns - 2
+        super().__init__(prog, indent_increment, max_help_position, width=min(columns, TEXT_WIDTH))
+
+
+#: argparse's opening of an error about one argument ("argument --num-layers: ..."): the flag leads instead.
+_ARGUMENT = re.compile(r"^argument ([^:]+): ")
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors kept to one line (a hostile value may hold newlines)."""
+    """argparse, with its errors named by their sub-command (``gemm-bench shapes: error: ...``; the
+    parser of each sub-command prints its own), escaped to one logical line (a hostile value may hold
+    newlines) wrapped at 100 columns (:func:`~gemm_bench.cli.errors.error_text`), and the closest
+    choice suggested for a misspelt one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        #: The sub-commands' parsers by name (:func:`build_parser` fills it): an unrecognized flag is
+        #: reported by the parser of the command it was given to, with that command's closest flag.
+        self.commands: dict[str, Parser] = {}
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+        # "argument --num-layers: needs a whole number ..." reads "--num-layers needs a whole number ..."
+        message = _ARGUMENT.sub(lambda m: m[1] + (" " if message[m.end():].startswith("needs ") else ": "),
+                                message, count=1)
+        self.exit(2, error_text(self.prog, message) + "\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's check of a choice (a command, ``--timer``), with the closest one suggested."""
+        if action.choices is None or value in action.choices:
+            return
+        choices = [str(c) for c in action.choices]
+        if isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(None, f"unknown command {shown(str(value))}{did_you_mean(str(value), choices)}"
+                                               f"; the commands are {', '.join(choices)} (gemm-bench --help says "
+                                               "what each does)")
+        raise argparse.ArgumentError(action, f"{shown(str(value))} is not one of {', '.join(choices)}"
+                                             f"{did_you_mean(str(value), choices)}")
+
+    def flags(self) -> list[str]:
+        """Every flag this parser takes (``--model``, ``-h``, ...): what a misspelt one is matched to."""
+        return list(self._option_string_actions)
+
+    def unrecognized(self, extras: Sequence[str]) -> NoReturn:
+        """The error for arguments no parser took, each misspelt flag with its closest
+        (``shapes --modle``: "did you mean --model?"; before, the top parser said "gemm-bench: error:
+        unrecognized arguments" with neither the command nor a suggestion)."""
+        hints = []
+        for extra in extras:
+            if extra.startswith("-") and len(extra) > 1:
+                flag = extra.split("=", 1)[0]
+                found = closest(flag, [f for f in self.flags() if f.startswith("--") == flag.startswith("--")])
+                if found is not None:
+                    hints.append((flag, found))
+        said = " ".join(extras)
+        said = said if len(said) <= 60 else f"{said[:60]}... ({len(said)} characters)"
+        text = f"unrecognized argument{'s' if len(extras) > 1 else ''}: {said}"
+        if len(hints) == 1:
+            text += f" (did you mean {hints[0][1]}?)"
+        elif hints:
+            text += " (did you mean " + ", ".join(f"{found} for {flag}" for flag, found in hints) + "?)"
+        self.error(text + f"; {self.prog} --help lists its flags")
 
 
 #: The largest whole number any flag takes (every dimension, layer count and size is far below):
@@ -87,6 +166,13 @@ def shown(text: str, limit: int = 24) -> str:
 
 
 _WHOLE = re.compile(r"\+?\d(?:_?\d)*")
+_PLAIN = re.compile(r"[-+.\w]{1,24}")
+
+
+def _value(text: str) -> str:
+    """A value as an error says "got ...": bare where it is a plain token (``got -3``), else quoted
+    and shortened (:func:`shown`)."""
+    return text if _PLAIN.fullmatch(text) and text.isascii() else shown(text)
 
 
 def _whole_number(high: int = MAX_WHOLE_NUMBER) -> Callable[[str], int]:
@@ -97,15 +183,14 @@ def _whole_number(high: int = MAX_WHOLE_NUMBER) -> Callable[[str], int]:
         # builds both): decimal digits of any script, single underscores between them, one '+'.
         # isdigit() alone admits '²', which int() refuses.
         if not _WHOLE.fullmatch(text.strip()):
-            raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+            raise argparse.ArgumentTypeError(f"needs a whole number >= 1, got {_value(text)}")
         digits = text.strip().lstrip("+").replace("_", "")
         digits = digits.lstrip("0") or "0"
         if len(digits) > len(str(high)) or int(digits) > high:
-            raise argparse.ArgumentTypeError(f"{shown(text)} is more than {high}")
-        value = int(digits)
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-        return value
+            raise argparse.ArgumentTypeError(f"needs a whole number <= {high}, got {_value(text)}")
+        if int(digits) < 1:
+            raise argparse.ArgumentTypeError(f"needs a whole number >= 1, got {_value(text)}")
+        return int(digits)
 
     return parse
 
@@ -132,12 +217,13 @@ def _dimensions(what: str) -> Callable[[str], str]:
 
 def _warmup_seconds(text: str) -> float:
     """``--warmup``: finite seconds from 0 to :data:`MAX_WARMUP_S` (NaN would warm up forever)."""
+    needs = f"needs a number of seconds from 0 to {MAX_WARMUP_S:g}, got {_value(text)}"
     try:
         value = float(text.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        raise argparse.ArgumentTypeError(needs) from None
     if not math.isfinite(value) or not 0 <= value <= MAX_WARMUP_S:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 0 to {MAX_WARMUP_S:g}")
+        raise argparse.ArgumentTypeError(needs)
     return value
 
 
@@ -171,7 +257,23 @@ def question_from_args(args: argparse.Namespace) -> Question:
         return build_question(model=args.model, hf_config=args.hf_config, shapes=args.shape,
                               sweep=sweep, fields=fields, megatron_args=megatron)
     except ConfigError as exc:
-        raise UsageError(exc.describe(cli_flag)) from None
+        message = exc.describe(cli_flag)
+        if exc.field == "model" and args.model is not None and "did you mean" not in message:
+            message = _with_closest_preset(message, args.model)
+        raise UsageError(message) from None
+
+
+def _with_closest_preset(message: str, model: str) -> str:
+    """``--model``'s "unknown preset" error with the closest preset suggested (``llama3-8`` ->
+    ``llama3-8b``); the message as it was where the preset is known or nothing is near."""
+    try:
+        name = parse_model_id(model).preset
+    except ConfigError:
+        return message
+    hint = did_you_mean(name, PRESETS) if name.strip().lower() not in PRESETS else ""
+    if not hint:
+        return message
+    return message.replace("; known: ", f"{hint}; known: ", 1) if "; known: " in message else message + hint
 
 
 def _choices(text: str, flag: str, normalize: Callable[[str], str], known: Sequence[str]) -> tuple[str, ...]:
@@ -179,7 +281,10 @@ def _choices(text: str, flag: str, normalize: Callable[[str], str], known: Seque
     try:
         return parse_choices(text, normalize, known)
     except ChoiceError as exc:
-        raise UsageError(f"{flag}: {exc}") from None
+        if exc.value is None:
+            raise UsageError(f"{flag}: {exc}") from None
+        raise UsageError(f"{flag}: unknown value {shown(exc.value)}{did_you_mean(exc.value, known)}; choose from "
+                         f"{', '.join(known)}") from None
 
 
 # ------------------------------------------------------------------------------- shapes
@@ -296,20 +401,6 @@ def new_phase_profiler() -> phases.PhaseProfiler:
     return profiler
 
 
-def _writable_destination(path: Path, flag: str, *, directory: bool) -> None:
-    """Refuse, before minutes of measuring, a destination the result could not be written to."""
-    target = path if directory else path.parent
-    if not directory and path.is_dir():
-        raise UsageError(f"{flag}: {path} is a directory; give a file name")
-    existing = target
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"{flag}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag}: {existing} is not writable")
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     q = question_from_args(args)
     precisions = _choices(args.precisions, "--precisions", normalize_precision, PRECISION_IDS)
@@ -322,9 +413,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out and args.cache_dir:
         raise UsageError("--out: cannot be combined with --cache-dir")
     if args.out:
-        _writable_destination(Path(args.out), "--out", directory=False)
+        writable_destination(Path(args.out), "--out", directory=False)
     else:
-        _writable_destination(Path(args.cache_dir or DEFAULT_CACHE), "--cache-dir", directory=True)
+        writable_destination(Path(args.cache_dir or DEFAULT_CACHE), "--cache-dir", directory=True)
     if args.nsys and not os.environ.get("GEMM_BENCH_NSYS_CHILD"):
         return _rerun_under_nsys(args)
     profiler = new_phase_profiler() if args.profile_phases else None
@@ -418,7 +509,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_presets(args: argparse.Namespace) -> int:
     for name, text in PRESET_DESCRIPTIONS.items():
-        echo_wrapped(f"{name:<14} {text}", hanging=15)
+        # One cell per comma-separated part, kept whole on its line ("1 x 4096 tokens", "32 layers").
+        echo("\n".join(wrap_cells(f"{name:<14} ", text.split(", "), hanging=15)))
     return 0
 
 
@@ -452,7 +544,7 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
     cache_dir, out = Path(args.cache_dir), Path(args.out)
     if not cache_dir.is_dir():
         raise UsageError(f"--cache-dir: {cache_dir} is not a directory")
-    _writable_destination(out, "--out", directory=False)
+    writable_destination(out, "--out", directory=False)
     from gemm_bench.report.figures import readme_paths
 
     for path in readme_paths(out):
@@ -461,7 +553,8 @@ def cmd_readme_figure(args: argparse.Namespace) -> int:
     figures = load_figures()
 
     def ignored(error: Exception) -> None:
-        echo(f"gemm-bench readme-figure: warning: ignoring {one_line(str(error))}", file=sys.stderr)
+        echo_wrapped(f"gemm-bench readme-figure: warning: ignoring {one_line(str(error))}", hanging=4,
+                     file=sys.stderr)
 
     try:
         changed = figures.write_readme_figure(cache_dir, out, on_error=ignored)
@@ -584,6 +677,7 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_study)
 
     cli_fleet.add_commands(sub)  # compare, merge, refresh
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -602,18 +696,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if any("\x00" in arg for arg in argv):  # no shell can pass one; file APIs raise ValueError on it
         parser.error("an argument contains a NUL character")
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # reported by the command's own parser, which knows its flags
+        parser.commands.get(args.command or "", parser).unrecognized(extras)
     if args.command is None:
         echo(parser.format_help(), end="")
         return 0
     args.argv = argv
+    prog = f"gemm-bench {args.command}"
     try:
         return int(args.func(args))
     except UsageError as exc:
-        echo(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        print_error(prog, str(exc))
         return 2
     except MissingSoftwareError as exc:
-        echo(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        print_error(prog, str(exc))
         return 3
     except BrokenPipeError:  # `gemm-bench shapes | head`: stop quietly, and keep Python's exit flush quiet too
         with contextlib.suppress(OSError):
@@ -625,10 +722,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo("gemm-bench: interrupted; no file is half-written, results stored before it are kept", file=sys.stderr)
         return 130
     except CacheError as exc:  # a cache directory or file the user named that cannot be used
-        echo(f"gemm-bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        print_error(prog, str(exc))
         return 2
     except OSError as exc:  # a path the user gave that the system refuses (too long, no permission, ...)
         where = exc.filename if exc.filename is not None else "a path"
-        echo(f"gemm-bench {args.command}: error: {one_line(f'{where}: {exc.strerror or exc}')}", file=sys.stderr)
+        print_error(prog, f"{where}: {exc.strerror or exc}")
         return 2
 

@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`gemm_bench.cli.commands` so the fleet flow (many runners, one pull request)
 reads as one piece. ``commands.build_parser`` calls :func:`add_commands` once. Bad input raises
-:class:`gemm_bench.cli.errors.UsageError` (one line, exit status 2).
+:class:`gemm_bench.cli.errors.UsageError` (one error, exit status 2).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.cli.errors import UsageError, echo, one_line
+from gemm_bench.cli.errors import UsageError, echo, echo_wrapped, one_line, writable_destination
 from gemm_bench.cli.extras import needs
 
 DEFAULT_CACHE = Path("docs/_gemm_cache")
@@ -63,6 +63,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         echo(output.to_markdown(), end="")
     else:
         echo(output.to_text())
+    unreadable = getattr(output, "unreadable", [])
+    if unreadable:  # listed above with the rest; the status says that not every file was compared
+        echo_wrapped(f"gemm-bench compare: {len(unreadable)} file(s) could not be read (listed as unreadable); "
+                     "the others were compared", hanging=4, file=sys.stderr)
+        return 1
     return 0
 
 
@@ -72,6 +77,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from gemm_bench.results.cache import write_atomic
     from gemm_bench.results.merge import MergeError, merge, summary_markdown
 
+    # Both destinations checked before anything is merged (before: --summary /tmp merged, then failed
+    # on a temporary file inside /tmp, naming that file).
+    writable_destination(Path(args.cache_dir), "--cache-dir", directory=True)
+    if args.summary:
+        writable_destination(Path(args.summary), "--summary", directory=False)
     try:
         actions = merge([Path(d) for d in args.dirs], Path(args.cache_dir))
     except MergeError as exc:
@@ -80,8 +90,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         try:
             write_atomic(Path(args.summary), summary_markdown(actions), durable=False)
         except OSError as exc:
-            raise UsageError(f"--summary: cannot write {exc.filename or args.summary} ({exc.strerror or exc})") \
-                from None
+            raise UsageError(f"--summary: cannot write {args.summary} ({exc.strerror or exc})") from None
     for action in actions:
         echo(action.describe())
     rejected = [a for a in actions if a.action == "rejected"]
@@ -105,6 +114,12 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     rules = refresh_mod.Rules(stale_when=stale_when, max_age_days=args.max_age_days, force=args.force)
     srcdir = Path(args.srcdir)
+    if not srcdir.is_dir():
+        raise UsageError(f"SRCDIR: {srcdir} is not a directory")
+    # Before the site is read or a GPU probed: a cache that is not a folder (--cache-dir /dev/null went
+    # ahead) is refused, and one this user cannot write unless the plan is all that is asked.
+    writable_destination(Path(args.cache_dir) if args.cache_dir else srcdir / "_gemm_cache", "--cache-dir",
+                         directory=True, writable=not args.dry_run)
     try:
         if args.device:
             if not args.dry_run:
@@ -132,9 +147,10 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     for path in outcome.stored:
         echo(f"wrote {path}")
     for line in outcome.failed:
-        echo(f"not measured: {line}", file=sys.stderr)
+        echo_wrapped(f"not measured: {line}", hanging=4, file=sys.stderr)
     if outcome.not_started:
-        echo(f"not started: {', '.join(outcome.not_started)} (re-run to measure them)", file=sys.stderr)
+        echo_wrapped(f"not started: {', '.join(outcome.not_started)} (re-run to measure them)", hanging=4,
+                     file=sys.stderr)
     if outcome.interrupted:
         echo("gemm-bench refresh: interrupted; every result stored so far is kept", file=sys.stderr)
         return 130
@@ -153,13 +169,13 @@ def _shown(text: str) -> str:
 
 
 def _positive_float(text: str) -> float:
+    needs = f"needs a number of days above 0 and at most {MAX_AGE_DAYS:g}, got {_shown(text)}"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
+        raise argparse.ArgumentTypeError(needs) from None
     if not (math.isfinite(value) and 0 < value <= MAX_AGE_DAYS):
-        raise argparse.ArgumentTypeError(f"{_shown(text)} must be a number of days above 0 and at most "
-                                         f"{MAX_AGE_DAYS:g}")
+        raise argparse.ArgumentTypeError(needs)
     return value
 
 

@@ -50,14 +50,16 @@ from typing import Any, Protocol
 
 from gemm_bench.measure.phases import CAPTURE, EAGER, PROFILER_START, SPIN_UP, SUPPORT, TIMED, TRACE, WARM_UP
 from gemm_bench.question.devices import device_slug, selects
-from gemm_bench.question.precisions import BASELINE, MODES, PRECISION_IDS
+from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
+from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODES, PRECISION_IDS
 from gemm_bench.question.question import Question
+from gemm_bench.question.step_plan import unsupported_reason as layer_step_unsupported
 from gemm_bench.report.compare import wrapped
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError
 from gemm_bench.results.merge import PeersMergeError, store_peers
 from gemm_bench.results.schema import ResultError
-from gemm_bench.results.stack import Rules, Todo, lacking_blocks, remeasure
+from gemm_bench.results.stack import Rules, Todo, complete_modes, lacking_blocks, remeasure
 
 
 class Measure(Protocol):
@@ -403,6 +405,55 @@ def describe_total(tasks: Sequence[Task], studies_: Sequence[StudyTask], gpus: S
             f"(questions {questions / 60:.1f} min, then studies {studied / 60:.1f} min)")
 
 
+def measured_blocks(task: Task) -> tuple[list[str], list[str]]:
+    """What a refresh of ``task`` measures, block by block, as the plan prints it; and what it does not,
+    with why. The blocks are those of :func:`gemm_bench.measure.runner.measure_question` (the one
+    measuring path of a refresh), decided by the same rules: the per-GEMM modes asked; for a model
+    question its layer step, eager and CUDA-graphed (:func:`~gemm_bench.results.stack.complete_modes`),
+    with its breakdown; the model's step where
+    :func:`gemm_bench.question.model_step.unsupported_reason` has none; after the run each recipe's step
+    energy and the precision plan (:func:`gemm_bench.measure.step_extras.measure_plan_and_energy`); the
+    SQNRs; the peers where a page shows them. A peers-only task measures the peers alone.
+
+    Before, the plan listed the modes asked only ("autocast, prequant") while the refresh also measured
+    the steps, the model step, the energy and the plan: a reader could not tell what minutes it would take."""
+    gemm_modes = [MODE_WORDS[m] for m in task.modes if m in MODES]
+    if task.peers_only:
+        return [f"the peers of the {' and '.join(gemm_modes) or 'asked modes'} alone, merged into the cached "
+                "result"], []
+    blocks = list(gemm_modes)
+    skipped: list[str] = []
+    config = task.question.config
+    layer = [m for m in complete_modes(task.question, task.modes) if m in LAYER_MODES]
+    if layer:
+        why_not = layer_step_unsupported(config) if config is not None else None
+        if why_not is None:
+            blocks.append("one layer's step (eager and CUDA-graphed, with its time breakdown)")
+            model_why_not = model_step_unsupported(config)
+            if model_why_not is None:
+                blocks.append("the model's step (its parts at G = 1 and the question's G, with their breakdown)")
+            else:
+                skipped.append(f"the model's step ({_clause(model_why_not)})")
+            blocks += ["each recipe's step energy (where the GPU's power can be sampled)",
+                       "the precision plan (its own step when it mixes recipes)"]
+        else:
+            skipped.append(f"one layer's step and what rests on it ({_clause(why_not)})")
+    blocks.append("SQNR per GEMM pass")
+    if task.peers:
+        blocks.append("the peers")
+    blocks.append("clock and power telemetry, the profiler's cross-check")
+    return blocks, skipped
+
+
+def _clause(sentence: str) -> str:
+    """A sentence ("The model's step needs ...") as a clause inside parentheses."""
+    return (sentence[:1].lower() + sentence[1:]).rstrip(".")
+
+
+#: The per-GEMM modes as the plan names them.
+MODE_WORDS = {"autocast": "autocast GEMMs", "prequant": "pre-quantized GEMMs"}
+
+
 def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[GpuSlot]) -> str:
     gpu_text = ", ".join(f"{g.index} ({g.name})" for g in gpus)
     lines = [f"gemm-bench refresh: {len(tasks)} question(s) to measure on {len(gpus)} GPU(s): {gpu_text}"]
@@ -413,6 +464,10 @@ def describe_plan(tasks: Sequence[Task], fresh: Sequence[str], gpus: Sequence[Gp
         what = "the peers alone" if task.peers_only else ", ".join(task.precisions)
         peers = "" if task.peers_only else (" | with peers" if task.peers else " | no peers")
         lines.append(f"      {what} | {', '.join(task.modes)}{peers} | {task.reason} | {estimate}")
+        blocks, skipped = measured_blocks(task)
+        lines.append(f"      measures: {'; '.join(blocks)}")
+        if skipped:
+            lines.append(f"      not measured: {'; '.join(skipped)}")
         lines.append(f"      asked at {', '.join(task.locations)}")
     if tasks:
         total, at_least = questions_seconds(tasks, gpus)

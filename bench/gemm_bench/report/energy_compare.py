@@ -67,6 +67,19 @@ class EnergyComparison:
             return f"for {name} {self.words}"
         return f"{name} {'is' if self.verdict == WITHIN else 'uses'} {self.words}"
 
+    @property
+    def label(self) -> str:
+        """The verdict in a table cell (``gemm-bench compare``): "1.52 J less", "within", "no spread",
+        "unsettled"; the sentence's :attr:`words` in a dozen columns."""
+        if self.verdict in (LESS, MORE):
+            return f"{joules(abs(self.difference_mj))} J {self.verdict}"
+        return {WITHIN: "within", UNKNOWN: "no spread", UNSETTLED: "unsettled"}.get(self.verdict, self.verdict)
+
+    @property
+    def claims(self) -> bool:
+        """Whether the verdict says the recipe uses less or more than BF16 (what a page then claims)."""
+        return self.verdict in (LESS, MORE)
+
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "difference_mj": round(self.difference_mj, 3), "words": self.words}
 
