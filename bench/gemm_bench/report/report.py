@@ -218,6 +218,9 @@ class Report:
     ``gemms``, ``num_layers`` and ``kind`` are the page's (defaults: the document's); ``gemms``
     must be the document's question, in any order, else :class:`ValueError`. ``modes`` and
     ``precisions`` are what was asked, as asked; by default whatever the document holds.
+    ``config`` is the page's model (default: the one the result stores): the fields left out of the
+    question's hash (G, the layer count, the vocabulary) may differ from the stored ones, and the
+    page's win (issue 43), so the model step is composed for the page's G and layers.
     """
 
     def __init__(
@@ -229,6 +232,7 @@ class Report:
         kind: str | None = None,
         modes: Sequence[str] | None = None,
         precisions: Sequence[str] | None = None,
+        config: ModelConfig | None = None,
     ) -> None:
         self.doc = doc
         stored = document_gemms(doc)
@@ -274,8 +278,9 @@ class Report:
                 raw.get("kernel_ratio"),
             )
         self._support: dict[str, Any] = doc.get("support") or {}
-        #: The model's config as the result stores it (None for manual shapes and sweeps).
-        self.config: ModelConfig | None = stored_config(doc["question"].get("config"))
+        #: The page's model config (default: the result's stored one; None for manual shapes and sweeps).
+        self.config: ModelConfig | None = config if config is not None else stored_config(
+            doc["question"].get("config"))
         self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
