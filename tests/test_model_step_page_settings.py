@@ -109,3 +109,25 @@ def test_the_refresh_plans_the_model_step_of_another_vocabulary() -> None:
     assert len(lacks) == 1 and "the model's training step at the question's padded vocabulary of 32,000" in lacks[0]
     todo = remeasure(doc, other, ["bf16"], ["autocast"], local=None, rules=Rules(max_age_days=None))
     assert todo is not None and "32,000" in todo.why
+
+
+def test_report_num_layers_scales_the_model_step_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gemm-bench report --num-layers 16`` scaled the GEMM totals but composed the model step with
+    the stored 32 layers."""
+    import json
+
+    from gemm_bench.cli.commands import main
+
+    cache = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+    q = build_question(model="llama3-8b")
+    path = cache / f"{q.hash}--h100-80gb-hbm3.json"
+    assert main(["report", str(path), "--num-layers", "16", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    page = build_question(model="llama3-8b", fields={"num_layers": 16})
+    doc = json.loads(path.read_text())
+    summary = Report(doc).model_step(page.config)
+    assert summary is not None and data["model_step"]["layers"] == 16
+    row = summary.row("bf16")
+    got = next(r for r in data["model_step"]["rows"]
+               if r["precision"] == "bf16" and r["microbatches"] == summary.microbatches)
+    assert row is not None and got["tokens_per_s"] == pytest.approx(row.tokens_per_s)

@@ -42,8 +42,8 @@ from sphinx.util import logging
 
 from gemm_bench.question.devices import device_slug, select
 from gemm_bench.question.question import Question
-from gemm_bench.report.report import Report
 from gemm_bench.report.model_step import other_vocabulary, other_vocabulary_text
+from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError, is_stale, read_document
 from gemm_bench.results.merge import store_peers
 from gemm_bench.results.schema import METHOD_VERSION, ResultError

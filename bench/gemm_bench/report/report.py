@@ -278,9 +278,14 @@ class Report:
                 raw.get("kernel_ratio"),
             )
         self._support: dict[str, Any] = doc.get("support") or {}
-        #: The page's model config (default: the result's stored one; None for manual shapes and sweeps).
-        self.config: ModelConfig | None = config if config is not None else stored_config(
-            doc["question"].get("config"))
+        #: The page's model config (default: the result's stored one, with ``num_layers`` the layers
+        #: asked, so ``gemm-bench report --num-layers`` scales the model step as it scales the GEMM
+        #: totals; None for manual shapes and sweeps).
+        if config is None:
+            config = stored_config(doc["question"].get("config"))
+            if config is not None and config.measured_layers != self.num_layers:
+                config = dataclasses.replace(config, num_layers=self.num_layers + config.dense_layers)
+        self.config: ModelConfig | None = config
         self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
