@@ -318,8 +318,10 @@ class Report:
         return "measured", ""
 
     def failures(self) -> list[tuple[str, str, str]]:
-        """(mode, precision, reason) of each shown mode (per-GEMM and layer step) and precision with a
-        failed cell (:func:`gemm_bench.results.failed.failed_cells`): what makes the result failed."""
+        """(row, precision, reason) of each failed measurement of the shown precisions a page may show
+        (:func:`gemm_bench.results.failed.failed_cells`: the shown per-GEMM modes, both layer-step
+        modes, the model step's parts, the energy): what makes the result failed, as the refresh
+        plans it."""
         return failed_cells(self.doc, [*self.modes, *self.layer_modes], self.precisions)
 
     def missing_cells(self) -> list[tuple[str, str, GemmShape]]:
