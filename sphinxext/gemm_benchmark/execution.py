@@ -42,6 +42,7 @@ from sphinx.util import logging
 
 from gemm_bench.question.devices import device_slug, select
 from gemm_bench.question.question import Question
+from gemm_bench.report.model_step import other_vocabulary, other_vocabulary_text
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError, is_stale, read_document
 from gemm_bench.results.merge import store_peers
@@ -283,7 +284,7 @@ def reports_for(doc: dict[str, Any], question: Question, precisions: Sequence[st
     """One report per mode, built from the page's question: its GEMMs, layers and kind decide."""
     return {
         mode: Report(doc, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,
-                     modes=[mode], precisions=list(precisions))
+                     modes=[mode], precisions=list(precisions), config=question.config)
         for mode in modes
     }
 
@@ -420,6 +421,10 @@ def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str
             errors.append(CacheError(path, f"does not answer this question: {exc}"))
             continue
         status, reason = assess(reports, doc, max_age_days)
+        other = other_vocabulary(doc, question.config)
+        if other is not None:  # the page's :vocab-size: (not in the hash) is not the one measured
+            problems.append(f"on {name}, the page's :vocab-size: asks for another vocabulary than the result's "
+                            f"model step: {other_vocabulary_text(*other)}; no model-step number is shown")
         if status is Status.FRESH and local is not None and device_slug(local.name) == device_slug(name):
             # Only this box's own GPU result can be judged against this box's software stack.
             by_stack = stack_staleness(doc, _local_stack(), stale_when)

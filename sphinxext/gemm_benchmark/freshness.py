@@ -25,7 +25,6 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from gemm_bench.question.devices import device_label, normalize_selector
-from gemm_bench.question.precisions import LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.results import studies, untrusted_text
 from gemm_bench.results.cache import CacheError, is_stale
 from gemm_bench.results.schema import METHOD_VERSION
@@ -37,7 +36,7 @@ from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.values import device_values, gemm_names
 
 if TYPE_CHECKING:
-    from gemm_benchmark.execution import Answer, DeviceAnswer
+    from gemm_benchmark.execution import Answer
     from gemm_benchmark.options import Request
 
 logger = logging.getLogger(__name__)
@@ -100,14 +99,13 @@ def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: 
     answered, for the freshness table and the build's last line. Roles quote it only when the summary
     has a ``:name:`` (one model): then it holds every value, computed as a ``gemm-benchmark``'s are.
 
-    A summary shows the layer step, which :func:`.execution.assess` (per-GEMM cells) does not judge:
-    a step that failed makes the result *failed* here, never *fresh*."""
+    A summary shows both layer-step rows whatever its modes: :func:`.execution.assess` judges them
+    (with the model step's parts and the energy) by the refresh's own predicate
+    (:func:`gemm_bench.results.failed.failed_cells`), so a step that failed makes the result *failed*
+    here and on the build's last line, never *fresh*."""
     devices = []
     for d in answer.devices:
         status, reason = d.status.value, d.reason
-        failed = failed_steps(d, request.modes, request.precisions)
-        if failed and status == "fresh":
-            status, reason = "failed", "failed: " + ", ".join(failed)
         reason = lacking_reason(d.doc, request.question, status, reason)
         devices.append(envdata.DeviceRecord(
             name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
@@ -124,17 +122,6 @@ def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: 
         cache_files=tuple(p.name for p in answer.files), status=overall, devices=tuple(devices),
         unmatched=tuple(answer.unmatched), devices_listed=bool(request.devices), gemm_names=names,
         directive=SUMMARY, named=bool(request.name)))
-
-
-def failed_steps(device: DeviceAnswer, modes: Sequence[str], precisions: Sequence[str]) -> list[str]:
-    """``"Layer step (CUDA graphs)/BF16 (reason)"`` for every shown layer step that failed on ``device``."""
-    out = []
-    for mode in (m for m in modes if m in LAYER_MODES and m in device.reports):
-        for p in precisions:
-            step = device.reports[mode].step(p, graphed=mode == LAYER_MODES[1])
-            if step.status == "failed":
-                out.append(f"{MODE_NAMES[mode]}/{PRECISIONS[p].display} ({step.reason})")
-    return out
 
 
 @dataclasses.dataclass(frozen=True)

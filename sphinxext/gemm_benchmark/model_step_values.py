@@ -30,6 +30,8 @@ from gemm_bench.report.model_step import (
     capacity_text,
     largest_microbatch_absence,
     memory_delta_text,
+    other_vocabulary,
+    other_vocabulary_text,
     part_absence,
 )
 from gemm_bench.report.model_step_breakdown import model_bars
@@ -129,7 +131,9 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
         stored = report.doc["question"].get("config")
         if reason and isinstance(stored, Mapping) and "vocab_size" not in stored:
             reason = None  # written before the config held a vocabulary: the result predates the model step
+        other = other_vocabulary(report.doc, report.config)
         why = (f"{where}: no model step for this question: {reason}" if reason
+               else f"{where}: no model step for this question: {other_vocabulary_text(*other)}" if other
                else f"{where}: no model step in this result (the next refresh measures it)")
         for p in shown:
             _absent(out, MODEL_STEP_KINDS, p, (DEFAULT_G, g_key(1)), why)

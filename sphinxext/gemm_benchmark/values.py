@@ -126,7 +126,7 @@ def step_contradictions(report: Report, layer_mode: str, precision: str) -> list
     if precision == BASELINE or not report.doc.get("layer"):
         return []
     view = Report(report.doc, gemms=report.gemms, num_layers=report.num_layers, kind=report.kind,
-                  modes=["autocast", layer_mode], precisions=[BASELINE, precision])
+                  modes=["autocast", layer_mode], precisions=[BASELINE, precision], config=report.config)
     return view.step_contradictions()
 
 

@@ -199,6 +199,28 @@ def model_step_summary(doc: Mapping[str, Any], config: ModelConfig | None = None
                      int(search.get("layers", 0)), capacity, params)
 
 
+def other_vocabulary(doc: Mapping[str, Any], config: ModelConfig | None) -> tuple[int, int] | None:
+    """(the padded vocabulary the result's model step was measured at, the question's) where they
+    differ, else None. The embedding, output layer and loss are measured at one vocabulary and
+    cannot be recomposed for another (issue 43): the page's other ``vocab_size`` (left out of the
+    question's hash) needs a GPU run, and no model-step number of this result answers it."""
+    block = doc.get("model_step")
+    if not isinstance(block, Mapping) or config is None or config.padded_vocab_size is None:
+        return None
+    measured = block.get("padded_vocab_size")
+    if not isinstance(measured, int) or measured == config.padded_vocab_size:
+        return None
+    return measured, config.padded_vocab_size
+
+
+def other_vocabulary_text(measured: int, asked: int) -> str:
+    """The one wording of a model step measured at another vocabulary: the role, the directive's
+    warning and the refresh plan say it alike."""
+    return (f"the model step was measured at a padded vocabulary of {measured:,} tokens, not the question's "
+            f"{asked:,}: its embedding, output layer and loss cannot be recomposed for another vocabulary; a GPU "
+            f"run measures them at {asked:,} (gemm-bench refresh)")
+
+
 def part_absence(doc: Mapping[str, Any], precision: str) -> tuple[str, str]:
     """(status, reason) of a precision's model step without a number: its layer parts' stored failure
     or unsupported verdict (``failed``, "CUDA out of memory ..."), ("", "is not in this result") when

@@ -218,6 +218,9 @@ class Report:
     ``gemms``, ``num_layers`` and ``kind`` are the page's (defaults: the document's); ``gemms``
     must be the document's question, in any order, else :class:`ValueError`. ``modes`` and
     ``precisions`` are what was asked, as asked; by default whatever the document holds.
+    ``config`` is the page's model (default: the one the result stores): the fields left out of the
+    question's hash (G, the layer count, the vocabulary) may differ from the stored ones, and the
+    page's win (issue 43), so the model step is composed for the page's G and layers.
     """
 
     def __init__(
@@ -229,6 +232,7 @@ class Report:
         kind: str | None = None,
         modes: Sequence[str] | None = None,
         precisions: Sequence[str] | None = None,
+        config: ModelConfig | None = None,
     ) -> None:
         self.doc = doc
         stored = document_gemms(doc)
@@ -274,8 +278,14 @@ class Report:
                 raw.get("kernel_ratio"),
             )
         self._support: dict[str, Any] = doc.get("support") or {}
-        #: The model's config as the result stores it (None for manual shapes and sweeps).
-        self.config: ModelConfig | None = stored_config(doc["question"].get("config"))
+        #: The page's model config (default: the result's stored one, with ``num_layers`` the layers
+        #: asked, so ``gemm-bench report --num-layers`` scales the model step as it scales the GEMM
+        #: totals; None for manual shapes and sweeps).
+        if config is None:
+            config = stored_config(doc["question"].get("config"))
+            if config is not None and config.measured_layers != self.num_layers:
+                config = dataclasses.replace(config, num_layers=self.num_layers + config.dense_layers)
+        self.config: ModelConfig | None = config
         self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
         self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
                           for c in self._accuracy_raw}
@@ -308,8 +318,10 @@ class Report:
         return "measured", ""
 
     def failures(self) -> list[tuple[str, str, str]]:
-        """(mode, precision, reason) of each shown mode (per-GEMM and layer step) and precision with a
-        failed cell (:func:`gemm_bench.results.failed.failed_cells`): what makes the result failed."""
+        """(row, precision, reason) of each failed measurement of the shown precisions a page may show
+        (:func:`gemm_bench.results.failed.failed_cells`: the shown per-GEMM modes, both layer-step
+        modes, the model step's parts, the energy): what makes the result failed, as the refresh
+        plans it."""
         return failed_cells(self.doc, [*self.modes, *self.layer_modes], self.precisions)
 
     def missing_cells(self) -> list[tuple[str, str, GemmShape]]:

@@ -1,10 +1,18 @@
 """Failed is failed: which measurements of a result failed, for every reader of that fact.
 
-A failed cell (a CUDA error, an out-of-memory step) is neither fresh nor unsupported: the build's
-freshness (``gemm_benchmark.execution.assess``, the freshness page, the build's last line) counts its
-result as failed, and the planners (:func:`gemm_bench.results.stack.remeasure`, shared by auto-mode
-builds and ``gemm-bench refresh``) measure its mode again, since a failure may be transient and must
-not need ``--force``. One predicate, so the two can never disagree about what failed.
+A failed measurement (a CUDA error, an out-of-memory step, a reading refused when read by
+:mod:`gemm_bench.results.invariants`) is neither fresh nor unsupported: the build's freshness
+(``gemm_benchmark.execution.assess``, the freshness page, the build's last line) counts its result
+as failed, and the planners (:func:`gemm_bench.results.stack.remeasure`, shared by auto-mode builds
+and ``gemm-bench refresh``) measure it again, since a failure may be transient and must not need
+``--force``. One predicate, :func:`failed_cells`, so they can never disagree about what failed.
+
+It judges every row a page can show of a result, not only the modes a directive names (issue 43:
+a summary without ``:modes:`` shows both layer-step rows, and a failed graphed step read "failed"
+on the page while the freshness page and the build's last line called the result fresh): the
+per-GEMM cells of the modes asked, both layer-step modes, the model step's parts and the step
+energy entries. The model step and the energy are measured in the layer step's run, so a failure
+there plans the layer step again (:func:`failed_modes`).
 """
 
 from __future__ import annotations
@@ -12,21 +20,38 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gemm_bench.question.precisions import LAYER_MODES
+
+#: The row of :func:`failed_cells` for a failed model-step part and a failed energy entry.
+MODEL_STEP_ROW = "model-step"
+ENERGY_ROW = "energy"
+
 
 def failed_cells(doc: Mapping[str, Any], modes: Iterable[str], precisions: Iterable[str]) -> list[tuple[str, str, str]]:
-    """(mode, precision, reason) of each failed per-GEMM cell or layer-step cell (every routing) of
-    ``modes`` and ``precisions`` in a valid result document, in the document's order, one per
-    (mode, precision): the first failure's reason."""
-    wanted_modes, wanted_precisions = set(modes), set(precisions)
+    """(row, precision, reason) of each failed measurement of ``precisions`` a page may show, in the
+    document's order, one per (row, precision), the first failure's reason: the per-GEMM cells of
+    ``modes``, the layer step's cells in both layer modes (every routing; a summary shows both,
+    whatever its modes), the model step's parts (row :data:`MODEL_STEP_ROW`) and the energy entries
+    (row :data:`ENERGY_ROW`)."""
+    wanted_modes, wanted_precisions = {*modes, *LAYER_MODES}, set(precisions)
     found: dict[tuple[str, str], str] = {}
     for cell in [*doc.get("cells", []), *(doc.get("layer", []) or [])]:
         key = (cell["mode"], cell["precision"])
         if cell["status"] == "failed" and key[0] in wanted_modes and key[1] in wanted_precisions:
             found.setdefault(key, str(cell.get("reason", "")))
+    blocks = ((MODEL_STEP_ROW, doc.get("model_step"), "parts"), (ENERGY_ROW, doc.get("energy"), "steps"))
+    for row, block, entries in blocks:
+        for entry in block.get(entries, []) if isinstance(block, Mapping) else []:
+            if entry.get("status") == "failed" and entry.get("precision") in wanted_precisions:
+                found.setdefault((row, str(entry["precision"])), str(entry.get("reason", "")))
     return [(mode, precision, reason) for (mode, precision), reason in found.items()]
 
 
 def failed_modes(doc: Mapping[str, Any], modes: Iterable[str], precisions: Iterable[str]) -> list[str]:
-    """The modes among ``modes`` with a failed cell of one of ``precisions``: what to measure again."""
-    failed = {mode for mode, _, _ in failed_cells(doc, modes, precisions)}
-    return [mode for mode in dict.fromkeys(modes) if mode in failed]
+    """The modes to measure again for the failures :func:`failed_cells` finds: each failed per-GEMM
+    mode among ``modes``, and both layer modes for a failed layer step, model-step part or energy
+    entry (all three come from the layer step's run)."""
+    rows = {row for row, _, _ in failed_cells(doc, modes, precisions)}
+    if rows & {MODEL_STEP_ROW, ENERGY_ROW}:
+        rows |= set(LAYER_MODES)
+    return [mode for mode in dict.fromkeys([*modes, *LAYER_MODES]) if mode in rows]

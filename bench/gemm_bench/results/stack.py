@@ -25,6 +25,7 @@ from gemm_bench.question.model_step import unsupported_reason as model_step_unsu
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, gemm_modes
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
+from gemm_bench.results import model_step_schema
 from gemm_bench.results.cache import is_stale
 from gemm_bench.results.failed import failed_cells, failed_modes
 from gemm_bench.results.schema import METHOD_VERSION, missing_cells
@@ -250,8 +251,15 @@ def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
     if not graphed:
         return []
     out = []
-    if "model_step" not in doc and model_step_unsupported(question.config) is None:
+    block, config = doc.get("model_step"), question.config
+    if "model_step" not in doc and model_step_unsupported(config) is None:
         out.append(MODEL_STEP_LACKING)
+    elif (isinstance(block, Mapping) and model_step_unsupported(config) is None
+          and not model_step_schema.answers(block, config)):
+        # another vocabulary (left out of the question's hash): its embedding, output layer and loss
+        # cannot be recomposed, so the page's vocabulary is measured, never called "fresh" (issue 43)
+        out.append(f"{MODEL_STEP_LACKING} at the question's padded vocabulary of {config.padded_vocab_size:,} "
+                   f"tokens (the result's was measured at {block.get('padded_vocab_size')})")
     elif isinstance(doc.get("model_step"), Mapping) and any("breakdown" in c for c in graphed) and any(
             p.get("status") == "measured" and "breakdown" not in p for p in doc["model_step"].get("parts", [])):
         # a run that profiled its layer step (its cells carry breakdowns) profiles the model step's parts too
