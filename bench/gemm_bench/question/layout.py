@@ -22,9 +22,6 @@ from gemm_bench.question.config import ConfigError
 #: ``--use-distributed-optimizer``), 2 (gradients too) and 3 (FSDP: parameters too). Megatron-FSDP's
 #: ``--data-parallel-sharding-strategy`` names them no_shard, optim, optim_grads, optim_grads_params.
 SHARDINGS: tuple[str, ...] = ("none", "optimizer", "optimizer+grads", "fsdp")
-#: ``--data-parallel-sharding-strategy`` value -> sharding.
-MEGATRON_SHARDING: dict[str, str] = {"no_shard": "none", "optim": "optimizer", "optim_grads": "optimizer+grads",
-                                     "optim_grads_params": "fsdp"}
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 GRAD_REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
@@ -40,6 +37,8 @@ LAYOUT_FLAGS: dict[str, str] = {
     "gpus": "--num-gpus",
     "sharding": "--data-parallel-sharding-strategy",
     "recompute": "--recompute-granularity",
+    "recompute_method": "--recompute-method",
+    "recompute_num_layers": "--recompute-num-layers",
     "micro_batch_size": "--micro-batch-size",
     "global_batch_size": "--global-batch-size",
     "num_microbatches": "--num-microbatches",
@@ -82,6 +81,10 @@ class ParallelLayout:
     etp: int | None = None
     sharding: str = "none"
     recompute: str = "none"
+    #: With full recomputation: "uniform" (every layer, in groups) or "block" (only the first
+    #: ``recompute_num_layers`` layers of each virtual stage); None is uniform.
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
     micro_batch_size: int = 1
     global_batch_size: int | None = None
     num_microbatches: int | None = None
@@ -93,7 +96,7 @@ class ParallelLayout:
     def __post_init__(self) -> None:
         for field in ("gpus", "tp", "pp", "cp", "ep", "micro_batch_size"):
             _positive(field, getattr(self, field))
-        for field in ("vpp", "etp", "global_batch_size", "num_microbatches"):
+        for field in ("vpp", "etp", "global_batch_size", "num_microbatches", "recompute_num_layers"):
             if getattr(self, field) is not None:
                 _positive(field, getattr(self, field))
         for field in ("fp8_param_gather", "overlap_grad_reduce", "overlap_param_gather"):
@@ -111,6 +114,11 @@ class ParallelLayout:
             raise _fail("sharding", f"{self.sharding!r} is not one of {', '.join(SHARDINGS)}")
         if self.recompute not in RECOMPUTES:
             raise _fail("recompute", f"{self.recompute!r} is not one of {', '.join(RECOMPUTES)}")
+        if self.recompute_method not in (None, "uniform", "block"):
+            raise _fail("recompute_method", f"{self.recompute_method!r} is not one of uniform, block")
+        for field in ("recompute_method", "recompute_num_layers"):
+            if getattr(self, field) is not None and self.recompute != "full":
+                raise _fail(field, "applies to --recompute-granularity full only")
         if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise _fail("grad_reduce_dtype", f"{self.grad_reduce_dtype!r} is not one of fp32, bf16")
         if self.vpp is not None and self.vpp > 1 and self.pp == 1:
