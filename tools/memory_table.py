@@ -51,7 +51,8 @@ def main() -> int:
                     f"largest MBS {mbs} (predicted)")
             if not mem.fits:
                 remedy = what_would_fit(*args, capacity=capacity, precision=precision)
-                line += f"; fits with {remedy[0]} ({remedy[1].total / GIB:.1f} GiB)" if remedy else "; no single change fits"
+                line += (f"; fits with {remedy[0]} ({remedy[1].total / GIB:.1f} GiB)" if remedy
+                         else "; no single change fits")
             print(line)
     return 0
 
