@@ -166,7 +166,6 @@ REMEDIES: tuple[str, ...] = ("selective recompute", "full recompute", "distribut
 def _remedy(layout: ParallelLayout, name: str) -> ParallelLayout | None:
     """The layout with one remedy applied (the same GPUs), or None where it does not apply."""
     order = ("none", "optimizer", "optimizer+grads", "fsdp")
-    base = {"global_batch_size": None, "num_microbatches": layout.microbatches}
     if name in ("selective recompute", "full recompute"):
         target = name.split()[0]
         if layout.recompute == target or (target == "selective" and layout.recompute == "full"):
@@ -180,8 +179,9 @@ def _remedy(layout: ParallelLayout, name: str) -> ParallelLayout | None:
     if layout.dp % 2:
         return None
     if name == "CP x2":
-        return dataclasses.replace(layout, cp=layout.cp * 2, **base)
-    return dataclasses.replace(layout, pp=layout.pp * 2, **base)
+        return dataclasses.replace(layout, cp=layout.cp * 2, global_batch_size=None,
+                                   num_microbatches=layout.microbatches)
+    return dataclasses.replace(layout, pp=layout.pp * 2, global_batch_size=None, num_microbatches=layout.microbatches)
 
 
 def what_would_fit(parts: MemoryParts, layer_params: int, config: ModelConfig, layout: ParallelLayout, *,
