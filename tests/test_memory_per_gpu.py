@@ -126,3 +126,15 @@ def test_largest_micro_batch():
 def test_a_layout_at_another_tp_than_the_measured_layer_is_refused():
     with pytest.raises(ConfigError, match="measure the layer at TP 2"):
         mem(ParallelLayout(gpus=2, tp=2))
+
+
+def test_expert_parallelism_scales_the_layers_weights_by_its_parameter_count():
+    from gemm_bench.question.model_step import layer_parameters
+
+    moe = dataclasses.replace(CONFIG, num_experts=4, moe_router_topk=2)
+    scale = layer_parameters(dataclasses.replace(moe, expert_model_parallel_size=2)) / layer_parameters(moe)
+    assert scale < 1
+    m = mem(ParallelLayout(gpus=2, ep=2), moe)
+    assert m.weights == round(4 * 200 * scale + 800)
+    assert m.gradients == round(4 * (4 * 100 * scale + 2048))
+    assert m.activations == 4000  # balanced routing: as many routed tokens per EP rank
