@@ -43,7 +43,7 @@ def test_megatron_args_give_the_vocabulary_and_its_padding() -> None:
     q = build_question(megatron_args=["--hidden-size", "4096", "--num-attention-heads", "32", "--vocab-size",
                                       "50257", "--make-vocab-size-divisible-by", "64", "--global-batch-size", "512"])
     assert q.config is not None and (q.config.vocab_size, q.config.padded_vocab_size) == (50257, 50304)
-    assert q.ignored_flags == ("--global-batch-size",)
+    assert q.ignored_flags == ()  # the global batch is the run's layout (megatron_layout), not ignored
 
 
 def test_vocabulary_and_g_leave_the_question_hash_as_it_was() -> None:

@@ -850,13 +850,12 @@ _MEGATRON_GEMM_WORDS = frozenset({
 #: Flags holding such a word that change no GEMM of one layer on one rank: batch accounting,
 #: pipeline placement, dropout, fusions, router and load-balancing settings, recomputation.
 _MEGATRON_NO_GEMM_FLAGS = frozenset({
-    "--global-batch-size", "--rampup-batch-size", "--pipeline-model-parallel-size",
-    "--virtual-pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--rampup-batch-size",
     "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers", "--num-layers-in-first-pipeline-stage",
     "--num-layers-in-last-pipeline-stage", "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split", "--attention-dropout", "--hidden-dropout",
-    "--attention-softmax-in-fp32", "--attention-backend", "--qk-layernorm", "--recompute-num-layers",
+    "--attention-softmax-in-fp32", "--attention-backend", "--qk-layernorm",
     "--no-bias-swiglu-fusion", "--mscale-all-dim", "--first-last-layers-bf16",
     "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
     "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-grouped-gemm",
@@ -888,7 +887,7 @@ def split_megatron_args(text: str) -> list[str]:
 def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """Config fields from a Megatron-LM ``pretrain_gpt.py`` argument list, and the flags ignored.
 
-    Flags that change no GEMM of a layer (``--lr``, ``--global-batch-size``, ``--train-iters``,
+    Flags that change no GEMM of a layer (``--lr``, ``--train-iters``, ``--rampup-batch-size``,
     pipeline and router settings...) are returned as ignored, so a whole launch script can be
     pasted; a flag that may change a GEMM but is not understood is a :class:`ConfigError` naming
     it. Megatron's own rules apply where it has them: ``--num-query-groups`` counts only with
@@ -897,24 +896,7 @@ def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[s
     multiple of 64 with ``--swiglu``). A launcher prefix up to the script (``torchrun ...
     pretrain_gpt.py``) is skipped.
     """
-    tokens = [t for t in argv if t.strip() and t.strip() != "\\"]
-    scripts = [i for i, t in enumerate(tokens) if t.endswith(".py")]
-    if scripts:
-        tokens = tokens[scripts[0] + 1:]
-    parsed: dict[str, list[str]] = {}
-    order: list[str] = []
-    flag: str | None = None
-    for token in tokens:
-        if token.startswith("--") and len(token) > 2:
-            flag, _, value = token.partition("=")
-            if flag not in parsed:
-                order.append(flag)
-            parsed[flag] = [value] if value else []  # repeated: the last one wins, as in argparse
-        elif flag is None:
-            raise ConfigError("megatron_args", f"{token!a} comes before any --flag")
-        else:
-            parsed[flag].append(token)
-
+    parsed, order, _ = _parse_megatron_argv(argv)
     fields: dict[str, Any] = {}
     ignored: list[str] = []
     unknown: list[str] = []
@@ -936,7 +918,11 @@ def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[s
             else:
                 fields[field] = _megatron_int(flag, values)
             continue
+        if flag in MEGATRON_LAYOUT_FLAGS and flag != "--expert-tensor-parallel-size":
+            continue  # the run's layout (megatron_layout), not the layer's GEMMs
         special = _megatron_special(flag, values, parsed)
+        if special == {} and flag in MEGATRON_LAYOUT_FLAGS:
+            continue
         if special:
             fields.update(special)
         elif special is not None:  # understood, at a value that changes no GEMM
@@ -971,6 +957,37 @@ def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[s
     return fields, ignored
 
 
+def _parse_megatron_argv(argv: Sequence[str]) -> tuple[dict[str, list[str]], list[str], dict[str, list[str]]]:
+    """The script's flags with their values (the last of a repeated flag wins, as in argparse), their
+    order, and the launcher's flags before the script (``torchrun --nnodes 8 ...``)."""
+    tokens = [t for t in argv if t.strip() and t.strip() != "\\"]
+    scripts = [i for i, t in enumerate(tokens) if t.endswith(".py")]
+    launcher: dict[str, list[str]] = {}
+    if scripts:
+        launcher = _flags(tokens[:scripts[0]], strict=False)[0]
+        tokens = tokens[scripts[0] + 1:]
+    parsed, order = _flags(tokens, strict=True)
+    return parsed, order, launcher
+
+
+def _flags(tokens: Sequence[str], *, strict: bool) -> tuple[dict[str, list[str]], list[str]]:
+    parsed: dict[str, list[str]] = {}
+    order: list[str] = []
+    flag: str | None = None
+    for token in tokens:
+        if token.startswith("--") and len(token) > 2:
+            flag, _, value = token.partition("=")
+            if flag not in parsed:
+                order.append(flag)
+            parsed[flag] = [value] if value else []  # repeated: the last one wins, as in argparse
+        elif flag is None:
+            if strict:
+                raise ConfigError("megatron_args", f"{token!a} comes before any --flag")
+        else:
+            parsed[flag].append(token)
+    return parsed, order
+
+
 def _megatron_int(flag: str, values: list[str]) -> int:
     if len(values) != 1:
         raise ConfigError("megatron_args", f"{flag} takes one whole number, got {len(values)} values")
@@ -993,12 +1010,6 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
                               "([0]*K+[1]*N) (K dense layers, then MoE) are supported")
         dense, moe = int(match.group(1)), int(match.group(2))
         return {"moe_dense_layers": dense or None, "_moe_layers": moe}
-    if flag == "--context-parallel-size":
-        if value == "1":
-            return {}
-        raise ConfigError("megatron_args", f"--context-parallel-size {value or ''!a}: splits every "
-                          "sequence across ranks (each GEMM sees --seq-length / CP tokens); not supported: "
-                          "give --seq-length divided by it instead")
     if flag == "--expert-tensor-parallel-size":
         tp = parsed.get("--tensor-model-parallel-size", ["1"])
         if value is not None and [value] == [t.strip() for t in tp]:
@@ -1017,3 +1028,113 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
     if flag == "--moe-pad-expert-input-to-capacity":
         return None if "--moe-expert-capacity-factor" in parsed else {}
     return None
+
+
+# ------------------------------------------------------------------------ the run's layout
+#: ``--data-parallel-sharding-strategy`` value -> the layout's sharding (ZeRO-0 to 3).
+MEGATRON_SHARDING: dict[str, str] = {"no_shard": "none", "optim": "optimizer", "optim_grads": "optimizer+grads",
+                                     "optim_grads_params": "fsdp"}
+#: Flags the run's layout takes (:func:`megatron_layout`): no longer "ignored" by
+#: :func:`megatron_args_to_fields`. ``--num-gpus``, ``--num-nodes`` and ``--gpus-per-node`` are not
+#: Megatron's: the GPU count, which Megatron reads from the launcher (``torchrun --nnodes
+#: --nproc-per-node``, also read here).
+MEGATRON_LAYOUT_FLAGS = frozenset({
+    "--tensor-model-parallel-size", "--sequence-parallel", "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--virtual-pipeline-model-parallel-size",
+    "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--global-batch-size", "--micro-batch-size", "--use-distributed-optimizer", "--data-parallel-sharding-strategy",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--overlap-grad-reduce",
+    "--overlap-param-gather", "--fp8-param-gather", "--grad-reduce-in-bf16", "--num-gpus", "--num-nodes",
+    "--gpus-per-node",
+})
+_LAYOUT_INTS = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
+                "--virtual-pipeline-model-parallel-size": "vpp", "--context-parallel-size": "cp",
+                "--expert-model-parallel-size": "ep", "--expert-tensor-parallel-size": "etp",
+                "--global-batch-size": "global_batch_size", "--micro-batch-size": "micro_batch_size",
+                "--recompute-num-layers": "recompute_num_layers"}
+_LAYOUT_SWITCHES = {"--sequence-parallel": "sp", "--overlap-grad-reduce": "overlap_grad_reduce",
+                    "--overlap-param-gather": "overlap_param_gather", "--fp8-param-gather": "fp8_param_gather"}
+
+
+def megatron_layout(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """The run's layout fields (:class:`~gemm_bench.question.layout.ParallelLayout`'s names) from a
+    Megatron-LM launch line, and the layout flags it could not take with the reason.
+
+    Megatron's rules: ``--num-layers-per-virtual-pipeline-stage`` N gives layers / PP / N virtual
+    stages; ``--data-parallel-sharding-strategy`` (Megatron-FSDP) wins over
+    ``--use-distributed-optimizer``; the GPU count is ``--num-gpus``, ``--num-nodes`` x
+    ``--gpus-per-node``, or the launcher's ``--nnodes`` x ``--nproc-per-node``. Without
+    ``--sequence-parallel`` the layout says False (Megatron runs TP without it unless told).
+    """
+    parsed, _, launcher = _parse_megatron_argv(argv)
+    fields: dict[str, Any] = {}
+    ignored: list[str] = []
+    for flag, field in _LAYOUT_INTS.items():
+        if flag in parsed:
+            fields[field] = _megatron_int(flag, parsed[flag])
+    if "--tensor-model-parallel-size" in parsed or "--sequence-parallel" in parsed:
+        fields["sp"] = "--sequence-parallel" in parsed
+    for flag, field in _LAYOUT_SWITCHES.items():
+        if field != "sp" and flag in parsed:
+            fields[field] = True
+    if "--grad-reduce-in-bf16" in parsed:
+        fields["grad_reduce_dtype"] = "bf16"
+    per_stage = parsed.get("--num-layers-per-virtual-pipeline-stage")
+    if per_stage is not None:
+        n = _megatron_int("--num-layers-per-virtual-pipeline-stage", per_stage)
+        if "--num-layers" not in parsed:
+            raise ConfigError("megatron_args", "--num-layers-per-virtual-pipeline-stage needs --num-layers")
+        layers = _megatron_int("--num-layers", parsed["--num-layers"])
+        pp = fields.get("pp", 1)
+        if layers % (pp * n):
+            raise ConfigError("megatron_args", f"--num-layers-per-virtual-pipeline-stage {n}: --num-layers {layers} "
+                              f"is not divisible by --pipeline-model-parallel-size {pp} x {n}")
+        vpp = layers // pp // n
+        if fields.get("vpp", vpp) != vpp:
+            raise ConfigError("megatron_args", f"--virtual-pipeline-model-parallel-size {fields['vpp']} disagrees "
+                              f"with --num-layers-per-virtual-pipeline-stage {n} ({layers} / {pp} / {n} = {vpp})")
+        fields["vpp"] = vpp
+    strategy = parsed.get("--data-parallel-sharding-strategy")
+    if strategy is not None:
+        value = strategy[0].strip() if len(strategy) == 1 else ""
+        if value not in MEGATRON_SHARDING:
+            raise ConfigError("megatron_args", f"--data-parallel-sharding-strategy {value[:40]!a} is not one of "
+                              f"{', '.join(MEGATRON_SHARDING)}")
+        fields["sharding"] = MEGATRON_SHARDING[value]
+    elif "--use-distributed-optimizer" in parsed:
+        fields["sharding"] = "optimizer"
+    for flag in ("--recompute-granularity", "--recompute-method"):
+        values = parsed.get(flag)
+        if values is None:
+            continue
+        value = values[0].strip() if len(values) == 1 else ""
+        allowed = ("selective", "full") if flag == "--recompute-granularity" else ("uniform", "block")
+        if value not in allowed:
+            raise ConfigError("megatron_args", f"{flag} {value[:40]!a} is not one of {', '.join(allowed)}")
+        fields["recompute" if flag == "--recompute-granularity" else "recompute_method"] = value
+    if fields.get("recompute") != "full":
+        for flag in ("--recompute-method", "--recompute-num-layers"):
+            if flag in parsed:
+                ignored.append(f"{flag} (applies to --recompute-granularity full only)")
+                fields.pop("recompute_method" if flag == "--recompute-method" else "recompute_num_layers", None)
+    gpus = _gpu_count(parsed, launcher)
+    if gpus is not None:
+        fields["gpus"] = gpus
+    return fields, ignored
+
+
+def _gpu_count(parsed: Mapping[str, list[str]], launcher: Mapping[str, list[str]]) -> int | None:
+    """The world size: ``--num-gpus``, or nodes x GPUs per node (the script's or the launcher's flags)."""
+    if "--num-gpus" in parsed:
+        return _megatron_int("--num-gpus", parsed["--num-gpus"])
+    nodes = next((f for f in ("--num-nodes", "--nnodes") if f in parsed or f in launcher), None)
+    per_node = next((f for f in ("--gpus-per-node", "--nproc-per-node", "--nproc_per_node")
+                     if f in parsed or f in launcher), None)
+    if nodes is None and per_node is None:
+        return None
+    if nodes is None or per_node is None:
+        given = nodes or per_node
+        raise ConfigError("megatron_args", f"{given} needs its partner (nodes and GPUs per node), or give --num-gpus")
+    n = _megatron_int(nodes, parsed.get(nodes) or launcher[nodes])
+    g = _megatron_int(per_node, parsed.get(per_node) or launcher[per_node])
+    return n * g

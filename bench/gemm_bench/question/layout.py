@@ -1,0 +1,271 @@
+"""The parallel layout of the run a reader launches (issue 41): how many GPUs, how the model is split
+over them, how the optimizer is sharded, what is recomputed and how large the batches are.
+
+Nothing here changes what is measured: the layer is measured at the question's tensor- and
+expert-parallel shard (:class:`~gemm_bench.question.config.ModelConfig`), and the layout only
+decides how the measured parts add up on one GPU (:mod:`gemm_bench.question.memory_per_gpu`). So no
+layout field enters the question's hash, and every committed result keeps its name.
+
+Field names follow Megatron-LM's arguments; a validation error names the Megatron flag
+(:class:`~gemm_bench.question.config.ConfigError` with the field, which every surface spells its own
+way: ``--pipeline-model-parallel-size`` on the command line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gemm_bench.question.config import ConfigError
+
+#: Optimizer sharding over the data-parallel ranks: ZeRO-0 (none), 1 (Megatron's
+#: ``--use-distributed-optimizer``), 2 (gradients too) and 3 (FSDP: parameters too). Megatron-FSDP's
+#: ``--data-parallel-sharding-strategy`` names them no_shard, optim, optim_grads, optim_grads_params.
+SHARDINGS: tuple[str, ...] = ("none", "optimizer", "optimizer+grads", "fsdp")
+RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
+GRAD_REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+
+#: Layout field -> the Megatron-LM flag a reader writes for it (errors name the flag).
+LAYOUT_FLAGS: dict[str, str] = {
+    "tp": "--tensor-model-parallel-size",
+    "sp": "--sequence-parallel",
+    "pp": "--pipeline-model-parallel-size",
+    "vpp": "--virtual-pipeline-model-parallel-size",
+    "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size",
+    "etp": "--expert-tensor-parallel-size",
+    "gpus": "--num-gpus",
+    "sharding": "--data-parallel-sharding-strategy",
+    "recompute": "--recompute-granularity",
+    "recompute_method": "--recompute-method",
+    "recompute_num_layers": "--recompute-num-layers",
+    "micro_batch_size": "--micro-batch-size",
+    "global_batch_size": "--global-batch-size",
+    "num_microbatches": "--num-microbatches",
+    "fp8_param_gather": "--fp8-param-gather",
+    "grad_reduce_dtype": "--grad-reduce-in-bf16",
+    "overlap_grad_reduce": "--overlap-grad-reduce",
+    "overlap_param_gather": "--overlap-param-gather",
+}
+
+
+def _fail(field: str, rule: str) -> ConfigError:
+    """A :class:`ConfigError` whose message names the Megatron flag of ``field``."""
+    error = ConfigError(field, rule)
+    error.args = (error.describe(layout_flag),)
+    return error
+
+
+def layout_flag(field: str) -> str:
+    """The Megatron-LM flag of a layout field (``pp`` -> ``--pipeline-model-parallel-size``)."""
+    return LAYOUT_FLAGS.get(field, field)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelLayout:
+    """One training run's layout. ``dp`` and ``num_microbatches`` (G) follow from the rest.
+
+    ``sp`` is None until resolved: it then defaults to True when TP > 1, as Megatron's recipes run
+    tensor parallelism. ``vpp`` is the number of virtual stages per pipeline rank (None: plain
+    1F1B). ``num_microbatches`` given with ``global_batch_size`` must agree with GBS / (MBS x DP);
+    given alone it stands as the reader's G; neither given: G = 1.
+    """
+
+    gpus: int
+    tp: int = 1
+    sp: bool | None = None
+    pp: int = 1
+    vpp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    sharding: str = "none"
+    recompute: str = "none"
+    #: With full recomputation: "uniform" (every layer, in groups) or "block" (only the first
+    #: ``recompute_num_layers`` layers of each virtual stage); None is uniform.
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    micro_batch_size: int = 1
+    global_batch_size: int | None = None
+    num_microbatches: int | None = None
+    fp8_param_gather: bool = False
+    grad_reduce_dtype: str = "fp32"
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+
+    def __post_init__(self) -> None:
+        for field in ("gpus", "tp", "pp", "cp", "ep", "micro_batch_size"):
+            _positive(field, getattr(self, field))
+        for field in ("vpp", "etp", "global_batch_size", "num_microbatches", "recompute_num_layers"):
+            if getattr(self, field) is not None:
+                _positive(field, getattr(self, field))
+        for field in ("fp8_param_gather", "overlap_grad_reduce", "overlap_param_gather"):
+            if not isinstance(getattr(self, field), bool):
+                raise _fail(field, f"must be true or false, got {getattr(self, field)!r}")
+        if self.sp is not None and not isinstance(self.sp, bool):
+            raise _fail("sp", f"must be true or false, got {self.sp!r}")
+        if self.sp is None:
+            object.__setattr__(self, "sp", self.tp > 1)
+        if self.sp and self.tp == 1:
+            raise _fail("sp", "needs --tensor-model-parallel-size above 1 (it splits the TP group's activations)")
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)
+        if self.sharding not in SHARDINGS:
+            raise _fail("sharding", f"{self.sharding!r} is not one of {', '.join(SHARDINGS)}")
+        if self.recompute not in RECOMPUTES:
+            raise _fail("recompute", f"{self.recompute!r} is not one of {', '.join(RECOMPUTES)}")
+        if self.recompute_method not in (None, "uniform", "block"):
+            raise _fail("recompute_method", f"{self.recompute_method!r} is not one of uniform, block")
+        for field in ("recompute_method", "recompute_num_layers"):
+            if getattr(self, field) is not None and self.recompute != "full":
+                raise _fail(field, "applies to --recompute-granularity full only")
+        if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+            raise _fail("grad_reduce_dtype", f"{self.grad_reduce_dtype!r} is not one of fp32, bf16")
+        if self.vpp is not None and self.vpp > 1 and self.pp == 1:
+            raise _fail("vpp", f"{self.vpp} virtual stages need a pipeline (--pipeline-model-parallel-size above 1)")
+        model_parallel = self.tp * self.pp * self.cp
+        if self.gpus % model_parallel:
+            raise _fail("gpus", f"{self.gpus} GPUs are not divisible by TP x PP x CP = "
+                                f"{self.tp} x {self.pp} x {self.cp} = {model_parallel}")
+        # Megatron's expert layers re-split the same ranks: ETP x EP x expert-DP = TP x CP x DP.
+        if (self.gpus // self.pp) % ((self.etp or 1) * self.ep):
+            raise _fail("ep", f"EP {self.ep} x expert TP {self.etp} does not divide the "
+                              f"{self.gpus // self.pp} GPUs of a pipeline stage")
+        per_step = self.micro_batch_size * self.dp
+        if self.global_batch_size is not None:
+            if self.global_batch_size % per_step:
+                raise _fail("global_batch_size", f"{self.global_batch_size} is not divisible by "
+                                                 f"micro-batch x DP = {self.micro_batch_size} x {self.dp} = {per_step}")
+            derived = self.global_batch_size // per_step
+            if self.num_microbatches is not None and self.num_microbatches != derived:
+                raise _fail("num_microbatches", f"{self.num_microbatches} disagrees with --global-batch-size "
+                                                f"{self.global_batch_size} / (micro-batch {self.micro_batch_size} "
+                                                f"x DP {self.dp}) = {derived}")
+            object.__setattr__(self, "num_microbatches", derived)
+        elif self.num_microbatches is None:
+            object.__setattr__(self, "num_microbatches", 1)
+
+    # ---------------------------------------------------------------------------- derived
+    @property
+    def dp(self) -> int:
+        """Data-parallel size: the GPUs over TP x PP x CP."""
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def microbatches(self) -> int:
+        """G, micro-batches per optimizer step (always set once constructed)."""
+        return self.num_microbatches or 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "dp": self.dp}
+
+    def describe(self) -> str:
+        """The layout in words: '64 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, ...'."""
+        parts = []
+        if self.tp > 1:
+            parts.append(f"TP {self.tp}" + (" with sequence parallel" if self.sp else ""))
+        if self.pp > 1:
+            parts.append(f"PP {self.pp}" + (f" with {self.vpp} virtual stages" if self.vpp and self.vpp > 1 else ""))
+        if self.cp > 1:
+            parts.append(f"CP {self.cp}")
+        if self.ep > 1:
+            parts.append(f"EP {self.ep}" + (f" (expert TP {self.etp})" if self.etp != self.tp else ""))
+        parts.append(f"DP {self.dp}")
+        parts.append({"none": "no optimizer sharding", "optimizer": "distributed optimizer",
+                      "optimizer+grads": "optimizer and gradients sharded (ZeRO-2)", "fsdp": "FSDP"}[self.sharding])
+        if self.recompute != "none":
+            parts.append(f"{self.recompute} recomputation")
+        if self.fp8_param_gather:
+            parts.append("FP8 parameter gather")
+        if self.grad_reduce_dtype == "bf16":
+            parts.append("BF16 gradient reduce")
+        parts.append(f"G = {self.microbatches}")
+        return f"{self.gpus} GPUs: " + ", ".join(parts)
+
+
+def _positive(field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(field, f"must be a whole number, got {value!r}")
+    if value < 1:
+        raise _fail(field, f"must be at least 1, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PresetLayout:
+    """A model's layout as a published recipe runs it, with the recipe named (or why it was chosen)."""
+
+    layout: ParallelLayout
+    source: str
+    url: str | None = None
+
+
+_BRIDGE_H100 = "https://docs.nvidia.com/nemo/megatron-bridge/nightly/apidocs/bridge/bridge.perf_recipes.llama.h100.llama3.html"
+_BRIDGE_TABLE = "https://docs.nvidia.com/nemo/megatron-bridge/nightly/performance-summary.html"
+_DEEPSEEK_V3 = "https://arxiv.org/abs/2412.19437"
+
+#: For every preset and every model id the site measures at a TP or EP of its own: the layout of a
+#: realistic run. The layout's TP and EP are the question's (the measured shard): where the published
+#: recipe uses another TP, the recipe's other sizes are kept and the difference is said.
+PRESET_LAYOUTS: dict[str, PresetLayout] = {
+    "te-guide-5b": PresetLayout(
+        ParallelLayout(gpus=8, sharding="optimizer", micro_batch_size=31, global_batch_size=31 * 8 * 4),
+        "chosen, not from a published recipe: the Transformer Engine guide's layer has no training recipe; "
+        "one 8-GPU node, data parallel with the distributed optimizer, G = 4"),
+    "llama3-8b": PresetLayout(
+        ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128),
+        "Megatron-Bridge perf recipe llama3_8b_pretrain_8gpu_h100_bf16_config (8 H100, CP 2); GBS 128 "
+        "as the performance summary's Llama 3 8B rows; distributed optimizer as Megatron-Bridge's "
+        "pretraining recipes run", _BRIDGE_H100),
+    "llama3-70b": PresetLayout(
+        ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256),
+        "Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100_bf16_config (64 H100, TP 4, PP 4, CP 2, "
+        "GBS 256); VP 5 as the performance summary's Llama 3 70B rows", _BRIDGE_H100),
+    "llama3-70b/tp8": PresetLayout(
+        ParallelLayout(gpus=128, tp=8, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256),
+        "adapted from Megatron-Bridge's llama3_70b_pretrain_64gpu_h100_bf16_config (TP 4, PP 4, CP 2, GBS 256) "
+        "at the measured TP 8, on 128 GPUs so that DP stays 2", _BRIDGE_H100),
+    "llama3.1-405b": PresetLayout(
+        ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512),
+        "NeMo's Llama 3.1 405B pretraining layout (TP 8, PP 8, CP 2, VP 8) on 1024 H100s; GBS 512 chosen "
+        "(not verified against a table in this session)", _BRIDGE_TABLE),
+    "llama3.1-405b/tp8": PresetLayout(
+        ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512),
+        "NeMo's Llama 3.1 405B pretraining layout (TP 8, PP 8, CP 2, VP 8) on 1024 H100s; GBS 512 chosen "
+        "(not verified against a table in this session)", _BRIDGE_TABLE),
+    "mixtral-8x7b": PresetLayout(
+        ParallelLayout(gpus=64, pp=4, sharding="optimizer", global_batch_size=256),
+        "chosen, not from a published recipe: NeMo's Mixtral 8x7B layout is 64 GPUs, TP 1, PP 4, EP 8, but "
+        "the layer is measured at EP 1, so EP stays 1 here; GBS 256 chosen"),
+    "mixtral-8x22b": PresetLayout(
+        ParallelLayout(gpus=256, pp=8, sharding="optimizer", global_batch_size=256),
+        "chosen, not from a published recipe: NeMo's Mixtral 8x22B layout is 256 GPUs with PP 8 and EP 8 "
+        "(TP 2 in one summary, TP 4 and PP 4 in another: not verified), kept at the measured TP 1 and EP 1"),
+    "qwen2.5-7b": PresetLayout(
+        ParallelLayout(gpus=8, sharding="optimizer", global_batch_size=128),
+        "chosen, not from a published recipe: a 7B dense model on one 8-GPU node, data parallel with the "
+        "distributed optimizer, as Llama 3 8B's recipe without CP (4096-token sequences)"),
+    "qwen2.5-72b": PresetLayout(
+        ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, sharding="optimizer", global_batch_size=256),
+        "chosen, not from a published recipe: Llama 3 70B's Megatron-Bridge layout (same width and depth) "
+        "without CP (4096-token sequences)", _BRIDGE_H100),
+    "qwen2.5-72b/tp8": PresetLayout(
+        ParallelLayout(gpus=64, tp=8, pp=4, vpp=5, sharding="optimizer", global_batch_size=256),
+        "chosen, not from a published recipe: Llama 3 70B's Megatron-Bridge layout at the measured TP 8, "
+        "without CP (4096-token sequences)", _BRIDGE_H100),
+    "deepseek-v3": PresetLayout(
+        ParallelLayout(gpus=2048, pp=16, sharding="optimizer", global_batch_size=15360 // 4),
+        "chosen: the DeepSeek-V3 report's PP 16 on 2048 GPUs with ZeRO-1, kept at the measured EP 1; "
+        "GBS chosen", _DEEPSEEK_V3),
+    "deepseek-v3/ep64": PresetLayout(
+        ParallelLayout(gpus=2048, pp=16, ep=64, sharding="optimizer", global_batch_size=15360 // 4),
+        "DeepSeek-V3 technical report: 2048 H800 GPUs, PP 16, EP 64, ZeRO-1 data parallel, no TP; "
+        "GBS chosen (the report's batch ramps up to 15360 sequences of 4096 tokens)", _DEEPSEEK_V3),
+    "gpt-oss-120b": PresetLayout(
+        ParallelLayout(gpus=64, pp=4, sharding="optimizer", global_batch_size=256),
+        "chosen, not from a published recipe: no pretraining layout is published; PP 4 over 64 GPUs at the "
+        "measured EP 1"),
+    "gemma2-27b": PresetLayout(
+        ParallelLayout(gpus=64, pp=2, sharding="optimizer", global_batch_size=256),
+        "chosen, not from a published recipe: a 27B dense model at 8192 tokens, PP 2 over 64 GPUs with the "
+        "distributed optimizer"),
+}

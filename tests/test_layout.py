@@ -1,0 +1,133 @@
+"""The run's parallel layout (issue 41): ParallelLayout's rules, Megatron flags into it, preset layouts,
+and that no layout work moves a committed result's question hash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gemm_bench.question.config import (
+    ConfigError,
+    megatron_args_to_fields,
+    megatron_layout,
+    split_megatron_args,
+)
+from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout
+from gemm_bench.question.question import Question, build_question
+
+CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+
+LLAMA70B_LINE = """torchrun --nnodes 8 --nproc-per-node 8 pretrain_gpt.py --num-layers 80 --hidden-size 8192 \\
+  --ffn-hidden-size 28672 --num-attention-heads 64 --group-query-attention --num-query-groups 8 --swiglu \\
+  --seq-length 8192 --micro-batch-size 1 --global-batch-size 128 --tensor-model-parallel-size 4 \\
+  --sequence-parallel --pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 2 \\
+  --context-parallel-size 2 --use-distributed-optimizer --recompute-granularity selective \\
+  --overlap-grad-reduce --overlap-param-gather --fp8-param-gather --bf16 --lr 3e-4"""
+
+
+def test_megatron_llama3_70b_line_gives_every_layout_value_and_ignores_none_of_them():
+    argv = split_megatron_args(LLAMA70B_LINE)
+    fields, ignored = megatron_args_to_fields(argv)
+    assert ignored == ["--bf16", "--lr"]
+    assert fields["tensor_model_parallel_size"] == 4 and fields["sequence_parallel"] is True
+    layout_fields, layout_ignored = megatron_layout(argv)
+    assert layout_ignored == []
+    layout = ParallelLayout(**layout_fields)
+    assert (layout.gpus, layout.tp, layout.sp, layout.pp, layout.vpp, layout.cp) == (64, 4, True, 8, 5, 2)
+    assert (layout.dp, layout.global_batch_size, layout.micro_batch_size, layout.num_microbatches) == (1, 128, 1, 128)
+    assert layout.sharding == "optimizer" and layout.recompute == "selective"
+    assert layout.overlap_grad_reduce and layout.overlap_param_gather and layout.fp8_param_gather
+    assert layout.describe() == ("64 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, CP 2, DP 1, "
+                                 "distributed optimizer, selective recomputation, FP8 parameter gather, G = 128")
+
+
+def test_context_parallel_is_no_longer_refused_and_layout_flags_are_not_ignored():
+    argv = ["--hidden-size", "4096", "--num-attention-heads", "32", "--context-parallel-size", "2",
+            "--pipeline-model-parallel-size", "2", "--global-batch-size", "64", "--recompute-num-layers", "1",
+            "--data-parallel-sharding-strategy", "optim_grads_params", "--grad-reduce-in-bf16", "--num-gpus", "16"]
+    _, ignored = megatron_args_to_fields(argv)
+    assert ignored == []
+    fields, ignored = megatron_layout(argv)
+    assert fields["sharding"] == "fsdp" and fields["grad_reduce_dtype"] == "bf16" and fields["gpus"] == 16
+    assert ignored == ["--recompute-num-layers (applies to --recompute-granularity full only)"]
+
+
+def test_megatron_layout_full_block_recompute_and_virtual_size_flag():
+    fields, _ = megatron_layout(["--num-layers", "32", "--pipeline-model-parallel-size", "4",
+                                 "--virtual-pipeline-model-parallel-size", "2", "--recompute-granularity", "full",
+                                 "--recompute-method", "block", "--recompute-num-layers", "2",
+                                 "--num-nodes", "2", "--gpus-per-node", "8"])
+    assert fields == {"pp": 4, "vpp": 2, "recompute": "full", "recompute_method": "block",
+                      "recompute_num_layers": 2, "gpus": 16}
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--num-layers", "80", "--pipeline-model-parallel-size", "8", "--num-layers-per-virtual-pipeline-stage", "3"],
+     "--num-layers-per-virtual-pipeline-stage 3"),
+    (["--num-layers", "80", "--pipeline-model-parallel-size", "8", "--num-layers-per-virtual-pipeline-stage", "2",
+      "--virtual-pipeline-model-parallel-size", "4"], "--virtual-pipeline-model-parallel-size 4 disagrees"),
+    (["--data-parallel-sharding-strategy", "zero9"], "--data-parallel-sharding-strategy"),
+    (["--recompute-granularity", "some"], "--recompute-granularity"),
+    (["--nnodes", "2"], "--nnodes needs its partner"),
+])
+def test_megatron_layout_errors_name_the_flag(argv, says):
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(")):
+        megatron_layout(argv)
+
+
+def test_layout_derives_dp_and_g_and_defaults_sequence_parallel_with_tp():
+    layout = ParallelLayout(gpus=64, tp=4, pp=4, cp=2, global_batch_size=256, micro_batch_size=2)
+    assert layout.dp == 2 and layout.num_microbatches == 64 and layout.sp is True
+    assert ParallelLayout(gpus=8).sp is False and ParallelLayout(gpus=8).num_microbatches == 1
+    assert ParallelLayout(gpus=8, num_microbatches=4).num_microbatches == 4
+
+
+@pytest.mark.parametrize(("kwargs", "flag"), [
+    ({"gpus": 60, "tp": 4, "pp": 8}, "--num-gpus"),
+    ({"gpus": 8, "global_batch_size": 12}, "--global-batch-size"),
+    ({"gpus": 8, "global_batch_size": 64, "num_microbatches": 4}, "--num-microbatches"),
+    ({"gpus": 8, "sp": True}, "--sequence-parallel"),
+    ({"gpus": 8, "sharding": "zero3"}, "--data-parallel-sharding-strategy"),
+    ({"gpus": 8, "recompute": "some"}, "--recompute-granularity"),
+    ({"gpus": 8, "vpp": 2}, "--virtual-pipeline-model-parallel-size"),
+    ({"gpus": 8, "pp": 0}, "--pipeline-model-parallel-size"),
+    ({"gpus": 8, "ep": 3}, "--expert-model-parallel-size"),
+    ({"gpus": 8, "recompute_num_layers": 2}, "--recompute-num-layers"),
+])
+def test_layout_errors_name_the_megatron_flag(kwargs, flag):
+    with pytest.raises(ConfigError) as info:
+        ParallelLayout(**kwargs)
+    assert str(info.value).startswith(flag + ":")
+
+
+def test_every_measured_model_id_has_a_layout_at_its_measured_shard_with_a_source():
+    """The layout's TP and EP are the measured layer's (memory per GPU composes that shard); a bare
+    preset such as llama3-70b keeps the published TP 4 and has no measured shard of that size."""
+    for path in sorted(CACHE.glob("*.json")):
+        question = json.loads(path.read_text())["question"]
+        if question["kind"] != "model":
+            continue
+        config = Question.from_dict(question).config
+        assert config is not None
+        model_id = next(i for i in PRESET_LAYOUTS if build_question(model=i).config == config)
+        preset = PRESET_LAYOUTS[model_id]
+        assert preset.layout.tp == config.tensor_model_parallel_size, model_id
+        assert preset.layout.ep == config.expert_model_parallel_size, model_id
+    for preset in PRESET_LAYOUTS.values():
+        assert preset.url or preset.source.startswith("chosen, not from a published recipe"), preset.source
+
+
+def test_committed_results_keep_their_question_hash():
+    """Every committed result's name is its question's hash: the stored question and the preset id's
+    question both still hash to it (nothing typed: the names are read from docs/_gemm_cache)."""
+    preset_hashes = {build_question(model=model_id).hash for model_id in PRESET_LAYOUTS}
+    files = sorted(CACHE.glob("*.json"))
+    assert files
+    for path in files:
+        prefix = path.name.split("--")[0]
+        question = json.loads(path.read_text())["question"]
+        assert Question.from_dict(question).hash == prefix, path.name
+        if question["kind"] == "model":
+            assert prefix in preset_hashes, path.name
