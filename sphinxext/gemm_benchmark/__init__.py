@@ -31,6 +31,7 @@ from gemm_benchmark.buildlog import setup_buildlog
 from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
 from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
+from gemm_benchmark.layout_memory import setup_layout_memory
 from gemm_benchmark.nodes import setup_nodes
 from gemm_benchmark.questions_builder import setup_questions
 from gemm_benchmark.records import GemmBenchmarkCollector
@@ -73,6 +74,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     setup_tables(app)
     setup_questions(app)
     setup_buildlog(app)
+    setup_layout_memory(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)
