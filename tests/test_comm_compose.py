@@ -32,6 +32,13 @@ def test_bf16_tp_layer_runs_six_gathers_and_four_reduce_scatters_of_the_whole_ac
         "FC1 input again, for the weight gradient", "FC1 input gradient",
         "QKV input again, for the weight gradient", "QKV input gradient"]
     assert [c.phase for c in calls] == ["forward"] * 4 + ["backward"] * 6
+    # each says what it overlaps with in TE (launch to wait): the most overlap could hide
+    assert [c.overlaps_with for c in calls if c.overlappable] == [
+        "FC2 data- and weight-gradient GEMMs, the activation's gradient and the FC1 data-gradient GEMM",
+        "FC1 weight-gradient GEMM", "QKV data-gradient GEMM", "QKV weight-gradient GEMM"]
+    assert all(not c.overlaps_with for c in calls if not c.overlappable)
+    with pytest.raises(comm.CommError, match="only an overlappable call overlaps"):
+        comm.CollectiveCall("all-gather", "bf16", 1, 2, "x", "forward", overlaps_with="a GEMM")
     assert all(c.source.startswith(comm.TE_SOURCE) for c in calls)
 
 

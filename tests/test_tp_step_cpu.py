@@ -81,12 +81,18 @@ def test_tp_config_is_one_validated_layer_with_sequence_parallelism() -> None:
         tp_step.tp_config(preset("llama3-8b"), 3)
 
 
-def _part(real: list[float], compute: list[float]) -> dict[str, Any]:
+def _part(real: list[float], compute: list[float], full: list[float] | None = None,
+          stand_ins: dict[str, Any] | None = None) -> dict[str, Any]:
     def competitor(samples: list[float]) -> dict[str, Any]:
         return {"method": "cuda-graph", "capture_error": None, "warmup_iterations": 3,
                 "samples": {"first": samples, "cached": samples}, "profile": None, "profile_error": None}
 
-    return {"real": competitor(real), "compute": competitor(compute)}
+    part = {"real": competitor(real), "compute": competitor(compute)}
+    if full is not None:
+        part["compute_full"] = competitor(full)
+    if stand_ins is not None:
+        part["compute"]["stand_ins"] = {"first": stand_ins, "cached": stand_ins}
+    return part
 
 
 def test_assemble_cell_composes_the_slowest_ranks_and_merges_the_sweep() -> None:
@@ -107,6 +113,32 @@ def test_assemble_cell_composes_the_slowest_ranks_and_merges_the_sweep() -> None
     assert cached["measured_comm_share"] == pytest.approx(1 - 10 / 12.4, abs=1e-6)
     assert cell["real"]["regions"]["cached"]["rank0"]["median_ms"] == 12.0
     assert "composed" not in tp_step.assemble_cell([_part([1.0] * 3, [1.0] * 3)], None, None)
+    assert "compute_full_ms" not in cached and "stand_in_check" not in cached  # neither was timed
+
+
+def test_the_composition_is_from_the_stood_in_sp_compute_and_the_full_sequence_one_is_a_row_beside() -> None:
+    config = tp_step.tp_config(preset("llama3-8b"), 2)
+    calls = comm.tp_layer_collectives(config, 2, "bf16")
+    table = comm.CollectiveTable({("all-gather", "bf16", 2): {64 * MIB: 0.2},
+                                  ("reduce-scatter", "bf16", 2): {64 * MIB: 0.25}})
+    # what the stand-ins saw: 6 gathers (output 64 MiB) and 4 reduce-scatters (input 64 MiB) in BF16
+    seen = {"totals": {"all-gather": {"calls": 6, "bytes": 6 * 64 * MIB},
+                       "reduce-scatter": {"calls": 4, "bytes": 4 * 64 * MIB}}, "amax_reduction_requests": 0}
+    # the SP compute 9.9 ms, the full-sequence one 10.6 ms (its LayerNorms on S tokens), real 12.2 ms
+    cell = tp_step.assemble_cell([_part([12.2] * 5, [9.9] * 5, [10.6] * 5, seen)], calls, table)
+    cached = cell["composed"]["cached"]
+    assert cached["compute_ms"] == 9.9 and cached["step_ms"] == pytest.approx(9.9 + 2.2)
+    assert cached["composed_over_real"] == pytest.approx(12.1 / 12.2, abs=1e-6)
+    assert cached["compute_full_ms"] == 10.6
+    assert cached["composed_full_over_real"] == pytest.approx(12.8 / 12.2, abs=1e-6)
+    assert cell["compute_full"]["regions"]["cached"]["max_rank"]["median_ms"] == 10.6
+    assert cell["compute"]["stand_ins"]["cached"] is seen
+    check = cached["stand_in_check"]
+    assert check["bytes_match"] and check["per_op"]["all-gather"]["modelled"] == {"calls": 6, "bytes": 6 * 64 * MIB}
+    # a layer that gathered less than the composition costs is flagged
+    short = {"totals": {"all-gather": {"calls": 4, "bytes": 4 * 64 * MIB},
+                        "reduce-scatter": {"calls": 4, "bytes": 4 * 64 * MIB}}}
+    assert not tp_step.stand_in_check(short, calls)["bytes_match"]
 
 
 def test_failed_sizes_stay_failed_in_the_merged_sweep() -> None:
@@ -137,5 +169,18 @@ def test_tool_arguments_and_table() -> None:
                      {"model": "llama3-8b", "tp": 2, "precision": "fp8-block", "status": "failed",
                       "reason": "RuntimeError: out of memory"}]}
     text = tool.table(doc)
-    assert "  12.000 cuda-graph   10.000   2.200   12.200   1.017" in text
+    assert "  12.000 cuda-graph   10.000        -   2.200   12.200   1.017       -" in text
     assert "fp8-block   failed: RuntimeError: out of memory" in text
+    seen = {"totals": {"all-gather": {"calls": 6, "bytes": 6 * 64 * MIB},
+                       "reduce-scatter": {"calls": 4, "bytes": 4 * 64 * MIB}},
+            "amax_reduction_requests": 2, "nccl_sequence_checked": ["tp", "world"]}
+    cell = tp_step.assemble_cell([_part([12.0] * 5, [10.0] * 5, [10.5] * 5, seen)],
+                                 comm.tp_layer_collectives(config, 2, "bf16"), table)
+    doc = {"cells": [{"model": "llama3-8b", "tp": 2, "precision": "bf16", "status": "measured", **cell}]}
+    # compute (SP, stood in) 10.000, full sequence 10.500, composed from the first; full/r = 12.7 / 12
+    assert "  12.000 cuda-graph   10.000   10.500   2.200   12.200   1.017   1.058" in tool.table(doc)
+    assert tool.stand_in_lines(doc) == (
+        "llama3-8b TP 2 bf16: stood in: all-gather 6 calls 384.0 MiB (modelled 6, 384.0 MiB); "
+        "reduce-scatter 4 calls 256.0 MiB (modelled 4, 256.0 MiB); bytes match; amax reductions suppressed 2; "
+        "NCCL sequence checked on tp, world")
+    assert tool.parse_args(["--out", "x", "--no-full-compute"]).no_full_compute

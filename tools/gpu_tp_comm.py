@@ -1,6 +1,8 @@
 """Issue 42 on a box of several GPUs: the tensor-parallel layer step with its collectives, the same
-rank's compute without them, the collectives alone, and their composition (rank compute plus
-measured collectives, no overlap) against the real step.
+rank's compute alone (the same sequence-parallel layer with its collectives stood in by local calls
+that move no data; and, as a row beside, the old full-sequence layer of the shard's sizes), the
+collectives alone, and their composition (rank compute plus measured collectives, no overlap)
+against the real step.
 
     torchrun --standalone --nproc_per_node=N tools/gpu_tp_comm.py \\
         --models llama3-8b,llama3-70b --tp 2,4 --seq 8192 --out DIR
@@ -52,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repetitions", type=int, default=15, help="timed repetitions of each region")
     p.add_argument("--profile-replays", type=int, default=2, help="replays under the profiler (0: none)")
     p.add_argument("--no-sweep", action="store_true", help="skip the collective sweep (no composition then)")
+    p.add_argument("--no-full-compute", action="store_true",
+                   help="skip the old row 'compute alone, full sequence, no SP' (never composed from)")
     p.add_argument("--budget-s", type=float, default=330.0, help="rank 0 skips cells that would end later")
     p.add_argument("--nccl-timeout-s", type=float, default=180.0,
                    help="a collective waiting longer aborts the run (a rank whose cell failed mid-step)")
@@ -91,9 +95,14 @@ def write(out: Path, doc: dict[str, Any]) -> None:
 
 
 def table(doc: dict[str, Any]) -> str:
-    """The compact table: per cell and region, real and composed step, their ratio and the shares."""
+    """The compact table: per cell and region, the real step, the rank's compute alone (``compute``:
+    the same SP layer with its collectives stood in, composed from; ``full``: the old full-sequence
+    layer, a row beside), the collectives, the composed step and its ratio to the real one (no
+    overlap; ``full/r``: composed from ``full`` instead; ``hidden/r``: every overlappable
+    collective hidden), the measured communication share and the profiler's."""
     head = (f"{'model':<11} {'TP':>2} {'recipe':<11} {'region':<6} {'real ms':>8} {'method':<10} "
-            f"{'compute':>8} {'comm':>7} {'composed':>8} {'c/real':>7} {'hidden/r':>8} {'share':>6} {'prof':>6}")
+            f"{'compute':>8} {'full':>8} {'comm':>7} {'composed':>8} {'c/real':>7} {'full/r':>7} {'hidden/r':>8} "
+            f"{'share':>6} {'prof':>6}")
     lines = [head, "-" * len(head)]
     for cell in doc["cells"]:
         label = f"{cell['model']:<11} {cell['tp']:>2} {cell['precision']:<11}"
@@ -102,14 +111,39 @@ def table(doc: dict[str, Any]) -> str:
             continue
         for region, c in cell.get("composed", {}).items():
             prof = c.get("profiler_nccl_exposed_share")
+            full = c.get("compute_full_ms")
+            full_ratio = c.get("composed_full_over_real")
             lines.append(f"{label} {region:<6} {c['real_ms']:8.3f} {cell['real']['method']:<10} {c['compute_ms']:8.3f} "
+                         f"{(f'{full:.3f}' if full is not None else '-'):>8} "
                          f"{c['comm_ms']:7.3f} {c['step_ms']:8.3f} {c['composed_over_real']:7.3f} "
+                         f"{(f'{full_ratio:.3f}' if full_ratio is not None else '-'):>7} "
                          f"{c['hidden_over_real']:8.3f} {c['measured_comm_share']:6.1%} "
                          f"{(f'{prof:.1%}' if prof is not None else '-'):>6}")
         if "composed" not in cell:
             real = cell["real"]["regions"]["cached"]["max_rank"]["median_ms"]
             lines.append(f"{label} cached {real:8.3f} {cell['real']['method']:<10} (no composition: "
                          f"{cell.get('composition_error', 'no sweep')})")
+    return "\n".join(lines)
+
+
+def stand_in_lines(doc: dict[str, Any]) -> str:
+    """Per cell, what the compute layer's stand-ins replaced in its cached region against what the
+    composition costs (all-gathers and reduce-scatters: calls and MiB), and whether the NCCL
+    sequence numbers were checked: the evidence that the compute alone ran no collective."""
+    lines = []
+    for cell in doc["cells"]:
+        c = cell.get("composed", {}).get("cached", {})
+        check = c.get("stand_in_check")
+        log = ((cell.get("compute") or {}).get("stand_ins") or {}).get("cached")
+        if not check or not log:
+            continue
+        ops = "; ".join(f"{op} {v['stood_in']['calls']} calls {v['stood_in']['bytes'] / 2**20:.1f} MiB "
+                        f"(modelled {v['modelled']['calls']}, {v['modelled']['bytes'] / 2**20:.1f} MiB)"
+                        for op, v in check["per_op"].items())
+        lines.append(f"{cell['model']} TP {cell['tp']} {cell['precision']}: stood in: {ops}; bytes "
+                     f"{'match' if check['bytes_match'] else 'DIFFER'}; amax reductions suppressed "
+                     f"{log['amax_reduction_requests']}; NCCL sequence checked on "
+                     f"{', '.join(log['nccl_sequence_checked']) or 'no group (this torch keeps none)'}")
     return "\n".join(lines)
 
 
@@ -146,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     box = tp_step.init_box(runnable, timeout_s=args.nccl_timeout_s)
     phase("process groups")
     settings = tp_step.Settings(warmup_s=args.warmup_s, repetitions=args.repetitions,
-                                profile_replays=args.profile_replays)
+                                profile_replays=args.profile_replays,
+                                full_sequence_compute=not args.no_full_compute)
     from gemm_bench.measure.backends.te import support as te_support
     from gemm_bench.measure.provenance import collect
 
@@ -164,10 +199,16 @@ def main(argv: list[str] | None = None) -> int:
         "tp": runnable, "tp_not_run": skipped_tp, "seq": args.seq, "models": args.models,
         "what": {"real": "te.TransformerLayer with TE tensor + sequence parallelism, forward + backward, "
                          "[S/TP, B, H] input, no Userbuffers (no comm-GEMM overlap)",
-                 "compute": "the same rank's layer of the shard's sizes on [S, B, H], no collectives",
+                 "compute": "the same TP + SP layer on the same [S/TP, B, H] input with every collective replaced "
+                            "by a local stand-in that moves no data (gemm_bench.measure.standins): the rank's "
+                            "compute alone, composed from",
+                 "compute_full": "compute alone, full sequence, no SP: the layer of the shard's sizes on [S, B, H] "
+                                 "(its LayerNorms, residual adds and casts run on S tokens: overstates the rank's "
+                                 "compute); a row beside, not composed from",
                  "composed": "compute + every collective of gemm_bench.question.comm.tp_layer_collectives at "
-                             "its measured cost, no overlap; hidden: the same with TE's asynchronous backward "
-                             "collectives (wgrad re-gathers, dgrad reduce-scatters) taken as fully hidden"},
+                             "its measured cost, no overlap (published); hidden: a lower bound with TE's "
+                             "asynchronous backward collectives (wgrad re-gathers, dgrad reduce-scatters) taken "
+                             "as fully hidden (the GEMMs each overlaps: CollectiveCall.overlaps_with)"},
         "phases_s": phases, "sweep": {}, "cells": [],
     }
 
@@ -259,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         write(args.out, doc)
         print(table(doc), flush=True)
+        print(stand_in_lines(doc), flush=True)
         say(f"phases (s): {json.dumps(phases)}; wrote {args.out / FILE}")
     import torch.distributed as dist
 

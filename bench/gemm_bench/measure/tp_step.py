@@ -12,15 +12,21 @@ a) **the real step**: ``te.TransformerLayer(..., tp_group=g, tp_size=TP, sequenc
    weight-gradient accumulation into ``main_grad``, no bias, no dropout. Under the recipe's
    ``te.autocast`` with ``amax_reduction_group`` the TP group (Megatron-LM reduces amaxes over its
    model-parallel group; here that is the TP group);
-b) **the same rank's compute without collectives**: the plain layer of the shard's sizes (FFN/TP,
-   heads/TP, KV groups/TP, ``kv_channels`` given: :func:`~gemm_bench.measure.backends.model_parts.
-   build_dense_layer` of the config at that TP) on the full ``[S, B, H]`` (sequence parallelism
-   gathers to S before every GEMM), same recipe and regions, its autocast's amax reduction group a
-   group of this rank alone (so delayed scaling reduces nothing: a plain layer in a process group
-   would otherwise all-reduce its amaxes over the world). It differs from the real step's compute in
-   one known way: its LayerNorms, residual adds and the casts that precede the gathers run on S
-   tokens, where the real step runs them on S/TP (elementwise work, a few percent of the step at
-   most; the profiler's split (d) shows it);
+b) **the same rank's compute without collectives** (``compute``): the same sequence-parallel layer
+   as (a) (its own instance: same sizes, ``tp_group``, ``tp_size``, ``sequence_parallel``), on the
+   same ``[S/TP, B, H]`` input, with every collective replaced by a local stand-in that moves no
+   data (:func:`gemm_bench.measure.standins.collectives_stood_in`, around the layer's forward and
+   backward only: the timing's barriers stay real), same recipe and regions, its autocast's amax
+   reduction group a group of this rank alone (so delayed scaling reduces nothing). Its
+   LayerNorms, residual adds and quantizations run on S/TP tokens as the real rank's do, and the
+   local work around each gather (quantizing the shard, the FP8 transpose, block scaling's
+   un-interleaving) stays in. No NCCL call runs inside (guarded: the stand-ins' module says how);
+b') **the old rank-compute layer, kept as a row** (``compute_full``: "compute alone, full sequence, no
+   SP"): the plain layer of the shard's sizes (FFN/TP, heads/TP, KV groups/TP:
+   :func:`~gemm_bench.measure.backends.model_parts.build_dense_layer` of the config at that TP) on
+   the full ``[S, B, H]``; it runs the LayerNorms, residual adds and the casts before the gathers on
+   S tokens, so it overstates the rank's compute by what sequence parallelism divides (more at
+   larger TP and under FP8). Not composed from; stored beside (``Settings.full_sequence_compute``);
 c) **collectives alone** (:func:`sweep_collectives`): all-gather, reduce-scatter, all-reduce,
    all-to-all and send/recv over each TP group, at powers of two and at the step's exact sizes;
 d) **a second method** (:func:`region_kernel_split`): ``torch.profiler`` kernel times of a few
@@ -57,6 +63,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from gemm_bench.measure.telemetry import quartiles
@@ -74,6 +81,9 @@ REGIONS: tuple[str, ...] = ("first", "cached")
 #: Competitor keys of one cell's group.
 REAL = "real"
 COMPUTE = "compute"
+COMPUTE_FULL = "compute_full"
+#: Competitors a cell may hold, in the order they are timed and stored.
+COMPETITORS: tuple[str, ...] = (REAL, COMPUTE, COMPUTE_FULL)
 
 
 def force_safe_env(environ: MutableMapping[str, str] | None = None) -> None:
@@ -282,11 +292,16 @@ def build_tp_layer(config: Any, tp: int, group: Any) -> Any:
     return layer
 
 
-def layer_competitor(layer: Any, precision: str, rows: int, config: Any, amax_group: Any) -> Any:
+def layer_competitor(layer: Any, precision: str, rows: int, config: Any, amax_group: Any,
+                     around: Callable[[str], AbstractContextManager[Any]] | None = None) -> Any:
     """Regions ``first`` and ``cached`` of ``layer`` on a ``[rows, B, H]`` input (a
     :data:`gemm_bench.measure.timing.Competitor`), as
     :func:`gemm_bench.measure.backends.model_parts.layer_competitor` runs its layer, under the
-    recipe's ``te.autocast`` with ``amax_reduction_group=amax_group``."""
+    recipe's ``te.autocast`` with ``amax_reduction_group=amax_group``. ``around(region)``, where
+    given, is entered around the region's forward and backward (not around the marks: the timing's
+    barrier and aligner run outside it)."""
+    import contextlib
+
     import torch
     import transformer_engine.pytorch as te
 
@@ -300,9 +315,10 @@ def layer_competitor(layer: Any, precision: str, rows: int, config: Any, amax_gr
     def iteration(mark: Callable[[str, str], None]) -> None:
         for region, first in zip(REGIONS, (True, False), strict=True):
             mark(region, "start")
-            with te.autocast(enabled=recipe is not None, recipe=recipe, amax_reduction_group=amax_group):
-                y = layer(x, is_first_microbatch=first)
-            y.backward(dy)
+            with around(region) if around is not None else contextlib.nullcontext():
+                with te.autocast(enabled=recipe is not None, recipe=recipe, amax_reduction_group=amax_group):
+                    y = layer(x, is_first_microbatch=first)
+                y.backward(dy)
             mark(region, "end")
             x.grad = None
             for p in layer.parameters():
@@ -325,6 +341,8 @@ class Settings:
     #: Collective sweep: timed batches per size and calls per batch (averaged, as nccl-tests does).
     sweep_batches: int = 7
     sweep_calls: int = 5
+    #: Also time the old rank-compute layer (b'): full sequence, no SP. A row beside, never composed.
+    full_sequence_compute: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -527,21 +545,35 @@ def profile_runner(entry: Mapping[str, Any], group: Any, replays: int, profiling
 # ------------------------------------------------------------------------------- one cell
 def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Settings,
                  say: Callable[[str], None] = print) -> dict[str, Any]:
-    """One (model, TP, recipe): the real step (a) and the rank's compute (b) timed in one
-    interleaved loop, and the profiler's split (d) of each on rank 0. Returns this rank's part
-    (samples per region; the profile on rank 0); the caller gathers every rank's."""
+    """One (model, TP, recipe): the real step (a), the rank's compute with its collectives stood in
+    (b) and, where ``settings.full_sequence_compute``, the old full-sequence compute layer (b'),
+    timed in one interleaved loop, and the profiler's split (d) of each on rank 0. Returns this
+    rank's part (samples per region; the profile on rank 0; for (b), what each region stood in
+    for); the caller gathers every rank's."""
     import torch
+    import torch.distributed as dist
 
     from gemm_bench.measure.backends.model_parts import build_dense_layer
+    from gemm_bench.measure.standins import StandInLog, collectives_stood_in
 
     group, _ = box.group(tp)
     shard = tp_config(config, tp)
     rows = shard.seq_length
     competitors: dict[str, Any] = {}
-    real_layer = build_tp_layer(shard, tp, group)
-    competitors[REAL] = layer_competitor(real_layer, precision, rows // tp, shard, group)
-    compute_layer = build_dense_layer(shard, main_grads=True)
-    competitors[COMPUTE] = layer_competitor(compute_layer, precision, rows, shard, box.solo)
+    layers: list[Any] = []
+    logs = {region: StandInLog() for region in REGIONS}
+    guarded = {"tp": group, "world": dist.group.WORLD}
+
+    def stood_in(region: str) -> AbstractContextManager[Any]:
+        return collectives_stood_in(logs[region], groups=guarded)
+
+    layers.append(build_tp_layer(shard, tp, group))
+    competitors[REAL] = layer_competitor(layers[-1], precision, rows // tp, shard, group)
+    layers.append(build_tp_layer(shard, tp, group))
+    competitors[COMPUTE] = layer_competitor(layers[-1], precision, rows // tp, shard, box.solo, around=stood_in)
+    if settings.full_sequence_compute:
+        layers.append(build_dense_layer(shard, main_grads=True))
+        competitors[COMPUTE_FULL] = layer_competitor(layers[-1], precision, rows, shard, box.solo)
     timed: dict[str, dict[str, Any]] = {}
     try:
         timed = time_group(competitors, group, settings, say)
@@ -556,11 +588,12 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
             out[name] = {"method": entry["method"], "capture_error": entry["capture_error"],
                          "warmup_iterations": entry["warmup_iterations"], "samples": entry["samples"],
                          "profile": profile, "profile_error": profile_error}
+        out[COMPUTE]["stand_ins"] = {region: log.to_dict() for region, log in logs.items()}
         return out
     finally:
         competitors.clear()
         timed.clear()  # the graphs and their memory pools go with it
-        del real_layer, compute_layer
+        layers.clear()
         gc.collect()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -707,20 +740,45 @@ def table_records(per_rank: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[
     return sorted(out, key=lambda e: (e["op"], e["dtype"], e["group"], e["bytes"]))
 
 
+def stand_in_check(stood_in: Mapping[str, Any], calls: Sequence[Any]) -> dict[str, Any]:
+    """The gathers and reduce-scatters the stand-ins saw in one region (``stood_in``: a
+    :meth:`~gemm_bench.measure.standins.StandInLog.to_dict`) against those the composition costs
+    (``calls``: :func:`gemm_bench.question.comm.tp_layer_collectives`), per op: calls and bytes.
+    Block scaling's data and scales are two stood-in calls but one modelled call (TE coalesces
+    them), so calls may differ there; bytes must agree. ``bytes_match``: whether they do for every
+    op (the check that the composition costs the collectives the layer really runs)."""
+    ops = ("all-gather", "reduce-scatter")
+    seen = stood_in.get("totals", {})
+    modelled: dict[str, dict[str, int]] = {op: {"calls": 0, "bytes": 0} for op in ops}
+    for call in calls:
+        if call.op in modelled:
+            modelled[call.op]["calls"] += 1
+            modelled[call.op]["bytes"] += call.bytes
+    per_op = {op: {"stood_in": dict(seen.get(op, {"calls": 0, "bytes": 0})), "modelled": modelled[op]}
+              for op in ops}
+    return {"per_op": per_op,
+            "bytes_match": all(v["stood_in"]["bytes"] == v["modelled"]["bytes"] for v in per_op.values())}
+
+
 def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any] | None,
                   table: Any | None) -> dict[str, Any]:
     """Rank 0's record of one cell from every rank's :func:`measure_cell` part: per competitor its
-    method and per region :func:`across_ranks`; rank 0's profiler split; with ``calls`` and ``table``
-    (:class:`gemm_bench.question.comm.CollectiveTable`), per region the composition
-    (:func:`gemm_bench.question.comm.compose`: the rank compute's slowest-rank median plus the
-    measured collectives, no overlap) and its ratio to the real step's slowest-rank median
-    (``composed_over_real``), and the same bound with every overlappable collective hidden."""
+    method and per region :func:`across_ranks`; rank 0's profiler split; rank 0's stand-in record.
+    With ``calls`` and ``table`` (:class:`gemm_bench.question.comm.CollectiveTable`), per region
+    the composition (:func:`gemm_bench.question.comm.compose`: the slowest rank's median of
+    :data:`COMPUTE`, the same SP layer with its collectives stood in, plus the measured
+    collectives, no overlap) and its ratio to the real step's slowest-rank median
+    (``composed_over_real``: the published composition), the lower bound with every overlappable
+    collective hidden (``hidden_over_real``), and, where the cell timed it, the same composition
+    from the old full-sequence compute (``composed_full_over_real``, a row beside)."""
     from gemm_bench.question.comm import compose
 
     if not parts or parts[0] is None:
         raise ValueError("rank 0 has no part of this cell")
     out: dict[str, Any] = {}
-    for name in (REAL, COMPUTE):
+    for name in COMPETITORS:
+        if name not in parts[0]:
+            continue
         first = parts[0][name]
         methods = sorted({p[name]["method"] for p in parts if p is not None})
         regions = {region: across_ranks([p[name]["samples"][region] if p is not None else None for p in parts])
@@ -728,6 +786,8 @@ def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any
         out[name] = {"method": first["method"] if len(methods) == 1 else "mixed: " + ", ".join(methods),
                      "capture_error": first["capture_error"], "warmup_iterations": first["warmup_iterations"],
                      "regions": regions, "profile": first.get("profile"), "profile_error": first.get("profile_error")}
+        if "stand_ins" in first:
+            out[name]["stand_ins"] = first["stand_ins"]
     if calls is None or table is None:
         return out
     composed: dict[str, Any] = {}
@@ -736,13 +796,25 @@ def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any
         compute_ms = out[COMPUTE]["regions"][region]["max_rank"]["median_ms"]
         step = compose(compute_ms, calls, table)
         real_profile = (out[REAL]["profile"] or {}).get(region)
-        composed[region] = {
+        compute_profile = (out[COMPUTE]["profile"] or {}).get(region)
+        entry: dict[str, Any] = {
             **step.to_dict(),
             "real_ms": real_ms,
             "composed_over_real": round(step.step_ms / real_ms, 6),
             "hidden_over_real": round(step.step_hidden_ms / real_ms, 6),
             "measured_comm_share": round(1 - compute_ms / real_ms, 6),
             "profiler_nccl_exposed_share": real_profile["nccl_exposed_share"] if real_profile else None,
+            # the real rank's non-NCCL busy time against the stand-in layer's: the method's own check
+            "profiler_real_compute_busy_ms": real_profile["compute_busy_ms"] if real_profile else None,
+            "profiler_compute_busy_ms": compute_profile["compute_busy_ms"] if compute_profile else None,
         }
+        if COMPUTE_FULL in out:
+            full_ms = out[COMPUTE_FULL]["regions"][region]["max_rank"]["median_ms"]
+            entry["compute_full_ms"] = full_ms
+            entry["composed_full_over_real"] = round((full_ms + step.comm_ms) / real_ms, 6)
+        stood_in = (out[COMPUTE].get("stand_ins") or {}).get(region)
+        if stood_in is not None:
+            entry["stand_in_check"] = stand_in_check(stood_in, calls)
+        composed[region] = entry
     out["composed"] = composed
     return out
