@@ -33,6 +33,7 @@ from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.layout_memory import setup_layout_memory
 from gemm_benchmark.nodes import setup_nodes
+from gemm_benchmark.study_tp_comm import setup_tp_comm
 from gemm_benchmark.questions_builder import setup_questions
 from gemm_benchmark.records import GemmBenchmarkCollector
 from gemm_benchmark.reference import (
@@ -75,6 +76,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     setup_questions(app)
     setup_buildlog(app)
     setup_layout_memory(app)
+    setup_tp_comm(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)

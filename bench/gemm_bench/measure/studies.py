@@ -17,6 +17,7 @@ from gemm_bench.results import studies
 STUDY_MODULES: tuple[str, ...] = (
     "gemm_bench.results.loss_parity_schema",
     "gemm_bench.results.dynamic_range_schema",
+    "gemm_bench.results.tp_comm_schema",
 )
 
 

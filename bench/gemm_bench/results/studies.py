@@ -81,6 +81,7 @@ REGISTRY: dict[str, Study] = {}
 STUDY_MODULES: tuple[str, ...] = (
     "gemm_bench.results.loss_parity_schema",
     "gemm_bench.results.dynamic_range_schema",
+    "gemm_bench.results.tp_comm_schema",
 )
 
 
