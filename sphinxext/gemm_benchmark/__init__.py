@@ -33,7 +33,6 @@ from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.layout_memory import setup_layout_memory
 from gemm_benchmark.nodes import setup_nodes
-from gemm_benchmark.study_tp_comm import setup_tp_comm
 from gemm_benchmark.questions_builder import setup_questions
 from gemm_benchmark.records import GemmBenchmarkCollector
 from gemm_benchmark.reference import (
@@ -50,6 +49,7 @@ from gemm_benchmark.render_table import setup_tables
 from gemm_benchmark.roles import setup_roles
 from gemm_benchmark.study_dynamic_range import GemmDynamicRangeDirective
 from gemm_benchmark.study_loss_parity import GemmLossParityDirective
+from gemm_benchmark.study_tp_comm import setup_tp_comm
 from gemm_benchmark.summary import GemmBenchmarkSummaryDirective
 from gemm_benchmark.tabs import setup_tabs
 

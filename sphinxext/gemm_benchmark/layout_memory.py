@@ -31,7 +31,7 @@ from gemm_bench.question.layout import PRESET_LAYOUTS
 from gemm_bench.question.memory_per_gpu import largest_micro_batch, memory_per_gpu, what_would_fit
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.question import Question, build_question
-from gemm_bench.results.cache import Cache, CacheError
+from gemm_bench.results.cache import Cache
 from gemm_bench.results.model_step_schema import memory_parts
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
@@ -128,7 +128,7 @@ class GemmLayoutMemoryDirective(SphinxDirective):
             warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
         for path in [*lookup.paths, *(e.path for e in lookup.errors)]:
             self.env.note_dependency(str(path))
-        panels = []
+        panels: list[tuple[str, list[nodes.Node]]] = []
         for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
             rows, why = memory_rows(doc, model_id)
             label = device_label(doc["device"]["name"])

@@ -81,7 +81,7 @@ class GemmTpCommDirective(SphinxDirective):
         if not docs:
             container += _not_measured(config.cache_dir, errors)
             return [container]
-        panels = []
+        panels: list[tuple[str, list[nodes.Node]]] = []
         for doc in docs:
             data, prov = doc["data"], doc["provenance"]
             table = build_table([[Entry(h, strong=True) for h in HEADER]], rows(data), [12, 4, 12, 16, 14, 14, 12],

@@ -1,0 +1,71 @@
+"""Issue 42's tp-comm study (validated, rendered from the file alone) and issue 41's layout table (every
+number the composition's, from the committed cache)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from gemm_bench.question.layout import PRESET_LAYOUTS
+from gemm_bench.question.memory_per_gpu import memory_per_gpu
+from gemm_bench.question.question import Question
+from gemm_bench.results import studies
+from gemm_bench.results import tp_comm_schema as schema
+from gemm_bench.results.cache import read_document
+from gemm_bench.results.model_step_schema import memory_parts
+from gemm_benchmark.layout_memory import memory_rows
+from gemm_benchmark.study_tp_comm import rows
+
+CACHE = Path(__file__).resolve().parents[1] / "docs" / "_gemm_cache"
+STUDY = CACHE / "studies" / "tp-comm--h200.json"
+LLAMA_8B_H100 = CACHE / "45a55c5d892e31af--h100-80gb-hbm3.json"
+
+
+def test_the_committed_study_is_valid_and_every_row_is_its_numbers() -> None:
+    doc = studies.read_study(STUDY)
+    data = doc["data"]
+    table = rows(data)
+    assert len(table) == len(data["cells"])
+    first = data["cells"][0]["regions"]["first"]
+    assert table[0][5].text.startswith(f"{1 - first['compute_ms'] / first['real_ms']:.0%}")
+    assert table[0][6].text.startswith(f"{first['composed_over_real']:.3f}")
+
+
+@pytest.mark.parametrize("field", ["composed_ms", "composed_over_real", "real_ms"])
+def test_a_doctored_region_is_refused(field: str) -> None:
+    doc = json.loads(STUDY.read_text(encoding="utf-8"))
+    bad = copy.deepcopy(doc)
+    bad["data"]["cells"][0]["regions"]["first"][field] *= 1.5
+    with pytest.raises(studies.StudyError):
+        schema.validate_data(bad["data"])
+
+
+def test_a_failed_cell_says_why() -> None:
+    data = copy.deepcopy(studies.read_study(STUDY)["data"])
+    data["cells"][0] = {"model": "llama3-8b", "tp": 2, "precision": "bf16", "status": "failed",
+                        "reason": "RuntimeError: NCCL timeout"}
+    schema.validate_data(data)
+    assert rows(data)[0][3].text == "failed: RuntimeError: NCCL timeout"
+
+
+def test_the_layout_table_quotes_the_composition_of_the_cached_parts() -> None:
+    doc = read_document(LLAMA_8B_H100)
+    table, why = memory_rows(doc, "llama3-8b")
+    assert why is None and len(table) == len(doc["model_step"]["memory"])
+    block = doc["model_step"]
+    config = Question.from_dict(doc["question"]).config
+    assert config is not None
+    mem = memory_per_gpu(memory_parts(block, "bf16"), int(block["layer_params"]), config,  # type: ignore[arg-type]
+                         PRESET_LAYOUTS["llama3-8b"].layout, capacity=int(block["capacity_bytes"]), precision="bf16")
+    assert table[0][1].text == f"{mem.total / (1 << 30):.1f} GiB"
+    assert table[0][2].text.startswith("yes" if mem.fits else "no")
+
+
+def test_a_result_without_memory_parts_is_said_not_shown() -> None:
+    doc = copy.deepcopy(dict(read_document(LLAMA_8B_H100)))
+    doc["model_step"]["memory"] = {}
+    assert memory_rows(doc, "llama3-8b") == ([], "no model step with its memory parts in this result "
+                                                 "(a GPU refresh measures it)")
