@@ -161,7 +161,7 @@ def _commands() -> list[list[str]]:
     by_study: dict[str, list[Path]] = {}
     for path in STUDIES:
         by_study.setdefault(path.name.split("--")[0], []).append(path)
-    out += [["compare", str(a), str(b)] for a, b in (pair[:2] for pair in by_study.values())]
+    out += [["compare", str(a), str(b)] for a, b in (pair[:2] for pair in by_study.values() if len(pair) > 1)]
     return out
 
 

@@ -932,12 +932,15 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
     """Every registered study that is missing or stale on this device (the stack and age rules of
     the questions), or every one with ``force`` (``--force-studies``: ``--force`` re-measures the
     questions only, since a study does not depend on them and costs minutes). A corrupt study file
-    is measured again."""
+    is measured again. A study of several GPUs (:attr:`Study.min_gpus`) is not planned: the refresh
+    measures studies on one GPU."""
     from gemm_bench.measure.studies import load_registry
     from gemm_bench.results import studies
 
     tasks = []
-    for name in sorted(load_registry()):
+    for name, study in sorted(load_registry().items()):
+        if study.min_gpus > 1:  # measured on a box of several GPUs by `gemm-bench study NAME`, not here
+            continue
         docs, errors = studies.read_studies(cache_dir, name)
         current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
         bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]

@@ -72,6 +72,9 @@ class Study:
     method_version: str
     validate_data: Callable[[Any], None]
     measure: str
+    #: GPUs of one box the study needs: the refresh measures studies on one GPU, so a study of
+    #: several (tp-comm) is measured by ``gemm-bench study NAME`` on such a box and never planned there.
+    min_gpus: int = 1
 
 
 REGISTRY: dict[str, Study] = {}

@@ -119,4 +119,5 @@ STUDY = register(Study(
     method_version=METHOD_VERSION,
     validate_data=validate_data,
     measure="gemm_bench.measure.tp_comm_study:measure",
+    min_gpus=2,
 ))
