@@ -24,6 +24,7 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
+from gemm_bench.report.cached_layer import quantize_once_note
 from gemm_bench.report.fastest import TIE_RULE, with_tie_break
 from gemm_bench.report.model_step import (
     GIB,
@@ -374,7 +375,11 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
     file_flag = shown[0].cross_check.file_flag if shown else None  # one verdict per file, whatever the mode
     units, units_title, units_notes = (model_step_table(main, summary, precisions, model, gpu)
                                        if main is not None and summary is not None else (None, "", ()))
-    return Panel(tuple(notices), sentence, table, title, tuple(notes.lines()), routing_note,
+    # Where a model step gains more than its own GEMMs, the note says what does it, from the parts
+    # (issue 43 item 5): weights quantized once per optimizer step.
+    once = [n for p in precisions if main is not None and summary is not None
+            and (n := quantize_once_note(main, p, gemm_mode=gemm_mode or "autocast"))]
+    return Panel(tuple(notices), sentence, table, title, (*notes.lines(), *once), routing_note,
                  f"{FLAG_MARK} On the {gpu}, {file_flag}." if file_flag else "", units, units_title, units_notes,
                  summary, gpu)
 

@@ -37,6 +37,7 @@ from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOW
     breakdown_values,
 )
 from gemm_benchmark.model_step_values import DEFAULT_G, g_key, model_step_values
+from gemm_benchmark.moe_words import cached_layer_values
 from gemm_benchmark.records import Value, value_key
 
 ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "gemm-tflops")
@@ -168,6 +169,7 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
     if reports:
         first = next(iter(reports.values()))
         out.update(model_step_values(first, f"model step, {device}{named}", tuple(first.precisions)))
+        out.update(cached_layer_values(first, f"{device}{named}"))  # :gemm-moe-cached: counts these
         _model_step_fastest(out, first, f"model step, {device}{named}")
     for mode, report in reports.items():
         where = f"{MODE_NAMES[mode]}, {device}{named}"
