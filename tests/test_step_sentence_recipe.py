@@ -26,6 +26,7 @@ from gemm_benchmark.breakdown_render import breakdown_nodes
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
 DISPLAY_TO_ID = {p.display: pid for pid, p in PRECISIONS.items()}
 #: The recipe an answer sentence names: the one it recommends, or the best of those that lost to BF16.
+_TRAIN_IN = re.compile(r"train in (?P<chosen>[^:]+):")
 _ANSWER_RECIPE = re.compile(r"train in (?P<chosen>[^:]+):|\(the best, (?P<best>[^,]+), (?:runs at|gives)|"
                             r"\((?P<within>[^()]+?)'s \d")
 
@@ -43,7 +44,9 @@ def _answer_recipe(doc: dict[str, Any]) -> str:
     report = Report(doc)
     shown = [p for p in PRECISIONS if p in report.precisions]
     said = answer_text.answer(report, "autocast", shown, device="GPU").text
-    match = _ANSWER_RECIPE.search(said)
+    # A tie names every tied recipe before the one its tie-break picks ("..., by the tie-break, ...; so
+    # train in FP8 Delayed:"): the recommendation, where there is one, is the recipe.
+    match = _TRAIN_IN.search(said) or _ANSWER_RECIPE.search(said)
     assert match is not None, said
     return DISPLAY_TO_ID[next(g for g in match.groups() if g).strip()]
 

@@ -32,6 +32,7 @@ from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
 from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.layout_memory import setup_layout_memory
+from gemm_benchmark.moe_words import setup_moe_words
 from gemm_benchmark.nodes import setup_nodes
 from gemm_benchmark.questions_builder import setup_questions
 from gemm_benchmark.records import GemmBenchmarkCollector
@@ -71,6 +72,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     setup_nodes(app)
     setup_tabs(app)
     setup_roles(app)
+    setup_moe_words(app)  # after setup_roles: its role replaces the generic one registered there
     setup_figures(app)
     setup_tables(app)
     setup_questions(app)

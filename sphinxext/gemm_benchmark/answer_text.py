@@ -15,9 +15,11 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import PASSES
+from gemm_bench.report.fastest import TIE_ORDER, TieBreak, listed, with_tie_break
 from gemm_bench.report.loss_parity_words import band_of, gap_in_band
 from gemm_bench.report.model_step import ModelStep, part_absence
 from gemm_bench.report.report import Report
+from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, settle
 from gemm_bench.results import loss_parity_schema
 from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import (
@@ -68,8 +70,7 @@ def _name(precision: str) -> str:
 
 def names(precisions: Sequence[str]) -> str:
     """"A", "A and B", "A, B and C"."""
-    names = [_name(p) for p in precisions]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return listed([_name(p) for p in precisions])
 
 
 def _absent(statuses: Mapping[str, tuple[str, str]]) -> str:
@@ -95,6 +96,9 @@ class Sentence:
     text: str
     link: str = ""
     link_doc: str = ""
+    #: The recipe the answer speaks of (the one it recommends, else the best of those that lost to
+    #: BF16; "" for none): the step's breakdown sentence under the panel speaks of it too.
+    recipe: str = ""
 
 
 #: The page of the loss-parity study (:mod:`.study_loss_parity`) that the answer's words link to.
@@ -157,16 +161,26 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     if verdict is None:
         why = f" ({lost})" if lost else ""
         return Sentence(f"{subject}no recommendation: no FP8 or FP4 precision has a number for {quantity}{why}.")
+    # A tie on the answer's own measure is broken by the one tie-break (accuracy, the other rows, energy),
+    # and the sentence names the tie and what broke it before the recipe it recommends.
+    tie = settle(verdict, points, report, precisions, basis=MODEL if basis == "model" else STEP if basis == "step"
+                 else GEMMS, loss_parity=loss_parity, graphed=graphed, gemm_mode=mode)
+    verdict = with_tie_break(verdict, tie)
+    assert verdict is not None
+    lead = subject + (tie_words(tie, quantity) if tie is not None else "")
     words: list[str] = []
     link = ""
+    recipe = verdict.answer
     if basis == "model" and summary is not None:
-        words.append(_model_words(report, summary, verdict, points, subject, layer_points, graphed,
+        words.append(_model_words(report, summary, verdict, points, lead, layer_points, graphed,
                                   gemm_points, gemm_words, gemms, none="of the recipes measured, none" if lost
                                   else "no FP8 recipe"))
+        if verdict.answer == BASELINE:
+            recipe = max(points, key=lambda p: points[p].value)
     elif verdict.answer != BASELINE:
         chosen = verdict.answer
         verb = "runs" if basis == "step" else "run"  # the step runs; the GEMMs run
-        text = f"{subject}train in {_name(chosen)}: {quantity} {verb} {verdict.speedup:.2f}× as fast as in BF16"
+        text = f"{lead}train in {_name(chosen)}: {quantity} {verb} {verdict.speedup:.2f}× as fast as in BF16"
         text += flag_clause(report, chosen, mode, step=basis == "step", graphed=graphed)
         if basis == "step" and chosen in gemm_points:
             text += f" (its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×)"
@@ -175,7 +189,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         words.append(text + _ties(verdict) + (PENDING if basis == "step" and model_step_pending else "") + ".")
     else:
         rest = {p: v for p, v in points.items() if p != BASELINE}
-        best = max(rest, key=lambda p: rest[p].value)
+        best = recipe = max(rest, key=lambda p: rest[p].value)
         measured = "of the recipes measured, none" if lost else "no FP8 recipe"
         if rest[best].value <= 1.0:
             text = (f"{subject}stay in BF16: {measured} makes {quantity} faster "
@@ -196,12 +210,22 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
             link = LOSS_PARITY_PHRASE
     if lost:
         words.append(f"No number: {lost} (see the notes under the table).")
-    return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "")
+    return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "", recipe)
+
+
+def tie_words(tie: TieBreak, quantity: str) -> str:
+    """"FP8 Delayed, FP8 Current or FP8 Block, which the model's training step at G = 8 does not tell apart
+    (FP8 Delayed 1.33×, ...: within the measured spread of the fastest); by the tie-break, FP8 Current
+    ended beyond ...; so ": the tie an answer names before the recipe its tie-break picks ("train in ...")."""
+    verb = "do" if quantity.endswith("GEMMs") else "does"
+    return (f"{tie.names}, which {quantity} {verb} not tell apart ({tie.values}: within the measured spread of the "
+            f"fastest); by the tie-break ({TIE_ORDER}), {tie.why}; so ")
 
 
 def _ties(verdict: Fastest) -> str:
-    """"; FP8 Current is within its measured spread" (the precisions tied with the answer), or ""."""
-    if not verdict.tied:
+    """"; FP8 Current is within its measured spread" (the precisions tied with the answer), or "" (also
+    where a tie-break chose the answer: the sentence named the tie before it)."""
+    if not verdict.tied or verdict.tie_break is not None:
         return ""
     return f"; {names(verdict.tied)} {'is' if len(verdict.tied) == 1 else 'are'} within its measured spread"
 

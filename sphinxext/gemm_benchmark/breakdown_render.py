@@ -23,7 +23,7 @@ from gemm_benchmark.render_block import figure_pair
 
 
 def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str = "layer-graphed",
-                    routing: str = "balanced") -> list[nodes.Node]:
+                    routing: str = "balanced", recipe: str = "") -> list[nodes.Node]:
     """The figure and its sentence for one result's step cells of ``mode``; [] without breakdowns."""
     cells = doc.get("layer", [])
     bars = breakdown_figure.bars(cells, mode, routing)
@@ -35,11 +35,11 @@ def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str 
     routed = (f", {routing} routing" if any(c.get("routing", "balanced") != routing for c in cells) else "")
     label = (f"One layer's {how} training step on the {device} (not the model's step): GPU time per kind of "
              f"kernel and idle time, per recipe{routed}")
-    return _bars_nodes(doc, bars, label, prefix, "The step breakdown per recipe")
+    return _bars_nodes(doc, bars, label, prefix, "The step breakdown per recipe", recipe)
 
 
 def model_breakdown_nodes(doc: dict[str, Any], summary: ModelStep | None, device: str,
-                          prefix: str) -> list[nodes.Node]:
+                          prefix: str, recipe: str = "") -> list[nodes.Node]:
     """The model's training step per micro-batch at the question's G, split as the layer step's is
     (:func:`gemm_bench.report.model_step_breakdown.model_bars`), with its sentence; [] without it."""
     bars = model_step_breakdown.model_bars(doc, summary) if summary is not None else []
@@ -49,13 +49,15 @@ def model_breakdown_nodes(doc: dict[str, Any], summary: ModelStep | None, device
     label = (f"The model's training step on the {device} per micro-batch ({summary.config.tokens:,} tokens, "
              f"{summary.config.measured_layers} layers, G = {summary.microbatches}, optimizer / G): GPU time per "
              "kind of kernel and idle time, per recipe")
-    return _bars_nodes(doc, bars, label, prefix, "The model step's breakdown per recipe")
+    return _bars_nodes(doc, bars, label, prefix, "The model step's breakdown per recipe", recipe)
 
 
 def _bars_nodes(doc: dict[str, Any], bars: list[breakdown_figure.Bar], label: str, prefix: str,
-                what: str) -> list[nodes.Node]:
+                what: str, recipe: str = "") -> list[nodes.Node]:
     """Stacked bars (a phone's and a desktop's drawing), a note for builders without SVG, and the
-    sentence for the recipe the page speaks of (:func:`~gemm_bench.report.precision_plan.step_recipe`)."""
+    sentence for the recipe the page speaks of: ``recipe``, the panel's answer's (its tie-break weighed
+    the loss-parity study, which the result alone lacks), else
+    :func:`~gemm_bench.report.precision_plan.step_recipe`."""
     # The phone figure and its desktop twin (render_block.figure_pair): one drawing at a phone's width
     # leaves a desktop column half empty, one at a desktop's shrinks a phone's labels below 10 px.
     box = figure_pair(breakdown_figure.svg(bars, heading=label),
@@ -66,7 +68,7 @@ def _bars_nodes(doc: dict[str, Any], bars: list[breakdown_figure.Bar], label: st
     text = f"{what} is drawn in the HTML version of this page."
     elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
     out.append(elsewhere)
-    recipe = precision_plan.step_recipe(doc)
+    recipe = recipe or precision_plan.step_recipe(doc) or ""
     said = breakdown_figure.sentence(bars, recipe) if recipe else None
     if said:
         out.append(nodes.paragraph(said, said, classes=["gemm-breakdown-sentence"]))
@@ -116,9 +118,10 @@ def _failed_energy(doc: dict[str, Any], precision: str) -> bool:
 
 
 def step_detail_nodes(doc: dict[str, Any], device: str, prefix: str,
-                      model_step: ModelStep | None = None) -> list[nodes.Node]:
+                      model_step: ModelStep | None = None, recipe: str = "") -> list[nodes.Node]:
     """What a page shows under a model's step on one GPU: where each recipe's time goes (the model's
     step, for the page's question ``model_step``, then one layer's), the precision plan and the energy;
     nothing (no note, no warning) for a result measured before they were."""
-    return [*model_breakdown_nodes(doc, model_step, device, f"{prefix}m"), *breakdown_nodes(doc, device, prefix),
+    return [*model_breakdown_nodes(doc, model_step, device, f"{prefix}m", recipe),
+            *breakdown_nodes(doc, device, prefix, recipe=recipe),
             *plan_nodes(doc), *energy_nodes(doc)]

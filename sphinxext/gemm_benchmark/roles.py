@@ -57,6 +57,7 @@ from gemm_benchmark.model_step_values import (
     QUESTION_G,
     model_step_g_key,
 )
+from gemm_benchmark.moe_words import MOE_CACHED_ROLE
 from gemm_benchmark.nodes import builder_format, gemm_value
 from gemm_benchmark.options import known_devices, unknown_devices_text
 from gemm_benchmark.render_table import FLAG_MARK
@@ -168,6 +169,12 @@ ROLES: dict[str, RoleSpec] = {
 #: micro-batch; MODE ``layer-graphed``, the optional last word G (:mod:`.model_step_values`).
 ROLES.update({spec["name"]: RoleSpec(spec["name"], spec["syntax"], spec["description"], spec["example"],
                                       gemm=spec["gemm"]) for spec in MODEL_STEP_ROLES})
+
+#: A mixture of experts' cached micro-batch against its first, counted over the site (issue 43 item 5):
+#: listed here for the reference; :mod:`.moe_words` registers its own role over the generic one.
+ROLES[MOE_CACHED_ROLE["name"]] = RoleSpec(MOE_CACHED_ROLE["name"], MOE_CACHED_ROLE["syntax"],
+                                          MOE_CACHED_ROLE["description"], MOE_CACHED_ROLE["example"],
+                                          gemm="none", precision=False)
 
 #: Roles about the layer step: their MODE is ``layer`` or ``layer-graphed``, whatever the directive shows.
 STEP_ROLES = ("gemm-step-speedup", "gemm-share")

@@ -209,7 +209,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     # Under the step rows, which a summary shows whether or not its modes name a
                     # layer mode (summary_answer: "else both forms"); [] for a result without them.
                     detail = step_detail_nodes(device.doc, device_label(device.device),
-                                               f"bd{self.lineno}-{len(documents)}", found.model_step_summary)
+                                               f"bd{self.lineno}-{len(documents)}", found.model_step_summary,
+                                               found.sentence.recipe if found.sentence else "")
                     panels.append((device_label(device.device),
                                    self._panel_nodes(found, f"ms{self.lineno}-{len(documents)}") + detail))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):

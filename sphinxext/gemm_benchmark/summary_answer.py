@@ -24,6 +24,8 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
+from gemm_bench.report.cached_layer import quantize_once_note
+from gemm_bench.report.fastest import TIE_RULE, with_tie_break
 from gemm_bench.report.model_step import (
     GIB,
     ModelStep,
@@ -33,6 +35,7 @@ from gemm_bench.report.model_step import (
     part_absence,
 )
 from gemm_bench.report.report import Report
+from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, settle
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
 from gemm_benchmark.options import OptionError, Request, parse_options
@@ -345,22 +348,22 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
     summary = main.model_step() if main is not None else None
     if main is not None and summary is not None:  # the model's step first: the answer sentence speaks of it
         for g in sorted(summary.rows, reverse=True):
-            table.row(model_step_row(main, summary, precisions, gpu, notes, g))
+            table.row(model_step_row(main, summary, precisions, gpu, notes, g, loss_parity=loss_parity))
     elif main is not None and main.config is not None and unsupported_reason(main.config) is None:
         # A result without it is re-measured by the next refresh (results.stack.lacking_blocks).
         table.span(Shown("Model step", strong=True),
                    Shown(f"not measured on the {gpu} yet: tokens/s, MFU and memory come with its next refresh",
                          classes=("gemm-na", "gemm-model-step-missing")))
     for mode in per_gemm:
-        table.row(mode_row(measured.reports[mode], mode, precisions, gpu, notes))
+        table.row(mode_row(measured.reports[mode], mode, precisions, gpu, notes, loss_parity=loss_parity))
     for mode in step_modes:
         table.row(step_row(measured.reports[gemm_mode or mode], precisions, gpu, notes,
-                           graphed=mode == LAYER_MODES[1]))
+                           graphed=mode == LAYER_MODES[1], loss_parity=loss_parity))
     config = measured.reports[gemm_mode or step_modes[0]].config if (gemm_mode or step_modes) else None
     skewed = bool(step_modes) and config is not None and "skewed" in routings(config)
     if skewed:  # a mixture of experts: the same step with the skewed routing the page names
         table.row(step_row(measured.reports[gemm_mode or step_modes[0]], precisions, gpu, notes,
-                           graphed=step_modes[0] == LAYER_MODES[1], routing="skewed"))
+                           graphed=step_modes[0] == LAYER_MODES[1], routing="skewed", loss_parity=loss_parity))
     if gemm_mode in ACCURACY_MODES and measured.doc.get("accuracy") and accuracy_row:
         table.row(sqnr_row(measured.reports[gemm_mode], gemm_mode, precisions, gpu, notes))
     status = f" ({measured.status}: see the freshness page)" if stale else ""
@@ -372,17 +375,24 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
     file_flag = shown[0].cross_check.file_flag if shown else None  # one verdict per file, whatever the mode
     units, units_title, units_notes = (model_step_table(main, summary, precisions, model, gpu)
                                        if main is not None and summary is not None else (None, "", ()))
-    return Panel(tuple(notices), sentence, table, title, tuple(notes.lines()), routing_note,
+    # Where a model step gains more than its own GEMMs, the note says what does it, from the parts
+    # (issue 43 item 5): weights quantized once per optimizer step.
+    once = [n for p in precisions if main is not None and summary is not None
+            and (n := quantize_once_note(main, p, gemm_mode=gemm_mode or "autocast"))]
+    return Panel(tuple(notices), sentence, table, title, (*notes.lines(), *once), routing_note,
                  f"{FLAG_MARK} On the {gpu}, {file_flag}." if file_flag else "", units, units_title, units_notes,
                  summary, gpu)
 
 
 def model_step_row(report: Report, summary: ModelStep, precisions: Sequence[str], gpu: str, notes: answer_text.Notes,
-                   microbatches: int) -> list[Shown]:
+                   microbatches: int, *, loss_parity: Mapping[str, Any] | None = None) -> list[Shown]:
     """The model's training step's speedup at G = ``microbatches`` (its tokens per second over BF16's),
-    ★ and ≈ by the one rule; a recipe without a model step reads failed or n/a with its reason."""
+    ★ and ≈ by the one rule and its tie-break (``loss_parity``: this GPU's study); a recipe without a
+    model step reads failed or n/a with its reason."""
     points = model_step_points(summary, precisions, microbatches)
     verdict = decide_fastest(points)
+    verdict = with_tie_break(verdict, settle(verdict, points, report, precisions, basis=MODEL,
+                                             loss_parity=loss_parity))
     row = [head(f"Model step, G = {microbatches}", verdict)]
     for p in precisions:
         source = f"{PRECISIONS[p].display}, {gpu}, model step at G = {microbatches}"
@@ -483,10 +493,14 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     return table, title, tuple(lines)
 
 
-def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, notes: answer_text.Notes) -> list[Shown]:
-    """The whole model's GEMM speedups in one mode (autocast or pre-quantized), ★ and ≈ by the one rule."""
+def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, notes: answer_text.Notes, *,
+             loss_parity: Mapping[str, Any] | None = None) -> list[Shown]:
+    """The whole model's GEMM speedups in one mode (autocast or pre-quantized), ★ and ≈ by the one rule
+    and its tie-break."""
     points = total_points(report, mode, precisions)
     verdict = decide_fastest(points)
+    verdict = with_tie_break(verdict, settle(verdict, points, report, precisions, basis=GEMMS, gemm_mode=mode,
+                                             loss_parity=loss_parity))
     row = [head(MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
     for p in precisions:
         total = report.total(mode, p)
@@ -506,14 +520,16 @@ def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, not
 
 
 def step_row(report: Report, precisions: Sequence[str], gpu: str, notes: answer_text.Notes, *, graphed: bool = True,
-             routing: str = "balanced") -> list[Shown]:
+             routing: str = "balanced", loss_parity: Mapping[str, Any] | None = None) -> list[Shown]:
     """The training step's speedup (CUDA-graphed or eager) per precision; a step whose BF16 step
     failed reads failed, as its own failure would."""
     name = "Training step" if graphed else "Training step, eager"
     if routing != "balanced":
         name = f"{name}, {routing} routing"
     points = step_points(report, precisions, graphed=graphed, routing=routing)
-    verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈
+    verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈, and the same tie-break
+    verdict = with_tie_break(verdict, settle(verdict, points, report, precisions, basis=STEP, graphed=graphed,
+                                             loss_parity=loss_parity))
     row = [head(name, verdict)]
     for p in precisions:
         source = f"{PRECISIONS[p].display}, {gpu}"
@@ -558,7 +574,11 @@ def speed_cell(point: Point, verdict: Fastest | None, precision: str, tooltip: s
     star = verdict is not None and precision == verdict.starred
     tied = verdict is not None and precision in verdict.tied
     why = ""
-    if tied and verdict is not None and verdict.answer == BASELINE:
+    tie = verdict.tie_break if verdict is not None else None
+    if tie is not None and (star or tied):
+        why = (f"; this row does not tell {tie.names} apart (within the measured spread of the fastest); the "
+               f"tie-break ({TIE_RULE}) picks {PRECISIONS[tie.pick].display}: {tie.why}")
+    elif tied and verdict is not None and verdict.answer == BASELINE:
         why = "; within the measured spread of BF16: not significantly faster"
     elif tied and verdict is not None:
         why = (f"; within the measured spread of the fastest ({PRECISIONS[verdict.answer].display}): "

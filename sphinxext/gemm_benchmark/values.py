@@ -29,6 +29,7 @@ from gemm_bench.report.fastest import (
     finite as _finite,
 )
 from gemm_bench.report.report import Report
+from gemm_bench.report.tie_break import total_points
 from gemm_bench.results.energy import energy_bounds, energy_missing, joules, power_above_limit, step_energies
 from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
     BREAKDOWN_ITEMS,
@@ -36,6 +37,7 @@ from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOW
     breakdown_values,
 )
 from gemm_benchmark.model_step_values import DEFAULT_G, g_key, model_step_values
+from gemm_benchmark.moe_words import cached_layer_values
 from gemm_benchmark.records import Value, value_key
 
 ROLE_KINDS: tuple[str, ...] = ("gemm-speedup", "gemm-time", "gemm-eager-time", "gemm-tflops")
@@ -87,19 +89,6 @@ FASTEST_RULE = ("the fastest of the precisions clearly faster than BF16 (their w
 #: The same rule for the training step (``layer``, ``layer-graphed``): the summary's answer sentence.
 STEP_RULE = ("the fastest of the precisions whose training step is clearly faster than BF16's (the step "
              "speedup's measured spread lies above 1.0); BF16 when none is")
-
-
-def total_points(report: Report, mode: str, precisions: Iterable[str]) -> dict[str, Point]:
-    """Whole-model speedups vs BF16 with their spreads (BF16 included) of the precisions measured."""
-    out: dict[str, Point] = {}
-    for precision in dict.fromkeys((BASELINE, *precisions)):
-        total = report.total(mode, precision)
-        if total.status != "measured" or not _finite(total.speedup_vs_bf16):
-            continue
-        value, low, high = figures.total_point(report, mode, precision)
-        assert value is not None
-        out[precision] = BF16_POINT if precision == BASELINE else Point(value, low, high)
-    return out
 
 
 #: The same rule for the model's training step (issue 32): the summary's answer where a result has one.
@@ -180,6 +169,7 @@ def device_values(reports: dict[str, Report], device: str, name: str) -> dict[st
     if reports:
         first = next(iter(reports.values()))
         out.update(model_step_values(first, f"model step, {device}{named}", tuple(first.precisions)))
+        out.update(cached_layer_values(first, f"{device}{named}"))  # :gemm-moe-cached: counts these
         _model_step_fastest(out, first, f"model step, {device}{named}")
     for mode, report in reports.items():
         where = f"{MODE_NAMES[mode]}, {device}{named}"

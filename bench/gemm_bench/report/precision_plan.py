@@ -27,9 +27,10 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, OPS, PASSES
-from gemm_bench.report.fastest import decide_fastest, model_step_points, step_points
+from gemm_bench.report.fastest import decide_fastest, model_step_points, step_points, with_tie_break
 from gemm_bench.report.figures import quartiles, ratio_spread
 from gemm_bench.report.report import Report
+from gemm_bench.report.tie_break import MODEL, STEP, settle
 
 MODE = "autocast"
 
@@ -201,7 +202,9 @@ def plans(report: Report, precisions: Sequence[str] | None = None) -> list[Preci
 CHOICE_RULE = ("the plan of the recipe the answer names: the fastest of the low-precision recipes by the model's "
                "training step at the question's G where the result has one, else by the CUDA-graphed layer step, "
                "decided by the site's one rule (gemm_bench.report.fastest.decide_fastest: the fastest of those "
-               "clearly faster than BF16, else the fastest)")
+               "clearly faster than BF16, else the fastest), a tie within the measured spread broken by "
+               "gemm_bench.report.fastest.break_tie (the refresh has no loss-parity verdict at hand: the other "
+               "rows, then energy)")
 
 
 def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -217,7 +220,8 @@ def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
     return {**make_plan(report, chosen).config(), "chosen": CHOICE_RULE}
 
 
-def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None) -> str | None:
+def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None, *,
+                  loss_parity: Mapping[str, Any] | None = None) -> str | None:
     """:data:`CHOICE_RULE` over one result's cells: the recipe the answer sentence names (the one it
     recommends, or the best of those that lost to BF16), among the low-precision recipes with autocast
     GEMMs; by the model's step at the question's G where the result has one, else by the CUDA-graphed
@@ -226,13 +230,18 @@ def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None) -> str |
 
     Why the answer's rule: the plan, the sentence under the step's bars and the answer once named
     different recipes for Mixtral 8x7B and DeepSeek-V3 (the fastest layer step was FP8 Delayed, the
-    fastest model step FP8 Current, within each other's spread)."""
+    fastest model step FP8 Current, within each other's spread). A tie within the spread is broken as
+    the answer breaks it (:func:`gemm_bench.report.tie_break.settle`), with ``loss_parity`` (this GPU's
+    loss-parity study) where the caller has it."""
     report = Report(dict(doc)) if report is None else report
     if not projection_ops(report):
         return None
     candidates = [p for p in report.precisions if p != BASELINE and report.status(MODE, p)[0] == "measured"]
-    points = model_step_points(report.model_step(), candidates) or step_points(report, candidates, graphed=True)
+    model = model_step_points(report.model_step(), candidates)
+    points = model or step_points(report, candidates, graphed=True)
     verdict = decide_fastest(points)
+    tie = settle(verdict, points, report, candidates, basis=MODEL if model else STEP, loss_parity=loss_parity)
+    verdict = with_tie_break(verdict, tie)
     if verdict is None:
         return None
     return verdict.answer if verdict.answer != BASELINE else max(points, key=lambda p: points[p].value)
@@ -244,7 +253,9 @@ def step_recipe(doc: Mapping[str, Any]) -> str | None:
     whose step differed most from BF16's (gpt-oss-120b's slowest, FP8 Current) right above a plan, an
     answer and prose about its fastest, FP8 Delayed; now the bars' sentence, the plan and the prose's
     roles speak of the answer's recipe. A plan stored by an older rule for another recipe names its
-    own recipe in its sentence ("With FP8 Delayed, the plan keeps ...")."""
+    own recipe in its sentence ("With FP8 Delayed, the plan keeps ..."). A page's panel passes its
+    answer's recipe instead (``gemm_benchmark.breakdown_render``): its tie-break also weighs this GPU's
+    loss-parity study, which a result alone lacks."""
     plan = doc.get("plan")
     stored = str(plan["recipe"]) if isinstance(plan, Mapping) and isinstance(plan.get("recipe"), str) else None
     if stored is not None and isinstance(plan, Mapping) and plan.get("chosen") == CHOICE_RULE:
