@@ -367,8 +367,9 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
     if gemm_mode in ACCURACY_MODES and measured.doc.get("accuracy") and accuracy_row:
         table.row(sqnr_row(measured.reports[gemm_mode], gemm_mode, precisions, gpu, notes))
     status = f" ({measured.status}: see the freshness page)" if stale else ""
-    title = (f"Speedup vs BF16, {model} on the {gpu}{status}: ★ fastest, ≈ within the fastest's measured spread; "
-             "tap a number for its source")
+    title = (f"Speedup vs BF16, {model} on the {gpu}{status}: ★ fastest (or, among speedups within the "
+             "fastest's spread, the tie-break's pick), ≈ within the fastest's measured spread; tap a number for "
+             "its source")
     routing_note = (f"Training step, skewed routing: the same step with {ROUTING_NAMES['skewed']}; the other rows "
                     f"use {ROUTING_NAMES['balanced']}. The answer above is about the balanced step." if skewed else "")
     shown = [measured.reports[m] for m in (gemm_mode, *per_gemm, *step_modes) if m in measured.reports]
@@ -576,8 +577,11 @@ def speed_cell(point: Point, verdict: Fastest | None, precision: str, tooltip: s
     why = ""
     tie = verdict.tie_break if verdict is not None else None
     if tie is not None and (star or tied):
-        why = (f"; this row does not tell {tie.names} apart (within the measured spread of the fastest); the "
-               f"tie-break ({TIE_RULE}) picks {PRECISIONS[tie.pick].display}: {tie.why}")
+        top = max(tie.measure, key=lambda p: tie.measure[p].value)
+        why = (("; the largest of this row, but not beyond the measured spread of the pick" if precision == top else
+                f"; within the measured spread of the fastest ({PRECISIONS[top].display}): not significantly slower")
+               if tied else f"; this row does not tell {tie.names} apart (within the measured spread of the fastest)")
+        why += f"; the tie-break ({TIE_RULE}) picks {PRECISIONS[tie.pick].display}: {tie.why}"
     elif tied and verdict is not None and verdict.answer == BASELINE:
         why = "; within the measured spread of BF16: not significantly faster"
     elif tied and verdict is not None:
