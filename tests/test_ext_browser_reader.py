@@ -20,13 +20,12 @@ Skipped where Chromium and chromedriver are absent (``apt-get install chromium c
 
 from __future__ import annotations
 
-import time
-
 import functools
 import http.server
 import re
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
