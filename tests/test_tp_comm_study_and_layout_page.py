@@ -69,3 +69,25 @@ def test_a_result_without_memory_parts_is_said_not_shown() -> None:
     doc["model_step"]["memory"] = {}
     assert memory_rows(doc, "llama3-8b") == ([], "no model step with its memory parts in this result "
                                                  "(a GPU refresh measures it)")
+
+
+LLAMA_70B_LINE = ("--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "
+                  "--group-query-attention --num-query-groups 8 --swiglu --seq-length 8192 --micro-batch-size 1 "
+                  "--tensor-model-parallel-size 4 --sequence-parallel --pipeline-model-parallel-size 8 "
+                  "--num-layers-per-virtual-pipeline-stage 2 --context-parallel-size 2 --global-batch-size 128 "
+                  "--use-distributed-optimizer --recompute-granularity selective --overlap-grad-reduce "
+                  "--overlap-param-gather --fp8-param-gather")
+
+
+def test_shapes_prints_the_layout_of_a_pasted_launch_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41's Done-when line: every layout value held, none of its flags ignored."""
+    from gemm_bench.cli.commands import main
+
+    assert main(["shapes", "--megatron-args", LLAMA_70B_LINE + " --num-gpus 128"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("layout: 128 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, CP 2, DP 2, distributed "
+            "optimizer, selective recomputation, FP8 parameter gather, G = 64") in out
+    assert "ignored" not in out
+    assert main(["shapes", "--megatron-args", LLAMA_70B_LINE + " --num-gpus 100"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--num-gpus: 100 GPUs are not divisible by TP x PP x CP" in err

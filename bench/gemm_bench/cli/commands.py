@@ -288,16 +288,45 @@ def _choices(text: str, flag: str, normalize: Callable[[str], str], known: Seque
 
 
 # ------------------------------------------------------------------------------- shapes
+def _layout_lines(args: argparse.Namespace) -> list[str]:
+    """The run's parallel layout a pasted Megatron launch line states (issue 41), in words, and the
+    layout flags it could not take with their reasons; nothing without ``--megatron-args``."""
+    text = getattr(args, "megatron_args", None)
+    if not text:
+        return []
+    from gemm_bench.question.config import ConfigError, megatron_layout, split_megatron_args
+    from gemm_bench.question.layout import ParallelLayout
+
+    try:
+        fields, ignored = megatron_layout(split_megatron_args(text))
+        counted = "gpus" in fields
+        if not counted:  # a launch line often leaves the GPU count to the launcher: the least it runs on
+            fields["gpus"] = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
+        layout = ParallelLayout(**fields)
+    except ConfigError as exc:
+        raise UsageError(f"--megatron-args: {exc}") from None
+    except TypeError as exc:  # a field ParallelLayout does not take: a bug of the parser, said plainly
+        raise UsageError(f"--megatron-args: the layout cannot be built: {exc}") from None
+    lines = [f"layout: {layout.describe()}" + ("" if counted else " (no GPU count in the line: shown at DP 1; "
+                                                                    "give --num-gpus N or the launcher's --nnodes and "
+                                                                    "--nproc-per-node)")]
+    lines += [f"layout flag ignored: {item}" for item in ignored]
+    return lines
+
+
 def cmd_shapes(args: argparse.Namespace) -> int:
     q = question_from_args(args)
     if args.json:
         echo(json.dumps([g.to_dict() for g in q.gemms], indent=1))
         return 0
+    layout_lines = _layout_lines(args)  # before any output: a bad layout is an error, not half a listing
     echo_wrapped(q.describe())
     for note in q.notes:
         echo_wrapped(f"note: {note}")
     if q.ignored_flags:
         echo_wrapped(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
+    for line in layout_lines:
+        echo_wrapped(line)
     echo(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
     for g in q.gemms:
         echo(f"{OP_NAMES.get(g.op, g.op):<18}{PASS_NAMES[g.pass_]:<7}{f'{g.m}x{g.k}x{g.n}':>24}"
