@@ -72,8 +72,11 @@ def test_the_answer_speaks_of_the_models_step_in_tokens_per_second_and_memory(pr
     delta += f" memory for the whole {summary.config.measured_layers}-layer rank"
     panel = _panels(project)["H100 80GB HBM3"]
     sentence = panel.select_one("p.gemm-summary-answer").get_text()
+    base = summary.row("bf16")
+    assert base is not None
     assert (f"train in FP8 Delayed: {verdict.speedup:.2f}× the tokens per second of BF16 ({row.tokens_per_s:,.0f} "
-            f"per GPU) in the model’s training step at G = 8, {delta} (its autocast GEMMs "
+            f"per GPU against BF16’s {base.tokens_per_s:,.0f}; one rank’s compute, collectives not in it) in the "
+            f"model’s training step at G = 8, {delta} (its autocast GEMMs "
             f"{gemms['fp8-delayed'].value:.2f}×)") in sentence.replace("'", "’"), sentence
     # the table stars what the sentence recommends, in the model step's row of the question's G
     rows = {tr.td.get_text(): tr for tr in panel.select("table.gemm-summary-table tbody tr")}

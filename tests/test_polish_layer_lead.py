@@ -30,7 +30,7 @@ def test_mixtral_8x22b_names_the_layer_step_s_leader() -> None:
     text, report = _answer(MIXTRAL_8X22B_H100)
     lead = decide_fastest(step_points(report, RECIPES, graphed=True))
     assert lead is not None and lead.answer == "fp8-delayed"
-    assert "train in FP8 Delayed:" in text and "FP8 Delayed, FP8 Current or FP8 Block, which" in text, text
+    assert "train in FP8 Delayed:" in text and "FP8 Delayed, FP8 Current or FP8 Block tie on" in text, text
     assert f"FP8 Delayed leads the layer step ({lead.speedup:.2f}× against" in text
     assert "leads the layer step at" not in text  # the pick leads it: no clause
 

@@ -214,12 +214,13 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
 
 
 def tie_words(tie: TieBreak, quantity: str) -> str:
-    """"FP8 Delayed, FP8 Current or FP8 Block, which the model's training step at G = 8 does not tell apart
-    (FP8 Delayed 1.33×, ...: within the measured spread of the fastest); by the tie-break, FP8 Current
-    ended beyond ...; so ": the tie an answer names before the recipe its tie-break picks ("train in ...")."""
-    verb = "do" if quantity.endswith("GEMMs") else "does"
-    return (f"{tie.names}, which {quantity} {verb} not tell apart ({tie.values}: within the measured spread of the "
-            f"fastest); by the tie-break ({TIE_ORDER}), {tie.why}; so ")
+    """"FP8 Delayed, FP8 Current or FP8 Block tie on the model's training step at G = 8 (FP8 Delayed 1.33×,
+    ...); tie-break (accuracy, then ...): FP8 Current ended beyond ...; so ": the tie an answer names before
+    the recipe its tie-break picks ("train in ...")."""
+    # Short, so the first answer stays on a phone's first screen: "tie" is the site's word for speedups within
+    # the fastest's measured spread (the table's ≈ and its title say so).
+    verb = "tie" if " or " in tie.names else "ties"
+    return f"{tie.names} {verb} on {quantity} ({tie.values}); tie-break ({TIE_ORDER}): {tie.why}; so "
 
 
 def _ties(verdict: Fastest) -> str:
@@ -234,7 +235,8 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
                  layer_points: Mapping[str, Point], graphed: bool, gemm_points: Mapping[str, Point], gemm_words: str,
                  gemms: Fastest | None, *, none: str) -> str:
     """The model step's recommendation: "train in FP8 Delayed: 1.35× the tokens per second of BF16
-    (14,915 per GPU) in the model's training step at G = 8, 9.5 GiB more memory (its layer step
+    (14,915 per GPU against BF16's 11,006; one rank's compute, collectives not in it) in the model's
+    training step at G = 8, 9.5 GiB more memory (its layer step
     1.33×, its autocast GEMMs 1.61×)", or why BF16 stays (``none``: who gives no more)."""
     where = f"in the model's training step at G = {summary.microbatches}"
     if verdict.answer == BASELINE:
@@ -250,8 +252,12 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
     chosen = verdict.answer
     row = summary.row(chosen)
     assert row is not None  # a point is a row's speedup
+    base = summary.row(BASELINE)
+    # BF16's own figure beside the recipe's (a reader compares the two), and, in the sentence itself, that
+    # the number is one rank's compute: the layout's collectives are not in it yet (issue 41, 44).
+    against = f" against BF16's {base.tokens_per_s:,.0f}" if base is not None else ""
     text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
-            f"({row.tokens_per_s:,.0f} per GPU) {where}")
+            f"({row.tokens_per_s:,.0f} per GPU{against}; one rank's compute, collectives not in it) {where}")
     memory = summary.memory_words(chosen)
     if memory:
         text += f", {memory}"
