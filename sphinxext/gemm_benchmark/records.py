@@ -20,6 +20,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Set
 from pathlib import Path
+from typing import Any
 
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
@@ -362,3 +363,24 @@ def watch_study(env: BuildEnvironment, folder: Path, study: str, *, max_age_days
     data(env).watches.setdefault(env.docname, []).append(Watch(
         str(folder), study, names, (), execution.freshness_key((), max_age_days=max_age_days, mode=mode)))
     return names
+
+
+def page_studies(env: BuildEnvironment, study: str, *, location: tuple[str, int]) -> tuple[list[dict[str, Any]],
+                                                                                          list[CacheError]]:
+    """A study's valid documents for the current page, each device's file read once: the page is
+    re-read when a file of it changes (:func:`watch_study`), and a folder that cannot be listed or a file
+    that cannot be used is a located ``gemm_benchmark.cache`` warning; the refused files are returned too,
+    for the page to say why a device has none. One reading for every study directive."""
+    from gemm_bench.results import studies
+    from gemm_benchmark.diagnostics import Subtype, warn
+
+    config = settings(env)
+    try:
+        watch_study(env, studies.study_dir(config.cache_dir), study, max_age_days=config.max_age_days,
+                    mode=config.mode)
+    except CacheError as exc:
+        warn(Subtype.CACHE, f"cannot list the study files: {exc}", location=location)
+    docs, errors = studies.read_studies(config.cache_dir, study)
+    for error in errors:
+        warn(Subtype.CACHE, str(error), location=location)
+    return docs, errors

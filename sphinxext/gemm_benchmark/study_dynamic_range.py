@@ -115,14 +115,7 @@ class GemmDynamicRangeDirective(SphinxDirective):
                  location=(self.env.docname, self.lineno))
             show = [s for s in show if s in SHOW]
         wanted = _words(self.options.get("devices"))
-        folder = studies.study_dir(config.cache_dir)
-        try:  # re-read the page when a study file appears, changes or goes, and only then
-            records.watch_study(self.env, folder, schema.NAME, max_age_days=config.max_age_days, mode=config.mode)
-        except CacheError as exc:
-            warn(Subtype.CACHE, f"cannot list the study files: {exc}", location=(self.env.docname, self.lineno))
-        docs, errors = studies.read_studies(config.cache_dir, schema.NAME)
-        for error in errors:
-            warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
+        docs, errors = records.page_studies(self.env, schema.NAME, location=(self.env.docname, self.lineno))
         if wanted:
             docs = [d for d in docs if any(selects(w, d["device"]["name"]) for w in wanted)]
         container = nodes.container(classes=["gemm-study", "gemm-dynamic-range"])

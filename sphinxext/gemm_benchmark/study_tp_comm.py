@@ -18,12 +18,11 @@ from sphinx.util.docutils import SphinxDirective
 
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import PRECISIONS
-from gemm_bench.results import studies
 from gemm_bench.results import tp_comm_schema as schema
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
-from gemm_benchmark.diagnostics import Subtype, refused_files_text, warn
+from gemm_benchmark.diagnostics import refused_files_text
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
@@ -69,14 +68,7 @@ class GemmTpCommDirective(SphinxDirective):
         config = settings(self.env)
         if config.questions_only:
             return []
-        folder = studies.study_dir(config.cache_dir)
-        try:
-            records.watch_study(self.env, folder, schema.NAME, max_age_days=config.max_age_days, mode=config.mode)
-        except CacheError as exc:
-            warn(Subtype.CACHE, f"cannot list the study files: {exc}", location=(self.env.docname, self.lineno))
-        docs, errors = studies.read_studies(config.cache_dir, schema.NAME)
-        for error in errors:
-            warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
+        docs, errors = records.page_studies(self.env, schema.NAME, location=(self.env.docname, self.lineno))
         container = nodes.container(classes=["gemm-study", "gemm-tp-comm"])
         if not docs:
             container += _not_measured(config.cache_dir, errors)
