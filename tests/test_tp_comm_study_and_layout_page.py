@@ -91,3 +91,13 @@ def test_shapes_prints_the_layout_of_a_pasted_launch_line(capsys: pytest.Capture
     assert main(["shapes", "--megatron-args", LLAMA_70B_LINE + " --num-gpus 100"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--num-gpus: 100 GPUs are not divisible by TP x PP x CP" in err
+
+
+def test_report_prints_each_tp_comm_cell_from_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    from gemm_bench.cli.commands import main
+
+    assert main(["report", str(STUDY)]) == 0
+    out = capsys.readouterr().out
+    assert "no per-value summary" not in out
+    first = studies.read_study(STUDY)["data"]["cells"][0]["regions"]["first"]
+    assert f"real {first['real_ms']:.2f} ms" in out and f"composed/real {first['composed_over_real']:.3f}" in out

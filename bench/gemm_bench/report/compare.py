@@ -931,7 +931,19 @@ def study_values(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if doc["study"] == "dynamic-range":
         return [(f"{key} GEMM SQNR", _whole_and_median(whole, median))
                 for key, (whole, median) in _dynamic_range_cells(doc).items()]
+    if doc["study"] == "tp-comm":
+        return [(f"{c['model']} TP {c['tp']} {PRECISIONS[c['precision']].display}", _tp_comm_text(c))
+                for c in doc["data"]["cells"]]
     return []
+
+
+def _tp_comm_text(cell: dict[str, Any]) -> str:
+    """One tp-comm cell as its page's row says it: the real step, communication's share, composed / real."""
+    if cell["status"] != "measured":
+        return f"failed: {field(str(cell.get('reason', '')))}"
+    first = cell["regions"]["first"]
+    return (f"real {first['real_ms']:.2f} ms, compute {first['compute_ms']:.2f} ms, communication "
+            f"{1 - first['compute_ms'] / first['real_ms']:.0%}, composed/real {first['composed_over_real']:.3f}")
 
 
 @dataclasses.dataclass
