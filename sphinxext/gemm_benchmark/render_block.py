@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report import figures
 from gemm_bench.report.report import Report, describe_method
 from gemm_bench.report.rounds import rounds_outcome
+from gemm_bench.results.cache import CacheError
 from gemm_benchmark import render_table
+from gemm_benchmark.diagnostics import refused_files_text
 from gemm_benchmark.execution import MISSING_NOTE_REMEDY, Answer, DeviceAnswer, how_to_measure
 from gemm_benchmark.options import Request
 from gemm_benchmark.tabs import tab_set
@@ -292,3 +295,17 @@ def not_measured_admonition(request: Request, reason: str, cache_dir: Path, *, n
 def setup_figures(app: Sphinx) -> None:
     app.add_post_transform(InlineFigures)
     app.add_post_transform(FigureConverter)
+
+
+def refused_study_admonition(study: str, where: str, cache_dir: Path,
+                             refused: Sequence[CacheError]) -> nodes.admonition:
+    """The warning-styled note of a study whose files exist but were refused: "No usable <study> study
+    <where>: <each file and the schema's reason>" (never "not measured": the file is there). One note
+    for every study directive."""
+    admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
+    admonition += nodes.title("Study file refused", "Study file refused")
+    para = nodes.paragraph()
+    text = f"No usable {study} study{where}: {refused_files_text(cache_dir, refused)}"
+    para.extend(render_table.inline_literals(text))
+    admonition += para
+    return admonition

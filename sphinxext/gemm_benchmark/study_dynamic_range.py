@@ -36,9 +36,9 @@ from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
-from gemm_benchmark.diagnostics import Subtype, refused_files_text, warn
-from gemm_benchmark.render_block import figure_pair, scrolling
-from gemm_benchmark.render_table import Entry, build_table, inline_literals
+from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.render_block import figure_pair, refused_study_admonition, scrolling
+from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
 
 SHOW = ("figure", "table", "provenance")
@@ -266,13 +266,7 @@ def not_measured(cache_dir: Path, wanted: list[str], refused: Sequence[CacheErro
     yet: the site builds before that); a file there but refused is said to be, with its reason."""
     where = f" on {', '.join(wanted)}" if wanted else " on any GPU"
     if refused:
-        admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
-        admonition += nodes.title("Study file refused", "Study file refused")
-        text = f"No usable dynamic-range study{where}: {refused_files_text(cache_dir, refused)}"
-        para = nodes.paragraph()
-        para.extend(inline_literals(text))
-        admonition += para
-        return admonition
+        return refused_study_admonition("dynamic-range", where, cache_dir, refused)
     admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
     para = nodes.paragraph()

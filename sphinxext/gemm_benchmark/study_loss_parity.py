@@ -49,9 +49,9 @@ from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
-from gemm_benchmark.diagnostics import Subtype, refused_files_text, warn
-from gemm_benchmark.render_block import figure_pair, scrolling
-from gemm_benchmark.render_table import Entry, build_table, inline_literals
+from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.render_block import figure_pair, refused_study_admonition, scrolling
+from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
 from gemm_benchmark.values import reason_clause
 
@@ -326,13 +326,7 @@ def not_measured_admonition(cache_dir: Path, refused: Sequence[CacheError] = ())
     """The visible note for a study no GPU has a usable file of; a file there but refused is said to
     be, with the path and the schema's reason (never "holds no file")."""
     if refused:
-        admonition = nodes.admonition(classes=["gemm-not-measured", "warning"])
-        admonition += nodes.title("Study file refused", "Study file refused")
-        text = f"No usable loss-parity study: {refused_files_text(cache_dir, refused)}"
-        para = nodes.paragraph()
-        para.extend(inline_literals(text))
-        admonition += para
-        return admonition
+        return refused_study_admonition("loss-parity", "", cache_dir, refused)
     admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
     admonition += nodes.title("Not measured yet", "Not measured yet")
     text = (f"The loss-parity study has not been measured on any GPU yet: {studies.study_dir(cache_dir).name}/ "

@@ -22,8 +22,7 @@ from gemm_bench.results import tp_comm_schema as schema
 from gemm_bench.results.cache import CacheError
 from gemm_benchmark import records
 from gemm_benchmark.config import settings
-from gemm_benchmark.diagnostics import refused_files_text
-from gemm_benchmark.render_block import scrolling
+from gemm_benchmark.render_block import refused_study_admonition, scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
 
@@ -91,11 +90,11 @@ class GemmTpCommDirective(SphinxDirective):
 
 
 def _not_measured(cache_dir: Path, refused: list[CacheError]) -> nodes.Element:
+    if refused:
+        return refused_study_admonition(schema.NAME, "", cache_dir, refused)
     admonition = nodes.admonition(classes=["gemm-not-measured", "note"])
-    title = "Study file refused" if refused else "Not measured yet"
-    admonition += nodes.title(title, title)
-    text = (refused_files_text(cache_dir, refused) if refused else
-            f"No tp-comm study yet: run gemm-bench study {schema.NAME} on a box of 2 or more GPUs and commit the "
+    admonition += nodes.title("Not measured yet", "Not measured yet")
+    text = (f"No tp-comm study yet: run gemm-bench study {schema.NAME} on a box of 2 or more GPUs and commit the "
             "file it writes.")
     admonition += nodes.paragraph(text, text)
     return admonition
