@@ -52,7 +52,7 @@ from gemm_bench.results import energy, studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.cache import MAX_FILE_BYTES, CacheError, read_document
 from gemm_bench.results.invariants import check
-from gemm_bench.results.schema import CheckedDocument, ResultError, validate
+from gemm_bench.results.schema import ResultError, validate
 from gemm_bench.results.untrusted_text import field, markdown
 
 #: Pull-request bodies are limited to 65,536 characters; leave room for the workflow's text.
@@ -1332,10 +1332,7 @@ def load_result(path: Path) -> dict[str, Any]:
         raise CacheError(path, f"does not match the result schema: {exc}") from None
     # Through the door every reader goes through (results.invariants, as read_document does): an
     # impossible number is demoted, tokens per joule is per GPU, so compare reads what report reads.
-    checked = check(doc)
-    out = CheckedDocument(checked.doc)
-    out.violations = checked.violations
-    return out
+    return check(doc)
 
 
 def dumps_json(value: Any) -> str:

@@ -58,6 +58,7 @@ from gemm_bench.question.shapes import GemmShape, total_flops
 from gemm_bench.results.breakdown import check_adds_up, check_scale
 from gemm_bench.results.cross_check import region_flag
 from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, per_gpu_rates, tokens_per_gpu
+from gemm_bench.results.schema import CheckedDocument
 
 #: A median power above this multiple of the board's limit is not a reading (module docstring).
 POWER_MARGIN = 1.15
@@ -83,17 +84,10 @@ class Violation:
         return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
-class Checked:
-    """A document whose numbers passed every invariant (violated ones demoted), and the violations."""
-
-    doc: dict[str, Any]
-    violations: tuple[Violation, ...]
-
-
-def check(doc: Mapping[str, Any]) -> Checked:
-    """The checked copy of a schema-valid document (the input is not changed) and its violations."""
-    out = copy.deepcopy(dict(doc))
+def check(doc: Mapping[str, Any]) -> CheckedDocument:
+    """The checked copy of a schema-valid document (the input is not changed): numbers that broke an
+    invariant demoted, the violations in its ``violations``."""
+    out = CheckedDocument(copy.deepcopy(dict(doc)))
     found: list[Violation] = []
     gemms = [GemmShape.from_dict(row) for row in out["question"]["gemms"]]
     device = str(out["device"]["name"])
@@ -102,7 +96,8 @@ def check(doc: Mapping[str, Any]) -> Checked:
     _plan(out, device, layer_flops, found)
     _model_step(out, device, layer_flops, found)
     _energy(out, found)
-    return Checked(out, tuple(found))
+    out.violations = tuple(found)
+    return out
 
 
 # ----------------------------------------------------------------------------------- helpers
