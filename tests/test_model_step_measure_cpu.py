@@ -34,13 +34,19 @@ def test_the_whole_measuring_path_runs_and_returns_json(monkeypatch: pytest.Monk
     assert set(out["rows"]) == {"1", "4"}
     assert {r["precision"] for r in out["rows"]["4"]} == {"bf16", "fp8-current"}
     assert {k for k in out["proof"] if k != "layers"} == {"bf16/G1", "bf16/G4", "fp8-current/G1", "fp8-current/G4"}
-    # the composition is held to the real run's GPU time (the union of its kernels per step: fake_te's
-    # two overlapping kernels over 3 steps), the event time with the host's waits kept beside it
+    # the composition is held to the graphed real run's GPU time (the union of its kernels per step:
+    # fake_te's two overlapping kernels over 3 steps), the event time with the host's waits and the
+    # eager run kept beside it (issue 43 item 7: an eager run idles and holds another clock)
+    assert out["proof_held_to"] == "graphed"
     for key in ("bf16/G1", "fp8-current/G4"):
         proof = out["proof"][key]
         assert proof["real_gpu_ms"] == pytest.approx(4 / 3)
         assert proof["time_ratio"] == pytest.approx(proof["composed_ms"] / (4 / 3))
         assert proof["event_ratio"] == pytest.approx(proof["composed_ms"] / proof["real_ms"])
+        assert proof["eager"]["time_ratio"] == pytest.approx(proof["composed_ms"] / proof["eager"]["real_gpu_ms"])
+    # one graphed real model per (recipe, G): its two stacks (first, cached micro-batch) captured from
+    # samples that ask for a gradient (the embedding's gradient flows through them)
+    assert fake_te.GRAPHED[-4:] == [(2, True)] * 4
     # the layer's parameters counted on the module are the pure count (GEMM weights + two norms)
     from gemm_bench.question.model_step import layer_parameters
 

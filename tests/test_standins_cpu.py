@@ -191,3 +191,60 @@ def test_the_real_torch_distributed_has_every_stood_in_name_and_gets_it_back() -
 def test_dtype_names_are_the_compositions() -> None:
     assert [standins.dtype_name(d) for d in (torch.bfloat16, torch.float32, torch.uint8, torch.float16)] == [
         "bf16", "fp32", "uint8", "float16"]
+
+
+def _recording_dist(group: FakeGroup) -> tuple[types.ModuleType, list[tuple[str, bool]]]:
+    """A fake ``torch.distributed`` whose collectives record (name, async_op) as they are issued."""
+    import contextlib
+
+    issued: list[tuple[str, bool]] = []
+    ns = types.ModuleType("fake_torch_distributed")
+
+    def collective(name: str) -> Any:
+        def call(*args: Any, async_op: bool = False, **kwargs: Any) -> Any:
+            issued.append((name, async_op))
+            group.seq += 1
+            return "pending-work" if async_op else None
+        return call
+
+    @contextlib.contextmanager
+    def _coalescing_manager(group: Any = None, device: Any = None, async_ops: bool = False) -> Any:
+        issued.append(("_coalescing_manager", async_ops))
+        yield types.SimpleNamespace(wait=lambda: True)
+
+    for name in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"):
+        setattr(ns, name, collective(name))
+    ns._coalescing_manager = _coalescing_manager  # type: ignore[attr-defined]
+    ns.get_world_size = lambda group=None: group.size if group is not None else 1  # type: ignore[attr-defined]
+    return ns, issued
+
+
+def test_serialized_collectives_really_run_and_none_is_asynchronous() -> None:
+    group = FakeGroup(2)
+    dist, issued = _recording_dist(group)
+    originals = {n: getattr(dist, n) for n in standins.STOOD_IN}
+    te_dist = fake_te_distributed(dist)
+    log = standins.SerialLog()
+    x = torch.zeros(4, 3, dtype=torch.bfloat16)
+    with standins.collectives_serialized(log, dist=dist):
+        _, gather = te_dist.gather_along_first_dim(x, group, async_op=True)
+        _, scatter = te_dist.reduce_scatter_along_first_dim(torch.zeros(8, 3, dtype=torch.bfloat16), group,
+                                                            async_op=True)
+        te_dist.gather_along_first_dim(x, group)
+        te_dist.blockwise_gather(torch.zeros(8, dtype=torch.uint8), torch.zeros(2), group)
+    # every collective reached NCCL (the data moves), none asynchronously; the handles TE waits on are done
+    assert group.seq == 5
+    assert all(not asynchronous for _, asynchronous in issued), issued
+    assert gather.is_completed() and scatter.wait()
+    assert log.made_sync == 3  # two async calls and one async coalescing manager
+    assert log.to_dict()["totals"]["all-gather"] == {"calls": 4, "bytes": 2 * 48 + 16 + 16}
+    assert {n: getattr(dist, n) for n in standins.STOOD_IN} == originals  # restored
+
+
+def test_serialized_collectives_are_restored_when_the_layer_raises() -> None:
+    group = FakeGroup(2)
+    dist, _ = _recording_dist(group)
+    originals = {n: getattr(dist, n) for n in standins.STOOD_IN}
+    with pytest.raises(ZeroDivisionError), standins.collectives_serialized(standins.SerialLog(), dist=dist):
+        raise ZeroDivisionError
+    assert {n: getattr(dist, n) for n in standins.STOOD_IN} == originals

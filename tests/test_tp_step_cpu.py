@@ -82,7 +82,7 @@ def test_tp_config_is_one_validated_layer_with_sequence_parallelism() -> None:
 
 
 def _part(real: list[float], compute: list[float], full: list[float] | None = None,
-          stand_ins: dict[str, Any] | None = None) -> dict[str, Any]:
+          stand_ins: dict[str, Any] | None = None, serial: list[float] | None = None) -> dict[str, Any]:
     def competitor(samples: list[float]) -> dict[str, Any]:
         return {"method": "cuda-graph", "capture_error": None, "warmup_iterations": 3,
                 "samples": {"first": samples, "cached": samples}, "profile": None, "profile_error": None}
@@ -90,6 +90,9 @@ def _part(real: list[float], compute: list[float], full: list[float] | None = No
     part = {"real": competitor(real), "compute": competitor(compute)}
     if full is not None:
         part["compute_full"] = competitor(full)
+    if serial is not None:
+        made = {"made_sync": 4}
+        part["real_serial"] = {**competitor(serial), "serialized": {"first": made, "cached": made}}
     if stand_ins is not None:
         part["compute"]["stand_ins"] = {"first": stand_ins, "cached": stand_ins}
     return part
@@ -184,3 +187,22 @@ def test_tool_arguments_and_table() -> None:
         "reduce-scatter 4 calls 256.0 MiB (modelled 4, 256.0 MiB); bytes match; amax reductions suppressed 2; "
         "NCCL sequence checked on tp, world")
     assert tool.parse_args(["--out", "x", "--no-full-compute"]).no_full_compute
+
+
+def test_the_composition_is_held_to_the_serialized_real_step_and_the_overlap_is_measured() -> None:
+    """Issue 42 item 3: no overlap on either side. Composed 12.2 ms (10 + 2.2); the real step with
+    TE's asynchronous collectives 11.8 ms, serialized 12.3 ms: held ratio 12.2 / 12.3, and the 0.5 ms
+    TE's overlap hid, measured."""
+    config = tp_step.tp_config(preset("llama3-8b"), 2)
+    calls = comm.tp_layer_collectives(config, 2, "bf16")
+    table = comm.CollectiveTable({("all-gather", "bf16", 2): {64 * MIB: 0.2},
+                                  ("reduce-scatter", "bf16", 2): {64 * MIB: 0.25}})
+    cell = tp_step.assemble_cell([_part([11.8] * 5, [10.0] * 5, serial=[12.3] * 5)], calls, table)
+    cached = cell["composed"]["cached"]
+    assert cached["real_serial_ms"] == 12.3
+    assert cached["composed_over_serial"] == pytest.approx(12.2 / 12.3, abs=1e-6)
+    assert cached["composed_over_real"] == pytest.approx(12.2 / 11.8, abs=1e-6)
+    assert cached["overlap_hidden_ms"] == pytest.approx(0.5)
+    assert cell["real_serial"]["serialized"]["first"]["made_sync"] == 4
+    assert "composed_over_serial" not in tp_step.assemble_cell([_part([11.8] * 5, [10.0] * 5)], calls, table)[
+        "composed"]["cached"]  # a cell that did not time it

@@ -94,15 +94,21 @@ def write(out: Path, doc: dict[str, Any]) -> None:
     tmp.replace(out / FILE)
 
 
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def table(doc: dict[str, Any]) -> str:
     """The compact table: per cell and region, the real step, the rank's compute alone (``compute``:
     the same SP layer with its collectives stood in, composed from; ``full``: the old full-sequence
     layer, a row beside), the collectives, the composed step and its ratio to the real one (no
     overlap; ``full/r``: composed from ``full`` instead; ``hidden/r``: every overlappable
-    collective hidden), the measured communication share and the profiler's."""
+    collective hidden), the measured communication share and the profiler's; ``serial``: the real
+    step with its collectives serialized and ``c/ser`` the composition's ratio to it (the held one:
+    no overlap on either side)."""
     head = (f"{'model':<11} {'TP':>2} {'recipe':<11} {'region':<6} {'real ms':>8} {'method':<10} "
             f"{'compute':>8} {'full':>8} {'comm':>7} {'composed':>8} {'c/real':>7} {'full/r':>7} {'hidden/r':>8} "
-            f"{'share':>6} {'prof':>6}")
+            f"{'share':>6} {'prof':>6} {'serial':>8} {'c/ser':>6}")
     lines = [head, "-" * len(head)]
     for cell in doc["cells"]:
         label = f"{cell['model']:<11} {cell['tp']:>2} {cell['precision']:<11}"
@@ -118,7 +124,8 @@ def table(doc: dict[str, Any]) -> str:
                          f"{c['comm_ms']:7.3f} {c['step_ms']:8.3f} {c['composed_over_real']:7.3f} "
                          f"{(f'{full_ratio:.3f}' if full_ratio is not None else '-'):>7} "
                          f"{c['hidden_over_real']:8.3f} {c['measured_comm_share']:6.1%} "
-                         f"{(f'{prof:.1%}' if prof is not None else '-'):>6}")
+                         f"{(f'{prof:.1%}' if prof is not None else '-'):>6} "
+                         f"{_num(c.get('real_serial_ms'), '.3f'):>8} {_num(c.get('composed_over_serial'), '.3f'):>6}")
         if "composed" not in cell:
             real = cell["real"]["regions"]["cached"]["max_rank"]["median_ms"]
             lines.append(f"{label} cached {real:8.3f} {cell['real']['method']:<10} (no composition: "
@@ -292,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             composed = record.get("composed", {}).get("cached")
             say(f"  {record['status']} in {record['elapsed_s']} s"
                 + (f": real {composed['real_ms']:.3f} ms, composed {composed['step_ms']:.3f} ms, "
-                   f"ratio {composed['composed_over_real']:.3f}" if composed else
+                   f"ratio {composed['composed_over_real']:.3f}, to the serialized step "
+                   f"{composed.get('composed_over_serial', float('nan')):.3f}" if composed else
                    f": {record.get('reason') or record.get('composition_error', '')}"[:300]))
             write(args.out, doc)
     phase("cells")

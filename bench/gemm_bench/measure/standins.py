@@ -262,3 +262,93 @@ def collectives_stood_in(log: StandInLog, *, groups: Mapping[str, Any] | None = 
     if moved:
         raise RuntimeError("NCCL collectives were issued inside the stand-in region (sequence numbers before, after: "
                            f"{moved}): the rank's compute alone would include communication")
+
+
+@dataclasses.dataclass
+class SerialLog:
+    """What one serialized region did (reset when a region begins): ``calls`` as
+    :attr:`StandInLog.calls`, ``made_sync``: of them, the ones TE asked for asynchronously
+    (``async_op`` / ``async_ops`` true) that ran synchronously instead; ``regions``: regions run."""
+
+    calls: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+    made_sync: int = 0
+    regions: int = 0
+
+    def begin(self) -> None:
+        self.calls = []
+        self.made_sync = 0
+        self.regions += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        totals: dict[str, dict[str, int]] = {}
+        for op, _, size in self.calls:
+            entry = totals.setdefault(op, {"calls": 0, "bytes": 0})
+            entry["calls"] += 1
+            entry["bytes"] += size
+        return {"totals": totals, "made_sync": self.made_sync, "regions": self.regions}
+
+
+@contextlib.contextmanager
+def collectives_serialized(log: SerialLog, *, dist: Any = None) -> Iterator[SerialLog]:
+    """While the block runs, every collective TE's tensor-parallel layer issues asynchronously runs
+    synchronously: the real collectives, with the data moved, but none of them beside a GEMM.
+
+    Why (issue 42 item 3): the composition adds the measured collectives to the rank's compute with
+    no overlap; TE launches the backward's re-gather of the saved input and the data gradient's
+    reduce-scatter with ``async_op=True`` beside a GEMM, so the real step hides part of them and sits
+    between the composition and its lower bound (every overlappable collective hidden): on four
+    H200s FP8 Current's first micro-batch composed at 1.033 of the real step, BF16 at 1.005. Held to
+    the same layer with its collectives serialized, the composition compares like with like (no
+    overlap on either side); the real step with TE's overlap stays beside it, and the difference is
+    what TE's asynchronous collectives hid, measured.
+
+    A synchronous ``torch.distributed`` call makes the caller's stream wait for the collective, and
+    the collective waits for the stream's earlier work, so nothing overlaps it; a handle asked for
+    (``async_op=True``) comes back already complete (:class:`DoneWork`). Same call sites as
+    :func:`collectives_stood_in` (TE looks the names up on ``torch.distributed`` at call time).
+    Restored on the way out, whatever happened."""
+    dist = _default_dist() if dist is None else dist
+    log.begin()
+    originals = {name: getattr(dist, name) for name in STOOD_IN}
+
+    def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = None,
+                               async_op: bool = False) -> DoneWork | None:
+        log.calls.append(("all-gather", dtype_name(output_tensor.dtype), tensor_bytes(output_tensor)))
+        log.made_sync += bool(async_op)
+        originals["all_gather_into_tensor"](output_tensor, input_tensor, group=group, async_op=False)
+        return DoneWork() if async_op else None
+
+    def reduce_scatter_tensor(output: Any, input: Any, op: Any = None, group: Any = None,
+                              async_op: bool = False) -> DoneWork | None:
+        log.calls.append(("reduce-scatter", dtype_name(input.dtype), tensor_bytes(input)))
+        log.made_sync += bool(async_op)
+        if op is None:
+            originals["reduce_scatter_tensor"](output, input, group=group, async_op=False)
+        else:
+            originals["reduce_scatter_tensor"](output, input, op=op, group=group, async_op=False)
+        return DoneWork() if async_op else None
+
+    def all_reduce(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> DoneWork | None:
+        log.calls.append(("all-reduce", dtype_name(tensor.dtype), tensor_bytes(tensor)))
+        log.made_sync += bool(async_op)
+        if op is None:
+            originals["all_reduce"](tensor, group=group, async_op=False)
+        else:
+            originals["all_reduce"](tensor, op=op, group=group, async_op=False)
+        return DoneWork() if async_op else None
+
+    @contextlib.contextmanager
+    def _coalescing_manager(group: Any = None, device: Any = None, async_ops: bool = False) -> Iterator[Any]:
+        log.made_sync += bool(async_ops)
+        with originals["_coalescing_manager"](group=group, device=device, async_ops=False) as cm:
+            yield cm
+
+    replacements = {"all_gather_into_tensor": all_gather_into_tensor, "reduce_scatter_tensor": reduce_scatter_tensor,
+                    "all_reduce": all_reduce, "_coalescing_manager": _coalescing_manager}
+    try:
+        for name, wrapper in replacements.items():
+            setattr(dist, name, wrapper)
+        yield log
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)

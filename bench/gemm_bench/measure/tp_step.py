@@ -80,10 +80,12 @@ SAFE_ENV: dict[str, str] = {
 REGIONS: tuple[str, ...] = ("first", "cached")
 #: Competitor keys of one cell's group.
 REAL = "real"
+#: The real step with every collective synchronous (nothing beside a GEMM): what the composition is held to.
+REAL_SERIAL = "real_serial"
 COMPUTE = "compute"
 COMPUTE_FULL = "compute_full"
 #: Competitors a cell may hold, in the order they are timed and stored.
-COMPETITORS: tuple[str, ...] = (REAL, COMPUTE, COMPUTE_FULL)
+COMPETITORS: tuple[str, ...] = (REAL, REAL_SERIAL, COMPUTE, COMPUTE_FULL)
 
 
 def force_safe_env(environ: MutableMapping[str, str] | None = None) -> None:
@@ -554,7 +556,7 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
     import torch.distributed as dist
 
     from gemm_bench.measure.backends.model_parts import build_dense_layer
-    from gemm_bench.measure.standins import StandInLog, collectives_stood_in
+    from gemm_bench.measure.standins import SerialLog, StandInLog, collectives_serialized, collectives_stood_in
 
     group, _ = box.group(tp)
     shard = tp_config(config, tp)
@@ -567,8 +569,15 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
     def stood_in(region: str) -> AbstractContextManager[Any]:
         return collectives_stood_in(logs[region], groups=guarded)
 
+    serial_logs = {region: SerialLog() for region in REGIONS}
+
+    def serialized(region: str) -> AbstractContextManager[Any]:
+        return collectives_serialized(serial_logs[region])
+
     layers.append(build_tp_layer(shard, tp, group))
     competitors[REAL] = layer_competitor(layers[-1], precision, rows // tp, shard, group)
+    layers.append(build_tp_layer(shard, tp, group))
+    competitors[REAL_SERIAL] = layer_competitor(layers[-1], precision, rows // tp, shard, group, around=serialized)
     layers.append(build_tp_layer(shard, tp, group))
     competitors[COMPUTE] = layer_competitor(layers[-1], precision, rows // tp, shard, box.solo, around=stood_in)
     if settings.full_sequence_compute:
@@ -589,6 +598,7 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
                          "warmup_iterations": entry["warmup_iterations"], "samples": entry["samples"],
                          "profile": profile, "profile_error": profile_error}
         out[COMPUTE]["stand_ins"] = {region: log.to_dict() for region, log in logs.items()}
+        out[REAL_SERIAL]["serialized"] = {region: log.to_dict() for region, log in serial_logs.items()}
         return out
     finally:
         competitors.clear()
@@ -760,6 +770,18 @@ def stand_in_check(stood_in: Mapping[str, Any], calls: Sequence[Any]) -> dict[st
             "bytes_match": all(v["stood_in"]["bytes"] == v["modelled"]["bytes"] for v in per_op.values())}
 
 
+def _serial_entry(out: Mapping[str, Any], region: str, composed_ms: float, real_ms: float) -> dict[str, Any]:
+    """The composition against the real step with its collectives serialized (:data:`REAL_SERIAL`:
+    the held ratio, ``composed_over_serial``) and what TE's asynchronous collectives hid in the real
+    step (``overlap_hidden_ms``: serialized minus real, slowest rank); empty where the cell did not
+    time it."""
+    if REAL_SERIAL not in out:
+        return {}
+    serial_ms = out[REAL_SERIAL]["regions"][region]["max_rank"]["median_ms"]
+    return {"real_serial_ms": serial_ms, "composed_over_serial": round(composed_ms / serial_ms, 6),
+            "overlap_hidden_ms": round(serial_ms - real_ms, 6)}
+
+
 def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any] | None,
                   table: Any | None) -> dict[str, Any]:
     """Rank 0's record of one cell from every rank's :func:`measure_cell` part: per competitor its
@@ -786,8 +808,9 @@ def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any
         out[name] = {"method": first["method"] if len(methods) == 1 else "mixed: " + ", ".join(methods),
                      "capture_error": first["capture_error"], "warmup_iterations": first["warmup_iterations"],
                      "regions": regions, "profile": first.get("profile"), "profile_error": first.get("profile_error")}
-        if "stand_ins" in first:
-            out[name]["stand_ins"] = first["stand_ins"]
+        for key in ("stand_ins", "serialized"):
+            if key in first:
+                out[name][key] = first[key]
     if calls is None or table is None:
         return out
     composed: dict[str, Any] = {}
@@ -801,6 +824,8 @@ def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any
             **step.to_dict(),
             "real_ms": real_ms,
             "composed_over_real": round(step.step_ms / real_ms, 6),
+            # like with like: the same real layer with its collectives serialized (no overlap either side)
+            **_serial_entry(out, region, step.step_ms, real_ms),
             "hidden_over_real": round(step.step_hidden_ms / real_ms, 6),
             "measured_comm_share": round(1 - compute_ms / real_ms, 6),
             "profiler_nccl_exposed_share": real_profile["nccl_exposed_share"] if real_profile else None,
