@@ -228,20 +228,6 @@ def autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
         _STATE["recipe"] = before
 
 
-#: Every make_graphed_callables call: (number of callables, whether each had a sample that asks for a gradient).
-GRAPHED: list[tuple[int, bool]] = []
-
-
-def make_graphed_callables(modules: tuple[Any, ...], sample_args: tuple[tuple[torch.Tensor, ...], ...],
-                           allow_unused_input: bool = False, **kwargs: Any) -> tuple[Any, ...]:
-    """CPU stand-in of TE's: no graph on a CPU, so the callables come back as they are (a graph's replay
-    computes what its eager call does); the call is recorded for the tests."""
-    if len(modules) != len(sample_args):
-        raise ValueError("one sample per callable")
-    GRAPHED.append((len(modules), all(a.requires_grad for args in sample_args for a in args)))
-    return tuple(modules)
-
-
 class _Recipe:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -281,8 +267,7 @@ def install(monkeypatch: pytest.MonkeyPatch, *, oom_above: int = 2) -> Any:
     for name, value in (("Linear", Linear), ("LayerNorm", LayerNorm), ("TransformerLayer", TransformerLayer),
                         ("autocast", autocast), ("GroupedLinear", GroupedLinear),
                         ("LayerNormLinear", LayerNormLinear), ("LayerNormMLP", LayerNormMLP),
-                        ("DotProductAttention", DotProductAttention), ("MultiheadAttention", MultiheadAttention),
-                        ("make_graphed_callables", make_graphed_callables)):
+                        ("DotProductAttention", DotProductAttention), ("MultiheadAttention", MultiheadAttention)):
         setattr(te, name, value)
     package = types.ModuleType("transformer_engine")
     package.__version__ = "0.0-fake"  # type: ignore[attr-defined]

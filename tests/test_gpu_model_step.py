@@ -9,12 +9,8 @@ The real model is embedding, N layers (``te.TransformerLayer``, or the layer ste
 modules for a mixture of experts or multi-latent attention, balanced routing) with fused FP32
 weight-gradient accumulation, final norm, BF16 output layer, FP32 cross-entropy and fused AdamW on
 FP32 master weights, over G micro-batches with weights quantized on the first
-(``is_first_microbatch``). The real model's layers run as CUDA graphs (Transformer Engine's
-``make_graphed_callables``, one graph for the first micro-batch's stack and one for a cached one's), as
-the layer step's parts are timed; the composition is held to that run's GPU time (the union of its
-profiled kernels per step: ``real_gpu_ms``). The eager run (event time and GPU time) is printed beside
-it: it idles between late-launched kernels and so holds another SM clock under the power cap
-(``model_parts.graph_stacks`` says why it is not the reference). It prints what
+(``is_first_microbatch``). The composition is held to the real run's GPU time (the union of its
+profiled kernels per step: ``real_gpu_ms``); the eager event time is printed beside it. It prints what
 it measured: the run's log is the evidence quoted in the project notes.
 """
 
@@ -65,10 +61,8 @@ def test_composed_step_matches_a_real_multi_layer_run(model: str) -> None:
     proof = result["proof"]
     failed = {k: v for k, v in proof.items() if isinstance(v, str)}
     assert not failed, failed
-    assert result["proof_held_to"] == "graphed"
-    print(model, json.dumps({k: {**{f: v[f] for f in ("real_ms", "real_gpu_ms", "host_wait_ms", "composed_ms",
-                                                      "time_ratio", "event_ratio", "memory_ratio")},
-                                 "eager": v["eager"]}
+    print(model, json.dumps({k: {f: v[f] for f in ("real_ms", "real_gpu_ms", "host_wait_ms", "composed_ms",
+                                                   "time_ratio", "event_ratio", "memory_ratio")}
                              for k, v in proof.items() if isinstance(v, dict)}, indent=1))
     off = {k: v["time_ratio"] for k, v in proof.items() if isinstance(v, dict)
            and abs(v["time_ratio"] - 1) > TOLERANCE}

@@ -224,7 +224,8 @@ def test_the_gpu_proof_holds_the_composed_kinds_beside_the_real_models(monkeypat
 
     fake_te = cpu_step.fake_te
     parts = fake_te.install(monkeypatch)
-    out = parts.measure_model(cpu_step.TINY, ["bf16"], TimerSettings(), proof_layers=2, microbatches=(1, 4),
+    out = parts.measure_model(cpu_step.TINY, ["bf16"], TimerSettings(spinup_s=0.0), proof_layers=2,
+                              microbatches=(1, 4),
                               real_steps=2, group=fake_te.group_timer())
     proof = out["proof"]["bf16/G4"]
     # fake_te's real step: two overlapping unnamed kernels (4/3 ms of busy time a step, "other")

@@ -26,7 +26,8 @@ TINY = ModelConfig(hidden_size=32, ffn_hidden_size=48, num_attention_heads=4, nu
 def test_the_whole_measuring_path_runs_and_returns_json(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     parts = fake_te.install(monkeypatch, oom_above=2)
-    out = parts.measure_model(TINY, ["bf16", "fp8-current"], TimerSettings(), proof_layers=2, microbatches=(1, 4),
+    out = parts.measure_model(TINY, ["bf16", "fp8-current"], TimerSettings(spinup_s=0.0), proof_layers=2,
+                              microbatches=(1, 4),
                               real_steps=2, search_layers=2, search_limit=8, group=fake_te.group_timer())
     json.dumps(out)
     assert set(out["parts_ms"]) == {"bf16", "fp8-current"}
@@ -34,19 +35,13 @@ def test_the_whole_measuring_path_runs_and_returns_json(monkeypatch: pytest.Monk
     assert set(out["rows"]) == {"1", "4"}
     assert {r["precision"] for r in out["rows"]["4"]} == {"bf16", "fp8-current"}
     assert {k for k in out["proof"] if k != "layers"} == {"bf16/G1", "bf16/G4", "fp8-current/G1", "fp8-current/G4"}
-    # the composition is held to the graphed real run's GPU time (the union of its kernels per step:
-    # fake_te's two overlapping kernels over 3 steps), the event time with the host's waits and the
-    # eager run kept beside it (issue 43 item 7: an eager run idles and holds another clock)
-    assert out["proof_held_to"] == "graphed"
+    # the composition is held to the real run's GPU time (the union of its kernels per step: fake_te's
+    # two overlapping kernels over 3 steps), the event time with the host's waits kept beside it
     for key in ("bf16/G1", "fp8-current/G4"):
         proof = out["proof"][key]
         assert proof["real_gpu_ms"] == pytest.approx(4 / 3)
         assert proof["time_ratio"] == pytest.approx(proof["composed_ms"] / (4 / 3))
         assert proof["event_ratio"] == pytest.approx(proof["composed_ms"] / proof["real_ms"])
-        assert proof["eager"]["time_ratio"] == pytest.approx(proof["composed_ms"] / proof["eager"]["real_gpu_ms"])
-    # one graphed real model per (recipe, G): its two stacks (first, cached micro-batch) captured from
-    # samples that ask for a gradient (the embedding's gradient flows through them)
-    assert fake_te.GRAPHED[-4:] == [(2, True)] * 4
     # the layer's parameters counted on the module are the pure count (GEMM weights + two norms)
     from gemm_bench.question.model_step import layer_parameters
 
@@ -167,3 +162,31 @@ def test_a_newer_run_without_a_model_step_keeps_the_older_one(monkeypatch: pytes
     merged = merge_documents(copy.deepcopy(doc), newer)
     validate(merged)
     assert merged["model_step"] == doc["model_step"]
+
+
+def test_the_real_run_is_timed_under_a_sustained_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 43 item 7: the real run is timed after at least the parts' spin-up of back-to-back steps
+    and profiled over at least as long, not right after an idle moment (an H200 under its power cap
+    holds a higher clock then, and the composition read 3-5% slow at G = 1)."""
+    parts = fake_te.install(monkeypatch, oom_above=2)
+    clock = {"now": 0.0}
+    monkeypatch.setattr(parts.time, "monotonic", lambda: clock["now"])
+
+    class Model:
+        steps = 0
+
+        def step(self, microbatches: int) -> float:
+            Model.steps += 1
+            clock["now"] += 0.07  # a 70 ms step
+            return 0.0
+
+    model = Model()
+    assert parts.sustain(model, 1, 1.0) == 15  # 15 x 70 ms >= 1 s
+    assert parts.sustain(model, 1, 0.0, least=2) == 2
+    Model.steps = 0
+    parts.time_real_steps(model, 1, steps=4, sustain_s=1.0)
+    assert Model.steps == 15 + 4
+    Model.steps = 0
+    monkeypatch.setattr(parts, "category_ms_per_step", lambda rounds: (0.0, {}))
+    parts.real_gpu_profile(model, 1, sustain_s=1.0)
+    assert Model.steps == 15 + 15  # loaded 1 s, then profiled over 15 steps (not the default 3)

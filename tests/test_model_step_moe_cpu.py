@@ -35,7 +35,8 @@ CONFIGS = {"moe": MOE, "mla": MLA}
 def test_the_whole_measuring_path_runs_for_moe_and_mla(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     config = CONFIGS[name]
     parts = fake_te.install(monkeypatch, oom_above=2)
-    out = parts.measure_model(config, ["bf16", "fp8-current"], TimerSettings(), proof_layers=2, microbatches=(1, 4),
+    out = parts.measure_model(config, ["bf16", "fp8-current"], TimerSettings(spinup_s=0.0), proof_layers=2,
+                              microbatches=(1, 4),
                               real_steps=2, search_layers=2, search_limit=4, group=fake_te.group_timer())
     json.dumps(out)
     assert "unsupported" not in out and "error" not in out, out

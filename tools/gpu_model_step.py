@@ -118,12 +118,6 @@ def print_table(name: str, r: dict[str, Any]) -> int:
               f"ratio {v['time_ratio']:.4f} {'OK' if ok else 'OFF'} (to events {v['event_ratio']:.4f}); memory real "
               f"{v['real_peak_bytes'] / gib:.2f} GiB composed {v['composed_peak_bytes'] / gib:.2f} GiB "
               f"ratio {v['memory_ratio']:.3f}")
-        eager = v.get("eager")
-        if isinstance(eager, dict):
-            print(f"      eager real run: GPU {eager['real_gpu_ms']:9.2f} ms (events {eager['real_ms']:9.2f}) "
-                  f"ratio {eager['time_ratio']:.4f} (to events {eager['event_ratio']:.4f})")
-        elif eager:
-            print(f"      eager real run FAILED: {eager}")
         real, composed = v.get("real_parts_ms") or {}, v.get("composed_parts_ms") or {}
         if real and composed:  # the breakdown's second method: each kind's kernel time, real vs composed
             print(f"  kinds {key:18s} " + "  ".join(

@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -447,7 +448,7 @@ class RealModel:
     multi-latent attention), final norm, BF16 output layer, FP32 cross-entropy and the fused AdamW
     step over G micro-batches: a rank's training step as it really runs."""
 
-    def __init__(self, config: ModelConfig, layers: int, precision: str, *, graphed: bool = False) -> None:
+    def __init__(self, config: ModelConfig, layers: int, precision: str) -> None:
         self.config = config
         self.recipe = make_recipe(precision)
         self.embedding = Embedding(config)
@@ -459,14 +460,6 @@ class RealModel:
         for m, p in zip(self.masters, self.params, strict=True):
             m.grad = p.main_grad  # type: ignore[attr-defined]  # FP32 already: Megatron aliases it too
         self.optimizer = torch.optim.AdamW(self.masters, lr=1e-5, weight_decay=0.1, fused=True)
-        #: (first micro-batch's stack, a cached micro-batch's stack): each a callable of the hidden
-        #: states; eager modules, or their CUDA graphs (:func:`graph_stacks`) where ``graphed``.
-        self.stacks: tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]] = (
-            LayerStack(self.layers, self.recipe, first=True), LayerStack(self.layers, self.recipe, first=False))
-        self.graphed = graphed
-        if graphed:
-            self.stacks = graph_stacks(self.stacks, config)
-            torch._foreach_zero_([p.main_grad for p in self.params])  # type: ignore[attr-defined]
 
     @property
     def parameter_count(self) -> int:
@@ -478,7 +471,10 @@ class RealModel:
         loss = torch.zeros((), device=DEVICE)
         for i in range(microbatches):
             tokens, labels = _tokens(self.config), _tokens(self.config)
-            x = self.stacks[0 if i == 0 else 1](self.embedding(tokens))
+            x = self.embedding(tokens)
+            with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
+                for layer in self.layers:
+                    x = layer(x, is_first_microbatch=(i == 0))
             loss = self.head(x, labels)
             loss.backward()
             fold_unfused_grads(self.modules)
@@ -490,66 +486,50 @@ class RealModel:
         return float(loss.detach())
 
 
-class LayerStack(torch.nn.Module):
-    """The real model's layers, one micro-batch's forward, under the recipe's autocast, with
-    ``is_first_microbatch`` fixed: ``first`` quantizes the weights (and writes the FP32 main
-    gradients), a cached micro-batch reads the quantized weights (and accumulates). Two stacks
-    share one set of layers, so each can be captured as its own CUDA graph with the
-    micro-batch's semantics baked in, as the layer step's two regions are."""
+def sustain(model: RealModel, microbatches: int, seconds: float, *, least: int = 1) -> int:
+    """Run whole steps back to back for at least ``seconds`` (and ``least`` steps), then wait for the
+    GPU: the steps that follow start at the clock a sustained load holds. Returns the steps run.
 
-    def __init__(self, layers: torch.nn.ModuleList, recipe: Any, *, first: bool) -> None:
-        super().__init__()
-        self.layers = layers
-        self.recipe = recipe
-        self.first = first
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
-            for layer in self.layers:
-                x = layer(x, is_first_microbatch=self.first)
-        return x
-
-
-def graph_stacks(stacks: tuple[LayerStack, LayerStack], config: ModelConfig) -> Any:
-    """Both stacks as CUDA graphs (Transformer Engine's ``make_graphed_callables``: a forward and a
-    backward graph per stack, one memory pool), the way Megatron-LM graphs its layers: the real
-    model's layers then run back to back on the GPU as the layer step's graphed parts do, while its
-    embedding, head and optimizer stay eager as their parts are timed.
-
-    Why (issue 43 item 7): held to an eager real run, the composition was 3-5% slow on an H200 for
-    Mixtral 8x7B and Qwen2.5 7B at G = 1. The eager run idles 4-12% of its step between kernels the
-    host launches late and, so idling, draws less power and holds a higher SM clock under the 700 W
-    cap than the back-to-back graphed parts (measurements/2026-11-28-session14, call 1): its busy
-    time was measured at another clock than the parts'. Graphing the real model's layers makes the
-    proof compare like with like; the eager run stays beside it (``eager``). Recipes capture their
-    quantization inside the graph (the stack's autocast is inside the callable, so TE's own
-    ``enabled`` stays False and the graph holds exactly what the eager stack runs)."""
-    sample = tuple((_hidden(config, grad=True),) for _ in stacks)
-    graphed = te.make_graphed_callables(tuple(stacks), sample, allow_unused_input=True)
-    return tuple(graphed)
-
-
-def time_real_steps(model: RealModel, microbatches: int, *, warmup: int = 2, steps: int = 5) -> Samples:
-    """Whole optimizer steps timed with CUDA events (eager), after ``warmup`` untimed steps."""
-    for _ in range(warmup):
+    Why (issue 43 item 7): the parts are timed in rounds that keep the GPU loaded for seconds (the
+    timer's spin-up, then graph rounds), where an H200 under its 700 W cap settles at 1400-1700 MHz;
+    a real run of a few 70 ms steps timed right after an idle moment (building the model, collecting
+    garbage, starting the profiler) runs at up to 1980 MHz. Held to such a run, the composition was
+    3-5% slow at G = 1 and fine at G = 8, whose steps last long enough to settle (session 15's H200
+    runs, measurements/2026-11-28-session15). A real run graphed like the parts ran at the eager
+    run's GPU time (65.21 against 65.36 ms): the host's launch gaps were not the cause."""
+    steps = 0
+    started = time.monotonic()
+    while steps < least or time.monotonic() - started < seconds:
         model.step(microbatches)
+        steps += 1
     torch.cuda.synchronize()
-    times = []
+    return steps
+
+
+def time_real_steps(model: RealModel, microbatches: int, *, warmup: int = 2, steps: int = 5,
+                    sustain_s: float = 0.0) -> Samples:
+    """Whole optimizer steps timed with CUDA events (eager), after ``warmup`` untimed steps and at
+    least ``sustain_s`` of them (:func:`sustain`), each step queued behind the last without a pause."""
+    sustain(model, microbatches, sustain_s, least=warmup)
+    events = []
     for _ in range(steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         model.step(microbatches)
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return Samples(times)
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return Samples([start.elapsed_time(end) for start, end in events])
 
 
-def real_gpu_profile(model: RealModel, microbatches: int, *, steps: int = 3) -> tuple[float, dict[str, float]]:
+def real_gpu_profile(model: RealModel, microbatches: int, *, steps: int = 3,
+                     sustain_s: float = 0.0) -> tuple[float, dict[str, float]]:
     """(GPU busy ms, ms per kind of kernel) of one whole step: the union of its kernels' intervals
     (the profiler's, as the time breakdown reads them) over ``steps`` steps, divided by ``steps``, and
     the same kernels classified (:func:`gemm_bench.results.breakdown.category_ms_per_step`): the second
-    method the composed step's time and its breakdown are held to.
+    method the composed step's time and its breakdown are held to. With ``sustain_s``, the GPU is
+    loaded that long first (:func:`sustain`) and at least that long is profiled (more steps where
+    they are short), so that the profiler's start-up pause weighs little.
 
     Why beside the event time: the real model runs eagerly, and where the host launches kernels more
     slowly than the GPU runs them (a 4-layer model of 4096 tokens: many short FP8 kernels) the GPU
@@ -558,8 +538,10 @@ def real_gpu_profile(model: RealModel, microbatches: int, *, steps: int = 3) -> 
     real run's GPU time and reports the host's wait beside it."""
     from gemm_bench.measure.timing import _activities, _profiler
 
-    model.step(microbatches)
-    torch.cuda.synchronize()
+    started = time.monotonic()
+    ran = sustain(model, microbatches, sustain_s)
+    step_s = (time.monotonic() - started) / ran
+    steps = max(steps, math.ceil(sustain_s / step_s)) if sustain_s else steps
     with _profiler() as prof:
         for _ in range(steps):
             model.step(microbatches)
@@ -733,52 +715,38 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
                                                  hidden_size=config.hidden_size) for p in measured}
     if proof_layers:
         proof: dict[str, Any] = {"layers": proof_layers}
-        out["proof_held_to"] = "graphed"  # the real run the composition is held to (graph_stacks says why)
         for p in measured:
             for g in microbatches:
-                runs: dict[str, Any] = {}
-                for kind in ("graphed", "eager"):
-                    with _clean():
-                        model = None
-                        try:
-                            model = RealModel(config, proof_layers, p, graphed=kind == "graphed")
-                            samples = time_real_steps(model, g, steps=real_steps)
-                            gpu_ms, real_parts = real_gpu_profile(model, g)
-                            peak_bytes = real_peak_bytes(model, g)
-                            runs[kind] = (samples, gpu_ms, real_parts, peak_bytes, model.parameter_count)
-                        except RuntimeError as exc:  # GPU boundary (out of memory included): the entry's reason
-                            runs[kind] = f"{type(exc).__name__}: {exc}"[:400]
-                        finally:
-                            del model
-                held = runs["graphed"]
-                if isinstance(held, str):
-                    proof[f"{p}/G{g}"] = f"graphed real run: {held}"
-                    continue
-                samples, gpu_ms, real_parts, peak_bytes, count = held
+                with _clean():
+                    model = None
+                    try:
+                        model = RealModel(config, proof_layers, p)
+                        # loaded as long as the parts' timer spins up (sustain's docstring says why)
+                        samples = time_real_steps(model, g, steps=real_steps, sustain_s=settings.spinup_s)
+                        gpu_ms, real_parts = real_gpu_profile(model, g, sustain_s=settings.spinup_s)
+                        peak_bytes = real_peak_bytes(model, g)
+                        count = model.parameter_count
+                    except RuntimeError as exc:  # GPU boundary (out of memory included): the entry's reason
+                        proof[f"{p}/G{g}"] = f"{type(exc).__name__}: {exc}"[:400]
+                        continue
+                    finally:
+                        del model
                 composed = step_ms(medians[p], layers=proof_layers, microbatches=g, optimizer_ms=line.at(count))
                 predicted = memory(mem[p], count, layers=proof_layers).peak
                 real = median_ms(samples)
-                # Held to the graphed real run's GPU time (graph_stacks's docstring says why); its event
-                # time, the host's waits included, and the eager run are kept beside it.
-                entry: dict[str, Any] = {
-                    "real_ms": real, "real_ms_all": samples.ms, "real_gpu_ms": gpu_ms,
-                    "host_wait_ms": max(0.0, real - gpu_ms), "composed_ms": composed,
-                    "time_ratio": composed / gpu_ms, "event_ratio": composed / real,
-                    "params": count, "real_peak_bytes": peak_bytes, "composed_peak_bytes": predicted,
-                    "memory_ratio": predicted / peak_bytes if peak_bytes else None,
-                    # the breakdown's second method: kernel time per kind, real vs composed
-                    "real_parts_ms": real_parts,
-                    "composed_parts_ms": composed_parts(timing, p, medians[p], line, layers=proof_layers,
-                                                        microbatches=g, params=count)}
-                eager = runs["eager"]
-                if isinstance(eager, str):
-                    entry["eager"] = eager
-                else:
-                    e_samples, e_gpu_ms, _, e_peak, _ = eager
-                    entry["eager"] = {"real_ms": median_ms(e_samples), "real_gpu_ms": e_gpu_ms,
-                                      "time_ratio": composed / e_gpu_ms,
-                                      "event_ratio": composed / median_ms(e_samples), "real_peak_bytes": e_peak}
-                proof[f"{p}/G{g}"] = entry
+                # Held to the real run's GPU time (real_gpu_ms's docstring says why); the event
+                # time, the host's waits included, is kept beside it.
+                proof[f"{p}/G{g}"] = {"real_ms": real, "real_ms_all": samples.ms, "real_gpu_ms": gpu_ms,
+                                      "host_wait_ms": max(0.0, real - gpu_ms), "composed_ms": composed,
+                                      "time_ratio": composed / gpu_ms, "event_ratio": composed / real,
+                                      "params": count, "real_peak_bytes": peak_bytes,
+                                      "composed_peak_bytes": predicted,
+                                      "memory_ratio": predicted / peak_bytes if peak_bytes else None,
+                                      # the breakdown's second method: kernel time per kind, real vs composed
+                                      "real_parts_ms": real_parts,
+                                      "composed_parts_ms": composed_parts(timing, p, medians[p], line,
+                                                                          layers=proof_layers, microbatches=g,
+                                                                          params=count)}
         out["proof"] = proof
     if search_layers:
         search: dict[str, Any] = {}
