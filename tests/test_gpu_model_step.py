@@ -62,7 +62,8 @@ def test_composed_step_matches_a_real_multi_layer_run(model: str) -> None:
     failed = {k: v for k, v in proof.items() if isinstance(v, str)}
     assert not failed, failed
     print(model, json.dumps({k: {f: v[f] for f in ("real_ms", "real_gpu_ms", "host_wait_ms", "composed_ms",
-                                                   "time_ratio", "event_ratio", "memory_ratio")}
+                                                   "time_ratio", "event_ratio", "memory_ratio",
+                                                   "real_parts_ms", "composed_parts_ms")}
                              for k, v in proof.items() if isinstance(v, dict)}, indent=1))
     off = {k: v["time_ratio"] for k, v in proof.items() if isinstance(v, dict)
            and abs(v["time_ratio"] - 1) > TOLERANCE}
