@@ -62,11 +62,13 @@ def test_composed_step_matches_a_real_multi_layer_run(model: str) -> None:
     failed = {k: v for k, v in proof.items() if isinstance(v, str)}
     assert not failed, failed
     print(model, json.dumps({k: {f: v[f] for f in ("real_ms", "real_gpu_ms", "host_wait_ms", "composed_ms",
-                                                   "time_ratio", "event_ratio", "memory_ratio",
+                                                   "busy_ratio", "parts_idle_ms", "time_ratio", "event_ratio",
+                                                   "memory_ratio",
                                                    "real_parts_ms", "composed_parts_ms")}
                              for k, v in proof.items() if isinstance(v, dict)}, indent=1))
-    off = {k: v["time_ratio"] for k, v in proof.items() if isinstance(v, dict)
-           and abs(v["time_ratio"] - 1) > TOLERANCE}
+    # busy to busy: the composition's kernel time against the real run's (measure_model says why)
+    off = {k: v["busy_ratio"] for k, v in proof.items() if isinstance(v, dict)
+           and (v["busy_ratio"] is None or abs(v["busy_ratio"] - 1) > TOLERANCE)}
     assert not off, off
     # Quantizing once per step is what G > 1 buys: a dense layer's cached micro-batch is not slower than
     # its first under a low-precision recipe. Not asserted for BF16 (nothing to cache: equal but for

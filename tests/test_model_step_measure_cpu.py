@@ -42,6 +42,11 @@ def test_the_whole_measuring_path_runs_and_returns_json(monkeypatch: pytest.Monk
         assert proof["real_gpu_ms"] == pytest.approx(4 / 3)
         assert proof["time_ratio"] == pytest.approx(proof["composed_ms"] / (4 / 3))
         assert proof["event_ratio"] == pytest.approx(proof["composed_ms"] / proof["real_ms"])
+        # held busy to busy: the composed kinds' sum (no idle) over the real run's busy time
+        busy = sum(proof["composed_parts_ms"].values())
+        assert proof["composed_busy_ms"] == pytest.approx(busy)
+        assert proof["busy_ratio"] == pytest.approx(busy / (4 / 3))
+        assert proof["parts_idle_ms"] == pytest.approx(proof["composed_ms"] - busy)
     # the layer's parameters counted on the module are the pure count (GEMM weights + two norms)
     from gemm_bench.question.model_step import layer_parameters
 
