@@ -1,0 +1,94 @@
+"""Issue 44 item 2, issue 43 item 4: one word per thing, and one pick everywhere a recipe is named.
+
+Before: rows titled "Training step" meant one layer's step, "Model step" and the CLI's "one layer" sat
+beside them and "Whole model" labelled a sum of GEMMs; now every page, table, figure and the CLI say
+"the model's step", "one layer's step" and "GEMMs" (:mod:`gemm_bench.question.vocabulary`). Before,
+``:gemm-fastest:``-style values and ``gemm-bench report`` named the measure's fastest recipe without
+the tie-break the summary's answer applies (Mixtral 8x22B on the H200: FP8 Current, while the answer
+said FP8 Delayed); now they ask the same pick (:func:`gemm_bench.report.tie_break.pick`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemm_bench.cli.commands import main
+from gemm_bench.question import vocabulary
+from gemm_bench.report import figures
+from gemm_bench.report.report import Report
+from gemm_bench.results.cache import read_document
+from gemm_benchmark.model_step_values import DEFAULT_G
+from gemm_benchmark.records import value_key
+from gemm_benchmark.values import device_values
+
+CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+MIXTRAL_8X22B = "bd92f789991e76d6"
+#: The words a reader met for three things; none may come back.
+OLD_WORDS = re.compile(r"Training step|training step|Whole model|Model step|\bone layer\b(?!'s)")
+
+
+def _report_text(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def _study(device: str) -> dict[str, Any]:
+    return json.loads((CACHE / "studies" / f"loss-parity--{device}.json").read_text(encoding="utf-8"))
+
+
+def test_the_vocabulary_has_one_word_per_thing() -> None:
+    assert vocabulary.MODEL_STEP == "the model's step" and vocabulary.LAYER_STEP == "one layer's step"
+    assert vocabulary.model_step_row(8) == "The model's step, G = 8"
+    assert vocabulary.LAYER_STEP_TITLES == {"layer-graphed": "One layer's step", "layer": "One layer's step, eager"}
+
+
+@pytest.mark.parametrize("device", ["h100-80gb-hbm3", "h200"])
+def test_report_and_compare_use_the_site_s_words(capsys: pytest.CaptureFixture[str], device: str) -> None:
+    path = str(CACHE / f"{MIXTRAL_8X22B}--{device}.json")
+    out = _report_text(capsys, "report", path)
+    assert not OLD_WORDS.search(out), OLD_WORDS.search(out)
+    for title in ("== The model's step (one rank, per micro-batch) ==", "== One layer's step ==",
+                  "== One layer's step, eager ==", "== Energy per one layer's step =="):
+        assert title in out
+    compared = _report_text(capsys, "compare", path, path)
+    assert not OLD_WORDS.search(compared), OLD_WORDS.search(compared)
+
+
+def test_the_gemm_figure_labels_its_sum_as_all_gemms() -> None:
+    report = Report(read_document(CACHE / f"{MIXTRAL_8X22B}--h200.json"))
+    spec = figures.spec_for(report, "autocast")
+    assert spec is not None
+    assert spec.panels[0].categories[0].startswith(vocabulary.ALL_GEMMS)
+
+
+def test_report_names_the_answer_s_pick_with_its_tie_break(capsys: pytest.CaptureFixture[str]) -> None:
+    """Mixtral 8x22B on the H200: three recipes tie on the model's step; FP8 Current leads it by noise but
+    ends beyond BF16's loss band in the study beside the file: the pick is FP8 Delayed, as on the page."""
+    out = _report_text(capsys, "report", str(CACHE / f"{MIXTRAL_8X22B}--h200.json"))
+    flat = " ".join(out[out.index("== The answer's pick =="):].split())
+    assert flat.startswith("== The answer's pick == FP8 Delayed: 1.")
+    assert "tie on the model's step at G = 8" in flat and "FP8 Current ended beyond BF16's seed-to-seed" in flat
+
+
+def test_report_says_when_no_study_could_break_a_tie(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / f"{MIXTRAL_8X22B}--h200.json"
+    copy.write_bytes((CACHE / copy.name).read_bytes())
+    out = _report_text(capsys, "report", str(copy))
+    assert "no loss-parity study of this GPU beside the file" in " ".join(out.split())
+
+
+def test_a_role_s_fastest_is_the_answer_s_pick() -> None:
+    """Before: ``:gemm-model-speedup:`NAME layer-graphed fastest``` quoted FP8 Current's 1.34× (the
+    measure's fastest) while the answer beside it said "train in FP8 Delayed"."""
+    report = Report(read_document(CACHE / f"{MIXTRAL_8X22B}--h200.json"))
+    found = device_values({"autocast": report}, "H200", "x", _study("h200"))
+    value = found[value_key("gemm-model-speedup", "layer-graphed", "fastest", DEFAULT_G)]
+    assert "by FP8 Delayed" in value.tooltip and "a tie of FP8 Delayed, FP8 Current or FP8 Block" in value.tooltip
+    assert "FP8 Current ended beyond" in value.tooltip
+    without = device_values({"autocast": report}, "H200", "x")  # no study: the other rows break it
+    assert "a tie of" in without[value_key("gemm-model-speedup", "layer-graphed", "fastest", DEFAULT_G)].tooltip
