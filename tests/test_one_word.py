@@ -92,3 +92,36 @@ def test_a_role_s_fastest_is_the_answer_s_pick() -> None:
     assert "FP8 Current ended beyond" in value.tooltip
     without = device_values({"autocast": report}, "H200", "x")  # no study: the other rows break it
     assert "a tie of" in without[value_key("gemm-model-speedup", "layer-graphed", "fastest", DEFAULT_G)].tooltip
+
+
+#: How prose may name a recipe: its display name, or Transformer Engine's name for its scaling.
+_RECIPE_WORDS = {"fp8-current": ("FP8 Current", "current scaling"), "fp8-delayed": ("FP8 Delayed", "delayed scaling"),
+                 "fp8-block": ("FP8 Block", "block scaling")}
+_SPEEDUP_ROLE = re.compile(r"[{:]gemm-(?:step-|model-)?speedup[}:]`[^`]*?\b(fp8-current|fp8-delayed|fp8-block)\b[^`]*`")
+
+
+def _unnamed_speedups(text: str) -> list[str]:
+    """Speedup roles whose clause (from the sentence's start or colon to the role's next comma) names
+    no recipe."""
+    flat = " ".join(text.split())
+    out = []
+    for found in _SPEEDUP_ROLE.finditer(flat):
+        before, after = flat[:found.start()], flat[found.end():]
+        ends = [i for i in (after.find(", "), after.find(". ")) if i >= 0]  # "X for FP8 current scaling, ..."
+        sentence = before[max(before.rfind(". "), before.rfind(": "), 0):] + after[:min(ends, default=len(after))]
+        if not any(word.lower() in sentence.lower() for words in _RECIPE_WORDS.values() for word in words):
+            out.append(found.group(0))
+    return out
+
+
+@pytest.mark.parametrize("page", ["tutorial.md", "methodology.rst"])
+def test_every_quoted_speedup_in_the_tutorial_names_its_recipe(page: str) -> None:
+    """Before: the tutorial quoted "1.53×" and "1.45×" (Llama 3 8B's and Llama 3 70B's autocast GEMMs)
+    with no recipe named in the sentence."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / page).read_text(encoding="utf-8")
+    assert _unnamed_speedups(text) == []
+
+
+def test_the_recipe_check_finds_an_unnamed_speedup() -> None:
+    assert _unnamed_speedups("The GEMMs gain :gemm-speedup:`x autocast fp8-current`.") != []
+    assert _unnamed_speedups("With FP8 Current the GEMMs gain :gemm-speedup:`x autocast fp8-current`.") == []
