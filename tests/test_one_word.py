@@ -125,3 +125,21 @@ def test_every_quoted_speedup_in_the_tutorial_names_its_recipe(page: str) -> Non
 def test_the_recipe_check_finds_an_unnamed_speedup() -> None:
     assert _unnamed_speedups("The GEMMs gain :gemm-speedup:`x autocast fp8-current`.") != []
     assert _unnamed_speedups("With FP8 Current the GEMMs gain :gemm-speedup:`x autocast fp8-current`.") == []
+
+
+def test_where_plan_and_answer_differ_the_page_says_which_to_follow() -> None:
+    """Qwen2.5 72B (TP 8) on the H100: the answer says FP8 Delayed, the plan keeps the attention output in
+    BF16 and runs at 0.99× all-FP8. Before, the plan's sentence and code stood there with no word on
+    which to follow; now the plan's own measured group decides, by the site's spread rule."""
+    from gemm_bench.report.precision_plan import plan_advice, plan_sentence
+
+    block = read_document(CACHE / "1b59f8aaa83a14db--h100-80gb-hbm3.json")["plan"]
+    said = plan_sentence(block)
+    assert "Rather than this plan, train in FP8 Delayed throughout: the plan's step runs at 0.99× all FP8 " \
+           "Delayed" in said and "gains no speed here" in said
+    faster = {**block, "steps": [({**c, "ms": c["ms"] * 0.8, "stats": {**c["stats"], "median_ms": c["ms"] * 0.8,
+                                                                       "samples_ms": [v * 0.8 for v in
+                                                                                      c["stats"]["samples_ms"]]}}
+                                  if c["step"] == "plan" else c) for c in block["steps"]]}
+    assert plan_advice(faster).startswith("Follow the plan rather than FP8 Delayed throughout: keeping")
+    assert plan_advice({**block, "steps": [c for c in block["steps"] if c["step"] != "plan"]}) == ""

@@ -306,6 +306,36 @@ def plan_speedups(block: Mapping[str, Any], mode: str = "layer-graphed") -> tupl
     return vs_bf16, vs_fp8, ""
 
 
+def plan_advice(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
+    """Which to follow where the answer (the recipe throughout) and a mixed plan differ, computed from the
+    plan's own measured group: the plan where its step is faster than all-FP8 beyond the measured
+    spread (:func:`gemm_bench.report.figures.ratio_spread` over the two cells' quartiles, the site's
+    one rule), else the answer; "" for a plan that is the recipe itself or BF16, or without both steps.
+
+    Why: Qwen2.5 72B's page said "train in FP8 Delayed", then showed a plan at 0.99x all-FP8 with its
+    code and left the reader to guess which to follow."""
+    plan = PrecisionPlan.from_config(block)
+    cells = {c["step"]: c for c in block.get("steps", []) if c.get("mode") == mode and c.get("status") == "measured"}
+    if plan.kind != "mixed" or "plan" not in cells or "all-fp8" not in cells:
+        return ""
+    name = PRECISIONS[plan.precision].display
+    value = float(cells["all-fp8"]["ms"]) / float(cells["plan"]["ms"])
+    low, high = ratio_spread([quartiles(cells["all-fp8"].get("stats", {}))],
+                             [quartiles(cells["plan"].get("stats", {}))], value)
+    kept = kept_words(plan.bf16_ops)
+    if low is not None and low > 1.0:
+        return (f"Follow the plan rather than {name} throughout: keeping {kept} in BF16 makes one layer's step "
+                f"{value:.2f}× as fast as all {name}, beyond the measured spread ({low:.3f}–{high:.3f}×).")
+    if low is None or high is None:
+        spread = "with no measured spread to tell them apart"
+    elif high < 1.0:
+        spread = f"slower beyond the measured spread ({low:.3f}–{high:.3f}×)"
+    else:
+        spread = f"within the measured spread ({low:.3f}–{high:.3f}×)"
+    return (f"Rather than this plan, train in {name} throughout: the plan's step runs at {value:.2f}× all "
+            f"{name}, {spread}, so keeping {kept} in BF16 gains no speed here.")
+
+
 def plan_sentence(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
     """What the page says of a stored plan: what it keeps in BF16 and its measured step against both."""
     plan = PrecisionPlan.from_config(block)
@@ -317,4 +347,6 @@ def plan_sentence(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
         return f"{said} Its step: {why}."
     parts = [f"{v:.2f}× all-BF16" if w == "bf16" else f"{v:.2f}× all-FP8"
              for w, v in (("bf16", vs_bf16), ("fp8", vs_fp8)) if v is not None]
-    return f"{said} Measured in one group beside both, its CUDA-graphed step runs at {' and '.join(parts)}."
+    advice = plan_advice(block, mode)
+    return (f"{said} Measured in one group beside both, its CUDA-graphed step runs at {' and '.join(parts)}."
+            + (f" {advice}" if advice else ""))
