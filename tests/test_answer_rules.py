@@ -66,7 +66,7 @@ def test_the_summary_stars_the_clear_winner_when_the_best_is_noisy(project: Proj
     soup = project.html()
     sentence = soup.select_one("p.gemm-summary-answer").get_text()
     assert "train in FP8 Current" in sentence and "stay in BF16" not in sentence, sentence
-    row = next(r for r in soup.select("table.gemm-summary-table tbody tr") if r.td.get_text() == "Training step")
+    row = next(r for r in soup.select("table.gemm-summary-table tbody tr") if r.td.get_text() == "One layer's step")
     cells = row.select("td")[1:]
     assert cells[0].get_text().endswith("≈") and cells[1].get_text().endswith("★")
 
@@ -197,7 +197,7 @@ def test_gains_less_uses_the_spreads(project: Project, claim: str, spread: str, 
 
 # ------------------------------------------------------------------ failed is failed in the answer
 def test_a_failed_bf16_step_reads_failed_in_the_sentence_cells_and_roles(project: Project) -> None:
-    """Red team: a failed BF16 step made the answer say "(no training step is measured yet)" and
+    """Red team: a failed BF16 step made the answer say "(no step is measured yet)" and
     the step cells "n/a"."""
     doc = beyond_document()
     doc["layer"] = [c if c["precision"] != "bf16" else
@@ -212,8 +212,8 @@ def test_a_failed_bf16_step_reads_failed_in_the_sentence_cells_and_roles(project
     soup = project.html()
     sentence = soup.select_one("p.gemm-summary-answer").get_text()
     assert "failed: CUDA out of memory (synthetic)" in sentence, sentence
-    assert "no training step is measured yet" not in sentence and "train in" not in sentence
-    row = next(r for r in soup.select("table.gemm-summary-table tbody tr") if r.td.get_text() == "Training step")
+    assert "no step is measured yet" not in sentence and "train in" not in sentence
+    row = next(r for r in soup.select("table.gemm-summary-table tbody tr") if r.td.get_text() == "One layer's step")
     assert all(c.get_text().startswith("failed") for c in row.select("td")[1:]), row
     notes = " ".join(p.get_text() for p in soup.select("p.gemm-cell-note"))
     assert "failed: BF16 step: CUDA out of memory (synthetic)" in notes, notes
@@ -310,7 +310,7 @@ def test_the_summary_answer_is_computed_without_sphinx() -> None:
                   ["fp8-current", "fp8-block"], accuracy_row=True)
     assert found.sentence is not None and found.sentence.text.startswith("On the H100")
     heads = [row[0].text for row in found.table.rows]
-    assert heads[:2] == ["Autocast GEMMs", "Pre-quantized GEMMs"] and "Training step" in heads
+    assert heads[:2] == ["Autocast GEMMs", "Pre-quantized GEMMs"] and "One layer's step" in heads
     assert sum(c.text.endswith("★") for row in found.table.rows for c in row) >= 1
 
 

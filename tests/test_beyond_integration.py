@@ -204,7 +204,7 @@ def test_a_v1_result_says_what_it_lacks_never_a_number() -> None:
     assert report.sqnr_reason("autocast", "bf16").endswith("not measured in this result (method v1)")
     text = report.to_text()
     assert "accuracy (SQNR): not measured in this result (method v1)" in text
-    assert "== Training step (one layer) ==\nmissing: not measured in this result (method v1)" in text
+    assert "== One layer's step ==\nmissing: not measured in this result (method v1)" in text
     out = report.to_json()
     assert all(s["step_ms"] is None and s["reason"] for s in out["steps"])
     assert all(r["sqnr_db"] is None for r in out["accuracy"]["rows"])
@@ -256,13 +256,13 @@ def test_cli_run_with_layer_modes_and_accuracy_then_report(monkeypatch: pytest.M
     (runner,) = FakeBeyondRunner.instances
     assert runner.options["accuracy"] is True
     assert runner.asked == [(["bf16", "fp8-current", "fp8-block"], ["autocast", "prequant", "layer", "layer-graphed"])]
-    assert "== Training step (one layer) ==" in out and "== Training step, eager (one layer) ==" in out
+    assert "== One layer's step ==" in out and "== One layer's step, eager ==" in out
     assert "GEMMs are 72% of the BF16 step" in " ".join(out.split())  # report wraps at 100 columns
     (path,) = tmp_path.glob("*.json")
 
     code, out, _ = _cli("report", str(path))
     assert code == 0
-    for expected in ("%peak", "roofline-predicted vs measured", "accuracy: SQNR", "== Training step (one layer) ==",
+    for expected in ("%peak", "roofline-predicted vs measured", "accuracy: SQNR", "== One layer's step ==",
                      "Amdahl", "x vs BF16"):
         assert expected in out
 

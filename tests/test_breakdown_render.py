@@ -58,7 +58,7 @@ def test_the_page_gets_the_inline_figure_and_the_sentence() -> None:
     plan = {"recipe": "fp8-current", "chosen": CHOICE_RULE}
     out = breakdown_nodes({"layer": CELLS, "plan": plan}, "NVIDIA H100", "bd0")
     raw = next(n for n in out[0].findall(nodes.raw))
-    label = "One layer&#x27;s CUDA-graphed training step on the NVIDIA H100 (not the model&#x27;s step)"
+    label = "One layer&#x27;s step (CUDA-graphed) on the NVIDIA H100, not the model&#x27;s step"
     assert f'aria-label="{label}' in raw.astext() and out[-1].astext().startswith("FP8 Current spends")
     assert breakdown_nodes({"layer": []}, "NVIDIA H100", "bd0") == []
 
@@ -88,7 +88,7 @@ def test_the_legend_lists_only_the_parts_some_bar_has_each_in_its_own_colour() -
 
 
 def test_the_heading_says_whose_step_it_is_and_is_drawn_whole() -> None:
-    heading = "One layer's CUDA-graphed training step on the H100 80GB HBM3 (not the model's step): GPU time"
+    heading = "One layer's step (CUDA-graphed) on the H100 80GB HBM3, not the model's step: GPU time"
     scene = bf.scene(bf.bars(CELLS), bf.WIDTH_PT, heading=heading)
     bold = [t for t in scene.items if isinstance(t, Text) and t.bold]
     assert " ".join(t.text for t in bold) == heading

@@ -40,7 +40,7 @@ def test_report_leads_with_the_model_step_then_gives_breakdown_plan_and_energy()
     doc = read_document(FULL)
     summary = Report(doc).model_step()
     assert summary is not None and summary.microbatches == 8
-    assert out.index("== The model's training step") < out.index("== Autocast ==")
+    assert out.index("== The model's step") < out.index("== Autocast ==")
     words = flat(out)
     for g in (1, 8):  # both G, each recipe's tokens/s and MFU as the report layer composes them
         for p in ("bf16", "fp8-delayed"):
@@ -54,7 +54,7 @@ def test_report_leads_with_the_model_step_then_gives_breakdown_plan_and_energy()
     memory = summary.memory["fp8-delayed"]
     assert "memory of one rank's model step, GiB" in words and f"FP8 Delayed {memory.peak / 2**30:.1f} +" in words
     bars = breakdown_figure.bars(doc["layer"], "layer-graphed")
-    assert "== Where the training step's time goes (ms per step; the model's, per micro-batch) ==" in out
+    assert "== Where each step's time goes (ms per step; the model's, per micro-batch) ==" in out
     assert flat(breakdown_figure.sentence(bars, precision_plan.step_recipe(doc) or "") or "missing") in words
     assert flat(precision_plan.plan_sentence(doc["plan"])) in words
     assert "with te.autocast(enabled=False):" in out
@@ -85,12 +85,12 @@ def test_report_json_carries_the_model_step_breakdown_plan_and_energy() -> None:
 def test_a_result_without_them_says_why_and_a_sweep_has_no_model_section() -> None:
     code, out, _ = call(["report", str(OLDER)])
     assert code == 0
-    assert "== The model's training step (one rank, per micro-batch) ==\nNot measured in this result (method v4)" in out
-    assert "== Where the training step's time goes" not in out and "== Precision plan ==" not in out
+    assert "== The model's step (one rank, per micro-batch) ==\nNot measured in this result (method v4)" in out
+    assert "== Where each step's time goes" not in out and "== Precision plan ==" not in out
     data = json.loads(call(["report", str(OLDER), "--json"])[1])
     assert data["model_step"] is None and "method v4" in data["model_step_reason"]
     assert data["plan"] is None and data["energy"] is None and data["breakdown"] is None
-    assert "model's training step" not in call(["report", str(SWEEP)])[1]
+    assert "model's step" not in call(["report", str(SWEEP)])[1]
 
 
 def _slower_model_step(doc: dict[str, Any], precision: str, factor: float) -> dict[str, Any]:
@@ -113,12 +113,12 @@ def test_compare_gives_the_model_steps_speedups_in_a_and_b() -> None:
     assert not same.flagged_model_steps
     text = same.to_text()
     row = Report(doc).model_step().row("fp8-delayed")  # type: ignore[union-attr]
-    assert "== The model's training step (tokens/s per GPU" in text
+    assert "== The model's step (tokens/s per GPU" in text
     assert f"{row.speedup:.2f}x ({row.speedup_low:.2f}-{row.speedup_high:.2f}x)" in text  # type: ignore[union-attr]
     slower = compare(doc, _slower_model_step(doc, "fp8-delayed", 1.5))
     assert {(m.microbatches, m.precision) for m in slower.flagged_model_steps} == {(1, "fp8-delayed"),
                                                                                  (8, "fp8-delayed")}
-    assert "The model's training step: 2 change(s) beyond the measured spread" in slower.to_markdown()
+    assert "The model's step: 2 change(s) beyond the measured spread" in slower.to_markdown()
     assert slower.to_json()["model_steps"][1]["flagged"] is True
     gone = copy.deepcopy(doc)
     del gone["model_step"]
@@ -332,20 +332,19 @@ def test_every_argument_of_every_command_has_help() -> None:
 
 # ------------------------------------------------------------------------------ 7. the site's words for the step
 def test_report_and_compare_name_the_training_step_as_the_site_does() -> None:
-    """Before: "Layer step" and "Layer step (CUDA graphs)", while the site says "Training step" (one
-    layer's step replayed as a CUDA graph, docs/index.rst) and "Training step, eager" beside it."""
-    index = flat((ROOT / "docs" / "index.rst").read_text(encoding="utf-8"))
-    assert 'on this site "the training step" always means this step' in index
+    """Before: "Layer step" and "Layer step (CUDA graphs)"; then "Training step (one layer)", while the
+    answer rested on the model's step (issue 44 item 2). Now the site's word for one layer's step
+    (:mod:`gemm_bench.question.vocabulary`), CUDA-graphed first and "eager" beside it."""
     report = call(["report", str(FULL)])[1]
     compared = call(["compare", str(FULL), str(OLDER)])[1]
     markdown = call(["compare", str(FULL), str(OLDER), "--markdown"])[1]
     for text in (report, compared, markdown):
         assert "Layer step" not in text and "CUDA graphs)" not in text
-    assert report.index("== Training step (one layer) ==") < report.index("== Training step, eager (one layer) ==")
-    assert "(as Training step (one layer) above)" in report
-    assert compared.index("  Training step (one layer)  ") < compared.index("  Training step, eager (one layer)  ")
-    assert "| Training step (one layer) | FP8 Delayed |" in markdown
-    assert "Training step (one layer):\n  precision" in report  # the breakdown's table, in the same words
+    assert report.index("== One layer's step ==") < report.index("== One layer's step, eager ==")
+    assert "(as One layer's step above)" in report
+    assert compared.index("  One layer's step  ") < compared.index("  One layer's step, eager  ")
+    assert "| One layer's step | FP8 Delayed |" in markdown
+    assert "One layer's step:\n  precision" in report  # the breakdown's table, in the same words
 
 
 def test_the_h200_plan_is_estimated_from_runs_that_measured_what_it_will(tmp_path: Path) -> None:
@@ -362,6 +361,6 @@ def test_the_h200_plan_is_estimated_from_runs_that_measured_what_it_will(tmp_pat
     code, out, err = call(["refresh", str(docs), "--dry-run", "--device", "h200"])
     assert code == 0, err
     flat_out = " ".join(out.split())
-    assert "lacks the model's training step" in flat_out  # the older result is planned for it
+    assert "lacks the model's step" in flat_out  # the older result is planned for it
     assert "from the cached run on NVIDIA H100 80GB HBM3, its measure_s" in flat_out
     assert "from the cached run on NVIDIA H200, its measure_s" not in flat_out

@@ -122,7 +122,7 @@ def test_the_model_step_header_of_compare_is_one_line_above_its_rows() -> None:
     code, out, _ = call(["compare", str(H100), str(H200)])
     assert code == 0
     lines = out.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("== The model's training step"))
+    at = next(i for i, line in enumerate(lines) if line.startswith("== The model's step"))
     assert lines[at + 1].split()[:3] == ["G", "precision", "A"]
     assert re.match(r"^\s+\d+\s+BF16\s", lines[at + 2]), lines[at + 2]
 
@@ -346,7 +346,7 @@ def test_compare_reports_energy_and_counts_a_reversed_verdict_as_a_change(tmp_pa
     # text: every recipe's J per step with its spread, tokens per joule and both verdicts
     code, out, err = call(["compare", str(MORE), str(later)])
     assert code == 0 and not _too_wide(out), err
-    text = out[out.index("== Energy per training step"):]
+    text = out[out.index("== Energy per one layer's step"):]
     delayed = found["fp8-delayed"]
     assert (f"{energy.joules(delayed['energy_mj'])} ({energy.joules(delayed['energy_mj_low'])}-"
             f"{energy.joules(delayed['energy_mj_high'])})") in text

@@ -79,7 +79,7 @@ def test_compare_text_json_markdown_are_sensible() -> None:
     gemm_table = flagged_gemms + 2 if flagged_gemms else 0  # the session-13 H200 differs in none
     energy_table = len(c.energy) + 2 if c.energy else 0  # issue 43 item 6: compare reports energy too
     assert md.count("\n|") == len(c.totals) + 2 + gemm_table + steps_table + energy_table
-    assert "Training step: no speedup changed" in md and "SQNR: no cell changed by more than 0.5 dB" in md
+    assert "One layer's step: no speedup changed" in md and "SQNR: no cell changed by more than 0.5 dB" in md
 
 
 def test_same_result_compares_to_ratio_one_and_flags_nothing() -> None:

@@ -168,8 +168,8 @@ def test_layer_modes_render_in_the_summary_and_are_refused_by_gemm_benchmark(pro
     assert len(others) == 1, warnings
     rows = {r.td.get_text(): r.select("td")[1].get_text()
             for r in project.html().select("table.gemm-summary-table tbody tr")}
-    eager = rows["Training step, eager"]
-    graphed = rows["Training step"]
+    eager = rows["One layer's step, eager"]
+    graphed = rows["One layer's step"]
     assert eager.startswith(format_speedup(report.step("fp8-current").speedup_vs_bf16))
     assert graphed.startswith(format_speedup(report.step("fp8-current", graphed=True).speedup_vs_bf16))
 

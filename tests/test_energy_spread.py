@@ -245,7 +245,7 @@ def test_prose_that_sets_two_recipes_energies_side_by_side_quotes_the_comparison
 
 def test_the_methodology_page_says_what_the_spread_is() -> None:
     page = _flat((DOCS / "methodology.rst").read_text(encoding="utf-8"))
-    section = page[page.index("Energy per step ---"):page.index("The model's training step ---")]
+    section = page[page.index("Energy per step ---"):page.index("The model's step ---")]
     for words in ("first and third quartiles of the same samples", "not run-to-run variation",
                   f"one every {energy.SAMPLE_INTERVAL_S * 1000:g} ms over the {energy.ENERGY_WINDOW_S:g} s window",
                   "within the sampling spread", "no difference is claimed", "``vs-bf16``"):

@@ -166,7 +166,7 @@ def test_summary_adds_step_and_sqnr_rows_when_measured(project: Project) -> None
     assert "WARNING" not in warnings, warnings
     rows = {r.td.get_text(): [c.get_text() for c in r.select("td")[1:]]
             for r in project.html().select("table.gemm-summary-table tbody tr")}
-    step = rows["Training step"]
+    step = rows["One layer's step"]
     sqnr = rows["Least SQNR, dB"]
     assert step == [format_speedup(report.step("fp8-current", graphed=True).speedup_vs_bf16) + " ★"]
     assert sqnr == [f"{report.sqnr('autocast', 'fp8-current'):.1f}"]
@@ -219,11 +219,11 @@ def test_the_answer_sentence_names_the_starred_step_and_its_accuracy_cost(projec
     verdict = decide_fastest(step_points(report, ["fp8-current", "fp8-block"], graphed=True))
     assert verdict is not None and verdict.answer != "bf16"
     chosen = PRECISIONS[verdict.answer].display
-    assert f"train in {chosen}: the training step runs {verdict.speedup:.2f}× as fast as in BF16" in sentence
+    assert f"train in {chosen}: one layer’s step runs {verdict.speedup:.2f}× as fast as in BF16" in sentence
     assert f"its autocast GEMMs {report.total('autocast', verdict.answer).speedup_vs_bf16:.2f}×" in sentence
     assert f"keeps {report.sqnr('autocast', verdict.answer):.1f} dB SQNR" in sentence
     starred = next(tr for tr in soup.select("table.gemm-summary-table tbody tr")
-                   if tr.td.get_text() == "Training step").select("td.gemm-fastest")
+                   if tr.td.get_text() == "One layer's step").select("td.gemm-fastest")
     assert len(starred) == 1 and starred[0].get_text().startswith(f"{verdict.speedup:.2f}×")
 
 
@@ -241,11 +241,11 @@ def test_a_step_slower_than_bf16_says_stay_in_bf16_and_stars_nothing(project: Pr
     warnings, _ = project.build()
     soup = project.html()
     sentence = soup.select_one("p.gemm-summary-answer").get_text()
-    assert "stay in BF16: no FP8 recipe makes the training step faster" in sentence
+    assert "stay in BF16: no FP8 recipe makes one layer’s step faster" in sentence
     assert "train in" not in sentence
     rows = soup.select("table.gemm-summary-table tbody tr")
-    row = next(r for r in rows if r.td.get_text().startswith("Training step"))
-    assert row.td.get_text() == "Training step · fastest: BF16" and not row.select("td.gemm-fastest")
+    row = next(r for r in rows if r.td.get_text().startswith("One layer's step"))
+    assert row.td.get_text() == "One layer's step · fastest: BF16" and not row.select("td.gemm-fastest")
     # the autocast GEMMs are still faster, and the sentence says so rather than hiding it
     assert "although" in sentence and "autocast GEMMs alone" in sentence
     assert "WARNING" not in warnings, warnings
@@ -290,7 +290,7 @@ def test_without_a_step_the_answer_is_about_the_autocast_gemms_and_says_so(proje
     assert speedup is not None and speedup > 1
     sentence = project.html().select_one("p.gemm-summary-answer").get_text()
     assert (f"train in FP8 Current: the autocast GEMMs run {speedup:.2f}× as fast as in BF16 "
-            "(no training step is measured yet)") in sentence, sentence
+            "(no step is measured yet)") in sentence, sentence
 
 
 def test_failed_steps_are_said_never_passed_over_for_the_gemms(project: Project) -> None:
@@ -320,7 +320,7 @@ def test_the_sentence_quotes_autocast_and_the_step_rows_the_table_shows(project:
     sentence = project.html().select_one("p.gemm-summary-answer").get_text()
     verdict = decide_fastest(step_points(report, ["fp8-current", "fp8-block"], graphed=False))
     assert verdict is not None and verdict.answer != "bf16"
-    assert f"the training step (eager) runs {verdict.speedup:.2f}×" in sentence, sentence
+    assert f"one layer’s eager step runs {verdict.speedup:.2f}×" in sentence, sentence
     autocast = report.total("autocast", verdict.answer).speedup_vs_bf16
     assert f"(its autocast GEMMs {autocast:.2f}×)" in sentence, sentence
     assert f"keeps {report.sqnr('autocast', verdict.answer):.1f} dB SQNR" in sentence

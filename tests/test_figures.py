@@ -146,7 +146,7 @@ def test_one_svg_follows_the_page_theme() -> None:
     for ink in figure_spec._INK.values():  # the fixed inks only in the root's rule and <defs>
         assert ink.encode() not in drawing
     labels = [t.text for t in texts(svg)]
-    assert "Whole model" in labels and "QKV projection · Fprop" in labels  # text as text: searchable
+    assert "All GEMMs" in labels and "QKV projection · Fprop" in labels  # text as text: searchable
     assert b"<path id=\"DejaVu" not in svg  # no glyph outlines
     for colour in ("#e69f00", "#56b4e9", "#009e73"):  # data colours stay
         assert colour.encode() in svg.lower()
@@ -444,7 +444,7 @@ def test_text_widths_are_matplotlibs(question: Any) -> None:
 
     seen = {(t.text, t.size, t.bold) for spec in layout_specs(question) for t in figures.scene(spec).items
             if isinstance(t, layout.Text)}
-    seen |= {(label, size, bold) for label in ("Whole model", "É€ ×·–—µ≤≥ çñø", "AVATAR To") for size in (8.4, 9.0)
+    seen |= {(label, size, bold) for label in ("All GEMMs", "É€ ×·–—µ≤≥ çñø", "AVATAR To") for size in (8.4, 9.0)
              for bold in (False, True)}
     assert len(seen) > 100
     for text, size, bold in sorted(seen):

@@ -55,7 +55,7 @@ def _cells(found: Panel) -> list[Any]:
 def test_a_flagged_step_is_marked_in_the_summary_cell_its_notes_and_the_answer() -> None:
     """Before, the summary's cell and sentence said "train in FP8 Current: 1.38×" with no mark."""
     found = _panel(_flag_graphed_step(beyond_document(), "fp8-current"))
-    step = next(row for row in found.table.rows if row[0].text.startswith("Training step"))
+    step = next(row for row in found.table.rows if row[0].text.startswith("One layer's step"))
     fp8 = step[1 + PRECISIONS.index("fp8-current")]
     assert FLAG_MARK in fp8.text and fp8.text.index(FLAG_MARK) < fp8.text.index("★")
     assert "gemm-flagged" in fp8.classes and "FP8 Current step: timed 1.60x" in fp8.tooltip
@@ -72,7 +72,7 @@ def test_a_flagged_step_is_marked_in_the_summary_cell_its_notes_and_the_answer()
 
 def test_a_flagged_bf16_step_marks_every_step_speedup_and_the_answer_says_whose() -> None:
     found = _panel(_flag_graphed_step(beyond_document(), "bf16"))
-    step = next(row for row in found.table.rows if row[0].text.startswith("Training step"))
+    step = next(row for row in found.table.rows if row[0].text.startswith("One layer's step"))
     assert all(FLAG_MARK in c.text and "BF16 step: timed 1.60x" in c.tooltip for c in step[1:])
     assert found.sentence is not None and "BF16's step time, which it divides, fails the cross-check: ratio 1.60" \
         in found.sentence.text

@@ -66,12 +66,12 @@ def test_a_step_that_flips_and_an_sqnr_drop_show_in_the_pull_request_body() -> N
     assert [(q.a_db, q.b_db) for q in c.flagged_sqnr] == [(cell["sqnr_db"] + 15, cell["sqnr_db"])]
     md = c.to_markdown()
     assert "No GEMM changed by more than the runs' measured spread." in md  # the GEMMs did not change
-    assert "**Training step: 1 change(s) beyond the measured spread**" in md
-    assert re.search(r"\| Training step \(one layer\) \| FP8 Delayed \|.*\| 1\.\d\dx ±\d+% \| 0\.\d\dx ±\d+% \| ! \|",
+    assert "**One layer's step: 1 change(s) beyond the measured spread**" in md
+    assert re.search(r"\| One layer's step \| FP8 Delayed \|.*\| 1\.\d\dx ±\d+% \| 0\.\d\dx ±\d+% \| ! \|",
                      md)
     assert "**SQNR: 1 cell(s) changed by more than 0.5 dB" in md and "| -15.0 |" in md
     text = c.to_text()
-    assert "Training step (one layer)         FP8 Delayed" in text and "  !" in text
+    assert "One layer's step" + " " * 18 + "FP8 Delayed" in text and "  !" in text
     data = c.to_json()
     assert [s["flagged"] for s in data["steps"]].count(True) == 1
     assert [q["delta_db"] for q in data["sqnr"] if q["flagged"]] == [pytest.approx(-15)]

@@ -178,7 +178,7 @@ def test_the_page_draws_the_model_steps_bars_before_the_layers() -> None:
     out = step_detail_nodes(doc, "H100", "bd1", summary)
     raw = [n.astext() for node in out for n in node.findall(nodes.raw)]
     assert len(raw) == 4  # the model step's figure (phone and desktop drawings), then the layer's
-    assert "The model&#x27;s training step on the H100 per micro-batch (" in raw[0].replace("'", "&#x27;")
+    assert "The model&#x27;s step on the H100 per micro-batch (" in raw[0].replace("'", "&#x27;")
     assert "tokens, " in raw[0] and "layers, G = 8, optimizer / G)" in raw[0]
     assert "One layer" not in raw[0] and "One layer" in raw[2]
     sentences = [n.astext() for n in out if "gemm-breakdown-sentence" in n.get("classes", [])]
@@ -248,7 +248,7 @@ def test_the_report_prints_the_model_steps_parts_first_and_its_json_holds_them()
     report.config = q.config
     lines = [part for line in breakdown_lines(report) for part in wrap_line(line)]
     text = "\n".join(lines)
-    assert "the model's training step, per micro-batch at G = 8" in text
+    assert "the model's step, per micro-batch at G = 8" in text
     assert all(len(line) <= TEXT_WIDTH for line in lines)
     summary = report.model_step()
     assert summary is not None

@@ -106,7 +106,7 @@ def test_the_refresh_plans_the_model_step_of_another_vocabulary() -> None:
     doc = json.loads((cache / f"{q.hash}--h100-80gb-hbm3.json").read_text())
     assert lacking_blocks(doc, q) == []
     lacks = lacking_blocks(doc, other)
-    assert len(lacks) == 1 and "the model's training step at the question's padded vocabulary of 32,000" in lacks[0]
+    assert len(lacks) == 1 and "the model's step at the question's padded vocabulary of 32,000" in lacks[0]
     todo = remeasure(doc, other, ["bf16"], ["autocast"], local=None, rules=Rules(max_age_days=None))
     assert todo is not None and "32,000" in todo.why
 

@@ -76,16 +76,16 @@ def test_the_answer_speaks_of_the_models_step_in_tokens_per_second_and_memory(pr
     assert base is not None
     assert (f"train in FP8 Delayed: {verdict.speedup:.2f}× the tokens per second of BF16 ({row.tokens_per_s:,.0f} "
             f"per GPU against BF16’s {base.tokens_per_s:,.0f}; one rank’s compute, collectives not in it) in the "
-            f"model’s training step at G = 8, {delta} (its autocast GEMMs "
+            f"model’s step at G = 8, {delta} (its autocast GEMMs "
             f"{gemms['fp8-delayed'].value:.2f}×)") in sentence.replace("'", "’"), sentence
     # the table stars what the sentence recommends, in the model step's row of the question's G
     rows = {tr.td.get_text(): tr for tr in panel.select("table.gemm-summary-table tbody tr")}
-    assert list(rows)[:2] == ["Model step, G = 8", "Model step, G = 1"]
-    starred = rows["Model step, G = 8"].select("td.gemm-fastest")
+    assert list(rows)[:2] == ["The model's step, G = 8", "The model's step, G = 1"]
+    starred = rows["The model's step, G = 8"].select("td.gemm-fastest")
     assert len(starred) == 1 and starred[0].get_text().startswith(f"{verdict.speedup:.2f}×")
     one = summary.row("fp8-current", 1)
     assert one is not None and one.speedup is not None
-    assert f"{one.speedup:.2f}×" in rows["Model step, G = 1"].get_text()
+    assert f"{one.speedup:.2f}×" in rows["The model's step, G = 1"].get_text()
 
 
 def test_the_per_gpu_table_gives_tokens_mfu_memory_layers_and_largest_microbatch(project: Project) -> None:
@@ -164,7 +164,7 @@ def test_a_recipe_whose_model_step_failed_reads_failed_with_its_reason(project: 
     assert "WARNING" not in warnings, warnings
     panel = _panels(project)["H100 80GB HBM3"]
     rows = panel.select("table.gemm-summary-table tbody tr")
-    row = next(tr for tr in rows if tr.td.get_text() == "Model step, G = 8")
+    row = next(tr for tr in rows if tr.td.get_text() == "The model's step, G = 8")
     assert row.select("td")[2].get_text().startswith("failed")
     sentence = panel.select_one("p.gemm-summary-answer").get_text()
     assert "FP8 Current failed: CUDA out of memory" in sentence

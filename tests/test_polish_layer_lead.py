@@ -1,6 +1,6 @@
 """Reader pass 3, item 16: Mixtral 8x22B on the H100: the answer picks FP8 Current by the model's step at
 G = 8 (a three-way tie), while FP8 Delayed is starred on the layer-step row below it; the reader saw
-the chosen recipe lose without a word. The answer now says which recipe leads the layer step, by the
+the chosen recipe lose without a word. The answer now says which recipe leads one layer's step, by the
 site's one rule (:func:`gemm_bench.report.fastest.decide_fastest`), computed from the stored data."""
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ def test_mixtral_8x22b_names_the_layer_step_s_leader() -> None:
     lead = decide_fastest(step_points(report, RECIPES, graphed=True))
     assert lead is not None and lead.answer == "fp8-delayed"
     assert "train in FP8 Delayed:" in text and "FP8 Delayed, FP8 Current or FP8 Block tie on" in text, text
-    assert f"FP8 Delayed leads the layer step ({lead.speedup:.2f}× against" in text
-    assert "leads the layer step at" not in text  # the pick leads it: no clause
+    assert f"FP8 Delayed leads one layer's step ({lead.speedup:.2f}× against" in text
+    assert "leads one layer's step at" not in text  # the pick leads it: no clause
 
 
 def test_the_clause_says_beyond_when_the_spreads_part_and_nothing_when_the_choice_leads() -> None:
     current, delayed = Point(1.13, 1.12, 1.14), Point(1.19, 1.18, 1.20)
     assert _layer_lead("fp8-current", {"fp8-current": current, "fp8-delayed": delayed}, True) == (
-        "; FP8 Delayed leads the layer step at 1.19×, beyond FP8 Current's measured spread")
+        "; FP8 Delayed leads one layer's step at 1.19×, beyond FP8 Current's measured spread")
     assert _layer_lead("fp8-current", {"fp8-current": current, "fp8-delayed": delayed}, False).startswith(
-        "; FP8 Delayed leads the layer step (eager) at 1.19×")
+        "; FP8 Delayed leads one layer's eager step at 1.19×")
     assert _layer_lead("fp8-delayed", {"fp8-current": current, "fp8-delayed": delayed}, True) == ""
     # no recipe clearly faster than BF16 in the layer step: the row stars none, nothing to say
     assert _layer_lead("fp8-current", {"fp8-current": Point(1.01, 0.9, 1.1), "fp8-delayed": Point(1.02, 0.9, 1.1)},
@@ -57,7 +57,7 @@ def test_answers_whose_model_and_layer_steps_agree_are_unchanged() -> None:
         chosen = next(p for p in RECIPES if f"train in {report_name(p)}:" in text)
         lead = decide_fastest(step_points(report, RECIPES, graphed=True))
         differs = lead is not None and lead.answer not in (chosen, "bf16") and report.model_step() is not None
-        assert ("leads the layer step at" in text) == differs, (path.name, text)
+        assert ("leads one layer's step at" in text) == differs, (path.name, text)
 
 
 def report_name(precision: str) -> str:

@@ -382,7 +382,7 @@ def roles_ordered(name: str, relation: Callable[[Callable[..., float]], bool], s
     return check
 
 
-_MODEL_STEP_CAPTION = re.compile(r"The model's training step, (?P<model>.+?) on the (?P<gpu>.+?): ")
+_MODEL_STEP_CAPTION = re.compile(r"The model's step, (?P<model>.+?) on the (?P<gpu>.+?): ")
 
 
 def _preset_of(label: str) -> str:
@@ -405,7 +405,7 @@ def every_model_has_a_layer_step(site: BuiltSite, soup: BeautifulSoup, sentence:
     for label, values in summary_table(site.soup("models.html")):
         model, _, what = label.split(" · ")[:3]
         models.add(model)
-        if what == "Training step" and any(v is not None for v in values.values()):
+        if what == "One layer's step" and any(v is not None for v in values.values()):
             stepped.add(model)
     if not models:
         return ["models.html has no per-model summary table"]
@@ -422,7 +422,7 @@ def model_step_for_every_model(site: BuiltSite, soup: BeautifulSoup, sentence: S
     from gemm_bench.question.config import preset
 
     models = {label.split(" · ")[0] for label, _ in summary_table(site.soup("models.html"))}
-    problems = [f"{m} has no model's training step on the models page" for m in sorted(models - shown)]
+    problems = [f"{m} has no model's step on the models page" for m in sorted(models - shown)]
     moe = [m for m in shown if preset(_preset_of(m)).is_moe or preset(_preset_of(m)).is_mla]
     if not moe:
         problems.append("no mixture of experts or multi-latent attention shows its model's training step")
@@ -673,7 +673,7 @@ CLAIMS: list[Claim] = [
     Claim("index.html", r"so the summary above names them with its reason", collapsed_reasons(("mxfp8", "nvfp4"))),
     # Regression: the figure draws the whole model first (top, bold); the tutorial once said last.
     Claim("tutorial.html", r"figure shows the same speedups as bars, the whole model's total first",
-          figures_start_with("Whole model", bold=True)),
+          figures_start_with("All GEMMs", bold=True)),
     Claim("tutorial.html", r"Below the speedups, three more figures of the same run",
           extra_figures_follow("tut-te-5b")),
     Claim("index.html", r"★ fastest", fastest_starred),
@@ -906,11 +906,11 @@ def test_the_step_scope_checks_catch_a_missing_model_step_and_a_model_without_a_
     for table in models.select("table.gemm-model-step-table"):
         if table.caption is not None and "Mixtral 8x7B" in _text(table.caption):
             table.decompose()
-    assert any("Mixtral 8x7B has no model's training step" in p
+    assert any("Mixtral 8x7B has no model's step" in p
                for p in model_step_for_every_model(fake, models, sentence))
     for row in models.select("table.gemm-summary-table tbody tr"):
         first = row.find("td")
-        if first is not None and _text(first).startswith("Training step"):
+        if first is not None and _text(first).startswith("One layer's step"):
             row.decompose()
     assert any("has no training step" in p for p in every_model_has_a_layer_step(fake, models, sentence))
 

@@ -80,9 +80,9 @@ def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whol
     older = Path(__file__).resolve().parent / "data" / "older-h200"  # session 9's H200 files, before both blocks
     old = json.loads((older / f"{q.hash}--h200.json").read_text())
     new = json.loads((cache / f"{q.hash}--h100-80gb-hbm3.json").read_text())
-    assert lacking_blocks(old, q) == ["the model's training step", "each recipe's step energy"]
+    assert lacking_blocks(old, q) == ["the model's step", "each recipe's step energy"]
     todo = remeasure(old, q, ["bf16", "fp8-current"], ["autocast"], local=None, rules=Rules())
-    assert todo is not None and "lacks the model's training step" in todo.why
+    assert todo is not None and "lacks the model's step" in todo.why
     assert set(todo.modes) >= {"autocast", "prequant"}  # measured whole, as a stale result is
     assert lacking_blocks(new, q) == []
     # a model step measured before its parts kept their breakdowns (issue 33): planned again
@@ -92,9 +92,9 @@ def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whol
     # a mixture of experts: this code measures its model step too (session 12)
     moe = build_question(model="mixtral-8x7b")
     moe_old = json.loads((older / f"{moe.hash}--h200.json").read_text())
-    assert lacking_blocks(moe_old, moe) == ["the model's training step", "each recipe's step energy"]
+    assert lacking_blocks(moe_old, moe) == ["the model's step", "each recipe's step energy"]
     assert lacking_blocks(json.loads((cache / f"{moe.hash}--h100-80gb-hbm3.json").read_text()), moe) == []
     # a result whose run sampled no power (no NVML) lacks no energy; a sweep has no layer step at all
     for group in moe_old["groups"]:
         group.pop("clock", None)
-    assert lacking_blocks(moe_old, moe) == ["the model's training step"]
+    assert lacking_blocks(moe_old, moe) == ["the model's step"]

@@ -38,7 +38,7 @@ def _doc() -> dict[str, Any]:
 def test_the_step_detail_shows_bars_sentence_plan_code_and_energy() -> None:
     out = step_detail_nodes(_doc(), "H100", "bd1")
     text = "\n".join(n.astext() for n in out)
-    assert 'aria-label="One layer’s CUDA-graphed training step on the H100 (not the model’s step)' in text.replace(
+    assert 'aria-label="One layer’s step (CUDA-graphed) on the H100, not the model’s step' in text.replace(
         "'", "’").replace("&#x27;", "’")
     assert "keeps MLP up and MLP down in BF16" in text and "te.autocast(enabled=False)" in text
     assert "1.00× all-BF16 and 1.45× all-FP8" in text

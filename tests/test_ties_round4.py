@@ -114,21 +114,21 @@ def test_mixtral_8x22b_reads_as_a_tie_and_picks_the_tie_break_s_recipe(device: s
     text, report = _answer(MIXTRAL_8X22B, device)
     verdict = decide_fastest(model_step_points(report.model_step(), RECIPES))
     assert verdict is not None and verdict.answer == "fp8-current"  # the measure alone: FP8 Current, by noise
-    assert "FP8 Delayed, FP8 Current or FP8 Block tie on the model's training step at G = 8" in text
+    assert "FP8 Delayed, FP8 Current or FP8 Block tie on the model's step at G = 8" in text
     assert "tie-break (accuracy, then the other rows, then energy):" in text
     assert "train in FP8 Delayed:" in text and "train in FP8 Current" not in text, text
     if device == "h200":  # FP8 Current ends beyond BF16's seed band on the H200 only
         assert loss_verdicts(_study(device)) == {"fp8-delayed": True, "fp8-current": False, "fp8-block": True}
         assert "FP8 Current ended beyond BF16's seed-to-seed loss range in the loss-parity study" in text
     else:
-        assert "ended beyond" not in text and "FP8 Delayed leads the layer step (" in text
+        assert "ended beyond" not in text and "FP8 Delayed leads one layer's step (" in text
 
 
 def test_mixtral_8x7b_no_longer_flips_between_the_gpus() -> None:
     picks = set()
     for device in GPUS:
         text, _ = _answer(MIXTRAL_8X7B, device)
-        assert "tie on the model's training step at G = 8" in text, text
+        assert "tie on the model's step at G = 8" in text, text
         picks.add(text.split("train in ", 1)[1].split(":", 1)[0])
     assert picks == {"FP8 Delayed"}
 

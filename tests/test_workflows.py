@@ -282,8 +282,8 @@ def test_the_fleet_round_trip_replayed_from_the_workflow_text_loses_no_result(
     assert compared.returncode == 0, compared.stderr
     body = (merge_temp / "pr-body.md").read_text()
     assert "could not be merged" in body and "0123456789abcdef--b200.json" in body
-    assert "training steps changed beyond the measured spread: 1" in body
-    assert re.search(r"\| Training step \(one layer\) \| FP8 Delayed \| [\d.]+ \| [\d.]+ \| 1\.\d\dx ±\d+% \| "
+    assert "layer steps changed beyond the measured spread: 1" in body
+    assert re.search(r"\| One layer's step \| FP8 Delayed \| [\d.]+ \| [\d.]+ \| 1\.\d\dx ±\d+% \| "
                      r"0\.\d\dx ±\d+% \| ! \|", body), body
     assert re.search(r"\| Autocast \| FP8 Current \| QKV projection Fprop \| Gaussian \| [\d.]+ \| [\d.]+ \| -15\.0 \|",
                      body)

@@ -15,11 +15,12 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import PASSES
-from gemm_bench.report.fastest import TIE_ORDER, TieBreak, listed, with_tie_break
+from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, layer_step, model_step_at
+from gemm_bench.report.fastest import TIE_ORDER, TieBreak, listed
 from gemm_bench.report.loss_parity_words import band_of, gap_in_band
 from gemm_bench.report.model_step import ModelStep, part_absence
 from gemm_bench.report.report import Report
-from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, settle
+from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick
 from gemm_bench.results import loss_parity_schema
 from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import (
@@ -107,13 +108,13 @@ LOSS_PARITY_PHRASE = "the loss-parity study"
 
 
 #: What an answer resting on one layer's step adds where the question's model step is not measured yet.
-PENDING = "; the model's training step is not measured on this GPU yet (the next refresh measures it)"
+PENDING = f"; {MODEL_STEP} is not measured on this GPU yet (the next refresh measures it)"
 
 
 def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
            step_modes: Sequence[str] = ("layer-graphed", "layer"),
            loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False) -> Sentence:
-    """The recommendation for ``model`` on ``device``: from the model's training step (issue 32: tokens
+    """The recommendation for ``model`` on ``device``: from the model's step (issue 32: tokens
     per second at the question's G, with the memory it costs, the layer step and the GEMMs beside it)
     where the result has one, else from its layer's training step in the first of ``step_modes`` (the
     step rows the table shows, CUDA-graphed first) that has a number or a failure, else from its
@@ -127,7 +128,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     others = [p for p in precisions if p != BASELINE]
     gemm_words = "the autocast GEMMs" if mode == "autocast" else "the pre-quantized GEMMs"
     gemm_points = total_points(report, mode, precisions)
-    gemms = decide_fastest(gemm_points)
+    gemms = pick(gemm_points, report, precisions, basis=GEMMS, loss_parity=loss_parity, gemm_mode=mode)
     who = f"{model} on the {device}" if model else f"On the {device}"
     subject = f"{who}: " if model else f"{who}, "
     basis, points, verdict, quantity = "gemms", gemm_points, gemms, gemm_words
@@ -141,8 +142,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         statuses = {p: step_absence(report, p, graphed=graphed) for p in others if p not in found}
         if found or base.status == "failed" or any(s == "failed" for s, _ in statuses.values()):
             basis, points, verdict = "step", found, decide_fastest(found)
-            quantity = ("one layer's training step" if model_step_pending else "the training step") + (
-                "" if graphed else " (eager)")
+            quantity = layer_step(graphed)
             base_status, base_reason = base.status, base.reason
             absent = statuses
             break
@@ -151,7 +151,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     model_points = model_step_points(summary, precisions)
     if summary is not None and model_points:  # the model's step: what a reader's training run sees
         basis, points, verdict = "model", model_points, decide_fastest(model_points)
-        quantity = f"the model's training step at G = {summary.microbatches}"
+        quantity = model_step_at(summary.microbatches)
         base_status = "measured"  # BF16's model step is the reference of every point above
         absent = {p: part_absence(report.doc, p) for p in others if p not in model_points}
     if base_status == "failed":
@@ -163,10 +163,10 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         return Sentence(f"{subject}no recommendation: no FP8 or FP4 precision has a number for {quantity}{why}.")
     # A tie on the answer's own measure is broken by the one tie-break (accuracy, the other rows, energy),
     # and the sentence names the tie and what broke it before the recipe it recommends.
-    tie = settle(verdict, points, report, precisions, basis=MODEL if basis == "model" else STEP if basis == "step"
-                 else GEMMS, loss_parity=loss_parity, graphed=graphed, gemm_mode=mode)
-    verdict = with_tie_break(verdict, tie)
+    verdict = pick(points, report, precisions, basis=MODEL if basis == "model" else STEP if basis == "step"
+                   else GEMMS, loss_parity=loss_parity, graphed=graphed, gemm_mode=mode)
     assert verdict is not None
+    tie = verdict.tie_break
     lead = subject + (tie_words(tie, quantity) if tie is not None else "")
     words: list[str] = []
     link = ""
@@ -185,7 +185,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         if basis == "step" and chosen in gemm_points:
             text += f" (its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×)"
         elif basis == "gemms":
-            text += " (no training step is measured yet)"
+            text += " (no step is measured yet)"
         words.append(text + _ties(verdict) + (PENDING if basis == "step" and model_step_pending else "") + ".")
     else:
         rest = {p: v for p, v in points.items() if p != BASELINE}
@@ -214,7 +214,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
 
 
 def tie_words(tie: TieBreak, quantity: str) -> str:
-    """"FP8 Delayed, FP8 Current or FP8 Block tie on the model's training step at G = 8 (FP8 Delayed 1.33×,
+    """"FP8 Delayed, FP8 Current or FP8 Block tie on the model's step at G = 8 (FP8 Delayed 1.33×,
     ...); tie-break (accuracy, then ...): FP8 Current ended beyond ...; so ": the tie an answer names before
     the recipe its tie-break picks ("train in ...")."""
     # Short, so the first answer stays on a phone's first screen: "tie" is the site's word for speedups within
@@ -238,7 +238,7 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
     (14,915 per GPU against BF16's 11,006; one rank's compute, collectives not in it) in the model's
     training step at G = 8, 9.5 GiB more memory (its layer step
     1.33×, its autocast GEMMs 1.61×)", or why BF16 stays (``none``: who gives no more)."""
-    where = f"in the model's training step at G = {summary.microbatches}"
+    where = f"in {model_step_at(summary.microbatches)}"
     if verdict.answer == BASELINE:
         best = max(points, key=lambda p: points[p].value)
         value = points[best].value
@@ -263,7 +263,7 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
         text += f", {memory}"
     beside = []
     if chosen in layer_points:
-        beside.append(f"its layer step {layer_points[chosen].value:.2f}×"
+        beside.append(f"{LAYER_STEP} {layer_points[chosen].value:.2f}×"
                       + flag_clause(report, chosen, "", step=True, graphed=graphed))
     if chosen in gemm_points:
         beside.append(f"its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×")
@@ -280,7 +280,7 @@ def _layer_lead(chosen: str, layer_points: Mapping[str, Point], graphed: bool) -
     lead = decide_fastest(layer_points) if chosen in layer_points else None
     if lead is None or lead.answer in (chosen, BASELINE):
         return ""
-    step = "the layer step" + ("" if graphed else " (eager)")
+    step = layer_step(graphed)
     spread = ("though not beyond" if chosen in lead.tied else "beyond") + f" {_name(chosen)}'s measured spread"
     return f"; {_name(lead.answer)} leads {step} at {lead.speedup:.2f}×, {spread}"
 

@@ -16,6 +16,7 @@ from docutils import nodes
 from sphinx import addnodes
 
 from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report import breakdown_figure, energy_compare, model_step_breakdown, precision_plan
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.results import energy
@@ -29,27 +30,27 @@ def breakdown_nodes(doc: dict[str, Any], device: str, prefix: str, *, mode: str 
     bars = breakdown_figure.bars(cells, mode, routing)
     if not bars:
         return []
-    # Drawn under the model's training step (its table, figure and breakdown) on the models page: the
+    # Drawn under the model's step (its table, figure and breakdown) on the models page: the
     # title says this is one layer's step, so its milliseconds never read as the model's.
     how = "CUDA-graphed" if mode == "layer-graphed" else "eager"
     routed = (f", {routing} routing" if any(c.get("routing", "balanced") != routing for c in cells) else "")
-    label = (f"One layer's {how} training step on the {device} (not the model's step): GPU time per kind of "
+    label = (f"{title(LAYER_STEP)} ({how}) on the {device}, not {MODEL_STEP}: GPU time per kind of "
              f"kernel and idle time, per recipe{routed}")
-    return _bars_nodes(doc, bars, label, prefix, "The step breakdown per recipe", recipe)
+    return _bars_nodes(doc, bars, label, prefix, f"{title(LAYER_STEP)}'s breakdown per recipe", recipe)
 
 
 def model_breakdown_nodes(doc: dict[str, Any], summary: ModelStep | None, device: str,
                           prefix: str, recipe: str = "") -> list[nodes.Node]:
-    """The model's training step per micro-batch at the question's G, split as the layer step's is
+    """The model's step per micro-batch at the question's G, split as the layer step's is
     (:func:`gemm_bench.report.model_step_breakdown.model_bars`), with its sentence; [] without it."""
     bars = model_step_breakdown.model_bars(doc, summary) if summary is not None else []
     if summary is None or not bars:
         return []
     # Short enough that the legend stays in the figure's first 80 px on a phone (a browser test holds it).
-    label = (f"The model's training step on the {device} per micro-batch ({summary.config.tokens:,} tokens, "
+    label = (f"{title(MODEL_STEP)} on the {device} per micro-batch ({summary.config.tokens:,} tokens, "
              f"{summary.config.measured_layers} layers, G = {summary.microbatches}, optimizer / G): GPU time per "
              "kind of kernel and idle time, per recipe")
-    return _bars_nodes(doc, bars, label, prefix, "The model step's breakdown per recipe", recipe)
+    return _bars_nodes(doc, bars, label, prefix, f"{title(MODEL_STEP)}'s breakdown per recipe", recipe)
 
 
 def _bars_nodes(doc: dict[str, Any], bars: list[breakdown_figure.Bar], label: str, prefix: str,

@@ -160,7 +160,10 @@ the speed of BF16.
                 name=d.device, slug=d.slug, path=str(d.path), date=d.doc["provenance"]["date"],
                 method_version=d.doc["method_version"], status=d.status.value,
                 reason=execution.lacking_reason(d.doc, request.question, d.status.value, d.reason),
-                values=device_values(d.reports, device_label(d.device), request.name),
+                values=device_values(d.reports, device_label(d.device), request.name,
+                                     records.loss_parity_study(self.env, cache_dir, d.device,
+                                                               location=(self.env.docname, self.lineno),
+                                                               directive="gemm-benchmark")),
             )
             for d in answer.devices
         )

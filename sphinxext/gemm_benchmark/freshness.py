@@ -110,7 +110,10 @@ def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: 
         devices.append(envdata.DeviceRecord(
             name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
             method_version=str(d.doc["method_version"]), status=status, reason=reason,
-            values=device_values(d.reports, device_label(d.device), request.name) if request.name else {}))
+            values=device_values(d.reports, device_label(d.device), request.name,
+                                 envdata.loss_parity_study(env, cache_dir, d.device, location=(env.docname, lineno),
+                                                           directive="gemm-benchmark-summary"))
+            if request.name else {}))
     overall = answer.status.value
     if overall == "fresh" and any(d.status == "failed" for d in devices):
         overall = "failed"

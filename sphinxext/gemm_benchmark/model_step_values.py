@@ -1,4 +1,4 @@
-"""Values of the model's training step that roles quote (issue 32): tokens/s per GPU, model TFLOP/s,
+"""Values of the model's step that roles quote (issue 32): tokens/s per GPU, model TFLOP/s,
 MFU, the model step's speedup over BF16 (with its spread), peak memory and its difference from
 BF16, and the largest micro-batch; computed once from the directive's
 :class:`~gemm_bench.report.report.Report` (:meth:`~gemm_bench.report.report.Report.model_step` for
@@ -47,26 +47,26 @@ MODEL_BREAKDOWN = "gemm-model-breakdown"
 #: ``roles`` and ``values`` in the extension's layers, so it imports neither).
 MODEL_STEP_ROLES: tuple[dict[str, str], ...] = (
     {"name": "gemm-tokens", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
-     "description": "Tokens per second per GPU of the model's training step (one rank's embedding, layers, output "
+     "description": "Tokens per second per GPU of the model's step (one rank's embedding, layers, output "
                     "layer, loss and optimizer over G micro-batches per optimizer step, composed of measured parts; "
                     "collectives excluded). ``G=1`` or the question's G (``:num-microbatches:``, default 8); "
                     "without it, the question's.",
      "example": "llama layer-graphed fp8-delayed G=1"},
     {"name": "gemm-mfu", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
-     "description": "Model FLOPs utilization of the model's training step: Megatron-LM's FLOP count over the step's "
+     "description": "Model FLOPs utilization of the model's step: Megatron-LM's FLOP count over the step's "
                     "time, against the GPU's dense BF16 peak whatever the recipe (so FP8 may pass 100%).",
      "example": "llama layer-graphed fp8-current"},
     {"name": "gemm-model-tflops", "syntax": "NAME[@DEVICE] layer-graphed PRECISION [G=N]", "gemm": "optional",
-     "description": "Model TFLOP/s per GPU of the model's training step (Megatron-LM's count, attention included).",
+     "description": "Model TFLOP/s per GPU of the model's step (Megatron-LM's count, attention included).",
      "example": "llama layer-graphed bf16"},
     {"name": "gemm-model-speedup", "syntax": "NAME[@DEVICE] layer-graphed PRECISION|fastest [G=N]",
      "gemm": "optional",
-     "description": "Speedup vs BF16 of the model's training step per micro-batch (its tokens per second over "
+     "description": "Speedup vs BF16 of the model's step per micro-batch (its tokens per second over "
                     "BF16's), with its spread (every part's quartiles composed). ``fastest``: the answer of the "
                     "summary's sentence for the model step, by the rule of ``gemm-fastest``.",
      "example": "llama layer-graphed fp8-delayed G=1"},
     {"name": "gemm-memory", "syntax": "NAME[@DEVICE] layer-graphed PRECISION", "gemm": "none",
-     "description": "Peak GPU memory of the model's training step on one rank, composed of the allocator's measured "
+     "description": "Peak GPU memory of the model's step on one rank, composed of the allocator's measured "
                     "parts (weights, FP8 weight copies, activations, gradients, optimizer state); its title says "
                     "whether it fits the GPU and how many layers do.",
      "example": "llama layer-graphed fp8-delayed"},

@@ -384,3 +384,24 @@ def page_studies(env: BuildEnvironment, study: str, *, location: tuple[str, int]
     for error in errors:
         warn(Subtype.CACHE, str(error), location=location)
     return docs, errors
+
+
+def loss_parity_study(env: BuildEnvironment, cache_dir: Path, device: str, *, location: Any,
+                      directive: str) -> dict[str, Any] | None:
+    """This GPU's loss-parity study document, None where there is none: the tie-break's first
+    criterion (:func:`gemm_bench.report.tie_break.pick`), so the summary's answer and ★ and a page's
+    ``:gemm-fastest:`` role weigh the same study. The page is re-read when the file changes; an
+    unusable file is a located ``gemm_benchmark.cache`` warning (from ``directive``) and reads as no study."""
+    from gemm_bench.results import loss_parity_schema, studies
+    from gemm_benchmark.diagnostics import Subtype, warn
+
+    path = studies.study_path(cache_dir, loss_parity_schema.NAME, device)
+    if not path.is_file():
+        return None
+    env.note_dependency(str(path))
+    try:
+        doc = studies.read_study(path)
+    except CacheError as exc:
+        warn(Subtype.CACHE, f"{directive}: ignoring unusable study file {exc}", location=location)
+        return None
+    return doc if doc["study"] == loss_parity_schema.NAME else None

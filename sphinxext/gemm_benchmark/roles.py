@@ -133,7 +133,7 @@ ROLES: dict[str, RoleSpec] = {
                  "speedup (1.00× for BF16). With MODE "
                  "``layer-graphed`` (or ``layer``) it answers for one layer's training step, as the summary's "
                  "answer sentence does for a result without a model step; ``:gemm-step-speedup:`NAME "
-                 "layer-graphed fastest``` quotes that speedup. Where the result has the model's training step, "
+                 "layer-graphed fastest``` quotes that speedup. Where the result has the model's step, "
                  "the sentence answers for it: ``:gemm-model-speedup:`NAME layer-graphed fastest``` quotes that "
                  "answer's speedup, its title names the precision.",
                  "te-5b@h100 autocast", gemm="none", precision=False),
@@ -146,7 +146,7 @@ ROLES: dict[str, RoleSpec] = {
                  "quantization, casts, amax and transposes\").",
                  "te-5b@h100 layer-graphed fp8-current quantization", items=BREAKDOWN_ITEMS),
         RoleSpec("gemm-model-breakdown", "NAME[@DEVICE] layer-graphed PRECISION [change|more|less|PART]",
-                 "Where the model's training step goes, per micro-batch at the question's G (embedding, every "
+                 "Where the model's step goes, per micro-batch at the question's G (embedding, every "
                  "layer, output layer and loss, optimizer, composed from their measured parts as the step is): "
                  "the same words as ``gemm-breakdown``, which says them for one layer's step.",
                  "llama3-8b@h100 layer-graphed fp8-delayed less", items=BREAKDOWN_ITEMS),
@@ -165,7 +165,7 @@ ROLES: dict[str, RoleSpec] = {
 }
 
 
-#: The model's training step (issue 32): tokens/s, MFU, model TFLOP/s, speedup, memory, largest
+#: The model's step (issue 32): tokens/s, MFU, model TFLOP/s, speedup, memory, largest
 #: micro-batch; MODE ``layer-graphed``, the optional last word G (:mod:`.model_step_values`).
 ROLES.update({spec["name"]: RoleSpec(spec["name"], spec["syntax"], spec["description"], spec["example"],
                                       gemm=spec["gemm"]) for spec in MODEL_STEP_ROLES})

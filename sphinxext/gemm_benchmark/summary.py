@@ -27,12 +27,11 @@ from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
+from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report import figures, model_step_figure
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
-from gemm_bench.results import loss_parity_schema, studies
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
-from gemm_bench.results.cache import CacheError
 from gemm_bench.results.stack import MODEL_STEP_LACKING, lacking_blocks
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
 from gemm_benchmark.breakdown_render import step_detail_nodes
@@ -80,7 +79,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         "models": "model presets, each optionally ``/tpN`` and ``/epN`` (``llama3-70b/tp8``, ``deepseek-v3/ep64``)",
         "precisions": "as ``gemm-benchmark``'s; BF16 is the reference, every other one a column",
         "modes": "any of " + ", ".join(f"``{m}``" for m in ALL_MODES) + " (default ``autocast, prequant``); "
-                 "the training step comes with autocast. " + mode_spellings(ALL_MODES),
+                 f"{LAYER_STEP} comes with autocast. " + mode_spellings(ALL_MODES),
         "devices": "device slugs or aliases; one tab per device, synced with every block's device tabs",
         "show": "any of ``table`` (per model: the answer sentence and its table), ``figure`` (every model's "
                 "whole-model speedup), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
@@ -273,20 +272,12 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
 
     def _loss_parity(self, cache_dir: Path, device: str) -> dict[str, Any] | None:
         """This GPU's loss-parity study document (its answer words quote it), None when there is none."""
-        path = studies.study_dir(cache_dir) / studies.file_name(loss_parity_schema.NAME, device)
-        if not path.is_file():
-            return None
-        self.env.note_dependency(str(path))
-        try:
-            doc = studies.read_study(path)
-        except CacheError as exc:
-            self._warn(Subtype.CACHE, f"ignoring unusable study file {exc}")
-            return None
-        return doc if doc["study"] == loss_parity_schema.NAME else None
+        return records.loss_parity_study(self.env, cache_dir, device, location=(self.env.docname, self.lineno),
+                                         directive="gemm-benchmark-summary")
 
     def _panel_nodes(self, found: Panel, prefix: str) -> list[nodes.Node]:
         """One GPU's panel as nodes: notices, the sentence (its loss-parity phrase a link), table, notes,
-        the result's cross-check flag when its median breaks the bound, then the model's training step
+        the result's cross-check flag when its median breaks the bound, then the model's step
         in the units teams plan in (its table, notes and figure) where the result has one."""
         out: list[nodes.Node] = [nodes.paragraph(text, text, classes=["gemm-summary-note", cls])
                                  for text, cls in found.notices]
@@ -383,12 +374,12 @@ def _table_node(table: Table, title: str, kind: str = "gemm-summary-table") -> n
 def model_step_figure_nodes(summary: ModelStep, gpu: str, prefix: str) -> list[nodes.Node]:
     """Tokens/s per GPU (the question's G and G = 1) and peak memory per recipe, drawn at a phone's
     width and a desktop's (:func:`~.render_block.figure_pair`); a sentence for builders without SVG."""
-    label = f"Tokens per second per GPU and peak memory per recipe of the model's training step on the {gpu}"
+    label = f"Tokens per second per GPU and peak memory per recipe of {MODEL_STEP} on the {gpu}"
     wide = model_step_figure.svg(summary, gpu, model_step_figure.WIDE_PT)
     box = figure_pair(model_step_figure.svg(summary, gpu), wide, prefix, label)
     box["classes"].append("gemm-model-step-figure")
     elsewhere = addnodes.only(expr="not html")
-    text = "The model step's tokens per second and memory per recipe are drawn in the HTML version of this page."
+    text = f"{title(MODEL_STEP)}'s tokens per second and memory per recipe are drawn in the HTML version of this page."
     elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
     return [box, elsewhere]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gemm_bench.measure.step import ROUTING_NAMES, routings
+from gemm_bench.question import vocabulary
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
 from gemm_bench.question.devices import device_label
@@ -25,7 +26,7 @@ from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
 from gemm_bench.report.cached_layer import quantize_once_note
-from gemm_bench.report.fastest import TIE_RULE, with_tie_break
+from gemm_bench.report.fastest import TIE_RULE
 from gemm_bench.report.model_step import (
     GIB,
     ModelStep,
@@ -35,7 +36,7 @@ from gemm_bench.report.model_step import (
     part_absence,
 )
 from gemm_bench.report.report import Report
-from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, settle
+from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
 from gemm_benchmark.options import OptionError, Request, parse_options
@@ -46,7 +47,6 @@ from gemm_benchmark.values import (
     Point,
     absent_status,
     clearly_less,
-    decide_fastest,
     format_speedup,
     model_step_points,
     overlaps,
@@ -308,7 +308,7 @@ class Panel:
     #: What the panel says under its table when the result's profiler cross-check breaks the file's
     #: median bound (:attr:`~gemm_bench.results.cross_check.Verdict.file_flag`), "" when it holds.
     file_flag: str = ""
-    #: The model's training step in the units teams plan in (tokens/s per GPU, MFU, memory), its
+    #: The model's step in the units teams plan in (tokens/s per GPU, MFU, memory), its
     #: title and notes; None where the result has no model step (the speedup table says why).
     model_step: Table | None = None
     model_step_title: str = ""
@@ -351,7 +351,7 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
             table.row(model_step_row(main, summary, precisions, gpu, notes, g, loss_parity=loss_parity))
     elif main is not None and main.config is not None and unsupported_reason(main.config) is None:
         # A result without it is re-measured by the next refresh (results.stack.lacking_blocks).
-        table.span(Shown("Model step", strong=True),
+        table.span(Shown(vocabulary.title(vocabulary.MODEL_STEP), strong=True),
                    Shown(f"not measured on the {gpu} yet: tokens/s, MFU and memory come with its next refresh",
                          classes=("gemm-na", "gemm-model-step-missing")))
     for mode in per_gemm:
@@ -370,7 +370,8 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
     title = (f"Speedup vs BF16, {model} on the {gpu}{status}: ★ fastest (or, among speedups within the "
              "fastest's spread, the tie-break's pick), ≈ within the fastest's measured spread; tap a number for "
              "its source")
-    routing_note = (f"Training step, skewed routing: the same step with {ROUTING_NAMES['skewed']}; the other rows "
+    routing_note = (f"{vocabulary.LAYER_STEP_TITLES[LAYER_MODES[1]]}, skewed routing: the same step with "
+                    f"{ROUTING_NAMES['skewed']}; the other rows "
                     f"use {ROUTING_NAMES['balanced']}. The answer above is about the balanced step." if skewed else "")
     shown = [measured.reports[m] for m in (gemm_mode, *per_gemm, *step_modes) if m in measured.reports]
     file_flag = shown[0].cross_check.file_flag if shown else None  # one verdict per file, whatever the mode
@@ -387,23 +388,21 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
 
 def model_step_row(report: Report, summary: ModelStep, precisions: Sequence[str], gpu: str, notes: answer_text.Notes,
                    microbatches: int, *, loss_parity: Mapping[str, Any] | None = None) -> list[Shown]:
-    """The model's training step's speedup at G = ``microbatches`` (its tokens per second over BF16's),
+    """The model's step's speedup at G = ``microbatches`` (its tokens per second over BF16's),
     ★ and ≈ by the one rule and its tie-break (``loss_parity``: this GPU's study); a recipe without a
     model step reads failed or n/a with its reason."""
     points = model_step_points(summary, precisions, microbatches)
-    verdict = decide_fastest(points)
-    verdict = with_tie_break(verdict, settle(verdict, points, report, precisions, basis=MODEL,
-                                             loss_parity=loss_parity))
-    row = [head(f"Model step, G = {microbatches}", verdict)]
+    verdict = pick(points, report, precisions, basis=MODEL, loss_parity=loss_parity)
+    row = [head(vocabulary.model_step_row(microbatches), verdict)]
     for p in precisions:
-        source = f"{PRECISIONS[p].display}, {gpu}, model step at G = {microbatches}"
+        source = f"{PRECISIONS[p].display}, {gpu}, {vocabulary.model_step_at(microbatches)}"
         if p in points:
             point = points[p]
             row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16's tokens per second (spread "
-                                  f"{point.low:.2f}–{point.high:.2f}×) in the model's training step: {source}"))
+                                  f"{point.low:.2f}–{point.high:.2f}×) in {vocabulary.MODEL_STEP}: {source}"))
             continue
         status, reason = part_absence(report.doc, p)
-        row.append(absent_cell(status, reason or "no model step for this recipe", source, notes))
+        row.append(absent_cell(status, reason or vocabulary.NO_MODEL_STEP, source, notes))
     return row
 
 
@@ -428,8 +427,8 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
             got = value(p)
             if got is None:
                 status, reason = part_absence(report.doc, p)
-                out.append(absent_cell(status, reason or "no model step for this recipe",
-                                       f"{PRECISIONS[p].display}, {gpu}, model step", notes))
+                out.append(absent_cell(status, reason or vocabulary.NO_MODEL_STEP,
+                                       f"{PRECISIONS[p].display}, {gpu}, {vocabulary.MODEL_STEP}", notes))
             else:
                 out.append(Shown(got[0], classes=("gemm-num",), tooltip=f"{got[1]}: {PRECISIONS[p].display}, {gpu}"))
         return out
@@ -448,7 +447,8 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
                           if (r := row_of(p)) and r.mfu else None)])
     base = summary.memory.get(BASELINE)
     table.row([Shown("Peak memory, GiB", strong=True),
-               *cells(lambda p: (f"{m.peak / GIB:.1f}", f"{m.peak / GIB:.2f} GiB peak of one rank's model step "
+               *cells(lambda p: (f"{m.peak / GIB:.1f}", f"{m.peak / GIB:.2f} GiB peak of {vocabulary.MODEL_STEP} "
+                                 "(one rank) "
                                  f"(weights {m.weights / GIB:.1f}, FP8 copies {m.fp8_weights / GIB:.1f}, activations "
                                  f"{m.activations / GIB:.1f}, gradients {m.gradients / GIB:.1f}, optimizer state "
                                  f"{m.optimizer_state / GIB:.1f}, transient {m.transient / GIB:.1f} GiB)"
@@ -459,7 +459,8 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
         table.row([Shown("Memory vs BF16, GiB", strong=True),
                    *cells(lambda p: ("–", "BF16 is the reference") if p == BASELINE else
                           (_delta_gib((m.peak - base.peak) / GIB), f"{memory_delta_text((m.peak - base.peak) / GIB)} "
-                           "peak memory than BF16's model step") if (m := summary.memory.get(p)) else None)])
+                           f"peak memory than BF16 in {vocabulary.MODEL_STEP}")
+                          if (m := summary.memory.get(p)) else None)])
     capacity = capacity_text(summary.capacity_bytes)
     layers = summary.config.measured_layers
     if any(summary.fits(p) is False for p in shown):
@@ -474,7 +475,8 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
                                      f"the largest micro-batch that fitted, found on the GPU with "
                                      f"{summary.search_layers} layers") if p in summary.largest_microbatch
                           else None)])
-    title = (f"The model's training step, {model} on the {gpu}: one rank's embedding, {layers} layers, BF16 output "
+    title = (f"{vocabulary.title(vocabulary.MODEL_STEP)}, {model} on the {gpu}: one rank's embedding, {layers} "
+             "layers, BF16 output "
              f"layer, loss and optimizer, G = {g} micro-batches per optimizer step, composed of measured GPU times "
              "(collectives excluded); tap a number for its source")
     lines = list(notes.lines())
@@ -499,9 +501,7 @@ def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, not
     """The whole model's GEMM speedups in one mode (autocast or pre-quantized), ★ and ≈ by the one rule
     and its tie-break."""
     points = total_points(report, mode, precisions)
-    verdict = decide_fastest(points)
-    verdict = with_tie_break(verdict, settle(verdict, points, report, precisions, basis=GEMMS, gemm_mode=mode,
-                                             loss_parity=loss_parity))
+    verdict = pick(points, report, precisions, basis=GEMMS, gemm_mode=mode, loss_parity=loss_parity)
     row = [head(MODE_ROW_NAMES.get(mode, MODE_NAMES[mode]), verdict)]
     for p in precisions:
         total = report.total(mode, p)
@@ -510,8 +510,8 @@ def mode_row(report: Report, mode: str, precisions: Sequence[str], gpu: str, not
             point = points[p]
             range_text = (f" (spread {point.low:.2f}–{point.high:.2f}×)"
                           if point.low is not None and point.high is not None else "")
-            row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16{range_text}, whole model "
-                                  f"({report.num_layers} layers): {source}",
+            row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16{range_text}, {vocabulary.GEMMS} "
+                                  f"summed over the model ({report.num_layers} layers): {source}",
                                   flag=report.speedup_flag(mode, p), notes=notes, where=source))
         else:
             status, reason = absent_status(p, mode, total.status if total.status != "measured" else "",
@@ -524,13 +524,12 @@ def step_row(report: Report, precisions: Sequence[str], gpu: str, notes: answer_
              routing: str = "balanced", loss_parity: Mapping[str, Any] | None = None) -> list[Shown]:
     """The training step's speedup (CUDA-graphed or eager) per precision; a step whose BF16 step
     failed reads failed, as its own failure would."""
-    name = "Training step" if graphed else "Training step, eager"
+    name = vocabulary.LAYER_STEP_TITLES[LAYER_MODES[1] if graphed else LAYER_MODES[0]]
     if routing != "balanced":
         name = f"{name}, {routing} routing"
     points = step_points(report, precisions, graphed=graphed, routing=routing)
-    verdict = decide_fastest(points)  # the same rule and spread as the GEMM rows' ★ and ≈, and the same tie-break
-    verdict = with_tie_break(verdict, settle(verdict, points, report, precisions, basis=STEP, graphed=graphed,
-                                             loss_parity=loss_parity))
+    # the same rule and spread as the GEMM rows' ★ and ≈, and the same tie-break
+    verdict = pick(points, report, precisions, basis=STEP, graphed=graphed, loss_parity=loss_parity)
     row = [head(name, verdict)]
     for p in precisions:
         source = f"{PRECISIONS[p].display}, {gpu}"

@@ -12,11 +12,13 @@ Displayed text and tooltips round to the shown precision (tooltips one digit mor
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS, SAME_AS
 from gemm_bench.report import breakdown_figure, energy_compare, figures, precision_plan
 from gemm_bench.report.fastest import (  # noqa: F401  (re-exported: the extension's one import point)
     BF16_POINT,
+    TIE_ORDER,
     Fastest,
     Point,
     clearly_less,
@@ -29,7 +31,7 @@ from gemm_bench.report.fastest import (
     finite as _finite,
 )
 from gemm_bench.report.report import Report
-from gemm_bench.report.tie_break import total_points
+from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick, total_points
 from gemm_bench.results.energy import energy_bounds, energy_missing, joules, power_above_limit, step_energies
 from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
     BREAKDOWN_ITEMS,
@@ -91,8 +93,8 @@ STEP_RULE = ("the fastest of the precisions whose training step is clearly faste
              "speedup's measured spread lies above 1.0); BF16 when none is")
 
 
-#: The same rule for the model's training step (issue 32): the summary's answer where a result has one.
-MODEL_STEP_RULE = ("the fastest of the precisions whose model training step gives clearly more tokens per second than "
+#: The same rule for the model's step (issue 32): the summary's answer where a result has one.
+MODEL_STEP_RULE = ("the fastest of the precisions whose model's step gives clearly more tokens per second than "
                    "BF16's (the speedup's composed spread lies above 1.0); BF16 when none is")
 
 
@@ -119,9 +121,12 @@ def step_contradictions(report: Report, layer_mode: str, precision: str) -> list
     return view.step_contradictions()
 
 
-def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = None) -> Fastest | None:
-    """:func:`decide_fastest` over a report's whole-model speedups in ``mode``."""
-    return decide_fastest(total_points(report, mode, report.precisions if precisions is None else precisions))
+def fastest_total(report: Report, mode: str, precisions: Iterable[str] | None = None, *,
+                  loss_parity: Mapping[str, Any] | None = None) -> Fastest | None:
+    """The site's pick (:func:`gemm_bench.report.tie_break.pick`) over a report's whole-model GEMM
+    speedups in ``mode``: the GEMM row's ★."""
+    shown = list(report.precisions if precisions is None else precisions)
+    return pick(total_points(report, mode, shown), report, shown, basis=GEMMS, gemm_mode=mode, loss_parity=loss_parity)
 
 
 #: What a reader sees for each reason a number is absent (the table owner uses the same words).
@@ -162,24 +167,29 @@ def unavailable_text(status: str, reason: str, *, limit: int = 60) -> str:
     return f"{word}: {reason}"
 
 
-def device_values(reports: dict[str, Report], device: str, name: str) -> dict[str, Value]:
-    """All quotable values of one device's answer, keyed by :func:`~.records.value_key`."""
+def device_values(reports: dict[str, Report], device: str, name: str,
+                  loss_parity: Mapping[str, Any] | None = None) -> dict[str, Value]:
+    """All quotable values of one device's answer, keyed by :func:`~.records.value_key`. ``fastest``
+    values (``:gemm-fastest:`` and each speedup role's ``fastest``) are the site's one pick
+    (:func:`gemm_bench.report.tie_break.pick`), its ties broken with ``loss_parity`` (this GPU's
+    loss-parity study) as the summary's answer and ★ break them."""
     out: dict[str, Value] = {}
     named = f" ({name})" if name else ""
     if reports:
         first = next(iter(reports.values()))
         out.update(model_step_values(first, f"model step, {device}{named}", tuple(first.precisions)))
         out.update(cached_layer_values(first, f"{device}{named}"))  # :gemm-moe-cached: counts these
-        _model_step_fastest(out, first, f"model step, {device}{named}")
+        _model_step_fastest(out, first, f"model step, {device}{named}", loss_parity)
     for mode, report in reports.items():
         where = f"{MODE_NAMES[mode]}, {device}{named}"
-        _fastest_values(out, fastest_total(report, mode), mode, "gemm-speedup", where,
+        _fastest_values(out, fastest_total(report, mode, loss_parity=loss_parity), mode, "gemm-speedup", where,
                         rule=FASTEST_RULE, absent="no precision besides BF16 measured",
                         flags={p: report.speedup_flag(mode, p) for p in report.precisions})
         if mode == report.modes[0]:  # the training step: once per result, like its other step values
             for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
                 base = report.step(BASELINE, graphed=graphed)
-                _fastest_values(out, decide_fastest(step_points(report, report.precisions, graphed=graphed)),
+                _fastest_values(out, pick(step_points(report, report.precisions, graphed=graphed), report,
+                                          report.precisions, basis=STEP, graphed=graphed, loss_parity=loss_parity),
                                 layer_mode, "gemm-step-speedup", f"{layer_mode} step {device}{named}",
                                 rule=STEP_RULE, absent="no step besides BF16's measured",
                                 of=" for the whole layer step", noun="fastest step",
@@ -282,6 +292,13 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
             if _finite(share) and share else Value("", f"{at}: {step.gemm_share_reason or step.reason}"))
 
 
+def tie_break_clause(verdict: Fastest) -> str:
+    """"; a tie of FP8 Delayed or FP8 Current, broken (accuracy, then ...): ...": how the pick chose
+    among recipes its measure could not tell apart, for a role's tooltip; "" where nothing tied."""
+    tie = verdict.tie_break
+    return f"; a tie of {tie.names}, broken ({TIE_ORDER}): {tie.why}" if tie is not None else ""
+
+
 def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, speed_kind: str, where: str, *,
                     rule: str, absent: str, of: str = "", noun: str = "fastest",
                     failed: tuple[str, str] | None = None,
@@ -298,6 +315,7 @@ def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, s
     display = PRECISIONS[fastest.answer].display
     flag = ((flags or {}).get(fastest.answer) if fastest.answer != BASELINE else None) or ""
     ties = f"; within its spread: {', '.join(PRECISIONS[p].display for p in fastest.tied)}" if fastest.tied else ""
+    ties += tie_break_clause(fastest)
     why = f": {fastest.why}" if fastest.why else ""
     out[value_key("gemm-fastest", mode, "")] = Value(
         fastest.text, f"{display} ({fastest.speedup:.3f}× BF16{of}){why}; the rule: {rule}{ties}; {where}", flag=flag)
@@ -305,14 +323,16 @@ def _fastest_values(out: dict[str, Value], fastest: Fastest | None, mode: str, s
         format_speedup(fastest.speedup), f"{fastest.speedup:.3f}× BF16 by {display}, the {noun}: {where}", flag=flag)
 
 
-def _model_step_fastest(out: dict[str, Value], report: Report, where: str) -> None:
+def _model_step_fastest(out: dict[str, Value], report: Report, where: str,
+                        loss_parity: Mapping[str, Any] | None = None) -> None:
     """``:gemm-model-speedup:`NAME layer-graphed fastest [G=N]```: the answer of :func:`decide_fastest`
     over the model step's speedups, at each G the step is composed for (the summary's sentence)."""
     summary = report.model_step()
     gs = sorted(summary.rows) if summary is not None else [1]
     for g in gs:
         keys = (g_key(g), DEFAULT_G) if summary is not None and g == summary.microbatches else (g_key(g),)
-        verdict = decide_fastest(model_step_points(summary, report.precisions, g))
+        verdict = pick(model_step_points(summary, report.precisions, g), report, report.precisions, basis=MODEL,
+                       loss_parity=loss_parity)
         for key in keys:
             at = f"{where}, G = {g}"
             out[value_key("gemm-model-speedup", "layer-graphed", "fastest", key)] = (
@@ -320,7 +340,7 @@ def _model_step_fastest(out: dict[str, Value], report: Report, where: str) -> No
                       f"{where}: no model step in this result for this question") if verdict is None else
                 Value(format_speedup(verdict.speedup), f"{verdict.speedup:.3f}× BF16's tokens per second by "
                       f"{PRECISIONS[verdict.answer].display}, the fastest model step: {at}; the rule: "
-                      f"{MODEL_STEP_RULE}" + (f": {verdict.why}" if verdict.why else "")))
+                      f"{MODEL_STEP_RULE}" + (f": {verdict.why}" if verdict.why else "") + tie_break_clause(verdict)))
     if summary is None:
         out.setdefault(value_key("gemm-model-speedup", "layer-graphed", "fastest", DEFAULT_G),
                        out[value_key("gemm-model-speedup", "layer-graphed", "fastest", g_key(1))])

@@ -6,7 +6,7 @@ The site defines *the training step* (a whole layer's forward and backward, quot
 GEMM quantity with "training" or "step" ("training sees 1.62×", where 1.62× is the autocast GEMMs
 and the step is 1.47×) states a number the site does not have: the build warns at the role.
 
-The model's training step (issue 32: the whole rank's step over G micro-batches, in tokens per
+The model's step (issue 32: the whole rank's step over G micro-batches, in tokens per
 second, quoted by ``:gemm-model-speedup:``, ``:gemm-tokens:``, ``:gemm-mfu:``) is a third quantity:
 a layer step's speedup introduced as the model's tokens per second, or a model step's introduced as
 one layer's, is the same kind of wrong number, and warns the same way.
@@ -54,7 +54,7 @@ _RULES = (
           "the training step is quoted by :gemm-step-speedup:; name the GEMMs (\"the autocast GEMMs\") for "
           "this number"),
     _Rule(LAYER_STEP_ROLES, _MODEL_WORDS, _LAYER_WORDS, "one layer's step",
-          "the model's training step is quoted by :gemm-model-speedup: and :gemm-tokens:; name the layer "
+          "the model's step is quoted by :gemm-model-speedup: and :gemm-tokens:; name the layer "
           "(\"one layer's step\") for this number"),
     _Rule(MODEL_STEP_ROLES, _LAYER_WORDS, _MODEL_WORDS, "the model's whole training step",
           "one layer's step is quoted by :gemm-step-speedup:"),

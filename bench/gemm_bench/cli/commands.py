@@ -67,6 +67,7 @@ from gemm_bench.question.config import (
 from gemm_bench.question.precisions import ALL_MODES, MODES, PRECISION_IDS, normalize_mode, normalize_precision
 from gemm_bench.question.question import Question, build_question
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES
+from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP
 from gemm_bench.report.report import TEXT_WIDTH, Report
 from gemm_bench.results.cache import Cache, CacheError, read_document
 from gemm_bench.results.schema import MAX_LAYERS
@@ -532,8 +533,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         echo(json.dumps(training_text.to_json(report), indent=1))
     else:
-        echo(training_text.text(report))
+        echo(training_text.text(report, _loss_parity_beside(path, doc)))
     return 0
+
+
+def _loss_parity_beside(path: Path, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The loss-parity study of the result's GPU in the cache folder the result file lies in (where
+    the site looks for it), None where there is none; an unusable one is said on stderr and skipped,
+    as a page warns and goes on, so the report's pick breaks a tie as the page's answer does."""
+    from gemm_bench.results import loss_parity_schema
+    from gemm_bench.results.studies import read_study, study_path
+
+    found = study_path(path.parent, loss_parity_schema.NAME, str(doc["device"]["name"]))
+    if not found.is_file():
+        return None
+    try:
+        return read_study(found)
+    except CacheError as exc:
+        print(f"gemm-bench report: ignoring unusable study file {exc}", file=sys.stderr)
+        return None
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -648,7 +666,7 @@ def build_parser() -> Parser:
                    help="comma or space separated list (default: all)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="comma or space separated list of " + ", ".join(ALL_MODES) + " (default: "
-                        + ",".join(MODES) + "; layer and layer-graphed time one layer's forward + backward "
+                        + ",".join(MODES) + f"; layer and layer-graphed time {LAYER_STEP}, its forward + backward "
                         "as one rank runs it, for a model config)")
     p.add_argument("--accuracy", action="store_true",
                    help="also measure each precision's SQNR against an FP32 reference (per GEMM pass, "
@@ -680,9 +698,10 @@ def build_parser() -> Parser:
                    help="a result file (docs/_gemm_cache/<hash>--<gpu>.json, or what run --out wrote); a study "
                         "file (docs/_gemm_cache/studies/) gives the study's values")
     p.add_argument("--json", action="store_true",
-                   help="print JSON: every cell with its run id, totals, steps, accuracy, peers, the model's "
-                        "training step, the breakdown, the precision plan and energy")
-    p.add_argument("--num-layers", type=_whole_number(MAX_LAYERS), metavar="N", help="layers for the model total")
+                   help=f"print JSON: every cell with its run id, GEMM totals, {LAYER_STEP}, accuracy, peers, "
+                        f"{MODEL_STEP}, the breakdown, the precision plan and energy")
+    p.add_argument("--num-layers", type=_whole_number(MAX_LAYERS), metavar="N",
+                   help="layers the GEMMs are summed over for the model total")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("presets", help="list the model presets")

@@ -54,6 +54,7 @@ from gemm_bench.question.model_step import unsupported_reason as model_step_unsu
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODES, PRECISION_IDS
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import unsupported_reason as layer_step_unsupported
+from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP
 from gemm_bench.report.compare import wrapped
 from gemm_bench.report.report import Report
 from gemm_bench.results.cache import Cache, CacheError
@@ -428,16 +429,16 @@ def measured_blocks(task: Task) -> tuple[list[str], list[str]]:
     if layer:
         why_not = layer_step_unsupported(config) if config is not None else None
         if why_not is None:
-            blocks.append("one layer's step (eager and CUDA-graphed, with its time breakdown)")
+            blocks.append(f"{LAYER_STEP} (eager and CUDA-graphed, with its time breakdown)")
             model_why_not = model_step_unsupported(config)
             if model_why_not is None:
-                blocks.append("the model's step (its parts at G = 1 and the question's G, with their breakdown)")
+                blocks.append(f"{MODEL_STEP} (its parts at G = 1 and the question's G, with their breakdown)")
             else:
-                skipped.append(f"the model's step ({_clause(model_why_not)})")
+                skipped.append(f"{MODEL_STEP} ({_clause(model_why_not)})")
             blocks += ["each recipe's step energy (where the GPU's power can be sampled)",
                        "the precision plan (its own step when it mixes recipes)"]
         else:
-            skipped.append(f"one layer's step and what rests on it ({_clause(why_not)})")
+            skipped.append(f"{LAYER_STEP} and what rests on it ({_clause(why_not)})")
     blocks.append("SQNR per GEMM pass")
     if task.peers:
         blocks.append("the peers")

@@ -162,7 +162,7 @@ class Runner:
         (:func:`~gemm_bench.measure.telemetry.shared_sampler`), which outlives the run, instead of
         one of the runner's own that ends with each :meth:`measure` (a refresh worker measures
         many questions; its sampler process starts once). ``model_step``: with the layer step, also
-        measure the parts of the model's training step (``doc["model_step"]``,
+        measure the parts of the model's step (``doc["model_step"]``,
         :mod:`gemm_bench.measure.backends.model_parts`) where the question has one.
         """
         if not torch.cuda.is_available():

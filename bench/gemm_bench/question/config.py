@@ -86,7 +86,7 @@ class ModelConfig:
     qk_head_dim: int | None = None
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
-    # The model's training step (issue 32), appended after every GEMM field and left out of the
+    # The model's step (issue 32), appended after every GEMM field and left out of the
     # question's hash (:data:`gemm_bench.question.question.UNKEYED_CONFIG_FIELDS`): no layer GEMM or
     # layer step depends on them, so every committed result keeps its name. The output layer's
     # measurement records the padded vocabulary it was measured at instead.

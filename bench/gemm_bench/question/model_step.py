@@ -1,4 +1,4 @@
-"""The model's training step, composed from measured parts: FLOPs, tokens/s, MFU and memory (pure).
+"""The model's step, composed from measured parts: FLOPs, tokens/s, MFU and memory (pure).
 
 Why: the reader trains a model, not a layer. One rank's optimizer step over G micro-batches is
 the embedding, the rank's layers, the final norm with the output layer and the loss, their

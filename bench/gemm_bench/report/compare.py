@@ -45,6 +45,7 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, MODE_NAMES, PRECISION_IDS, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, GemmShape
+from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report.energy_compare import EnergyComparison, against_bf16
 from gemm_bench.report.model_step import part_absence
 from gemm_bench.report.report import STEP_WORDS, TEXT_WIDTH, Cell, Report, StepResult, wrap_line
@@ -142,7 +143,7 @@ class StepChange:
 
 @dataclasses.dataclass(frozen=True)
 class ModelStepChange:
-    """One precision's model training step at G micro-batches per optimizer step, in A and in B: its
+    """One precision's model's step at G micro-batches per optimizer step, in A and in B: its
     tokens/s per GPU and its speedup over BF16 (tokens/s over BF16's, inside each run) with the spread
     :meth:`gemm_bench.report.report.Report.model_step` composes at the parts' quartiles."""
 
@@ -400,7 +401,8 @@ class Comparison:
         lines += self._model_step_lines()
         lines += self._energy_lines()
         if self.steps:
-            lines += ["", "== Training step (speedup vs BF16 inside each run; ! = change beyond both spreads) =="]
+            lines += ["", f"== {title(LAYER_STEP)} (speedup vs BF16 inside each run; "
+                      "! = change beyond both spreads) =="]
             lines.append(f"  {'step':<34}{'precision':<14}{'A ms':>10}{'B ms':>10}{'A vs BF16':>12}{'B vs BF16':>12}")
             for st in self.steps:
                 lines.append(f"  {STEP_WORDS[st.mode]:<34}{PRECISIONS[st.precision].display:<14}{_num(st.a_ms, 10, 3)}"
@@ -418,11 +420,11 @@ class Comparison:
         return wrapped(lines)
 
     def _model_step_lines(self) -> list[str]:
-        """The model's training step per G and recipe: tokens/s per GPU and speedup vs BF16 in A and B."""
+        """The model's step per G and recipe: tokens/s per GPU and speedup vs BF16 in A and B."""
         if not self.model_steps:
             return []
         # The "!" legend under the rows: beside the header it ran to 116 columns, wrapped mid-row.
-        lines = ["", "== The model's training step (tokens/s per GPU; speedup vs BF16 in each run, with its spread) ==",
+        lines = ["", f"== {title(MODEL_STEP)} (tokens/s per GPU; speedup vs BF16 in each run, with its spread) ==",
                  f"  {'G':>2}  {'precision':<13}{'A tokens/s':>12}{'B tokens/s':>12}  {'A vs BF16':<20}"
                  f"{'B vs BF16':<20}".rstrip()]
         for m in self.model_steps:
@@ -437,7 +439,7 @@ class Comparison:
         against BF16 in A and in B: a reversed "uses less" is a change (before: never compared)."""
         if not self.energy:
             return []
-        lines = ["", "== Energy per training step (J with its spread; tokens/J per GPU; vs BF16 in each run) ==",
+        lines = ["", f"== Energy per {LAYER_STEP} (J with its spread; tokens/J per GPU; vs BF16 in each run) ==",
                  f"  {'precision':<13}{'A J/step':<18}{'B J/step':<18}{'A tokens/J':>10}{'B tokens/J':>11}"
                  f"  {'A vs BF16':<13}{'B vs BF16':<12}".rstrip()]
         for e in self.energy:
@@ -471,8 +473,8 @@ class Comparison:
         if not self.model_steps:
             return []
         flagged = self.flagged_model_steps
-        out = ["", (f"**The model's training step: {len(flagged)} change(s) beyond the measured spread** (marked !):"
-                    if flagged else "The model's training step: no speedup changed by more than the measured spread."),
+        out = ["", (f"**{title(MODEL_STEP)}: {len(flagged)} change(s) beyond the measured spread** (marked !):"
+                    if flagged else f"{title(MODEL_STEP)}: no speedup changed by more than the measured spread."),
                "", "| G | precision | A tokens/s | B tokens/s | A vs BF16 | B vs BF16 | changed |",
                "|---:|---|---:|---:|---:|---:|---|"]
         for m in self.model_steps:
@@ -513,8 +515,8 @@ class Comparison:
         if not self.steps:
             return []
         flagged = self.flagged_steps
-        out = ["", (f"**Training step: {len(flagged)} change(s) beyond the measured spread** (marked !):"
-                    if flagged else "Training step: no speedup changed by more than the measured spread."), "",
+        out = ["", (f"**{title(LAYER_STEP)}: {len(flagged)} change(s) beyond the measured spread** (marked !):"
+                    if flagged else f"{title(LAYER_STEP)}: no speedup changed by more than the measured spread."), "",
                "| step | precision | A ms | B ms | A vs BF16 | B vs BF16 | changed |",
                "|---|---|---:|---:|---:|---:|---|"]
         for t in self.steps:
@@ -697,7 +699,7 @@ def compare_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[Ste
 
 
 def compare_model_steps(ra: Report, rb: Report, precisions: Sequence[str]) -> list[ModelStepChange]:
-    """The model's training step of each recipe at every G either side composes (1 and the question's
+    """The model's step of each recipe at every G either side composes (1 and the question's
     G): nothing where neither result has a model step (a result measured before it was)."""
     sa, sb = ra.model_step(), rb.model_step()
     if sa is None and sb is None:
@@ -1184,8 +1186,8 @@ class DirectoryComparison:
                         f"{markdown(_step_x(t.a_speedup, t.a_spread, t.a_status, 0).strip())} → "
                         f"{markdown(_step_x(t.b_speedup, t.b_spread, t.b_status, 0).strip())}" for name, t in steps[:5])
         out = [f"- GEMMs changed beyond the measured spread: {gemms}",
-               f"- model training steps (tokens/s) changed beyond the measured spread: {model_steps}",
-               f"- training steps changed beyond the measured spread: {len(steps)}{named}",
+               f"- model's steps (tokens/s) changed beyond the measured spread: {model_steps}",
+               f"- layer steps changed beyond the measured spread: {len(steps)}{named}",
                f"- energy per step: verdicts against BF16 that changed: {energies}",
                f"- SQNR cells changed by more than {SQNR_TOLERANCE_DB:g} dB: {sqnr}",
                f"- study values changed beyond their spread: {study_rows}"]
@@ -1197,7 +1199,7 @@ class DirectoryComparison:
             return "\n".join([*out, "No result changed.", ""])
         out += [*self.headline(), ""]
         out += ["Ratios are old time / new time (above 1: the new run is faster); a change is listed per GEMM "
-                "only when it exceeds the two runs' interquartile ranges combined; every training step is listed "
+                "only when it exceeds the two runs' interquartile ranges combined; every layer step is listed "
                 "with its speedup and spread; energy, SQNR and study values as their sections say.", ""]
         if self.added:
             out += ["New results:", ""] + [f"- {markdown(name)}: {describe_side(d, markdown)}"

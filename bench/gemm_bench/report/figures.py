@@ -47,6 +47,7 @@ from gemm_bench.question import hardware
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, MODES, PRECISIONS, SAME_AS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_bench.question.vocabulary import ALL_GEMMS
 from gemm_bench.report.figure_layout import Scene, layout
 from gemm_bench.report.figure_spec import (
     _INK,
@@ -262,7 +263,7 @@ def build_spec(report: Report, mode: str, *, title: str = "") -> FigureSpec:
     marks, ratios = _flag_marks(report, mode, precisions, [None, *([g] for g in gemms)])
     value_label += _flag_footnote(ratios)
     categories = tuple(label + mark for label, mark in zip(
-        ("Whole model" if report.kind == "model" else "All shapes", *(_gemm_label(report, g) for g in gemms)),
+        (ALL_GEMMS if report.kind == "model" else "All shapes", *(_gemm_label(report, g) for g in gemms)),
         marks, strict=True))
     series = tuple(
         _series(p, [total_point(report, mode, p), *(gemm_point(report, mode, p, g) for g in gemms)],

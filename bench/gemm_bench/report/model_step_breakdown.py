@@ -1,4 +1,4 @@
-"""Where the model's training step goes (issue 33): per recipe, the composed step per micro-batch split
+"""Where the model's step goes (issue 33): per recipe, the composed step per micro-batch split
 into the kinds of kernel and idle time, from its measured parts' breakdowns.
 
 Why: the layer step's bars say where one layer's time goes; a reader trains a model, whose step also

@@ -1,4 +1,4 @@
-"""The model's training step per recipe, drawn: tokens per second per GPU (at the question's G and at
+"""The model's step per recipe, drawn: tokens per second per GPU (at the question's G and at
 G = 1) beside the peak memory of one rank's step, stacked by what it is made of, against the GPU's
 memory.
 
@@ -13,6 +13,7 @@ Pure: no matplotlib.
 from __future__ import annotations
 
 from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.question.vocabulary import MODEL_STEP
 from gemm_bench.report.breakdown_figure import BAR_PT, FONT_PT, GAP_PT, INK, PAD_PT, WIDE_PT, WIDTH_PT
 from gemm_bench.report.breakdown_figure import legend as _legend
 from gemm_bench.report.breakdown_figure import title as _title
@@ -54,7 +55,7 @@ def scene(summary: ModelStep, device: str, width: float = WIDTH_PT) -> Scene:
     items: list[Rect | Text | Polyline] = []
     y = 0.0
     # -------------------------------------------------------------- tokens per second
-    title, y = _title(f"Tokens per second per GPU, the model's training step on the {device}", y, width)
+    title, y = _title(f"Tokens per second per GPU, {MODEL_STEP} on the {device}", y, width)
     items += title
     legend, y = _legend([(f"G = {g}" + (" (the question's)" if g == summary.microbatches and len(g_values) > 1
                                         else ""), G_COLORS[i % 2]) for i, g in enumerate(g_values)], y, width)
@@ -86,7 +87,7 @@ def scene(summary: ModelStep, device: str, width: float = WIDTH_PT) -> Scene:
     # ------------------------------------------------------------------- memory
     y += GAP_PT
     capacity = summary.capacity_bytes / GIB
-    title, y = _title(f"Peak memory of one rank's training step, GiB (the {device} run could allocate "
+    title, y = _title(f"Peak memory of {MODEL_STEP} (one rank), GiB (the {device} run could allocate "
                       f"{capacity:.1f})", y, width)
     items += title
     legend, y = _legend([(name, color) for field, name, color in MEMORY_PARTS

@@ -27,10 +27,11 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, OPS, PASSES
-from gemm_bench.report.fastest import decide_fastest, model_step_points, step_points, with_tie_break
+from gemm_bench.question.vocabulary import LAYER_STEP, model_step_at
+from gemm_bench.report.fastest import Fastest, Point, model_step_points, step_points
 from gemm_bench.report.figures import quartiles, ratio_spread
 from gemm_bench.report.report import Report
-from gemm_bench.report.tie_break import MODEL, STEP, settle
+from gemm_bench.report.tie_break import MODEL, STEP, pick
 
 MODE = "autocast"
 
@@ -220,31 +221,49 @@ def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
     return {**make_plan(report, chosen).config(), "chosen": CHOICE_RULE}
 
 
-def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None, *,
-                  loss_parity: Mapping[str, Any] | None = None) -> str | None:
-    """:data:`CHOICE_RULE` over one result's cells: the recipe the answer sentence names (the one it
-    recommends, or the best of those that lost to BF16), among the low-precision recipes with autocast
-    GEMMs; by the model's step at the question's G where the result has one, else by the CUDA-graphed
-    layer step (balanced routing). None for a question without a layer's projections or a measured
-    low-precision step.
+@dataclasses.dataclass(frozen=True)
+class AnswerPick:
+    """The answer's pick on one result: the verdict (:func:`gemm_bench.report.tie_break.pick`, its tie
+    broken), the points it was decided on and what they measure, in the site's words ("the model's step
+    at G = 8", "one layer's step")."""
 
-    Why the answer's rule: the plan, the sentence under the step's bars and the answer once named
-    different recipes for Mixtral 8x7B and DeepSeek-V3 (the fastest layer step was FP8 Delayed, the
-    fastest model step FP8 Current, within each other's spread). A tie within the spread is broken as
-    the answer breaks it (:func:`gemm_bench.report.tie_break.settle`), with ``loss_parity`` (this GPU's
-    loss-parity study) where the caller has it."""
-    report = Report(dict(doc)) if report is None else report
+    verdict: Fastest
+    points: Mapping[str, Point]
+    measure: str
+
+
+def answer_pick(report: Report, *, loss_parity: Mapping[str, Any] | None = None) -> AnswerPick | None:
+    """:data:`CHOICE_RULE`'s decision over one result: among the low-precision recipes with autocast
+    GEMMs, by the model's step at the question's G where the result has one, else by the CUDA-graphed
+    layer step (balanced routing), a tie broken by :func:`gemm_bench.report.tie_break.pick` with
+    ``loss_parity`` (this GPU's loss-parity study) where the caller has it. None for a question without
+    a layer's projections or a measured low-precision step."""
     if not projection_ops(report):
         return None
     candidates = [p for p in report.precisions if p != BASELINE and report.status(MODE, p)[0] == "measured"]
-    model = model_step_points(report.model_step(), candidates)
+    summary = report.model_step()
+    model = model_step_points(summary, candidates)
     points = model or step_points(report, candidates, graphed=True)
-    verdict = decide_fastest(points)
-    tie = settle(verdict, points, report, candidates, basis=MODEL if model else STEP, loss_parity=loss_parity)
-    verdict = with_tie_break(verdict, tie)
+    verdict = pick(points, report, candidates, basis=MODEL if model else STEP, loss_parity=loss_parity)
     if verdict is None:
         return None
-    return verdict.answer if verdict.answer != BASELINE else max(points, key=lambda p: points[p].value)
+    measure = model_step_at(summary.microbatches) if model and summary is not None else LAYER_STEP
+    return AnswerPick(verdict, points, measure)
+
+
+def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None, *,
+                  loss_parity: Mapping[str, Any] | None = None) -> str | None:
+    """:data:`CHOICE_RULE` over one result's cells (:func:`answer_pick`): the recipe the answer sentence
+    names (the one it recommends, or the best of those that lost to BF16). None where it has none.
+
+    Why the answer's rule: the plan, the sentence under the step's bars and the answer once named
+    different recipes for Mixtral 8x7B and DeepSeek-V3 (the fastest layer step was FP8 Delayed, the
+    fastest model step FP8 Current, within each other's spread)."""
+    found = answer_pick(Report(dict(doc)) if report is None else report, loss_parity=loss_parity)
+    if found is None:
+        return None
+    points = found.points
+    return found.verdict.answer if found.verdict.answer != BASELINE else max(points, key=lambda p: points[p].value)
 
 
 def step_recipe(doc: Mapping[str, Any]) -> str | None:
@@ -287,6 +306,36 @@ def plan_speedups(block: Mapping[str, Any], mode: str = "layer-graphed") -> tupl
     return vs_bf16, vs_fp8, ""
 
 
+def plan_advice(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
+    """Which to follow where the answer (the recipe throughout) and a mixed plan differ, computed from the
+    plan's own measured group: the plan where its step is faster than all-FP8 beyond the measured
+    spread (:func:`gemm_bench.report.figures.ratio_spread` over the two cells' quartiles, the site's
+    one rule), else the answer; "" for a plan that is the recipe itself or BF16, or without both steps.
+
+    Why: Qwen2.5 72B's page said "train in FP8 Delayed", then showed a plan at 0.99x all-FP8 with its
+    code and left the reader to guess which to follow."""
+    plan = PrecisionPlan.from_config(block)
+    cells = {c["step"]: c for c in block.get("steps", []) if c.get("mode") == mode and c.get("status") == "measured"}
+    if plan.kind != "mixed" or "plan" not in cells or "all-fp8" not in cells:
+        return ""
+    name = PRECISIONS[plan.precision].display
+    value = float(cells["all-fp8"]["ms"]) / float(cells["plan"]["ms"])
+    low, high = ratio_spread([quartiles(cells["all-fp8"].get("stats", {}))],
+                             [quartiles(cells["plan"].get("stats", {}))], value)
+    kept = kept_words(plan.bf16_ops)
+    if low is not None and low > 1.0:
+        return (f"Follow the plan rather than {name} throughout: keeping {kept} in BF16 makes one layer's step "
+                f"{value:.2f}× as fast as all {name}, beyond the measured spread ({low:.3f}–{high:.3f}×).")
+    if low is None or high is None:
+        spread = "with no measured spread to tell them apart"
+    elif high < 1.0:
+        spread = f"slower beyond the measured spread ({low:.3f}–{high:.3f}×)"
+    else:
+        spread = f"within the measured spread ({low:.3f}–{high:.3f}×)"
+    return (f"Rather than this plan, train in {name} throughout: the plan's step runs at {value:.2f}× all "
+            f"{name}, {spread}, so keeping {kept} in BF16 gains no speed here.")
+
+
 def plan_sentence(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
     """What the page says of a stored plan: what it keeps in BF16 and its measured step against both."""
     plan = PrecisionPlan.from_config(block)
@@ -298,4 +347,6 @@ def plan_sentence(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
         return f"{said} Its step: {why}."
     parts = [f"{v:.2f}× all-BF16" if w == "bf16" else f"{v:.2f}× all-FP8"
              for w, v in (("bf16", vs_bf16), ("fp8", vs_fp8)) if v is not None]
-    return f"{said} Measured in one group beside both, its CUDA-graphed step runs at {' and '.join(parts)}."
+    advice = plan_advice(block, mode)
+    return (f"{said} Measured in one group beside both, its CUDA-graphed step runs at {' and '.join(parts)}."
+            + (f" {advice}" if advice else ""))

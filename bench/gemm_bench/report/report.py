@@ -46,6 +46,7 @@ from gemm_bench.question.precisions import (
 )
 from gemm_bench.question.question import stored_config
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
+from gemm_bench.question.vocabulary import LAYER_STEP_TITLES
 from gemm_bench.report import roofline
 from gemm_bench.report.model_step import ModelStep, model_step_summary
 from gemm_bench.report.rounds import rounds_outcome
@@ -64,10 +65,10 @@ from gemm_bench.results.schema import (
 
 Key = tuple[str, str]  # (mode, precision)
 
-#: The training step's two forms as the site names them (docs/index.rst: "the training step" is one
-#: layer's step replayed as a CUDA graph, the eager step beside it); the CLI's report and compare say
-#: the same. MODE_NAMES' "Layer step" stays the mode's name where a mode is named (tabs, ``--modes``).
-STEP_WORDS = {"layer-graphed": "Training step (one layer)", "layer": "Training step, eager (one layer)"}
+#: One layer's step in its two forms, as every page, table and the CLI name it (:mod:`gemm_bench.question.vocabulary`):
+#: the report and compare title their sections with it. MODE_NAMES' "Layer step" stays the mode's name
+#: where a mode is named (tabs, ``--modes``).
+STEP_WORDS = LAYER_STEP_TITLES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -612,7 +613,7 @@ class Report:
 
     # ------------------------------------------------------------------ the model's step
     def model_step(self, config: ModelConfig | None = None) -> ModelStep | None:
-        """The model's training step of this result for ``config`` (the page's question: its G and
+        """The model's step of this result for ``config`` (the page's question: its G and
         layers; default the stored config), or None where the result has none that answers it
         (:func:`gemm_bench.report.model_step.model_step_summary`)."""
         return model_step_summary(self.doc, config if config is not None else self.config)
@@ -1032,7 +1033,7 @@ class Report:
             yield ""
             yield f"== {STEP_WORDS[LAYER_MODES[1]]} =="
             yield f"{first.status}: {first.reason}"
-        # The site's order and words: the training step (replayed as a CUDA graph) first, eager beside it.
+        # The site's order and words: one layer's step (replayed as a CUDA graph) first, eager beside it.
         shown = sorted(self.layer_modes, key=lambda m: m != LAYER_MODES[1])
         for index, mode in enumerate(shown):
             yield ""

@@ -7,7 +7,7 @@ loss-parity verdict and the GEMM totals, so it lives one step above, where the a
 summary's ★ (``gemm_benchmark.summary_answer``) and the refresh's choice of the plan's recipe
 (:func:`gemm_bench.report.precision_plan.chosen_recipe`) all ask it: one recipe, one reason.
 
-The rows, in the order a tie-break consults them: the model's training step at the question's G,
+The rows, in the order a tie-break consults them: the model's step at the question's G,
 the CUDA-graphed layer step (eager where the answer rests on the eager one), the GEMMs in the
 answer's mode; the row the answer's measure *is* is left out. Then energy per layer step.
 """
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES
+from gemm_bench.question.vocabulary import LAYER_STEP, layer_step, model_step_at
 from gemm_bench.report import figures
 from gemm_bench.report.energy_compare import energy_point, unsettled
 from gemm_bench.report.fastest import (
@@ -27,9 +28,11 @@ from gemm_bench.report.fastest import (
     Point,
     TieBreak,
     break_tie,
+    decide_fastest,
     finite,
     model_step_points,
     step_points,
+    with_tie_break,
 )
 from gemm_bench.report.loss_parity_words import band_of
 from gemm_bench.report.report import Report
@@ -80,7 +83,7 @@ def energy_criterion(doc: Mapping[str, Any]) -> Criterion:
     are ever said to differ."""
     points = {p: energy_point(e) for p, e in step_energies(doc).items()
               if energy_bounds(e) is not None and not unsettled(e)}
-    return Criterion("energy per layer step", points, higher_is_better=False, show=lambda mj: f"{joules(mj)} J",
+    return Criterion(f"energy per {LAYER_STEP}", points, higher_is_better=False, show=lambda mj: f"{joules(mj)} J",
                      spread="sampling spread", verb="uses less")
 
 
@@ -93,10 +96,10 @@ def rows(report: Report, precisions: Iterable[str], *, graphed: bool = True,
     out: dict[str, Criterion] = {}
     model = model_step_points(summary, shown)
     if summary is not None and model:
-        out[MODEL] = Criterion(f"the model's training step at G = {summary.microbatches}", model)
+        out[MODEL] = Criterion(model_step_at(summary.microbatches), model)
     step = step_points(report, shown, graphed=graphed)
     if step:
-        out[STEP] = Criterion("the layer step" + ("" if graphed else " (eager)"), step)
+        out[STEP] = Criterion(layer_step(graphed), step)
     gemms = {p: v for p, v in total_points(report, gemm_mode, shown).items() if p != BASELINE}
     if gemms:
         out[GEMMS] = Criterion(f"the {MODE_NAMES[gemm_mode].lower()} GEMMs", gemms)
@@ -113,3 +116,17 @@ def settle(verdict: Fastest | None, measure: Mapping[str, Point], report: Report
     criteria = [c for key, c in found.items() if key != basis or found[key].points != measure]
     return break_tie(verdict, measure, in_band=loss_verdicts(loss_parity),
                      criteria=[*criteria, energy_criterion(report.doc)])
+
+
+def pick(points: Mapping[str, Point], report: Report, precisions: Iterable[str], *, basis: str,
+         loss_parity: Mapping[str, Any] | None = None, graphed: bool = True,
+         gemm_mode: str = "autocast") -> Fastest | None:
+    """The site's one pick on one measure: :func:`~gemm_bench.report.fastest.decide_fastest` over
+    ``points`` (the ``basis`` row: :data:`MODEL`, :data:`STEP` or :data:`GEMMS`), its tie broken by
+    :func:`settle` (``verdict.tie_break`` says how). Every place that names a recipe asks it: the
+    answer sentence, the ★ of every row, the precision plan's recipe, the ``:gemm-fastest:`` role and
+    ``gemm-bench report``; so none can name another recipe than the others on the same data."""
+    verdict = decide_fastest(points)
+    precisions = list(precisions)
+    return with_tie_break(verdict, settle(verdict, points, report, precisions, basis=basis, loss_parity=loss_parity,
+                                          graphed=graphed, gemm_mode=gemm_mode))

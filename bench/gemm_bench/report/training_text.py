@@ -1,4 +1,4 @@
-"""What the site's models page leads with, as ``gemm-bench report`` prints it: the model's training step
+"""What the site's models page leads with, as ``gemm-bench report`` prints it: the model's step
 (tokens/s per GPU, MFU and memory per recipe, at G = 1 and at the question's G), where the training
 step's time goes, the precision plan and the energy per step.
 
@@ -15,35 +15,66 @@ as the pages show them: nothing is recomputed here, only laid out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, PRECISIONS
+from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report import breakdown_figure, energy_compare, model_step_breakdown, precision_plan
+from gemm_bench.report.fastest import TIE_ORDER
 from gemm_bench.report.model_step import GIB, ModelStep, largest_microbatch_absence, memory_delta_text, part_absence
 from gemm_bench.report.report import STEP_WORDS, Report
 from gemm_bench.results import energy
 from gemm_bench.results.breakdown import IDLE_RULE
 from gemm_bench.results.kernel_kinds import DISPLAY, IDLE, PARTS
 
-#: The section titles, one per quantity (the site's words: "the model's training step" is a whole
-#: rank's step, "the training step" one layer's, replayed as a CUDA graph).
-MODEL_STEP_TITLE = "== The model's training step (one rank, per micro-batch) =="
-BREAKDOWN_TITLE = "== Where the training step's time goes (ms per step; the model's, per micro-batch) =="
+#: The section titles, one per quantity, in the site's words (:mod:`gemm_bench.question.vocabulary`: the
+#: model's step is a whole rank's, one layer's step is replayed as a CUDA graph).
+MODEL_STEP_TITLE = f"== {title(MODEL_STEP)} (one rank, per micro-batch) =="
+BREAKDOWN_TITLE = "== Where each step's time goes (ms per step; the model's, per micro-batch) =="
 PLAN_TITLE = "== Precision plan =="
-ENERGY_TITLE = "== Energy per training step =="
+ENERGY_TITLE = f"== Energy per {LAYER_STEP} =="
 
 #: Short column heads of the breakdown table; the legend under its title gives each part's full name.
 _PART_HEADS = {"gemm": "GEMMs", "quantization": "quant.", "attention": "attn.", "elementwise": "elemwise",
                "optimizer": "optim.", "other": "other", "idle": "idle"}
 
 
-def text(report: Report) -> str:
-    """The whole report as text: the model's step first (what the models page leads with), then the
-    report's GEMMs and training steps, each step followed by its breakdown, plan and energy."""
-    return report.to_text(lead=model_step_lines(report), after_steps=[*breakdown_lines(report), *plan_lines(report),
-                                                                      *energy_lines(report)])
+def text(report: Report, loss_parity: Mapping[str, Any] | None = None) -> str:
+    """The whole report as text: the model's step first (what the models page leads with) and the
+    answer's pick (:func:`pick_lines`), then the report's GEMMs and layer steps, each step followed by
+    its breakdown, plan and energy. ``loss_parity``: this GPU's loss-parity study, which breaks ties."""
+    return report.to_text(lead=[*model_step_lines(report), *pick_lines(report, loss_parity)],
+                          after_steps=[*breakdown_lines(report), *plan_lines(report), *energy_lines(report)])
+
+
+PICK_TITLE = "== The answer's pick =="
+
+
+def pick_lines(report: Report, loss_parity: Mapping[str, Any] | None = None) -> list[str]:
+    """The recipe the models page's answer, ★ and plan name for this result
+    (:func:`gemm_bench.report.precision_plan.answer_pick`: the site's one rule, a tie broken by accuracy,
+    the other rows and energy), with the tie and what broke it; [] where the result has nothing to pick
+    from. Before, the report printed every row and named no recipe, so a reader could not see the tie
+    the page broke."""
+    found = precision_plan.answer_pick(report, loss_parity=loss_parity)
+    if found is None:
+        return []
+    verdict = found.verdict
+    name = PRECISIONS[verdict.answer].display
+    if verdict.answer == BASELINE:
+        said = f"BF16 ({verdict.why}), by {found.measure}"
+    else:
+        said = f"{name}: {verdict.speedup:.2f}x BF16's speed in {found.measure}"
+    lines = ["", PICK_TITLE, said]
+    tie = verdict.tie_break
+    if tie is not None:
+        lines.append(f"{tie.names} tie on {found.measure} ({tie.values}); tie-break ({TIE_ORDER}): "
+                     f"{tie.why}".replace("×", "x"))  # the terminal's x, as every other line
+    if loss_parity is None:
+        lines.append("(no loss-parity study of this GPU beside the file: accuracy could not break a tie)")
+    return lines
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -53,7 +84,7 @@ def to_json(report: Report) -> dict[str, Any]:
     out.update(model_step_json(report))
     found = breakdowns(report)
     out["breakdown"] = {"rule": IDLE_RULE, "modes": found} if found else None
-    out["breakdown_reason"] = None if found else "no training step of this result has a breakdown"
+    out["breakdown_reason"] = None if found else "no step of this result has a breakdown"
     block = report.doc.get("plan")
     out["plan"] = ({**block, "sentence": precision_plan.plan_sentence(block),
                     "snippet": precision_plan.PrecisionPlan.from_config(block).snippet()}
@@ -132,7 +163,7 @@ def model_step_lines(report: Report) -> list[str]:
              "(quantizing its weights), a part of the same run: what the rest of the model's step changes.",
              f"run: {summary.run_id}",
              f"  {'G':>2}  {'precision':<12}{'ms/micro-batch':>15}{'tokens/s/GPU':>14}{'TFLOP/s':>9}{'MFU':>6}"
-             f"  {'vs BF16 (spread)':<22}{'one layer':>10}"]
+             f"  {'vs BF16 (spread)':<22}{'layer step':>10}"]
     for g in sorted(summary.rows, reverse=True):  # the question's G first, as the page's table has it
         for p in shown:
             row = summary.row(p, g)
@@ -240,7 +271,7 @@ def breakdown_lines(report: Report) -> list[str]:
             lines += ["", BREAKDOWN_TITLE,
                       "(" + "; ".join(f"{_PART_HEADS[p]} = {DISPLAY[p][:1].lower()}{DISPLAY[p][1:]}" for p in PARTS
                                       if p != IDLE and _PART_HEADS[p] != DISPLAY[p]) + "; " + IDLE_RULE + ")"]
-        words = (f"the model's training step, per micro-batch at G = {summary.microbatches} "
+        words = (f"{MODEL_STEP}, per micro-batch at G = {summary.microbatches} "
                  f"({model_step_breakdown.COMPOSED_RULE})" if mode == MODEL_BREAKDOWN and summary is not None
                  else STEP_WORDS[mode])
         lines += ["", f"{words}:",

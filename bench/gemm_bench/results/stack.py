@@ -25,6 +25,7 @@ from gemm_bench.question.model_step import unsupported_reason as model_step_unsu
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, gemm_modes
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
+from gemm_bench.question.vocabulary import MODEL_STEP
 from gemm_bench.results import model_step_schema
 from gemm_bench.results.cache import is_stale
 from gemm_bench.results.failed import failed_cells, failed_modes
@@ -234,12 +235,12 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
 
 #: What :func:`lacking_blocks` says of a result without the question's model step (a page's answer
 #: then rests on one layer's step, and says so).
-MODEL_STEP_LACKING = "the model's training step"
+MODEL_STEP_LACKING = MODEL_STEP
 
 
 def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
     """What a result of a model question lacks that this code measures in the same run as its layer
-    step (issues 32 and 33): the model's training step (where
+    step (issues 32 and 33): the model's step (where
     :func:`gemm_bench.question.model_step.unsupported_reason` has none) and each recipe's step energy
     (where the run sampled power). A result measured before the code measured them is otherwise fresh;
     without this it would stay so, and the pages' "measured with the next refresh" would never come

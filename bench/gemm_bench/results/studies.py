@@ -117,6 +117,12 @@ def study_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / SUBDIR
 
 
+def study_path(cache_dir: str | Path, study: str, device_name: str) -> Path:
+    """Where one GPU's file of ``study`` lives in a cache folder (it may not exist): the summary, a
+    page's roles and ``gemm-bench report`` look for the loss-parity study that breaks ties there."""
+    return study_dir(cache_dir) / file_name(study, device_name)
+
+
 def build_document(study: Study, data: dict[str, Any], method: dict[str, Any], device: dict[str, Any],
                    provenance: Mapping[str, Any]) -> dict[str, Any]:
     """A study document from a measurement (``device`` and ``provenance`` as a question result's)."""
