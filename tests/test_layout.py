@@ -11,6 +11,7 @@ import pytest
 from gemm_bench.question.config import (
     ConfigError,
     megatron_args_to_fields,
+    megatron_ignored_reason,
     megatron_layout,
     split_megatron_args,
 )
@@ -51,7 +52,8 @@ def test_context_parallel_is_no_longer_refused_and_layout_flags_are_not_ignored(
     assert ignored == []
     fields, ignored = megatron_layout(argv)
     assert fields["sharding"] == "fsdp" and fields["grad_reduce_dtype"] == "bf16" and fields["gpus"] == 16
-    assert ignored == ["--recompute-num-layers (applies to --recompute-granularity full only)"]
+    assert ignored == ["--recompute-num-layers"]
+    assert megatron_ignored_reason("--recompute-num-layers") == "applies to --recompute-granularity full only"
 
 
 def test_megatron_layout_full_block_recompute_and_virtual_size_flag():
@@ -109,9 +111,10 @@ def test_every_measured_model_id_has_a_layout_at_its_measured_shard_with_a_sourc
         question = json.loads(path.read_text())["question"]
         if question["kind"] != "model":
             continue
-        config = Question.from_dict(question).config
+        stored = Question.from_dict(question)
+        config = stored.config
         assert config is not None
-        model_id = next(i for i in PRESET_LAYOUTS if build_question(model=i).config == config)
+        model_id = next(i for i in PRESET_LAYOUTS if build_question(model=i).hash == stored.hash)
         preset = PRESET_LAYOUTS[model_id]
         assert preset.layout.tp == config.tensor_model_parallel_size, model_id
         assert preset.layout.ep == config.expert_model_parallel_size, model_id
