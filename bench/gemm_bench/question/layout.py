@@ -188,7 +188,7 @@ class ParallelLayout:
         if self.grad_reduce_dtype == "bf16":
             parts.append("BF16 gradient reduce")
         parts.append(f"G = {self.microbatches}")
-        return f"{self.gpus} GPUs: " + ", ".join(parts)
+        return f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}: " + ", ".join(parts)
 
 
 def _positive(field: str, value: Any) -> None:

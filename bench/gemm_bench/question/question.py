@@ -31,7 +31,13 @@ from gemm_bench.question.config import (
     parse_model_id,
     preset,
 )
-from gemm_bench.question.layout import LAYOUT_ONLY_FIELDS, ParallelLayout, preset_layout, question_layout
+from gemm_bench.question.layout import (
+    LAYOUT_ONLY_FIELDS,
+    ParallelLayout,
+    layout_flag,
+    preset_layout,
+    question_layout,
+)
 from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
 
 #: Config fields that change no measured quantity of the layer, only how a page scales per-layer values
@@ -133,8 +139,8 @@ class Question:
         if self.layout is not None or self.config is None:
             return self.layout, ""
         assumed = question_layout(self.config, {})
-        return assumed, ("measured before the layout was part of the question: it assumed one rank's run "
-                         f"({assumed.describe()}) with no optimizer sharding")
+        return assumed, (f"{assumed.describe()}; measured before the layout was part of the question, the "
+                         "result assumed one rank's run with the whole optimizer state")
 
     @property
     def hash(self) -> str:
@@ -281,6 +287,7 @@ def build_question(
         return Question("shapes" if shapes else "sweep", tuple(gemms), 1, None)
     ignored: list[str] = []
     g_given = "num_microbatches" in fields
+    from_line_fields: set[str] = set()
     base: ParallelLayout | None = None
     note = ""
     if hf_config:
@@ -291,6 +298,7 @@ def build_question(
         config = config_from_mapping({**from_args, **fields})
         from_line, layout_ignored = megatron_layout(megatron_args)
         ignored += layout_ignored
+        from_line_fields = {k for k in from_line if k not in layout}
         layout = {**{k: v for k, v in from_line.items() if k in LAYOUT_ONLY_FIELDS}, **layout}
         g_given = g_given or "--num-microbatches" in megatron_args
     elif model:
@@ -321,7 +329,9 @@ def build_question(
                     f"{config.tensor_model_parallel_size}, EP {config.expert_model_parallel_size}: the default layout")
     try:
         run = question_layout(config, layout, base=base, g_given=g_given)
-    except ConfigError:
+    except ConfigError as exc:
+        if megatron_args and exc.field in from_line_fields:  # the line's flag, as the line spells it
+            raise ConfigError("megatron_args", f"{layout_flag(exc.field)}: {exc.rule}") from None
         if base is None or layout:
             raise
         # The page changed the model under the preset's layout (another layer count, micro-batch...):
