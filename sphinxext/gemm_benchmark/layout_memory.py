@@ -25,6 +25,7 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
+from gemm_bench.question.config import ConfigError
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout
 from gemm_bench.question.precisions import PRECISIONS
@@ -33,6 +34,13 @@ from gemm_bench.report.layout_memory import NO_PARTS, fits_text, gib, recipe_mem
 from gemm_bench.results.cache import Cache
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.options import (
+    LAYOUT_DIRECTIVE_OPTIONS,
+    LAYOUT_REFERENCE,
+    OptionError,
+    option_line,
+    parse_layout_option,
+)
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
@@ -78,14 +86,28 @@ class GemmLayoutMemoryDirective(SphinxDirective):
 """
     reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
         "models": "model ids with a layout (every preset, and the measured ids such as ``llama3-70b/tp8``)",
+        **LAYOUT_REFERENCE,
     }
     has_content = False
-    option_spec = {"models": directives.unchanged_required}  # noqa: RUF012  (docutils reads it)
+    option_spec = {  # noqa: RUF012  (docutils reads it)
+        "models": directives.unchanged_required,
+        **{name: directives.unchanged for name in LAYOUT_DIRECTIVE_OPTIONS},
+    }
 
     def run(self) -> list[nodes.Node]:
         config = settings(self.env)
         if config.questions_only:
             return []
+        self.layout: dict[str, Any] = {}
+        for name, option in LAYOUT_DIRECTIVE_OPTIONS.items():
+            if name not in self.options:
+                continue
+            try:
+                self.layout[str(option.layout_field)] = parse_layout_option(option, self.options[name] or "")
+            except OptionError as exc:
+                warn(Subtype.OPTION, f"gemm-layout-memory: {exc}",
+                     location=(self.env.docname, option_line(self.block_text, self.lineno, name)))
+                return []
         out: list[nodes.Node] = []
         for model_id in [w for w in self.options.get("models", "").replace(",", " ").split() if w]:
             if model_id not in PRESET_LAYOUTS:
@@ -98,16 +120,21 @@ class GemmLayoutMemoryDirective(SphinxDirective):
     def _model(self, model_id: str, cache_dir: Path) -> nodes.Node:
         preset = PRESET_LAYOUTS[model_id]
         section = nodes.container(classes=["gemm-layout-memory"])
-        head = f"{model_id}: {preset.layout.describe()}."
+        try:
+            question = build_question(model=model_id, layout=self.layout)
+        except ConfigError as exc:
+            warn(Subtype.OPTION, f"gemm-layout-memory: {model_id}: {exc}", location=(self.env.docname, self.lineno))
+            return section
+        layout = question.layout or preset.layout
+        head = f"{model_id}: {layout.describe()}."
         section += nodes.paragraph(head, head, classes=["gemm-question"])
         source = nodes.paragraph(classes=["gemm-summary-note"])
-        source += nodes.Text("Layout: ")
+        source += nodes.Text("Layout: " + ("this page's options over " if self.layout else ""))
         if preset.url:
             source += nodes.reference(preset.source, preset.source, refuri=preset.url)
         else:
             source += nodes.Text(preset.source)
         section += source
-        question = build_question(model=model_id)
         lookup = Cache(cache_dir).lookup(question.hash)
         for error in lookup.errors:
             warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
@@ -115,7 +142,7 @@ class GemmLayoutMemoryDirective(SphinxDirective):
             self.env.note_dependency(str(path))
         panels: list[tuple[str, list[nodes.Node]]] = []
         for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
-            rows, why = memory_rows(doc, model_id)
+            rows, why = memory_rows(doc, model_id, layout)
             label = device_label(doc["device"]["name"])
             if why is not None:
                 panels.append((label, [nodes.paragraph(why, f"{label}: {why}.", classes=["gemm-summary-note"])]))

@@ -19,10 +19,9 @@ way: ``--pipeline-model-parallel-size`` on the command line).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from gemm_bench.question.config import ConfigError, ModelConfig
 
