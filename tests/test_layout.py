@@ -138,7 +138,8 @@ def test_committed_results_keep_their_question_hash():
 
 
 # ------------------------------------------------------------------------ the layout in the question
-ISSUE_LINE = "torchrun --nnodes 16 --nproc-per-node 8 " + LLAMA70B_LINE.split("torchrun --nnodes 8 --nproc-per-node 8 ")[1]
+ISSUE_LINE = ("torchrun --nnodes 16 --nproc-per-node 8 "
+              + LLAMA70B_LINE.split("torchrun --nnodes 8 --nproc-per-node 8 ")[1])
 
 
 def test_the_issues_llama3_70b_line_gives_a_question_whose_layout_holds_every_value(capsys):
@@ -149,7 +150,8 @@ def test_the_issues_llama3_70b_line_gives_a_question_whose_layout_holds_every_va
     question = build_question(megatron_args=split_megatron_args(ISSUE_LINE))
     layout, config = question.layout, question.config
     assert layout is not None and config is not None
-    assert (layout.gpus, layout.tp, layout.sp, layout.pp, layout.vpp, layout.cp, layout.dp) == (128, 4, True, 8, 5, 2, 2)
+    assert (layout.gpus, layout.tp, layout.sp, layout.pp, layout.vpp, layout.cp) == (128, 4, True, 8, 5, 2)
+    assert layout.dp == 2
     assert (layout.global_batch_size, layout.micro_batch_size, layout.microbatches) == (128, 1, 64)
     assert (layout.sharding, layout.recompute) == ("optimizer", "selective")
     assert layout.overlap_grad_reduce and layout.overlap_param_gather and layout.fp8_param_gather
@@ -178,7 +180,8 @@ def test_no_layout_option_changes_the_question_hash_and_each_lands_in_the_layout
         assert q.layout is not None and all(getattr(q.layout, k) == v for k, v in given.items()), given
     # A page's field overrides that field alone: the rest stays the preset's.
     q = build_question(model="llama3-70b/tp8", layout={"cp": 1})
-    assert q.layout is not None and (q.layout.gpus, q.layout.pp, q.layout.vpp, q.layout.cp, q.layout.dp) == (128, 4, 5, 1, 4)
+    assert q.layout is not None
+    assert (q.layout.gpus, q.layout.pp, q.layout.vpp, q.layout.cp, q.layout.dp) == (128, 4, 5, 1, 4)
     assert q.config is not None and q.config.num_microbatches == 256 // 4  # G follows GBS / (MBS x DP)
     assert {o.field for o in LAYOUT_OPTIONS} <= set(dataclasses.asdict(base.layout))
 
@@ -186,7 +189,8 @@ def test_no_layout_option_changes_the_question_hash_and_each_lands_in_the_layout
 def test_a_hugging_face_config_plus_layout_fields_and_a_stored_question_round_trip():
     hf = Path(__file__).resolve().parent / "data" / "hf" / "llama3-8b.json"
     q = build_question(hf_config=hf, fields={"seq_length": 8192}, layout={"gpus": 16, "pp": 2, "sharding": "fsdp"})
-    assert q.layout is not None and (q.layout.gpus, q.layout.pp, q.layout.dp, q.layout.sharding) == (16, 2, 8, "fsdp")
+    assert q.layout is not None
+    assert (q.layout.gpus, q.layout.pp, q.layout.dp, q.layout.sharding) == (16, 2, 8, "fsdp")
     assert q.hash == build_question(model="llama3-8b").hash
     assert Question.from_dict(q.to_dict()) == q
     with pytest.raises(ConfigError) as info:
@@ -201,7 +205,8 @@ def test_a_result_stored_before_the_layout_existed_says_what_it_assumed(capsys):
     stored = Question.from_dict(json.loads(path.read_text())["question"])
     assert stored.layout is None
     layout, said = stored.layout_or_assumed()
-    assert layout is not None and (layout.gpus, layout.dp, layout.sharding, layout.microbatches) == (1, 1, "none", 8)
+    assert layout is not None
+    assert (layout.gpus, layout.dp, layout.sharding, layout.microbatches) == (1, 1, "none", 8)
     assert "measured before the layout was part of the question" in said
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
@@ -215,7 +220,8 @@ def test_directive_layout_options_reach_the_question_and_bad_ones_name_the_optio
     request = parse_options({"model": "llama3-8b", "pp": "2", "gpus": "16", "fp8-param-gather": ""},
                             srcdir=tmp_path, docdir=tmp_path)
     layout = request.question.layout
-    assert layout is not None and (layout.pp, layout.gpus, layout.cp, layout.fp8_param_gather) == (2, 16, 2, True)
+    assert layout is not None
+    assert (layout.pp, layout.gpus, layout.cp, layout.fp8_param_gather) == (2, 16, 2, True)
     assert request.question.hash == build_question(model="llama3-8b").hash
     with pytest.raises(OptionError) as info:
         parse_options({"model": "llama3-8b", "sharding": "zero3"}, srcdir=tmp_path, docdir=tmp_path)

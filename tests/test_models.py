@@ -8,7 +8,6 @@ DESIGN.md (``expand``) turns one Linear's ``M x K -> N`` into its three GEMMs.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import shlex
 from pathlib import Path
@@ -191,7 +190,8 @@ def test_each_preset_is_its_hugging_face_config(name) -> None:
     # file's question has the default layout and the default G: everything else is the same.
     assert from_preset.layout is not None and from_preset.config is not None and from_file.config is not None
     assert from_preset.config.num_microbatches == from_preset.layout.microbatches
-    assert from_file.config == dataclasses.replace(from_preset.config, num_microbatches=from_file.config.num_microbatches)
+    g = from_file.config.num_microbatches
+    assert from_file.config == dataclasses.replace(from_preset.config, num_microbatches=g)
 
 
 def test_deepseek_v3_from_its_config_notes_the_dense_layers_and_counts_the_moe_layers() -> None:

@@ -271,9 +271,9 @@ def _layout_value(field: str) -> Callable[[str], Any]:
 def _add_layout_flags(p: argparse.ArgumentParser) -> None:
     """The run's layout (issue 41), one flag per :data:`~gemm_bench.question.layout.LAYOUT_OPTIONS`
     entry: the same table the directives' options and the authoring reference are built from."""
-    g = p.add_argument_group("the run's layout (over a preset's published layout or a launch line's; "
-                             "TP, sequence parallel, EP, micro-batch and G are the model flags above, "
-                             "also spelled --tp, --ep, --mbs)")
+    g = p.add_argument_group("the run's layout", "over a preset's published layout or a launch line's; TP, "
+                             "sequence parallel, EP, micro-batch and G are the model flags above (also --tp, "
+                             "--ep, --mbs)")
     for option in LAYOUT_OPTIONS:
         flags = (cli_flag(option.field), *option.aliases)
         if option.kind == "bool":
