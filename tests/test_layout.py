@@ -3,6 +3,7 @@ and that no layout work moves a committed result's question hash."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from gemm_bench.question.config import (
     ConfigError,
     megatron_args_to_fields,
+    megatron_ignored_reason,
     megatron_layout,
     split_megatron_args,
 )
@@ -51,7 +53,8 @@ def test_context_parallel_is_no_longer_refused_and_layout_flags_are_not_ignored(
     assert ignored == []
     fields, ignored = megatron_layout(argv)
     assert fields["sharding"] == "fsdp" and fields["grad_reduce_dtype"] == "bf16" and fields["gpus"] == 16
-    assert ignored == ["--recompute-num-layers (applies to --recompute-granularity full only)"]
+    assert ignored == ["--recompute-num-layers"]
+    assert megatron_ignored_reason("--recompute-num-layers") == "applies to --recompute-granularity full only"
 
 
 def test_megatron_layout_full_block_recompute_and_virtual_size_flag():
@@ -109,9 +112,10 @@ def test_every_measured_model_id_has_a_layout_at_its_measured_shard_with_a_sourc
         question = json.loads(path.read_text())["question"]
         if question["kind"] != "model":
             continue
-        config = Question.from_dict(question).config
+        stored = Question.from_dict(question)
+        config = stored.config
         assert config is not None
-        model_id = next(i for i in PRESET_LAYOUTS if build_question(model=i).config == config)
+        model_id = next(i for i in PRESET_LAYOUTS if build_question(model=i).hash == stored.hash)
         preset = PRESET_LAYOUTS[model_id]
         assert preset.layout.tp == config.tensor_model_parallel_size, model_id
         assert preset.layout.ep == config.expert_model_parallel_size, model_id
@@ -131,3 +135,111 @@ def test_committed_results_keep_their_question_hash():
         assert Question.from_dict(question).hash == prefix, path.name
         if question["kind"] == "model":
             assert prefix in preset_hashes, path.name
+
+
+# ------------------------------------------------------------------------ the layout in the question
+ISSUE_LINE = ("torchrun --nnodes 16 --nproc-per-node 8 "
+              + LLAMA70B_LINE.split("torchrun --nnodes 8 --nproc-per-node 8 ")[1])
+
+
+def test_the_issues_llama3_70b_line_gives_a_question_whose_layout_holds_every_value(capsys):
+    """Issue 41's first Done-when: TP 4 + SP, PP 8 with virtual stages, CP 2, GBS 128, distributed
+    optimizer, selective recomputation, both overlap flags and FP8 parameter gather, none ignored."""
+    from gemm_bench.cli.commands import main
+
+    question = build_question(megatron_args=split_megatron_args(ISSUE_LINE))
+    layout, config = question.layout, question.config
+    assert layout is not None and config is not None
+    assert (layout.gpus, layout.tp, layout.sp, layout.pp, layout.vpp, layout.cp) == (128, 4, True, 8, 5, 2)
+    assert layout.dp == 2
+    assert (layout.global_batch_size, layout.micro_batch_size, layout.microbatches) == (128, 1, 64)
+    assert (layout.sharding, layout.recompute) == ("optimizer", "selective")
+    assert layout.overlap_grad_reduce and layout.overlap_param_gather and layout.fp8_param_gather
+    assert config.tensor_model_parallel_size == 4 and config.sequence_parallel and config.num_microbatches == 64
+    assert question.ignored_flags == ("--bf16", "--lr")
+    assert main(["shapes", "--megatron-args", ISSUE_LINE]) == 0
+    out = capsys.readouterr().out
+    ignored = [line for line in out.splitlines() if line.startswith("ignored")]
+    assert ignored == ["ignored (changes no GEMM and no memory the layout models): --bf16 --lr"]
+    assert ("layout: 128 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, CP 2, DP 2, distributed "
+            "optimizer, selective recomputation, FP8 parameter gather, G = 64") in " ".join(out.split())
+    assert max(map(len, out.splitlines())) <= 100
+
+
+def test_no_layout_option_changes_the_question_hash_and_each_lands_in_the_layout():
+    from gemm_bench.question.layout import LAYOUT_OPTIONS
+
+    base = build_question(model="llama3-70b/tp8")
+    assert base.layout == PRESET_LAYOUTS["llama3-70b/tp8"].layout  # the preset's published layout applies
+    for given in ({"pp": 8}, {"vpp": 2}, {"cp": 1}, {"gpus": 256}, {"global_batch_size": 512},
+                  {"sharding": "fsdp"}, {"recompute": "full", "recompute_method": "block", "recompute_num_layers": 2},
+                  {"fp8_param_gather": True}, {"grad_reduce_dtype": "bf16"}, {"overlap_grad_reduce": True},
+                  {"overlap_param_gather": True}, {"etp": 8}):
+        q = build_question(model="llama3-70b/tp8", layout=given)
+        assert q.hash == base.hash == "c1b9aa6aaebc8435", given
+        assert q.layout is not None and all(getattr(q.layout, k) == v for k, v in given.items()), given
+    # A page's field overrides that field alone: the rest stays the preset's.
+    q = build_question(model="llama3-70b/tp8", layout={"cp": 1})
+    assert q.layout is not None
+    assert (q.layout.gpus, q.layout.pp, q.layout.vpp, q.layout.cp, q.layout.dp) == (128, 4, 5, 1, 4)
+    assert q.config is not None and q.config.num_microbatches == 256 // 4  # G follows GBS / (MBS x DP)
+    assert {o.field for o in LAYOUT_OPTIONS} <= set(dataclasses.asdict(base.layout))
+
+
+def test_a_hugging_face_config_plus_layout_fields_and_a_stored_question_round_trip():
+    hf = Path(__file__).resolve().parent / "data" / "hf" / "llama3-8b.json"
+    q = build_question(hf_config=hf, fields={"seq_length": 8192}, layout={"gpus": 16, "pp": 2, "sharding": "fsdp"})
+    assert q.layout is not None
+    assert (q.layout.gpus, q.layout.pp, q.layout.dp, q.layout.sharding) == (16, 2, 8, "fsdp")
+    assert q.hash == build_question(model="llama3-8b").hash
+    assert Question.from_dict(q.to_dict()) == q
+    with pytest.raises(ConfigError) as info:
+        build_question(hf_config=hf, layout={"gpus": 12, "pp": 8})
+    assert info.value.field == "gpus"
+
+
+def test_a_result_stored_before_the_layout_existed_says_what_it_assumed(capsys):
+    from gemm_bench.cli.commands import main
+
+    path = CACHE / "45a55c5d892e31af--h200.json"
+    stored = Question.from_dict(json.loads(path.read_text())["question"])
+    assert stored.layout is None
+    layout, said = stored.layout_or_assumed()
+    assert layout is not None
+    assert (layout.gpus, layout.dp, layout.sharding, layout.microbatches) == (1, 1, "none", 8)
+    assert "measured before the layout was part of the question" in said
+    assert main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "layout (assumed): 1 GPU: DP 1, no optimizer sharding, G = 8;" in out
+    assert "memory per GPU (only stage" in out and max(map(len, out.splitlines())) <= 100
+
+
+def test_directive_layout_options_reach_the_question_and_bad_ones_name_the_option(tmp_path):
+    from gemm_benchmark.options import OptionError, parse_options
+
+    request = parse_options({"model": "llama3-8b", "pp": "2", "gpus": "16", "fp8-param-gather": ""},
+                            srcdir=tmp_path, docdir=tmp_path)
+    layout = request.question.layout
+    assert layout is not None
+    assert (layout.pp, layout.gpus, layout.cp, layout.fp8_param_gather) == (2, 16, 2, True)
+    assert request.question.hash == build_question(model="llama3-8b").hash
+    with pytest.raises(OptionError) as info:
+        parse_options({"model": "llama3-8b", "sharding": "zero3"}, srcdir=tmp_path, docdir=tmp_path)
+    assert info.value.option == "sharding" and "zero3" in info.value.message
+    with pytest.raises(OptionError) as info:
+        parse_options({"model": "llama3-8b", "gpus": "15"}, srcdir=tmp_path, docdir=tmp_path)
+    assert info.value.option == "gpus" and "not divisible" in info.value.message
+
+
+def test_cli_layout_flags_and_their_aliases(capsys):
+    from gemm_bench.cli.commands import main
+
+    assert main(["shapes", "--model", "llama3-70b", "--tp", "8", "--pp", "8", "--vpp", "5", "--gpus", "128",
+                 "--gbs", "128", "--recompute", "full", "--no-sequence-parallel", "--cache-dir", "/nonexistent"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("layout: 128 GPUs: TP 8, PP 8 with 5 virtual stages, CP 2, DP 1, distributed optimizer, full "
+            "recomputation, G = 128") in out
+    with pytest.raises(SystemExit) as exited:
+        main(["shapes", "--model", "llama3-8b", "--sharding", "zero3"])
+    assert exited.value.code == 2
+    assert "--sharding: 'zero3' is not one of none, optimizer" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.memory_per_gpu import (
     full_recompute_factor,
+    in_flight,
     largest_micro_batch,
     memory_per_gpu,
     sp_factor,
@@ -138,3 +139,30 @@ def test_expert_parallelism_scales_the_layers_weights_by_its_parameter_count():
     assert m.weights == round(4 * 200 * scale + 800)
     assert m.gradients == round(4 * (4 * 100 * scale + 2048))
     assert m.activations == 4000  # balanced routing: as many routed tokens per EP rank
+
+
+# Interleaved 1F1B (PP 2, 2 virtual stages) with CP 2 on 8 GPUs (DP 2): each sharding mode divides by
+# DP x CP = 4. Per micro-batch half the tokens (CP 2): a layer's activations 500, backward extra 25,
+# logits 150. First stage (embedding, 2 layers): params 2 x 100 + 1024 = 1224, weights 400 + 400 = 800,
+# FP8 copies 200, activations 2 layers x 500 x 2.5 micro-batches in flight (2 x (1 + 1 / (2 x 2))) = 2500.
+@pytest.mark.parametrize(("sharding", "weights", "grads", "state", "transient", "total"), [
+    ("none", 800, 4 * 1224, 12 * 1224, 25, 23109),
+    ("optimizer", 800, 4 * 1224, 12 * 1224 // 4, 25, 12093),
+    ("optimizer+grads", 800, 1224, 3672, 25, 8421),
+    ("fsdp", 200, 1224, 3672, 25 + 200, 8021),  # + one layer's unsharded weights while it is gathered
+])
+def test_every_sharding_mode_with_virtual_stages_and_context_parallel(sharding, weights, grads, state, transient,
+                                                                       total):
+    m = mem(ParallelLayout(gpus=8, pp=2, vpp=2, cp=2, sharding=sharding, num_microbatches=8))
+    assert (m.stage, m.layers, m.weights, m.fp8_weights, m.gradients, m.optimizer_state, m.activations,
+            m.transient, m.total) == ("first", 2, weights, 200, grads, state, 2500, transient, total)
+
+
+def test_virtual_stages_hold_more_in_flight_than_plain_1f1b_and_ignore_g():
+    # Plain 1F1B at G >= PP holds PP = 2 micro-batches; interleaved with v = 2 holds 2.5, with v = 4
+    # 2 x (1 + 1 / 8) = 2.25: Megatron's penalty shrinks as the virtual stages grow, whatever G.
+    assert in_flight(ParallelLayout(gpus=2, pp=2, num_microbatches=8)) == 2.0
+    assert in_flight(ParallelLayout(gpus=2, pp=2, vpp=2, num_microbatches=8)) == 2.5
+    assert in_flight(ParallelLayout(gpus=2, pp=2, vpp=4, num_microbatches=8)) == 2.25
+    assert in_flight(ParallelLayout(gpus=2, pp=2, vpp=4, num_microbatches=2)) == 2.25
+    assert in_flight(ParallelLayout(gpus=4, pp=4, num_microbatches=2)) == 2.0  # 1F1B: min(G, PP)

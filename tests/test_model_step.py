@@ -58,7 +58,13 @@ def test_vocabulary_and_g_leave_the_question_hash_as_it_was() -> None:
 def test_g_is_a_whole_number_of_at_least_one() -> None:
     with pytest.raises(ConfigError, match="num-microbatches: must be at least 1"):
         build_question(model="llama3-8b", fields={"num_microbatches": 0})
-    assert build_question(model="llama3-8b").config.num_microbatches == 8  # type: ignore[union-attr]
+    # G follows the published layout's global batch (issue 41): 128 / (micro-batch 1 x DP 8 / CP 2 = 4).
+    assert build_question(model="llama3-8b").config.num_microbatches == 32  # type: ignore[union-attr]
+    # A page's G overrides it (and the preset's global batch goes with it); no layout batch: the default 8.
+    given = build_question(model="llama3-8b", fields={"num_microbatches": 4})
+    assert given.config.num_microbatches == given.layout.microbatches == 4  # type: ignore[union-attr]
+    assert given.layout.global_batch_size is None  # type: ignore[union-attr]
+    assert build_question(model="llama3-70b").config.num_microbatches == 8  # type: ignore[union-attr]
 
 
 def test_a_model_without_vocabulary_has_no_model_step_and_says_why() -> None:

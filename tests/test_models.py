@@ -7,6 +7,7 @@ DESIGN.md (``expand``) turns one Linear's ``M x K -> N`` into its three GEMMs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -185,7 +186,12 @@ def test_each_preset_is_its_hugging_face_config(name) -> None:
     assert from_file.gemms == from_preset.gemms
     assert from_file.hash == from_preset.hash
     assert from_file.num_layers == from_preset.num_layers
-    assert from_file.config == from_preset.config
+    # The preset's question carries its published layout, whose global batch sets G (issue 41); the
+    # file's question has the default layout and the default G: everything else is the same.
+    assert from_preset.layout is not None and from_preset.config is not None and from_file.config is not None
+    assert from_preset.config.num_microbatches == from_preset.layout.microbatches
+    g = from_file.config.num_microbatches
+    assert from_file.config == dataclasses.replace(from_preset.config, num_microbatches=g)
 
 
 def test_deepseek_v3_from_its_config_notes_the_dense_layers_and_counts_the_moe_layers() -> None:
@@ -289,7 +295,8 @@ def test_a_real_pretrain_gpt_argument_list_gives_the_preset_and_lists_what_it_ig
     fields, ignored = megatron_args_to_fields(argv)
     assert fields == {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
                       "num_query_groups": 8, "kv_channels": 128, "seq_length": 8192, "micro_batch_size": 1,
-                      "tensor_model_parallel_size": 1, "swiglu": True}
+                      "tensor_model_parallel_size": 1, "swiglu": True,
+                      "sequence_parallel": False}  # Megatron runs without it unless the line says so
     for flag in ("--lr", "--train-iters", "--data-path", "--tokenizer-model", "--bf16", "--attention-dropout"):
         assert flag in ignored, flag
     # The run's layout takes these (issue 41: megatron_layout); they are no longer "ignored".

@@ -34,6 +34,7 @@ from sphinx.testing.util import SphinxTestApp
 from gemm_bench.cli import main as cli_main
 from gemm_bench.cli.commands import build_parser, question_from_args
 from gemm_bench.question.config import BOOL_FIELDS, INT_FIELDS, MAX_DIMENSION
+from gemm_bench.question.layout import LAYOUT_OPTIONS
 from gemm_bench.question.shapes import GemmShape
 from gemm_benchmark import directive as directive_module
 from gemm_benchmark import records as site_records
@@ -94,6 +95,9 @@ for _name in INT_OPTIONS:
     VALUES[_name] = int_values
 for _name in BOOL_OPTIONS:
     VALUES[_name] = flag_values
+for _layout in LAYOUT_OPTIONS:  # the run's layout (issue 41): the same kinds of value, and its words
+    VALUES[_layout.name] = {"int": int_values, "bool": flag_values}.get(
+        _layout.kind, st.sampled_from([*_layout.choices, "FSDP", "zero3", "", "full "]))
 assert set(VALUES) == set(OPTIONS)
 
 

@@ -27,19 +27,24 @@ from sphinx.util.docutils import SphinxDirective
 
 from gemm_bench.question.config import ConfigError
 from gemm_bench.question.devices import device_label
-from gemm_bench.question.layout import PRESET_LAYOUTS
-from gemm_bench.question.memory_per_gpu import largest_micro_batch, memory_per_gpu, what_would_fit
+from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.question import Question, build_question
+from gemm_bench.report.layout_memory import NO_PARTS, fits_text, gib, recipe_memory, remedy_text
 from gemm_bench.results.cache import Cache
-from gemm_bench.results.model_step_schema import memory_parts
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.options import (
+    LAYOUT_DIRECTIVE_OPTIONS,
+    LAYOUT_REFERENCE,
+    OptionError,
+    option_line,
+    parse_layout_option,
+)
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
 
-GIB = 1 << 30
 HEADER = ("Recipe", "Memory per GPU", "Fits?", "Largest micro-batch (predicted)", "Where it does not fit")
 NOT_COUNTED = ("Composed from the parts measured on one GPU (weights, FP8 copies, gradients, optimizer state and "
                "activations as the layout shards them; the most loaded pipeline stage); not counted: the "
@@ -47,40 +52,28 @@ NOT_COUNTED = ("Composed from the parts measured on one GPU (weights, FP8 copies
                "from the same parts, not searched on a GPU.")
 
 
-def _gib(value: float) -> str:
-    return f"{value / GIB:.1f} GiB"
-
-
-def memory_rows(doc: dict[str, Any], model_id: str) -> tuple[list[list[Entry]], str | None]:
-    """The table rows of one model on one GPU (per recipe), or ([], why there are none)."""
-    block = doc.get("model_step")
-    if not isinstance(block, dict) or not block.get("memory"):
-        return [], "no model step with its memory parts in this result (a GPU refresh measures it)"
+def memory_rows(doc: dict[str, Any], model_id: str,
+                layout: ParallelLayout | None = None) -> tuple[list[list[Entry]], str | None]:
+    """The table rows of one model on one GPU (per recipe), or ([], why there are none). ``layout``:
+    the page's (default: the published layout of ``model_id``)."""
     config = Question.from_dict(doc["question"]).config
     if config is None:
-        return [], "this result is not a model's question"
-    layout = PRESET_LAYOUTS[model_id].layout
-    capacity = int(block["capacity_bytes"])
+        block = doc.get("model_step")
+        measured = isinstance(block, dict) and bool(block.get("memory"))
+        return [], "this result is not a model's question" if measured else NO_PARTS
+    found, why = recipe_memory(doc, config, layout or PRESET_LAYOUTS[model_id].layout)
+    if why is not None:
+        return [], why
     rows: list[list[Entry]] = []
-    for precision in (p for p in PRECISIONS if p in block["memory"]):
-        parts = memory_parts(block, precision)
-        if parts is None:
-            continue
-        args = (parts, int(block["layer_params"]), config, layout)
-        try:
-            mem = memory_per_gpu(*args, capacity=capacity, precision=precision)
-            largest = largest_micro_batch(*args, capacity=capacity, precision=precision)
-            remedy = None if mem.fits else what_would_fit(*args, capacity=capacity, precision=precision)
-        except ConfigError as exc:
-            return [], f"the layout cannot be composed from this result: {exc}"
-        where = (f"{mem.stage} stage: weights {_gib(mem.weights)}, FP8 copies {_gib(mem.fp8_weights)}, gradients "
-                 f"{_gib(mem.gradients)}, optimizer state {_gib(mem.optimizer_state)}, activations "
-                 f"{_gib(mem.activations)}, transient {_gib(mem.transient)}; capacity {_gib(capacity)}")
-        fits = (f"yes, {_gib(mem.headroom)} free" if mem.fits else f"no, {_gib(-mem.headroom)} over")
-        change = "" if mem.fits else (f"{remedy[0]}: {_gib(remedy[1].total)}" if remedy
-                                      else "no single change of the layout")
-        rows.append([Entry(PRECISIONS[precision].display, strong=precision == "bf16"),
-                     Entry(_gib(mem.total), tooltip=where), Entry(fits), Entry(str(largest)), Entry(change)])
+    capacity = int(doc["model_step"]["capacity_bytes"])
+    for item in found:
+        mem = item.memory
+        where = (f"{mem.stage} stage: weights {gib(mem.weights)}, FP8 copies {gib(mem.fp8_weights)}, gradients "
+                 f"{gib(mem.gradients)}, optimizer state {gib(mem.optimizer_state)}, activations "
+                 f"{gib(mem.activations)}, transient {gib(mem.transient)}; capacity {gib(capacity)}")
+        rows.append([Entry(PRECISIONS[item.precision].display, strong=item.precision == "bf16"),
+                     Entry(gib(mem.total), tooltip=where), Entry(fits_text(mem)), Entry(str(item.largest_micro_batch)),
+                     Entry(remedy_text(item))])
     return rows, None
 
 
@@ -93,14 +86,28 @@ class GemmLayoutMemoryDirective(SphinxDirective):
 """
     reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
         "models": "model ids with a layout (every preset, and the measured ids such as ``llama3-70b/tp8``)",
+        **LAYOUT_REFERENCE,
     }
     has_content = False
-    option_spec = {"models": directives.unchanged_required}  # noqa: RUF012  (docutils reads it)
+    option_spec = {  # noqa: RUF012  (docutils reads it)
+        "models": directives.unchanged_required,
+        **{name: directives.unchanged for name in LAYOUT_DIRECTIVE_OPTIONS},
+    }
 
     def run(self) -> list[nodes.Node]:
         config = settings(self.env)
         if config.questions_only:
             return []
+        self.layout: dict[str, Any] = {}
+        for name, option in LAYOUT_DIRECTIVE_OPTIONS.items():
+            if name not in self.options:
+                continue
+            try:
+                self.layout[str(option.layout_field)] = parse_layout_option(option, self.options[name] or "")
+            except OptionError as exc:
+                warn(Subtype.OPTION, f"gemm-layout-memory: {exc}",
+                     location=(self.env.docname, option_line(self.block_text, self.lineno, name)))
+                return []
         out: list[nodes.Node] = []
         for model_id in [w for w in self.options.get("models", "").replace(",", " ").split() if w]:
             if model_id not in PRESET_LAYOUTS:
@@ -113,16 +120,21 @@ class GemmLayoutMemoryDirective(SphinxDirective):
     def _model(self, model_id: str, cache_dir: Path) -> nodes.Node:
         preset = PRESET_LAYOUTS[model_id]
         section = nodes.container(classes=["gemm-layout-memory"])
-        head = f"{model_id}: {preset.layout.describe()}."
+        try:
+            question = build_question(model=model_id, layout=self.layout)
+        except ConfigError as exc:
+            warn(Subtype.OPTION, f"gemm-layout-memory: {model_id}: {exc}", location=(self.env.docname, self.lineno))
+            return section
+        layout = question.layout or preset.layout
+        head = f"{model_id}: {layout.describe()}."
         section += nodes.paragraph(head, head, classes=["gemm-question"])
         source = nodes.paragraph(classes=["gemm-summary-note"])
-        source += nodes.Text("Layout: ")
+        source += nodes.Text("Layout: " + ("this page's options over " if self.layout else ""))
         if preset.url:
             source += nodes.reference(preset.source, preset.source, refuri=preset.url)
         else:
             source += nodes.Text(preset.source)
         section += source
-        question = build_question(model=model_id)
         lookup = Cache(cache_dir).lookup(question.hash)
         for error in lookup.errors:
             warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
@@ -130,7 +142,7 @@ class GemmLayoutMemoryDirective(SphinxDirective):
             self.env.note_dependency(str(path))
         panels: list[tuple[str, list[nodes.Node]]] = []
         for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
-            rows, why = memory_rows(doc, model_id)
+            rows, why = memory_rows(doc, model_id, layout)
             label = device_label(doc["device"]["name"])
             if why is not None:
                 panels.append((label, [nodes.paragraph(why, f"{label}: {why}.", classes=["gemm-summary-note"])]))

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from gemm_bench.question import choices
 from gemm_bench.question.config import BOOL_FIELDS, FIELD_HELP, INT_FIELDS, PRESET_DESCRIPTIONS, ConfigError
 from gemm_bench.question.devices import ALIASES, device_slug, normalize_selector
+from gemm_bench.question.layout import LAYOUT_OPTIONS, LayoutOption, parse_layout_value
 from gemm_bench.question.precisions import (
     MODE_ALIASES,
     MODE_NAMES,
@@ -58,6 +59,31 @@ class Option:
     #: The config field this option sets (Megatron argument name), or None.
     field: str | None = None
     flag: bool = False
+    #: The layout field this option sets (:data:`gemm_bench.question.layout.LAYOUT_OPTIONS`), or None.
+    layout_field: str | None = None
+
+
+def layout_option(option: LayoutOption) -> Option:
+    """A layout option as every directive spells it (``:pp:``), from the one layout table."""
+    text = option.help[:1].upper() + option.help[1:] + "."
+    if option.choices:
+        text += " One of " + ", ".join(f"``{c}``" for c in option.choices) + "."
+    if option.kind == "bool":
+        text += " A flag; ``true``/``false`` also accepted."
+    return Option(option.name, text, option.default, option.example, "layout", layout_field=option.field,
+                  flag=option.kind == "bool")
+
+
+#: Every layout option, keyed by its spelling: ``gemm-benchmark``, ``gemm-benchmark-summary`` and
+#: ``gemm-layout-memory`` take them all.
+LAYOUT_DIRECTIVE_OPTIONS: dict[str, Option] = {o.name: layout_option(o) for o in LAYOUT_OPTIONS}
+#: What the directive reference says of them where a directive other than ``gemm-benchmark`` takes
+#: them (once, at the first: the table of directive options has each one's meaning).
+LAYOUT_REFERENCE: dict[str, str] = {
+    LAYOUT_OPTIONS[0].name: "and every other layout option (" + ", ".join(f"``:{o.name}:``" for o in LAYOUT_OPTIONS[1:])
+    + "): the run's layout, as ``gemm-benchmark`` takes it, for every model shown (over each preset's published "
+    "layout)",
+}
 
 
 def _field_option(field: str) -> Option:
@@ -114,6 +140,7 @@ def _build_options() -> dict[str, Option]:
         Option("sweep", "Square sizes ``S`` (GEMMs ``SxSxS``), comma or space separated: speedup vs size.",
                "(none)", "1024, 2048, 4096, 8192", "question"),
         *(_field_option(f) for f in (*INT_FIELDS, *sorted(BOOL_FIELDS))),
+        *LAYOUT_DIRECTIVE_OPTIONS.values(),
         Option("precisions", f"Precisions to show, comma separated: {precisions}. BF16, the baseline of every "
                "speedup, is always shown. Any case, and ``_`` for ``-``, is accepted (``FP8_Current``).", "all",
                "bf16, fp8-current, fp8-block", "selection"),
@@ -363,16 +390,20 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path,
         errors.append(OptionError(unknown, unknown_option_text(unknown, OPTIONS, "gemm-benchmark")))
     text = {k: _keep_text(v) for k, v in options.items() if k in OPTIONS}
     fields: dict[str, Any] = {}
+    layout: dict[str, Any] = {}
     question_inputs_ok = True
     for name, value in text.items():
         option = OPTIONS[name]
-        if option.field is None:
+        if option.field is None and option.layout_field is None:
             continue
-        parsed = attempt(functools.partial(_parse_field, option, value), None)
+        parse = _parse_field if option.field is not None else parse_layout_option
+        parsed = attempt(functools.partial(parse, option, value), None)
         if parsed is None:
             question_inputs_ok = False
-        else:
+        elif option.field is not None:
             fields[option.field] = parsed
+        else:
+            layout[option.layout_field] = parsed  # type: ignore[index]
     hf_config = None
     if "hf-config" in text:
         hf_config = attempt(lambda: resolve_hf_config(text["hf-config"], srcdir=srcdir, docdir=docdir), None)
@@ -389,7 +420,7 @@ def parse_options(options: Mapping[str, Any], *, srcdir: Path, docdir: Path,
             question_inputs_ok = False
     question = None
     if question_inputs_ok:  # a question from half its inputs would report errors that are not there
-        question = attempt(lambda: _question(text, hf_config, fields), None)
+        question = attempt(lambda: _question(text, hf_config, fields, layout), None)
     precisions = (attempt(lambda: _parse_choices("precisions", text["precisions"], normalize_precision,
                                                  PRECISION_IDS), PRECISION_IDS)
                   if "precisions" in text else PRECISION_IDS)
@@ -423,7 +454,17 @@ def _parse_field(option: Option, value: str) -> bool | int:
     return _parse_bool(option.name, value) if option.flag else _parse_int(option.name, value)
 
 
-def _question(text: Mapping[str, str], hf_config: Path | None, fields: dict[str, Any]) -> Question:
+def parse_layout_option(option: Option, value: str) -> Any:
+    """A layout option's value through the one parser of layout values (the CLI's too)."""
+    assert option.layout_field is not None
+    try:
+        return parse_layout_value(option.layout_field, value)
+    except ConfigError as exc:
+        raise OptionError(option.name, exc.rule) from None
+
+
+def _question(text: Mapping[str, str], hf_config: Path | None, fields: dict[str, Any],
+              layout: dict[str, Any] | None = None) -> Question:
     """The bench core's question (the CLI's), its config errors spelled as directive options."""
     try:
         return build_question(
@@ -432,6 +473,7 @@ def _question(text: Mapping[str, str], hf_config: Path | None, fields: dict[str,
             shapes=split_list(text["shapes"]) if "shapes" in text else None,
             sweep=split_list(text["sweep"]) if "sweep" in text else None,
             fields=fields,
+            layout=layout,
         )
     except ConfigError as exc:
         message = exc.describe(lambda f: option_spelling(_FIELD_TO_OPTION.get(f, f)))

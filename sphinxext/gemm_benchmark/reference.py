@@ -35,6 +35,7 @@ from sphinx.util.docutils import SphinxDirective
 
 import gemm_benchmark
 from gemm_bench.question import config as presets_module
+from gemm_bench.question import layout as layout_module
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, PRESET_SOURCES
 from gemm_benchmark import config as config_module
 from gemm_benchmark import diagnostics, model_step_values, options, roles
@@ -240,7 +241,7 @@ class GemmBenchmarkOptionsDirective(ReferenceDirective):
     """The table of every ``gemm-benchmark`` option."""
 
     reference_example = ".. gemm-benchmark-options::"
-    documents = (options,)
+    documents = (options, layout_module)  # the layout options' table lives in the library's layout module
 
     def run(self) -> list[nodes.Node]:
         self.depend_on_sources()

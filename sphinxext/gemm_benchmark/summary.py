@@ -38,7 +38,7 @@ from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.directive import build_known_devices
-from gemm_benchmark.options import OptionError, mode_spellings, option_line
+from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, LAYOUT_REFERENCE, OptionError, mode_spellings, option_line
 from gemm_benchmark.render_block import FIGURE_CLASS, FIGURE_DIR, _relative_uri, figure_pair, scrolling
 from gemm_benchmark.render_table import Entry, data_table, inline_literals
 from gemm_benchmark.summary_answer import (
@@ -63,6 +63,11 @@ from gemm_benchmark.tabs import tab_set
 __all__ = ["GemmBenchmarkSummaryDirective", "ModelAsk", "gains_less_claims", "model_label", "summary_asks"]
 
 logger = logging.getLogger(__name__)
+
+
+def _text(text: str | None) -> str:
+    """docutils' converter of an option kept as text (a flag given without a value is "")."""
+    return text or ""
 
 
 class GemmBenchmarkSummaryDirective(SphinxDirective):
@@ -92,9 +97,11 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     "SQNR, for a page that shows ``:show: sqnr`` once)",
         "name": "with one model in ``:models:``: a name roles quote its numbers by, as a ``gemm-benchmark``'s "
                 "(``:gemm-breakdown:`NAME@h100 layer-graphed fp8-current more```); unique across the site",
+        **LAYOUT_REFERENCE,
     }
     has_content = False
     option_spec = {  # noqa: RUF012  (docutils reads it as a class attribute)
+        **{name: _text for name in LAYOUT_DIRECTIVE_OPTIONS},
         "models": lambda text: text or "",
         "precisions": lambda text: text or "",
         "modes": lambda text: text or "",

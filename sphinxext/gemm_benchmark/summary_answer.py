@@ -39,7 +39,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
-from gemm_benchmark.options import OptionError, Request, parse_options
+from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, OptionError, Request, parse_options
 from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.values import (
     SAME,
@@ -105,6 +105,8 @@ def summary_asks(options: Mapping[str, str], *, srcdir: Path, docdir: Path,
     if (options.get("name") or "").strip() and len(models) > 1:  # a name quotes one model's numbers
         raise OptionError("name", f"names one model's result for roles to quote; this summary shows {len(models)}")
     shared = {k: options[k] for k in ("precisions", "modes", "devices", "name") if (options.get(k) or "").strip()}
+    # The layout's options hold for every model of the summary (a flag may be given without a value).
+    shared.update({k: options[k] or "" for k in LAYOUT_DIRECTIVE_OPTIONS if k in options})
     asks = []
     errors: dict[str, OptionError] = {}
     for entry in models:

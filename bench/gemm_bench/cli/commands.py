@@ -61,9 +61,11 @@ from gemm_bench.question.config import (
     PRESETS,
     ConfigError,
     cli_flag,
+    megatron_ignored_reason,
     parse_model_id,
     split_megatron_args,
 )
+from gemm_bench.question.layout import LAYOUT_OPTIONS, parse_layout_value
 from gemm_bench.question.precisions import ALL_MODES, MODES, PRECISION_IDS, normalize_mode, normalize_precision
 from gemm_bench.question.question import Question, build_question
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES
@@ -233,14 +235,16 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", metavar="PRESET", help="preset: " + ", ".join(PRESET_DESCRIPTIONS))
     g.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
     for field in INT_FIELDS:
-        g.add_argument(cli_flag(field), dest=field, type=_positive_int, metavar="N", help=FIELD_HELP.get(field))
+        g.add_argument(cli_flag(field), *_CONFIG_SHORT_FLAGS.get(field, ()), dest=field, type=_positive_int,
+                       metavar="N", help=FIELD_HELP.get(field))
     g.add_argument("--swiglu", action="store_true", default=None, help=FIELD_HELP["swiglu"])
-    g.add_argument("--sequence-parallel", action="store_true", default=None,
+    g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help=FIELD_HELP["sequence_parallel"])
     g.add_argument("--megatron-args", metavar="ARGS",
                    help="a Megatron-LM argument list in one quoted string, as a launch script has it (flags "
                         "that change no GEMM are listed as ignored; write --megatron-args='--hidden-size ...' "
                         "when it starts with --); the config flags above override it")
+    _add_layout_flags(p)
     m = p.add_argument_group("manual shapes")
     m.add_argument("--shape", action="append", type=_dimensions("dimension"), metavar="MxKxN",
                    help="a GEMM shape (repeatable)")
@@ -248,15 +252,49 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
                    help="square GEMMs SxSxS, comma or space separated sizes")
 
 
+#: Short spellings of the config fields a layout is said with (``--tp 4``), beside Megatron-LM's.
+_CONFIG_SHORT_FLAGS: dict[str, tuple[str, ...]] = {
+    "tensor_model_parallel_size": ("--tp",), "expert_model_parallel_size": ("--ep",),
+    "micro_batch_size": ("--mbs",),
+}
+
+
+def _layout_value(field: str) -> Callable[[str], Any]:
+    """argparse's type for one layout flag: the parser every surface shares (parse_layout_value)."""
+    def parse(text: str) -> Any:
+        try:
+            return parse_layout_value(field, text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.rule) from None
+    return parse
+
+
+def _add_layout_flags(p: argparse.ArgumentParser) -> None:
+    """The run's layout (issue 41), one flag per :data:`~gemm_bench.question.layout.LAYOUT_OPTIONS`
+    entry: the same table the directives' options and the authoring reference are built from."""
+    g = p.add_argument_group("the run's layout", "over a preset's published layout or a launch line's; TP, "
+                             "sequence parallel, EP, micro-batch and G are the model flags above (also --tp, "
+                             "--ep, --mbs)")
+    for option in LAYOUT_OPTIONS:
+        flags = (cli_flag(option.field), *option.aliases)
+        if option.kind == "bool":
+            g.add_argument(*flags, dest=f"layout_{option.field}", action=argparse.BooleanOptionalAction,
+                           default=None, help=option.help)
+        else:
+            g.add_argument(*flags, dest=f"layout_{option.field}", type=_layout_value(option.field),
+                           metavar="|".join(option.choices) if option.choices else "N", help=option.help)
+
+
 def question_from_args(args: argparse.Namespace) -> Question:
     fields: dict[str, Any] = {f: getattr(args, f) for f in INT_FIELDS}
     fields["swiglu"] = args.swiglu
     fields["sequence_parallel"] = args.sequence_parallel
+    layout = {o.field: getattr(args, f"layout_{o.field}", None) for o in LAYOUT_OPTIONS}
     sweep = split_list(args.sweep) if args.sweep is not None else None
     try:
         megatron = split_megatron_args(args.megatron_args) if args.megatron_args is not None else None
         return build_question(model=args.model, hf_config=args.hf_config, shapes=args.shape,
-                              sweep=sweep, fields=fields, megatron_args=megatron)
+                              sweep=sweep, fields=fields, megatron_args=megatron, layout=layout)
     except ConfigError as exc:
         message = exc.describe(cli_flag)
         if exc.field == "model" and args.model is not None and "did you mean" not in message:
@@ -289,30 +327,47 @@ def _choices(text: str, flag: str, normalize: Callable[[str], str], known: Seque
 
 
 # ------------------------------------------------------------------------------- shapes
-def _layout_lines(args: argparse.Namespace) -> list[str]:
-    """The run's parallel layout a pasted Megatron launch line states (issue 41), in words, and the
-    layout flags it could not take with their reasons; nothing without ``--megatron-args``."""
-    text = getattr(args, "megatron_args", None)
-    if not text:
+def layout_lines(question: Question) -> list[str]:
+    """The question's layout in words, with where it comes from (a preset's published layout, or
+    the one a result stored before the layout existed assumed): what ``shapes`` and ``report`` print."""
+    layout, assumed = question.layout_or_assumed()
+    if layout is None:
         return []
-    from gemm_bench.question.config import ConfigError, megatron_layout, split_megatron_args
-    from gemm_bench.question.layout import ParallelLayout
+    if assumed:
+        return [f"layout (assumed): {assumed}"]
+    lines = [f"layout: {layout.describe()}"]
+    if question.layout_note:
+        lines.append(f"layout from: {question.layout_note}")
+    return lines
+
+
+def ignored_lines(question: Question) -> list[str]:
+    """The launch line's ignored flags, grouped by their reason (:func:`megatron_ignored_reason`)."""
+    reasons: dict[str, list[str]] = {}
+    for flag in question.ignored_flags:
+        reasons.setdefault(megatron_ignored_reason(flag), []).append(flag)
+    return [f"ignored ({reason}): {' '.join(flags)}" for reason, flags in reasons.items()]
+
+
+def _cached_memory_lines(question: Question, cache_dir: Path) -> list[str]:
+    """Memory per GPU of the question's layout per recipe, from each cached result of the question
+    that holds the model step's memory parts; one line saying where to get them otherwise."""
+    if question.config is None or question.layout is None:
+        return []
+    from gemm_bench.report.layout_memory import memory_lines
 
     try:
-        fields, ignored = megatron_layout(split_megatron_args(text))
-        counted = "gpus" in fields
-        if not counted:  # a launch line often leaves the GPU count to the launcher: the least it runs on
-            fields["gpus"] = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
-        layout = ParallelLayout(**fields)
-    except ConfigError as exc:
-        raise UsageError(f"--megatron-args: {exc}") from None
-    except TypeError as exc:  # a field ParallelLayout does not take: a bug of the parser, said plainly
-        raise UsageError(f"--megatron-args: the layout cannot be built: {exc}") from None
-    lines = [f"layout: {layout.describe()}" + ("" if counted else " (no GPU count in the line: shown at DP 1; "
-                                                                    "give --num-gpus N or the launcher's --nnodes and "
-                                                                    "--nproc-per-node)")]
-    lines += [f"layout flag ignored: {item}" for item in ignored]
-    return lines
+        docs = Cache(cache_dir).lookup(question.hash).documents
+    except CacheError:
+        docs = []
+    if not docs:
+        return [f"memory per GPU: needs a measured model step of this question (none in {cache_dir}; "
+                "gemm-bench run --modes layer measures one)"]
+    out = []
+    for doc in sorted(docs, key=lambda d: d["device"]["name"]):
+        out.append(f"on the {doc['device']['name']}:")
+        out += memory_lines(doc, question.config, question.layout)
+    return out
 
 
 def cmd_shapes(args: argparse.Namespace) -> int:
@@ -320,13 +375,10 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     if args.json:
         echo(json.dumps([g.to_dict() for g in q.gemms], indent=1))
         return 0
-    layout_lines = _layout_lines(args)  # before any output: a bad layout is an error, not half a listing
     echo_wrapped(q.describe())
     for note in q.notes:
         echo_wrapped(f"note: {note}")
-    if q.ignored_flags:
-        echo_wrapped(f"ignored (change no GEMM): {' '.join(q.ignored_flags)}")
-    for line in layout_lines:
+    for line in [*ignored_lines(q), *layout_lines(q), *_cached_memory_lines(q, Path(args.cache_dir))]:
         echo_wrapped(line)
     echo(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
     for g in q.gemms:
@@ -532,8 +584,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = Report(doc, num_layers=args.num_layers)
     if args.json:
         echo(json.dumps(training_text.to_json(report), indent=1))
-    else:
-        echo(training_text.text(report, _loss_parity_beside(path, doc)))
+        return 0
+    echo(training_text.text(report, _loss_parity_beside(path, doc)))
+    question = Question.from_dict(doc["question"])
+    lines = layout_lines(question)
+    if lines and question.config is not None:
+        from gemm_bench.report.layout_memory import memory_lines
+
+        layout, _ = question.layout_or_assumed()
+        assert layout is not None  # a model's question always has one, stored or assumed
+        echo("\n== The run's layout and memory per GPU ==")
+        for line in [*lines, *memory_lines(doc, question.config, layout)]:
+            echo_wrapped(line)
     return 0
 
 
@@ -658,6 +720,8 @@ def build_parser() -> Parser:
     p = sub.add_parser("shapes", help="list the GEMMs of one transformer layer")
     _add_config_flags(p)
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per GEMM")
+    p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),
+                   help=f"where memory per GPU's measured parts are read (default: {DEFAULT_CACHE})")
     p.set_defaults(func=cmd_shapes)
 
     p = sub.add_parser("run", help="measure on this GPU and store the result" + needs("run"))

@@ -96,7 +96,7 @@ def collectives(config: ModelConfig) -> list[Collective]:
     tp = config.tensor_model_parallel_size
     activation = config.tokens * config.hidden_size * ACTIVATION_BYTES
     if tp > 1:
-        if config.sequence_parallel:
+        if config.sequence_parallel_on:
             share = activation * (tp - 1) // tp
             out += [Collective("all-gather", f"TP {tp}", tp, 4, activation, share),
                     Collective("reduce-scatter", f"TP {tp}", tp, 4, activation, share)]
@@ -141,7 +141,7 @@ def left_out(config: ModelConfig) -> list[str]:
     if collectives(config):
         names = ", ".join(f"{c.count} {c.name} ({c.group})" for c in collectives(config))
         out.append(f"collectives not run: {names} per step")
-    if config.tensor_model_parallel_size > 1 and config.sequence_parallel:
+    if config.tensor_model_parallel_size > 1 and config.sequence_parallel_on:
         out.append("LayerNorms and residual adds run on all tokens of the micro-batch, where sequence "
                    f"parallelism runs them on 1/{config.tensor_model_parallel_size} of them")
     if config.is_moe:

@@ -73,7 +73,10 @@ class ModelConfig:
     kv_channels: int | None = None
     swiglu: bool = False
     tensor_model_parallel_size: int = 1
-    sequence_parallel: bool = False
+    #: None: on exactly when TP > 1, as Megatron-LM's recipes run tensor parallelism (issue 41);
+    #: :meth:`resolved` writes the value out. A Megatron launch line without ``--sequence-parallel``
+    #: says False, as Megatron runs it.
+    sequence_parallel: bool | None = None
     num_experts: int | None = None
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
@@ -95,6 +98,13 @@ class ModelConfig:
     num_microbatches: int = 8
 
     # ------------------------------------------------------------------ derived quantities
+    @property
+    def sequence_parallel_on(self) -> bool:
+        """Sequence parallel as the run has it: the field when given, else on exactly when TP > 1."""
+        if self.sequence_parallel is None:
+            return self.tensor_model_parallel_size > 1
+        return self.sequence_parallel
+
     @property
     def tokens(self) -> int:
         """Tokens one GEMM sees per micro-batch: micro-batch size x sequence length."""
@@ -163,6 +173,7 @@ class ModelConfig:
             expert_model_parallel_size=self.expert_model_parallel_size if self.is_moe else 1,
             moe_shared_expert_intermediate_size=self.moe_shared_expert_intermediate_size if self.is_moe else None,
             moe_dense_layers=self.moe_dense_layers if self.is_moe else None,
+            sequence_parallel=self.sequence_parallel_on,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,7 +185,7 @@ class ModelConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name in ("swiglu", "sequence_parallel"):
-                if not isinstance(value, bool):
+                if not isinstance(value, bool) and not (value is None and f.name == "sequence_parallel"):
                     raise ConfigError(f.name, f"must be true or false, got {value!r}")
                 continue
             if value is None:
@@ -262,7 +273,7 @@ class ModelConfig:
                 f"({{num_attention_heads}} {self.num_attention_heads}), no KV groups",
             )
         tp = self.tensor_model_parallel_size
-        if self.sequence_parallel and tp > 1 and self.tokens % tp:
+        if self.sequence_parallel_on and tp > 1 and self.tokens % tp:
             raise ConfigError(
                 "sequence_parallel",
                 f"needs the {self.tokens} tokens of a micro-batch to divide by "
@@ -278,8 +289,10 @@ MAX_DIMENSION = 1 << 20
 FIELD_HELP: dict[str, str] = {
     "hidden_size": "transformer hidden size (model width)",
     "swiglu": "gated MLP (SwiGLU): MLP up computes gate and up, 2 x FFN outputs",
-    "sequence_parallel": "Megatron sequence parallelism; it changes no GEMM shape except multi-latent attention's "
-    "down projections at TP > 1 (each rank projects only its 1/TP of the tokens)",
+    "sequence_parallel": "Megatron sequence parallelism (default: on when the tensor-parallel size is above 1, as "
+    "Megatron-LM's recipes run it; false turns it off); it changes no GEMM shape except multi-latent attention's "
+    "down projections at TP > 1 (each rank projects only its 1/TP of the tokens), and divides the activations "
+    "outside the tensor-parallel regions by TP in memory per GPU",
     "ffn_hidden_size": "MLP hidden size (per expert for MoE unless --moe-ffn-hidden-size)",
     "num_attention_heads": "attention heads",
     "num_query_groups": "KV groups for GQA (default: one per head)",
@@ -938,8 +951,8 @@ def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[s
                           "GEMMs and not understood; remove them to see the shapes without them")
     if "--swiglu" in switches:
         fields["swiglu"] = True
-    if "--sequence-parallel" in switches:
-        fields["sequence_parallel"] = True
+    # Megatron-LM runs without sequence parallelism unless the line says --sequence-parallel.
+    fields["sequence_parallel"] = "--sequence-parallel" in switches
     if "--multi-latent-attention" in switches and "kv_lora_rank" not in fields:
         raise ConfigError("megatron_args", "--multi-latent-attention needs --kv-lora-rank, --qk-head-dim, "
                           "--qk-pos-emb-head-dim and --v-head-dim (Megatron's defaults are not assumed)")
@@ -1045,10 +1058,12 @@ MEGATRON_LAYOUT_FLAGS = frozenset({
     "--global-batch-size", "--micro-batch-size", "--use-distributed-optimizer", "--data-parallel-sharding-strategy",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--overlap-grad-reduce",
     "--overlap-param-gather", "--fp8-param-gather", "--grad-reduce-in-bf16", "--num-gpus", "--num-nodes",
-    "--gpus-per-node",
+    "--gpus-per-node", "--num-virtual-stages-per-pipeline-rank", "--use-megatron-fsdp", "--use-torch-fsdp2",
+    "--torch-fsdp2-no-reshard-after-forward", "--recompute-activations",
 })
 _LAYOUT_INTS = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
-                "--virtual-pipeline-model-parallel-size": "vpp", "--context-parallel-size": "cp",
+                "--virtual-pipeline-model-parallel-size": "vpp", "--num-virtual-stages-per-pipeline-rank": "vpp",
+                "--context-parallel-size": "cp",
                 "--expert-model-parallel-size": "ep", "--expert-tensor-parallel-size": "etp",
                 "--global-batch-size": "global_batch_size", "--micro-batch-size": "micro_batch_size",
                 "--recompute-num-layers": "recompute_num_layers"}
@@ -1062,9 +1077,13 @@ def megatron_layout(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
 
     Megatron's rules: ``--num-layers-per-virtual-pipeline-stage`` N gives layers / PP / N virtual
     stages; ``--data-parallel-sharding-strategy`` (Megatron-FSDP) wins over
-    ``--use-distributed-optimizer``; the GPU count is ``--num-gpus``, ``--num-nodes`` x
-    ``--gpus-per-node``, or the launcher's ``--nnodes`` x ``--nproc-per-node``. Without
-    ``--sequence-parallel`` the layout says False (Megatron runs TP without it unless told).
+    ``--use-distributed-optimizer``, ``--use-megatron-fsdp`` alone is its default strategy
+    (optim_grads_params: FSDP), ``--use-torch-fsdp2`` is FSDP (ZeRO-2 with
+    ``--torch-fsdp2-no-reshard-after-forward``), ``--recompute-activations`` is selective
+    recomputation; the GPU count is ``--num-gpus``, ``--num-nodes`` x ``--gpus-per-node``, or the
+    launcher's ``--nnodes`` x ``--nproc-per-node``. Without ``--sequence-parallel`` the layout says
+    False (Megatron runs TP without it unless told). The flags returned as ignored have their
+    reason in :func:`megatron_ignored_reason`.
     """
     parsed, _, launcher = _parse_megatron_argv(argv)
     fields: dict[str, Any] = {}
@@ -1101,8 +1120,14 @@ def megatron_layout(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
             raise ConfigError("megatron_args", f"--data-parallel-sharding-strategy {value[:40]!a} is not one of "
                               f"{', '.join(MEGATRON_SHARDING)}")
         fields["sharding"] = MEGATRON_SHARDING[value]
+    elif "--use-torch-fsdp2" in parsed:
+        fields["sharding"] = "optimizer+grads" if "--torch-fsdp2-no-reshard-after-forward" in parsed else "fsdp"
+    elif "--use-megatron-fsdp" in parsed:
+        fields["sharding"] = "fsdp"
     elif "--use-distributed-optimizer" in parsed:
         fields["sharding"] = "optimizer"
+    if "--recompute-activations" in parsed and "--recompute-granularity" not in parsed:
+        fields["recompute"] = "selective"
     for flag in ("--recompute-granularity", "--recompute-method"):
         values = parsed.get(flag)
         if values is None:
@@ -1115,7 +1140,7 @@ def megatron_layout(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     if fields.get("recompute") != "full":
         for flag in ("--recompute-method", "--recompute-num-layers"):
             if flag in parsed:
-                ignored.append(f"{flag} (applies to --recompute-granularity full only)")
+                ignored.append(flag)
                 fields.pop("recompute_method" if flag == "--recompute-method" else "recompute_num_layers", None)
     gpus = _gpu_count(parsed, launcher)
     if gpus is not None:
@@ -1138,3 +1163,34 @@ def _gpu_count(parsed: Mapping[str, list[str]], launcher: Mapping[str, list[str]
     n = _megatron_int(nodes, parsed.get(nodes) or launcher[nodes])
     g = _megatron_int(per_node, parsed.get(per_node) or launcher[per_node])
     return n * g
+
+
+#: Why a Megatron-LM flag is listed as ignored, for the flags with a reason of their own; every other
+#: ignored flag changes neither a GEMM nor the memory the layout models (learning rate, data,
+#: logging, checkpoints, fusions, dropout, router settings...).
+_IGNORED_REASONS: dict[str, str] = {
+    "--pipeline-model-parallel-layout": "a custom stage layout: memory per GPU assumes the even split",
+    "--decoder-first-pipeline-num-layers": "an uneven first stage: memory per GPU assumes the even split",
+    "--decoder-last-pipeline-num-layers": "an uneven last stage: memory per GPU assumes the even split",
+    "--num-layers-in-first-pipeline-stage": "an uneven first stage: memory per GPU assumes the even split",
+    "--num-layers-in-last-pipeline-stage": "an uneven last stage: memory per GPU assumes the even split",
+    "--account-for-embedding-in-pipeline-split": "memory per GPU assumes the even split of the layers",
+    "--account-for-loss-in-pipeline-split": "memory per GPU assumes the even split of the layers",
+    "--rampup-batch-size": "a batch ramp-up: the step at the full global batch is what is modelled",
+    "--num-query-groups": "Megatron-LM reads it only with --group-query-attention",
+    "--kv-channels": "multi-latent attention uses its own head dims",
+    "--recompute-method": "applies to --recompute-granularity full only",
+    "--recompute-num-layers": "applies to --recompute-granularity full only",
+    "--mtp-num-layers": "the multi-token-prediction block is not a layer of the model's stack: not modelled",
+    "--moe-layer-recompute": "recomputation of the MoE layer alone is not modelled",
+}
+_GENERIC_IGNORED_REASON = "changes no GEMM and no memory the layout models"
+
+
+def megatron_ignored_reason(flag: str) -> str:
+    """Why ``flag`` of a Megatron-LM argument list is listed as ignored (``shapes`` prints it)."""
+    if flag in _IGNORED_REASONS:
+        return _IGNORED_REASONS[flag]
+    if flag[2:].replace("-", "_") in _MLA_FIELDS:
+        return "Megatron-LM reads it only with --multi-latent-attention"
+    return _GENERIC_IGNORED_REASON

@@ -1,10 +1,15 @@
 """The parallel layout of the run a reader launches (issue 41): how many GPUs, how the model is split
 over them, how the optimizer is sharded, what is recomputed and how large the batches are.
 
-Nothing here changes what is measured: the layer is measured at the question's tensor- and
-expert-parallel shard (:class:`~gemm_bench.question.config.ModelConfig`), and the layout only
-decides how the measured parts add up on one GPU (:mod:`gemm_bench.question.memory_per_gpu`). So no
-layout field enters the question's hash, and every committed result keeps its name.
+The layout is part of the question (:attr:`gemm_bench.question.question.Question.layout`), but
+only what one GPU measures enters its hash: the layer is measured at the question's tensor- and
+expert-parallel shard, micro-batch and sequence (fields of
+:class:`~gemm_bench.question.config.ModelConfig`, keyed as before), and the rest of the layout
+(:data:`LAYOUT_ONLY_FIELDS`) only decides how the measured parts add up on one GPU
+(:mod:`gemm_bench.question.memory_per_gpu`) and how many micro-batches make a step. So no field of
+this module enters the question's hash, and every committed result keeps its name. TP, sequence
+parallel, EP, the micro-batch and G have one source, the model config: :func:`question_layout`
+reads them from it.
 
 Field names follow Megatron-LM's arguments; a validation error names the Megatron flag
 (:class:`~gemm_bench.question.config.ConfigError` with the field, which every surface spells its own
@@ -14,9 +19,11 @@ way: ``--pipeline-model-parallel-size`` on the command line).
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from typing import Any
 
-from gemm_bench.question.config import ConfigError
+from gemm_bench.question.config import ConfigError, ModelConfig
 
 #: Optimizer sharding over the data-parallel ranks: ZeRO-0 (none), 1 (Megatron's
 #: ``--use-distributed-optimizer``), 2 (gradients too) and 3 (FSDP: parameters too). Megatron-FSDP's
@@ -180,7 +187,7 @@ class ParallelLayout:
         if self.grad_reduce_dtype == "bf16":
             parts.append("BF16 gradient reduce")
         parts.append(f"G = {self.microbatches}")
-        return f"{self.gpus} GPUs: " + ", ".join(parts)
+        return f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}: " + ", ".join(parts)
 
 
 def _positive(field: str, value: Any) -> None:
@@ -269,3 +276,143 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         "chosen, not from a published recipe: a 27B dense model at 8192 tokens, PP 2 over 64 GPUs with the "
         "distributed optimizer"),
 }
+
+
+# ------------------------------------------------------------------ the layout in the question
+#: The layout's fields that the model config does not hold (it holds TP, sequence parallel, EP, the
+#: micro-batch and G): what a page, the CLI or a launch line adds to a question to say its layout.
+LAYOUT_ONLY_FIELDS: tuple[str, ...] = (
+    "gpus", "pp", "vpp", "cp", "etp", "global_batch_size", "sharding", "recompute", "recompute_method",
+    "recompute_num_layers", "fp8_param_gather", "grad_reduce_dtype", "overlap_grad_reduce", "overlap_param_gather",
+)
+#: Layout field -> the model config field that is its one source (errors are re-spelled to it).
+CONFIG_SOURCED: dict[str, str] = {"tp": "tensor_model_parallel_size", "sp": "sequence_parallel",
+                                  "ep": "expert_model_parallel_size", "micro_batch_size": "micro_batch_size",
+                                  "num_microbatches": "num_microbatches"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutOption:
+    """One layout option, spelled ``:name:`` in every directive and ``--name`` on the command line
+    (``aliases`` are further command-line spellings: the short ones and Megatron-LM's own)."""
+
+    field: str
+    kind: str  # "int", "bool" or "choice"
+    help: str
+    default: str
+    example: str
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.field.replace("_", "-")
+
+
+#: The one table of layout options: the directives' option tables, the CLI's flags and the
+#: authoring reference are built from it.
+LAYOUT_OPTIONS: tuple[LayoutOption, ...] = (
+    LayoutOption("gpus", "int", "GPUs of the run; data parallel follows as GPUs / (TP x PP x CP)",
+                 "the preset's, else TP x PP x CP (DP 1)", "64", aliases=("--num-gpus",)),
+    LayoutOption("pp", "int", "pipeline-parallel stages; each holds layers / PP of the layers", "1 (or the preset's)",
+                 "8", aliases=("--pipeline-model-parallel-size",)),
+    LayoutOption("vpp", "int", "virtual stages per pipeline rank (interleaved 1F1B)", "none (or the preset's)",
+                 "5", aliases=("--virtual-pipeline-model-parallel-size",)),
+    LayoutOption("cp", "int", "context-parallel size: each rank holds 1/CP of every sequence",
+                 "1 (or the preset's)", "2", aliases=("--context-parallel-size",)),
+    LayoutOption("etp", "int", "expert tensor-parallel size (only the tensor-parallel size is modelled)",
+                 "the tensor-parallel size", "4", aliases=("--expert-tensor-parallel-size",)),
+    LayoutOption("global_batch_size", "int", "sequences per optimizer step over all data-parallel ranks; G "
+                 "(num-microbatches) follows as GBS / (micro-batch x DP) unless G is given",
+                 "the preset's, else micro-batch x DP x G", "128", aliases=("--gbs",)),
+    LayoutOption("sharding", "choice", "what the data-parallel ranks shard: none; optimizer (Megatron's distributed "
+                 "optimizer, ZeRO-1); optimizer+grads (ZeRO-2); fsdp (ZeRO-3)", "none (or the preset's)",
+                 "optimizer", SHARDINGS),
+    LayoutOption("recompute", "choice", "activation recomputation: none, selective (core attention) or full "
+                 "(whole layers)", "none (or the preset's)", "selective", RECOMPUTES,
+                 aliases=("--recompute-granularity",)),
+    LayoutOption("recompute_method", "choice", "full recomputation's method: uniform or block", "uniform", "block",
+                 ("uniform", "block")),
+    LayoutOption("recompute_num_layers", "int", "full recomputation: layers per recomputed group (uniform) or "
+                 "recomputed layers per stage (block)", "all", "2"),
+    LayoutOption("fp8_param_gather", "bool", "FP8 primary weights: the compute weights kept and all-gathered in "
+                 "FP8, with no BF16 copy (FP8 recipes only)", "false", ""),
+    LayoutOption("grad_reduce_dtype", "choice", "the main gradients' dtype, kept and reduced: fp32 or bf16",
+                 "fp32", "bf16", GRAD_REDUCE_DTYPES),
+    LayoutOption("overlap_grad_reduce", "bool", "overlap the data-parallel gradient reduction with the backward "
+                 "(changes no memory the layout models)", "false", ""),
+    LayoutOption("overlap_param_gather", "bool", "overlap the parameter all-gather with the forward (changes no "
+                 "memory the layout models)", "false", ""),
+)
+LAYOUT_OPTION_BY_FIELD: dict[str, LayoutOption] = {o.field: o for o in LAYOUT_OPTIONS}
+
+
+def parse_layout_value(field: str, text: str) -> Any:
+    """One layout option's text (a directive's, a CLI flag's) as its value; :class:`ConfigError` on
+    ``field`` otherwise. The one parser of layout values, so every surface accepts the same words."""
+    option = LAYOUT_OPTION_BY_FIELD[field]
+    value = str(text).strip()
+    if option.kind == "bool":
+        word = value.lower()
+        if word in ("", "true", "yes", "on", "1"):
+            return True
+        if word in ("false", "no", "off", "0"):
+            return False
+        raise ConfigError(field, f"is a flag; give no value, or true/false (got {value[:40]!r})")
+    if option.kind == "choice":
+        word = value.lower()
+        if word not in option.choices:
+            raise ConfigError(field, f"{value[:40]!r} is not one of {', '.join(option.choices)}")
+        return word
+    if not value.isdecimal() or len(value) > 9:
+        raise ConfigError(field, f"{value[:40]!r} is not a whole number")
+    if int(value) < 1:
+        raise ConfigError(field, f"must be at least 1, got {int(value)}")
+    return int(value)
+
+
+def preset_layout(preset: str, config: ModelConfig) -> tuple[str, PresetLayout] | None:
+    """The published layout of preset ``preset`` at the question's measured shard (its TP and EP):
+    ``llama3-70b`` at TP 8 is ``llama3-70b/tp8``'s; None when no layout of that preset has them."""
+    name = preset.strip().lower()
+    for key, found in PRESET_LAYOUTS.items():
+        if (key == name or key.startswith(name + "/")) and found.layout.tp == config.tensor_model_parallel_size \
+                and found.layout.ep == config.expert_model_parallel_size:
+            return key, found
+    return None
+
+
+def question_layout(config: ModelConfig, given: Mapping[str, Any], *, base: ParallelLayout | None = None,
+                    g_given: bool = False) -> ParallelLayout:
+    """The question's layout: ``base`` (a preset's published layout) under ``given`` (the page's
+    layout fields, :data:`LAYOUT_ONLY_FIELDS`), with TP, sequence parallel, EP and the micro-batch
+    read from ``config`` (resolved). G follows the global batch unless ``g_given`` (the page gave
+    ``num_microbatches``: it overrides a preset's global batch, and must agree with a given one);
+    without a global batch G is the config's. Without a GPU count the run is the fewest GPUs that
+    hold the layout (data parallel 1). A rule broken is a :class:`ConfigError` naming the field as
+    the question spells it (a config field for TP, SP, EP, micro-batch and G)."""
+    unknown = sorted(set(given) - set(LAYOUT_ONLY_FIELDS))
+    if unknown:
+        raise ConfigError(unknown[0], "is not a layout option")
+    values: dict[str, Any] = {}
+    if base is not None:
+        values = {f: getattr(base, f) for f in LAYOUT_ONLY_FIELDS}
+    values.update({k: v for k, v in given.items() if v is not None})
+    if g_given and "global_batch_size" not in given:
+        values["global_batch_size"] = None  # the page's G overrides the preset's batch
+    if values.get("recompute") != "full" and "recompute" in given:
+        for field in ("recompute_method", "recompute_num_layers"):  # the preset's, for full recomputation
+            if field not in given:
+                values[field] = None
+    tp, ep = config.tensor_model_parallel_size, config.expert_model_parallel_size
+    pp, cp = values.get("pp") or 1, values.get("cp") or 1
+    if values.get("gpus") is None:
+        etp = values.get("etp") or tp
+        values["gpus"] = math.lcm(tp * pp * cp, etp * ep * pp)
+    sp = config.sequence_parallel_on and tp > 1
+    use_g = g_given or values.get("global_batch_size") is None
+    try:
+        return ParallelLayout(**values, tp=tp, sp=sp, ep=ep, micro_batch_size=config.micro_batch_size,
+                              num_microbatches=config.num_microbatches if use_g else None)
+    except ConfigError as exc:
+        raise ConfigError(CONFIG_SOURCED.get(exc.field, exc.field), exc.rule) from None

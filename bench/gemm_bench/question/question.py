@@ -27,8 +27,16 @@ from gemm_bench.question.config import (
     config_from_hf,
     config_from_mapping,
     megatron_args_to_fields,
+    megatron_layout,
     parse_model_id,
     preset,
+)
+from gemm_bench.question.layout import (
+    LAYOUT_ONLY_FIELDS,
+    ParallelLayout,
+    layout_flag,
+    preset_layout,
+    question_layout,
 )
 from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_gemms, manual_gemms, square_sweep
 
@@ -81,6 +89,13 @@ def step_key(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if model.tensor_model_parallel_size == 1:
         unread.add("sequence_parallel")
     canonical = model.to_dict()
+    if not model.is_mla:
+        # Sequence parallelism changes no GEMM of these layers, and the one-GPU layer step does not
+        # emulate it (every token runs on the rank: measure/step.py says what is left out), so what
+        # is measured is the step without it, whatever the run uses: keyed as false, the value every
+        # result measured before it became the default at TP > 1 (issue 41) was keyed with. Multi-latent
+        # attention's down projections do change with it: there the asked value stays in the key.
+        canonical["sequence_parallel"] = False
     return {k: canonical[k] for k in sorted(canonical) if k not in unread}
 
 
@@ -110,6 +125,22 @@ class Question:
     config: ModelConfig | None
     #: Megatron-LM flags of the question's argument list that change no GEMM (not part of the hash).
     ignored_flags: tuple[str, ...] = ()
+    #: The run's parallel layout (issue 41; a model's question only). Not part of the hash: what it
+    #: adds to the config changes nothing one GPU measures (:mod:`gemm_bench.question.layout`). None
+    #: for a question stored before the layout existed (:meth:`layout_or_assumed` says what it assumed).
+    layout: ParallelLayout | None = None
+    #: Where the layout comes from: the preset's published layout (its id) or what the question said.
+    layout_note: str = ""
+
+    def layout_or_assumed(self) -> tuple[ParallelLayout | None, str]:
+        """The layout, and "" ; or, for a model's question stored before the layout existed, the
+        layout it assumed (one rank: TP x EP GPUs, no pipeline, no sharding, the stored G) and a note
+        that says so. (None, "") for manual shapes and sweeps."""
+        if self.layout is not None or self.config is None:
+            return self.layout, ""
+        assumed = question_layout(self.config, {})
+        return assumed, (f"{assumed.describe()}; measured before the layout was part of the question, the "
+                         "result assumed one rank's run with the whole optimizer state")
 
     @property
     def hash(self) -> str:
@@ -123,6 +154,7 @@ class Question:
             "num_layers": self.num_layers,
             "config": self.config.to_dict() if self.config is not None else None,
             "ignored_flags": list(self.ignored_flags),
+            **({"layout": _layout_dict(self.layout), "layout_note": self.layout_note} if self.layout else {}),
         }
 
     @classmethod
@@ -134,8 +166,10 @@ class Question:
             model = None if config is None else ModelConfig(**config)
             if model is not None:
                 model.validate()
+            layout = data.get("layout")
             question = cls(str(data["kind"]), tuple(GemmShape.from_dict(g) for g in data["gemms"]),
-                           int(data["num_layers"]), model, tuple(str(f) for f in data.get("ignored_flags", ())))
+                           int(data["num_layers"]), model, tuple(str(f) for f in data.get("ignored_flags", ())),
+                           None if layout is None else ParallelLayout(**layout), str(data.get("layout_note", "")))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a question written by Question.to_dict ({exc!r})") from None
         if question.kind not in ("model", "shapes", "sweep") or not question.gemms:
@@ -169,7 +203,7 @@ class Question:
                 "duplicated on every rank (not split), and with sequence parallelism each projects 1/TP of the tokens."
             )
         if self.config is not None and self.config.tensor_model_parallel_size > 1:
-            collectives = ("all-gather / reduce-scatter" if self.config.sequence_parallel
+            collectives = ("all-gather / reduce-scatter" if self.config.sequence_parallel_on
                            else "all-reduce")  # Megatron's TP collectives without and with sequence parallelism
             notes.append(
                 f"Shapes of one rank at tensor-parallel size {self.config.tensor_model_parallel_size}; "
@@ -202,6 +236,11 @@ class Question:
         return ", ".join(parts)
 
 
+def _layout_dict(layout: ParallelLayout) -> dict[str, Any]:
+    """The layout as :meth:`Question.to_dict` stores it: its fields, nothing derived (DP follows)."""
+    return dataclasses.asdict(layout)
+
+
 def build_question(
     *,
     model: str | None = None,
@@ -210,13 +249,19 @@ def build_question(
     sweep: Sequence[int | str] | None = None,
     fields: Mapping[str, Any] | None = None,
     megatron_args: Sequence[str] | None = None,
+    layout: Mapping[str, Any] | None = None,
 ) -> Question:
     """Turn user input into a validated :class:`Question` (raises :class:`ConfigError`).
 
     ``megatron_args`` is a Megatron-LM argument list (already split into words:
     :func:`~gemm_bench.question.config.split_megatron_args` splits a pasted string); ``fields`` override it.
+    ``layout`` holds the layout's own fields (:data:`~gemm_bench.question.layout.LAYOUT_ONLY_FIELDS`),
+    over a launch line's or a preset's published layout: a preset's layout applies unless the page
+    overrides a field of it, and where the question's shard is not the one the preset's layout was
+    published for, the question says so and takes the default layout (one data-parallel rank).
     """
     fields = {k: v for k, v in (fields or {}).items() if v is not None}
+    layout = {k: v for k, v in (layout or {}).items() if v is not None}
     # A source given but empty is a mistake, never "no source": it would silently ask another question.
     if model is not None and not model.strip():
         raise ConfigError("model", "needs a preset name")
@@ -236,15 +281,26 @@ def build_question(
         if fields:
             field = sorted(fields)[0]
             raise ConfigError(field, f"is a model option; it cannot be combined with {{{sources[0]}}}")
+        if layout:
+            raise ConfigError(sorted(layout)[0], f"is a layout option; it cannot be combined with {{{sources[0]}}}")
         gemms = manual_gemms(shapes) if shapes else square_sweep(sweep or ())
         return Question("shapes" if shapes else "sweep", tuple(gemms), 1, None)
     ignored: list[str] = []
+    g_given = "num_microbatches" in fields
+    from_line_fields: set[str] = set()
+    base: ParallelLayout | None = None
+    note = ""
     if hf_config:
         training = {k: fields.pop(k) for k in list(fields)}
         config = config_from_hf(hf_config, **training)
     elif megatron_args:
         from_args, ignored = megatron_args_to_fields(megatron_args)
         config = config_from_mapping({**from_args, **fields})
+        from_line, layout_ignored = megatron_layout(megatron_args)
+        ignored += layout_ignored
+        from_line_fields = {k for k in from_line if k not in layout}
+        layout = {**{k: v for k, v in from_line.items() if k in LAYOUT_ONLY_FIELDS}, **layout}
+        g_given = g_given or "--num-microbatches" in megatron_args
     elif model:
         model_id = parse_model_id(model)
         for field, size in model_id.fields().items():
@@ -263,4 +319,27 @@ def build_question(
     else:
         config = config_from_mapping(fields)
     config = config.resolved()
-    return Question("model", tuple(layer_gemms(config)), config.measured_layers, config, tuple(ignored))
+    if model:
+        published = preset_layout(parse_model_id(model).preset, config)
+        if published is not None:
+            base = published[1].layout
+            note = f"the published layout of {published[0]}" + (" under this question's options" if layout else "")
+        else:
+            note = (f"no published layout of {parse_model_id(model).preset} at TP "
+                    f"{config.tensor_model_parallel_size}, EP {config.expert_model_parallel_size}: the default layout")
+    try:
+        run = question_layout(config, layout, base=base, g_given=g_given)
+    except ConfigError as exc:
+        if megatron_args and exc.field in from_line_fields:  # the line's flag, as the line spells it
+            raise ConfigError("megatron_args", f"{layout_flag(exc.field)}: {exc.rule}") from None
+        if base is None or layout:
+            raise
+        # The page changed the model under the preset's layout (another layer count, micro-batch...):
+        # the question stands, with the default layout, and says so.
+        run = question_layout(config, {}, g_given=g_given)
+        note = (f"the published layout ({base.describe()}) does not hold this question's model: "
+                "the default layout")
+    if run.microbatches != config.num_microbatches:
+        config = dataclasses.replace(config, num_microbatches=run.microbatches)  # G follows the global batch
+    return Question("model", tuple(layer_gemms(config)), config.measured_layers, config, tuple(ignored), run, note)
+

@@ -136,7 +136,7 @@ def attention_gemms(config: ModelConfig) -> list[GemmShape]:
                 + linear_gemms("attn_out", tokens, heads * d // tp, h))
     qk, rope, v = config.qk_head_dim or 0, config.qk_pos_emb_head_dim or 0, config.v_head_dim or 0
     kv_rank = config.kv_lora_rank or 0
-    down_tokens = tokens // tp if config.sequence_parallel else tokens
+    down_tokens = tokens // tp if config.sequence_parallel_on else tokens
     if config.q_lora_rank is None:
         gemms = linear_gemms("q_proj", tokens, h, heads * (qk + rope) // tp)
     else:

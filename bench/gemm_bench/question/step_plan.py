@@ -30,7 +30,7 @@ def unsupported_reason(config: ModelConfig | None) -> str | None:
     """Why the layer step cannot be timed for this question, or None when it can."""
     if config is None:
         return "The layer step needs a model configuration; manual shapes and sweeps have no layer."
-    if config.is_mla and config.sequence_parallel and config.tensor_model_parallel_size > 1:
+    if config.is_mla and config.sequence_parallel_on and config.tensor_model_parallel_size > 1:
         return MLA_SP_REASON
     return None
 
