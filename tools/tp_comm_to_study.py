@@ -16,7 +16,6 @@ from pathlib import Path
 from gemm_bench.results import studies
 from gemm_bench.results.tp_comm_schema import STUDY, stored_data
 
-
 REPO = Path(__file__).resolve().parents[1]
 
 
