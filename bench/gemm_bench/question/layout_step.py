@@ -343,9 +343,14 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
         at_ep = dataclasses.replace(config, expert_model_parallel_size=layout.ep)
         at_ep.validate()
         weight_scale = layer_parameters(at_ep) / layer_parameters(config)
+        measured_per_expert = config.tokens * config.moe_router_topk * config.expert_model_parallel_size / (
+            config.num_experts or 1)
+        ratio = layout.ep / config.expert_model_parallel_size
         assumptions.append(f"at EP {layout.ep} a rank computes in the time measured at EP "
-                           f"{config.expert_model_parallel_size} (balanced routing: the same FLOPs per rank); "
-                           f"its parameters are counted at EP {layout.ep}")
+                           f"{config.expert_model_parallel_size} (balanced routing: the same FLOPs per rank), though "
+                           f"each local expert then sees {ratio:g}x the tokens ({measured_per_expert:g} -> "
+                           f"{measured_per_expert * ratio:g} per micro-batch): larger grouped GEMMs, which may run "
+                           f"faster than measured; its parameters are counted at EP {layout.ep}")
     recompute = 1.0
     if layout.recompute == "full":
         recompute = 1.0 + FORWARD_SHARE
