@@ -171,3 +171,16 @@ def test_a_bad_network_value_in_conf_is_a_config_error_naming_it(tmp_path: Path)
 
     with pytest.raises(ConfigError, match="gemm_benchmark_inter_node_gb_s = 0"):
         _build(tmp_path / "src", CONF + "gemm_benchmark_inter_node_gb_s = 0\n")
+
+
+def test_the_cli_flag_sets_the_assumed_link_and_refuses_a_bad_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from gemm_bench.cli import main
+
+    assert main(["layout-step", "llama3.1-405b/tp8", "--cache-dir", str(CACHE), "--inter-node-gb-s", "25"]) == 0
+    out = capsys.readouterr().out
+    found = _steps("llama3.1-405b/tp8", "H200", Network(8, Link("x", 25.0, 10.0)))
+    assert "25 GB/s per GPU each way" in out and "assumed" in out
+    assert layout_clause(found, "fp8-current") in out
+    with pytest.raises(SystemExit):
+        main(["layout-step", "llama3-8b", "--inter-node-gb-s", "0"])
+    assert "--inter-node-gb-s must be positive" in capsys.readouterr().err
