@@ -38,6 +38,12 @@ gemm_benchmark_cache_dir = "_gemm_cache"
 # "auto": a build on a machine with a CUDA GPU and Transformer Engine measures whatever the cache
 # lacks for that GPU; elsewhere the cache answers. GEMM_BENCH_EXECUTION_MODE overrides this.
 gemm_benchmark_execution_mode = "auto"
+# Where collectives run beyond the measuring box, ASSUMED (no box measures a network): the ring's bus
+# bandwidth per GPU between nodes (GB/s each way; one 400 Gb/s InfiniBand NDR adapter per GPU), its
+# latency per ring step, and the GPUs of one node. Every number they enter says "assumed".
+gemm_benchmark_inter_node_gb_s = 50.0
+gemm_benchmark_inter_node_latency_us = 10.0
+gemm_benchmark_gpus_per_node = 8
 
 # The GPU backends import torch / Transformer Engine; the API reference documents them anyway.
 autodoc_mock_imports = ["torch", "transformer_engine", "transformer_engine_torch"]

@@ -1,6 +1,8 @@
 """Store a ``tools/gpu_tp_comm.py`` run as the "tp-comm" study of its GPU (issue 42), as
 ``gemm-bench study tp-comm`` stores its own run: the data block of
-:func:`gemm_bench.results.tp_comm_schema.stored_data`, the run's device and provenance unchanged.
+:func:`gemm_bench.results.tp_comm_schema.stored_data` (the cells and the collective sweep the run
+measured), the run's device and provenance unchanged, and the raw file it came from named in
+``provenance.method.source`` (its path relative to the repository, or as given when outside it).
 
     PYTHONPATH=bench python tools/tp_comm_to_study.py RUN/tp-comm.json docs/_gemm_cache
 """
@@ -14,12 +16,24 @@ from pathlib import Path
 from gemm_bench.results import studies
 from gemm_bench.results.tp_comm_schema import STUDY, stored_data
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def source_name(path: Path) -> str:
+    """The raw file as the provenance names it: relative to the repository where it lies inside it."""
+    resolved = path.resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else str(path)
+
 
 def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
     tool = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     provenance = dict(tool["provenance"])
     method = {**provenance.pop("method"), "gpus": tool["gpus"], "tp": tool["tp"], "models": tool["models"],
-              "seq": tool["seq"], "what": tool.get("what", {}), "measure_s": tool.get("elapsed_s")}
+              "seq": tool["seq"], "what": tool.get("what", {}), "measure_s": tool.get("elapsed_s"),
+              "source": source_name(Path(argv[0]))}
     doc = studies.build_document(STUDY, stored_data(tool), method, tool["device"], provenance)
     print(studies.write_study(argv[1], doc))
     return 0

@@ -32,6 +32,7 @@ from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
 from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.layout_memory import setup_layout_memory
+from gemm_benchmark.layout_step import setup_layout_step
 from gemm_benchmark.moe_words import setup_moe_words
 from gemm_benchmark.nodes import setup_nodes
 from gemm_benchmark.questions_builder import setup_questions
@@ -78,6 +79,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     setup_questions(app)
     setup_buildlog(app)
     setup_layout_memory(app)
+    setup_layout_step(app)
     setup_tp_comm(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)

@@ -20,6 +20,8 @@ from sphinx.config import Config
 from sphinx.environment import BuildEnvironment
 from sphinx.errors import ConfigError
 
+from gemm_bench.question.comm import INTER_NODE_DEFAULT, Link
+from gemm_bench.question.layout_step import GPUS_PER_NODE_DEFAULT, Network
 from gemm_bench.results.stack import DEFAULT_STALE_WHEN, STACK_FIELDS, StackError, validate_fields
 from gemm_benchmark import execution
 from gemm_benchmark.diagnostics import Subtype, warn
@@ -54,6 +56,24 @@ def _check_max_age(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
         hint = " (a number, not a string)" if isinstance(value, str) else ""
         return f"must be a positive number of days{hint}, or None"
+    return None
+
+
+def _check_positive(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return "must be a positive number" + (" (a number, not a string)" if isinstance(value, str) else "")
+    return None
+
+
+def _check_non_negative(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return "must be a number >= 0" + (" (a number, not a string)" if isinstance(value, str) else "")
+    return None
+
+
+def _check_whole(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return "must be a whole number >= 1"
     return None
 
 
@@ -96,7 +116,35 @@ CONFIG_VALUES: tuple[ConfigValue, ...] = (
         "freshness table otherwise). ``None``: results never age.",
         types=(int, float, type(None)), check=_check_max_age,
     ),
+    ConfigValue(
+        "gemm_benchmark_inter_node_gb_s", INTER_NODE_DEFAULT.bandwidth_gb_s,
+        "The link between nodes, **assumed** (no box measures a network): the bus bandwidth a ring reaches "
+        "per GPU, each way, in GB/s. The default is one 400 Gb/s InfiniBand NDR adapter per GPU, as in DGX "
+        "H100/H200. Every collective of a layout that leaves a node is costed over it and labelled assumed; "
+        "``gemm-bench layout-step --inter-node-gb-s`` is the same value on the command line.",
+        types=(int, float), check=_check_positive,
+    ),
+    ConfigValue(
+        "gemm_benchmark_inter_node_latency_us", INTER_NODE_DEFAULT.latency_us,
+        "The assumed time of one ring step between nodes on top of its bytes, in microseconds "
+        "(``gemm-bench layout-step --inter-node-latency-us``).",
+        types=(int, float), check=_check_non_negative,
+    ),
+    ConfigValue(
+        "gemm_benchmark_gpus_per_node", GPUS_PER_NODE_DEFAULT,
+        "GPUs of one node, **assumed** (DGX H100/H200: 8): a collective group within a node is costed from the "
+        "box's measurements, one across nodes over the inter-node link (``gemm-bench layout-step "
+        "--gpus-per-node``).",
+        types=(int,), check=_check_whole,
+    ),
 )
+
+
+def network_from(config: Config) -> Network:
+    """The assumed network of the conf values above (validated at ``config-inited``)."""
+    link = Link("conf.py gemm_benchmark_inter_node_gb_s", float(config.gemm_benchmark_inter_node_gb_s),
+                float(config.gemm_benchmark_inter_node_latency_us))
+    return Network(int(config.gemm_benchmark_gpus_per_node), link)
 
 
 def validate_config(app: Sphinx, config: Config) -> None:
@@ -123,6 +171,8 @@ class Settings:
     stale_when: tuple[str, ...] = DEFAULT_STALE_WHEN
     #: The ``gemm-questions`` builder reads: directives record what they ask and render nothing.
     questions_only: bool = False
+    #: Where collectives run beyond the measuring box (assumed: conf values above).
+    network: Network = dataclasses.field(default_factory=Network)
 
 
 _ATTR = "gemm_benchmark_settings"
@@ -143,7 +193,8 @@ def init_settings(app: Sphinx) -> None:
     max_age = app.config.gemm_benchmark_max_age_days
     stale_when = validate_fields(list(app.config.gemm_benchmark_stale_when), source="gemm_benchmark_stale_when")
     setattr(app.env, _ATTR, Settings(mode, resolve_cache_dir(app), max_age, time.time(), stale_when,
-                                     questions_only=app.builder.name == QUESTIONS_BUILDER))
+                                     questions_only=app.builder.name == QUESTIONS_BUILDER,
+                                     network=network_from(app.config)))
     execution.reset_detection()
     # Validations remembered across builds travel with the environment (pickled with it).
     trusted = getattr(app.env, _TRUSTED_ATTR, None)

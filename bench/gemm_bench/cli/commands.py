@@ -53,6 +53,7 @@ from gemm_bench.measure import phases
 from gemm_bench.measure.compile_cache import use_persistent_compile_cache
 from gemm_bench.measure.timing import MAX_REPETITIONS, MAX_WARMUP_S, TIMERS, TimerSettings, TimerSettingsError
 from gemm_bench.question.choices import ChoiceError, parse_choices, split_list
+from gemm_bench.question.comm import INTER_NODE_DEFAULT
 from gemm_bench.question.config import (
     FIELD_HELP,
     INT_FIELDS,
@@ -66,6 +67,7 @@ from gemm_bench.question.config import (
     split_megatron_args,
 )
 from gemm_bench.question.layout import LAYOUT_OPTIONS, parse_layout_value
+from gemm_bench.question.layout_step import GPUS_PER_NODE_DEFAULT
 from gemm_bench.question.precisions import ALL_MODES, MODES, PRECISION_IDS, normalize_mode, normalize_precision
 from gemm_bench.question.question import Question, build_question
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES
@@ -623,6 +625,52 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------- layout-step
+def _positive_float(name: str, *, zero: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"{name} must be {'>= 0' if zero else 'positive'}, got {text!r}")
+        return value
+    return parse
+
+
+def cmd_layout_step(args: argparse.Namespace) -> int:
+    """The preset layout's step per recipe and GPU, communication in, from the cache (no GPU needed)."""
+    from gemm_bench.question.comm import Link
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.question.layout_step import Network
+    from gemm_bench.report.layout_step import comm_words, layout_clause, preset_layout_steps, sweeps
+    from gemm_bench.results import studies
+
+    if args.model not in PRESET_LAYOUTS:
+        raise UsageError(f"MODEL: {args.model!r} has no preset layout; choose from {', '.join(PRESET_LAYOUTS)}")
+    network = Network(args.gpus_per_node, Link("--inter-node-gb-s", args.inter_node_gb_s, args.inter_node_latency_us))
+    cache_dir = Path(args.cache_dir)
+    docs, errors = studies.read_studies(cache_dir, "tp-comm")
+    for error in errors:
+        echo(f"skipped: {error}")
+    available = sweeps(docs)
+    lookup = Cache(cache_dir).lookup(build_question(model=args.model).hash)
+    echo(f"{args.model}: {PRESET_LAYOUTS[args.model].layout.describe()}")
+    echo(f"network: {network.describe()}")
+    for doc in lookup.documents:
+        found = preset_layout_steps(doc, args.model, available, network=network)
+        echo(f"{doc['device']['name']}:")
+        if isinstance(found, str):
+            echo(f"  {found}")
+            continue
+        for precision, step in found.steps.items():
+            clause = layout_clause(found, precision)
+            echo(f"  {precision}: {clause or step}")
+            if clause is not None and not isinstance(step, Exception):
+                echo(f"    rank compute alone: {step.compute_tokens_per_s:,.0f} tokens/s per GPU; {comm_words(step)}")
+    return 0
+
+
 # ------------------------------------------------------------------------------- readme-figure
 def load_figures() -> Any:
     """The :mod:`gemm_bench.report.figures` module, imported only when the subcommand runs (it writes
@@ -770,6 +818,23 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("presets", help="list the model presets")
     p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("layout-step", help="a model's preset layout: tokens/s per GPU per recipe with "
+                                           "communication in, from the cache")
+    p.add_argument("model", metavar="MODEL", help="a model id with a preset layout (llama3-8b, llama3.1-405b/tp8, ...)")
+    p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),
+                   help=f"result cache (default: {DEFAULT_CACHE})")
+    p.add_argument("--inter-node-gb-s", type=_positive_float("--inter-node-gb-s"),
+                   default=INTER_NODE_DEFAULT.bandwidth_gb_s, metavar="GB/S",
+                   help="ASSUMED bus bandwidth per GPU between nodes, GB/s each way (default: "
+                        f"{INTER_NODE_DEFAULT.bandwidth_gb_s:g}, {INTER_NODE_DEFAULT.name}; conf.py: "
+                        "gemm_benchmark_inter_node_gb_s)")
+    p.add_argument("--inter-node-latency-us", type=_positive_float("--inter-node-latency-us", zero=True),
+                   default=INTER_NODE_DEFAULT.latency_us, metavar="US",
+                   help=f"ASSUMED time per ring step between nodes (default: {INTER_NODE_DEFAULT.latency_us:g} us)")
+    p.add_argument("--gpus-per-node", type=_whole_number(1 << 16), default=GPUS_PER_NODE_DEFAULT, metavar="N",
+                   help=f"ASSUMED GPUs of one node (default: {GPUS_PER_NODE_DEFAULT}, as DGX H100/H200)")
+    p.set_defaults(func=cmd_layout_step)
 
     p = sub.add_parser("readme-figure", help="draw the README's speedup figure from the cache")
     p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),

@@ -221,8 +221,9 @@ class Cost:
     """What one call costs and where the number comes from: ``measured`` (a size measured on the
     box), ``interpolated`` (log-log between two measured sizes), ``extrapolated`` (beyond the
     measured sizes at the nearest one's bus bandwidth, or at its time below the smallest),
-    ``scaled`` (a group larger than the box's, from the box's largest at the same bus bandwidth) or
-    ``assumed`` (an assumed link). ``assumed`` is true for the last two: a number that holds an
+    ``scaled`` (a group larger than the box's, from the box's largest at the same bus bandwidth),
+    ``assumed`` (an assumed link) or ``borrowed`` (measured on another GPU kind's box and taken for
+    this one: :func:`borrowed`). ``assumed`` is true for the last three: a number that holds an
     assumption must say so wherever it enters a total."""
 
     ms: float
@@ -231,7 +232,17 @@ class Cost:
 
     @property
     def assumed(self) -> bool:
-        return self.how in ("scaled", "assumed")
+        return self.how in ("scaled", "assumed", "borrowed")
+
+
+def borrowed(cost: Cost, measured_on: str) -> Cost:
+    """``cost`` measured on a box of ``measured_on`` GPUs, taken for another GPU kind: an assumption
+    (the two kinds' links are taken to be as fast), said in the note. An assumed link's cost is no
+    measurement of either kind and stays as it is."""
+    if cost.how == "assumed":
+        return cost
+    note = f"assumed: measured on {measured_on} ({cost.how}), taken for this GPU kind"
+    return Cost(cost.ms, "borrowed", note + (f"; {cost.note}" if cost.note else ""))
 
 
 class CollectiveTable:
@@ -495,6 +506,33 @@ def ep_all_to_all(config: ModelConfig, ep: int, *, dtype: str = "bf16",
                                      ("combine's gradient", "backward"), ("dispatch's gradient", "backward")))
 
 
+def cp_attention_exchanges(config: ModelConfig, cp: int, tp: int, *,
+                           crosses_nodes: bool = False) -> tuple[CollectiveCall, ...]:
+    """Context parallel's ring exchange of one attention layer's forward + backward (Transformer Engine
+    ``attention/dot_product_attention/context_parallel.py`` ``AttnFuncWithCPAndKVP2P``, Megatron's
+    default ``--cp-comm-type p2p``): the forward passes each rank's K and V chunk to the next rank
+    ``CP - 1`` times; the backward passes K and V with their gradients ``CP - 1`` times (twice the
+    bytes). ``config`` is the rank's: its ``seq_length`` the rank's ``S / CP`` tokens. Each exchange is
+    a ring shift (every rank sends and receives at once: what the sweep's send/recv measures over a
+    group of ``CP``), BF16, of the rank's ``tokens x kv_heads / TP x head_dim`` K and V. TE overlaps
+    each exchange with the attention of the chunk it already has (``overlappable``)."""
+    if cp < 1:
+        raise CommError(f"context-parallel size must be >= 1, got {cp}")
+    if cp == 1:
+        return ()
+    if config.is_mla:
+        raise CommError("context parallelism of multi-latent attention is not modelled")
+    kv = 2 * config.tokens * max(1, config.query_groups // tp) * config.head_dim * DTYPE_BYTES["bf16"]
+    src = "Transformer Engine attention AttnFuncWithCPAndKVP2P"
+    fwd = [CollectiveCall(SEND_RECV, "bf16", kv, cp, f"K and V chunk, ring step {i + 1}", "forward",
+                          overlappable=True, crosses_nodes=crosses_nodes, source=src,
+                          overlaps_with="the attention of the chunk in hand") for i in range(cp - 1)]
+    bwd = [CollectiveCall(SEND_RECV, "bf16", 2 * kv, cp, f"K, V and their gradients, ring step {i + 1}",
+                          "backward", overlappable=True, crosses_nodes=crosses_nodes, source=src,
+                          overlaps_with="the attention backward of the chunk in hand") for i in range(cp - 1)]
+    return (*fwd, *bwd)
+
+
 def pp_send_recv(config: ModelConfig, tp: int, *, sequence_parallel: bool = True,
                  crosses_nodes: bool = False) -> tuple[CollectiveCall, ...]:
     """A pipeline stage boundary per micro-batch: the activation sent forward and its gradient sent
@@ -559,9 +597,14 @@ class Composed:
 
 
 def compose(compute_ms: float, calls: Sequence[CollectiveCall], table: CollectiveTable, *,
-            inter_node: Link = INTER_NODE_DEFAULT) -> Composed:
+            inter_node: Link = INTER_NODE_DEFAULT, measured_on: str | None = None) -> Composed:
     """The rank's step: ``compute_ms`` (its compute measured alone, collectives absent) plus each of
-    ``calls`` at its cost (:func:`call_cost`), with no overlap between them or with compute."""
+    ``calls`` at its cost (:func:`call_cost`), with no overlap between them or with compute.
+    ``measured_on``: the GPU kind the table was measured on where it is not the compute's (every cost
+    then :func:`borrowed`, an assumption)."""
     if not (compute_ms >= 0 and math.isfinite(compute_ms)):
         raise CommError(f"compute time must be a finite number of ms >= 0, got {compute_ms!r}")
-    return Composed(compute_ms, tuple((c, call_cost(c, table, inter_node=inter_node)) for c in calls))
+    costs = [(c, call_cost(c, table, inter_node=inter_node)) for c in calls]
+    if measured_on is not None:
+        costs = [(c, borrowed(cost, measured_on)) for c, cost in costs]
+    return Composed(compute_ms, tuple(costs))

@@ -138,7 +138,7 @@ def _quartiles(item: Mapping[str, Any]) -> tuple[float, float]:
     return float(item["ms"]) - half, float(item["ms"]) + half
 
 
-def _part_times(block: Mapping[str, Any], precision: str) -> tuple[PartTimes, PartTimes, PartTimes] | None:
+def part_times(block: Mapping[str, Any], precision: str) -> tuple[PartTimes, PartTimes, PartTimes] | None:
     """(medians, first quartiles, third quartiles) of one precision's parts, or None if one is missing."""
     items = [schema.part(block, "embedding"), schema.part(block, "head"),
              schema.part(block, "layer-first", precision), schema.part(block, "layer-cached", precision)]
@@ -173,7 +173,7 @@ def model_step_summary(doc: Mapping[str, Any], config: ModelConfig | None = None
     if line is None:
         return None
     params = rank_parameters(config, int(block["layer_params"]))
-    parts = {p: t for p in PRECISIONS if (t := _part_times(block, p)) is not None}
+    parts = {p: t for p in PRECISIONS if (t := part_times(block, p)) is not None}
     if BASELINE not in parts:
         return None
     device = str(doc["device"]["name"])

@@ -18,7 +18,18 @@ the registration. The ``data`` block::
      "cells": [{"model": "llama3-8b", "tp": 2, "precision": "bf16", "status": "measured",
                 "regions": {"first": {"real_ms", "real_q1_ms", "real_q3_ms", "compute_ms", "comm_ms",
                                       "overlappable_ms", "composed_ms", "composed_over_real",
-                                      "method", "nccl_exposed_share"}, "cached": {...}}}, ...]}
+                                      "method", "nccl_exposed_share"}, "cached": {...}}}, ...],
+     "sweep": [{"op": "all-gather", "dtype": "bf16", "group": 4, "bytes": 1048576, "ms": 0.0439,
+                "busbw_gb_s": 17.91}, ...]}
+
+``sweep`` (optional: files written before it was carried have none) is the collective sweep the same
+run measured on the same box, per group size the box holds: every op and payload dtype a step's
+collectives use (all-gather BF16 and FP8's uint8, reduce-scatter BF16 and FP32, all-reduce BF16 and
+FP32, all-to-all BF16, send/recv BF16), 1 MiB to 512 MiB plus the exact sizes the layer step runs,
+each the slowest rank's median ms per call (a collective ends when its slowest rank's part does). A
+size that failed keeps ``error`` and no ``ms``. It is what :mod:`gemm_bench.question.layout_step`
+composes a layout's communication from (:func:`collective_table`), including groups larger than the
+box (scaled, assumed) and groups across nodes (an assumed link).
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gemm_bench.question.comm import DTYPE_BYTES, OPS, CollectiveTable, bus_bandwidth_gb_s
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.studies import (
     Study,
@@ -45,12 +57,37 @@ REGIONS: tuple[str, ...] = ("first", "cached")
 STATUSES: tuple[str, ...] = ("measured", "failed")
 TIMES: tuple[str, ...] = ("real_ms", "real_q1_ms", "real_q3_ms", "compute_ms", "comm_ms", "overlappable_ms",
                           "composed_ms")
+#: Fields of one sweep record the study keeps (the per-rank medians stay in the tool's own file).
+SWEEP_FIELDS: tuple[str, ...] = ("op", "dtype", "group", "bytes", "ms", "busbw_gb_s")
+#: The stored bus bandwidth is rounded to 3 decimals: it must be ms's within this (relative) or 0.001 GB/s.
+BUSBW_TOLERANCE = 1e-3
+
+
+def stored_sweep(tool: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tool's collective sweep (``{"2": [records], "4": [...]}``, :func:`gemm_bench.measure.tp_step.
+    table_records` per group) as one list sorted by (op, dtype, group, bytes); a failed size keeps its
+    ``error`` and ``ms`` None. Numbers are copied, never recomputed, but the bus bandwidth (recomputed
+    from the copied ms, as the tool computes it, so that the validator's check holds by construction)."""
+    out = []
+    for group, records in sorted((tool.get("sweep") or {}).items(), key=lambda kv: int(kv[0])):
+        for r in records:
+            entry: dict[str, Any] = {"op": r["op"], "dtype": r["dtype"], "group": int(r["group"]),
+                                     "bytes": int(r["bytes"])}
+            if int(r["group"]) != int(group):
+                raise StudyError(f"$.sweep.{group}", f"holds a record of group {r['group']}")
+            if r.get("ms") is None:
+                entry.update(ms=None, error=str(r.get("error") or "no time")[:400])
+            else:
+                entry.update(ms=float(r["ms"]), busbw_gb_s=round(bus_bandwidth_gb_s(
+                    r["op"], int(r["bytes"]), float(r["ms"]), int(r["group"])), 3))
+            out.append(entry)
+    return sorted(out, key=lambda e: (e["op"], e["dtype"], e["group"], e["bytes"]))
 
 
 def stored_data(tool: Mapping[str, Any]) -> dict[str, Any]:
     """The study's ``data`` block from ``tools/gpu_tp_comm.py``'s JSON: per cell and region the slowest
     rank's medians (the step waits for it), the composition and the profiler's exposed NCCL share; the
-    per-round samples and the collective sweep stay in the tool's own file."""
+    per-round samples stay in the tool's own file; the collective sweep is carried (:func:`stored_sweep`)."""
     cells = []
     for cell in tool["cells"]:
         entry: dict[str, Any] = {"model": cell["model"], "tp": cell["tp"], "precision": cell["precision"],
@@ -73,14 +110,55 @@ def stored_data(tool: Mapping[str, Any]) -> dict[str, Any]:
                 "nccl_exposed_share": profile.get("nccl_exposed_share")}
         entry["regions"] = regions
         cells.append(entry)
-    return {"gpus": tool["gpus"], "seq": tool["seq"], "nccl": str(tool["provenance"].get("nccl", "")),
+    data = {"gpus": tool["gpus"], "seq": tool["seq"], "nccl": str(tool["provenance"].get("nccl", "")),
             "cells": cells}
+    sweep = stored_sweep(tool)
+    if sweep:
+        data["sweep"] = sweep
+    return data
+
+
+def validate_sweep(sweep: Any, gpus: int) -> None:
+    """Each record a known op and dtype over 2..``gpus`` ranks, positive bytes, a positive ms whose bus
+    bandwidth is the stored one (or no ms and an ``error``), no (op, dtype, group, bytes) twice."""
+    seen = set()
+    for i, record in enumerate(json_list(sweep, "$.data.sweep", non_empty=True)):
+        at = f"$.data.sweep[{i}]"
+        record = json_object(record, at)
+        op = choice(record.get("op"), f"{at}.op", OPS)
+        dtype = choice(record.get("dtype"), f"{at}.dtype", tuple(DTYPE_BYTES))
+        group = integer(record.get("group"), f"{at}.group", minimum=2, maximum=gpus)
+        size = integer(record.get("bytes"), f"{at}.bytes", minimum=1, maximum=1 << 40)
+        key = (op, dtype, group, size)
+        if key in seen:
+            raise StudyError(at, f"repeats {key}")
+        seen.add(key)
+        if record.get("ms") is None:
+            text(record.get("error"), f"{at}.error")
+            continue
+        ms = number(record.get("ms"), f"{at}.ms", positive=True)
+        busbw = number(record.get("busbw_gb_s"), f"{at}.busbw_gb_s", minimum=0.0)
+        expected = bus_bandwidth_gb_s(op, size, ms, group)
+        if abs(busbw - expected) > max(BUSBW_TOLERANCE * expected, 1e-3):
+            raise StudyError(f"{at}.busbw_gb_s", f"is not the bus bandwidth of {size} bytes in {ms} ms "
+                                                 f"({expected:.3f} GB/s)")
+
+
+def collective_table(data: Mapping[str, Any]) -> CollectiveTable | None:
+    """The measured collective costs of a validated ``data`` block, or None where the file has no sweep
+    (written before the sweep was carried: a refresh on a box of several GPUs brings it)."""
+    sweep = data.get("sweep")
+    if not sweep:
+        return None
+    return CollectiveTable.from_records(sweep)
 
 
 def validate_data(data: Any) -> None:
     data = json_object(data, "$.data")
-    integer(data.get("gpus"), "$.data.gpus", minimum=2, maximum=1 << 16)
+    gpus = integer(data.get("gpus"), "$.data.gpus", minimum=2, maximum=1 << 16)
     integer(data.get("seq"), "$.data.seq", minimum=1, maximum=1 << 24)
+    if "sweep" in data:
+        validate_sweep(data["sweep"], gpus)
     seen = set()
     for i, cell in enumerate(json_list(data.get("cells"), "$.data.cells", non_empty=True)):
         at = f"$.data.cells[{i}]"

@@ -1,0 +1,187 @@
+"""Published whole runs beside the site's prediction for the same layout (issue 42, item 5).
+
+The data file (``docs/_data/published_runs.json``) holds public results as read in their sources: the
+model id the site measures, the system and its GPU kind, the layout the table states (plus the flags
+it does not state, said in ``layout_assumed``), the published tokens per second per GPU per recipe,
+the source with its URL (at the commit read), version and date. Nothing in it is computed.
+
+:func:`compare` predicts each run with :func:`gemm_bench.report.layout_step.result_layout_steps` from the
+cached result of that model on that GPU kind, and where the two differ by more than
+:data:`THRESHOLD` says why with computed reasons: how much of the exposed communication a run would
+have to hide to reach the published figure, whether the published figure beats even the rank's
+measured compute alone, and the composition's own assumptions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gemm_bench.question.config import ConfigError
+from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.layout_step import LayoutStep, Network
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.report.layout_step import ResultLayoutSteps, Sweep, result_layout_steps
+
+#: A prediction this far from the published figure (either way) is explained on the page.
+THRESHOLD = 0.10
+_RUN_FIELDS = ("model", "system", "device", "seq_length", "layout", "layout_assumed", "published",
+               "precision_words", "source", "url", "version", "date")
+
+
+class PublishedRunsError(ValueError):
+    """The data file is unreadable or a row is malformed; the message names the file and the row."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedRun:
+    model: str
+    system: str
+    device: str
+    seq_length: int
+    layout: ParallelLayout
+    layout_assumed: str
+    published: Mapping[str, float]
+    precision_words: Mapping[str, str]
+    source: str
+    url: str
+    version: str
+    date: str
+
+
+def load(path: Path) -> list[PublishedRun]:
+    """Every run of the file, validated (a :class:`PublishedRunsError` naming the file and row)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PublishedRunsError(f"{path}: cannot be read as JSON ({exc})") from None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list) or not runs:
+        raise PublishedRunsError(f"{path}: needs a non-empty list 'runs'")
+    out = []
+    for i, row in enumerate(runs):
+        where = f"{path}: runs[{i}]"
+        if not isinstance(row, dict) or set(row) != set(_RUN_FIELDS):
+            have = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise PublishedRunsError(f"{where}: needs exactly the fields {', '.join(_RUN_FIELDS)}; has {have}")
+        published = row["published"]
+        if not isinstance(published, dict) or not published or any(
+                p not in PRECISIONS or isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0
+                for p, v in published.items()):
+            raise PublishedRunsError(f"{where}.published: precision id -> a positive tokens/s per GPU, "
+                                     f"got {published!r}")
+        if set(row["precision_words"]) != set(published):
+            raise PublishedRunsError(f"{where}.precision_words: one entry per published precision")
+        if not str(row["url"]).startswith("https://"):
+            raise PublishedRunsError(f"{where}.url: must be an https:// address, got {row['url']!r}")
+        try:
+            layout = ParallelLayout(**row["layout"])
+        except (TypeError, ConfigError) as exc:
+            raise PublishedRunsError(f"{where}.layout: {exc}") from None
+        out.append(PublishedRun(str(row["model"]), str(row["system"]), str(row["device"]), int(row["seq_length"]),
+                                layout, str(row["layout_assumed"]), {k: float(v) for k, v in published.items()},
+                                {k: str(v) for k, v in row["precision_words"].items()}, str(row["source"]),
+                                str(row["url"]), str(row["version"]), str(row["date"])))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """One published recipe against the site's step for the same layout (or why there is none)."""
+
+    precision: str
+    published: float
+    step: LayoutStep | None
+    why_none: str = ""
+
+    @property
+    def predicted(self) -> float | None:
+        return self.step.tokens_per_s if self.step else None
+
+    @property
+    def difference(self) -> float | None:
+        """Predicted over published, minus one (+0.12: the site predicts 12% more)."""
+        return None if self.step is None else self.step.tokens_per_s / self.published - 1
+
+    @property
+    def off(self) -> bool:
+        return self.difference is not None and abs(self.difference) > THRESHOLD
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    run: PublishedRun
+    steps: ResultLayoutSteps | None
+    predictions: tuple[Prediction, ...]
+    why_none: str = ""
+
+
+def compare(run: PublishedRun, doc: Mapping[str, Any] | None, available: Sequence[Sweep], *,
+            network: Network = Network()) -> Comparison:
+    """The site's prediction of ``run`` from ``doc`` (the cached result of ``run.model`` on ``run.device``)."""
+    def none(why: str) -> Comparison:
+        return Comparison(run, None, tuple(Prediction(p, v, None, why) for p, v in run.published.items()), why)
+
+    if doc is None:
+        return none(f"no cached result of {run.model}'s question on {run.device}: the run's layout needs its layer "
+                    f"measured at TP {run.layout.tp}, which the cache does not hold")
+    question_seq = doc["question"].get("config", {}).get("seq_length")
+    if question_seq != run.seq_length:
+        return none(f"the site measures {run.model} at {question_seq} tokens, the run trains at {run.seq_length}")
+    found = result_layout_steps(doc, run.layout, available, network=network)
+    if isinstance(found, str):
+        return none(found)
+    preds = []
+    for precision, value in run.published.items():
+        step = found.step(precision)
+        reason = "" if step is not None else str(found.steps.get(precision, "not measured in this result"))
+        preds.append(Prediction(precision, value, step, reason))
+    return Comparison(run, found, tuple(preds))
+
+
+def reasons(prediction: Prediction) -> list[str]:
+    """Why a prediction is more than :data:`THRESHOLD` off, computed from its own step."""
+    step, published = prediction.step, prediction.published
+    if step is None or not prediction.off:
+        return []
+    out = []
+    compute = step.compute_tokens_per_s
+    if published > step.tokens_per_s:
+        if published <= compute:
+            # tokens / (step - x) = published  ->  x = step - tokens / published
+            needed = step.step_ms - step.tokens_per_step_per_gpu / published * 1e3
+            share = needed / step.comm_ms if step.comm_ms > 0 else float("inf")
+            out.append(f"the published figure lies between the prediction and the rank's compute alone "
+                       f"({compute:,.0f} tokens/s): the run hides about {share:.0%} of the {step.comm_ms / 1e3:.2f} s "
+                       f"of communication per step the composition counts as exposed")
+            tp = sum(cost.ms for call, cost in step.microbatch.calls if call.group > 1
+                     and call.source.startswith("Transformer Engine 2.20")) * step.microbatches
+            if tp > 0:
+                out.append(f"tensor-parallel collectives take {tp / step.step_ms:.0%} of the predicted step: "
+                           "comm-GEMM overlap (Transformer Engine's Userbuffers, never initialised here) hides "
+                           "them in the published runs and is not modelled")
+            if step.layout.pp > 1:
+                out.append("pipeline sends and receives are counted exposed; Megatron overlaps them with "
+                           "compute in the interleaved schedule")
+        else:
+            out.append(f"the published figure is above even the rank's measured compute alone ({compute:,.0f} "
+                       "tokens/s): the published stack computes faster than the measured one (its container's "
+                       "Transformer Engine and cuDNN attention, fused kernels, CUDA graphs of the whole step)")
+    else:
+        out.append("the run pays costs the composition does not count (data loading, stragglers, the routing "
+                   "imbalance of a mixture of experts, logging and checkpoints)")
+    if step.bubble_ms > 0:
+        out.append(f"the pipeline bubble is {step.bubble_share:.0%} of the predicted step "
+                   "((PP - 1) / VPP micro-batches)")
+    out.extend(step.assumptions)
+    if step.assumed:
+        out.append("some collectives' costs are assumed (scaled beyond the measuring box, over the assumed "
+                   "inter-node link, or measured on another GPU kind)")
+    return out
+
+
+def precision_display(precision: str) -> str:
+    return PRECISIONS[precision].display

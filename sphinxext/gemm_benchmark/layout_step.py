@@ -1,0 +1,241 @@
+"""``.. gemm-layout-step::`` and ``.. gemm-published-runs::``: the run a reader launches, communication in
+(issue 42, item 5).
+
+``gemm-layout-step`` shows, per model id of ``:models:`` and per GPU with a cached model step: the preset
+layout in words (:data:`gemm_bench.question.layout.PRESET_LAYOUTS`, with its source), and per recipe the
+tokens per second per GPU of that layout with communication and the pipeline bubble in
+(:mod:`gemm_bench.question.layout_step`, composed from the model step's measured parts and the tp-comm
+study's collective sweep), the rank's compute alone beside it (labelled), the speedup over BF16 of both,
+the communication's and the bubble's shares and MFU; under the table what is measured and what is
+assumed (the network of ``conf.py``'s ``gemm_benchmark_inter_node_*`` values, the overlap formulas).
+
+``gemm-published-runs`` reads a data file of public whole-run results (its argument, relative to the
+page; :mod:`gemm_bench.report.published_runs`) and shows each beside the site's prediction for that
+exact layout, the difference, and where it is more than 10% the computed reasons.
+
+Every number is read from the cache (and the data file) through the library; none is typed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.util.docutils import SphinxDirective
+
+from gemm_bench.question.devices import device_label
+from gemm_bench.question.layout import PRESET_LAYOUTS
+from gemm_bench.question.layout_step import LayoutStep, Network, compute_speedup, overlap_formulas
+from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.question.question import build_question
+from gemm_bench.report.layout_step import (
+    ResultLayoutSteps,
+    Sweep,
+    measured_and_assumed,
+    preset_layout_steps,
+    sweeps,
+)
+from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
+from gemm_bench.results import studies
+from gemm_bench.results.cache import Cache
+from gemm_benchmark.config import settings
+from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.render_block import scrolling
+from gemm_benchmark.render_table import Entry, build_table
+from gemm_benchmark.tabs import tab_set
+
+HEADER = ("Recipe", "Tokens/s per GPU, communication in", "Speedup over BF16", "Rank compute alone (no "
+          "communication, no bubble)", "Its speedup", "Communication share", "Bubble", "MFU")
+PUBLISHED_HEADER = ("Model", "Run (source, date)", "Recipe", "Published tokens/s per GPU", "Predicted",
+                    "Difference", "Why, where more than 10%")
+
+
+def _note(text: str) -> nodes.paragraph:
+    return nodes.paragraph(text, text, classes=["gemm-summary-note"])
+
+
+def _sweeps(env: Any, cache_dir: Path, location: tuple[str, int]) -> list[Sweep]:
+    docs, errors = studies.read_studies(cache_dir, "tp-comm")
+    for error in errors:
+        warn(Subtype.CACHE, str(error), location=location)
+    for doc in docs:
+        env.note_dependency(str(studies.study_dir(cache_dir) / studies.file_name("tp-comm", doc["device"]["name"])))
+    return sweeps(docs)
+
+
+def step_rows(found: ResultLayoutSteps) -> list[list[Entry]]:
+    """One row per recipe of one result's layout steps (a recipe without a step says why)."""
+    base = found.step(BASELINE)
+    rows: list[list[Entry]] = []
+    for precision, step in found.steps.items():
+        name = Entry(PRECISIONS[precision].display, strong=precision == BASELINE)
+        if not isinstance(step, LayoutStep):
+            rows.append([name, Entry(f"not composed: {step}", morecols=len(HEADER) - 2)])
+            continue
+        ratio = found.speedup(precision)
+        speed = "1 (the baseline)" if precision == BASELINE or ratio is None else (
+            f"{ratio[0]:.2f}× ({ratio[1]:.2f}–{ratio[2]:.2f})")
+        alone = "1 (the baseline)" if precision == BASELINE or base is None else (
+            f"{compute_speedup(step, base):.2f}×")
+        tip = (f"per optimizer step: {step.step_ms:,.0f} ms = {step.microbatches} micro-batches × "
+               f"({step.compute_ms:,.1f} ms compute + {step.microbatch.comm_ms:,.1f} ms collectives) + "
+               f"{step.bubble_ms:,.0f} ms bubble + {step.dp.comm_ms - step.dp_hidden_ms:,.0f} ms data-parallel "
+               f"(of {step.dp.comm_ms:,.0f}) + {step.optimizer_ms:,.1f} ms optimizer; stage of {step.layers} layers")
+        rows.append([name,
+                     Entry(f"{step.tokens_per_s:,.0f} ({step.tokens_per_s_low:,.0f}–{step.tokens_per_s_high:,.0f})"
+                           + (" (assumed in part)" if step.assumed else ""), tooltip=tip),
+                     Entry(speed), Entry(f"{step.compute_tokens_per_s:,.0f}"), Entry(alone),
+                     Entry(f"{step.comm_share:.0%}"), Entry(f"{step.bubble_share:.0%}"),
+                     Entry(f"{step.mfu:.0%}" if step.mfu is not None else "—")])
+    return rows
+
+
+def notes(found: ResultLayoutSteps) -> list[nodes.Node]:
+    """What is measured and what is assumed under one table, in words computed from the steps."""
+    out: list[nodes.Node] = []
+    step = found.step(BASELINE)
+    if step is None:
+        return out
+    measured, assumed = measured_and_assumed(step)
+    where = (f"measured on a box of {device_label(found.sweep.device)} GPUs ({found.sweep.run})"
+             + (f" and borrowed for {device_label(found.device)}: assumed" if found.borrowed_from else ""))
+    out.append(_note(f"Collectives {where}. Measured on the box: {', '.join(measured) or 'none'}. Assumed: "
+                     f"{'; '.join(assumed) or 'none'}. Network: {found.network.describe()}."))
+    out.append(_note("Rank compute: the model step's parts measured on one GPU (GPU time), per micro-batch of the "
+                     "most loaded pipeline stage. Data-parallel overlap: " + "; ".join(overlap_formulas(found.layout))
+                     + ". Pipeline bubble: (PP − 1) / VPP micro-batch times (Megatron's interleaved 1F1B). "
+                     "Comm-GEMM overlap is not modelled (Transformer Engine's Userbuffers are never initialised "
+                     "here): the tensor-parallel collectives are counted exposed."))
+    if step.assumptions:
+        out.append(_note("Assumed: " + "; ".join(step.assumptions) + "."))
+    return out
+
+
+class GemmLayoutStepDirective(SphinxDirective):
+    """Each model's preset layout: tokens/s per GPU with communication, per recipe and GPU."""
+
+    reference_example = """\
+.. gemm-layout-step::
+   :models: llama3-8b, llama3.1-405b/tp8
+"""
+    reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
+        "models": "model ids with a layout (every preset, and the measured ids such as ``llama3-70b/tp8``)",
+    }
+    has_content = False
+    option_spec = {"models": directives.unchanged_required}  # noqa: RUF012  (docutils reads it)
+
+    def run(self) -> list[nodes.Node]:
+        config = settings(self.env)
+        if config.questions_only:
+            return []
+        location = (self.env.docname, self.lineno)
+        available = _sweeps(self.env, config.cache_dir, location)
+        out: list[nodes.Node] = []
+        for model_id in [w for w in self.options.get("models", "").replace(",", " ").split() if w]:
+            if model_id not in PRESET_LAYOUTS:
+                warn(Subtype.OPTION, f"gemm-layout-step: :models: {model_id!r} has no layout; known: "
+                     + ", ".join(PRESET_LAYOUTS), location=location)
+                continue
+            out.append(self._model(model_id, config.cache_dir, available, config.network))
+        return out
+
+    def _model(self, model_id: str, cache_dir: Path, available: list[Sweep], network: Network) -> nodes.Node:
+        preset = PRESET_LAYOUTS[model_id]
+        section = nodes.container(classes=["gemm-layout-step"])
+        head = f"{model_id}: {preset.layout.describe()}."
+        section += nodes.paragraph(head, head, classes=["gemm-question"])
+        lookup = Cache(cache_dir).lookup(build_question(model=model_id).hash)
+        for error in lookup.errors:
+            warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
+        for path in [*lookup.paths, *(e.path for e in lookup.errors)]:
+            self.env.note_dependency(str(path))
+        panels: list[tuple[str, list[nodes.Node]]] = []
+        for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
+            label = device_label(doc["device"]["name"])
+            found = preset_layout_steps(doc, model_id, available, network=network)
+            if isinstance(found, str):
+                panels.append((label, [_note(f"{label}: {found}.")]))
+                continue
+            table = build_table([[Entry(h, strong=True) for h in HEADER]], step_rows(found),
+                                [10, 18, 13, 16, 9, 12, 8, 7], classes=["gemm-layout-step-table"])
+            panels.append((label, [scrolling(table), *notes(found)]))
+        if not panels:
+            section += _note(f"No result of {model_id}'s question in the cache yet: a GPU refresh measures it.")
+        elif len(panels) == 1:
+            section.extend(panels[0][1])
+        else:
+            section += tab_set(panels, classes=["gemm-device-tabs"])
+        return section
+
+
+class GemmPublishedRunsDirective(SphinxDirective):
+    """Public whole-run results beside the site's prediction for the same layout."""
+
+    reference_example = """\
+.. gemm-published-runs:: _data/published_runs.json
+"""
+    reference_options: dict[str, str] = {}  # noqa: RUF012
+    required_arguments = 1
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        config = settings(self.env)
+        if config.questions_only:
+            return []
+        location = (self.env.docname, self.lineno)
+        rel, path = self.env.relfn2path(self.arguments[0], self.env.docname)
+        self.env.note_dependency(rel)
+        try:
+            runs = load(Path(path))
+        except PublishedRunsError as exc:
+            warn(Subtype.OPTION, f"gemm-published-runs: {exc}", location=location)
+            return []
+        available = _sweeps(self.env, config.cache_dir, location)
+        cache = Cache(config.cache_dir)
+        rows: list[list[Entry]] = []
+        sources: list[str] = []
+        refs = nodes.enumerated_list(classes=["gemm-published-sources"])
+        for run in runs:
+            key = f"{run.source}; {run.version}, {run.date}"
+            if key not in sources:
+                sources.append(key)
+                item = nodes.list_item()
+                para = nodes.paragraph()
+                para += nodes.reference(run.source, run.source, refuri=run.url)
+                para += nodes.Text(f" ({run.version}, {run.date})")
+                item += para
+                refs += item
+            number = sources.index(key) + 1
+            lookup = cache.lookup(build_question(model=run.model).hash)
+            for p in lookup.paths:
+                self.env.note_dependency(str(p))
+            doc = next((d for d in lookup.documents if d["device"]["name"] == run.device), None)
+            comparison = compare(run, doc, available, network=config.network)
+            for prediction in comparison.predictions:
+                diff = prediction.difference
+                why = "; ".join(reasons(prediction)) if prediction.off else (
+                    prediction.why_none or "within 10%")
+                rows.append([
+                    Entry(run.model, strong=True),
+                    Entry(f"source {number}, {run.system}: {run.layout.describe()}; assumed where the table is "
+                          f"silent: {run.layout_assumed}"),
+                    Entry(run.precision_words[prediction.precision]),
+                    Entry(f"{prediction.published:,.0f}"),
+                    Entry(f"{prediction.predicted:,.0f}" + (" (assumed in part)" if prediction.step
+                                                            and prediction.step.assumed else "")
+                          if prediction.predicted is not None else "—"),
+                    Entry(f"{diff:+.0%}" if diff is not None else "—"),
+                    Entry(why)])
+        table = build_table([[Entry(h, strong=True) for h in PUBLISHED_HEADER]], rows, [10, 30, 10, 9, 9, 7, 35],
+                            classes=["gemm-published-runs-table"])
+        return [scrolling(table), _note("Sources, as read (the address holds the commit read):"), refs, _note(
+            "Predicted: the site's tokens per second per GPU for the published layout, composed from the rank's "
+            "compute measured on the published GPU kind and the collectives measured on a box of several GPUs "
+            "(communication in, comm-GEMM overlap not modelled); difference = predicted / published − 1.")]
+
+
+def setup_layout_step(app: Any) -> None:
+    app.add_directive("gemm-layout-step", GemmLayoutStepDirective)
+    app.add_directive("gemm-published-runs", GemmPublishedRunsDirective)

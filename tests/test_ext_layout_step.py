@@ -1,0 +1,186 @@
+"""Issue 42 item 5: the layout step on the page (``gemm-layout-step``), the published runs beside the
+prediction (``gemm-published-runs``), the clause the answer sentence quotes, and the conf values of
+the assumed network. Every number checked is the library's, from the committed cache."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+
+from gemm_bench.question.comm import Link
+from gemm_bench.question.layout import PRESET_LAYOUTS
+from gemm_bench.question.layout_step import Network
+from gemm_bench.question.question import build_question
+from gemm_bench.report.layout_step import ResultLayoutSteps, layout_clause, preset_layout_steps, sweeps
+from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
+from gemm_bench.results import studies
+from gemm_bench.results.cache import Cache
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "docs" / "_gemm_cache"
+RUNS = ROOT / "docs" / "_data" / "published_runs.json"
+MODELS = ("llama3-8b", "llama3.1-405b/tp8", "gpt-oss-120b")
+
+
+def _doc(model: str, device: str) -> dict:
+    found = [d for d in Cache(CACHE).lookup(build_question(model=model).hash).documents
+             if device in d["device"]["name"]]
+    assert found, f"no cached {model} on {device}"
+    return dict(found[0])
+
+
+def _steps(model: str, device: str, network: Network = Network()) -> ResultLayoutSteps:
+    docs, _ = studies.read_studies(CACHE, "tp-comm")
+    found = preset_layout_steps(_doc(model, device), model, sweeps(docs), network=network)
+    assert isinstance(found, ResultLayoutSteps), found
+    return found
+
+
+def test_layout_clause_quotes_the_step_and_its_speedup() -> None:
+    found = _steps("llama3.1-405b/tp8", "H200")
+    step, base = found.step("fp8-current"), found.step("bf16")
+    assert step is not None and base is not None
+    clause = layout_clause(found, "fp8-current")
+    assert clause == (f"with communication: {step.tokens_per_s:,.0f} tokens/s per GPU on "
+                      f"{PRESET_LAYOUTS['llama3.1-405b/tp8'].layout.describe()}, "
+                      f"{base.step_ms / step.step_ms:.2f}× BF16 (collectives assumed in part)")
+    assert layout_clause(found, "bf16") is not None and "× BF16" not in str(layout_clause(found, "bf16"))
+    assert layout_clause(found, "nvfp4") is None
+
+
+def test_on_its_own_gpu_kind_the_sweep_is_measured_and_on_another_borrowed() -> None:
+    own, other = _steps("qwen2.5-7b", "H200"), _steps("qwen2.5-7b", "H100")
+    assert own.borrowed_from is None and other.borrowed_from == "H200"
+    assert {c.how for _, c in other.step("bf16").dp.calls} == {"borrowed"}  # type: ignore[union-attr]
+    # DP 8 in one node, larger than the 4-GPU box: scaled from it, assumed
+    assert {c.how for _, c in own.step("bf16").dp.calls} == {"scaled"}  # type: ignore[union-attr]
+
+
+def test_the_inter_node_link_changes_only_what_crosses_nodes() -> None:
+    slow = Network(8, Link("slow", 5.0, 10.0))
+    fast, slower = _steps("llama3.1-405b/tp8", "H200"), _steps("llama3.1-405b/tp8", "H200", slow)
+    a, b = fast.step("bf16"), slower.step("bf16")
+    assert a is not None and b is not None
+    assert b.dp.comm_ms > 5 * a.dp.comm_ms  # DP across nodes: the link's
+    assert b.compute_ms == a.compute_ms
+
+
+def test_published_runs_file_is_valid_and_three_models_are_predicted() -> None:
+    runs = load(RUNS)
+    docs, _ = studies.read_studies(CACHE, "tp-comm")
+    predicted = set()
+    for run in runs:
+        doc = next((d for d in Cache(CACHE).lookup(build_question(model=run.model).hash).documents
+                    if d["device"]["name"] == run.device), None)
+        comparison = compare(run, doc, sweeps(docs))
+        for p in comparison.predictions:
+            if p.step is not None:
+                predicted.add(run.model)
+                assert p.difference == pytest.approx(p.step.tokens_per_s / p.published - 1)
+                assert bool(reasons(p)) == p.off
+            else:
+                assert p.why_none
+    assert set(MODELS) <= predicted
+
+
+def test_a_malformed_published_row_names_the_file_and_row(tmp_path: Path) -> None:
+    doc = json.loads(RUNS.read_text(encoding="utf-8"))
+    doc["runs"][1]["published"] = {"fp8-current": -1}
+    bad = tmp_path / "runs.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(PublishedRunsError, match=r"runs\.json: runs\[1\]\.published"):
+        load(bad)
+    doc["runs"][1]["published"] = {"fp8-current": 1}
+    doc["runs"][1]["layout"]["tp"] = 3
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(PublishedRunsError, match=r"runs\[1\]\.layout"):
+        load(bad)
+
+
+# ---------------------------------------------------------------------------------------- the pages
+CONF = """\
+extensions = ["gemm_benchmark"]
+project = "layout-step test"
+gemm_benchmark_cache_dir = "_gemm_cache"
+gemm_benchmark_execution_mode = "cache"
+"""
+INDEX = """\
+Layout step
+===========
+
+.. gemm-layout-step::
+   :models: llama3-8b, no-such-model
+
+.. gemm-published-runs:: runs.json
+"""
+
+
+def _build(srcdir: Path, conf: str = CONF) -> tuple[str, BeautifulSoup]:
+    from sphinx.testing.util import SphinxTestApp
+
+    cache = srcdir / "_gemm_cache"
+    (cache / "studies").mkdir(parents=True)
+    shutil.copy(CACHE / "studies" / "tp-comm--h200.json", cache / "studies")
+    for model in ("llama3-8b", "llama3.1-405b/tp8"):
+        for path in Cache(CACHE).lookup(build_question(model=model).hash).paths:
+            shutil.copy(path, cache)
+    shutil.copy(RUNS, srcdir / "runs.json")
+    (srcdir / "conf.py").write_text(conf, encoding="utf-8")
+    (srcdir / "index.rst").write_text(INDEX, encoding="utf-8")
+    warnings = io.StringIO()
+    app = SphinxTestApp("html", srcdir=srcdir, status=io.StringIO(), warning=warnings, freshenv=True)
+    try:
+        app.build()
+    finally:
+        app.cleanup()
+    html = (Path(app.outdir) / "index.html").read_text(encoding="utf-8")
+    return re.sub(r"\x1b\[[0-9;]*m", "", warnings.getvalue()), BeautifulSoup(html, "html.parser")
+
+
+def test_the_page_shows_the_layouts_step_and_the_published_runs(tmp_path: Path) -> None:
+    warnings, soup = _build(tmp_path / "src")
+    assert "'no-such-model' has no layout" in warnings and "index.rst" in warnings
+    section = soup.select_one("div.gemm-layout-step")
+    assert section is not None
+    text = section.get_text(" ", strip=True)
+    assert PRESET_LAYOUTS["llama3-8b"].layout.describe() in text
+    h200 = _steps("llama3-8b", "H200")
+    step = h200.step("fp8-current")
+    assert step is not None
+    assert f"{step.tokens_per_s:,.0f}" in text and f"{step.compute_tokens_per_s:,.0f}" in text
+    assert "Rank compute alone" in text and "assumed" in text and "Measured on the box" in text
+    published = soup.select_one("table.gemm-published-runs-table")
+    assert published is not None
+    rows = published.select("tbody tr")
+    assert len(rows) == sum(len(r.published) for r in load(RUNS))
+    assert "12,036" in rows[0].get_text(" ", strip=True)
+    links = [a["href"] for a in soup.select("ol.gemm-published-sources a")]
+    assert {r.url for r in load(RUNS)} == set(links)
+    # a model whose result is not in this small cache says so, never a number
+    assert "no cached result" in published.get_text(" ", strip=True)
+
+
+def test_a_bad_network_value_in_conf_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    from sphinx.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gemm_benchmark_inter_node_gb_s = 0"):
+        _build(tmp_path / "src", CONF + "gemm_benchmark_inter_node_gb_s = 0\n")
+
+
+def test_the_cli_flag_sets_the_assumed_link_and_refuses_a_bad_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from gemm_bench.cli import main
+
+    assert main(["layout-step", "llama3.1-405b/tp8", "--cache-dir", str(CACHE), "--inter-node-gb-s", "25"]) == 0
+    out = capsys.readouterr().out
+    found = _steps("llama3.1-405b/tp8", "H200", Network(8, Link("x", 25.0, 10.0)))
+    assert "25 GB/s per GPU each way" in out and "assumed" in out
+    assert layout_clause(found, "fp8-current") in out
+    with pytest.raises(SystemExit):
+        main(["layout-step", "llama3-8b", "--inter-node-gb-s", "0"])
+    assert "--inter-node-gb-s must be positive" in capsys.readouterr().err
