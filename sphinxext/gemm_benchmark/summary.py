@@ -272,17 +272,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         return [out]
 
     def _loss_parity(self, cache_dir: Path, device: str) -> dict[str, Any] | None:
-        """This GPU's loss-parity study document (its answer words quote it), None when there is none."""
-        path = studies.study_dir(cache_dir) / studies.file_name(loss_parity_schema.NAME, device)
-        if not path.is_file():
-            return None
-        self.env.note_dependency(str(path))
-        try:
-            doc = studies.read_study(path)
-        except CacheError as exc:
-            self._warn(Subtype.CACHE, f"ignoring unusable study file {exc}")
-            return None
-        return doc if doc["study"] == loss_parity_schema.NAME else None
+        return gpu_loss_parity(self, cache_dir, device)
 
     def _panel_nodes(self, found: Panel, prefix: str) -> list[nodes.Node]:
         """One GPU's panel as nodes: notices, the sentence (its loss-parity phrase a link), table, notes,
@@ -365,6 +355,23 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             first.errors = tuple(errors)
             raise first
         return asks, show, missing == "note"
+
+
+def gpu_loss_parity(directive: SphinxDirective, cache_dir: Path, device: str) -> dict[str, Any] | None:
+    """This GPU's loss-parity study document (the answer's words quote it, its tie-break reads it), None
+    when there is none; an unusable one is warned about at ``directive`` and read as none."""
+    path = studies.study_dir(cache_dir) / studies.file_name(loss_parity_schema.NAME, device)
+    if not path.is_file():
+        return None
+    directive.env.note_dependency(str(path))
+    try:
+        doc = studies.read_study(path)
+    except CacheError as exc:
+        name = directive.name or "gemm-benchmark-summary"
+        warn(Subtype.CACHE, f"{name}: ignoring unusable study file {exc}",
+             location=(directive.env.docname, directive.lineno))
+        return None
+    return doc if doc["study"] == loss_parity_schema.NAME else None
 
 
 def _measured(device: execution.DeviceAnswer) -> Measured:
