@@ -37,6 +37,7 @@ from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.directive import build_known_devices
 from gemm_benchmark.freshness import SUMMARY
+from gemm_benchmark.nodes import app_of, builder_format
 from gemm_benchmark.options import OptionError, option_line
 from gemm_benchmark.summary import gpu_loss_parity
 from gemm_benchmark.summary_answer import Measured, ModelAsk, model_label, panel_sentence, summary_asks
@@ -74,7 +75,7 @@ def answer_cell(sentence: answer_text.Sentence | None, gpu: str) -> Cell:
     suffix = "" if sentence.basis == "model" else f" ({_BASIS_WORDS.get(sentence.basis, sentence.basis)})"
     if verdict.answer == BASELINE:
         best = PRECISIONS[verdict.best].display
-        return Cell(f"BF16{suffix}", f"stay in BF16: no recipe is clearly faster in {basis} (the best, {best}, "
+        return Cell(f"stay in BF16{suffix}", f"stay in BF16: no recipe is clearly faster in {basis} (the best, {best}, "
                     f"{verdict.best_speedup:.2f}× BF16)", BASELINE, 1.0, gpu)
     name = PRECISIONS[verdict.answer].display
     return Cell(f"{name} {verdict.speedup:.2f}×{suffix}",
@@ -161,7 +162,7 @@ class GemmAnswersTableDirective(SphinxDirective):
             if device is None:
                 cells.append(Cell("not measured", f"{label} is not measured on {selector} yet: {ask.command}"))
                 continue
-            gpu = headers.setdefault(selector, device_label(device.device))
+            headers.setdefault(selector, device_label(device.device))
             measured = Measured(device.device, device.doc, device.reports, device.status.value, device.reason)
             # Exactly the arguments the model's summary gives its panel (summary.py): the same sentence.
             per_gemm = gemm_modes(req.modes)
@@ -170,7 +171,9 @@ class GemmAnswersTableDirective(SphinxDirective):
                 layer_modes(req.modes), precisions, loss_parity=gpu_loss_parity(self, config.cache_dir, device.device),
                 model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc, req.question))
             cell = answer_cell(sentence, device_label(device.device))
-            if device.status is not execution.Status.FRESH:
+            # A stale result says so beside its answer (a failed cell is the sentence's to explain: the
+            # answer already rests on what did not fail, and "(failed)" read as the recipe failing).
+            if device.status in (execution.Status.STALE, execution.Status.MISSING):
                 cell = dataclasses.replace(cell, text=f"{cell.text} ({device.status.value})",
                                            tooltip=f"{cell.tooltip}; this result is {device.status.value}: "
                                                    f"{device.reason}")
@@ -239,9 +242,9 @@ class ResolveAnswerLinks(SphinxPostTransform):
                      location=node)
                 node.replace_self(nodes.Text(text))
                 continue
-            ref = make_refnode(self.app.builder, self.env.docname, target, "", nodes.inline(text, text),
+            ref = make_refnode(app_of(self.env).builder, self.env.docname, target, "", nodes.inline(text, text),
                                f"{node['model']} on the {node['gpu']}: {node['tooltip']}")
-            if self.app.builder.format == "html":
+            if builder_format(self.env) == "html":
                 ref["refuri"] = ref["refuri"].partition("#")[0] + "#" + GPU_FRAGMENT + quote(node["gpu"])
             node.replace_self(ref)
 
