@@ -100,8 +100,8 @@ class GemmAnswersTableDirective(SphinxDirective):
 
     reference_example = """\
 .. gemm-answers-table::
-   :models: llama3-8b, llama3-70b/tp8
-   :precisions: bf16, fp8-delayed, fp8-current, fp8-block
+   :models: llama3-8b, qwen2.5-7b
+   :precisions: bf16, fp8-current
    :devices: h100, h200
 """
     reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
