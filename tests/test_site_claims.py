@@ -204,6 +204,27 @@ _CAPTION = re.compile(r"Speedup vs BF16, (?P<model>.+) on the (?P<gpu>.+?)(?: \(
 _ROW_MODES = {"Autocast GEMMs": "autocast", "Pre-quantized GEMMs": "pre-quantized"}
 
 
+
+#: Issue 44: one page per model. The per-model tables a check reads once on the models page are on
+#: these pages now; :func:`models_soup` reads them as one page again.
+MODEL_PAGES = sorted(f"models/{path.stem}.html"
+                     for path in (Path(__file__).resolve().parent.parent / "docs" / "models").glob("*.rst"))
+
+
+def models_soup(site: BuiltSite) -> BeautifulSoup:
+    """The models page with every model's page appended to its article (a fake site of one page: itself)."""
+    soup = site.soup("models.html")
+    if not hasattr(site, "html"):
+        return soup
+    soup = copy.copy(soup)  # the site's soups are parsed once and shared: never moved from or into
+    article = soup.select_one("article") or soup
+    for page in MODEL_PAGES:
+        theirs = site.soup(page).select_one("article")
+        if theirs is not None:
+            article.append(copy.copy(theirs))
+    return soup
+
+
 def summary_table(soup: BeautifulSoup) -> Iterator[tuple[str, dict[str, SummaryCell | None]]]:
     """("model · GPU · what is timed[ · fastest: BF16]", {precision column: its number, None where n/a})
     of every per-model summary table on the page (model and GPU from its caption).
@@ -402,7 +423,7 @@ def every_model_has_a_layer_step(site: BuiltSite, soup: BeautifulSoup, sentence:
     experts and tensor-parallel ranks included, has a training-step row with a number on some GPU."""
     models: set[str] = set()
     stepped: set[str] = set()
-    for label, values in summary_table(site.soup("models.html")):
+    for label, values in summary_table(models_soup(site)):
         model, _, what = label.split(" · ")[:3]
         models.add(model)
         if what == "One layer's step" and any(v is not None for v in values.values()):
@@ -415,13 +436,13 @@ def every_model_has_a_layer_step(site: BuiltSite, soup: BeautifulSoup, sentence:
 def model_step_for_every_model(site: BuiltSite, soup: BeautifulSoup, sentence: Sentence) -> list[str]:
     """The model's training step (its own table) is shown for every model on the models page, a
     mixture of experts and multi-latent attention included, on some GPU."""
-    shown = {m["model"] for table in site.soup("models.html").select("table.gemm-model-step-table")
+    shown = {m["model"] for table in models_soup(site).select("table.gemm-model-step-table")
              if table.caption and (m := _MODEL_STEP_CAPTION.match(_text(table.caption)))}
     if not shown:
         return ["models.html shows no model's training step at all"]
     from gemm_bench.question.config import preset
 
-    models = {label.split(" · ")[0] for label, _ in summary_table(site.soup("models.html"))}
+    models = {label.split(" · ")[0] for label, _ in summary_table(models_soup(site))}
     problems = [f"{m} has no model's step on the models page" for m in sorted(models - shown)]
     moe = [m for m in shown if preset(_preset_of(m)).is_moe or preset(_preset_of(m)).is_mla]
     if not moe:
@@ -679,8 +700,10 @@ CLAIMS: list[Claim] = [
     Claim("index.html", r"★ fastest", fastest_starred),
     Claim("index.html", r"≈ within the fastest's measured spread", ties_marked),
     Claim("index.html", r"A recipe marked ≈ in the table is within the measured spread", ties_marked),
-    Claim("models.html", r"★ fastest", fastest_starred),
-    Claim("models.html", r"≈ within the fastest's measured spread", ties_marked),
+    Claim("models.html", r"★ marks the fastest recipe of a row", fastest_starred),
+    Claim("models.html", r"≈ one within the fastest's measured spread", ties_marked),
+    *(Claim(page, says, check) for page in MODEL_PAGES
+      for says, check in ((r"★ fastest", fastest_starred), (r"≈ within the fastest's measured spread", ties_marked))),
     Claim("models.html", r"two split models gain less with every FP8 recipe", split_models_gain_less),
     Claim("models.html", r"are not told apart everywhere", split_models_not_told_apart),
     Claim("index.html", r"Delayed scaling saves the extra pass",
@@ -723,6 +746,9 @@ CLAIMS: list[Claim] = [
 
 #: Sentences that look like claims about rendered content but are not, each with the reason.
 REVIEWED: dict[tuple[str, str], str] = {
+    ("models.html", r"The answer is the sentence at the top of each tab"): "says where a model page's parts are",
+    **{(page, r"What the rows, marks and notes above mean"): "links to the models page's shared explanations"
+       for page in MODEL_PAGES},
     ("tutorial.html", r"The summary has one table per pass"): "describes gemm-bench run's terminal output",
     ("tutorial.html", r"A precision the GPU cannot run is listed with Transformer Engine's reason"):
         "describes gemm-bench run's terminal output",
@@ -757,7 +783,8 @@ def test_claim_matches_what_is_rendered(site: BuiltSite, claim: Claim) -> None:
     found = _claim_sentences(site, claim)
     assert found, (f"{claim.page} no longer says {claim.says!r}: update CLAIMS in {Path(__file__).name} "
                    "(drop the row, or point it at the new wording)")
-    problems = [f"{s.text!r}: {p}" for s in found for p in claim.check(site, site.soup(claim.page), s)]
+    soup = models_soup(site) if claim.page == "models.html" else site.soup(claim.page)
+    problems = [f"{s.text!r}: {p}" for s in found for p in claim.check(site, soup, s)]
     assert not problems, "\n".join(problems)
 
 
@@ -844,7 +871,7 @@ def test_the_role_order_check_catches_a_reversed_order(site: BuiltSite) -> None:
 
 
 def test_the_split_models_check_catches_a_reversed_pair(site: BuiltSite) -> None:
-    soup = site.soup("models.html")
+    soup = models_soup(site)
     sentence = _sentence(soup, "models.html", r"two split models gain less with every FP8 recipe")
     reversed_ = dataclasses.replace(sentence, text="Llama 3 8B less than Mixtral 8x7B.")
     problems = split_models_gain_less(site, soup, reversed_)
@@ -899,7 +926,7 @@ class _Pages:
 
 
 def test_the_step_scope_checks_catch_a_missing_model_step_and_a_model_without_a_layer_step(site: BuiltSite) -> None:
-    models = copy.copy(site.soup("models.html"))
+    models = copy.copy(models_soup(site))
     sentence = Sentence("methodology.html", "", models)
     fake = cast(BuiltSite, _Pages({"models.html": models}))
     assert model_step_for_every_model(fake, models, sentence) == []

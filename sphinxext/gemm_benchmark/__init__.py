@@ -4,7 +4,7 @@ Enable with ``extensions = ["gemm_benchmark"]`` (sphinx-tabs is set up with it).
 
 Directives
     ``gemm-benchmark`` (options: :data:`.options.OPTIONS`), ``gemm-benchmark-summary``,
-    ``gemm-benchmark-freshness``, and the reference tables ``gemm-benchmark-directives``,
+    ``gemm-benchmark-freshness``, ``gemm-answers-table``, and the reference tables ``gemm-benchmark-directives``,
     ``gemm-benchmark-options``, ``gemm-benchmark-roles``, ``gemm-benchmark-config``,
     ``gemm-benchmark-warnings``, ``gemm-benchmark-presets``. Every directive registered in
     :func:`setup` appears in ``gemm-benchmark-directives`` (:mod:`.reference`): its class needs a
@@ -27,6 +27,7 @@ from typing import Any
 
 from sphinx.application import Sphinx
 
+from gemm_benchmark.answers_table import setup_answers_table
 from gemm_benchmark.buildlog import setup_buildlog
 from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
 from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
@@ -81,6 +82,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     setup_layout_memory(app)
     setup_layout_step(app)
     setup_tp_comm(app)
+    setup_answers_table(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)

@@ -100,6 +100,14 @@ class Sentence:
     #: The recipe the answer speaks of (the one it recommends, else the best of those that lost to
     #: BF16; "" for none): the step's breakdown sentence under the panel speaks of it too.
     recipe: str = ""
+    #: The decision the words state (its ``answer`` the recipe to train in, BF16 for "stay in BF16",
+    #: its ``speedup`` on :attr:`basis`), None where the sentence recommends nothing: a compact view
+    #: of the answer (the landing page's table of every model) reads it here, never deciding again.
+    verdict: Fastest | None = None
+    #: What :attr:`verdict` was decided on: ``model`` (the model's training step at G =
+    #: :attr:`microbatches`), ``step`` (one layer's training step) or ``gemms`` (the GEMMs alone).
+    basis: str = ""
+    microbatches: int | None = None
 
 
 #: The page of the loss-parity study (:mod:`.study_loss_parity`) that the answer's words link to.
@@ -210,7 +218,8 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
             link = LOSS_PARITY_PHRASE
     if lost:
         words.append(f"No number: {lost} (see the notes under the table).")
-    return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "", recipe)
+    return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "", recipe, verdict, basis,
+                    summary.microbatches if basis == "model" and summary is not None else None)
 
 
 def tie_words(tie: TieBreak, quantity: str) -> str:

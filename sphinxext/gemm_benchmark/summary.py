@@ -278,9 +278,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         return [out]
 
     def _loss_parity(self, cache_dir: Path, device: str) -> dict[str, Any] | None:
-        """This GPU's loss-parity study document (its answer words quote it), None when there is none."""
-        return records.loss_parity_study(self.env, cache_dir, device, location=(self.env.docname, self.lineno),
-                                         directive="gemm-benchmark-summary")
+        return gpu_loss_parity(self, cache_dir, device)
 
     def _panel_nodes(self, found: Panel, prefix: str) -> list[nodes.Node]:
         """One GPU's panel as nodes: notices, the sentence (its loss-parity phrase a link), table, notes,
@@ -363,6 +361,15 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             first.errors = tuple(errors)
             raise first
         return asks, show, missing == "note"
+
+
+def gpu_loss_parity(directive: SphinxDirective, cache_dir: Path, device: str) -> dict[str, Any] | None:
+    """This GPU's loss-parity study document (the answer's words quote it, its tie-break reads it), None
+    when there is none; an unusable one is warned about at ``directive`` and read as none. One reader
+    (:func:`records.loss_parity_study`) for the summary, the answers table and the roles."""
+    return records.loss_parity_study(directive.env, cache_dir, device,
+                                     location=(directive.env.docname, directive.lineno),
+                                     directive=directive.name or "gemm-benchmark-summary")
 
 
 def _measured(device: execution.DeviceAnswer) -> Measured:

@@ -321,6 +321,24 @@ class Panel:
     gpu: str = ""
 
 
+def panel_step_modes(measured: Measured, per_gemm: Sequence[str], steps: Sequence[str]) -> list[str]:
+    """The step rows a panel shows: those the summary's modes ask for (graphed first), else both forms."""
+    return sorted(steps, key=lambda m: m != LAYER_MODES[1]) or (
+        [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and measured.doc.get("layer") else [])
+
+
+def panel_sentence(measured: Measured, label: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
+                   precisions: Sequence[str], *, loss_parity: Mapping[str, Any] | None = None,
+                   model_step_pending: bool = False) -> answer_text.Sentence | None:
+    """The answer sentence of one GPU's panel (None where the summary shows no GEMM mode): one function,
+    so that a panel and any shorter view of the same answer (:mod:`.answers_table`) cannot differ."""
+    if not gemm_mode:
+        return None
+    return answer_text.answer(measured.reports[gemm_mode], gemm_mode, precisions, device=device_label(measured.device),
+                              model=label, step_modes=panel_step_modes(measured, per_gemm, steps),
+                              loss_parity=loss_parity, model_step_pending=model_step_pending)
+
+
 def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
           precisions: Sequence[str], *, accuracy_row: bool,
           loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False) -> Panel:
@@ -336,14 +354,9 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
         # As text, not hover-only: a phone reader sees why these numbers may be out of date.
         notices.append((f"This {gpu} result is {measured.status}: {measured.reason}. A GPU run of gemm-bench "
                         "refresh re-measures it (see the freshness page).", f"gemm-{measured.status}"))
-    # The step rows are the ones the summary's modes ask for (graphed first), else both forms.
-    step_modes = sorted(steps, key=lambda m: m != LAYER_MODES[1]) or (
-        [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and measured.doc.get("layer") else [])
-    sentence = None
-    if gemm_mode:
-        sentence = answer_text.answer(measured.reports[gemm_mode], gemm_mode, precisions, device=gpu,
-                                      model=label, step_modes=step_modes, loss_parity=loss_parity,
-                                      model_step_pending=model_step_pending)
+    step_modes = panel_step_modes(measured, per_gemm, steps)
+    sentence = panel_sentence(measured, label, per_gemm, gemm_mode, steps, precisions, loss_parity=loss_parity,
+                              model_step_pending=model_step_pending)
     notes = answer_text.Notes()
     table = Table("What is timed", [PRECISIONS[p].display for p in precisions])
     main = measured.reports[gemm_mode or step_modes[0]] if (gemm_mode or step_modes) else None

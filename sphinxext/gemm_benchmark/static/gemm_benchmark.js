@@ -106,7 +106,27 @@
       }
     });
   }
+  /* A link from the answers table (gemm-answers-table) ends in #gpu=NAME: open that GPU's tab on the
+     model's page. sphinx-tabs restores the group tab it keeps in sessionStorage when the page loads
+     (this deferred script runs before that), and selectNamedTabs switches it if it already ran. */
+  var GPU_HASH = "#gpu=";
+  function gpuTabFromHash() {
+    if (window.location.hash.indexOf(GPU_HASH) !== 0) { return null; }
+    var name;
+    try {
+      name = window.btoa(decodeURIComponent(window.location.hash.slice(GPU_HASH.length)));
+    } catch (e) {
+      return null;  /* not a GPU name a tab can have */
+    }
+    try { window.sessionStorage.setItem("sphinx-tabs-last-selected", name); } catch (e) { /* no storage */ }
+    return name;
+  }
+  var gpuTab = gpuTabFromHash();
   function start() {
+    if (gpuTab && typeof window.selectNamedTabs === "function" &&
+        document.querySelector('.sphinx-tabs-tab[name="' + gpuTab + '"]')) {
+      window.selectNamedTabs(gpuTab);
+    }
     setUp();
     labelReferenceCells();
     stickRowLabels();
