@@ -27,7 +27,7 @@ DISPLAY_TO_ID = {p.display: pid for pid, p in PRECISIONS.items()}
 #: The answer sentence's decision: "... so train in FP8 Delayed: 1.36× the tokens per second of BF16 ...",
 #: or "stay in BF16: ...".
 _TRAIN_IN = re.compile(r"train in (?P<recipe>[^:]+): (?P<speedup>\d+\.\d\d)× the tokens per second of BF16")
-_STAY = re.compile(r"stay in BF16: .* in the model's training step")
+_STAY = re.compile(r"stay in BF16: .* in the model's step")
 _CELL = re.compile(r"(?P<recipe>FP8 \w+|MXFP8|NVFP4) (?P<speedup>\d+\.\d\d)×|stay in BF16")
 
 

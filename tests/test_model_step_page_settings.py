@@ -33,9 +33,10 @@ def project(tmp_path: Path) -> Project:
 
 
 def _store(project: Project) -> dict:
-    """A result measured for the stored question (G = 8, 32 layers, Llama 3's vocabulary)."""
+    """A result measured for the stored question (G = 32 from the preset layout's global batch, 32 layers,
+    Llama 3's vocabulary)."""
     q = build_question(model="llama3-8b")
-    assert q.config is not None and q.config.num_microbatches == 8 and q.config.num_layers == 32
+    assert q.config is not None and q.config.num_microbatches == 32 and q.config.num_layers == 32
     doc = make_document(q, device=H100, precisions=PRECISIONS, modes=("autocast",))
     doc["model_step"] = model_step_block(q.config, doc["run_id"], PRECISIONS)
     project.store(doc)
@@ -123,8 +124,11 @@ def test_report_num_layers_scales_the_model_step_too(capsys: pytest.CaptureFixtu
     path = cache / f"{q.hash}--h100-80gb-hbm3.json"
     assert main(["report", str(path), "--num-layers", "16", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    page = build_question(model="llama3-8b", fields={"num_layers": 16})
     doc = json.loads(path.read_text())
+    # the report reads the file's own question (its stored G: this result was asked before G followed the
+    # preset layout's global batch), with the layers the flag asks
+    stored_g = doc["question"]["config"]["num_microbatches"]
+    page = build_question(model="llama3-8b", fields={"num_layers": 16, "num_microbatches": stored_g})
     summary = Report(doc).model_step(page.config)
     assert summary is not None and data["model_step"]["layers"] == 16
     row = summary.row("bf16")
