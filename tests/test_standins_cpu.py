@@ -248,3 +248,26 @@ def test_serialized_collectives_are_restored_when_the_layer_raises() -> None:
     with pytest.raises(ZeroDivisionError), standins.collectives_serialized(standins.SerialLog(), dist=dist):
         raise ZeroDivisionError
     assert {n: getattr(dist, n) for n in standins.STOOD_IN} == originals
+
+
+def test_stood_in_outputs_are_filled_with_the_ranks_own_data_after_capture() -> None:
+    """Issue 42 item 3: a stand-in leaves its output unwritten (zeros in a fresh graph pool: a GEMM on
+    zeros runs faster at a power cap); after the captured region has run once, each gathered output gets
+    the rank's shard in every slot and each reduce-scatter output its slice of the input."""
+    group = FakeGroup(2)
+    dist, _ = fake_dist(group)
+    te_dist = fake_te_distributed(dist)
+    log = standins.StandInLog()
+    shard = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    partial = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    with standins.collectives_stood_in(log, dist=dist, quantizer_classes=[]):
+        gathered, _ = te_dist.gather_along_first_dim(shard, group)
+        scattered, _ = te_dist.reduce_scatter_along_first_dim(partial, group)
+    gathered.zero_()
+    scattered.zero_()
+    assert standins.fill_stood_in_outputs(log) == 2
+    assert torch.equal(gathered, torch.cat([shard, shard]))
+    assert torch.equal(scattered, partial[:2])
+    assert group.seq == 0  # still no NCCL call: the fill is a local copy
+    log.begin()
+    assert log.buffers == [] and standins.fill_stood_in_outputs(log) == 0  # a new region holds its own

@@ -440,10 +440,14 @@ def _prepare(fn: Any, group: Any, warmup_s: float) -> tuple[Any, str, str | None
 
 
 def time_group(competitors: Mapping[str, Any], group: Any, settings: Settings,
-               say: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+               say: Callable[[str], None] = print,
+               prepared_hook: Callable[[Mapping[str, Mapping[str, Any]]], None] | None = None,
+               ) -> dict[str, dict[str, Any]]:
     """Time each competitor's :data:`REGIONS`, interleaved rep by rep (every region of every
     competitor once per rep). Returns per competitor ``{"method", "capture_error", "warmup_iterations",
-    "samples": {region: [ms, ...]}, "runner"}`` (``runner``: what the profiler replays)."""
+    "samples": {region: [ms, ...]}, "runner"}`` (``runner``: what the profiler replays).
+    ``prepared_hook(prepared)``: called on every rank once every competitor is captured, before the
+    first timed repetition."""
     import torch
 
     align = _Aligner(group)
@@ -455,6 +459,8 @@ def time_group(competitors: Mapping[str, Any], group: Any, settings: Settings,
                           "samples": {r: [] for r in REGIONS}, "runner": runner}
         say(f"    {name}: {method} ({count} warm-up iterations, {time.perf_counter() - t0:.1f} s)"
             + (f"; capture failed: {error}" if error else ""))
+    if prepared_hook is not None:
+        prepared_hook(prepared)
     for _ in range(settings.repetitions):
         for entry in prepared.values():
             runner = entry["runner"]
@@ -556,7 +562,13 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
     import torch.distributed as dist
 
     from gemm_bench.measure.backends.model_parts import build_dense_layer
-    from gemm_bench.measure.standins import SerialLog, StandInLog, collectives_serialized, collectives_stood_in
+    from gemm_bench.measure.standins import (
+        SerialLog,
+        StandInLog,
+        collectives_serialized,
+        collectives_stood_in,
+        fill_stood_in_outputs,
+    )
 
     group, _ = box.group(tp)
     shard = tp_config(config, tp)
@@ -583,9 +595,23 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
     if settings.full_sequence_compute:
         layers.append(build_dense_layer(shard, main_grads=True))
         competitors[COMPUTE_FULL] = layer_competitor(layers[-1], precision, rows, shard, box.solo)
+    filled: dict[str, int] = {}
+
+    def fill(prepared: Mapping[str, Mapping[str, Any]]) -> None:
+        """The stood-in compute's graphs replayed once (no collective runs in them), then its unwritten
+        buffers filled (:func:`~gemm_bench.measure.standins.fill_stood_in_outputs` says why)."""
+        entry = prepared[COMPUTE]
+        if entry["method"] != "cuda-graph":
+            return  # eager: every call allocates anew; nothing held to fill
+        entry["runner"](_untimed)
+        torch.cuda.synchronize()
+        for region, log in logs.items():
+            filled[region] = fill_stood_in_outputs(log)
+        torch.cuda.synchronize()
+
     timed: dict[str, dict[str, Any]] = {}
     try:
-        timed = time_group(competitors, group, settings, say)
+        timed = time_group(competitors, group, settings, say, prepared_hook=fill)
         out: dict[str, Any] = {}
         for name, entry in timed.items():
             profile = None
@@ -597,7 +623,8 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
             out[name] = {"method": entry["method"], "capture_error": entry["capture_error"],
                          "warmup_iterations": entry["warmup_iterations"], "samples": entry["samples"],
                          "profile": profile, "profile_error": profile_error}
-        out[COMPUTE]["stand_ins"] = {region: log.to_dict() for region, log in logs.items()}
+        out[COMPUTE]["stand_ins"] = {region: {**log.to_dict(), "filled": filled.get(region, 0)}
+                                     for region, log in logs.items()}
         out[REAL_SERIAL]["serialized"] = {region: log.to_dict() for region, log in serial_logs.items()}
         return out
     finally:
