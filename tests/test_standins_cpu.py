@@ -263,6 +263,7 @@ def test_stood_in_outputs_are_filled_with_the_ranks_own_data_after_capture() -> 
     with standins.collectives_stood_in(log, dist=dist, quantizer_classes=[]):
         gathered, _ = te_dist.gather_along_first_dim(shard, group)
         scattered, _ = te_dist.reduce_scatter_along_first_dim(partial, group)
+        te_dist.gather_along_first_dim(torch.empty(0, dtype=torch.float32), group)  # an empty scale gather
     gathered.zero_()
     scattered.zero_()
     assert standins.fill_stood_in_outputs(log) == 2
