@@ -134,7 +134,9 @@ def test_a_duplicate_name_is_an_error_at_the_later_definition_in_toctree_order(b
     located, warnings, project = built
     later = [w for w in located["apage"][4] if "'dup' is already the name of the directive at zfirst.rst:4" in w]
     assert later and later[0].endswith("[gemm_benchmark.option]"), located["apage"]
-    assert 4 not in located["zfirst"]  # the first definition: no warning
+    # the first definition: no name warning (this module's deliberately refused loss-parity study is
+    # warned about wherever the tie-break reads it, that directive included)
+    assert not [w for w in located["zfirst"].get(4, []) if "unusable study file" not in w], located["zfirst"]
     assert not any("`dup autocast" in w for w in located["zfirst"].get(10, []))  # its role quotes it
     assert "duplicate label" not in warnings
     assert 10 not in located["apage"]  # the rejected page's role: no warning repeating the error

@@ -290,7 +290,7 @@ def test_shapes_reads_megatron_args_and_prints_the_ignored_flags() -> None:
     code, out, _ = _cli("shapes", "--megatron-args", "--num-layers 2 --hidden-size 1024 --ffn-hidden-size 4096 "
                         "--num-attention-heads 8 --seq-length 1024 --micro-batch-size 2 --lr 1e-4")
     assert code == 0
-    assert "ignored (change no GEMM): --lr" in out and "2048x1024x3072" in out
+    assert "ignored (changes no GEMM and no memory the layout models): --lr" in out and "2048x1024x3072" in out
     code, _, err = _cli("shapes", "--megatron-args=--hidden-size 'x")
     assert code == 2 and "--megatron-args" in err
 

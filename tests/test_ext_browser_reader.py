@@ -206,7 +206,7 @@ def test_the_example_layers_answer_says_what_and_fits(browser: Any, base_url: st
     assert found is not None, "the landing page has no div.gemm-summary"
     assert found["answer"], "the landing page's summary has no answer sentence (p.gemm-summary-answer)"
     text, bottom = found["answer"]
-    assert re.search(r"(train in .+: one layer's step runs \d+\.\d\d× as fast as in BF16"
+    assert re.search(r"(train in .+: one layer['’]s step runs \d+\.\d\d× as fast as in BF16"
                      r"|stay in BF16)", text), text
     assert "dB SQNR" in text or "stay in BF16" in text, f"the answer does not say what it costs: {text}"
     cells = found["cells"]

@@ -49,7 +49,7 @@ def test_every_model_step_role_quotes_the_directives_own_numbers_at_either_g(pro
     lines = {
         "tokens": ":gemm-tokens:`l8@h100 layer-graphed fp8-delayed`",
         "tokens1": ":gemm-tokens:`l8@h100 layer-graphed fp8-delayed G=1`",
-        "tokens8": ":gemm-tokens:`l8@h100 layer-graphed fp8-delayed G=8`",
+        "tokens32": ":gemm-tokens:`l8@h100 layer-graphed fp8-delayed G=32`",
         "mfu": ":gemm-mfu:`l8@h100 layer-graphed bf16`",
         "tflops": ":gemm-model-tflops:`l8@h100 layer-graphed fp8-current g1`",
         "speedup": ":gemm-model-speedup:`l8@h100 layer-graphed fp8-current`",
@@ -67,11 +67,11 @@ def test_every_model_step_role_quotes_the_directives_own_numbers_at_either_g(pro
     assert "WARNING" not in warnings, warnings
     got = _values(project)
     summary = Report(doc).model_step()
-    assert summary is not None and summary.microbatches == 8
+    assert summary is not None and summary.microbatches == 32  # the preset layout's global batch: 128 over DP 4
     d8, d1 = summary.row("fp8-delayed"), summary.row("fp8-delayed", 1)
     c8, c1, b8 = summary.row("fp8-current"), summary.row("fp8-current", 1), summary.row("bf16")
     assert d8 and d1 and c8 and c1 and b8 and c8.speedup and c1.speedup and b8.mfu
-    assert got["tokens"][0] == got["tokens8"][0] == f"{d8.tokens_per_s:,.0f}"
+    assert got["tokens"][0] == got["tokens32"][0] == f"{d8.tokens_per_s:,.0f}"
     assert got["tokens1"][0] == f"{d1.tokens_per_s:,.0f}" != got["tokens"][0]
     assert got["mfu"][0] == f"{b8.mfu:.0%}"
     assert got["tflops"][0] == f"{c1.tflops:.0f} TFLOP/s"
@@ -90,7 +90,7 @@ def test_every_model_step_role_quotes_the_directives_own_numbers_at_either_g(pro
     (":gemm-tokens:`l8@h200 layer-graphed bf16`", "no model step in this result"),
     (":gemm-memory:`l8@h200 layer-graphed fp8-current`", "no model step in this result"),
     (":gemm-model-speedup:`l8@h200 layer-graphed fastest`", "no model step in this result"),
-    (":gemm-mfu:`l8 layer-graphed bf16 G=4`", "composed for G=1 and the question's G=8 only, not G=4"),
+    (":gemm-mfu:`l8 layer-graphed bf16 G=4`", "composed for G=1 and the question's G=32 only, not G=4"),
     (":gemm-tokens:`l8 layer-graphed bf16 G=0`", "'G=0' is not a G of at least 1"),
     (":gemm-tokens:`l8 autocast bf16`", "quotes the model's step, composed of GPU times: its mode word is "
                                         "layer-graphed, not 'autocast'"),

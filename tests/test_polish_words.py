@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted([*(ROOT / "docs").glob("*.rst"), *(ROOT / "docs").glob("*.md"),
+SOURCES = sorted([*(ROOT / "docs").rglob("*.rst"), *(ROOT / "docs").glob("*.md"),
                   *(ROOT / "sphinxext" / "gemm_benchmark").glob("*.py")])
 #: A role quoting a speedup (rST ``:gemm-speedup:`...``` or MyST ``{gemm-speedup}`...```), then "faster".
 SPEEDUP_FASTER = re.compile(r"gemm-[a-z-]*speedup[:}]`[^`]*`\s+(?:faster|slower)\b")

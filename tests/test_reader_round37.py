@@ -92,7 +92,7 @@ def test_rounds_outcome_with_none_reached_says_none_and_all() -> None:
 def test_one_spelling_of_normalization() -> None:
     """Finding 13: "normalisation" in the prose beside "normalization" in every figure legend."""
     root = Path(__file__).parents[1]
-    sources = [*(root / "docs").glob("*.rst"), *(root / "docs").glob("*.md"),
+    sources = [*(root / "docs").rglob("*.rst"), *(root / "docs").glob("*.md"),
                *(root / "bench" / "gemm_bench").rglob("*.py"), *(root / "sphinxext" / "gemm_benchmark").rglob("*.py")]
     assert [p.name for p in sources if "normalis" in p.read_text().lower()] == []
 

@@ -107,6 +107,7 @@ def test_each_directive_example_builds(tmp_path: Path) -> None:
     src.mkdir()
     (src / "conf.py").write_text(CONF, encoding="utf-8")
     shutil.copytree(DOCS / "_gemm_cache", src / "_gemm_cache")
+    shutil.copytree(DOCS / "_data", src / "_data")  # the published runs the gemm-published-runs example names
     probe = tmp_path / "probe"
     probe.mkdir()
     (probe / "conf.py").write_text(CONF, encoding="utf-8")

@@ -12,7 +12,8 @@ and the same loss-parity study), through the decision that sentence states
 
 Links are resolved after every page is read (:class:`ResolveAnswerLinks`): a cell links to the page
 whose one-model ``gemm-benchmark-summary`` (with a ``:name:``) asks the same question, found in the
-extension's records; a model no page answers is a located warning and a cell without a link. In
+extension's records; the models no page answers are one located warning per table (``missing``) and cells
+without a link. In
 HTML the link carries the GPU (``#gpu=NAME``), and ``gemm_benchmark.js`` opens that GPU's tab.
 """
 
@@ -233,13 +234,12 @@ class ResolveAnswerLinks(SphinxPostTransform):
     default_priority = 20
 
     def run(self, **kwargs: Any) -> None:
+        unanswered: dict[str, Any] = {}  # model -> its first cell: one warning per table, not per cell
         for node in list(self.document.findall(gemm_answer_link)):
             target = answer_page(self.env, node["question_hash"])
             text = node.astext()
             if target is None:
-                warn(Subtype.REFERENCE, f"{NAME}: no page answers {node['model']} (a one-model "
-                     "gemm-benchmark-summary with a :name: asking the same question): its cells have no link",
-                     location=node)
+                unanswered.setdefault(node["model"], node)
                 node.replace_self(nodes.Text(text))
                 continue
             ref = make_refnode(app_of(self.env).builder, self.env.docname, target, "", nodes.inline(text, text),
@@ -247,6 +247,11 @@ class ResolveAnswerLinks(SphinxPostTransform):
             if builder_format(self.env) == "html":
                 ref["refuri"] = ref["refuri"].partition("#")[0] + "#" + GPU_FRAGMENT + quote(node["gpu"])
             node.replace_self(ref)
+        if unanswered:
+            models = ", ".join(unanswered)
+            warn(Subtype.MISSING, f"{NAME}: no page answers {models} (a one-model gemm-benchmark-summary with a "
+                 ":name: asking the same question): their cells have no link",
+                 location=next(iter(unanswered.values())))
 
 
 def setup_answers_table(app: Sphinx) -> None:

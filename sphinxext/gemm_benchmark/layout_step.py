@@ -170,14 +170,20 @@ class GemmLayoutStepDirective(SphinxDirective):
         return section
 
 
+#: The published-runs file a page names when it names none (relative to the source folder).
+PUBLISHED_RUNS_DEFAULT = "/_data/published_runs.json"
+
+
 class GemmPublishedRunsDirective(SphinxDirective):
-    """Public whole-run results beside the site's prediction for the same layout."""
+    """Public whole-run results beside the site's prediction for the same layout. The argument, a
+    JSON file of runs (relative to the page, or to the source folder with a leading ``/``), defaults
+    to ``/_data/published_runs.json``."""
 
     reference_example = """\
-.. gemm-published-runs:: _data/published_runs.json
+.. gemm-published-runs::
 """
     reference_options: dict[str, str] = {}  # noqa: RUF012
-    required_arguments = 1
+    optional_arguments = 1
     has_content = False
 
     def run(self) -> list[nodes.Node]:
@@ -185,7 +191,8 @@ class GemmPublishedRunsDirective(SphinxDirective):
         if config.questions_only:
             return []
         location = (self.env.docname, self.lineno)
-        rel, path = self.env.relfn2path(self.arguments[0], self.env.docname)
+        rel, path = self.env.relfn2path(self.arguments[0] if self.arguments else PUBLISHED_RUNS_DEFAULT,
+                                        self.env.docname)
         self.env.note_dependency(rel)
         try:
             runs = load(Path(path))

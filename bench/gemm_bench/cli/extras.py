@@ -10,7 +10,7 @@ from __future__ import annotations
 
 #: The extras of ``pip install -e '.[...]'`` each command needs beyond the plain install.
 COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
-    "shapes": (), "presets": (), "report": (), "compare": (), "merge": (), "readme-figure": (),
+    "shapes": (), "presets": (), "report": (), "layout-step": (), "compare": (), "merge": (), "readme-figure": (),
     "run": ("gpu",), "study": ("gpu",), "refresh": ("docs", "gpu"),
 }
 
