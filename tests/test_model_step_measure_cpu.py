@@ -195,3 +195,24 @@ def test_the_real_run_is_timed_under_a_sustained_load(monkeypatch: pytest.Monkey
     monkeypatch.setattr(parts, "category_ms_per_step", lambda rounds: (0.0, {}))
     parts.real_gpu_profile(model, 1, sustain_s=1.0)
     assert Model.steps == 15 + 15  # loaded 1 s, then profiled over 15 steps (not the default 3)
+
+
+def test_a_distributed_optimizer_rank_updates_its_slice_of_the_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41 item 3: the real rank of a layout with the distributed optimizer holds FP32 masters and
+    moments for 1 / (DP x CP) of the parameters (whole tensors in order, at least one), the main
+    gradients whole; one shard is every parameter."""
+    import torch
+
+    parts = fake_te.install(monkeypatch, oom_above=2)
+    params = [torch.zeros(n) for n in (100, 30, 30, 20, 20)]
+    assert parts.shard_of(params, 1) == params
+    assert [p.numel() for p in parts.shard_of(params, 2)] == [100]
+    assert [p.numel() for p in parts.shard_of(params, 4)] == [100]  # at least one tensor
+    assert [p.numel() for p in parts.shard_of(params[1:], 2)] == [30]
+    with pytest.raises(ValueError, match="not a positive"):
+        parts.shard_of(params, 0)
+    model = parts.RealModel(TINY, 2, "bf16", optimizer_shards=4)
+    owned = sum(p.numel() for p in model.owned)
+    assert 0 < owned <= model.parameter_count / 4 + max(p.numel() for p in model.params)
+    assert len(model.masters) == len(model.owned) < len(model.params)
+    model.step(2)  # the step runs with the slice

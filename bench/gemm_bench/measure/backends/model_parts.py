@@ -448,7 +448,7 @@ class RealModel:
     multi-latent attention), final norm, BF16 output layer, FP32 cross-entropy and the fused AdamW
     step over G micro-batches: a rank's training step as it really runs."""
 
-    def __init__(self, config: ModelConfig, layers: int, precision: str) -> None:
+    def __init__(self, config: ModelConfig, layers: int, precision: str, *, optimizer_shards: int = 1) -> None:
         self.config = config
         self.recipe = make_recipe(precision)
         self.embedding = Embedding(config)
@@ -456,8 +456,13 @@ class RealModel:
         self.head = Head(config)
         self.modules = torch.nn.ModuleList([self.embedding, *self.layers, self.head])
         self.params = [p for p in self.modules.parameters()]
-        self.masters = [p.detach().float().requires_grad_(True) for p in self.params]
-        for m, p in zip(self.masters, self.params, strict=True):
+        #: The parameters whose FP32 master weights and moments this rank holds: all of them, or, with
+        #: ``optimizer_shards`` (Megatron's distributed optimizer over DP x CP ranks), the first ones
+        #: up to 1 / shards of the count, the rank's slice of the flat buffer; the FP32 main gradients
+        #: stay whole, as the distributed optimizer keeps them.
+        self.owned = shard_of(self.params, optimizer_shards)
+        self.masters = [p.detach().float().requires_grad_(True) for p in self.owned]
+        for m, p in zip(self.masters, self.owned, strict=True):
             m.grad = p.main_grad  # type: ignore[attr-defined]  # FP32 already: Megatron aliases it too
         self.optimizer = torch.optim.AdamW(self.masters, lr=1e-5, weight_decay=0.1, fused=True)
 
@@ -480,7 +485,7 @@ class RealModel:
             fold_unfused_grads(self.modules)
         self.optimizer.step()
         with torch.no_grad():
-            for p, master in zip(self.params, self.masters, strict=True):
+            for p, master in zip(self.owned, self.masters, strict=True):
                 p.copy_(master)
         torch._foreach_zero_([p.main_grad for p in self.params])  # type: ignore[attr-defined]
         return float(loss.detach())
@@ -504,6 +509,24 @@ def sustain(model: RealModel, microbatches: int, seconds: float, *, least: int =
         steps += 1
     torch.cuda.synchronize()
     return steps
+
+
+def shard_of(params: Sequence[torch.Tensor], shards: int) -> list[torch.Tensor]:
+    """The parameters one of ``shards`` data-parallel ranks updates: whole tensors in order until their
+    count reaches 1 / ``shards`` of the total (at least one); all of them for one shard."""
+    if shards < 1:
+        raise ValueError(f"optimizer shards {shards} is not a positive whole number")
+    if shards == 1:
+        return list(params)
+    target = sum(p.numel() for p in params) / shards
+    owned: list[torch.Tensor] = []
+    count = 0
+    for p in params:
+        if owned and count + p.numel() > target:
+            break
+        owned.append(p)
+        count += p.numel()
+    return owned
 
 
 def time_real_steps(model: RealModel, microbatches: int, *, warmup: int = 2, steps: int = 5,
@@ -587,15 +610,18 @@ def real_peak_bytes(model: RealModel, microbatches: int) -> int:
     return int(torch.cuda.max_memory_allocated())
 
 
-def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64) -> dict[str, Any]:
+def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64,
+                       optimizer_shards: int = 1) -> dict[str, Any]:
     """The largest micro-batch whose whole step (G = 1) runs on this GPU with ``layers`` layers, by
     doubling then bisecting; an out-of-memory is the answer, never a crash. Each size builds its own
-    model: a mixture of experts' layer routes the tokens of the micro-batch it was built for."""
+    model: a mixture of experts' layer routes the tokens of the micro-batch it was built for.
+    ``optimizer_shards``: the distributed optimizer's DP x CP (:class:`RealModel`)."""
     def fits(mbs: int) -> bool:
         with _clean():
             model = None
             try:
-                model = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision)
+                model = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision,
+                                  optimizer_shards=optimizer_shards)
                 model.step(1)
                 torch.cuda.synchronize()
                 return True

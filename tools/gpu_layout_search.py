@@ -1,0 +1,89 @@
+"""The largest micro-batch of a preset layout's rank, found on the GPU (issue 41 item 3).
+
+For each model named, the rank of its preset layout (``question.layout``; pipeline parallel 1 only: the
+rank then holds every layer, the embedding and the output layer) is built for real: all its layers on
+the rank's ``S / CP`` tokens, FP32 main gradients whole, and FP32 master weights and moments for
+``1 / (DP x CP)`` of the parameters (Megatron's distributed optimizer). Its whole step (G = 1) is run at
+growing micro-batch sizes, doubling then bisecting, until it runs out of memory
+(:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`): an out-of-memory is the answer.
+
+``--capacity-bytes`` caps PyTorch's allocator at that many bytes of this GPU
+(``torch.cuda.set_per_process_memory_fraction``), so an H200 answers for an 80 GB H100: the cap is the
+H100's usable capacity as its cached results store it. Said wherever the number is quoted ("an H100's
+capacity, emulated on an H200"): the CUDA context and libraries' workspaces outside the allocator are
+the H200's.
+
+    python3 tools/gpu_layout_search.py --out DIR --models llama3-8b --precisions bf16,fp8-delayed \\
+        --capacity-bytes 84100186112
+
+JSON to ``DIR/layout-search.json`` after each model; a compact line per recipe on stdout. The
+composition's prediction for the same layout is computed from the committed cache, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--models", default="llama3-8b")
+    parser.add_argument("--precisions", default="bf16,fp8-delayed")
+    parser.add_argument("--capacity-bytes", type=int, default=0, help="cap the allocator at this many bytes")
+    parser.add_argument("--limit", type=int, default=16, help="largest micro-batch tried")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from gemm_bench.measure.backends.model_parts import largest_microbatch
+    from gemm_bench.question.question import build_question
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    doc: dict[str, Any] = {"device": torch.cuda.get_device_name(), "total_bytes": total,
+                           "capacity_bytes": args.capacity_bytes or total, "models": {}}
+    if args.capacity_bytes:
+        if args.capacity_bytes > total:
+            parser.error(f"--capacity-bytes {args.capacity_bytes} is more than this GPU's {total}")
+        torch.cuda.set_per_process_memory_fraction(args.capacity_bytes / total)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+        question = build_question(model=model)
+        config = question.config
+        layout, _ = question.layout_or_assumed()
+        if config is None or layout is None:
+            doc["models"][model] = {"error": "no model config or layout"}
+            continue
+        if layout.pp != 1:
+            doc["models"][model] = {"error": f"pipeline parallel {layout.pp}: the rank is one stage (not built here)"}
+            continue
+        rank = dataclasses.replace(config, seq_length=config.seq_length // layout.cp)
+        shards = layout.dp * layout.cp
+        entry: dict[str, Any] = {"layout": layout.describe(), "layers": config.num_layers, "tokens": rank.seq_length,
+                                 "optimizer_shards": shards, "found": {}}
+        for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
+            started = time.monotonic()
+            try:
+                found = largest_microbatch(rank, config.num_layers, precision, limit=args.limit,
+                                           optimizer_shards=shards)
+            except RuntimeError as exc:  # GPU boundary: not an out-of-memory (that is an answer), a failure
+                entry["found"][precision] = f"{type(exc).__name__}: {exc}"[:400]
+                print(f"{model} {precision}: FAILED {exc}"[:300], flush=True)
+                continue
+            found["peak_bytes_limit"] = doc["capacity_bytes"]
+            entry["found"][precision] = found
+            print(f"{model} {precision}: largest micro-batch {found['largest']} (tried {found['tried']}, "
+                  f"{time.monotonic() - started:.0f} s)", flush=True)
+        doc["models"][model] = entry
+        (args.out / "layout-search.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
