@@ -133,8 +133,8 @@ def test_the_search_builds_each_micro_batch_its_own_model(monkeypatch: pytest.Mo
     built: list[int] = []
     init = parts.RealModel.__init__
 
-    def record(self: Any, config: ModelConfig, layers: int, precision: str) -> None:
-        init(self, config, layers, precision)
+    def record(self: Any, config: ModelConfig, layers: int, precision: str, **kwargs: Any) -> None:
+        init(self, config, layers, precision, **kwargs)
         built.append(config.micro_batch_size)
         experts = self.layers[0].mlp
         assert int(experts.token_of_row.max()) + 1 == config.tokens  # every token of the micro-batch routed
