@@ -4,7 +4,6 @@ tool wrote it (transformed by code, never typed), and the composition reads its 
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,14 @@ STUDY = ROOT / "docs" / "_gemm_cache" / "studies" / "tp-comm--h200.json"
 
 
 def _raw() -> dict[str, Any]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tp_comm_to_study", ROOT / "tools" / "tp_comm_to_study.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
     doc = studies.read_study(STUDY)
-    raw: dict[str, Any] = json.loads((ROOT / doc["provenance"]["method"]["source"]).read_text(encoding="utf-8"))
+    raw: dict[str, Any] = tool.read_raw(ROOT / doc["provenance"]["method"]["source"])
     return raw
 
 
@@ -90,3 +95,29 @@ def test_stored_sweep_keeps_failures_and_recomputes_nothing_but_the_bus_bandwidt
     assert out[0] == {"op": "all-reduce", "dtype": "fp32", "group": 2, "bytes": 1 << 20, "ms": 0.5,
                       "busbw_gb_s": round(bus_bandwidth_gb_s("all-reduce", 1 << 20, 0.5, 2), 3)}
     assert out[1]["ms"] is None and out[1]["error"].startswith("RuntimeError")
+
+
+def test_the_serialized_step_is_carried_checked_and_shown() -> None:
+    """Issue 42 item 3 (session 15): the run held the composition to the same layer with its
+    collectives serialized; the study carries that step, refuses a ratio that is not composed over it,
+    and the page's table shows it beside composed / real."""
+    doc = studies.read_study(STUDY)
+    first = doc["data"]["cells"][0]["regions"]["first"]
+    assert first["composed_over_serial"] == pytest.approx(first["composed_ms"] / first["real_serial_ms"])
+    assert first["overlap_hidden_ms"] == pytest.approx(first["real_serial_ms"] - first["real_ms"])
+    assert doc["provenance"]["commit_recorded"] != doc["provenance"]["commit"]  # the box's stale git, said
+    bad = copy.deepcopy(doc["data"])
+    bad["cells"][0]["regions"]["first"]["composed_over_serial"] *= 1.1
+    with pytest.raises(studies.StudyError, match="composed_over_serial"):
+        schema.validate_data(bad)
+    from gemm_benchmark.study_tp_comm import rows
+
+    shown = rows(doc["data"])[0][-1]
+    assert shown.text == f"{first['composed_over_serial']:.3f} / " \
+                         f"{doc['data']['cells'][0]['regions']['cached']['composed_over_serial']:.3f}"
+    old = copy.deepcopy(doc["data"])
+    for region in old["cells"][0]["regions"].values():
+        for key in ("real_serial_ms", "composed_over_serial", "overlap_hidden_ms"):
+            region.pop(key)
+    schema.validate_data(old)  # a file from before the serialized step stays valid
+    assert rows(old)[0][-1].text == "not run"

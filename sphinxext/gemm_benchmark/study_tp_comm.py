@@ -27,7 +27,7 @@ from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
 
 HEADER = ("Model", "TP", "Recipe", "Real step (first / cached)", "Compute alone", "Communication share",
-          "Composed / real")
+          "Composed / real", "Composed / real, no overlap")
 
 
 def _share(region: dict[str, Any]) -> float:
@@ -41,7 +41,7 @@ def rows(data: dict[str, Any]) -> list[list[Entry]]:
         name = PRECISIONS[cell["precision"]].display
         head = [Entry(cell["model"]), Entry(str(cell["tp"])), Entry(name, strong=cell["precision"] == "bf16")]
         if cell["status"] != "measured":
-            out.append([*head, Entry(f"failed: {cell['reason']}", morecols=3)])
+            out.append([*head, Entry(f"failed: {cell['reason']}", morecols=4)])
             continue
         first, cached = cell["regions"]["first"], cell["regions"]["cached"]
         out.append([*head,
@@ -52,8 +52,21 @@ def rows(data: dict[str, Any]) -> list[list[Entry]]:
                     Entry(f"{_share(first):.0%} / {_share(cached):.0%}",
                           tooltip=f"collectives at their measured cost: {first['comm_ms']:.2f} ms, of which "
                                   f"{first['overlappable_ms']:.2f} ms may run beside a GEMM in TE"),
-                    Entry(f"{first['composed_over_real']:.3f} / {cached['composed_over_real']:.3f}")])
+                    Entry(f"{first['composed_over_real']:.3f} / {cached['composed_over_real']:.3f}"),
+                    _serial_entry(first, cached)])
     return out
+
+
+def _serial_entry(first: dict[str, Any], cached: dict[str, Any]) -> Entry:
+    """The composition against the same real layer with its collectives run synchronously (the proof's
+    like-with-like ratio: no overlap on either side), and what TE's asynchronous collectives hid;
+    "not run" for a file measured before the serialized step existed."""
+    if "real_serial_ms" not in first or "real_serial_ms" not in cached:
+        return Entry("not run", tooltip="this run predates the serialized step (session 15)")
+    return Entry(f"{first['composed_over_serial']:.3f} / {cached['composed_over_serial']:.3f}",
+                 tooltip=f"serialized step {first['real_serial_ms']:.2f} / {cached['real_serial_ms']:.2f} ms; "
+                         f"TE's asynchronous collectives hid {first['overlap_hidden_ms']:.2f} / "
+                         f"{cached['overlap_hidden_ms']:.2f} ms of it")
 
 
 class GemmTpCommDirective(SphinxDirective):
@@ -75,7 +88,7 @@ class GemmTpCommDirective(SphinxDirective):
         panels: list[tuple[str, list[nodes.Node]]] = []
         for doc in docs:
             data, prov = doc["data"], doc["provenance"]
-            table = build_table([[Entry(h, strong=True) for h in HEADER]], rows(data), [12, 4, 12, 16, 14, 14, 12],
+            table = build_table([[Entry(h, strong=True) for h in HEADER]], rows(data), [12, 4, 12, 16, 14, 14, 12, 14],
                                 classes=["gemm-tp-comm-table"])
             said = (f"{data['gpus']} x {device_label(doc['device']['name'])} of one box, NVLink, NCCL {data['nccl']}, "
                     f"{data['seq']} tokens, one layer; Transformer Engine {prov['transformer_engine']}, PyTorch "

@@ -9,7 +9,11 @@ process per GPU; :mod:`gemm_bench.measure.tp_step`, :mod:`gemm_bench.measure.sta
   no comm-GEMM overlap), first and cached micro-batch, CUDA-graphed;
 * ``compute``: the same layer with every collective replaced by a local stand-in that moves no data;
 * ``composed``: compute + every collective of :func:`gemm_bench.question.comm.tp_layer_collectives`
-  at its cost measured on the same box (no overlap), and the communication's share.
+  at its cost measured on the same box (no overlap), and the communication's share;
+* (runs since session 15) ``real_serial_ms``: the real layer with every collective run synchronously
+  (no overlap, like the composition: :func:`gemm_bench.measure.standins.collectives_serialized`), the
+  composition's ratio to it (``composed_over_serial``, the proof's like-with-like ratio) and what TE's
+  asynchronous collectives hid in the real step (``overlap_hidden_ms``).
 
 Pure: the validator of the ``data`` block (as :func:`stored_data` writes it from the tool's JSON) and
 the registration. The ``data`` block::
@@ -84,6 +88,19 @@ def stored_sweep(tool: Mapping[str, Any]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: (e["op"], e["dtype"], e["group"], e["bytes"]))
 
 
+def run_seq(tool: Mapping[str, Any]) -> int:
+    """The sequence length every cell ran at: the tool's ``--seq``, or, where it ran each model at its
+    preset's (``seq`` null), that length, which must be one for all the run's models."""
+    if tool.get("seq") is not None:
+        return int(tool["seq"])
+    from gemm_bench.question.config import preset
+
+    lengths = {preset(m).seq_length for m in tool["models"]}
+    if len(lengths) != 1:
+        raise StudyError("$.seq", f"the run's models ran at their presets' lengths, which differ: {sorted(lengths)}")
+    return lengths.pop()
+
+
 def stored_data(tool: Mapping[str, Any]) -> dict[str, Any]:
     """The study's ``data`` block from ``tools/gpu_tp_comm.py``'s JSON: per cell and region the slowest
     rank's medians (the step waits for it), the composition and the profiler's exposed NCCL share; the
@@ -108,9 +125,13 @@ def stored_data(tool: Mapping[str, Any]) -> dict[str, Any]:
                 "overlappable_ms": composed["overlappable_ms"], "composed_ms": composed["step_ms"],
                 "composed_over_real": composed["step_ms"] / real["median_ms"], "method": cell["real"]["method"],
                 "nccl_exposed_share": profile.get("nccl_exposed_share")}
+            if "real_serial" in cell:  # the same layer with its collectives serialized (runs since session 15)
+                serial = cell["real_serial"]["regions"][region]["max_rank"]["median_ms"]
+                regions[region].update(real_serial_ms=serial, composed_over_serial=composed["step_ms"] / serial,
+                                       overlap_hidden_ms=serial - real["median_ms"])
         entry["regions"] = regions
         cells.append(entry)
-    data = {"gpus": tool["gpus"], "seq": tool["seq"], "nccl": str(tool["provenance"].get("nccl", "")),
+    data = {"gpus": tool["gpus"], "seq": run_seq(tool), "nccl": str(tool["provenance"].get("nccl", "")),
             "cells": cells}
     sweep = stored_sweep(tool)
     if sweep:
@@ -189,6 +210,20 @@ def validate_data(data: Any) -> None:
                            positive=True)
             if abs(ratio - block["composed_ms"] / block["real_ms"]) > 1e-6 * ratio:
                 raise StudyError(f"{at}.regions.{region}.composed_over_real", "is not composed_ms / real_ms")
+            if "real_serial_ms" in block:
+                _validate_serial(block, f"{at}.regions.{region}")
+
+
+def _validate_serial(block: Mapping[str, Any], at: str) -> None:
+    """The serialized step's fields: a positive time, the composition's ratio to it, and what TE's
+    asynchronous collectives hid (serialized minus real)."""
+    serial = number(block.get("real_serial_ms"), f"{at}.real_serial_ms", positive=True)
+    ratio = number(block.get("composed_over_serial"), f"{at}.composed_over_serial", positive=True)
+    if abs(ratio - block["composed_ms"] / serial) > 1e-6 * ratio:
+        raise StudyError(f"{at}.composed_over_serial", "is not composed_ms / real_serial_ms")
+    hidden = number(block.get("overlap_hidden_ms"), f"{at}.overlap_hidden_ms")
+    if abs(hidden - (serial - block["real_ms"])) > 1e-6 * serial:
+        raise StudyError(f"{at}.overlap_hidden_ms", "is not real_serial_ms - real_ms")
 
 
 STUDY = register(Study(
