@@ -299,30 +299,29 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
     base = summary.row(BASELINE)
     # BF16's own figure beside the recipe's (a reader compares the two).
     against = f" against BF16's {base.tokens_per_s:,.0f}" if base is not None else ""
-    lead = _run_lead(run, chosen)
-    fits = _fits_words(run, chosen)
-    if lead is not None:  # the run with communication leads; the rank's compute alone stays beside, labelled
-        text = (f"{subject}train in {_name(chosen)}: {lead}" + (f", {fits}" if fits else "")
-                + f"; one rank's compute alone, collectives not in it: {verdict.speedup:.2f}× "
-                f"({row.tokens_per_s:,.0f} per GPU{against}) {where}")
-    else:  # no layout step: the number is the rank's compute, and the sentence says so
-        text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
-                f"({row.tokens_per_s:,.0f} per GPU{against}; one rank's compute, collectives not in it) {where}")
-        on_layout = _fits_words(run, chosen, on=run.layout.describe()) if run is not None else ""
-        if on_layout:
-            text += f", {on_layout}"
-        else:
-            memory = summary.memory_words(chosen)  # the whole rank's, where no layout's memory is known
-            if memory:
-                text += f", {memory}"
     beside = []
     if chosen in layer_points:
         beside.append(f"{LAYER_STEP} {layer_points[chosen].value:.2f}×"
                       + flag_clause(report, chosen, "", step=True, graphed=graphed))
     if chosen in gemm_points:
         beside.append(f"its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×")
-    if beside:
-        text += f" ({', '.join(beside)})"
+    rows_beside = f" ({', '.join(beside)})" if beside else ""
+    lead = _run_lead(run, chosen)
+    if lead is not None:  # the run with communication leads; the rank's compute alone stays beside, labelled
+        fits = _fits_words(run, chosen)
+        text = (f"{subject}train in {_name(chosen)}: {lead}" + (f", {fits}" if fits else "")
+                + f"; one rank's compute alone, collectives not in it: {verdict.speedup:.2f}× "
+                f"({row.tokens_per_s:,.0f} per GPU{against}) {where}{rows_beside}")
+    else:  # no layout step: the number is the rank's compute, and the sentence says so
+        text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
+                f"({row.tokens_per_s:,.0f} per GPU{against}; one rank's compute, collectives not in it) {where}"
+                f"{rows_beside}")
+        on_layout = _fits_words(run, chosen, on=run.layout.describe()) if run is not None else ""
+        memory = summary.memory_words(chosen)  # the whole rank's, where no layout's memory is known
+        if on_layout:
+            text += f", {on_layout}"
+        elif memory:
+            text += f", {memory}"
     return text + _ties(verdict) + _layer_lead(chosen, layer_points, graphed) + "."
 
 
