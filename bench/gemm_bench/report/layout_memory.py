@@ -78,7 +78,7 @@ def remedy_text(found: RecipeMemory) -> str:
 #: The remedies of :data:`~gemm_bench.question.memory_per_gpu.REMEDIES` in running prose (the answer sentence).
 REMEDY_WORDS = {"selective recompute": "selective recomputation", "full recompute": "full recomputation",
                 "distributed optimizer": "the distributed optimizer",
-                "optimizer+grads": "sharding the gradients too (ZeRO-2)", "fsdp": "FSDP",
+                "optimizer+grads": "ZeRO-2 gradient sharding", "fsdp": "FSDP",
                 "CP x2": "twice the context parallel", "PP x2": "twice the pipeline stages"}
 
 
