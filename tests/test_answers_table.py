@@ -8,6 +8,7 @@ those the model's page states in its answer sentence on that GPU's tab, and the 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -102,10 +103,18 @@ def test_every_cell_states_its_models_answer_and_links_to_it(built: tuple[Projec
 def test_a_cell_reads_the_sentences_decision_and_never_decides_again() -> None:
     """The cell is the sentence's verdict in a few words; a sentence without one gives "no answer"."""
     verdict = Fastest("fp8-current", 1.234, "fp8-current", 1.234, (), "FP8")
-    sentence = answer_text.Sentence("…", verdict=verdict, basis="model", microbatches=8)
+    # The run's speedup with communication in leads, as in the sentence; the rank's compute in the tooltip.
+    sentence = answer_text.Sentence("…", verdict=verdict, basis="model", microbatches=8, run_speedup=1.187,
+                                    layout="8 GPUs: DP 8, distributed optimizer, G = 8")
     cell = answer_cell(sentence, "H200")
-    assert (cell.text, cell.recipe, cell.speedup) == ("FP8 Current 1.23×", "fp8-current", 1.234)
-    assert "G = 8" in cell.tooltip
+    assert (cell.text, cell.recipe, cell.speedup) == ("FP8 Current 1.19×", "fp8-current", 1.187)
+    assert "G = 8" in cell.tooltip and "1.23×" in cell.tooltip and "with communication in, on 8 GPUs" in cell.tooltip
+    # Without a composed layout step, the rank's compute, and the cell says so as the sentence does.
+    alone = answer_cell(answer_text.Sentence("…", verdict=verdict, basis="model", microbatches=8), "H200")
+    assert (alone.text, alone.speedup) == ("FP8 Current 1.23× (one rank's compute)", 1.234)
+    # Where communication reverses the pick, the cell says so too.
+    turned = answer_cell(dataclasses.replace(sentence, reversed_by="fp8-block"), "H200")
+    assert turned.text == "FP8 Current 1.19× (FP8 Block faster with communication)"
     layer = answer_cell(answer_text.Sentence("…", verdict=verdict, basis="step"), "H200")
     assert layer.text == "FP8 Current 1.23× (one layer's training step)"  # never passed off as the model's
     bf16 = answer_cell(answer_text.Sentence("…", verdict=Fastest(BASELINE, 1.0, "fp8-block", 0.98, (), "FP8"),

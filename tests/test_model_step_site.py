@@ -6,6 +6,7 @@ and never shows another GPU's number."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from gemm_bench.question.precisions import PRECISIONS as ALL
 from gemm_bench.question.question import build_question
 from gemm_bench.report import model_step_figure
 from gemm_bench.report.figure_layout import Text
-from gemm_bench.report.model_step import GIB, memory_delta_text
+from gemm_bench.report.layout_memory import gib, recipe_memory, remedy_sentence
+from gemm_bench.report.model_step import GIB
 from gemm_bench.report.report import Report
 from gemm_benchmark.values import decide_fastest, model_step_points, total_points
 from tests.fake_model_step import model_step_block
@@ -69,22 +71,28 @@ def test_the_answer_speaks_of_the_models_step_in_tokens_per_second_and_memory(pr
     assert verdict is not None and verdict.answer == "fp8-delayed"
     row, gemms = summary.row("fp8-delayed"), total_points(report, "autocast", PRECISIONS)
     assert row is not None
-    delta = memory_delta_text((summary.memory["fp8-delayed"].peak - summary.memory["bf16"].peak) / GIB)
-    # the synthetic rank does not fit the fake GPU: the difference is the whole rank's, and says so
-    assert summary.fits("fp8-delayed") is False
-    delta += f" memory for the whole {summary.config.measured_layers}-layer rank"
+    g = summary.microbatches  # the question's G (the preset layout's global batch sets it)
+    # No tp-comm study in this cache: no layout step is composed, so the number is one rank's compute and the
+    # sentence says collectives are not in it; memory per GPU on the question's layout is said beside it
+    # (issue 41 item 4), from the gemm-layout-memory table's function.
+    question = build_question(model="llama3-8b")
+    assert question.config is not None and question.layout is not None
+    found = {m.precision: m for m in recipe_memory(doc, question.config, question.layout)[0]}["fp8-delayed"]
+    assert not found.memory.fits  # the synthetic parts do not fit the fake GPU: the sentence says what would
     panel = _panels(project)["H100 80GB HBM3"]
     sentence = panel.select_one("p.gemm-summary-answer").get_text()
     base = summary.row("bf16")
     assert base is not None
     assert (f"train in FP8 Delayed: {verdict.speedup:.2f}× the tokens per second of BF16 ({row.tokens_per_s:,.0f} "
             f"per GPU against BF16’s {base.tokens_per_s:,.0f}; one rank’s compute, collectives not in it) in the "
-            f"model’s step at G = 32, {delta} (its autocast GEMMs "
-            f"{gemms['fp8-delayed'].value:.2f}×)") in sentence.replace("'", "’"), sentence
+            f"model’s step at G = {g} (its autocast GEMMs {gemms['fp8-delayed'].value:.2f}×), but on "
+            f"{question.layout.describe()}, it does not fit in memory per GPU ({gib(-found.memory.headroom)} over; "
+            f"{remedy_sentence(found)})") in sentence.replace("'", "’"), sentence
+    assert "with communication in" not in sentence
     # the table stars what the sentence recommends, in the model step's row of the question's G
     rows = {tr.td.get_text(): tr for tr in panel.select("table.gemm-summary-table tbody tr")}
-    assert list(rows)[:2] == ["The model's step, G = 32", "The model's step, G = 1"]
-    starred = rows["The model's step, G = 32"].select("td.gemm-fastest")
+    assert list(rows)[:2] == [f"The model's step, G = {g}", "The model's step, G = 1"]
+    starred = rows[f"The model's step, G = {g}"].select("td.gemm-fastest")
     assert len(starred) == 1 and starred[0].get_text().startswith(f"{verdict.speedup:.2f}×")
     one = summary.row("fp8-current", 1)
     assert one is not None and one.speedup is not None
@@ -113,7 +121,8 @@ def test_the_per_gpu_table_gives_tokens_mfu_memory_layers_and_largest_microbatch
     # Every recipe is above the GPU here: one plain negative, never "every recipe's ... does not fit".
     assert all(not summary.fits(p) for p in PRECISIONS)
     assert "no recipe’s whole rank fits one GPU" in notes.replace("'", "’"), notes
-    assert "does not fit" not in notes
+    # (the answer's sentence may say the layout's rank does not fit: that is memory per GPU, another claim)
+    assert not re.search(r"every recipe\S* .{0,80}does not fit", notes), notes
     # What the memory assumes about the optimizer state (issue 35 reader pass): the whole state on
     # each rank, and what Megatron-LM's distributed optimizer divides by the data-parallel size.
     bf16 = summary.memory["bf16"]

@@ -17,9 +17,11 @@ from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.question.shapes import PASSES
 from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, layer_step, model_step_at
 from gemm_bench.report.fastest import TIE_ORDER, TieBreak, listed
+from gemm_bench.report.layout_memory import gib, remedy_sentence
 from gemm_bench.report.loss_parity_words import band_of, gap_in_band
 from gemm_bench.report.model_step import ModelStep, part_absence
 from gemm_bench.report.report import Report
+from gemm_bench.report.run_answer import Reversal, Run, reversal
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick
 from gemm_bench.results import loss_parity_schema
 from gemm_benchmark.render_table import FLAG_MARK
@@ -108,6 +110,14 @@ class Sentence:
     #: :attr:`microbatches`), ``step`` (one layer's training step) or ``gemms`` (the GEMMs alone).
     basis: str = ""
     microbatches: int | None = None
+    #: The run the reader launches (issue 41 item 4, 42 item 5): the recipe's speedup over BF16 with
+    #: communication in, on :attr:`layout` (its words), None where no layout step could be composed
+    #: (the sentence then says collectives are not in its number) or where the answer is BF16.
+    run_speedup: float | None = None
+    layout: str = ""
+    #: The recipe that runs faster than the answer beyond the measured spread with communication in
+    #: (the sentence says so), "" where communication does not reverse the pick.
+    reversed_by: str = ""
 
 
 #: The page of the loss-parity study (:mod:`.study_loss_parity`) that the answer's words link to.
@@ -121,7 +131,8 @@ PENDING = f"; {MODEL_STEP} is not measured on this GPU yet (the next refresh mea
 
 def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str, model: str = "",
            step_modes: Sequence[str] = ("layer-graphed", "layer"),
-           loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False) -> Sentence:
+           loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False,
+           run: Run | None = None) -> Sentence:
     """The recommendation for ``model`` on ``device``: from the model's step (issue 32: tokens
     per second at the question's G, with the memory it costs, the layer step and the GEMMs beside it)
     where the result has one, else from its layer's training step in the first of ``step_modes`` (the
@@ -132,7 +143,14 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     A step that failed, BF16's included, is never passed over for the GEMMs: the sentence says
     it failed, with the reason. ``model_step_pending``: the question has a model step this result lacks
     (an older result): the sentence names one layer's step as its basis and says the model's is not
-    measured on this GPU yet, beside a tab whose answer rests on the model's step."""
+    measured on this GPU yet, beside a tab whose answer rests on the model's step.
+
+    ``run``: the result's run on the question's layout (:func:`gemm_bench.report.run_answer.run_of`):
+    an answer on the model's step speaks of it (the layout in words, tokens per second per GPU of the
+    recipe and of BF16 with communication in, the speedup, memory per GPU and whether it fits), keeps
+    the rank's compute alone beside it, labelled, and says where communication reverses the pick. The
+    pick itself stays the model step's (the measured one); without a composed step the sentence says
+    that collectives are not in its number."""
     others = [p for p in precisions if p != BASELINE]
     gemm_words = "the autocast GEMMs" if mode == "autocast" else "the pre-quantized GEMMs"
     gemm_points = total_points(report, mode, precisions)
@@ -179,12 +197,20 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
     words: list[str] = []
     link = ""
     recipe = verdict.answer
+    run_speedup: float | None = None
+    turned: Reversal | None = None
     if basis == "model" and summary is not None:
         words.append(_model_words(report, summary, verdict, points, lead, layer_points, graphed,
                                   gemm_points, gemm_words, gemms, none="of the recipes measured, none" if lost
-                                  else "no FP8 recipe"))
+                                  else "no FP8 recipe", run=run))
         if verdict.answer == BASELINE:
             recipe = max(points, key=lambda p: points[p].value)
+        if run is not None and run.steps is not None:
+            ratio = run.steps.speedup(verdict.answer)
+            run_speedup = ratio[0] if ratio is not None and verdict.answer != BASELINE else None
+            turned = reversal(run, verdict.answer, precisions)
+            if turned is not None:
+                words.append(reversal_words(turned))
     elif verdict.answer != BASELINE:
         chosen = verdict.answer
         verb = "runs" if basis == "step" else "run"  # the step runs; the GEMMs run
@@ -218,8 +244,11 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
             link = LOSS_PARITY_PHRASE
     if lost:
         words.append(f"No number: {lost} (see the notes under the table).")
+    said_run = basis == "model" and run is not None and run.steps is not None
     return Sentence(" ".join(w for w in words if w), link, LOSS_PARITY_DOC if link else "", recipe, verdict, basis,
-                    summary.microbatches if basis == "model" and summary is not None else None)
+                    summary.microbatches if basis == "model" and summary is not None else None,
+                    run_speedup, run.layout.describe() if said_run and run is not None else "",
+                    turned.faster if turned is not None else "")
 
 
 def tie_words(tie: TieBreak, quantity: str) -> str:
@@ -242,43 +271,125 @@ def _ties(verdict: Fastest) -> str:
 
 def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: Mapping[str, Point], subject: str,
                  layer_points: Mapping[str, Point], graphed: bool, gemm_points: Mapping[str, Point], gemm_words: str,
-                 gemms: Fastest | None, *, none: str) -> str:
-    """The model step's recommendation: "train in FP8 Delayed: 1.35× the tokens per second of BF16
-    (14,915 per GPU against BF16's 11,006; one rank's compute, collectives not in it) in the model's
-    training step at G = 8, 9.5 GiB more memory (its layer step
-    1.33×, its autocast GEMMs 1.61×)", or why BF16 stays (``none``: who gives no more)."""
+                 gemms: Fastest | None, *, none: str, run: Run | None = None) -> str:
+    """The model step's recommendation, speaking of the run the reader launches where ``run`` has its
+    steps: "train in FP8 Delayed: 1.37× the tokens per second of BF16 with communication in (15,013 per
+    GPU against BF16's 10,982 on 8 GPUs: CP 2, DP 4, distributed optimizer, G = 32; collectives assumed
+    in part), and it fits in memory per GPU there (48.7 GiB free); one rank's compute alone, collectives
+    not in it: 1.39× (15,781 per GPU against BF16's 11,387) in the model's step at G = 32 (one layer's
+    step 1.44×, its autocast GEMMs 1.69×)"; without them the rank's compute leads, saying collectives
+    are not in it. Or why BF16 stays (``none``: who gives no more), with the run beside."""
     where = f"in {model_step_at(summary.microbatches)}"
+    steps = run.steps if run is not None else None
     if verdict.answer == BASELINE:
         best = max(points, key=lambda p: points[p].value)
         value = points[best].value
-        text = (f"{subject}stay in BF16: {none} gives more tokens per second {where} (the best, {_name(best)}, "
-                f"gives {value:.2f}× BF16's)" if value <= 1.0 else
-                f"{subject}stay in BF16: {none} gives clearly more tokens per second {where} ({_name(best)}'s "
+        # Where no layout step is composed, the figures are the rank's compute: said in the sentence.
+        scope = "" if steps is not None else ", one rank's compute with collectives not in it"
+        text = (f"{subject}stay in BF16: {none} gives more tokens per second {where}{scope} (the best, "
+                f"{_name(best)}, gives {value:.2f}× BF16's)" if value <= 1.0 else
+                f"{subject}stay in BF16: {none} gives clearly more tokens per second {where}{scope} ({_name(best)}'s "
                 f"{value:.2f}× is within the measured spread of BF16's)")
         if gemms is not None and gemms.answer != BASELINE:
             text += f", although {_name(gemms.answer)} makes {gemm_words} alone {gemms.speedup:.2f}× as fast"
-        return text + "."
+        return text + _run_beside(run, best) + "."
     chosen = verdict.answer
     row = summary.row(chosen)
     assert row is not None  # a point is a row's speedup
     base = summary.row(BASELINE)
-    # BF16's own figure beside the recipe's (a reader compares the two), and, in the sentence itself, that
-    # the number is one rank's compute: the layout's collectives are not in it yet (issue 41, 44).
+    # BF16's own figure beside the recipe's (a reader compares the two).
     against = f" against BF16's {base.tokens_per_s:,.0f}" if base is not None else ""
-    text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
-            f"({row.tokens_per_s:,.0f} per GPU{against}; one rank's compute, collectives not in it) {where}")
-    memory = summary.memory_words(chosen)
-    if memory:
-        text += f", {memory}"
     beside = []
     if chosen in layer_points:
         beside.append(f"{LAYER_STEP} {layer_points[chosen].value:.2f}×"
                       + flag_clause(report, chosen, "", step=True, graphed=graphed))
     if chosen in gemm_points:
         beside.append(f"its {gemm_words.removeprefix('the ')} {gemm_points[chosen].value:.2f}×")
-    if beside:
-        text += f" ({', '.join(beside)})"
+    rows_beside = f" ({', '.join(beside)})" if beside else ""
+    lead = _run_lead(run, chosen)
+    if lead is not None:  # the run with communication leads; the rank's compute alone stays beside, labelled
+        fits = _fits_words(run, chosen)
+        text = (f"{subject}train in {_name(chosen)}: {lead}" + (f", {fits}" if fits else "")
+                + f"; one rank's compute alone, collectives not in it: {verdict.speedup:.2f}× "
+                f"({row.tokens_per_s:,.0f} per GPU{against}) {where}{rows_beside}")
+    else:  # no layout step: the number is the rank's compute, and the sentence says so
+        text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
+                f"({row.tokens_per_s:,.0f} per GPU{against}; one rank's compute, collectives not in it) {where}"
+                f"{rows_beside}")
+        on_layout = _fits_words(run, chosen, on=run.layout.describe()) if run is not None else ""
+        memory = summary.memory_words(chosen)  # the whole rank's, where no layout's memory is known
+        if on_layout:
+            text += f", {on_layout}"
+        elif memory:
+            text += f", {memory}"
     return text + _ties(verdict) + _layer_lead(chosen, layer_points, graphed) + "."
+
+
+def _run_lead(run: Run | None, chosen: str) -> str | None:
+    """"1.37× the tokens per second of BF16 with communication in (15,013 per GPU against BF16's 10,982 on
+    8 GPUs: ...; collectives assumed in part)": the run's step of ``chosen`` and BF16's, from the
+    ``gemm-layout-step`` table's composition; None where either has no step."""
+    steps = run.steps if run is not None else None
+    if steps is None:
+        return None
+    mine, base, ratio = steps.step(chosen), steps.step(BASELINE), steps.speedup(chosen)
+    if mine is None or base is None or ratio is None:
+        return None
+    assumed = "; collectives assumed in part" if mine.assumed or base.assumed else ""
+    return (f"{ratio[0]:.2f}× the tokens per second of BF16 with communication in ({mine.tokens_per_s:,.0f} per "
+            f"GPU against BF16's {base.tokens_per_s:,.0f} on {steps.layout.describe()}{assumed})")
+
+
+def _run_beside(run: Run | None, best: str) -> str:
+    """What a stay-in-BF16 answer adds about the run: "; with communication in, on 64 GPUs: ..., BF16 gives
+    2,309 tokens/s per GPU and FP8 Delayed 0.98× BF16's (2,256), and BF16 fits in memory per GPU there
+    (70.1 GiB free)"; "" without the run's steps (the sentence then says the figures are one rank's)."""
+    steps = run.steps if run is not None else None
+    if run is None or steps is None:
+        return ""
+    base, other, ratio = steps.step(BASELINE), steps.step(best), steps.speedup(best)
+    if base is None:
+        return ""
+    text = (f"; with communication in, on {steps.layout.describe()}, BF16 gives {base.tokens_per_s:,.0f} tokens/s "
+            "per GPU")
+    if other is not None and ratio is not None:
+        text += f" and {_name(best)} {ratio[0]:.2f}× BF16's ({other.tokens_per_s:,.0f})"
+    if base.assumed or (other is not None and other.assumed):
+        text += " (collectives assumed in part)"
+    fits = _fits_words(run, BASELINE, who="BF16")
+    return text + (f", {fits}" if fits else "")
+
+
+def _fits_words(run: Run | None, precision: str, *, who: str = "it", on: str = "") -> str:
+    """"and it fits in memory per GPU there (48.7 GiB free)", "but it does not fit in memory per GPU there
+    (11.9 GiB over; selective recompute would make it fit: 70.1 GiB)" (``on``: the layout in words, said
+    where the sentence has not named it: "and on 8 GPUs: ..., it fits ..."): the ``gemm-layout-memory``
+    table's composition for ``precision`` on the run's layout; "" where it has none."""
+    found = run.memory.get(precision) if run is not None else None
+    if found is None:
+        return ""
+    mem = found.memory
+    place = f" on {on}," if on else ""
+    there = "" if on else " there"
+    if mem.fits:
+        return f"and{place} {who} fits in memory per GPU{there} ({gib(mem.headroom)} free)"
+    return (f"but{place} {who} does not fit in memory per GPU{there} ({gib(-mem.headroom)} over; "
+            f"{remedy_sentence(found)})")
+
+
+def reversal_words(turned: Reversal) -> str:
+    """"With communication in, FP8 Current runs faster than FP8 Delayed beyond the measured spread (1.25× BF16
+    against 1.10×): the pick above rests on one rank's compute." (issue 42 item 5: never hidden)."""
+    faster, chosen = _name(turned.faster), _name(turned.chosen)
+    if turned.faster == BASELINE:
+        values = f"{chosen} {turned.chosen_point.value:.2f}× BF16"
+    elif turned.chosen == BASELINE:
+        values = f"{faster} {turned.faster_point.value:.2f}× BF16"
+    else:
+        values = f"{faster} {turned.faster_point.value:.2f}× BF16 against {chosen}'s {turned.chosen_point.value:.2f}×"
+    return (f"With communication in, {faster} runs faster than {chosen} beyond the measured spread ({values}): "
+            "the pick above rests on one rank's compute, and on this layout the faster run is "
+            f"{faster}'s.")
 
 
 def _layer_lead(chosen: str, layer_points: Mapping[str, Point], graphed: bool) -> str:

@@ -3,7 +3,9 @@
 A reader arrives with one model and one GPU. The landing page used to answer first for Transformer
 Engine's example layer, a gain no real model's step reaches, and the models' answers lay 35 screens
 further down; this table puts every model (rows) on every GPU (columns) on the first screen: the
-recipe to train in and its speedup against BF16, each cell linking to that model's page.
+recipe to train in and its speedup against BF16, each cell linking to that model's page. The speedup is
+the one the model's sentence leads with: the run the reader launches (the question's layout), with
+communication in; where no layout step can be composed, the rank's compute, and the cell says so.
 
 The table and the pages cannot disagree: each cell is read from the very sentence the model's page
 prints (:func:`.summary_answer.panel_sentence` over the same cache lookup, :func:`.execution.answer`,
@@ -40,7 +42,7 @@ from gemm_benchmark.directive import build_known_devices
 from gemm_benchmark.freshness import SUMMARY
 from gemm_benchmark.nodes import app_of, builder_format
 from gemm_benchmark.options import OptionError, option_line
-from gemm_benchmark.summary import gpu_loss_parity
+from gemm_benchmark.summary import gpu_loss_parity, page_sweeps, run_inputs
 from gemm_benchmark.summary_answer import Measured, ModelAsk, model_label, panel_sentence, summary_asks
 
 NAME = "gemm-answers-table"
@@ -74,12 +76,22 @@ def answer_cell(sentence: answer_text.Sentence | None, gpu: str) -> Cell:
     basis = (f"the model's training step at G = {sentence.microbatches}" if sentence.basis == "model"
              else _BASIS_WORDS.get(sentence.basis, sentence.basis))
     suffix = "" if sentence.basis == "model" else f" ({_BASIS_WORDS.get(sentence.basis, sentence.basis)})"
+    # Where communication reverses the pick, the cell says so as the sentence does (never hidden).
+    turned = (f" ({PRECISIONS[sentence.reversed_by].display} faster with communication)"
+              if sentence.reversed_by else "")
     if verdict.answer == BASELINE:
         best = PRECISIONS[verdict.best].display
-        return Cell(f"stay in BF16{suffix}", f"stay in BF16: no recipe is clearly faster in {basis} (the best, {best}, "
-                    f"{verdict.best_speedup:.2f}× BF16)", BASELINE, 1.0, gpu)
+        return Cell(f"stay in BF16{suffix}{turned}", f"stay in BF16: no recipe is clearly faster in {basis} (the best, "
+                    f"{best}, {verdict.best_speedup:.2f}× BF16)", BASELINE, 1.0, gpu)
     name = PRECISIONS[verdict.answer].display
-    return Cell(f"{name} {verdict.speedup:.2f}×{suffix}",
+    if sentence.run_speedup is not None:  # the run the reader launches, communication in: the sentence's lead
+        return Cell(f"{name} {sentence.run_speedup:.2f}×{turned}",
+                    f"train in {name}: {sentence.run_speedup:.2f}× the tokens per second of BF16 with communication "
+                    f"in, on {sentence.layout} (one rank's compute alone, which picked it: {verdict.speedup:.2f}× in "
+                    f"{basis})", verdict.answer, sentence.run_speedup, gpu)
+    if sentence.basis == "model":  # no layout step: the rank's compute, said in the cell as in the sentence
+        suffix = " (one rank's compute)"
+    return Cell(f"{name} {verdict.speedup:.2f}×{suffix}{turned}",
                 f"train in {name}: {verdict.speedup:.2f}× the speed of BF16 in {basis}", verdict.answer,
                 verdict.speedup, gpu)
 
@@ -141,6 +153,7 @@ class GemmAnswersTableDirective(SphinxDirective):
         selectors = list(asks[0].request.devices)
         rows: list[Row] = []
         headers: dict[str, str] = {}
+        self.sweeps = page_sweeps(self)
         for ask in asks:
             rows.append(self._row(ask, selectors, headers, config))
         return [self._table(rows, [headers.get(s, s.upper()) for s in selectors])]
@@ -170,7 +183,8 @@ class GemmAnswersTableDirective(SphinxDirective):
             sentence = panel_sentence(
                 measured, "", per_gemm, "autocast" if "autocast" in per_gemm else (per_gemm[0] if per_gemm else ""),
                 layer_modes(req.modes), precisions, loss_parity=gpu_loss_parity(self, config.cache_dir, device.device),
-                model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc, req.question))
+                model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc, req.question),
+                run=run_inputs(self, req.question, self.sweeps))
             cell = answer_cell(sentence, device_label(device.device))
             # A stale result says so beside its answer (a failed cell is the sentence's to explain: the
             # answer already rests on what did not fail, and "(failed)" read as the recipe failing).

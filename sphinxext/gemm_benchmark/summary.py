@@ -27,10 +27,13 @@ from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
+from gemm_bench.question.question import Question
 from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report import figures, model_step_figure
+from gemm_bench.report.layout_step import Sweep, sweeps
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
+from gemm_bench.results import tp_comm_schema
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_bench.results.stack import MODEL_STEP_LACKING, lacking_blocks
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
@@ -46,6 +49,7 @@ from gemm_benchmark.summary_answer import (
     Measured,
     ModelAsk,
     Panel,
+    RunInputs,
     Shown,
     Table,
     claim_problems,
@@ -181,6 +185,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
         if caption:
             out += nodes.paragraph(caption, caption, classes=["gemm-caption"])
         by_pass: list[tuple[str, Report]] = []
+        found_sweeps = page_sweeps(self) if show_table else ()
         for ask in asks:
             answer = answers[ask.entry]
             label = ask.label or ""
@@ -211,7 +216,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                   gemm_mode, steps, precisions, accuracy_row=self.accuracy == "row",
                                   loss_parity=self._loss_parity(config.cache_dir, device.device),
                                   model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc,
-                                                                                           ask.request.question))
+                                                                                           ask.request.question),
+                                  run=run_inputs(self, ask.request.question, found_sweeps))
                     # Under the step rows, which a summary shows whether or not its modes name a
                     # layer mode (summary_answer: "else both forms"); [] for a result without them.
                     detail = step_detail_nodes(device.doc, device_label(device.device),
@@ -370,6 +376,21 @@ def gpu_loss_parity(directive: SphinxDirective, cache_dir: Path, device: str) ->
     return records.loss_parity_study(directive.env, cache_dir, device,
                                      location=(directive.env.docname, directive.lineno),
                                      directive=directive.name or "gemm-benchmark-summary")
+
+
+def page_sweeps(directive: SphinxDirective) -> tuple[Sweep, ...]:
+    """The collective sweeps of the cache's tp-comm studies (:func:`records.page_studies`: the page is
+    re-read when a study file changes; an unusable one is a located warning), for the answer's run."""
+    docs, _ = records.page_studies(directive.env, tp_comm_schema.NAME,
+                                   location=(directive.env.docname, directive.lineno))
+    return tuple(sweeps(docs))
+
+
+def run_inputs(directive: SphinxDirective, question: Question, found: tuple[Sweep, ...]) -> RunInputs:
+    """What the answer needs to speak of the run: ``question``'s layout, the ``found`` sweeps
+    (:func:`page_sweeps`) and ``conf.py``'s assumed network. One function for the summary and the answers
+    table, so that the landing page's cell and the model's page speak of the same run."""
+    return RunInputs(question.layout, found, settings(directive.env).network)
 
 
 def _measured(device: execution.DeviceAnswer) -> Measured:

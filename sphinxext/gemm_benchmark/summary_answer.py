@@ -22,11 +22,14 @@ from gemm_bench.question import vocabulary
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
 from gemm_bench.question.devices import device_label
+from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.layout_step import Network
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, LAYER_MODES, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import PASS_NAMES, PASSES
 from gemm_bench.report.cached_layer import quantize_once_note
 from gemm_bench.report.fastest import TIE_RULE
+from gemm_bench.report.layout_step import Sweep
 from gemm_bench.report.model_step import (
     GIB,
     ModelStep,
@@ -36,6 +39,7 @@ from gemm_bench.report.model_step import (
     part_absence,
 )
 from gemm_bench.report.report import Report
+from gemm_bench.report.run_answer import Run, run_of
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_benchmark import answer_text
@@ -327,21 +331,42 @@ def panel_step_modes(measured: Measured, per_gemm: Sequence[str], steps: Sequenc
         [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and measured.doc.get("layer") else [])
 
 
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What the answer needs to speak of the run a reader launches: the question's layout (None for a
+    question without one), the tp-comm studies' collective sweeps and the assumed network (``conf.py``)."""
+
+    layout: ParallelLayout | None
+    sweeps: tuple[Sweep, ...] = ()
+    network: Network = dataclasses.field(default_factory=Network)
+
+
+def panel_run(measured: Measured, inputs: RunInputs | None) -> Run | None:
+    """One result's run on the question's layout (:func:`gemm_bench.report.run_answer.run_of`: the
+    functions of the ``gemm-layout-step`` and ``gemm-layout-memory`` tables); None without a layout."""
+    if inputs is None or inputs.layout is None:
+        return None
+    return run_of(measured.doc, inputs.layout, inputs.sweeps, network=inputs.network)
+
+
 def panel_sentence(measured: Measured, label: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
                    precisions: Sequence[str], *, loss_parity: Mapping[str, Any] | None = None,
-                   model_step_pending: bool = False) -> answer_text.Sentence | None:
+                   model_step_pending: bool = False, run: RunInputs | None = None) -> answer_text.Sentence | None:
     """The answer sentence of one GPU's panel (None where the summary shows no GEMM mode): one function,
-    so that a panel and any shorter view of the same answer (:mod:`.answers_table`) cannot differ."""
+    so that a panel and any shorter view of the same answer (:mod:`.answers_table`) cannot differ.
+    ``run``: the question's layout and the collective sweeps, for the run the answer speaks of."""
     if not gemm_mode:
         return None
     return answer_text.answer(measured.reports[gemm_mode], gemm_mode, precisions, device=device_label(measured.device),
                               model=label, step_modes=panel_step_modes(measured, per_gemm, steps),
-                              loss_parity=loss_parity, model_step_pending=model_step_pending)
+                              loss_parity=loss_parity, model_step_pending=model_step_pending,
+                              run=panel_run(measured, run))
 
 
 def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
           precisions: Sequence[str], *, accuracy_row: bool,
-          loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False) -> Panel:
+          loss_parity: Mapping[str, Any] | None = None, model_step_pending: bool = False,
+          run: RunInputs | None = None) -> Panel:
     """One GPU's answer for one model: the sentence, then the table (rows: what is timed; columns:
     precisions), then the notes its cells without a number point to. ``label`` names the model in the
     sentence (a summary of several models), ``model`` in the table's title. ``model_step_pending``: the
@@ -356,7 +381,7 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
                         "refresh re-measures it (see the freshness page).", f"gemm-{measured.status}"))
     step_modes = panel_step_modes(measured, per_gemm, steps)
     sentence = panel_sentence(measured, label, per_gemm, gemm_mode, steps, precisions, loss_parity=loss_parity,
-                              model_step_pending=model_step_pending)
+                              model_step_pending=model_step_pending, run=run)
     notes = answer_text.Notes()
     table = Table("What is timed", [PRECISIONS[p].display for p in precisions])
     main = measured.reports[gemm_mode or step_modes[0]] if (gemm_mode or step_modes) else None

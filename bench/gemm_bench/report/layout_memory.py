@@ -75,6 +75,24 @@ def remedy_text(found: RecipeMemory) -> str:
     return f"{found.remedy[0]}: {gib(found.remedy[1].total)}" if found.remedy else "no single change of the layout"
 
 
+#: The remedies of :data:`~gemm_bench.question.memory_per_gpu.REMEDIES` in running prose (the answer sentence).
+REMEDY_WORDS = {"selective recompute": "selective recomputation", "full recompute": "full recomputation",
+                "distributed optimizer": "the distributed optimizer",
+                "optimizer+grads": "ZeRO-2 gradient sharding", "fsdp": "FSDP",
+                "CP x2": "twice the context parallel", "PP x2": "twice the pipeline stages"}
+
+
+def remedy_sentence(found: RecipeMemory) -> str:
+    """"FSDP would make it fit: 65.1 GiB", or "no single change of the layout makes it fit": what the
+    answer sentence says where a recipe does not fit ("" where it fits)."""
+    if found.memory.fits:
+        return ""
+    if found.remedy is None:
+        return "no single change of the layout makes it fit"
+    name = REMEDY_WORDS.get(found.remedy[0], found.remedy[0])
+    return f"{name} would make it fit: {gib(found.remedy[1].total)}"
+
+
 def memory_lines(doc: Mapping[str, Any], config: ModelConfig, layout: ParallelLayout) -> list[str]:
     """Memory per GPU per recipe as the command line prints it: one line a recipe (wrapped by the
     caller at 100 columns), or one line saying why there is none."""
