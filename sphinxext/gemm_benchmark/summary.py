@@ -6,8 +6,10 @@ the directive's own option parser and is answered through the same path as ``gem
 (:func:`.execution.answer`, one :class:`~gemm_bench.report.report.Report` per mode from the page's
 question), so the summary and the detailed blocks cannot disagree. Rows are (model, device, mode);
 columns are precisions; the fastest precision of a row is marked. A model no device has measured yet
-gets one row saying so, with the command that measures it. A figure (whole-model speedups, a panel
-per mode) follows the table unless ``:show: table``.
+gets one row saying so, with the command that measures it. Unless ``:show: table``, two figures
+follow for several models or GPUs: first the model's step (what every answer rests on; a panel per
+GPU, models ranked by the speedup of the recipe their answer picks, that recipe marked ★), then the
+GEMMs (whole-model GEMM speedups, a panel per mode).
 
 This module asks, warns and renders; what the summary says (sentences, rows, stars, claims) is
 computed in :mod:`.summary_answer`, apart from the nodes.
@@ -27,8 +29,9 @@ from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
-from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
-from gemm_bench.report import figures, model_step_figure
+from gemm_bench.question.vocabulary import GEMMS, LAYER_STEP, MODEL_STEP, title
+from gemm_bench.report import figures, model_step_figure, models_compared
+from gemm_bench.report.figure_spec import FigureSpec
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
@@ -53,6 +56,7 @@ from gemm_benchmark.summary_answer import (
     gains_less_claims,
     model_label,
     panel,
+    panel_sentence,
     sqnr_section,
     step_problems,
     summary_asks,
@@ -63,6 +67,11 @@ from gemm_benchmark.tabs import tab_set
 __all__ = ["GemmBenchmarkSummaryDirective", "ModelAsk", "gains_less_claims", "model_label", "summary_asks"]
 
 logger = logging.getLogger(__name__)
+
+#: The figure that leads a summary of several models or GPUs: what every answer rests on.
+MODEL_STEP_FIGURE_TITLE = f"{title(MODEL_STEP)}: speedup vs BF16, ranked by the answer"
+#: The figure after it: the GEMMs alone, summed over each model.
+GEMMS_FIGURE_TITLE = f"{GEMMS}: whole-model GEMM speedup vs BF16"
 
 
 def _text(text: str | None) -> str:
@@ -87,7 +96,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                  f"{LAYER_STEP} comes with autocast. " + mode_spellings(ALL_MODES),
         "devices": "device slugs or aliases; one tab per device, synced with every block's device tabs",
         "show": "any of ``table`` (per model: the answer sentence and its table), ``figure`` (every model's "
-                "whole-model speedup), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
+                "step, ranked by the answer, then its GEMMs), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
         "missing": "``warn`` (default: a model or device without a result is a warning) or ``note``",
         "caption": "a line of text above the summary",
         "gains-less": "``A < B, C ~ D, ...``: prose claims the build checks: ``<``, A's autocast speedup is below "
@@ -143,6 +152,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             questions_builder.note_asks(self, [ask.request for ask in asks])
             return []
         figure_reports: list[tuple[str, Report]] = []
+        compared: list[models_compared.Compared] = []
         documents: list[dict[str, object]] = []
         precisions = [p for p in asks[0].request.precisions if p != BASELINE]
         modes = list(asks[0].request.modes)
@@ -204,14 +214,16 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: {problem}")
                 if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy"):
                     by_pass.append((ask.entry, device.reports[gemm_mode]))
+                loss_parity = self._loss_parity(config.cache_dir, device.device)
+                pending = MODEL_STEP_LACKING in lacking_blocks(device.doc, ask.request.question)
+                sentence: answer_text.Sentence | None = None
                 if show_table:
                     # The tab keeps the GPU's plain name (tabs of one name switch together across the
                     # page); a stale result says so in its panel.
                     found = panel(result, label, label or model_label(ask.preset, ask.tp, ask.ep), per_gemm,
                                   gemm_mode, steps, precisions, accuracy_row=self.accuracy == "row",
-                                  loss_parity=self._loss_parity(config.cache_dir, device.device),
-                                  model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc,
-                                                                                           ask.request.question))
+                                  loss_parity=loss_parity, model_step_pending=pending)
+                    sentence = found.sentence
                     # Under the step rows, which a summary shows whether or not its modes name a
                     # layer mode (summary_answer: "else both forms"); [] for a result without them.
                     detail = step_detail_nodes(device.doc, device_label(device.device),
@@ -219,6 +231,13 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                                found.sentence.recipe if found.sentence else "")
                     panels.append((device_label(device.device),
                                    self._panel_nodes(found, f"ms{self.lineno}-{len(documents)}") + detail))
+                if "figure" in show and gemm_mode and (len(asks) > 1 or len(answer.devices) > 1):
+                    # The model's step, ranked by the very answer its panel (and the model's page) states.
+                    if sentence is None:
+                        sentence = panel_sentence(result, label, per_gemm, gemm_mode, steps, precisions,
+                                                  loss_parity=loss_parity, model_step_pending=pending)
+                    compared.append(_compared(label or model_label(ask.preset, ask.tp, ask.ep),
+                                              device_label(device.device), device.reports[gemm_mode], sentence))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[per_gemm[0]]))
@@ -263,19 +282,29 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             if section.table is not None:
                 out += scrolling(_table_node(section.table, section.title))
             out += nodes.paragraph(section.text, section.text, classes=["gemm-summary-note"])
+        if "figure" in show and compared:
+            # First what the answers use: the model's step per GPU, models ranked by the answer's pick.
+            spec = models_compared.model_step_spec(compared, precisions, title_text=MODEL_STEP_FIGURE_TITLE)
+            if spec is not None:
+                out += self._figure(spec, f"{title(MODEL_STEP)}'s speedup vs BF16 per recipe, model and GPU, models "
+                                          "ranked by the speedup of the recipe their answer picks (marked ★)")
         if "figure" in show and figure_reports and per_gemm:
             spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
-                                        title="Whole-model GEMM speedup vs BF16")
+                                        title=GEMMS_FIGURE_TITLE)
             if spec is not None:
-                path = figures.figure_file(spec, "svg", Path(self.env.doctreedir) / FIGURE_DIR)
-                out += nodes.image(uri=_relative_uri(self.env, path.with_suffix(".*")),
-                                   alt="Whole-model GEMM speedup vs BF16 per precision", classes=[FIGURE_CLASS])
+                out += self._figure(spec, "GEMMs: whole-model GEMM speedup vs BF16 per precision")
         if len(out.children) <= (1 if caption else 0):
             self._warn(Subtype.OPTION, f":show: {', '.join(show) or '(empty)'} renders nothing for these models "
                        "and GPUs (the figure compares several models or GPUs; sqnr needs SQNR results); "
                        "add table")
         self.set_source_info(out)
         return [out]
+
+    def _figure(self, spec: FigureSpec, alt: str) -> nodes.image:
+        """``spec`` drawn once under its key (:func:`~gemm_bench.report.figures.figure_file`), as an image
+        any builder converts (HTML shows the SVG, with its desktop twin)."""
+        path = figures.figure_file(spec, "svg", Path(self.env.doctreedir) / FIGURE_DIR)
+        return nodes.image(uri=_relative_uri(self.env, path.with_suffix(".*")), alt=alt, classes=[FIGURE_CLASS])
 
     def _loss_parity(self, cache_dir: Path, device: str) -> dict[str, Any] | None:
         return gpu_loss_parity(self, cache_dir, device)
@@ -370,6 +399,17 @@ def gpu_loss_parity(directive: SphinxDirective, cache_dir: Path, device: str) ->
     return records.loss_parity_study(directive.env, cache_dir, device,
                                      location=(directive.env.docname, directive.lineno),
                                      directive=directive.name or "gemm-benchmark-summary")
+
+
+def _compared(model: str, gpu: str, report: Report, sentence: answer_text.Sentence | None) -> models_compared.Compared:
+    """One model on one GPU for the comparison figure: the answer sentence's own decision (its recipe,
+    tie-break included, and that recipe's speedup), ranked only where it rests on the model's step."""
+    if sentence is None or sentence.verdict is None:
+        return models_compared.Compared(model, gpu, report, "", None, "no answer")
+    if sentence.basis != "model":  # an older result: its answer rests on one layer's step or the GEMMs
+        basis = LAYER_STEP if sentence.basis == "step" else f"the {GEMMS}"
+        return models_compared.Compared(model, gpu, report, sentence.verdict.answer, None, basis)
+    return models_compared.Compared(model, gpu, report, sentence.verdict.answer, sentence.verdict.speedup)
 
 
 def _measured(device: execution.DeviceAnswer) -> Measured:
