@@ -102,8 +102,9 @@ def test_the_model_step_figure_leads_and_ranks_by_the_answers_picks(
     project, specs = built
     assert MODEL_STEP_FIGURE_TITLE in specs, f"no figure of the model's step; figures: {sorted(specs)}"
     assert GEMMS_FIGURE_TITLE in specs, "the GEMMs figure is gone"
-    labels = [svg["aria-label"] for svg in project.html().select("div.gemm-summary svg[aria-label]")]
-    assert labels and labels[0].startswith("The model's step") and any(lab.startswith("GEMMs") for lab in labels), labels
+    labels = [str(svg["aria-label"]) for svg in project.html().select("div.gemm-summary svg[aria-label]")]
+    assert labels[0].startswith("The model's step"), labels  # first: what the answers use
+    assert any(label.startswith("GEMMs") for label in labels), labels
     spec = specs[MODEL_STEP_FIGURE_TITLE]
     answers = _answers()
     gpus = list(dict.fromkeys(gpu for _, gpu, _, _ in answers))

@@ -96,7 +96,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                  f"{LAYER_STEP} comes with autocast. " + mode_spellings(ALL_MODES),
         "devices": "device slugs or aliases; one tab per device, synced with every block's device tabs",
         "show": "any of ``table`` (per model: the answer sentence and its table), ``figure`` (every model's "
-                "step, ranked by the answer, then its GEMMs), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
+                "step, ranked by the answer, then its GEMMs), ``sqnr`` (SQNR once per recipe and pass); "
+                "default ``table, figure``",
         "missing": "``warn`` (default: a model or device without a result is a warning) or ``note``",
         "caption": "a line of text above the summary",
         "gains-less": "``A < B, C ~ D, ...``: prose claims the build checks: ``<``, A's autocast speedup is below "

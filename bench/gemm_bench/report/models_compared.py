@@ -72,7 +72,8 @@ def _absence(report: Report, precision: str) -> str:
     return status_reason(status, reason) if status else f"n/a: {NO_MODEL_STEP} ({reason or 'no speedup'})"
 
 
-def model_step_spec(models: Sequence[Compared], precisions: Sequence[str], *, title_text: str = "") -> FigureSpec | None:
+def model_step_spec(models: Sequence[Compared], precisions: Sequence[str], *,
+                    title_text: str = "") -> FigureSpec | None:
     """The figure: a panel per GPU, a bar group per model (ranked by :func:`ranked`), a bar per
     recipe of ``precisions`` (BF16 is the reference line) at the question's G with its spread, the
     answer's recipe marked :data:`ANSWER_MARK`. None when no model has a model step to draw."""
@@ -85,7 +86,8 @@ def model_step_spec(models: Sequence[Compared], precisions: Sequence[str], *, ti
                    tuple(pts[p].value if p in pts else None for pts in points),
                    tuple(pts[p].low if p in pts else None for pts in points),
                    tuple(pts[p].high if p in pts else None for pts in points),
-                   missing=tuple("" if p in pts else _absence(m.report, p) for m, pts in zip(found, points, strict=True)),
+                   missing=tuple("" if p in pts else _absence(m.report, p)
+                                 for m, pts in zip(found, points, strict=True)),
                    marks=tuple(ANSWER_MARK if m.answer == p and m.speedup is not None else "" for m in found))
             for p in shown if any(p in pts for pts in points))
         panels.append(Panel(f"{gpu}: ranked by the answer's speedup", tuple(category(m) for m in found), series))
