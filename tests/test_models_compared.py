@@ -104,6 +104,10 @@ def test_the_model_step_figure_leads_and_ranks_by_the_answers_picks(
     assert GEMMS_FIGURE_TITLE in specs, "the GEMMs figure is gone"
     labels = [str(svg["aria-label"]) for svg in project.html().select("div.gemm-summary svg[aria-label]")]
     assert labels[0].startswith("The model's step"), labels  # first: what the answers use
+    summary = project.html().select_one("div.gemm-summary")
+    assert summary is not None
+    lead = summary.find(["svg", "table"])  # before the SQNR table too: the section leads with it
+    assert lead is not None and lead.name == "svg" and str(lead["aria-label"]).startswith("The model's step"), lead
     assert any(label.startswith("GEMMs") for label in labels), labels
     spec = specs[MODEL_STEP_FIGURE_TITLE]
     answers = _answers()

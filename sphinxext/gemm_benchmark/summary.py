@@ -277,12 +277,6 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
                     "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
-        if "sqnr" in show and per_gemm:
-            section = sqnr_section([report for _, report in by_pass], len({entry for entry, _ in by_pass}),
-                                   gemm_mode, precisions)
-            if section.table is not None:
-                out += scrolling(_table_node(section.table, section.title))
-            out += nodes.paragraph(section.text, section.text, classes=["gemm-summary-note"])
         if "figure" in show and compared:
             # First what the answers use: the model's step per GPU, models ranked by the answer's pick.
             spec = models_compared.model_step_spec(compared, precisions, title_text=MODEL_STEP_FIGURE_TITLE)
@@ -294,6 +288,12 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                         title=GEMMS_FIGURE_TITLE)
             if spec is not None:
                 out += self._figure(spec, "GEMMs: whole-model GEMM speedup vs BF16 per precision")
+        if "sqnr" in show and per_gemm:
+            section = sqnr_section([report for _, report in by_pass], len({entry for entry, _ in by_pass}),
+                                   gemm_mode, precisions)
+            if section.table is not None:
+                out += scrolling(_table_node(section.table, section.title))
+            out += nodes.paragraph(section.text, section.text, classes=["gemm-summary-note"])
         if len(out.children) <= (1 if caption else 0):
             self._warn(Subtype.OPTION, f":show: {', '.join(show) or '(empty)'} renders nothing for these models "
                        "and GPUs (the figure compares several models or GPUs; sqnr needs SQNR results); "
