@@ -759,6 +759,10 @@ REVIEWED: dict[tuple[str, str], str] = {
         "describes the refresh's behaviour (tests/test_interrupt.py and test_reliability_interrupt.py)",
     ("maintainers.html", r"compare takes two results of one question"): "describes gemm-bench compare's output",
     ("maintainers.html", r"Each decision is printed with its reason"): "describes gemm-bench merge's output",
+    ("models.html", r"The first figure is what every answer rests on: the model's step"):
+        "the build draws the model's step's figure first (tests/test_models_compared.py)",
+    ("models.html", r"Within a panel, models are ranked by the speedup of the recipe their answer picks"):
+        "the figure's order and ★ are the answers' picks on every GPU (tests/test_models_compared.py)",
     ("models.html", r"the read makes BF16's cached layer slower than its first in"):
         "quotes :gemm-moe-cached: counts whose claim words (all, most) the build checks (tests/test_moe_words.py)",
 }

@@ -6,8 +6,10 @@ the directive's own option parser and is answered through the same path as ``gem
 (:func:`.execution.answer`, one :class:`~gemm_bench.report.report.Report` per mode from the page's
 question), so the summary and the detailed blocks cannot disagree. Rows are (model, device, mode);
 columns are precisions; the fastest precision of a row is marked. A model no device has measured yet
-gets one row saying so, with the command that measures it. A figure (whole-model speedups, a panel
-per mode) follows the table unless ``:show: table``.
+gets one row saying so, with the command that measures it. Unless ``:show: table``, two figures
+follow for several models or GPUs: first the model's step (what every answer rests on; a panel per
+GPU, models ranked by the speedup of the recipe their answer picks, that recipe marked ★), then the
+GEMMs (whole-model GEMM speedups, a panel per mode).
 
 This module asks, warns and renders; what the summary says (sentences, rows, stars, claims) is
 computed in :mod:`.summary_answer`, apart from the nodes.
@@ -28,8 +30,9 @@ from gemm_bench.question.choices import split_list
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
 from gemm_bench.question.question import Question
-from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
-from gemm_bench.report import figures, model_step_figure
+from gemm_bench.question.vocabulary import GEMMS, LAYER_STEP, MODEL_STEP, title
+from gemm_bench.report import figures, model_step_figure, models_compared
+from gemm_bench.report.figure_spec import FigureSpec
 from gemm_bench.report.layout_step import Sweep, sweeps
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
@@ -57,6 +60,7 @@ from gemm_benchmark.summary_answer import (
     gains_less_claims,
     model_label,
     panel,
+    panel_sentence,
     sqnr_section,
     step_problems,
     summary_asks,
@@ -67,6 +71,11 @@ from gemm_benchmark.tabs import tab_set
 __all__ = ["GemmBenchmarkSummaryDirective", "ModelAsk", "gains_less_claims", "model_label", "summary_asks"]
 
 logger = logging.getLogger(__name__)
+
+#: The figure that leads a summary of several models or GPUs: what every answer rests on.
+MODEL_STEP_FIGURE_TITLE = f"{title(MODEL_STEP)}: speedup vs BF16, ranked by the answer"
+#: The figure after it: the GEMMs alone, summed over each model.
+GEMMS_FIGURE_TITLE = f"{GEMMS}: whole-model GEMM speedup vs BF16"
 
 
 def _text(text: str | None) -> str:
@@ -91,7 +100,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                  f"{LAYER_STEP} comes with autocast. " + mode_spellings(ALL_MODES),
         "devices": "device slugs or aliases; one tab per device, synced with every block's device tabs",
         "show": "any of ``table`` (per model: the answer sentence and its table), ``figure`` (every model's "
-                "whole-model speedup), ``sqnr`` (SQNR once per recipe and pass); default ``table, figure``",
+                "step, ranked by the answer, then its GEMMs), ``sqnr`` (SQNR once per recipe and pass); "
+                "default ``table, figure``",
         "missing": "``warn`` (default: a model or device without a result is a warning) or ``note``",
         "caption": "a line of text above the summary",
         "gains-less": "``A < B, C ~ D, ...``: prose claims the build checks: ``<``, A's autocast speedup is below "
@@ -147,6 +157,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             questions_builder.note_asks(self, [ask.request for ask in asks])
             return []
         figure_reports: list[tuple[str, Report]] = []
+        compared: list[models_compared.Compared] = []
         documents: list[dict[str, object]] = []
         precisions = [p for p in asks[0].request.precisions if p != BASELINE]
         modes = list(asks[0].request.modes)
@@ -209,15 +220,17 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: {problem}")
                 if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy"):
                     by_pass.append((ask.entry, device.reports[gemm_mode]))
+                loss_parity = self._loss_parity(config.cache_dir, device.device)
+                pending = MODEL_STEP_LACKING in lacking_blocks(device.doc, ask.request.question)
+                sentence: answer_text.Sentence | None = None
                 if show_table:
                     # The tab keeps the GPU's plain name (tabs of one name switch together across the
                     # page); a stale result says so in its panel.
                     found = panel(result, label, label or model_label(ask.preset, ask.tp, ask.ep), per_gemm,
                                   gemm_mode, steps, precisions, accuracy_row=self.accuracy == "row",
-                                  loss_parity=self._loss_parity(config.cache_dir, device.device),
-                                  model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc,
-                                                                                           ask.request.question),
+                                  loss_parity=loss_parity, model_step_pending=pending,
                                   run=run_inputs(self, ask.request.question, found_sweeps))
+                    sentence = found.sentence
                     # Under the step rows, which a summary shows whether or not its modes name a
                     # layer mode (summary_answer: "else both forms"); [] for a result without them.
                     detail = step_detail_nodes(device.doc, device_label(device.device),
@@ -225,6 +238,13 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                                found.sentence.recipe if found.sentence else "")
                     panels.append((device_label(device.device),
                                    self._panel_nodes(found, f"ms{self.lineno}-{len(documents)}") + detail))
+                if "figure" in show and gemm_mode and (len(asks) > 1 or len(answer.devices) > 1):
+                    # The model's step, ranked by the very answer its panel (and the model's page) states.
+                    if sentence is None:
+                        sentence = panel_sentence(result, label, per_gemm, gemm_mode, steps, precisions,
+                                                  loss_parity=loss_parity, model_step_pending=pending)
+                    compared.append(_compared(label or model_label(ask.preset, ask.tp, ask.ep),
+                                              device_label(device.device), device.reports[gemm_mode], sentence))
                 if per_gemm and (len(asks) > 1 or len(answer.devices) > 1):
                     figure_reports.append((f"{label} · {device_label(device.device)}" if len(asks) > 1
                                            else device_label(device.device), device.reports[per_gemm[0]]))
@@ -263,25 +283,35 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
                     "they were part of the method, and come with the next measurement on each GPU.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
+        if "figure" in show and compared:
+            # First what the answers use: the model's step per GPU, models ranked by the answer's pick.
+            spec = models_compared.model_step_spec(compared, precisions, title_text=MODEL_STEP_FIGURE_TITLE)
+            if spec is not None:
+                out += self._figure(spec, f"{title(MODEL_STEP)}'s speedup vs BF16 per recipe, model and GPU, models "
+                                          "ranked by the speedup of the recipe their answer picks (marked ★)")
+        if "figure" in show and figure_reports and per_gemm:
+            spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
+                                        title=GEMMS_FIGURE_TITLE)
+            if spec is not None:
+                out += self._figure(spec, "GEMMs: whole-model GEMM speedup vs BF16 per precision")
         if "sqnr" in show and per_gemm:
             section = sqnr_section([report for _, report in by_pass], len({entry for entry, _ in by_pass}),
                                    gemm_mode, precisions)
             if section.table is not None:
                 out += scrolling(_table_node(section.table, section.title))
             out += nodes.paragraph(section.text, section.text, classes=["gemm-summary-note"])
-        if "figure" in show and figure_reports and per_gemm:
-            spec = figures.summary_spec([(label, report) for label, report in figure_reports], per_gemm,
-                                        title="Whole-model GEMM speedup vs BF16")
-            if spec is not None:
-                path = figures.figure_file(spec, "svg", Path(self.env.doctreedir) / FIGURE_DIR)
-                out += nodes.image(uri=_relative_uri(self.env, path.with_suffix(".*")),
-                                   alt="Whole-model GEMM speedup vs BF16 per precision", classes=[FIGURE_CLASS])
         if len(out.children) <= (1 if caption else 0):
             self._warn(Subtype.OPTION, f":show: {', '.join(show) or '(empty)'} renders nothing for these models "
                        "and GPUs (the figure compares several models or GPUs; sqnr needs SQNR results); "
                        "add table")
         self.set_source_info(out)
         return [out]
+
+    def _figure(self, spec: FigureSpec, alt: str) -> nodes.image:
+        """``spec`` drawn once under its key (:func:`~gemm_bench.report.figures.figure_file`), as an image
+        any builder converts (HTML shows the SVG, with its desktop twin)."""
+        path = figures.figure_file(spec, "svg", Path(self.env.doctreedir) / FIGURE_DIR)
+        return nodes.image(uri=_relative_uri(self.env, path.with_suffix(".*")), alt=alt, classes=[FIGURE_CLASS])
 
     def _loss_parity(self, cache_dir: Path, device: str) -> dict[str, Any] | None:
         return gpu_loss_parity(self, cache_dir, device)
@@ -391,6 +421,17 @@ def run_inputs(directive: SphinxDirective, question: Question, found: tuple[Swee
     (:func:`page_sweeps`) and ``conf.py``'s assumed network. One function for the summary and the answers
     table, so that the landing page's cell and the model's page speak of the same run."""
     return RunInputs(question.layout, found, settings(directive.env).network)
+
+
+def _compared(model: str, gpu: str, report: Report, sentence: answer_text.Sentence | None) -> models_compared.Compared:
+    """One model on one GPU for the comparison figure: the answer sentence's own decision (its recipe,
+    tie-break included, and that recipe's speedup), ranked only where it rests on the model's step."""
+    if sentence is None or sentence.verdict is None:
+        return models_compared.Compared(model, gpu, report, "", None, "no answer")
+    if sentence.basis != "model":  # an older result: its answer rests on one layer's step or the GEMMs
+        basis = LAYER_STEP if sentence.basis == "step" else f"the {GEMMS}"
+        return models_compared.Compared(model, gpu, report, sentence.verdict.answer, None, basis)
+    return models_compared.Compared(model, gpu, report, sentence.verdict.answer, sentence.verdict.speedup)
 
 
 def _measured(device: execution.DeviceAnswer) -> Measured:

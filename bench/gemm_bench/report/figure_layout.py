@@ -643,7 +643,7 @@ def _bars(items: list[Item], texts: list[Text], box: _Axes, spec: FigureSpec, pa
             if low is not None and high is not None:
                 whiskers.append(Polyline(((box.px(low), box.py(y)), (box.px(high), box.py(y))), ink, 0.9))
                 end = max(end, high)
-            text = spec.value_format.format(value)
+            text = spec.value_format.format(value) + (f" {series.mark(i)}" if series.mark(i) else "")
             x = _off_lines(box.px(end + value_max * 0.015), text_width(text, SMALL_PT), references)
             texts.append(Text(x, _center(box.py(y), SMALL_PT), text, SMALL_PT, ink))
     items += whiskers

@@ -82,10 +82,17 @@ class Series:
     x: tuple[float | None, ...] = ()
     #: Why each value is None ("" where it is not); () when no reasons are known.
     missing: tuple[str, ...] = ()
+    #: A short mark drawn after each value's label ("" for none; () for no marks): ``bars`` figures
+    #: mark the bar a text picks (the answer's recipe: :mod:`gemm_bench.report.models_compared`).
+    marks: tuple[str, ...] = ()
 
     def missing_reason(self, index: int) -> str:
         """Why value ``index`` is missing ("" when it is not, or when no reason is known)."""
         return self.missing[index] if index < len(self.missing) else ""
+
+    def mark(self, index: int) -> str:
+        """The mark drawn after value ``index``'s label ("" for none)."""
+        return self.marks[index] if index < len(self.marks) else ""
 
 
 def missing_mark(reason: str) -> str:

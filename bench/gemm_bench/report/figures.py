@@ -571,12 +571,12 @@ def _json_series(value: Any) -> Series:
     color = _json_text(data["color"])
     if not _COLOR.fullmatch(color):
         raise _NotASpec
-    values, missing = _json_numbers(data["values"]), data["missing"]
-    if not isinstance(missing, list) or len(missing) not in (0, len(values)):
+    values, missing, marks = _json_numbers(data["values"]), data["missing"], data["marks"]
+    if any(not isinstance(found, list) or len(found) not in (0, len(values)) for found in (missing, marks)):
         raise _NotASpec
     return Series(_json_text(data["precision"]), _json_text(data["label"]), color, values,
                   _json_numbers(data["low"]), _json_numbers(data["high"]), _json_numbers(data["x"]),
-                  tuple(_json_text(reason) for reason in missing))
+                  tuple(_json_text(reason) for reason in missing), tuple(_json_text(mark) for mark in marks))
 
 
 def _json_panel(value: Any) -> Panel:
