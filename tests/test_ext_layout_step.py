@@ -17,7 +17,13 @@ from gemm_bench.question.comm import Link
 from gemm_bench.question.layout import PRESET_LAYOUTS
 from gemm_bench.question.layout_step import Network
 from gemm_bench.question.question import build_question
-from gemm_bench.report.layout_step import ResultLayoutSteps, layout_clause, preset_layout_steps, sweeps
+from gemm_bench.report.layout_step import (
+    ResultLayoutSteps,
+    assumed_words,
+    layout_clause,
+    preset_layout_steps,
+    sweeps,
+)
 from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
@@ -49,7 +55,10 @@ def test_layout_clause_quotes_the_step_and_its_speedup() -> None:
     clause = layout_clause(found, "fp8-current")
     assert clause == (f"with communication: {step.tokens_per_s:,.0f} tokens/s per GPU on "
                       f"{PRESET_LAYOUTS['llama3.1-405b/tp8'].layout.describe()}, "
-                      f"{base.step_ms / step.step_ms:.2f}× BF16 (collectives assumed in part)")
+                      f"{base.step_ms / step.step_ms:.2f}× BF16 (compute and collectives assumed in part)")
+    # CP 2: the rank's compute is scaled to half the tokens (an assumption of the compute, said since the
+    # review of session 15: before, only the collectives' assumptions reached the words)
+    assert step.assumptions and step.collectives_assumed
     assert layout_clause(found, "bf16") is not None and "× BF16" not in str(layout_clause(found, "bf16"))
     assert layout_clause(found, "nvfp4") is None
 
@@ -100,6 +109,22 @@ def test_a_malformed_published_row_names_the_file_and_row(tmp_path: Path) -> Non
     doc["runs"][1]["layout"]["tp"] = 3
     bad.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(PublishedRunsError, match=r"runs\[1\]\.layout"):
+        load(bad)
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("model", "llama9-1t", r"runs\[0\]\.model"),  # before: a ConfigError that aborted the build
+    ("seq_length", "8k", r"runs\[0\]\.seq_length"),  # before: a ValueError that aborted the build
+    ("published", {"bf16": float("nan")}, r"runs\[0\]\.published"),  # before: rendered "nan"
+])
+def test_a_hostile_published_row_is_a_located_error(tmp_path: Path, field: str, value: object, said: str) -> None:
+    doc = json.loads(RUNS.read_text(encoding="utf-8"))
+    doc["runs"][0][field] = value
+    if field == "published":
+        doc["runs"][0]["precision_words"] = {"bf16": "BF16"}
+    bad = tmp_path / "runs.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(PublishedRunsError, match=said):
         load(bad)
 
 
@@ -184,3 +209,16 @@ def test_the_cli_flag_sets_the_assumed_link_and_refuses_a_bad_one(capsys: pytest
     with pytest.raises(SystemExit):
         main(["layout-step", "llama3-8b", "--inter-node-gb-s", "0"])
     assert "--inter-node-gb-s must be positive" in capsys.readouterr().err
+
+
+def test_the_assumed_words_say_which_part_holds_the_assumption() -> None:
+    found = _steps("llama3.1-405b/tp8", "H200")
+    step = found.step("bf16")
+    assert step is not None
+    from dataclasses import replace
+
+    none = replace(step, assumptions=())
+    assert assumed_words(step) == "compute and collectives assumed in part"
+    assert assumed_words(none) == ("collectives assumed in part" if none.collectives_assumed else "")
+    assert assumed_words(None) == ""
+    assert step.assumed

@@ -42,7 +42,8 @@ def test_megatron_llama3_70b_line_gives_every_layout_value_and_ignores_none_of_t
     assert layout.sharding == "optimizer" and layout.recompute == "selective"
     assert layout.overlap_grad_reduce and layout.overlap_param_gather and layout.fp8_param_gather
     assert layout.describe() == ("64 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, CP 2, DP 1, "
-                                 "distributed optimizer, selective recomputation, FP8 parameter gather, G = 128")
+                                 "distributed optimizer, selective recomputation, FP8 parameter gather, "
+                                 "overlapped gradient reduce and parameter gather, G = 128")
 
 
 def test_context_parallel_is_no_longer_refused_and_layout_flags_are_not_ignored():
@@ -162,7 +163,8 @@ def test_the_issues_llama3_70b_line_gives_a_question_whose_layout_holds_every_va
     ignored = [line for line in out.splitlines() if line.startswith("ignored")]
     assert ignored == ["ignored (changes no GEMM and no memory the layout models): --bf16 --lr"]
     assert ("layout: 128 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, CP 2, DP 2, distributed "
-            "optimizer, selective recomputation, FP8 parameter gather, G = 64") in " ".join(out.split())
+            "optimizer, selective recomputation, FP8 parameter gather, overlapped gradient reduce and "
+            "parameter gather, G = 64") in " ".join(out.split())
     assert max(map(len, out.splitlines())) <= 100
 
 
@@ -243,3 +245,16 @@ def test_cli_layout_flags_and_their_aliases(capsys):
         main(["shapes", "--model", "llama3-8b", "--sharding", "zero3"])
     assert exited.value.code == 2
     assert "--sharding: 'zero3' is not one of none, optimizer" in capsys.readouterr().err
+
+
+def test_the_overlap_flags_are_in_the_layout_words() -> None:
+    """Reviewer, session 15: the Llama 3 8B page and the Published runs page quoted different tokens/s for
+    the same words, one layout with the overlap flags and one without."""
+    from gemm_bench.question.layout import ParallelLayout
+
+    plain = ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128)
+    both = ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128, overlap_grad_reduce=True,
+                          overlap_param_gather=True)
+    assert "overlap" not in plain.describe()
+    assert "overlapped gradient reduce and parameter gather" in both.describe()
+    assert plain.describe() != both.describe()

@@ -86,7 +86,8 @@ def test_shapes_prints_the_layout_of_a_pasted_launch_line(capsys: pytest.Capture
     assert main(["shapes", "--megatron-args", LLAMA_70B_LINE + " --num-gpus 128"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("layout: 128 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, CP 2, DP 2, distributed "
-            "optimizer, selective recomputation, FP8 parameter gather, G = 64") in out
+            "optimizer, selective recomputation, FP8 parameter gather, overlapped gradient reduce and "
+            "parameter gather, G = 64") in out
     assert "ignored" not in out
     assert main(["shapes", "--megatron-args", LLAMA_70B_LINE + " --num-gpus 100"]) == 2
     err = " ".join(capsys.readouterr().err.split())

@@ -18,6 +18,7 @@ from gemm_bench.question.shapes import PASSES
 from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, layer_step, model_step_at
 from gemm_bench.report.fastest import TIE_ORDER, TieBreak, listed
 from gemm_bench.report.layout_memory import gib, remedy_sentence
+from gemm_bench.report.layout_step import assumed_words
 from gemm_bench.report.loss_parity_words import band_of, gap_in_band
 from gemm_bench.report.model_step import ModelStep, part_absence
 from gemm_bench.report.report import Report
@@ -275,7 +276,7 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
     """The model step's recommendation, speaking of the run the reader launches where ``run`` has its
     steps: "train in FP8 Delayed: 1.37× the tokens per second of BF16 with communication in (15,013 per
     GPU against BF16's 10,982 on 8 GPUs: CP 2, DP 4, distributed optimizer, G = 32; collectives assumed
-    in part), and it fits in memory per GPU there (48.7 GiB free); one rank's compute alone, collectives
+    in part), and it fits in memory per GPU there (48.7 GiB free); the model's step on one GPU, collectives
     not in it: 1.39× in the model's step at G = 32 (one layer's step 1.44×, its autocast GEMMs 1.69×)";
     without them the rank's compute leads, saying collectives
     are not in it. Or why BF16 stays (``none``: who gives no more), with the run beside."""
@@ -312,7 +313,7 @@ def _model_words(report: Report, summary: ModelStep, verdict: Fastest, points: M
         # the rank's own tokens per second are the table's row below: the clause keeps its speedup (a
         # phone's first screen holds the answer only so, issue 44 item 1's browser check)
         text = (f"{subject}train in {_name(chosen)}: {lead}" + (f", {fits}" if fits else "")
-                + f"; one rank's compute alone, collectives not in it: {verdict.speedup:.2f}× {where}{rows_beside}")
+                + f"; the model's step on one GPU, collectives not in it: {verdict.speedup:.2f}× {where}{rows_beside}")
     else:  # no layout step: the number is the rank's compute, and the sentence says so
         text = (f"{subject}train in {_name(chosen)}: {verdict.speedup:.2f}× the tokens per second of BF16 "
                 f"({row.tokens_per_s:,.0f} per GPU{against}; one rank's compute, collectives not in it) {where}"
@@ -336,7 +337,8 @@ def _run_lead(run: Run | None, chosen: str) -> str | None:
     mine, base, ratio = steps.step(chosen), steps.step(BASELINE), steps.speedup(chosen)
     if mine is None or base is None or ratio is None:
         return None
-    assumed = "; collectives assumed in part" if mine.assumed or base.assumed else ""
+    words = assumed_words(mine, base)
+    assumed = f"; {words}" if words else ""
     return (f"{ratio[0]:.2f}× the tokens per second of BF16 with communication in ({mine.tokens_per_s:,.0f} per "
             f"GPU against BF16's {base.tokens_per_s:,.0f} on {steps.layout.describe()}{assumed})")
 
@@ -355,8 +357,9 @@ def _run_beside(run: Run | None, best: str) -> str:
             "per GPU")
     if other is not None and ratio is not None:
         text += f" and {_name(best)} {ratio[0]:.2f}× BF16's ({other.tokens_per_s:,.0f})"
-    if base.assumed or (other is not None and other.assumed):
-        text += " (collectives assumed in part)"
+    words = assumed_words(base, other)
+    if words:
+        text += f" ({words})"
     fits = _fits_words(run, BASELINE, who="BF16")
     return text + (f", {fits}" if fits else "")
 

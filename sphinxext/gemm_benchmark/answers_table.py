@@ -87,8 +87,8 @@ def answer_cell(sentence: answer_text.Sentence | None, gpu: str) -> Cell:
     if sentence.run_speedup is not None:  # the run the reader launches, communication in: the sentence's lead
         return Cell(f"{name} {sentence.run_speedup:.2f}×{turned}",
                     f"train in {name}: {sentence.run_speedup:.2f}× the tokens per second of BF16 with communication "
-                    f"in, on {sentence.layout} (one rank's compute alone, which picked it: {verdict.speedup:.2f}× in "
-                    f"{basis})", verdict.answer, sentence.run_speedup, gpu)
+                    f"in, on {sentence.layout} (the model's step on one GPU, which picked it: "
+                    f"{verdict.speedup:.2f}× in {basis})", verdict.answer, sentence.run_speedup, gpu)
     if sentence.basis == "model":  # no layout step: the rank's compute, said in the cell as in the sentence
         suffix = " (one rank's compute)"
     return Cell(f"{name} {verdict.speedup:.2f}×{suffix}{turned}",

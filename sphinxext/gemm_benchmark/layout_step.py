@@ -215,14 +215,16 @@ class GemmPublishedRunsDirective(SphinxDirective):
                 item += para
                 refs += item
             number = sources.index(key) + 1
-            lookup = cache.lookup(build_question(model=run.model).hash)
+            asked = build_question(model=run.model)
+            lookup = cache.lookup(asked.hash)
             for p in lookup.paths:
                 self.env.note_dependency(str(p))
             doc = next((d for d in lookup.documents if d["device"]["name"] == run.device), None)
             comparison = compare(run, doc, available, network=config.network)
             for prediction in comparison.predictions:
                 diff = prediction.difference
-                why = "; ".join(reasons(prediction)) if prediction.off else (
+                moe = bool(asked.config and asked.config.is_moe)
+                why = "; ".join(reasons(prediction, moe=moe)) if prediction.off else (
                     prediction.why_none or "within 10%")
                 rows.append([
                     Entry(run.model, strong=True),

@@ -186,6 +186,10 @@ class ParallelLayout:
             parts.append("FP8 parameter gather")
         if self.grad_reduce_dtype == "bf16":
             parts.append("BF16 gradient reduce")
+        overlapped = [w for w, on in (("gradient reduce", self.overlap_grad_reduce),
+                                      ("parameter gather", self.overlap_param_gather)) if on]
+        if overlapped:  # they change the step's time: two layouts that differ here must read differently
+            parts.append("overlapped " + " and ".join(overlapped))
         parts.append(f"G = {self.microbatches}")
         return f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}: " + ", ".join(parts)
 

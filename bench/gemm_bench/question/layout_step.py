@@ -213,7 +213,14 @@ class LayoutStep:
 
     @property
     def assumed(self) -> bool:
-        """Whether any collective's cost holds an assumption (scaled, inter-node, borrowed)."""
+        """Whether any number of the step holds an assumption: a collective's cost (scaled, inter-node,
+        borrowed) or the compute itself (scaled to the layout's tokens per rank, an EP other than the
+        measured one, recomputation): :attr:`assumptions` names the latter."""
+        return bool(self.assumptions) or self.microbatch.assumed or self.dp.assumed
+
+    @property
+    def collectives_assumed(self) -> bool:
+        """Whether a collective's cost holds an assumption (the words "collectives assumed in part")."""
         return self.microbatch.assumed or self.dp.assumed
 
 

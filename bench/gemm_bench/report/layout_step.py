@@ -135,9 +135,23 @@ def layout_clause(steps: ResultLayoutSteps, precision: str) -> str | None:
     ratio = steps.speedup(precision)
     if precision != BASELINE and ratio is not None:
         text += f", {ratio[0]:.2f}× BF16"
-    if step.assumed:
-        text += " (collectives assumed in part)"
+    words = assumed_words(step)
+    if words:
+        text += f" ({words})"
     return text
+
+
+def assumed_words(*steps: LayoutStep | None) -> str:
+    """What of these steps holds an assumption, in words: "collectives assumed in part", "compute
+    assumed in part" (scaled to the layout's tokens per rank, another EP, recomputation), both, or ""."""
+    found = [s for s in steps if s is not None]
+    compute = any(s.assumptions for s in found)
+    collectives = any(s.collectives_assumed for s in found)
+    if compute and collectives:
+        return "compute and collectives assumed in part"
+    if compute:
+        return "compute assumed in part"
+    return "collectives assumed in part" if collectives else ""
 
 
 def comm_words(step: LayoutStep) -> str:

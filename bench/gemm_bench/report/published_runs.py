@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from gemm_bench.question.config import ConfigError
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.layout_step import LayoutStep, Network
 from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.question.question import build_question
 from gemm_bench.report.layout_step import ResultLayoutSteps, Sweep, result_layout_steps
 
 #: A prediction this far from the published figure (either way) is explained on the page.
@@ -69,8 +71,8 @@ def load(path: Path) -> list[PublishedRun]:
             raise PublishedRunsError(f"{where}: needs exactly the fields {', '.join(_RUN_FIELDS)}; has {have}")
         published = row["published"]
         if not isinstance(published, dict) or not published or any(
-                p not in PRECISIONS or isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0
-                for p, v in published.items()):
+                p not in PRECISIONS or isinstance(v, bool) or not isinstance(v, (int, float))
+                or not math.isfinite(v) or v <= 0 for p, v in published.items()):
             raise PublishedRunsError(f"{where}.published: precision id -> a positive tokens/s per GPU, "
                                      f"got {published!r}")
         if set(row["precision_words"]) != set(published):
@@ -81,6 +83,13 @@ def load(path: Path) -> list[PublishedRun]:
             layout = ParallelLayout(**row["layout"])
         except (TypeError, ConfigError) as exc:
             raise PublishedRunsError(f"{where}.layout: {exc}") from None
+        seq = row["seq_length"]
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise PublishedRunsError(f"{where}.seq_length: a whole number of tokens, got {seq!r}")
+        try:
+            build_question(model=str(row["model"]))
+        except ConfigError as exc:
+            raise PublishedRunsError(f"{where}.model: {exc}") from None
         out.append(PublishedRun(str(row["model"]), str(row["system"]), str(row["device"]), int(row["seq_length"]),
                                 layout, str(row["layout_assumed"]), {k: float(v) for k, v in published.items()},
                                 {k: str(v) for k, v in row["precision_words"].items()}, str(row["source"]),
@@ -142,8 +151,9 @@ def compare(run: PublishedRun, doc: Mapping[str, Any] | None, available: Sequenc
     return Comparison(run, found, tuple(preds))
 
 
-def reasons(prediction: Prediction) -> list[str]:
-    """Why a prediction is more than :data:`THRESHOLD` off, computed from its own step."""
+def reasons(prediction: Prediction, *, moe: bool = False) -> list[str]:
+    """Why a prediction is more than :data:`THRESHOLD` off, computed from its own step (``moe``: the
+    model routes to experts, so routing imbalance is one of the costs not counted)."""
     step, published = prediction.step, prediction.published
     if step is None or not prediction.off:
         return []
@@ -171,13 +181,14 @@ def reasons(prediction: Prediction) -> list[str]:
                        "tokens/s): the published stack computes faster than the measured one (its container's "
                        "Transformer Engine and cuDNN attention, fused kernels, CUDA graphs of the whole step)")
     else:
-        out.append("the run pays costs the composition does not count (data loading, stragglers, the routing "
-                   "imbalance of a mixture of experts, logging and checkpoints)")
+        imbalance = " the routing imbalance of a mixture of experts," if moe else ""
+        out.append(f"the run pays costs the composition does not count (data loading, stragglers,{imbalance} "
+                   "logging and checkpoints)")
     if step.bubble_ms > 0:
         out.append(f"the pipeline bubble is {step.bubble_share:.0%} of the predicted step "
                    "((PP - 1) / VPP micro-batches)")
     out.extend(step.assumptions)
-    if step.assumed:
+    if step.collectives_assumed:
         out.append("some collectives' costs are assumed (scaled beyond the measuring box, over the assumed "
                    "inter-node link, or measured on another GPU kind)")
     return out
