@@ -258,3 +258,15 @@ def test_the_overlap_flags_are_in_the_layout_words() -> None:
     assert "overlap" not in plain.describe()
     assert "overlapped gradient reduce and parameter gather" in both.describe()
     assert plain.describe() != both.describe()
+
+
+@pytest.mark.parametrize(("fields", "said"), [({"pp": 64, "gpus": 128}, "pp"), ({"cp": 3}, "cp")])
+def test_a_layout_the_model_rules_out_is_refused_by_field(fields: dict, said: str) -> None:
+    """Reviewer, session 15: PP 64 on Llama 3 8B's 32 layers composed a stage of -31 layers that "fits";
+    CP 3 on 8192 tokens was drawn as fitting. Both now name their option."""
+    from gemm_bench.question.config import ConfigError
+    from gemm_bench.question.question import build_question
+
+    with pytest.raises(ConfigError) as found:
+        build_question(model="llama3-8b", layout=fields)
+    assert found.value.field.lstrip("-").startswith(said) or said in str(found.value), found.value

@@ -410,6 +410,13 @@ def question_layout(config: ModelConfig, given: Mapping[str, Any], *, base: Para
                 values[field] = None
     tp, ep = config.tensor_model_parallel_size, config.expert_model_parallel_size
     pp, cp = values.get("pp") or 1, values.get("cp") or 1
+    # What the model itself rules out (review, session 15: PP 64 on 32 layers composed a stage of -31 layers
+    # and "fits"; CP 3 on 8192 tokens was drawn as fitting): every stage holds a layer, every CP rank the
+    # same whole number of tokens. Uneven stages (Llama 3.1 405B's 126 layers on PP 8) stay allowed.
+    if pp > config.num_layers:
+        raise ConfigError("pp", f"PP {pp} is more pipeline stages than the model's {config.num_layers} layers")
+    if config.seq_length % cp:
+        raise ConfigError("cp", f"CP {cp} does not divide the sequence of {config.seq_length} tokens")
     if values.get("gpus") is None:
         etp = values.get("etp") or tp
         values["gpus"] = math.lcm(tp * pp * cp, etp * ep * pp)
