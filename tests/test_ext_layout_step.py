@@ -146,7 +146,7 @@ Layout step
 """
 
 
-def _build(srcdir: Path, conf: str = CONF) -> tuple[str, BeautifulSoup]:
+def _build(srcdir: Path, conf: str = CONF, index: str = INDEX) -> tuple[str, BeautifulSoup]:
     from sphinx.testing.util import SphinxTestApp
 
     cache = srcdir / "_gemm_cache"
@@ -157,7 +157,7 @@ def _build(srcdir: Path, conf: str = CONF) -> tuple[str, BeautifulSoup]:
             shutil.copy(path, cache)
     shutil.copy(RUNS, srcdir / "runs.json")
     (srcdir / "conf.py").write_text(conf, encoding="utf-8")
-    (srcdir / "index.rst").write_text(INDEX, encoding="utf-8")
+    (srcdir / "index.rst").write_text(index, encoding="utf-8")
     warnings = io.StringIO()
     app = SphinxTestApp("html", srcdir=srcdir, status=io.StringIO(), warning=warnings, freshenv=True)
     try:
@@ -222,3 +222,24 @@ def test_the_assumed_words_say_which_part_holds_the_assumption() -> None:
     assert assumed_words(none) == ("collectives assumed in part" if none.collectives_assumed else "")
     assert assumed_words(None) == ""
     assert step.assumed
+
+
+def test_the_layout_step_table_takes_the_pages_layout_options(tmp_path: Path) -> None:
+    """Review, session 15: the summary and gemm-layout-memory took a page's layout options and this
+    table did not, so a page setting ``:cp:`` showed a sentence on one layout and a table on another."""
+    from gemm_bench.report.layout_step import result_layout_steps
+
+    page = "T\n=\n\n.. gemm-layout-step::\n   :models: llama3-8b\n   :cp: 4\n\n.. gemm-layout-step::\n" \
+           "   :models: llama3-8b\n   :cp: x\n"
+    warnings, soup = _build(tmp_path / "src", index=page)
+    assert re.search(r"index\.rst:10: WARNING: gemm-layout-step: .*cp", warnings), warnings  # the bad value's line
+    question = build_question(model="llama3-8b", layout={"cp": 4})
+    assert question.layout is not None and question.layout.cp == 4
+    text = soup.select_one("div.gemm-layout-step").get_text(" ", strip=True)
+    assert question.layout.describe() in text
+    doc = next(d for d in Cache(CACHE).lookup(question.hash).documents if d["device"]["name"] == "NVIDIA H200")
+    docs, _ = studies.read_studies(CACHE, "tp-comm")
+    found = result_layout_steps(doc, question.layout, sweeps(docs), config=question.config)
+    assert not isinstance(found, str)
+    step = found.step("fp8-delayed")
+    assert step is not None and f"{step.tokens_per_s:,.0f}" in text

@@ -34,13 +34,7 @@ from gemm_bench.report.layout_memory import NO_PARTS, fits_text, gib, recipe_mem
 from gemm_bench.results.cache import Cache
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.options import (
-    LAYOUT_DIRECTIVE_OPTIONS,
-    LAYOUT_REFERENCE,
-    OptionError,
-    option_line,
-    parse_layout_option,
-)
+from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, LAYOUT_REFERENCE, page_layout
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
@@ -98,16 +92,10 @@ class GemmLayoutMemoryDirective(SphinxDirective):
         config = settings(self.env)
         if config.questions_only:
             return []
-        self.layout: dict[str, Any] = {}
-        for name, option in LAYOUT_DIRECTIVE_OPTIONS.items():
-            if name not in self.options:
-                continue
-            try:
-                self.layout[str(option.layout_field)] = parse_layout_option(option, self.options[name] or "")
-            except OptionError as exc:
-                warn(Subtype.OPTION, f"gemm-layout-memory: {exc}",
-                     location=(self.env.docname, option_line(self.block_text, self.lineno, name)))
-                return []
+        self.layout, bad = page_layout(self.options, self.block_text, self.lineno)
+        if bad is not None:
+            warn(Subtype.OPTION, f"gemm-layout-memory: {bad[1]}", location=(self.env.docname, bad[0]))
+            return []
         out: list[nodes.Node] = []
         for model_id in [w for w in self.options.get("models", "").replace(",", " ").split() if w]:
             if model_id not in PRESET_LAYOUTS:

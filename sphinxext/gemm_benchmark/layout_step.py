@@ -25,6 +25,7 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
+from gemm_bench.question.config import ConfigError
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.layout import PRESET_LAYOUTS
 from gemm_bench.question.layout_step import LayoutStep, Network, compute_speedup, overlap_formulas
@@ -34,7 +35,7 @@ from gemm_bench.report.layout_step import (
     ResultLayoutSteps,
     Sweep,
     measured_and_assumed,
-    preset_layout_steps,
+    result_layout_steps,
     sweeps,
 )
 from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
@@ -42,6 +43,7 @@ from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
 from gemm_benchmark.config import settings
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, LAYOUT_REFERENCE, page_layout
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 from gemm_benchmark.tabs import tab_set
@@ -122,15 +124,25 @@ class GemmLayoutStepDirective(SphinxDirective):
 """
     reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
         "models": "model ids with a layout (every preset, and the measured ids such as ``llama3-70b/tp8``)",
+        **LAYOUT_REFERENCE,
     }
     has_content = False
-    option_spec = {"models": directives.unchanged_required}  # noqa: RUF012  (docutils reads it)
+    option_spec = {  # noqa: RUF012  (docutils reads it)
+        "models": directives.unchanged_required,
+        **{name: directives.unchanged for name in LAYOUT_DIRECTIVE_OPTIONS},
+    }
 
     def run(self) -> list[nodes.Node]:
         config = settings(self.env)
         if config.questions_only:
             return []
         location = (self.env.docname, self.lineno)
+        # the page's layout options, read as gemm-layout-memory and the summary read theirs (review,
+        # session 15: a page setting :cp: got a sentence on one layout and this table on another)
+        self.layout, bad = page_layout(self.options, self.block_text, self.lineno)
+        if bad is not None:
+            warn(Subtype.OPTION, f"gemm-layout-step: {bad[1]}", location=(self.env.docname, bad[0]))
+            return []
         available = _sweeps(self.env, config.cache_dir, location)
         out: list[nodes.Node] = []
         for model_id in [w for w in self.options.get("models", "").replace(",", " ").split() if w]:
@@ -144,9 +156,15 @@ class GemmLayoutStepDirective(SphinxDirective):
     def _model(self, model_id: str, cache_dir: Path, available: list[Sweep], network: Network) -> nodes.Node:
         preset = PRESET_LAYOUTS[model_id]
         section = nodes.container(classes=["gemm-layout-step"])
-        head = f"{model_id}: {preset.layout.describe()}."
+        try:
+            question = build_question(model=model_id, layout=self.layout)
+        except ConfigError as exc:
+            warn(Subtype.OPTION, f"gemm-layout-step: {model_id}: {exc}", location=(self.env.docname, self.lineno))
+            return section
+        layout = question.layout or preset.layout
+        head = f"{model_id}: {layout.describe()}."
         section += nodes.paragraph(head, head, classes=["gemm-question"])
-        lookup = Cache(cache_dir).lookup(build_question(model=model_id).hash)
+        lookup = Cache(cache_dir).lookup(question.hash)
         for error in lookup.errors:
             warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
         for path in [*lookup.paths, *(e.path for e in lookup.errors)]:
@@ -154,7 +172,7 @@ class GemmLayoutStepDirective(SphinxDirective):
         panels: list[tuple[str, list[nodes.Node]]] = []
         for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
             label = device_label(doc["device"]["name"])
-            found = preset_layout_steps(doc, model_id, available, network=network)
+            found = result_layout_steps(doc, layout, available, network=network, config=question.config)
             if isinstance(found, str):
                 panels.append((label, [_note(f"{label}: {found}.")]))
                 continue

@@ -506,3 +506,19 @@ _FIELD_TO_OPTION = {"shape": "shapes", "hf_config": "hf-config"}
 
 def precision_display(precision: str) -> str:
     return PRECISIONS[precision].display
+
+
+def page_layout(options: Mapping[str, Any], block_text: str,
+                lineno: int) -> tuple[dict[str, Any], tuple[int, str] | None]:
+    """The layout fields a layout directive's options set (:data:`LAYOUT_DIRECTIVE_OPTIONS`), parsed by
+    the one parser of layout values, and the first bad one as (its line, the message), else None: one
+    reading for ``gemm-layout-memory`` and ``gemm-layout-step``, so their tables describe one layout."""
+    fields: dict[str, Any] = {}
+    for name, option in LAYOUT_DIRECTIVE_OPTIONS.items():
+        if name not in options:
+            continue
+        try:
+            fields[str(option.layout_field)] = parse_layout_option(option, options[name] or "")
+        except OptionError as exc:
+            return fields, (option_line(block_text, lineno, name), str(exc))
+    return fields, None
