@@ -141,3 +141,76 @@ def test_the_refresh_measures_the_whole_rank_presets_only() -> None:
     from gemm_bench.measure.layout_search_study import whole_rank_models
 
     assert {"llama3-8b", "qwen2.5-7b"} <= set(whole_rank_models()) and "llama3-70b" not in whole_rank_models()
+
+
+# ------------------------------------------------------------------------------ the memory table
+LLAMA_8B = {"NVIDIA H100 80GB HBM3": CACHE / "45a55c5d892e31af--h100-80gb-hbm3.json",
+            "NVIDIA H200": CACHE / "45a55c5d892e31af--h200.json"}
+
+
+def _searches() -> list[dict[str, Any]]:
+    docs, errors = studies.read_studies(CACHE, schema.NAME)
+    assert not errors
+    return docs
+
+
+def _table(device: str, layout: Any = None) -> tuple[Any, list[list[Any]], Any]:
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.question.question import Question
+    from gemm_bench.report.layout_search import model_search
+    from gemm_bench.results.cache import read_document
+    from gemm_benchmark.layout_memory import memory_rows
+
+    doc = dict(read_document(LLAMA_8B[device]))
+    config = Question.from_dict(doc["question"]).config
+    search = model_search(_searches(), device, "llama3-8b", config, layout or PRESET_LAYOUTS["llama3-8b"].layout)
+    rows, why = memory_rows(doc, "llama3-8b", layout, search)
+    assert why is None
+    return search, rows, doc
+
+
+def test_the_h100_table_reads_the_emulated_run_beside_the_prediction() -> None:
+    from gemm_bench.report.layout_search import search_note
+    from gemm_benchmark.layout_memory import header
+
+    search, rows, doc = _table(H100)
+    recipes = _data()["models"]["llama3-8b"]["recipes"]
+    assert header(search)[4] == "Largest micro-batch (H100 80GB HBM3 capacity emulated on an H200)"
+    by_recipe = {row[0].text: row for row in rows}
+    bf16 = by_recipe["BF16"]
+    assert bf16[4].text == str(recipes["bf16"]["largest"])
+    assert bf16[5].text == f"{recipes['bf16']['largest'] - int(bf16[3].text):+d}".replace("+0", "0")
+    assert by_recipe["FP8 Delayed"][4].text == str(recipes["fp8-delayed"]["largest"])
+    assert by_recipe["FP8 Block"][4].text == "not searched" and by_recipe["FP8 Block"][5].text == "–"
+    note = search_note(search, int(doc["model_step"]["capacity_bytes"]))
+    assert "the CUDA context and libraries' workspaces outside the allocator are the H200's" in note
+    assert "capped at the H100 80GB HBM3's 78.3 GiB" in note and "prediction's capacity" not in note  # the result's
+
+
+def test_the_h200_table_reads_the_uncapped_run() -> None:
+    from gemm_benchmark.layout_memory import header
+
+    search, rows, _ = _table("NVIDIA H200")
+    assert header(search)[4] == "Largest micro-batch (found on the GPU)"
+    by_recipe = {row[0].text: row for row in rows}
+    assert [by_recipe[r][4].text for r in ("BF16", "FP8 Delayed", "FP8 Current")] == ["3", "3", "3"]
+
+
+def test_another_layout_is_not_searched_and_says_what_was() -> None:
+    import dataclasses
+
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.report.layout_search import found_text
+
+    other = dataclasses.replace(PRESET_LAYOUTS["llama3-8b"].layout, recompute="full")
+    search, rows, _ = _table(H100, other)
+    assert isinstance(search, str) and search.startswith("not searched for this layout (searched: 8 GPUs: CP 2")
+    assert {row[4].text for row in rows} == {"not searched"} and found_text(None, "bf16") == "not searched"
+
+
+def test_a_search_stopped_at_its_limit_says_at_least() -> None:
+    from gemm_bench.report.layout_search import Search, difference_text, found_text
+
+    search = Search("NVIDIA H200", "NVIDIA H200", False, 1, 4096, 32, 8,
+                    {"bf16": {"largest": 16, "tried": [1, 2, 4, 8, 16], "seconds": 1.0}})
+    assert found_text(search, "bf16") == "at least 16" and difference_text(search, "bf16", 3) == "at least +13"
