@@ -217,12 +217,12 @@ def test_refresh_plans_a_study_that_aged(tmp_path: Path) -> None:
     from gemm_bench.cli.refresh import Rules, plan_studies
 
     (tmp_path / "studies").mkdir()
-    for path in (LOSS, RANGE):
+    for path in (LOSS, RANGE, LOSS.parent / "layout-search--h200.json"):
         shutil.copy(path, tmp_path / "studies" / path.name)
     local = {"method": "x", "transformer_engine": "2.20.2", "torch": "2.11.0+cu130"}
     assert plan_studies(tmp_path, "NVIDIA H200", local, Rules(stale_when=("transformer_engine",))) == []
     aged = plan_studies(tmp_path, "NVIDIA H200", local, Rules(stale_when=("transformer_engine",), max_age_days=1e-6))
-    assert sorted(t.name for t in aged) == ["dynamic-range", "loss-parity"]
+    assert sorted(t.name for t in aged) == ["dynamic-range", "layout-search", "loss-parity"]
     assert all("days old" in t.reason for t in aged)
 
 

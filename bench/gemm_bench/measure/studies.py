@@ -18,6 +18,7 @@ STUDY_MODULES: tuple[str, ...] = (
     "gemm_bench.results.loss_parity_schema",
     "gemm_bench.results.dynamic_range_schema",
     "gemm_bench.results.tp_comm_schema",
+    "gemm_bench.results.layout_search_schema",
 )
 
 

@@ -1,0 +1,123 @@
+"""The largest micro-batch found on the GPU, beside the one the composition predicts (issue 41 item 3).
+
+The layout-search study (:mod:`gemm_bench.results.layout_search_schema`) holds, per GPU kind and model,
+the largest micro-batch whose whole step the preset layout's rank, built for real, ran. This module
+picks the search that answers a page's question (the same model, GPU kind, layout, tokens per rank,
+layers and optimizer shards; anything else was not searched: a number found for another rank is never
+shown for this one) and words it: the number, its difference from the prediction, and where it was
+found (a GPU's capacity emulated on a larger one says so). Pure: no Sphinx, no torch; it reads valid
+study documents only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gemm_bench.question.config import ModelConfig
+from gemm_bench.question.devices import device_label, device_slug
+from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.results.layout_search_schema import bounded
+
+GIB = 1 << 30
+NOT_SEARCHED = "not searched"
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """One model's search on one GPU kind, as the page quotes it."""
+
+    answers_for: str
+    measured_on: str
+    emulated: bool
+    capacity_bytes: int
+    tokens: int
+    layers: int
+    optimizer_shards: int
+    recipes: Mapping[str, Mapping[str, Any]]
+
+    def where(self) -> str:
+        """Where the number was found: "found on the GPU", or the emulation said in words."""
+        if not self.emulated:
+            return "found on the GPU"
+        on = device_label(self.measured_on)
+        return f"{device_label(self.answers_for)} capacity emulated on {_article(on)} {on}"
+
+
+def _article(label: str) -> str:
+    """"an" before a GPU name read with a vowel sound first ("an H200", "an A100"), else "a"."""
+    return "an" if label[:1].upper() in "AEFHILMNORSX" else "a"
+
+
+def model_search(docs: Sequence[Mapping[str, Any]], device_name: str, model_id: str, config: ModelConfig,
+                 layout: ParallelLayout) -> Search | str | None:
+    """The search that answers ``model_id`` with ``layout`` on ``device_name``: a :class:`Search`; None where
+    no study file answers for that GPU or it holds no such model; or the reason the model's search does not
+    answer this question (the tool did not build it, or it searched another rank)."""
+    doc = next((d for d in docs if device_slug(str(d["data"]["answers_for"])) == device_slug(device_name)), None)
+    if doc is None or model_id not in doc["data"]["models"]:
+        return None
+    data = doc["data"]
+    if device_slug(str(doc["device"]["name"])) != device_slug(str(data["answers_for"])):
+        return (f"the study file of {doc['device']['name']} says it answers for {data['answers_for']}: "
+                "it is not used")
+    entry = data["models"][model_id]
+    if "error" in entry:
+        return f"{NOT_SEARCHED} ({entry['error']})"
+    tokens = config.seq_length // layout.cp
+    shards = layout.dp * layout.cp
+    asked = (layout.describe(), tokens, config.num_layers, shards)
+    searched = (entry["layout"], entry["tokens"], entry["layers"], entry["optimizer_shards"])
+    if asked != searched:
+        return (f"{NOT_SEARCHED} for this layout (searched: {entry['layout']}, {entry['layers']} layers on "
+                f"{entry['tokens']} tokens, optimizer over {entry['optimizer_shards']} ranks)")
+    return Search(str(data["answers_for"]), str(data["measured_on"]), bool(data["emulated"]),
+                  int(entry["capacity_bytes"]), tokens, config.num_layers, shards, entry["recipes"])
+
+
+def found_text(search: Search | str | None, precision: str) -> str:
+    """The cell: the largest micro-batch found ("at least N" where the search stopped at its limit),
+    "failed: ..." where the run failed other than by running out of memory, or "not searched"."""
+    if not isinstance(search, Search) or precision not in search.recipes:
+        return NOT_SEARCHED
+    found = search.recipes[precision]
+    if "failed" in found:
+        return f"failed: {found['failed']}"
+    return str(found["largest"]) if bounded(found) else f"at least {found['largest']}"
+
+
+def difference_text(search: Search | str | None, precision: str, predicted: int) -> str:
+    """Found minus predicted ("+1", "0", "-2"; "at least +1" where the search stopped at its limit), or
+    "–" where nothing was found."""
+    if not isinstance(search, Search) or "largest" not in search.recipes.get(precision, {}):
+        return "–"
+    found = search.recipes[precision]
+    diff = int(found["largest"]) - predicted
+    text = f"{diff:+d}" if diff else "0"
+    return text if bounded(found) else f"at least {text}"
+
+
+def search_note(search: Search | str | None, predicted_capacity: int) -> str:
+    """The sentence under the table: how the number was found, on which capacity (and the emulation's
+    caveat), or why this layout has no number found on the GPU."""
+    if search is None:
+        return ("The largest micro-batch is predicted from the same parts; this layout's rank was not searched "
+                "on this GPU.")
+    if isinstance(search, str):
+        return f"The largest micro-batch is predicted from the same parts; found on the GPU: {search}."
+    how = (f"the rank built for real ({search.layers} layers on {search.tokens:,} tokens, FP32 main gradients "
+           f"whole, the distributed optimizer's 1 / {search.optimizer_shards} of the master weights and moments), "
+           "its whole step run at micro-batch sizes doubling from 1, then bisecting, until it ran out of memory")
+    capacity = f"{search.capacity_bytes / GIB:.1f} GiB"
+    if search.emulated:
+        text = (f"Largest micro-batch found with the {search.where()}: {how}, the allocator capped at the "
+                f"{device_label(search.answers_for)}'s {capacity}; the CUDA context and libraries' workspaces "
+                f"outside the allocator are the {device_label(search.measured_on)}'s")
+    else:
+        text = (f"Largest micro-batch found on the GPU: {how}, on the GPU's whole {capacity} (the CUDA context's "
+                "share included)")
+    if search.capacity_bytes != predicted_capacity:
+        text += (f"; the prediction's capacity (what the allocator could hold when the parts were measured) is "
+                 f"{predicted_capacity / GIB:.1f} GiB")
+    return text + "."

@@ -1,0 +1,199 @@
+"""The "layout-search" study: the largest micro-batch of a preset layout's rank, found on the GPU (issue 41
+item 3).
+
+Why: the memory table's largest micro-batch is *predicted* by composing the parts one GPU measured
+(:mod:`gemm_bench.question.memory_per_gpu`). The study holds the same number *found*: the rank built for
+real (every layer on its ``S / CP`` tokens, FP32 main gradients whole, the distributed optimizer's
+``1 / (DP x CP)`` slice of FP32 masters and moments), its whole step run at growing micro-batch sizes,
+doubling then bisecting, until it runs out of memory (``tools/gpu_layout_search.py``,
+:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`). An out-of-memory is the answer.
+
+A run may cap PyTorch's allocator at another GPU's capacity (an H200 answering for an 80 GB H100): the
+file then answers for that GPU (``answers_for``, the document's device name, so it is the file of that
+GPU) and says ``emulated``; the CUDA context and libraries' workspaces outside the allocator stay the
+measuring GPU's (``measured_on``), which the page says beside the number.
+
+Pure: the validator of the ``data`` block, the conversion of the tool's JSON into it
+(:func:`stored_data`), and the registration. The ``data`` block::
+
+    {"measured_on": "NVIDIA H200", "total_bytes": 150109880320,
+     "answers_for": "NVIDIA H100 80GB HBM3", "emulated": true,
+     "models": {"llama3-8b": {"layout": "8 GPUs: CP 2, DP 4, distributed optimizer, G = 32", "layers": 32,
+                              "tokens": 4096, "optimizer_shards": 8, "capacity_bytes": 84100186112,
+                              "recipes": {"bf16": {"largest": 1, "tried": [1, 2], "seconds": 5.3},
+                                          "fp8-block": {"failed": "RuntimeError: ..."}}},
+                "llama3-70b": {"error": "pipeline parallel 8: the rank is one stage (not built here)"}}}
+
+Invariants checked at the door: ``capacity_bytes <= total_bytes``; a capped run (capacity below the
+total) is ``emulated`` and answers for another GPU, an uncapped one answers for its own; ``largest >=
+0``; ``tried`` non-empty, without repeats, starting at 1 and holding ``largest`` when it is above 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gemm_bench.question.devices import device_slug
+from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.results.studies import (
+    Study,
+    StudyError,
+    choice,
+    integer,
+    json_list,
+    json_object,
+    keys,
+    number,
+    register,
+    text,
+)
+
+NAME = "layout-search"
+METHOD_VERSION = "1"
+#: Far above any GPU's memory (bytes), far below where arithmetic on it loses whole bytes.
+MAX_BYTES = 1 << 50
+#: Far above any micro-batch a rank holds.
+MAX_MICRO_BATCH = 1 << 16
+MODEL_FIELDS: tuple[str, ...] = ("layout", "layers", "tokens", "optimizer_shards", "capacity_bytes", "recipes")
+RECIPE_FIELDS: tuple[str, ...] = ("largest", "tried", "seconds")
+
+
+def bounded(found: Mapping[str, Any]) -> bool:
+    """Whether the search found where the rank stops fitting (``largest + 1`` was tried and ran out of
+    memory), rather than stopping at its limit: a search that reached its limit only says "at least"."""
+    return int(found["largest"]) + 1 in found["tried"]
+
+
+def _recipe(value: Any, at: str) -> None:
+    block = json_object(value, at)
+    if "failed" in block:
+        keys(block, at, ("failed",))
+        text(block["failed"], f"{at}.failed")
+        return
+    keys(block, at, RECIPE_FIELDS)
+    largest = integer(block["largest"], f"{at}.largest", minimum=0, maximum=MAX_MICRO_BATCH)
+    tried = [integer(size, f"{at}.tried[{i}]", minimum=1, maximum=MAX_MICRO_BATCH)
+             for i, size in enumerate(json_list(block["tried"], f"{at}.tried", non_empty=True))]
+    if tried[0] != 1:
+        raise StudyError(f"{at}.tried[0]", f"must be 1 (the search starts at one sequence), got {tried[0]}")
+    if len(set(tried)) != len(tried):
+        raise StudyError(f"{at}.tried", f"repeats a size: {tried}")
+    if largest > 0 and largest not in tried:
+        raise StudyError(f"{at}.largest", f"{largest} was never tried (tried {tried})")
+    if largest < max(tried) and largest + 1 not in tried:
+        raise StudyError(f"{at}.largest", f"{largest} is not bounded: {largest + 1} was not tried (tried {tried})")
+    number(block["seconds"], f"{at}.seconds", minimum=0.0)
+
+
+def validate_data(data: Any) -> None:
+    data = json_object(data, "$.data")
+    keys(data, "$.data", ("measured_on", "total_bytes", "answers_for", "emulated", "models"))
+    measured_on = text(data["measured_on"], "$.data.measured_on")
+    answers_for = text(data["answers_for"], "$.data.answers_for")
+    total = integer(data["total_bytes"], "$.data.total_bytes", minimum=1, maximum=MAX_BYTES)
+    emulated = data["emulated"]
+    if not isinstance(emulated, bool):
+        raise StudyError("$.data.emulated", f"must be true or false, got {emulated!r}"[:200])
+    own = device_slug(answers_for) == device_slug(measured_on)
+    if emulated == own:
+        raise StudyError("$.data.answers_for", (f"is the measuring GPU {measured_on!r}, but the run says emulated"
+                                                if emulated else f"is {answers_for!r}, another GPU than the "
+                                                f"measuring {measured_on!r}, but the run is not emulated"))
+    models = json_object(data["models"], "$.data.models")
+    if not models:
+        raise StudyError("$.data.models", "must hold at least one model")
+    for model, entry in models.items():
+        at = f"$.data.models.{model}"
+        entry = json_object(entry, at)
+        if "error" in entry:
+            keys(entry, at, ("error",))
+            text(entry["error"], f"{at}.error")
+            continue
+        keys(entry, at, MODEL_FIELDS)
+        text(entry["layout"], f"{at}.layout")
+        for field in ("layers", "tokens", "optimizer_shards"):
+            integer(entry[field], f"{at}.{field}", minimum=1, maximum=1 << 24)
+        capacity = integer(entry["capacity_bytes"], f"{at}.capacity_bytes", minimum=1, maximum=MAX_BYTES)
+        if capacity > total:
+            raise StudyError(f"{at}.capacity_bytes", f"{capacity} is more than the GPU's total {total}")
+        if (capacity < total) != emulated:
+            raise StudyError(f"{at}.capacity_bytes", (f"{capacity} caps the GPU's {total} bytes: the run must say "
+                                                      "emulated" if capacity < total else
+                                                      f"is the GPU's whole {total} bytes: an emulated run caps it"))
+        recipes = json_object(entry["recipes"], f"{at}.recipes")
+        if not recipes:
+            raise StudyError(f"{at}.recipes", "must hold at least one recipe")
+        for precision, found in recipes.items():
+            choice(precision, f"{at}.recipes.{precision}", tuple(PRECISIONS))
+            _recipe(found, f"{at}.recipes.{precision}")
+
+
+# ------------------------------------------------------------------------------ from the tool's JSON
+def _add_run(where: str, run: Mapping[str, Any], device: str, total: int, models: dict[str, Any]) -> bool:
+    """Copy one run's models into ``models`` (a model already there is an error); whether the run was capped.
+    ``device`` and ``total``: the first run's GPU, which every run of one file must share."""
+    if str(run["device"]) != device or int(run["total_bytes"]) != total:
+        raise StudyError(where, f"ran on {run['device']!r} of {run['total_bytes']} bytes, the first run on "
+                                f"{device!r} of {total}: one study file holds one GPU's runs")
+    capacity = int(run["capacity_bytes"])
+    for model, entry in run["models"].items():
+        if model in models:
+            raise StudyError(f"{where}.models.{model}", "is in two runs")
+        if "error" in entry:
+            models[model] = {"error": str(entry["error"])}
+            continue
+        recipes: dict[str, Any] = {}
+        for precision, found in entry["found"].items():
+            if isinstance(found, str):  # the tool's record of a failure that was not an out-of-memory
+                recipes[precision] = {"failed": found}
+                continue
+            if int(found["peak_bytes_limit"]) != capacity:
+                raise StudyError(f"{where}.models.{model}.found.{precision}.peak_bytes_limit",
+                                 f"{found['peak_bytes_limit']} is not the run's capacity {capacity}")
+            recipes[precision] = {"largest": found["largest"], "tried": list(found["tried"]),
+                                  "seconds": found["seconds"]}
+        models[model] = {"layout": entry["layout"], "layers": entry["layers"], "tokens": entry["tokens"],
+                         "optimizer_shards": entry["optimizer_shards"], "capacity_bytes": capacity,
+                         "recipes": recipes}
+    return capacity < total
+
+
+def stored_data(runs: Sequence[tuple[str, Mapping[str, Any]]], answers_for: str | None = None) -> dict[str, Any]:
+    """The study's ``data`` block from one GPU's runs of ``tools/gpu_layout_search.py`` (``(where, JSON)``
+    each; ``where`` names the run in errors). Numbers are copied, never recomputed. ``answers_for``: the
+    GPU whose capacity capped runs emulate (required for them; an uncapped run answers for its own GPU).
+    Raises :class:`StudyError` (its ``where`` the run's) for runs that disagree or a model in two runs."""
+    if not runs:
+        raise StudyError("runs", "no run given")
+    first_where, first = runs[0]
+    try:
+        device, total = str(first["device"]), int(first["total_bytes"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StudyError(first_where, f"is not a tools/gpu_layout_search.py run: {type(exc).__name__} {exc}") from None
+    models: dict[str, Any] = {}
+    capped = []
+    for where, run in runs:
+        try:
+            capped.append(_add_run(where, run, device, total, models))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-made or truncated run
+            raise StudyError(where, f"is not a tools/gpu_layout_search.py run: {type(exc).__name__} {exc}") from None
+    if len(set(capped)) > 1:
+        raise StudyError("runs", "mixes capped and uncapped runs: store each in the file of the GPU it answers for")
+    emulated = capped[0]
+    if emulated and answers_for is None:
+        raise StudyError(first_where, f"caps the allocator below the GPU's {total} bytes: say which GPU's capacity "
+                                      "it emulates (answers_for)")
+    data = {"measured_on": device, "total_bytes": total, "answers_for": answers_for or device, "emulated": emulated,
+            "models": dict(sorted(models.items()))}
+    validate_data(data)
+    return data
+
+
+STUDY = register(Study(
+    name=NAME,
+    title="The largest micro-batch of a layout's rank, found on the GPU",
+    method_version=METHOD_VERSION,
+    validate_data=validate_data,
+    measure="gemm_bench.measure.layout_search_study:measure",
+))

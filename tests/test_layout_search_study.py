@@ -1,0 +1,216 @@
+"""Issue 41 item 3: the layout-search study (the largest micro-batch of a preset layout's rank, found on the
+GPU) is validated at the door, the committed files are exactly the converter's output from the raw runs,
+and the memory table quotes it beside the prediction."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from gemm_bench.results import layout_search_schema as schema
+from gemm_bench.results import studies
+from gemm_bench.results.cache import CacheError
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / "docs" / "_gemm_cache"
+RAW = REPO / "measurements" / "2026-11-28-session15"
+H100_RUNS = [RAW / "call10-layout-search" / "h100cap" / "layout-search.json",
+             RAW / "call10-layout-search" / "qwen" / "layout-search.json"]
+H200_RUNS = [RAW / "call11-layout-search-h200" / "h200" / "layout-search.json"]
+#: As measurements/2026-11-28-session15/README.md records calls 10 and 11.
+PROVENANCE = {"commit": "a9212f6", "date": "2026-11-28",
+              "versions": {"torch": "2.11.0+cu130", "transformer_engine": "2.20.2", "cuda": "13.0",
+                           "driver": "580.159.04"}}
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _tool() -> ModuleType:
+    path = REPO / "tools" / "layout_search_to_study.py"
+    spec = importlib.util.spec_from_file_location("layout_search_to_study", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _raw(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("runs", "answers_for", "name"), [(H100_RUNS, H100, "layout-search--h100-80gb-hbm3.json"),
+                                                           (H200_RUNS, None, "layout-search--h200.json")])
+def test_the_committed_study_is_the_converters_output_from_the_raw_runs(runs: list[Path], answers_for: str | None,
+                                                                        name: str) -> None:
+    doc = _tool().build(runs, commit=PROVENANCE["commit"], date=PROVENANCE["date"],
+                        versions=PROVENANCE["versions"], answers_for=answers_for)
+    committed = studies.read_study(CACHE / "studies" / name)
+    assert committed == doc
+    assert studies.file_name(doc["study"], doc["device"]["name"]) == name
+
+
+def test_the_h100_file_is_the_emulated_run_and_keeps_each_models_capacity() -> None:
+    data = studies.read_study(CACHE / "studies" / "layout-search--h100-80gb-hbm3.json")["data"]
+    assert data["emulated"] is True and data["answers_for"] == H100 and data["measured_on"] == "NVIDIA H200"
+    assert data["models"]["llama3-8b"]["capacity_bytes"] == _raw(H100_RUNS[0])["capacity_bytes"] == 84100186112
+    assert data["models"]["qwen2.5-7b"]["capacity_bytes"] == _raw(H100_RUNS[1])["capacity_bytes"] == 84026785792
+    assert data["models"]["llama3-8b"]["recipes"]["bf16"] == {"largest": 1, "tried": [1, 2], "seconds": 5.3}
+
+
+def _data() -> dict[str, Any]:
+    return copy.deepcopy(studies.read_study(CACHE / "studies" / "layout-search--h100-80gb-hbm3.json")["data"])
+
+
+def _bf16(data: dict[str, Any]) -> dict[str, Any]:
+    return data["models"]["llama3-8b"]["recipes"]["bf16"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("doctor", "where"), [
+    (lambda d: _bf16(d).update(largest=-1), "largest"),
+    (lambda d: _bf16(d).update(tried=[]), "tried"),
+    (lambda d: _bf16(d).update(largest=4), "largest"),            # never tried
+    (lambda d: _bf16(d).update(tried=[1, 2, 4], largest=2), "largest"),  # 3 never tried: 2 is not bounded
+    (lambda d: _bf16(d).update(tried=[2, 1]), "tried[0]"),
+    (lambda d: _bf16(d).update(tried=[1, 2, 2]), "tried"),
+    (lambda d: d["models"]["llama3-8b"].update(capacity_bytes=d["total_bytes"] + 1), "capacity_bytes"),
+    (lambda d: d.update(emulated=False), "answers_for"),          # capped, answering for another GPU
+    (lambda d: d.update(answers_for="NVIDIA H200"), "answers_for"),  # emulated, answering for itself
+    (lambda d: d["models"]["llama3-8b"].update(capacity_bytes=d["total_bytes"]), "capacity_bytes"),  # not capped
+    (lambda d: d["models"]["llama3-8b"]["recipes"].update(fp4={"largest": 1, "tried": [1, 2], "seconds": 1.0}),
+     "recipes.fp4"),
+])
+def test_a_doctored_study_is_refused_at_its_path(doctor: Any, where: str) -> None:
+    data = _data()
+    schema.validate_data(data)
+    doctor(data)
+    with pytest.raises(studies.StudyError) as caught:
+        schema.validate_data(data)
+    assert where in caught.value.where
+
+
+def test_a_search_that_reached_its_limit_is_valid_and_not_bounded() -> None:
+    data = _data()
+    _bf16(data).update(largest=16, tried=[1, 2, 4, 8, 16])
+    schema.validate_data(data)
+    assert not schema.bounded(_bf16(data)) and schema.bounded({"largest": 0, "tried": [1]})
+
+
+def test_a_capped_run_needs_the_gpu_it_answers_for_and_runs_of_two_gpus_do_not_mix() -> None:
+    runs = [(str(p), _raw(p)) for p in H100_RUNS]
+    with pytest.raises(studies.StudyError, match="answers_for"):
+        schema.stored_data(runs)
+    with pytest.raises(studies.StudyError, match="mixes capped and uncapped"):
+        schema.stored_data([runs[0], ("h200", {**_raw(H200_RUNS[0]), "models": {}})], H100)
+    with pytest.raises(studies.StudyError, match="is in two runs"):
+        schema.stored_data([runs[0], runs[0]], H100)
+    other = {**runs[1][1], "total_bytes": 85899345920}
+    with pytest.raises(studies.StudyError, match="one GPU's runs"):
+        schema.stored_data([runs[0], ("other", other)], H100)
+
+
+def test_the_tools_failure_and_a_model_it_did_not_build_are_kept_as_such() -> None:
+    run = _raw(H200_RUNS[0])
+    run["models"]["llama3-8b"]["found"]["fp8-block"] = "RuntimeError: cuBLAS failed"
+    run["models"]["llama3-70b"] = {"error": "pipeline parallel 4: the rank is one stage (not built here)"}
+    data = schema.stored_data([("run", run)])
+    assert data["models"]["llama3-8b"]["recipes"]["fp8-block"] == {"failed": "RuntimeError: cuBLAS failed"}
+    assert data["models"]["llama3-70b"] == {"error": run["models"]["llama3-70b"]["error"]}
+
+
+def test_a_file_that_is_not_a_run_is_refused_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "layout-search.json"
+    bad.write_text(json.dumps({"device": "NVIDIA H200", "total_bytes": 1, "capacity_bytes": 1,
+                               "models": {"x": {"layout": "y"}}}), encoding="utf-8")
+    with pytest.raises(CacheError) as caught:
+        _tool().build([bad], commit="a", date="2026-11-28", versions=PROVENANCE["versions"], answers_for=None)
+    assert caught.value.path == bad and "not a tools/gpu_layout_search.py run" in caught.value.problem
+
+
+def test_the_converter_refuses_missing_versions_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _tool().main(["--commit", "a", "--date", "2026-11-28", "--versions", "torch=2.11", str(H200_RUNS[0])])
+    assert "--versions: missing transformer_engine, cuda, driver" in capsys.readouterr().err
+
+
+def test_the_refresh_measures_the_whole_rank_presets_only() -> None:
+    from gemm_bench.measure.layout_search_study import whole_rank_models
+
+    assert {"llama3-8b", "qwen2.5-7b"} <= set(whole_rank_models()) and "llama3-70b" not in whole_rank_models()
+
+
+# ------------------------------------------------------------------------------ the memory table
+LLAMA_8B = {"NVIDIA H100 80GB HBM3": CACHE / "45a55c5d892e31af--h100-80gb-hbm3.json",
+            "NVIDIA H200": CACHE / "45a55c5d892e31af--h200.json"}
+
+
+def _searches() -> list[dict[str, Any]]:
+    docs, errors = studies.read_studies(CACHE, schema.NAME)
+    assert not errors
+    return docs
+
+
+def _table(device: str, layout: Any = None) -> tuple[Any, list[list[Any]], Any]:
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.question.question import Question
+    from gemm_bench.report.layout_search import model_search
+    from gemm_bench.results.cache import read_document
+    from gemm_benchmark.layout_memory import memory_rows
+
+    doc = dict(read_document(LLAMA_8B[device]))
+    config = Question.from_dict(doc["question"]).config
+    search = model_search(_searches(), device, "llama3-8b", config, layout or PRESET_LAYOUTS["llama3-8b"].layout)
+    rows, why = memory_rows(doc, "llama3-8b", layout, search)
+    assert why is None
+    return search, rows, doc
+
+
+def test_the_h100_table_reads_the_emulated_run_beside_the_prediction() -> None:
+    from gemm_bench.report.layout_search import search_note
+    from gemm_benchmark.layout_memory import header
+
+    search, rows, doc = _table(H100)
+    recipes = _data()["models"]["llama3-8b"]["recipes"]
+    assert header(search)[4] == "Largest micro-batch (H100 80GB HBM3 capacity emulated on an H200)"
+    by_recipe = {row[0].text: row for row in rows}
+    bf16 = by_recipe["BF16"]
+    assert bf16[4].text == str(recipes["bf16"]["largest"])
+    assert bf16[5].text == f"{recipes['bf16']['largest'] - int(bf16[3].text):+d}".replace("+0", "0")
+    assert by_recipe["FP8 Delayed"][4].text == str(recipes["fp8-delayed"]["largest"])
+    assert by_recipe["FP8 Block"][4].text == "not searched" and by_recipe["FP8 Block"][5].text == "–"
+    note = search_note(search, int(doc["model_step"]["capacity_bytes"]))
+    assert "the CUDA context and libraries' workspaces outside the allocator are the H200's" in note
+    assert "capped at the H100 80GB HBM3's 78.3 GiB" in note and "prediction's capacity" not in note  # the result's
+
+
+def test_the_h200_table_reads_the_uncapped_run() -> None:
+    from gemm_benchmark.layout_memory import header
+
+    search, rows, _ = _table("NVIDIA H200")
+    assert header(search)[4] == "Largest micro-batch (found on the GPU)"
+    by_recipe = {row[0].text: row for row in rows}
+    assert [by_recipe[r][4].text for r in ("BF16", "FP8 Delayed", "FP8 Current")] == ["3", "3", "3"]
+
+
+def test_another_layout_is_not_searched_and_says_what_was() -> None:
+    import dataclasses
+
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.report.layout_search import found_text
+
+    other = dataclasses.replace(PRESET_LAYOUTS["llama3-8b"].layout, recompute="full")
+    search, rows, _ = _table(H100, other)
+    assert isinstance(search, str) and search.startswith("not searched for this layout (searched: 8 GPUs: CP 2")
+    assert {row[4].text for row in rows} == {"not searched"} and found_text(None, "bf16") == "not searched"
+
+
+def test_a_search_stopped_at_its_limit_says_at_least() -> None:
+    from gemm_bench.report.layout_search import Search, difference_text, found_text
+
+    search = Search("NVIDIA H200", "NVIDIA H200", False, 1, 4096, 32, 8,
+                    {"bf16": {"largest": 16, "tried": [1, 2, 4, 8, 16], "seconds": 1.0}})
+    assert found_text(search, "bf16") == "at least 16" and difference_text(search, "bf16", 3) == "at least +13"
