@@ -21,28 +21,20 @@ never a number; a model id without a layout is a located warning.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from docutils import nodes
-from docutils.parsers.rst import directives
-from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.question.config import ConfigError
-from gemm_bench.question.devices import device_label
-from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout
+from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout, PresetLayout
 from gemm_bench.question.precisions import PRECISIONS
-from gemm_bench.question.question import Question, build_question
+from gemm_bench.question.question import Question
 from gemm_bench.report.layout_memory import NO_PARTS, fits_text, gib, recipe_memory, remedy_text
 from gemm_bench.report.layout_search import Search, difference_text, found_text, model_search, search_note
-from gemm_bench.results.cache import Cache
-from gemm_benchmark.config import settings
-from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, LAYOUT_REFERENCE, page_layout
+from gemm_benchmark.config import Settings
+from gemm_benchmark.layout_tables import LayoutTableDirective, note
 from gemm_benchmark.records import page_studies
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
-from gemm_benchmark.tabs import tab_set
 
 HEADER = ("Recipe", "Memory per GPU", "Fits?", "Largest micro-batch (predicted)",
           "Largest micro-batch (found on the GPU)", "Found − predicted", "Where it does not fit")
@@ -87,87 +79,40 @@ def memory_rows(doc: dict[str, Any], model_id: str, layout: ParallelLayout | Non
     return rows, None
 
 
-class GemmLayoutMemoryDirective(SphinxDirective):
+class GemmLayoutMemoryDirective(LayoutTableDirective):
     """Each model's published layout and its memory per GPU per recipe, from the cached model steps."""
 
+    NAME = "gemm-layout-memory"
+    CSS = "gemm-layout-memory"
     reference_example = """\
 .. gemm-layout-memory::
    :models: llama3-8b, llama3-70b/tp8
 """
-    reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
-        "models": "model ids with a layout (every preset, and the measured ids such as ``llama3-70b/tp8``)",
-        **LAYOUT_REFERENCE,
-    }
-    has_content = False
-    option_spec = {  # noqa: RUF012  (docutils reads it)
-        "models": directives.unchanged_required,
-        **{name: directives.unchanged for name in LAYOUT_DIRECTIVE_OPTIONS},
-    }
 
-    def run(self) -> list[nodes.Node]:
-        config = settings(self.env)
-        if config.questions_only:
-            return []
-        self.layout, bad = page_layout(self.options, self.block_text, self.lineno)
-        if bad is not None:
-            warn(Subtype.OPTION, f"gemm-layout-memory: {bad[1]}", location=(self.env.docname, bad[0]))
-            return []
-        out: list[nodes.Node] = []
+    def prepare(self, config: Settings) -> None:
         self.searches, _ = page_studies(self.env, STUDY, location=(self.env.docname, self.lineno))
-        for model_id in [w for w in self.options.get("models", "").replace(",", " ").split() if w]:
-            if model_id not in PRESET_LAYOUTS:
-                warn(Subtype.OPTION, f"gemm-layout-memory: :models: {model_id!r} has no layout; known: "
-                     + ", ".join(PRESET_LAYOUTS), location=(self.env.docname, self.lineno))
-                continue
-            out.append(self._model(model_id, config.cache_dir))
-        return out
 
-    def _model(self, model_id: str, cache_dir: Path) -> nodes.Node:
-        preset = PRESET_LAYOUTS[model_id]
-        section = nodes.container(classes=["gemm-layout-memory"])
-        try:
-            question = build_question(model=model_id, layout=self.layout)
-        except ConfigError as exc:
-            warn(Subtype.OPTION, f"gemm-layout-memory: {model_id}: {exc}", location=(self.env.docname, self.lineno))
-            return section
-        layout = question.layout or preset.layout
-        head = f"{model_id}: {layout.describe()}."
-        section += nodes.paragraph(head, head, classes=["gemm-question"])
+    def preamble(self, preset: PresetLayout) -> list[nodes.Node]:
         source = nodes.paragraph(classes=["gemm-summary-note"])
         source += nodes.Text("Layout: " + ("this page's options over " if self.layout else ""))
         if preset.url:
             source += nodes.reference(preset.source, preset.source, refuri=preset.url)
         else:
             source += nodes.Text(preset.source)
-        section += source
-        lookup = Cache(cache_dir).lookup(question.hash)
-        for error in lookup.errors:
-            warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
-        for path in [*lookup.paths, *(e.path for e in lookup.errors)]:
-            self.env.note_dependency(str(path))
-        panels: list[tuple[str, list[nodes.Node]]] = []
-        for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
-            config = Question.from_dict(doc["question"]).config
-            search = (model_search(self.searches, doc["device"]["name"], model_id, config, layout)
-                      if config is not None else None)
-            rows, why = memory_rows(doc, model_id, layout, search)
-            label = device_label(doc["device"]["name"])
-            if why is not None:
-                panels.append((label, [nodes.paragraph(why, f"{label}: {why}.", classes=["gemm-summary-note"])]))
-                continue
-            table = build_table([[Entry(h, strong=True) for h in header(search)]], rows,
-                                [12, 12, 14, 11, 14, 9, 28], classes=["gemm-layout-memory-table"])
-            text = f"{NOT_COUNTED} {search_note(search, int(doc['model_step']['capacity_bytes']))}"
-            note = nodes.paragraph(text, text, classes=["gemm-summary-note"])
-            panels.append((label, [scrolling(table), note]))
-        if not panels:
-            text = f"No result of {model_id}'s question in the cache yet: a GPU refresh measures it."
-            section += nodes.paragraph(text, text, classes=["gemm-summary-note"])
-        elif len(panels) == 1:
-            section.extend(panels[0][1])
-        else:
-            section += tab_set(panels, classes=["gemm-device-tabs"])
-        return section
+        return [source]
+
+    def panel(self, doc: dict[str, Any], model_id: str, question: Question, layout: ParallelLayout,
+              label: str, config: Settings) -> list[nodes.Node]:
+        measured = Question.from_dict(doc["question"]).config
+        search = (model_search(self.searches, doc["device"]["name"], model_id, measured, layout)
+                  if measured is not None else None)
+        rows, why = memory_rows(doc, model_id, layout, search)
+        if why is not None:
+            return [note(f"{label}: {why}.")]
+        table = build_table([[Entry(h, strong=True) for h in header(search)]], rows,
+                            [12, 12, 14, 11, 14, 9, 28], classes=["gemm-layout-memory-table"])
+        capacity = int(doc["model_step"]["capacity_bytes"])
+        return [scrolling(table), note(f"{NOT_COUNTED} {search_note(search, capacity)}")]
 
 
 def setup_layout_memory(app: Any) -> None:

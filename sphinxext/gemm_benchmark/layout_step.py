@@ -22,15 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
-from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
 
-from gemm_bench.question.config import ConfigError
 from gemm_bench.question.devices import device_label
-from gemm_bench.question.layout import PRESET_LAYOUTS
-from gemm_bench.question.layout_step import LayoutStep, Network, compute_speedup, overlap_formulas
+from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.layout_step import LayoutStep, compute_speedup, overlap_formulas
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.question.question import build_question
+from gemm_bench.question.question import Question, build_question
 from gemm_bench.report.layout_step import (
     ResultLayoutSteps,
     Sweep,
@@ -41,21 +39,16 @@ from gemm_bench.report.layout_step import (
 from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
-from gemm_benchmark.config import settings
+from gemm_benchmark.config import Settings, settings
 from gemm_benchmark.diagnostics import Subtype, warn
-from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, LAYOUT_REFERENCE, page_layout
+from gemm_benchmark.layout_tables import LayoutTableDirective, note
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
-from gemm_benchmark.tabs import tab_set
 
 HEADER = ("Recipe", "Tokens/s per GPU, communication in", "Speedup over BF16", "Rank compute alone (no "
           "communication, no bubble)", "Its speedup", "Communication share", "Bubble", "MFU")
 PUBLISHED_HEADER = ("Model", "Run (source, date)", "Recipe", "Published tokens/s per GPU", "Predicted",
                     "Difference", "Why, where more than 10%")
-
-
-def _note(text: str) -> nodes.paragraph:
-    return nodes.paragraph(text, text, classes=["gemm-summary-note"])
 
 
 def _sweeps(env: Any, cache_dir: Path, location: tuple[str, int]) -> list[Sweep]:
@@ -103,89 +96,39 @@ def notes(found: ResultLayoutSteps) -> list[nodes.Node]:
     measured, assumed = measured_and_assumed(step)
     where = (f"measured on a box of {device_label(found.sweep.device)} GPUs ({found.sweep.run})"
              + (f" and borrowed for {device_label(found.device)}: assumed" if found.borrowed_from else ""))
-    out.append(_note(f"Collectives {where}. Measured on the box: {', '.join(measured) or 'none'}. Assumed: "
+    out.append(note(f"Collectives {where}. Measured on the box: {', '.join(measured) or 'none'}. Assumed: "
                      f"{'; '.join(assumed) or 'none'}. Network: {found.network.describe()}."))
-    out.append(_note("Rank compute: the model step's parts measured on one GPU (GPU time), per micro-batch of the "
+    out.append(note("Rank compute: the model step's parts measured on one GPU (GPU time), per micro-batch of the "
                      "most loaded pipeline stage. Data-parallel overlap: " + "; ".join(overlap_formulas(found.layout))
                      + ". Pipeline bubble: (PP − 1) / VPP micro-batch times (Megatron's interleaved 1F1B). "
                      "Comm-GEMM overlap is not modelled (Transformer Engine's Userbuffers are never initialised "
                      "here): the tensor-parallel collectives are counted exposed."))
     if step.assumptions:
-        out.append(_note("Assumed: " + "; ".join(step.assumptions) + "."))
+        out.append(note("Assumed: " + "; ".join(step.assumptions) + "."))
     return out
 
 
-class GemmLayoutStepDirective(SphinxDirective):
+class GemmLayoutStepDirective(LayoutTableDirective):
     """Each model's preset layout: tokens/s per GPU with communication, per recipe and GPU."""
 
+    NAME = "gemm-layout-step"
+    CSS = "gemm-layout-step"
     reference_example = """\
 .. gemm-layout-step::
    :models: llama3-8b, llama3.1-405b/tp8
 """
-    reference_options = {  # noqa: RUF012  (read from the class by the authoring reference)
-        "models": "model ids with a layout (every preset, and the measured ids such as ``llama3-70b/tp8``)",
-        **LAYOUT_REFERENCE,
-    }
-    has_content = False
-    option_spec = {  # noqa: RUF012  (docutils reads it)
-        "models": directives.unchanged_required,
-        **{name: directives.unchanged for name in LAYOUT_DIRECTIVE_OPTIONS},
-    }
 
-    def run(self) -> list[nodes.Node]:
-        config = settings(self.env)
-        if config.questions_only:
-            return []
-        location = (self.env.docname, self.lineno)
-        # the page's layout options, read as gemm-layout-memory and the summary read theirs (review,
-        # session 15: a page setting :cp: got a sentence on one layout and this table on another)
-        self.layout, bad = page_layout(self.options, self.block_text, self.lineno)
-        if bad is not None:
-            warn(Subtype.OPTION, f"gemm-layout-step: {bad[1]}", location=(self.env.docname, bad[0]))
-            return []
-        available = _sweeps(self.env, config.cache_dir, location)
-        out: list[nodes.Node] = []
-        for model_id in [w for w in self.options.get("models", "").replace(",", " ").split() if w]:
-            if model_id not in PRESET_LAYOUTS:
-                warn(Subtype.OPTION, f"gemm-layout-step: :models: {model_id!r} has no layout; known: "
-                     + ", ".join(PRESET_LAYOUTS), location=location)
-                continue
-            out.append(self._model(model_id, config.cache_dir, available, config.network))
-        return out
+    def prepare(self, config: Settings) -> None:
+        self.available = _sweeps(self.env, config.cache_dir, (self.env.docname, self.lineno))
 
-    def _model(self, model_id: str, cache_dir: Path, available: list[Sweep], network: Network) -> nodes.Node:
-        preset = PRESET_LAYOUTS[model_id]
-        section = nodes.container(classes=["gemm-layout-step"])
-        try:
-            question = build_question(model=model_id, layout=self.layout)
-        except ConfigError as exc:
-            warn(Subtype.OPTION, f"gemm-layout-step: {model_id}: {exc}", location=(self.env.docname, self.lineno))
-            return section
-        layout = question.layout or preset.layout
-        head = f"{model_id}: {layout.describe()}."
-        section += nodes.paragraph(head, head, classes=["gemm-question"])
-        lookup = Cache(cache_dir).lookup(question.hash)
-        for error in lookup.errors:
-            warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
-        for path in [*lookup.paths, *(e.path for e in lookup.errors)]:
-            self.env.note_dependency(str(path))
-        panels: list[tuple[str, list[nodes.Node]]] = []
-        for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
-            label = device_label(doc["device"]["name"])
-            found = result_layout_steps(doc, layout, available, network=network, config=question.config)
-            if isinstance(found, str):
-                panels.append((label, [_note(f"{label}: {found}.")]))
-                continue
-            table = build_table([[Entry(h, strong=True) for h in HEADER]], step_rows(found),
-                                [10, 18, 13, 16, 9, 12, 8, 7], classes=["gemm-layout-step-table"])
-            panels.append((label, [scrolling(table), *notes(found)]))
-        if not panels:
-            section += _note(f"No result of {model_id}'s question in the cache yet: a GPU refresh measures it.")
-        elif len(panels) == 1:
-            section.extend(panels[0][1])
-        else:
-            section += tab_set(panels, classes=["gemm-device-tabs"])
-        return section
+    def panel(self, doc: dict[str, Any], model_id: str, question: Question, layout: ParallelLayout,
+              label: str, config: Settings) -> list[nodes.Node]:
+        found = result_layout_steps(doc, layout, self.available, network=config.network, config=question.config)
+        if isinstance(found, str):
+            return [note(f"{label}: {found}.")]
+        table = build_table([[Entry(h, strong=True) for h in HEADER]], step_rows(found),
+                            [10, 18, 13, 16, 9, 12, 8, 7], classes=["gemm-layout-step-table"])
+        return [scrolling(table), *notes(found)]
 
 
 #: The published-runs file a page names when it names none (relative to the source folder).
@@ -257,7 +200,7 @@ class GemmPublishedRunsDirective(SphinxDirective):
                     Entry(why)])
         table = build_table([[Entry(h, strong=True) for h in PUBLISHED_HEADER]], rows, [10, 30, 10, 9, 9, 7, 35],
                             classes=["gemm-published-runs-table"])
-        return [scrolling(table), _note("Sources, as read (the address holds the commit read):"), refs, _note(
+        return [scrolling(table), note("Sources, as read (the address holds the commit read):"), refs, note(
             "Predicted: the site's tokens per second per GPU for the published layout, composed from the rank's "
             "compute measured on the published GPU kind and the collectives measured on a box of several GPUs "
             "(communication in, comm-GEMM overlap not modelled); difference = predicted / published − 1.")]
