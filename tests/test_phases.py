@@ -340,3 +340,40 @@ def test_runner_without_a_profiler_measures_the_same(fake_runner: tuple[Any, Fak
     doc = runner.Runner(settings, peers=False, telemetry=False).measure(
         build_question(shapes=["128x256x512"]), ["bf16"], ["prequant"])
     assert [(c["precision"], c["status"], c["stats"]["n"]) for c in doc["cells"]] == [("bf16", "measured", 3)]
+
+
+def test_pre_quantized_gemms_of_one_op_are_one_group_each_pass_its_own_competitor(
+        fake_runner: tuple[Any, FakeClock, Any]) -> None:
+    """Issue 42 item 6 (a lossless cut): an op's three pre-quantized passes are timed in one group
+    (its fixed costs paid once per op, not once per pass), every precision's every pass its own
+    competitor (``precision/pass``), so each cell still reads its own pass's samples and a failing
+    precision fails only its own cells. Before, each pass was its own group: 12 groups for 4 ops."""
+    runner, clock, _ = fake_runner
+    from gemm_bench.measure.timing import TimerSettings
+    from gemm_bench.question.question import build_question
+
+    settings = TimerSettings(warmup_s=0.0, spinup_s=0.0, repetitions=3, min_repetitions=3, l2_flush=False,
+                             eager_repetitions=2, target_ci=0.0)
+    r = runner.Runner(settings, peers=False, telemetry=False)
+    groups: list[tuple[str, list[str]]] = []
+    real = r._time_group
+
+    def spy(competitors: dict[str, Any], *, label: str, **kwargs: Any) -> Any:
+        groups.append((label, sorted(competitors)))
+        return real(competitors, label=label, **kwargs)
+
+    r._time_group = spy  # type: ignore[method-assign]
+    question = build_question(model="llama3-8b")
+    doc = r.measure(question, ["bf16", "fp8-block"], ["prequant"], accuracy=False)
+    ops = list(dict.fromkeys(g.op for g in question.gemms))
+    assert [label for label, _ in groups] == [f"prequant {op}" for op in ops]
+    passes = ("fprop", "dgrad", "wgrad")
+    for _, members in groups:
+        assert members == sorted(f"{p}/{x}" for p in ("bf16", "fp8-block") for x in passes)
+    cells = [c for c in doc["cells"] if c["mode"] == "prequant"]
+    assert len(cells) == len(ops) * len(passes) * 2
+    # every BF16 cell measured from its own pass's region, every fp8-block cell failed (the fake
+    # runs out of memory building it), each with the builder's reason
+    assert {(c["precision"], c["status"]) for c in cells} == {("bf16", "measured"), ("fp8-block", "failed")}
+    assert all("out of memory" in c["reason"] for c in cells if c["status"] == "failed")
+    assert {(c["op"], c["pass"]) for c in cells if c["status"] == "measured"} == {(o, x) for o in ops for x in passes}
