@@ -227,6 +227,14 @@ def test_runner_cross_checks_the_timed_graph_replays_themselves(fake_runner: Any
     # one group per op (a square GEMM is its own op with one pass)
     assert [g["label"] for g in doc["groups"]] == ["prequant 128x256x512", "prequant 64x64x64"]
     assert all(g["cross_check"]["kernel_ms"] and g["timed"] == "graph replays" for g in doc["groups"])
+    # each group's wall time is kept (where a refresh's time goes, group by group), and the schema
+    # holds it to a duration
+    assert all(isinstance(g["wall_s"], float) and g["wall_s"] >= 0 for g in doc["groups"])
+    from gemm_bench.results.schema import ResultError, _groups_block
+
+    _groups_block(doc, doc["groups"])
+    with pytest.raises(ResultError, match="wall_s"):
+        _groups_block(doc, [{**doc["groups"][0], "wall_s": -1.0}])
     measured = [c for c in doc["cells"] if c["status"] == "measured"]
     assert measured and all(c["kernel_ms"] == 0.5 and c["eager"]["n"] == settings.eager_repetitions
                             for c in measured)

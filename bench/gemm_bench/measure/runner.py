@@ -283,6 +283,7 @@ class Runner:
         ``kernels``: keep the profiled rounds' kernels (:attr:`Timed.kernels`) for a time breakdown.
         ``after``: :meth:`Interleaver.run`'s hook on the group's graphs once timed (the step's energy).
         """
+        started = time.monotonic()
         competitors, failures = self._build(builders)
         timed = Timed({}, {}, failures, {})
         if not competitors:
@@ -301,8 +302,11 @@ class Runner:
             timed = Timed(result.samples, result.eager, failures, result.cross_check.get("kernel_ms", {}),
                           result.cross_check.get("ratios", {}), result.kernels)
             if self.telemetry and result.samples:
+                # wall_s: the group's wall time from its first build to its last timed round (where a
+                # refresh's time goes, group by group: issue 42 item 6).
                 group = {"label": label, "mode": mode, "members": sorted(result.samples), **result.record,
-                         "setup_s": dict(self.setup_s), "cross_check": result.cross_check}
+                         "setup_s": dict(self.setup_s), "cross_check": result.cross_check,
+                         "wall_s": round(time.monotonic() - started, 3)}
                 self._groups.append(group)
         del competitors
         self._release_if_tight()

@@ -632,6 +632,7 @@ def _groups_block(doc: dict[str, Any], groups: Any) -> None:
             raise ResultError(f"{where}.timed", f"{timed!r} is not one of {', '.join(GROUP_TIMINGS)}")
         _optional_integer(group, "eager_rounds", where, 1, 1_000_000)
         _get(group, "converged", bool, where, required=False)
+        _number(group, "wall_s", where, 0.0, 1e6, required=False)  # the group's wall seconds (refresh time)
         setup = _get(group, "setup_s", dict, where, required=False) or {}
         for key in setup:  # wall seconds each competitor took to build and probe (where refresh time goes)
             _number(setup, key, f"{where}.setup_s", 0.0, 1e6)
