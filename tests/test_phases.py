@@ -348,7 +348,7 @@ def test_pre_quantized_gemms_of_one_op_are_one_group_each_pass_its_own_competito
     (its fixed costs paid once per op, not once per pass), every precision's every pass its own
     competitor (``precision/pass``), so each cell still reads its own pass's samples and a failing
     precision fails only its own cells. Before, each pass was its own group: 12 groups for 4 ops."""
-    runner, clock, _ = fake_runner
+    runner, _clock, _ = fake_runner
     from gemm_bench.measure.timing import TimerSettings
     from gemm_bench.question.question import build_question
 

@@ -518,3 +518,60 @@ def test_force_re_measures_the_questions_and_force_studies_the_studies(tmp_path:
     assert "dynamic-range" not in [t.name for t in plan_studies(tmp_path, device, local, forced)]
     planned = {t.name: t.reason for t in plan_studies(tmp_path, device, local, RefreshRules(), force=True)}
     assert planned["dynamic-range"] == "forced"
+
+
+def test_a_study_of_several_gpus_is_planned_on_a_box_of_as_many_and_never_narrowed(tmp_path: Path) -> None:
+    """Issue 42 item 6: the refresh measures the multi-GPU parts (the tp-comm study) with the box's
+    GPUs. On one GPU it is not planned and the plan says why; on a box of two with none stored it is
+    planned on both; where the stored study was measured on four GPUs (TP 4 in it), a box of two
+    keeps it, even forced, and says so (measuring it there would lose TP 4)."""
+    import shutil
+
+    from gemm_bench.cli.refresh import Rules as RefreshRules
+    from gemm_bench.cli.refresh import StudySkip, describe_studies, plan_studies
+    from gemm_bench.results import studies
+
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "_gemm_cache" / "studies", tmp_path / "studies")
+    docs, _ = studies.read_studies(tmp_path, "tp-comm")
+    stored = next(d for d in docs if d["device"]["name"] == "NVIDIA H200")
+    assert stored["provenance"]["method"]["gpus"] == 4
+    local = {key: str(stored["provenance"].get(key)) for key in ("transformer_engine", "torch")}
+
+    skipped: list[StudySkip] = []
+    one = plan_studies(tmp_path, "NVIDIA H200", local, RefreshRules(), force=True, gpus=1, skipped=skipped)
+    assert "tp-comm" not in [t.name for t in one]
+    assert [s.name for s in skipped] == ["tp-comm"] and "needs 2 GPUs, this refresh has 1" in skipped[0].why
+    assert "tp-comm: not measured here: needs 2 GPUs" in describe_studies(one, skipped)
+
+    skipped = []
+    two = plan_studies(tmp_path, "NVIDIA H200", local, RefreshRules(), force=True, gpus=2, skipped=skipped)
+    assert "tp-comm" not in [t.name for t in two]
+    assert "kept: its stored run used 4 GPUs and this refresh has 2" in skipped[0].why
+    four = plan_studies(tmp_path, "NVIDIA H200", local, RefreshRules(), force=True, gpus=4)
+    assert next(t for t in four if t.name == "tp-comm").gpus == 4
+    # every study of one GPU still runs on one
+    assert {t.gpus for t in four if t.name != "tp-comm"} == {1}
+
+    (tmp_path / "studies" / "tp-comm--h200.json").unlink()
+    fresh = plan_studies(tmp_path, "NVIDIA H200", local, RefreshRules(), gpus=2)
+    task = next(t for t in fresh if t.name == "tp-comm")
+    assert (task.gpus, task.reason) == (2, "not measured on this device yet")
+    assert "tp-comm: " in describe_studies(fresh) and "on 2 GPUs" in describe_studies(fresh)
+
+
+def test_run_studies_gives_a_study_of_several_gpus_all_of_them(tmp_path: Path) -> None:
+    """A study of two GPUs runs with both visible (and both locked); a study of one on the first."""
+    from gemm_bench.cli.refresh import GpuSlot, StudyTask, run_studies
+
+    seen: dict[str, str] = {}
+
+    def command(name: str, cache_dir: Path) -> list[str]:
+        seen[name] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return [sys.executable, "-c", "pass"]
+
+    gpus = [GpuSlot(0, "NVIDIA H200", "u0"), GpuSlot(1, "NVIDIA H200", "u1")]
+    outcome = run_studies([StudyTask("tp-comm", "missing", None, 2), StudyTask("loss-parity", "missing", None)],
+                          gpus, cache_dir=tmp_path, lock_dir=tmp_path / "locks", out=lambda line: None,
+                          command=command)
+    assert outcome.stored == ["tp-comm", "loss-parity"]
+    assert seen == {"tp-comm": "0,1", "loss-parity": "0"}

@@ -691,6 +691,20 @@ def cmd_study(args: argparse.Namespace) -> int:
     load_runner()  # torch, a visible GPU and TE, or MissingSoftwareError saying which is missing
     from gemm_bench.measure.studies import measure_study
 
+    if known[args.name].min_gpus > 1 and not args.replace_wider:
+        import torch
+
+        from gemm_bench.cli.refresh import _measured_on_gpus
+
+        here = torch.cuda.device_count()
+        docs, _ = studies.read_studies(Path(args.cache_dir), args.name)
+        name = torch.cuda.get_device_name(0)
+        stored = next((d for d in docs if studies.file_name(args.name, d["device"]["name"])
+                       == studies.file_name(args.name, name)), None)
+        if _measured_on_gpus(stored) > here:
+            raise UsageError(f"STUDY: the stored {args.name} study of the {name} was measured on "
+                             f"{_measured_on_gpus(stored)} GPUs and this box has {here}: measuring it here would "
+                             "lose what only the larger box measures; add --replace-wider to replace it anyway")
     doc = measure_study(args.name)
     path = studies.write_study(args.cache_dir, doc)
     echo(f"stored {path} ({doc['provenance']['method'].get('measure_s', '?')} s)")
@@ -846,9 +860,11 @@ def build_parser() -> Parser:
                         "markers) from the same results: which GPUs it shows")
     p.set_defaults(func=cmd_readme_figure)
 
-    p = sub.add_parser("study", help="measure a study (loss-parity, dynamic-range) on this GPU and store it"
-                       + needs("study"))
+    p = sub.add_parser("study", help="measure a study (loss-parity, dynamic-range, layout-search; tp-comm on "
+                       "all of a box's GPUs) on this GPU and store it" + needs("study"))
     p.add_argument("name", metavar="STUDY", help="the study to measure")
+    p.add_argument("--replace-wider", action="store_true",
+                   help="replace a study of several GPUs measured on a larger box than this one")
     p.add_argument("--cache-dir", metavar="DIR", default=str(DEFAULT_CACHE),
                    help=f"result cache; the study goes into its studies/ folder (default: {DEFAULT_CACHE})")
     p.set_defaults(func=cmd_study)

@@ -552,8 +552,9 @@ def gpu_lock_path(gpu: GpuSlot, lock_dir: Path | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def pinned(index: int) -> Iterator[None]:
-    """``CUDA_VISIBLE_DEVICES=index`` for a child started inside the block (spawn copies the env)."""
+def pinned(index: int | str) -> Iterator[None]:
+    """``CUDA_VISIBLE_DEVICES=index`` (or a comma list of indices) for a child started inside the
+    block (spawn copies the env)."""
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
     try:
@@ -921,49 +922,86 @@ def run_pool(tasks: Sequence[Task], gpus: Sequence[GpuSlot], *, cache_dir: Path,
 # ------------------------------------------------------------------------------- studies
 @dataclasses.dataclass(frozen=True)
 class StudyTask:
-    """One study (loss parity, dynamic range) to measure on this box's GPU kind."""
+    """One study (loss parity, dynamic range, layout search, tp-comm) to measure on this box's GPU kind;
+    ``gpus``: how many of the refresh's GPUs it runs on (a study of several GPUs takes them all)."""
 
     name: str
     reason: str
     estimate_s: float | None
+    gpus: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySkip:
+    """A study the refresh cannot or will not measure on this box, and why (said in the plan)."""
+
+    name: str
+    why: str
+
+
+def _measured_on_gpus(doc: Mapping[str, Any] | None) -> int:
+    """How many GPUs a stored study's run used (its method's ``gpus``; 1 where it does not say)."""
+    if doc is None:
+        return 0
+    gpus = doc.get("provenance", {}).get("method", {}).get("gpus", 1)
+    return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1
 
 
 def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | None,
-                 rules: Rules, *, force: bool = False) -> list[StudyTask]:
+                 rules: Rules, *, force: bool = False, gpus: int = 1,
+                 skipped: list[StudySkip] | None = None) -> list[StudyTask]:
     """Every registered study that is missing or stale on this device (the stack and age rules of
     the questions), or every one with ``force`` (``--force-studies``: ``--force`` re-measures the
     questions only, since a study does not depend on them and costs minutes). A corrupt study file
-    is measured again. A study of several GPUs (:attr:`Study.min_gpus`) is not planned: the refresh
-    measures studies on one GPU."""
+    is measured again.
+
+    A study of several GPUs (:attr:`Study.min_gpus`: tp-comm) is planned on a refresh of at least
+    that many GPUs (``gpus``), and runs on all of them (issue 42 item 6: the refresh measures the
+    multi-GPU parts with the box's GPUs). It is never planned where it would lose data: a stored
+    study of this GPU kind measured on more GPUs than this refresh has (tp-comm of a 4-GPU box holds
+    TP 4, which a 2-GPU box cannot measure) is kept, even with ``force``. Each study not planned for
+    either reason is appended to ``skipped`` with why, for the plan to say."""
     from gemm_bench.measure.studies import load_registry
     from gemm_bench.results import studies
 
     tasks = []
     for name, study in sorted(load_registry().items()):
-        if study.min_gpus > 1:  # measured on a box of several GPUs by `gemm-bench study NAME`, not here
+        if study.min_gpus > gpus:
+            if skipped is not None:
+                skipped.append(StudySkip(name, f"needs {study.min_gpus} GPUs, this refresh has {gpus}: "
+                                               f"refresh on a box of {study.min_gpus} or more (--gpus all)"))
             continue
         docs, errors = studies.read_studies(cache_dir, name)
         current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
         bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]
+        wider = _measured_on_gpus(current)
+        if study.min_gpus > 1 and wider > gpus:
+            if skipped is not None:
+                skipped.append(StudySkip(name, f"kept: its stored run used {wider} GPUs and this refresh has "
+                                               f"{gpus}, so measuring it here would lose what only {wider} "
+                                               "GPUs measure"))
+            continue
         why = ("forced" if force else f"unreadable: {bad[0].problem}" if bad
                else studies.staleness(current, local, rules.stale_when, max_age_days=rules.max_age_days))
         if why is None:
             continue
         timed = [d["provenance"]["method"].get("measure_s") for d in sorted(docs, key=lambda d: d is not current)]
         estimate = next((float(t) for t in timed if isinstance(t, (int, float))), None)
-        tasks.append(StudyTask(name, why, estimate))
+        tasks.append(StudyTask(name, why, estimate, gpus if study.min_gpus > 1 else 1))
     return tasks
 
 
-def describe_studies(tasks: Sequence[StudyTask]) -> str:
-    if not tasks:
-        return "studies: all fresh for this GPU"
-    lines = [f"studies: {len(tasks)} to measure after the questions, on the first GPU"]
-    lines += [f"  {t.name}: {t.reason} | " + (f"~{t.estimate_s:.0f} s (its last run)" if t.estimate_s is not None
-                                                else "no estimate (never measured)") for t in tasks]
-    unknown = [t for t in tasks if t.estimate_s is None]
-    lines.append(f"estimated time for the studies: {'at least ' if unknown else ''}"
-                 f"{sum(t.estimate_s or 0.0 for t in tasks) / 60:.1f} min, one after the other")
+def describe_studies(tasks: Sequence[StudyTask], skipped: Sequence[StudySkip] = ()) -> str:
+    lines = ([f"studies: {len(tasks)} to measure after the questions"] if tasks
+             else ["studies: all fresh for this GPU"])
+    lines += [f"  {t.name}: {t.reason} | on {'the first GPU' if t.gpus == 1 else f'{t.gpus} GPUs'} | "
+              + (f"~{t.estimate_s:.0f} s (its last run)" if t.estimate_s is not None
+                 else "no estimate (never measured)") for t in tasks]
+    lines += [f"  {s.name}: not measured here: {s.why}" for s in skipped]
+    if tasks:
+        unknown = [t for t in tasks if t.estimate_s is None]
+        lines.append(f"estimated time for the studies: {'at least ' if unknown else ''}"
+                     f"{sum(t.estimate_s or 0.0 for t in tasks) / 60:.1f} min, one after the other")
     return wrapped(lines)
 
 
@@ -972,19 +1010,31 @@ def study_command(name: str, cache_dir: Path) -> list[str]:
     return [sys.executable, "-m", "gemm_bench.cli", "study", name, "--cache-dir", str(cache_dir)]
 
 
-def run_studies(tasks: Sequence[StudyTask], gpu: GpuSlot, *, cache_dir: Path, lock_dir: Path | None = None,
-                out: Callable[[str], None] = print,
-                command: Callable[[str, Path], list[str]] = study_command) -> Outcome:
-    """Each study in its own process (``command``: :func:`study_command`) on ``gpu``, holding the
-    GPU's lock; a study that fails is reported and the cache keeps what it had (the store is atomic)."""
+@contextlib.contextmanager
+def holding(gpus: Sequence[GpuSlot], lock_dir: Path | None) -> Iterator[None]:
+    """Every one of ``gpus``' locks, in index order (so two refreshes never deadlock), and
+    ``CUDA_VISIBLE_DEVICES`` set to them for a child started inside the block."""
     from filelock import FileLock
 
+    with contextlib.ExitStack() as stack:
+        for gpu in sorted(gpus, key=lambda g: g.index):
+            lock = gpu_lock_path(gpu, lock_dir)
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(FileLock(str(lock)))
+        stack.enter_context(pinned(",".join(str(g.index) for g in gpus)))
+        yield
+
+
+def run_studies(tasks: Sequence[StudyTask], gpus: Sequence[GpuSlot], *, cache_dir: Path, lock_dir: Path | None = None,
+                out: Callable[[str], None] = print,
+                command: Callable[[str, Path], list[str]] = study_command) -> Outcome:
+    """Each study in its own process (``command``: :func:`study_command`), a study of one GPU on the
+    first of ``gpus`` and a study of several on the first ``task.gpus`` of them, holding their locks;
+    a study that fails is reported and the cache keeps what it had (the store is atomic)."""
     outcome = Outcome()
-    lock = gpu_lock_path(gpu, lock_dir)
-    lock.parent.mkdir(parents=True, exist_ok=True)
     for task in tasks:
         started = time.monotonic()
-        with FileLock(str(lock)), pinned(gpu.index):
+        with holding(list(gpus)[:max(1, task.gpus)], lock_dir):
             try:
                 done = subprocess.run(command(task.name, cache_dir), capture_output=True, text=True, check=False)
             except KeyboardInterrupt:
@@ -1019,10 +1069,11 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
         raise RefreshError("--gpus: no GPU selected")
     tasks, fresh = make_plan(jobs, cache, gpus[0].name, local, rules)
     out(describe_plan(tasks, fresh, gpus))
-    study_tasks = (plan_studies(cache.directory, gpus[0].name, local, rules, force=force_studies)
-                   if with_studies else [])
+    skipped: list[StudySkip] = []
+    study_tasks = (plan_studies(cache.directory, gpus[0].name, local, rules, force=force_studies, gpus=len(gpus),
+                                skipped=skipped) if with_studies else [])
     if with_studies:
-        out(describe_studies(study_tasks))
+        out(describe_studies(study_tasks, skipped))
         total = describe_total(tasks, study_tasks, gpus)
         if total is not None:
             out(total)
@@ -1031,7 +1082,7 @@ def refresh(srcdir: Path, *, cache_dir: Path | None = None, gpus: Sequence[GpuSl
     outcome = (run_pool(tasks, gpus, cache_dir=cache.directory, measure=measure, local=local, rules=rules,
                         lock_dir=lock_dir, progress=progress) if tasks else Outcome())
     if study_tasks and not outcome.interrupted:
-        studied = run_studies(study_tasks, gpus[0], cache_dir=cache.directory, lock_dir=lock_dir, out=out)
+        studied = run_studies(study_tasks, gpus, cache_dir=cache.directory, lock_dir=lock_dir, out=out)
         outcome.stored += studied.stored
         outcome.failed += studied.failed
         outcome.not_started += studied.not_started
