@@ -17,6 +17,7 @@ it measured: the run's log is the evidence quoted in the project notes.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -56,7 +57,22 @@ def test_composed_step_matches_a_real_multi_layer_run(model: str) -> None:
     config = build_question(model=model).config
     assert config is not None
     precisions = [p for p in ("bf16", "fp8-current") if support()[p].available]
-    result = measure_model(config, precisions, FAST, proof_layers=2, microbatches=(1, 4), real_steps=4)
+    # GEMM_BENCH_PROOF_CLOCKS=1: sample the SM clock and power of every parts group and real run (printed)
+    sampler = None
+    if os.environ.get("GEMM_BENCH_PROOF_CLOCKS") == "1":
+        from gemm_bench.measure.telemetry import ClockSampler
+
+        sampler = ClockSampler()
+    try:
+        result = measure_model(config, precisions, FAST, proof_layers=2, microbatches=(1, 4), real_steps=4,
+                               sampler=sampler)
+    finally:
+        if sampler is not None:
+            sampler.close()
+    if "clocks" in result:
+        print(model, "parts clocks", json.dumps(result["clocks"]))
+        print(model, "real clocks", json.dumps({k: v.get("real_clock") for k, v in result["proof"].items()
+                                                 if isinstance(v, dict)}))
     assert "unsupported" not in result and "error" not in result, result
     proof = result["proof"]
     failed = {k: v for k, v in proof.items() if isinstance(v, str)}

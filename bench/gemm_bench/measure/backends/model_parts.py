@@ -357,9 +357,12 @@ class PartsTiming:
 TimeGroup = Callable[[dict[str, Callable[[], Competitor]], bool, str], Any]
 
 
-def interleaver_group(settings: TimerSettings) -> TimeGroup:
-    """A stand-alone group timer (for the GPU tool and tests): build, probe, time interleaved."""
-    timer = Interleaver(settings, cross_check=True)
+def interleaver_group(settings: TimerSettings, sampler: Any = None,
+                      clocks: dict[str, Any] | None = None) -> TimeGroup:
+    """A stand-alone group timer (for the GPU tool and tests): build, probe, time interleaved.
+    With ``sampler`` (a :class:`~gemm_bench.measure.telemetry.ClockSampler`), each group's SM clock
+    and power over its timed rounds go into ``clocks`` under the group's label."""
+    timer = Interleaver(settings, cross_check=True, sampler=sampler)
 
     def group(builders: dict[str, Callable[[], Competitor]], graphs: bool, label: str) -> Any:
         competitors: dict[str, Competitor] = {}
@@ -379,6 +382,8 @@ def interleaver_group(settings: TimerSettings) -> TimeGroup:
             failures.update({name: f"{type(exc).__name__}: {exc}"[:400] for name in competitors})
         if result is not None:
             failures.update(result.failures)
+            if clocks is not None and "clock" in getattr(result, "record", {}):
+                clocks[label] = result.record["clock"]
         del competitors
         gc.collect()
         torch.cuda.empty_cache()
@@ -685,11 +690,17 @@ def optimizer_line(timing: PartsTiming) -> OptimizerLine:
 
 def measure_model(config: ModelConfig, precisions: Sequence[str], settings: TimerSettings, *,
                   proof_layers: int = 0, microbatches: Sequence[int] = (1, 8), real_steps: int = 5,
-                  search_layers: int = 0, search_limit: int = 16, group: TimeGroup | None = None) -> dict[str, Any]:
+                  search_layers: int = 0, search_limit: int = 16, group: TimeGroup | None = None,
+                  sampler: Any = None) -> dict[str, Any]:
     """Parts, memory, the composed model step at each G, and (``proof_layers`` > 0) a real model of
     that many layers timed at each G beside its composition; (``search_layers`` > 0) the largest
     micro-batch of a real model of that many layers, per precision. JSON-ready. ``group``: the group
-    timer (default: an :class:`~gemm_bench.measure.timing.Interleaver` with ``settings``)."""
+    timer (default: an :class:`~gemm_bench.measure.timing.Interleaver` with ``settings``).
+
+    ``sampler`` (a :class:`~gemm_bench.measure.telemetry.ClockSampler`; the default group only): the
+    SM clock and power of each parts group's timed rounds (``out["clocks"]``) and of each real run's
+    timed steps (the proof entry's ``real_clock``), to tell a clock that differs between the parts
+    and the real run (the power cap's doing) from a method that composes wrongly (issue 43 item 7)."""
     from gemm_bench.question.model_step import (
         composed_rows,
         largest_microbatch_predicted,
@@ -707,7 +718,10 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
     if config.is_moe:
         out["routing"] = ROUTING
     started = time.monotonic()
-    timing = time_parts(config, precisions, group or interleaver_group(settings))
+    clocks: dict[str, Any] = {}
+    timing = time_parts(config, precisions, group or interleaver_group(settings, sampler, clocks))
+    if clocks:
+        out["clocks"] = clocks
     out["failures"] = timing.failures
     out["cross_check"] = timing.cross_check
     measured = [p for p in precisions if p in timing.layers]
@@ -748,7 +762,13 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
                     try:
                         model = RealModel(config, proof_layers, p)
                         # loaded as long as the parts' timer spins up (sustain's docstring says why)
-                        samples = time_real_steps(model, g, steps=real_steps, sustain_s=settings.spinup_s)
+                        if sampler is not None:
+                            with sampler.sampling():
+                                samples = time_real_steps(model, g, steps=real_steps, sustain_s=settings.spinup_s)
+                            real_clock = sampler.summary()
+                        else:
+                            samples = time_real_steps(model, g, steps=real_steps, sustain_s=settings.spinup_s)
+                            real_clock = None
                         gpu_ms, real_parts = real_gpu_profile(model, g, sustain_s=settings.spinup_s)
                         peak_bytes = real_peak_bytes(model, g)
                         count = model.parameter_count
@@ -779,7 +799,8 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
                                       "composed_peak_bytes": predicted,
                                       "memory_ratio": predicted / peak_bytes if peak_bytes else None,
                                       # the breakdown's second method: kernel time per kind, real vs composed
-                                      "real_parts_ms": real_parts, "composed_parts_ms": kinds}
+                                      "real_parts_ms": real_parts, "composed_parts_ms": kinds,
+                                      **({"real_clock": real_clock} if real_clock is not None else {})}
         out["proof"] = proof
     if search_layers:
         search: dict[str, Any] = {}
