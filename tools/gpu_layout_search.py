@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from gemm_bench.measure.backends.model_parts import largest_microbatch
+    from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
     from gemm_bench.question.question import build_question
 
     total = torch.cuda.get_device_properties(0).total_memory
@@ -59,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         layout, _ = question.layout_or_assumed()
         if config is None or layout is None:
             doc["models"][model] = {"error": "no model config or layout"}
+            continue
+        no_step = model_step_unsupported(config)
+        if no_step is not None:  # the rank is built whole, embedding and output layer included
+            doc["models"][model] = {"error": no_step}
             continue
         if layout.pp != 1:
             doc["models"][model] = {"error": f"pipeline parallel {layout.pp}: the rank is one stage (not built here)"}
