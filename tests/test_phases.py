@@ -342,12 +342,13 @@ def test_runner_without_a_profiler_measures_the_same(fake_runner: tuple[Any, Fak
     assert [(c["precision"], c["status"], c["stats"]["n"]) for c in doc["cells"]] == [("bf16", "measured", 3)]
 
 
-def test_pre_quantized_gemms_of_one_op_are_one_group_each_pass_its_own_competitor(
-        fake_runner: tuple[Any, FakeClock, Any]) -> None:
-    """Issue 42 item 6 (a lossless cut): an op's three pre-quantized passes are timed in one group
-    (its fixed costs paid once per op, not once per pass), every precision's every pass its own
-    competitor (``precision/pass``), so each cell still reads its own pass's samples and a failing
-    precision fails only its own cells. Before, each pass was its own group: 12 groups for 4 ops."""
+def test_pre_quantized_gemms_are_one_group_per_pass(fake_runner: tuple[Any, FakeClock, Any]) -> None:
+    """Issue 42 item 6's first "lossless cut" (one group per op) was tried and is not lossless: on an
+    H200 (session 16, the same box, old/new/old/new runs of Llama 3 8B's pre-quantized GEMMs) the
+    per-op group saved 24% of the phase's wall time (6.8 -> 5.2 s) but its totals came out 3.8-4.0%
+    slower than the per-pass groups' (which reproduced within 0.25%): twelve regions a round keep the
+    GPU under load longer, at a lower clock. So each pass stays its own group, its precisions its
+    competitors, and every cell reads its own pass's samples; a failing precision fails only its cells."""
     runner, _clock, _ = fake_runner
     from gemm_bench.measure.timing import TimerSettings
     from gemm_bench.question.question import build_question
@@ -366,10 +367,10 @@ def test_pre_quantized_gemms_of_one_op_are_one_group_each_pass_its_own_competito
     question = build_question(model="llama3-8b")
     doc = r.measure(question, ["bf16", "fp8-block"], ["prequant"], accuracy=False)
     ops = list(dict.fromkeys(g.op for g in question.gemms))
-    assert [label for label, _ in groups] == [f"prequant {op}" for op in ops]
     passes = ("fprop", "dgrad", "wgrad")
+    assert sorted(label for label, _ in groups) == sorted(f"prequant {op}/{x}" for op in ops for x in passes)
     for _, members in groups:
-        assert members == sorted(f"{p}/{x}" for p in ("bf16", "fp8-block") for x in passes)
+        assert members == ["bf16", "fp8-block"]
     cells = [c for c in doc["cells"] if c["mode"] == "prequant"]
     assert len(cells) == len(ops) * len(passes) * 2
     # every BF16 cell measured from its own pass's region, every fp8-block cell failed (the fake

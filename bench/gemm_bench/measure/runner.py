@@ -376,8 +376,8 @@ class Runner:
         autocast = [c for c in plan.to_measure if c.mode == "autocast"]
         prequant = [c for c in plan.to_measure if c.mode == "prequant"]
         ops = list(dict.fromkeys(c.gemm.op for c in autocast))
-        prequant_ops = list(dict.fromkeys(c.gemm.op for c in prequant))
-        total = len(ops) + len(prequant_ops) + len(layer) + int(with_accuracy)
+        prequant_gemms = list(dict.fromkeys(c.gemm for c in prequant))
+        total = len(ops) + len(prequant_gemms) + len(layer) + int(with_accuracy)
         done = 0
         fprop_of = {g.op: g for g in question.gemms if g.pass_ == "fprop"}
         peers_out: list[dict[str, Any]] = []
@@ -404,27 +404,19 @@ class Runner:
             peers_out += _peer_rows(registry, fprop, "linear", available, timed)
             done += 1
 
-        # One group per op (issue 42 item 6, a lossless cut): every precision's every pass of the op is
-        # its own competitor (key ``precision/pass``, one region each: built, failed and timed alone as
-        # before, each region its own CUDA graph after an L2 flush), but the group's fixed costs
-        # (warm-up, eager rounds' set-up, capture, the profiler's start) are paid once per op, not
-        # once per pass.
-        for op in prequant_ops:
-            self.progress(done, total, f"prequant {op}")
-            wanted_cells = [c for c in prequant if c.gemm.op == op]
-            op_gemms = list(dict.fromkeys(c.gemm for c in wanted_cells))
+        for gemm in prequant_gemms:
+            self.progress(done, total, f"prequant {gemm.op}/{gemm.pass_}")
+            wanted_cells = [c for c in prequant if c.gemm == gemm]
             builders = {} if peers_only else {
-                _prequant_key(c): functools.partial(te_backend.prequant_competitor, c.precision, c.gemm)
-                for c in wanted_cells}
-            # GEMM peers (torch.matmul, torch._scaled_mm, plugins) time the same passes beside TE's GEMMs.
-            extra = {key: build for gemm in op_gemms
-                     for key, build in _peer_builders(registry, gemm, "gemm", available, _pass_tag(gemm)).items()}
-            with _nvtx(f"prequant {op}", self.nvtx):
-                timed = self._time_group({**builders, **extra}, label=f"prequant {op}", mode="prequant")
+                c.precision: functools.partial(te_backend.prequant_competitor, c.precision, gemm) for c in wanted_cells}
+            # GEMM peers (torch.matmul, torch._scaled_mm, plugins) time the same pass beside TE's GEMM.
+            extra = _peer_builders(registry, gemm, "gemm", available)
+            with _nvtx(f"prequant {gemm.op}/{gemm.pass_}", self.nvtx):
+                timed = self._time_group({**builders, **extra}, label=f"prequant {gemm.op}/{gemm.pass_}",
+                                         mode="prequant")
             if not peers_only:
-                cells += _timed_cells(wanted_cells, timed, key=_prequant_key)
-            for gemm in op_gemms:
-                peers_out += _peer_rows(registry, gemm, "gemm", available, timed, _pass_tag(gemm))
+                cells += _timed_cells(wanted_cells, timed)
+            peers_out += _peer_rows(registry, gemm, "gemm", available, timed)
             done += 1
 
         # A peers-only run keeps no TE cell (its unsupported ones are the cached result's to say).
@@ -561,31 +553,18 @@ def measure_question(question: Question, precisions: Sequence[str], modes: Seque
 _PEER_KEY = "peer:"
 
 
-def _prequant_key(cell: PlannedCell) -> str:
-    """A pre-quantized cell's competitor in its op's group: ``precision/pass`` (a precision id has no
-    ``/``), so every pass of every precision is built, failed and timed as its own competitor."""
-    return f"{cell.precision}/{cell.gemm.pass_}"
-
-
-def _pass_tag(gemm: GemmShape) -> str:
-    """What tells the peers of one pass from the same peers of the op's other passes in one group."""
-    return f"{gemm.pass_}:"
-
-
 def _peer_builders(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: str,
-                   available: dict[str, tuple[bool, str]], tag: str = "") -> dict[str, Callable[[], Competitor]]:
-    return {_PEER_KEY + tag + name: build
+                   available: dict[str, tuple[bool, str]]) -> dict[str, Callable[[], Competitor]]:
+    return {_PEER_KEY + name: build
             for name, build in peer_registry.builders(registry, gemm, kind, available).items()}
 
 
 def _peer_rows(registry: Sequence[peer_registry.Peer], gemm: GemmShape, kind: str,
-               available: dict[str, tuple[bool, str]], timed: Timed, tag: str = "") -> list[dict[str, Any]]:
-    prefix = _PEER_KEY + tag
-
+               available: dict[str, tuple[bool, str]], timed: Timed) -> list[dict[str, Any]]:
     def fields(name: str, region: str) -> dict[str, Any]:
-        return timed.fields(prefix + name, region)
+        return timed.fields(_PEER_KEY + name, region)
 
-    failures = {k[len(prefix):]: v for k, v in timed.failures.items() if k.startswith(prefix)}
+    failures = {k[len(_PEER_KEY):]: v for k, v in timed.failures.items() if k.startswith(_PEER_KEY)}
     return peer_registry.rows(registry, gemm, kind, available, fields, failures)
 
 
@@ -621,12 +600,10 @@ PEERS_ONLY_METHOD = ("registered peers (entry point group gemm_bench.peers), tim
                      "were measured without them")
 
 
-def _timed_cells(wanted: list[PlannedCell], timed: Timed,
-                 key: Callable[[PlannedCell], str] = lambda c: c.precision) -> list[dict[str, Any]]:
-    """Cells of one timed group: each cell's competitor's (``key``: its precision, or for a
-    pre-quantized op's group :func:`_prequant_key`) samples of its pass, or its failure."""
+def _timed_cells(wanted: list[PlannedCell], timed: Timed) -> list[dict[str, Any]]:
+    """Cells of one timed group: each precision's samples of its pass, or its failure."""
     return [
-        _cell(c, "failed", reason=timed.failures[key(c)]) if key(c) in timed.failures
-        else _cell(c, "measured", fields=timed.fields(key(c), c.gemm.pass_))
+        _cell(c, "failed", reason=timed.failures[c.precision]) if c.precision in timed.failures
+        else _cell(c, "measured", fields=timed.fields(c.precision, c.gemm.pass_))
         for c in wanted
     ]
