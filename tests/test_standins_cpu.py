@@ -272,3 +272,36 @@ def test_stood_in_outputs_are_filled_with_the_ranks_own_data_after_capture() -> 
     assert group.seq == 0  # still no NCCL call: the fill is a local copy
     log.begin()
     assert log.buffers == [] and standins.fill_stood_in_outputs(log) == 0  # a new region holds its own
+
+
+def test_a_stand_in_with_sync_calls_it_once_per_collective_and_once_per_coalesced_block() -> None:
+    """Issue 42 item 3 (the lockstep compute): with ``sync``, every stood-in collective is a sync point
+    (the caller's one-element all-reduce over the TP group), a coalesced block one; the step's own
+    collectives still run no NCCL, and the count is kept per region."""
+    group = FakeGroup(2)
+    dist, nccl = fake_dist(group)
+    te = fake_te_distributed(dist)
+    sync_group = FakeGroup(2)
+    real_all_reduce = dist.all_reduce
+    synced: list[int] = []
+
+    def sync() -> None:
+        synced.append(1)
+        sync_group.seq += 1
+
+    log = standins.StandInLog()
+    x = torch.ones(4, 1, 8, dtype=torch.bfloat16)
+    with standins.collectives_stood_in(log, groups={"tp": group}, dist=dist, quantizer_classes=[], sync=sync):
+        gathered, _ = te.gather_along_first_dim(x, group, async_op=True)
+        te.reduce_scatter_along_first_dim(gathered, group)
+        te.blockwise_gather(torch.ones(32, dtype=torch.uint8), torch.ones(2, dtype=torch.float32), group)
+        dist.all_reduce(torch.ones(1), group=group)
+    assert nccl == [] and group.seq == 0  # the step's collectives stood in: no NCCL on the TP group
+    assert len(synced) == 4 and log.syncs == 4 and sync_group.seq == 4  # gather, scatter, block, all-reduce
+    assert log.to_dict()["syncs"] == 4
+    assert dist.all_reduce is real_all_reduce
+    # a region without sync counts none
+    plain = standins.StandInLog()
+    with standins.collectives_stood_in(plain, groups={"tp": group}, dist=dist, quantizer_classes=[]):
+        te.gather_along_first_dim(x, group)
+    assert plain.syncs == 0 and len(synced) == 4

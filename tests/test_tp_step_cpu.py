@@ -206,3 +206,27 @@ def test_the_composition_is_held_to_the_serialized_real_step_and_the_overlap_is_
     assert cell["real_serial"]["serialized"]["first"]["made_sync"] == 4
     assert "composed_over_serial" not in tp_step.assemble_cell([_part([11.8] * 5, [10.0] * 5)], calls, table)[
         "composed"]["cached"]  # a cell that did not time it
+
+
+def test_the_lockstep_wait_is_the_synced_compute_less_the_compute_and_its_sync_points() -> None:
+    """Issue 42 item 3: the ranks' wait for each other at each collective. Compute alone 10 ms; the
+    same compute with 10 sync points 10.5 ms; a sync point (4-byte FP32 all-reduce over 2) 0.02 ms:
+    wait 10.5 - 10 - 10 x 0.02 = 0.3 ms; composed 12.2 ms + 0.3 against the serialized 12.6."""
+    config = tp_step.tp_config(preset("llama3-8b"), 2)
+    calls = comm.tp_layer_collectives(config, 2, "bf16")
+    table = comm.CollectiveTable({("all-gather", "bf16", 2): {64 * MIB: 0.2},
+                                  ("reduce-scatter", "bf16", 2): {64 * MIB: 0.25},
+                                  ("all-reduce", "fp32", 2): {4: 0.02}})
+    part = _part([11.8] * 5, [10.0] * 5, serial=[12.6] * 5)
+    synced = _part([0.0] * 5, [10.5] * 5)["compute"]
+    part["compute_sync"] = {**synced, "stand_ins": {"first": {"syncs": 10}, "cached": {"syncs": 10}}}
+    cached = tp_step.assemble_cell([part], calls, table)["composed"]["cached"]
+    assert (cached["compute_sync_ms"], cached["sync_points"], cached["sync_point_ms"]) == (10.5, 10, 0.02)
+    assert cached["lockstep_wait_ms"] == pytest.approx(0.3)
+    assert cached["composed_lockstep_over_serial"] == pytest.approx(12.5 / 12.6, abs=1e-6)
+    assert cached["composed_over_serial"] == pytest.approx(12.2 / 12.6, abs=1e-6)  # the old ratio beside
+    # without the sync point's measured cost, the wait is the whole excess (and said so: no cost)
+    bare = comm.CollectiveTable({("all-gather", "bf16", 2): {64 * MIB: 0.2},
+                                 ("reduce-scatter", "bf16", 2): {64 * MIB: 0.25}})
+    cached = tp_step.assemble_cell([part], calls, bare)["composed"]["cached"]
+    assert cached["sync_point_ms"] is None and cached["lockstep_wait_ms"] == pytest.approx(0.5)

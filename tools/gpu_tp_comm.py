@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  {record['status']} in {record['elapsed_s']} s"
                 + (f": real {composed['real_ms']:.3f} ms, composed {composed['step_ms']:.3f} ms, "
                    f"ratio {composed['composed_over_real']:.3f}, to the serialized step "
-                   f"{composed.get('composed_over_serial', float('nan')):.3f}" if composed else
+                   f"{composed.get('composed_over_serial', float('nan')):.3f}, with the lockstep wait "
+                   f"{composed.get('composed_lockstep_over_serial', float('nan')):.3f}" if composed else
                    f": {record.get('reason') or record.get('composition_error', '')}"[:300]))
             write(args.out, doc)
     phase("cells")

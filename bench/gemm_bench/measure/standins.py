@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 #: ``torch.distributed`` functions TE's tensor-parallel paths call: replaced by stand-ins.
@@ -106,6 +106,8 @@ class StandInLog:
     coalesced: int = 0
     amax_reduction_requests: int = 0
     regions: int = 0
+    #: Sync points run in the last region (a stand-in with ``sync``: :func:`collectives_stood_in`).
+    syncs: int = 0
     nccl_sequence: dict[str, tuple[int | None, int | None]] = dataclasses.field(default_factory=dict)
     #: (op, input, output) of the last region's gathers and reduce-scatters, held (so their memory is
     #: not reused inside a graph captured from that region) for :func:`fill_stood_in_outputs`.
@@ -115,6 +117,7 @@ class StandInLog:
         self.calls = []
         self.coalesced = 0
         self.amax_reduction_requests = 0
+        self.syncs = 0
         self.regions += 1
         self.buffers = []
 
@@ -131,7 +134,7 @@ class StandInLog:
         checked = [name for name, (a, b) in self.nccl_sequence.items() if a is not None and b is not None]
         return {"calls": [list(c) for c in self.calls], "totals": self.totals(), "coalesced": self.coalesced,
                 "amax_reduction_requests": self.amax_reduction_requests, "regions": self.regions,
-                "nccl_sequence": {k: list(v) for k, v in self.nccl_sequence.items()},
+                "syncs": self.syncs, "nccl_sequence": {k: list(v) for k, v in self.nccl_sequence.items()},
                 "nccl_sequence_checked": sorted(checked)}
 
 
@@ -175,18 +178,33 @@ def _world(dist: Any, group: Any) -> int:
 
 @contextlib.contextmanager
 def collectives_stood_in(log: StandInLog, *, groups: Mapping[str, Any] | None = None, dist: Any = None,
-                         quantizer_classes: Sequence[type] | None = None) -> Iterator[StandInLog]:
+                         quantizer_classes: Sequence[type] | None = None,
+                         sync: Callable[[], None] | None = None) -> Iterator[StandInLog]:
     """While the block runs, ``dist`` (``torch.distributed`` by default) has local stand-ins for
     :data:`STOOD_IN`, every name of :data:`FORBIDDEN` it has raises, and ``with_amax_reduction``
     reads False on ``quantizer_classes`` (:func:`default_quantizer_classes` by default). Every
     attribute is restored on the way out, whatever happened. On a normal exit, raises
     ``RuntimeError`` if a forbidden call was made (it raised already, unless the caller swallowed
-    it) or if the NCCL sequence number of any of ``groups`` (name -> process group) moved."""
+    it) or if the NCCL sequence number of any of ``groups`` (name -> process group) moved.
+
+    ``sync``: called once at every stood-in collective (once per coalesced block), counted in
+    ``log.syncs``: the caller's one-element all-reduce over the TP group, a sync point that moves no
+    data of the step, so the ranks run the compute in the lockstep the real collectives impose
+    (issue 42 item 3: the composition held to the serialized real step came out 2-9% short on two
+    H200s, most under the recipes with the most collectives; the ranks' waits for each other at each
+    collective are a cost neither the rank-alone compute nor the collectives timed alone contain).
+    The group the sync runs on must not be among ``groups`` (its sequence number moves by design)."""
     dist = _default_dist() if dist is None else dist
     classes = default_quantizer_classes() if quantizer_classes is None else list(quantizer_classes)
     groups = dict(groups or {})
     forbidden_calls: list[str] = []
     log.begin()
+    coalescing = [0]
+
+    def synced() -> None:
+        if sync is not None and not coalescing[0]:
+            sync()
+            log.syncs += 1
 
     def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = None,
                                async_op: bool = False) -> DoneWork | None:
@@ -196,6 +214,7 @@ def collectives_stood_in(log: StandInLog, *, groups: Mapping[str, Any] | None = 
                              f"{n} x the input's {input_tensor.numel()} (torch would refuse it too)")
         log.calls.append(("all-gather", dtype_name(output_tensor.dtype), tensor_bytes(output_tensor)))
         log.buffers.append(("all-gather", input_tensor, output_tensor))
+        synced()
         return DoneWork() if async_op else None
 
     def reduce_scatter_tensor(output: Any, input: Any, op: Any = None, group: Any = None,
@@ -206,16 +225,23 @@ def collectives_stood_in(log: StandInLog, *, groups: Mapping[str, Any] | None = 
                              f"{n} x the output's {output.numel()} (torch would refuse it too)")
         log.calls.append(("reduce-scatter", dtype_name(input.dtype), tensor_bytes(input)))
         log.buffers.append(("reduce-scatter", input, output))
+        synced()
         return DoneWork() if async_op else None
 
     def all_reduce(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> DoneWork | None:
         log.calls.append(("all-reduce", dtype_name(tensor.dtype), tensor_bytes(tensor)))
+        synced()
         return DoneWork() if async_op else None
 
     @contextlib.contextmanager
     def _coalescing_manager(group: Any = None, device: Any = None, async_ops: bool = False) -> Iterator[DoneWork]:
         log.coalesced += 1
-        yield DoneWork()
+        coalescing[0] += 1
+        try:
+            yield DoneWork()
+        finally:
+            coalescing[0] -= 1
+        synced()
 
     def forbid(name: str) -> Any:
         def refuse(*args: Any, **kwargs: Any) -> None:

@@ -83,9 +83,14 @@ REAL = "real"
 #: The real step with every collective synchronous (nothing beside a GEMM): what the composition is held to.
 REAL_SERIAL = "real_serial"
 COMPUTE = "compute"
+#: The rank's compute with its collectives stood in, each stand-in a sync point (a one-element
+#: all-reduce over the TP group): the compute in the lockstep the real collectives impose, so its
+#: excess over :data:`COMPUTE` (less the sync points' own measured cost) is the ranks' wait for each
+#: other (``standins.collectives_stood_in``'s ``sync`` says why).
+COMPUTE_SYNC = "compute_sync"
 COMPUTE_FULL = "compute_full"
 #: Competitors a cell may hold, in the order they are timed and stored.
-COMPETITORS: tuple[str, ...] = (REAL, REAL_SERIAL, COMPUTE, COMPUTE_FULL)
+COMPETITORS: tuple[str, ...] = (REAL, REAL_SERIAL, COMPUTE, COMPUTE_SYNC, COMPUTE_FULL)
 
 
 def force_safe_env(environ: MutableMapping[str, str] | None = None) -> None:
@@ -592,6 +597,16 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
     competitors[REAL_SERIAL] = layer_competitor(layers[-1], precision, rows // tp, shard, group, around=serialized)
     layers.append(build_tp_layer(shard, tp, group))
     competitors[COMPUTE] = layer_competitor(layers[-1], precision, rows // tp, shard, box.solo, around=stood_in)
+    sync_logs = {region: StandInLog() for region in REGIONS}
+    token = torch.zeros(1, device="cuda", dtype=torch.float32)
+    real_all_reduce = dist.all_reduce  # looked up now: inside the stand-in region the name is replaced
+
+    def lockstep(region: str) -> AbstractContextManager[Any]:
+        return collectives_stood_in(sync_logs[region], groups={"world": dist.group.WORLD},
+                                    sync=lambda: real_all_reduce(token, group=group))
+
+    layers.append(build_tp_layer(shard, tp, group))
+    competitors[COMPUTE_SYNC] = layer_competitor(layers[-1], precision, rows // tp, shard, box.solo, around=lockstep)
     if settings.full_sequence_compute:
         layers.append(build_dense_layer(shard, main_grads=True))
         competitors[COMPUTE_FULL] = layer_competitor(layers[-1], precision, rows, shard, box.solo)
@@ -600,14 +615,15 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
     def fill(prepared: Mapping[str, Mapping[str, Any]]) -> None:
         """The stood-in compute's graphs replayed once (no collective runs in them), then its unwritten
         buffers filled (:func:`~gemm_bench.measure.standins.fill_stood_in_outputs` says why)."""
-        entry = prepared[COMPUTE]
-        if entry["method"] != "cuda-graph":
-            return  # eager: every call allocates anew; nothing held to fill
-        entry["runner"](_untimed)
-        torch.cuda.synchronize()
-        for region, log in logs.items():
-            filled[region] = fill_stood_in_outputs(log)
-        torch.cuda.synchronize()
+        for name, region_logs in ((COMPUTE, logs), (COMPUTE_SYNC, sync_logs)):
+            entry = prepared.get(name)
+            if entry is None or entry["method"] != "cuda-graph":
+                continue  # eager: every call allocates anew; nothing held to fill
+            entry["runner"](_untimed)  # every rank replays it (the sync points are collectives)
+            torch.cuda.synchronize()
+            for region, log in region_logs.items():
+                filled[f"{name}/{region}"] = fill_stood_in_outputs(log)
+            torch.cuda.synchronize()
 
     timed: dict[str, dict[str, Any]] = {}
     try:
@@ -623,8 +639,12 @@ def measure_cell(box: Box, config: Any, tp: int, precision: str, settings: Setti
             out[name] = {"method": entry["method"], "capture_error": entry["capture_error"],
                          "warmup_iterations": entry["warmup_iterations"], "samples": entry["samples"],
                          "profile": profile, "profile_error": profile_error}
-        out[COMPUTE]["stand_ins"] = {region: {**log.to_dict(), "filled": filled.get(region, 0)}
+        out[COMPUTE]["stand_ins"] = {region: {**log.to_dict(), "filled": filled.get(f"{COMPUTE}/{region}", 0)}
                                      for region, log in logs.items()}
+        if COMPUTE_SYNC in out:
+            out[COMPUTE_SYNC]["stand_ins"] = {
+                region: {**log.to_dict(), "filled": filled.get(f"{COMPUTE_SYNC}/{region}", 0)}
+                for region, log in sync_logs.items()}
         out[REAL_SERIAL]["serialized"] = {region: log.to_dict() for region, log in serial_logs.items()}
         return out
     finally:
@@ -809,6 +829,30 @@ def _serial_entry(out: Mapping[str, Any], region: str, composed_ms: float, real_
             "overlap_hidden_ms": round(serial_ms - real_ms, 6)}
 
 
+def _lockstep_entry(out: Mapping[str, Any], region: str, compute_ms: float, composed_ms: float,
+                    table: Any, group: int) -> dict[str, Any]:
+    """The ranks' wait for each other (:data:`COMPUTE_SYNC`): the lockstep compute's slowest-rank
+    median less the compute alone and less its sync points at the sweep's cost of a 4-byte FP32
+    all-reduce over the group; and the composition with that wait added, against the serialized real
+    step (``composed_lockstep_over_serial``). Empty where the cell did not time it."""
+    if COMPUTE_SYNC not in out or REAL_SERIAL not in out:
+        return {}
+    sync_ms = out[COMPUTE_SYNC]["regions"][region]["max_rank"]["median_ms"]
+    stand_ins = (out[COMPUTE_SYNC].get("stand_ins") or {}).get(region) or {}
+    syncs = int(stand_ins.get("syncs", 0))
+    from gemm_bench.question.comm import CommError
+
+    try:
+        one: float | None = table.cost("all-reduce", "fp32", 4, group).ms
+    except CommError:
+        one = None
+    wait = sync_ms - compute_ms - syncs * (one or 0.0)
+    serial_ms = out[REAL_SERIAL]["regions"][region]["max_rank"]["median_ms"]
+    return {"compute_sync_ms": sync_ms, "sync_points": syncs, "sync_point_ms": one,
+            "lockstep_wait_ms": round(wait, 6),
+            "composed_lockstep_over_serial": round((composed_ms + max(wait, 0.0)) / serial_ms, 6)}
+
+
 def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any] | None,
                   table: Any | None) -> dict[str, Any]:
     """Rank 0's record of one cell from every rank's :func:`measure_cell` part: per competitor its
@@ -867,6 +911,8 @@ def assemble_cell(parts: Sequence[Mapping[str, Any] | None], calls: Sequence[Any
         stood_in = (out[COMPUTE].get("stand_ins") or {}).get(region)
         if stood_in is not None:
             entry["stand_in_check"] = stand_in_check(stood_in, calls)
+        entry.update(_lockstep_entry(out, region, compute_ms, step.step_ms, table,
+                                     max((c.group for c in calls), default=1)))
         composed[region] = entry
     out["composed"] = composed
     return out
