@@ -159,3 +159,22 @@ def test_the_schema_rejects_a_malformed_energy_block(change: Any, problem: str) 
     change(block)
     with pytest.raises(StepError, match=problem):
         energy.validate_energy_block(block)
+
+
+def test_the_planner_sees_the_step_energy() -> None:
+    """The plan's recipe is the answer's, whose tie-break weighs the step energy: the planner runs
+    after the energy is stored (session 16's H200 refresh planned before it, and Gemma 2 27B's plan
+    named FP8 Delayed under an answer that, with the energy, trains in FP8 Current)."""
+    doc = _doc("qwen2.5-7b-2048")
+    doc.pop("energy", None)
+    doc.pop("plan", None)
+    question = build_question(model="qwen2.5-7b", fields={"seq_length": 2048})
+    seen: list[bool] = []
+
+    def planner(d: dict[str, Any]) -> dict[str, Any] | None:
+        seen.append("energy" in d)
+        return None
+
+    step_extras.measure_plan_and_energy(FakeRunner(FakeSampler()), question, doc, planner=planner,
+                                        plan_step=_plan_step([]), step_energy=_energy)
+    assert seen == [True]

@@ -54,10 +54,10 @@ def measure_plan_and_energy(runner: Any, question: Question, doc: dict[str, Any]
     steps = graphed_steps(doc)
     if question.config is None or not steps:
         return
-    if planner is not None:
-        config = planner(doc)
-        if config is not None:
-            doc["plan"] = plan_block(runner, question, config, doc["run_id"], plan_step)
+    # Energy first: the planner picks the answer's recipe, whose tie-break weighs the step energy
+    # (accuracy, then the other rows, then energy). Planned before it was stored, a tie that energy
+    # breaks went the other way: session 16's H200 refresh planned FP8 Delayed for Gemma 2 27B, whose
+    # answer, read with the energy, trains in FP8 Current.
     measured = getattr(runner, "step_energy", None)
     if measured:  # on the layer-step group's own graphs, right after its timed rounds (issue 34)
         doc["energy"] = energy_document(measured)
@@ -67,6 +67,10 @@ def measure_plan_and_energy(runner: Any, question: Question, doc: dict[str, Any]
 
             step_energy = measure_step_energy
         doc["energy"] = energy_document(step_energy(question, steps, runner.sampler))
+    if planner is not None:
+        config = planner(doc)
+        if config is not None:
+            doc["plan"] = plan_block(runner, question, config, doc["run_id"], plan_step)
 
 
 def plan_block(runner: Any, question: Question, config: Mapping[str, Any], run_id: str,
