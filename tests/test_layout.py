@@ -208,11 +208,12 @@ def test_a_result_stored_before_the_layout_existed_says_what_it_assumed(capsys):
     assert stored.layout is None
     layout, said = stored.layout_or_assumed()
     assert layout is not None
-    assert (layout.gpus, layout.dp, layout.sharding, layout.microbatches) == (1, 1, "none", 8)
-    assert "measured before the layout was part of the question" in said
+    # the stored G: 32 since session 16's H200 refresh asked the preset layout's G
+    assert (layout.gpus, layout.dp, layout.sharding, layout.microbatches) == (1, 1, "none", 32)
+    assert "the result stores no layout (measured before results kept theirs)" in said
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "layout (assumed): 1 GPU: DP 1, no optimizer sharding, G = 8;" in out
+    assert "layout (assumed): 1 GPU: DP 1, no optimizer sharding, G = 32;" in out
     assert "memory per GPU (only stage" in out and max(map(len, out.splitlines())) <= 100
 
 
@@ -270,3 +271,23 @@ def test_a_layout_the_model_rules_out_is_refused_by_field(fields: dict, said: st
     with pytest.raises(ConfigError) as found:
         build_question(model="llama3-8b", layout=fields)
     assert found.value.field.lstrip("-").startswith(said) or said in str(found.value), found.value
+
+
+def test_a_new_result_keeps_its_questions_layout_and_a_bad_one_is_refused():
+    """A result now stores the layout its question asked (session 16: the H200 refresh's results
+    were stored without it, so every reader had to assume one); the schema refuses a stored layout
+    that is not one."""
+    from gemm_bench.results.schema import ResultError, new_document, validate
+
+    q = build_question(model="llama3-8b")
+    assert q.layout is not None
+    doc = new_document(kind=q.kind, gemms=list(q.gemms), num_layers=q.num_layers, config=q.config.to_dict(),
+                       device={"name": "NVIDIA H200", "compute_capability": "9.0"}, provenance={},
+                       layout=dataclasses.asdict(q.layout), layout_note=q.layout_note)
+    stored = Question.from_dict(doc["question"])
+    assert stored.layout == q.layout and stored.layout_or_assumed() == (q.layout, "")
+    assert doc["question_hash"] == q.hash  # not hashed
+    bad = json.loads(json.dumps(doc))
+    bad["question"]["layout"]["cp"] = 0
+    with pytest.raises(ResultError, match=r"\$\.question\.layout"):
+        validate(bad)

@@ -8,6 +8,7 @@ both GPUs on a three-way tie of the model step, and Mixtral 8x7B's answer flippe
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,9 @@ def test_mixtral_8x7b_no_longer_flips_between_the_gpus() -> None:
     picks = set()
     for device in GPUS:
         text, _ = _answer(MIXTRAL_8X7B, device)
-        assert "tie on the model's step at G = 8" in text, text
+        # each GPU's answer at its result's own G (the H200's refresh of session 16 asked the preset
+        # layout's G = 16; the H100's result still holds G = 8): the pick agrees all the same
+        assert re.search(r"tie on the model's step at G = (8|16) ", text), text
         picks.add(text.split("train in ", 1)[1].split(":", 1)[0])
     assert picks == {"FP8 Delayed"}
 

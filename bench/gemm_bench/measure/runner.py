@@ -366,6 +366,8 @@ class Runner:
             kind=question.kind, gemms=list(question.gemms), num_layers=question.num_layers,
             config=question.config.to_dict() if question.config else None,
             device=device, provenance=prov, notes=question.notes,
+            layout=dataclasses.asdict(question.layout) if question.layout is not None else None,
+            layout_note=question.layout_note,
         )
         run_id = doc["run_id"]
         self._groups = []

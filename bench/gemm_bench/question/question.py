@@ -139,8 +139,8 @@ class Question:
         if self.layout is not None or self.config is None:
             return self.layout, ""
         assumed = question_layout(self.config, {})
-        return assumed, (f"{assumed.describe()}; measured before the layout was part of the question, the "
-                         "result assumed one rank's run with the whole optimizer state")
+        return assumed, (f"{assumed.describe()}; the result stores no layout (measured before results kept "
+                         "theirs), so one rank's run with the whole optimizer state was assumed")
 
     @property
     def hash(self) -> str:

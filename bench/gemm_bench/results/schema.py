@@ -464,6 +464,7 @@ def validate(doc: Any) -> dict[str, Any]:
     if kind not in KINDS:
         raise ResultError("$.question.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
     config = _get(question, "config", (dict, type(None)), "$.question", required=False)
+    _layout_block(question)
     stored_hash = _text(doc, "question_hash", "$")
     expected_hash = question_hash(gemms.values(), config)
     if stored_hash != expected_hash:
@@ -778,6 +779,21 @@ def _accuracy_block(doc: dict[str, Any], gemms: dict[tuple[str, str], GemmShape]
 
 
 # ------------------------------------------------------------------------------- building
+def _layout_block(question: dict[str, Any]) -> None:
+    """A stored question's layout (optional): the fields of a valid ``ParallelLayout``, and its note."""
+    layout = _get(question, "layout", dict, "$.question", required=False)
+    if layout is None:
+        return
+    from gemm_bench.question.config import ConfigError
+    from gemm_bench.question.layout import ParallelLayout
+
+    try:
+        ParallelLayout(**layout)
+    except (TypeError, ValueError, ConfigError) as exc:
+        raise ResultError("$.question.layout", f"is not a parallel layout: {exc}") from None
+    _text(question, "layout_note", "$.question", max_len=MAX_TEXT)
+
+
 def new_document(
     *,
     kind: str,
@@ -788,11 +804,16 @@ def new_document(
     provenance: dict[str, Any],
     notes: list[str] | None = None,
     run_id: str | None = None,
+    layout: dict[str, Any] | None = None,
+    layout_note: str = "",
 ) -> dict[str, Any]:
     """An empty (no cells yet) result document for one run of one question on one device.
 
     ``run_id`` names the run (a fresh :func:`new_run_id` when not given); cells and peers added
-    without their own ``run_id`` belong to it.
+    without their own ``run_id`` belong to it. ``layout``: the question's parallel layout (its
+    fields, as ``Question.to_dict`` writes them) and ``layout_note`` where it came from, kept with
+    the result (not hashed: it changes nothing one GPU measures) so that a reader of the result
+    knows the run it was asked for, not a layout assumed.
     """
     return {
         "schema_version": SCHEMA_VERSION,
@@ -804,6 +825,7 @@ def new_document(
             "gemms": [g.to_dict() for g in gemms],
             "num_layers": num_layers,
             "config": config,
+            **({"layout": dict(layout), "layout_note": layout_note} if layout is not None else {}),
         },
         "device": device,
         "provenance": provenance,
