@@ -38,7 +38,7 @@ def test_bf16_tp_layer_runs_six_gathers_and_four_reduce_scatters_of_the_whole_ac
         "FC1 weight-gradient GEMM", "QKV data-gradient GEMM", "QKV weight-gradient GEMM"]
     assert all(not c.overlaps_with for c in calls if not c.overlappable)
     with pytest.raises(comm.CommError, match="only an overlappable call overlaps"):
-        comm.CollectiveCall("all-gather", "bf16", 1, 2, "x", "forward", overlaps_with="a GEMM")
+        comm.CollectiveCall("all-gather", "bf16", 1, 2, "x", "forward", overlaps_with="a GEMM", kind="tp")
     assert all(c.source.startswith(comm.TE_SOURCE) for c in calls)
 
 
@@ -131,10 +131,10 @@ def test_ring_over_the_assumed_link() -> None:
 
 def test_call_cost_measured_scaled_and_assumed() -> None:
     table = comm.CollectiveTable({("all-gather", "bf16", 2): {64 * MIB: 0.2}})
-    on_box = comm.CollectiveCall("all-gather", "bf16", 64 * MIB, 2, "x", "forward")
+    on_box = comm.CollectiveCall("all-gather", "bf16", 64 * MIB, 2, "x", "forward", kind="tp")
     assert comm.call_cost(on_box, table) == comm.Cost(0.2, "measured")
     # TP 8 from the box's 2 GPUs, same bus bandwidth: 0.2 x (7/8) / (1/2) = 0.35 ms, assumed
-    tp8 = comm.call_cost(comm.CollectiveCall("all-gather", "bf16", 64 * MIB, 8, "x", "forward"), table)
+    tp8 = comm.call_cost(comm.CollectiveCall("all-gather", "bf16", 64 * MIB, 8, "x", "forward", kind="tp"), table)
     assert tp8.how == "scaled" and tp8.assumed and tp8.ms == pytest.approx(0.35)
     across = comm.dp_grad_reduce_scatter(10**9 // 4, 8)  # 1 GB of FP32 gradients over 8 nodes
     cost = comm.call_cost(across, table)

@@ -230,3 +230,16 @@ def test_a_search_stopped_at_its_limit_says_at_least() -> None:
     search = Search("NVIDIA H200", "NVIDIA H200", False, 1, 4096, 32, 8,
                     {"bf16": {"largest": 16, "tried": [1, 2, 4, 8, 16], "seconds": 1.0}})
     assert found_text(search, "bf16") == "at least 16" and difference_text(search, "bf16", 3) == "at least +13"
+
+
+def test_the_overlap_flags_change_no_memory_so_the_search_still_answers() -> None:
+    import dataclasses
+
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+
+    preset = PRESET_LAYOUTS["llama3-8b"].layout
+    for flags in ({"overlap_grad_reduce": True, "overlap_param_gather": True},
+                  {"overlap_grad_reduce": False, "overlap_param_gather": False}):
+        search, rows, _ = _table("NVIDIA H200", dataclasses.replace(preset, **flags))
+        assert not isinstance(search, str), search
+        assert [row[4].text for row in rows][:3] == ["3", "3", "3"]

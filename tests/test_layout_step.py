@@ -17,11 +17,10 @@ from gemm_bench.question.comm import (
     Link,
     cp_attention_exchanges,
 )
-from gemm_bench.question.config import ModelConfig
+from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.layout_step import (
     LayoutStep,
-    LayoutStepError,
     Network,
     RecipeParts,
     bubble_ms,
@@ -193,7 +192,7 @@ def test_speedup_and_its_spread_from_the_quartiles() -> None:
 
 
 def test_a_layout_at_another_tp_than_measured_is_refused_naming_it() -> None:
-    with pytest.raises(LayoutStepError, match="measure the layer at TP 4"):
+    with pytest.raises(ConfigError, match=r"--tensor-model-parallel-size: .*measure the layer at TP 4"):
         _step(ParallelLayout(gpus=4, tp=4))
 
 

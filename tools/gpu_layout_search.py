@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rank = dataclasses.replace(config, seq_length=config.seq_length // layout.cp)
         shards = layout.dp * layout.cp
-        entry: dict[str, Any] = {"layout": layout.describe(), "layers": config.num_layers, "tokens": rank.seq_length,
-                                 "optimizer_shards": shards, "found": {}}
+        # The words the report matches a page's layout by: without the overlap flags (no byte of memory).
+        entry: dict[str, Any] = {"layout": layout.describe(overlap=False), "layers": config.num_layers,
+                                 "tokens": rank.seq_length, "optimizer_shards": shards, "found": {}}
         for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
             started = time.monotonic()
             try:

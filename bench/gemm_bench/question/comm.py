@@ -64,7 +64,7 @@ import bisect
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 from gemm_bench.question.config import ModelConfig
 
@@ -98,6 +98,11 @@ BWD_AMAXES_PER_GEMM = 2
 
 TE_SOURCE = "Transformer Engine 2.20, transformer_engine/pytorch/"
 
+#: Which parallelism a collective call serves, set where the call is made: what readers of a composed
+#: step select calls by (never by their human-readable ``what`` or ``source`` text, which may be reworded).
+CollectiveKind = Literal["tp", "cp", "ep", "pp", "dp"]
+KINDS: tuple[CollectiveKind, ...] = get_args(CollectiveKind)
+
 
 class CommError(ValueError):
     """A composition asked for something it cannot give: an op or dtype never measured, a recipe
@@ -115,7 +120,8 @@ class CollectiveCall:
     it runs beside, from its launch to TE's wait on it (the most of it overlap could hide is that
     compute's time); ``crosses_nodes`` whether the
     group spans more than one box (then its cost is the assumed link's, never a measurement);
-    ``source`` the file and function that issues it."""
+    ``source`` the file and function that issues it (words for the reader); ``kind`` the parallelism
+    it serves (:data:`KINDS`), keyword-only and required, so that no call is made without one."""
 
     op: str
     dtype: str
@@ -127,8 +133,11 @@ class CollectiveCall:
     crosses_nodes: bool = False
     source: str = ""
     overlaps_with: str = ""
+    kind: CollectiveKind = dataclasses.field(kw_only=True)
 
     def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise CommError(f"unknown collective kind {self.kind!r}; known: {', '.join(KINDS)}")
         if self.op not in OPS:
             raise CommError(f"unknown collective {self.op!r}; known: {', '.join(OPS)}")
         if self.dtype not in DTYPE_BYTES:
@@ -391,14 +400,15 @@ def tp_layer_collectives(config: ModelConfig, tp: int, precision: str) -> tuple[
     def ag(what: str, phase: str, usage: str, where: str, overlaps_with: str = "") -> CollectiveCall:
         dtype, size = _gathered(precision, rows, cols, tp, usage)
         return CollectiveCall(ALL_GATHER, dtype, size, tp, what, phase, bool(overlaps_with), source=src + where,
-                              overlaps_with=overlaps_with)
+                              overlaps_with=overlaps_with, kind="tp")
 
     def rs(what: str, phase: str, where: str, overlaps_with: str = "") -> CollectiveCall:
         return CollectiveCall(REDUCE_SCATTER, "bf16", bf16_rs, tp, what, phase, bool(overlaps_with),
-                              source=src + where, overlaps_with=overlaps_with)
+                              source=src + where, overlaps_with=overlaps_with, kind="tp")
 
     def amax(what: str, phase: str, where: str, count: int = 1) -> CollectiveCall:
-        return CollectiveCall(ALL_REDUCE, "fp32", count * DTYPE_BYTES["fp32"], tp, what, phase, source=src + where)
+        return CollectiveCall(ALL_REDUCE, "fp32", count * DTYPE_BYTES["fp32"], tp, what, phase, source=src + where,
+                              kind="tp")
 
     current = precision == "fp8-current"
     calls: list[CollectiveCall] = []
@@ -466,7 +476,7 @@ def dp_grad_reduce_scatter(params: int, dp: int, *, grad_bytes: int = 4,
         raise CommError(f"gradients reduce in FP32 (4 bytes) or BF16 (2), got {grad_bytes} bytes")
     return CollectiveCall(REDUCE_SCATTER, dtype, params * grad_bytes, dp, "data-parallel gradients",
                           "optimizer", overlappable=True, crosses_nodes=crosses_nodes,
-                          source="Megatron-LM distributed optimizer (grad buffer reduce-scatter)")
+                          source="Megatron-LM distributed optimizer (grad buffer reduce-scatter)", kind="dp")
 
 
 def dp_grad_all_reduce(params: int, dp: int, *, grad_bytes: int = 4, crosses_nodes: bool = True) -> CollectiveCall:
@@ -475,7 +485,8 @@ def dp_grad_all_reduce(params: int, dp: int, *, grad_bytes: int = 4, crosses_nod
     if dtype is None:
         raise CommError(f"gradients reduce in FP32 (4 bytes) or BF16 (2), got {grad_bytes} bytes")
     return CollectiveCall(ALL_REDUCE, dtype, params * grad_bytes, dp, "data-parallel gradients", "optimizer",
-                          overlappable=True, crosses_nodes=crosses_nodes, source="Megatron-LM DDP grad buffer")
+                          overlappable=True, crosses_nodes=crosses_nodes, source="Megatron-LM DDP grad buffer",
+                          kind="dp")
 
 
 def dp_param_all_gather(params: int, dp: int, *, fp8_param_gather: bool = False,
@@ -485,7 +496,7 @@ def dp_param_all_gather(params: int, dp: int, *, fp8_param_gather: bool = False,
     dtype = "uint8" if fp8_param_gather else "bf16"
     return CollectiveCall(ALL_GATHER, dtype, params * DTYPE_BYTES[dtype], dp, "data-parallel parameters",
                           "optimizer", overlappable=True, crosses_nodes=crosses_nodes,
-                          source="Megatron-LM distributed optimizer (param all-gather)")
+                          source="Megatron-LM distributed optimizer (param all-gather)", kind="dp")
 
 
 def ep_all_to_all(config: ModelConfig, ep: int, *, dtype: str = "bf16",
@@ -501,7 +512,8 @@ def ep_all_to_all(config: ModelConfig, ep: int, *, dtype: str = "bf16",
         return ()
     size = config.tokens * config.moe_router_topk * config.hidden_size * DTYPE_BYTES[dtype]
     src = "Megatron-LM MoEAlltoAllTokenDispatcher"
-    return tuple(CollectiveCall(ALL_TO_ALL, dtype, size, ep, what, phase, crosses_nodes=crosses_nodes, source=src)
+    return tuple(CollectiveCall(ALL_TO_ALL, dtype, size, ep, what, phase, crosses_nodes=crosses_nodes, source=src,
+                                kind="ep")
                  for what, phase in (("dispatch", "forward"), ("combine", "forward"),
                                      ("combine's gradient", "backward"), ("dispatch's gradient", "backward")))
 
@@ -526,10 +538,11 @@ def cp_attention_exchanges(config: ModelConfig, cp: int, tp: int, *,
     src = "Transformer Engine attention AttnFuncWithCPAndKVP2P"
     fwd = [CollectiveCall(SEND_RECV, "bf16", kv, cp, f"K and V chunk, ring step {i + 1}", "forward",
                           overlappable=True, crosses_nodes=crosses_nodes, source=src,
-                          overlaps_with="the attention of the chunk in hand") for i in range(cp - 1)]
+                          overlaps_with="the attention of the chunk in hand", kind="cp") for i in range(cp - 1)]
     bwd = [CollectiveCall(SEND_RECV, "bf16", 2 * kv, cp, f"K, V and their gradients, ring step {i + 1}",
                           "backward", overlappable=True, crosses_nodes=crosses_nodes, source=src,
-                          overlaps_with="the attention backward of the chunk in hand") for i in range(cp - 1)]
+                          overlaps_with="the attention backward of the chunk in hand", kind="cp")
+           for i in range(cp - 1)]
     return (*fwd, *bwd)
 
 
@@ -540,9 +553,9 @@ def pp_send_recv(config: ModelConfig, tp: int, *, sequence_parallel: bool = True
     size = _activation_elements(config) * DTYPE_BYTES["bf16"] // (tp if sequence_parallel else 1)
     src = "Megatron-LM p2p_communication"
     return (CollectiveCall(SEND_RECV, "bf16", size, 2, "activation to the next stage", "forward",
-                           crosses_nodes=crosses_nodes, source=src),
+                           crosses_nodes=crosses_nodes, source=src, kind="pp"),
             CollectiveCall(SEND_RECV, "bf16", size, 2, "gradient to the previous stage", "backward",
-                           crosses_nodes=crosses_nodes, source=src))
+                           crosses_nodes=crosses_nodes, source=src, kind="pp"))
 
 
 # ---------------------------------------------------------------------------------- composition

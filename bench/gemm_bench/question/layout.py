@@ -166,8 +166,10 @@ class ParallelLayout:
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "dp": self.dp}
 
-    def describe(self) -> str:
-        """The layout in words: '64 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, ...'."""
+    def describe(self, *, overlap: bool = True) -> str:
+        """The layout in words: '64 GPUs: TP 4 with sequence parallel, PP 8 with 5 virtual stages, ...'.
+        ``overlap=False`` leaves out the overlap flags, which change the step's time but not one byte of
+        a rank's memory: the words a memory measurement (the layout-search study) is keyed by."""
         parts = []
         if self.tp > 1:
             parts.append(f"TP {self.tp}" + (" with sequence parallel" if self.sp else ""))
@@ -188,7 +190,7 @@ class ParallelLayout:
             parts.append("BF16 gradient reduce")
         overlapped = [w for w, on in (("gradient reduce", self.overlap_grad_reduce),
                                       ("parameter gather", self.overlap_param_gather)) if on]
-        if overlapped:  # they change the step's time: two layouts that differ here must read differently
+        if overlapped and overlap:  # they change the step's time: two layouts that differ here must read differently
             parts.append("overlapped " + " and ".join(overlapped))
         parts.append(f"G = {self.microbatches}")
         return f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}: " + ", ".join(parts)
@@ -214,6 +216,23 @@ _BRIDGE_H100 = "https://docs.nvidia.com/nemo/megatron-bridge/nightly/apidocs/bri
 _BRIDGE_TABLE = "https://docs.nvidia.com/nemo/megatron-bridge/nightly/performance-summary.html"
 _DEEPSEEK_V3 = "https://arxiv.org/abs/2412.19437"
 
+#: Megatron-Bridge turns both data-parallel overlap flags on in the recipes the Llama presets cite (read
+#: at NVIDIA-NeMo/Megatron-Bridge 067f987df03b8355b03192d88d70f1709fedf51a):
+#: ``src/megatron/bridge/perf_recipes/llama/h100/llama3.py`` builds llama3_8b_pretrain_8gpu_h100_bf16_config
+#: on ``llama3_8b_pretrain_config()`` (line 36) and llama3_70b_pretrain_64gpu_h100_bf16_config on
+#: ``llama3_70b_pretrain_config()`` (line 120), overriding neither flag; those are
+#: ``src/megatron/bridge/recipes/llama/h100/llama3.py`` llama3_8b_pretrain_2gpu_h100_bf16_config (lines 304-305)
+#: and llama3_70b_pretrain_32gpu_h100_bf16_config (lines 786-787), and llama31_405b_pretrain_config is
+#: llama31_405b_pretrain_256gpu_h100_bf16_config (lines 1273-1274), each with
+#: ``cfg.ddp.overlap_grad_reduce = True`` / ``cfg.ddp.overlap_param_gather = True``; and
+#: ``src/megatron/bridge/training/comm_overlap.py`` ``CommOverlapConfig._get_optimizer_overlap_cfgs``
+#: (lines 576-579) sets both True whenever ``data_parallel_size > 1`` with the distributed optimizer.
+#: The 70B and 405B perf recipes also gather parameters during the optimizer step
+#: (``perf_recipes/_common.py`` ``_enable_overlap_param_gather_with_optimizer_step``, lines 92-96); the
+#: step here hides the gather behind the next forward (``layout_step.OVERLAP_FORMULAS``) either way.
+_BRIDGE_OVERLAP_WORDS = ("; data-parallel gradient reduce and parameter gather overlapped (overlap_grad_reduce, "
+                         "overlap_param_gather), as Megatron-Bridge's recipes set them")
+
 #: For every preset and every model id the site measures at a TP or EP of its own: the layout of a
 #: realistic run. The layout's TP and EP are the question's (the measured shard): where the published
 #: recipe uses another TP, the recipe's other sizes are kept and the difference is said.
@@ -223,26 +242,31 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         "chosen, not from a published recipe: the Transformer Engine guide's layer has no training recipe; "
         "one 8-GPU node, data parallel with the distributed optimizer, G = 4"),
     "llama3-8b": PresetLayout(
-        ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128),
+        ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128,
+                       overlap_grad_reduce=True, overlap_param_gather=True),
         "Megatron-Bridge perf recipe llama3_8b_pretrain_8gpu_h100_bf16_config (8 H100, CP 2); GBS 128 "
         "as the performance summary's Llama 3 8B rows; distributed optimizer as Megatron-Bridge's "
-        "pretraining recipes run", _BRIDGE_H100),
+        "pretraining recipes run" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
     "llama3-70b": PresetLayout(
-        ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256),
+        ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256,
+                       overlap_grad_reduce=True, overlap_param_gather=True),
         "Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100_bf16_config (64 H100, TP 4, PP 4, CP 2, "
-        "GBS 256); VP 5 as the performance summary's Llama 3 70B rows", _BRIDGE_H100),
+        "GBS 256); VP 5 as the performance summary's Llama 3 70B rows" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
     "llama3-70b/tp8": PresetLayout(
-        ParallelLayout(gpus=128, tp=8, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256),
+        ParallelLayout(gpus=128, tp=8, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256,
+                       overlap_grad_reduce=True, overlap_param_gather=True),
         "adapted from Megatron-Bridge's llama3_70b_pretrain_64gpu_h100_bf16_config (TP 4, PP 4, CP 2, GBS 256) "
-        "at the measured TP 8, on 128 GPUs so that DP stays 2", _BRIDGE_H100),
+        "at the measured TP 8, on 128 GPUs so that DP stays 2" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
     "llama3.1-405b": PresetLayout(
-        ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512),
+        ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512,
+                       overlap_grad_reduce=True, overlap_param_gather=True),
         "NeMo's Llama 3.1 405B pretraining layout (TP 8, PP 8, CP 2, VP 8) on 1024 H100s; GBS 512 chosen "
-        "(not verified against a table in this session)", _BRIDGE_TABLE),
+        "(not verified against a table in this session)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_TABLE),
     "llama3.1-405b/tp8": PresetLayout(
-        ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512),
+        ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512,
+                       overlap_grad_reduce=True, overlap_param_gather=True),
         "NeMo's Llama 3.1 405B pretraining layout (TP 8, PP 8, CP 2, VP 8) on 1024 H100s; GBS 512 chosen "
-        "(not verified against a table in this session)", _BRIDGE_TABLE),
+        "(not verified against a table in this session)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_TABLE),
     "mixtral-8x7b": PresetLayout(
         ParallelLayout(gpus=64, pp=4, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: NeMo's Mixtral 8x7B layout is 64 GPUs, TP 1, PP 4, EP 8, but "
@@ -256,13 +280,15 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         "chosen, not from a published recipe: a 7B dense model on one 8-GPU node, data parallel with the "
         "distributed optimizer, as Llama 3 8B's recipe without CP (4096-token sequences)"),
     "qwen2.5-72b": PresetLayout(
-        ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, sharding="optimizer", global_batch_size=256),
+        ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, sharding="optimizer", global_batch_size=256,
+                       overlap_grad_reduce=True, overlap_param_gather=True),
         "chosen, not from a published recipe: Llama 3 70B's Megatron-Bridge layout (same width and depth) "
-        "without CP (4096-token sequences)", _BRIDGE_H100),
+        "without CP (4096-token sequences)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
     "qwen2.5-72b/tp8": PresetLayout(
-        ParallelLayout(gpus=64, tp=8, pp=4, vpp=5, sharding="optimizer", global_batch_size=256),
+        ParallelLayout(gpus=64, tp=8, pp=4, vpp=5, sharding="optimizer", global_batch_size=256,
+                       overlap_grad_reduce=True, overlap_param_gather=True),
         "chosen, not from a published recipe: Llama 3 70B's Megatron-Bridge layout at the measured TP 8, "
-        "without CP (4096-token sequences)", _BRIDGE_H100),
+        "without CP (4096-token sequences)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
     "deepseek-v3": PresetLayout(
         ParallelLayout(gpus=2048, pp=16, sharding="optimizer", global_batch_size=15360 // 4),
         "chosen: the DeepSeek-V3 report's PP 16 on 2048 GPUs with ZeRO-1, kept at the measured EP 1; "

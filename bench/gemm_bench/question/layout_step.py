@@ -6,7 +6,8 @@ embedding, layer (first and cached micro-batch), head and optimizer, measured on
 their own) and the collective costs measured on a box of several GPUs
 (:class:`~gemm_bench.question.comm.CollectiveTable`, the tp-comm study's sweep). Per recipe, for the most
 loaded pipeline stage (``n = ceil(L / PP)`` layers, the embedding on the first stage, the head on the
-last; one stage holds both at PP 1; the slower of first and last is the stage)::
+last; one stage holds both at PP 1; the slower of first and last is the stage: the split of
+:func:`~gemm_bench.question.stage_shape.stage_shape`, which memory per GPU reads too)::
 
     f        = (layout MBS / measured MBS) / CP                     tokens of a rank's micro-batch, relative
     compute  = f x [G x (embedding and/or head) + n x (first + (G - 1) x cached)] / G      per micro-batch
@@ -45,7 +46,6 @@ initialised here), CUDA graphs of the whole step, the data loader.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 
 from gemm_bench.question.comm import (
@@ -69,10 +69,10 @@ from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.model_step import (
     OptimizerLine,
     PartTimes,
-    layer_parameters,
     megatron_flops,
     vocab_parameters,
 )
+from gemm_bench.question.stage_shape import Stage, stage_shape
 
 #: GPUs of one node: DGX H100 and H200 hold eight, joined by NVSwitch. A group within a node is costed
 #: from the box's measurements; one that spans nodes over the inter-node link. An assumption too.
@@ -249,11 +249,6 @@ def crosses(span: int, network: Network) -> bool:
     return span > network.gpus_per_node
 
 
-def _stage_layers(total: int, pp: int) -> tuple[int, int]:
-    first = math.ceil(total / pp)
-    return first, (total - (pp - 1) * first if pp > 1 else total)
-
-
 def microbatch_calls(config: ModelConfig, layout: ParallelLayout, precision: str, layers: int,
                      network: Network) -> list[CollectiveCall]:
     """Every collective one rank of the most loaded stage runs per micro-batch: its ``layers`` layers'
@@ -331,11 +326,7 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
     question's (its TP, EP, sequence and micro-batch are the measured layer's); ``layer_params`` the GPU's
     count of one measured layer; ``measured_on`` the GPU kind the table was measured on where it is not
     the compute's (every box cost then borrowed: assumed)."""
-    if layout.tp != config.tensor_model_parallel_size:
-        raise LayoutStepError("tp", f"the layout's TP {layout.tp} is not the measured layer's "
-                                    f"{config.tensor_model_parallel_size}: measure the layer at TP {layout.tp}")
-    if layout.etp != layout.tp:
-        raise LayoutStepError("etp", "expert tensor parallelism other than TP is not modelled")
+    shape = stage_shape(layout, config)
     if config.padded_vocab_size is None:
         raise LayoutStepError("vocab_size", "is needed for the embedding and the output layer's parameters")
     assumptions: list[str] = []
@@ -345,11 +336,7 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
         assumptions.append(f"a rank's compute scales linearly with its tokens: x{factor:g} "
                            f"(micro-batch {layout.micro_batch_size} over the measured {config.micro_batch_size}, "
                            f"/ CP {layout.cp})")
-    weight_scale = 1.0
     if config.is_moe and layout.ep != config.expert_model_parallel_size:
-        at_ep = dataclasses.replace(config, expert_model_parallel_size=layout.ep)
-        at_ep.validate()
-        weight_scale = layer_parameters(at_ep) / layer_parameters(config)
         measured_per_expert = config.tokens * config.moe_router_topk * config.expert_model_parallel_size / (
             config.num_experts or 1)
         ratio = layout.ep / config.expert_model_parallel_size
@@ -362,22 +349,20 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
     if layout.recompute == "full":
         recompute = 1.0 + FORWARD_SHARE
         assumptions.append("full recomputation adds one forward (a third of a layer's step) per layer")
-    first_layers, last_layers = _stage_layers(config.measured_layers, layout.pp)
+    first_layers = shape.first_layers
 
     def stage(p: PartTimes) -> float:
         """The slower stage's compute per micro-batch."""
-        def one(layers: int, emb: bool, head: bool) -> float:
-            ends = g * ((p.embedding if emb else 0.0) + (p.head if head else 0.0))
-            return factor * (ends + recompute * layers * (p.layer_first + (g - 1) * p.layer_cached)) / g
-        if layout.pp == 1:
-            return one(first_layers, True, True)
-        return max(one(first_layers, True, False), one(last_layers, False, True))
+        def one(s: Stage) -> float:
+            ends = g * ((p.embedding if s.embedding else 0.0) + (p.head if s.head else 0.0))
+            return factor * (ends + recompute * s.layers * (p.layer_first + (g - 1) * p.layer_cached)) / g
+        return max(one(s) for s in shape.stages)
 
     compute, low, high = stage(parts.median), stage(parts.low), stage(parts.high)
     mb = compose(0.0, microbatch_calls(config, layout, precision, first_layers, network), table,
                  inter_node=network.inter_node, measured_on=measured_on)
     vocab = vocab_parameters(config)
-    stage_params = round(first_layers * layer_params * weight_scale) + vocab * (2 if layout.pp == 1 else 1)
+    stage_params = round(first_layers * layer_params * shape.weight_scale) + vocab * shape.first.vocab_ends
     dp_list = dp_calls(stage_params, layout, precision, network)
     if layout.sharding == "fsdp":
         dp_list = dp_list * g

@@ -26,8 +26,10 @@ and a :class:`~gemm_bench.question.layout.ParallelLayout`. Per GPU, for the most
 * **transient**: the larger of the output layer's logits peak (last stage) and a layer's backward
   extra, both scaled with the tokens (MBS / CP), plus FSDP's and full recomputation's transients.
 
-Expert parallelism other than the measured one scales the layer's weights and parameters by the
-parameter count of a layer at that EP (:func:`~gemm_bench.question.model_step.layer_parameters`); a
+The stage split and the expert-parallel weight factor are :func:`~gemm_bench.question.stage_shape.stage_shape`'s,
+the same the layout's step (:mod:`gemm_bench.question.layout_step`) composes its time with. Expert parallelism
+other than the measured one scales the layer's weights and parameters by the parameter count of a layer
+at that EP (:func:`~gemm_bench.question.model_step.layer_parameters`); a
 balanced router gives each EP rank the same number of routed tokens, so activations do not change.
 Collectives' buffers (all-gather, reduce-scatter) and the allocator's fragmentation are not counted.
 """
@@ -35,11 +37,11 @@ Collectives' buffers (all-gather, reduce-scatter) and the allocator's fragmentat
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.layout import ParallelLayout
-from gemm_bench.question.model_step import MemoryParts, layer_parameters, vocab_parameters
+from gemm_bench.question.model_step import MemoryParts, vocab_parameters
+from gemm_bench.question.stage_shape import stage_shape
 
 MAIN_GRAD_BYTES = 4
 #: Korthikanti et al.'s per-layer activation coefficients (units of sbh bytes, BF16, fused attention).
@@ -103,16 +105,8 @@ def in_flight(layout: ParallelLayout) -> float:
 def memory_per_gpu(parts: MemoryParts, layer_params: int, config: ModelConfig, layout: ParallelLayout, *,
                    capacity: int, precision: str = "bf16") -> MemoryPerGpu:
     """The most loaded stage's memory per GPU (see the module's docstring for every term)."""
-    if layout.tp != config.tensor_model_parallel_size:
-        raise ConfigError("tensor_model_parallel_size", f"the layout's TP {layout.tp} is not the measured "
-                          f"layer's {config.tensor_model_parallel_size}: measure the layer at TP {layout.tp}")
-    if layout.etp != layout.tp:
-        raise ConfigError("expert_model_parallel_size", "expert tensor parallelism other than TP is not modelled")
-    weight_scale = 1.0
-    if layout.ep != config.expert_model_parallel_size and config.is_moe:
-        at_ep = dataclasses.replace(config, expert_model_parallel_size=layout.ep)
-        at_ep.validate()
-        weight_scale = layer_parameters(at_ep) / layer_parameters(config)
+    shape = stage_shape(layout, config)
+    weight_scale = shape.weight_scale
     params_layer = layer_params * weight_scale
     bf16_layer = parts.layer_weights * weight_scale
     fp8_layer = parts.layer_fp8_weights * weight_scale
@@ -121,19 +115,15 @@ def memory_per_gpu(parts: MemoryParts, layer_params: int, config: ModelConfig, l
     tokens = layout.micro_batch_size / config.micro_batch_size / layout.cp
     vocab = vocab_parameters(config) if config.padded_vocab_size is not None else 0
 
-    total_layers = config.measured_layers
-    first_layers = math.ceil(total_layers / layout.pp)
-    last_layers = total_layers - (layout.pp - 1) * first_layers if layout.pp > 1 else total_layers
     act_layer = parts.layer_activations * tokens * sp_factor(layout.tp, bool(layout.sp))
     recomputed_layer = parts.layer_activations * tokens * full_recompute_factor(layout.tp, bool(layout.sp))
     extra = parts.layer_backward_extra * tokens
 
-    stages = [("only", total_layers, True, True)] if layout.pp == 1 else [
-        ("first", first_layers, True, False), ("last", max(last_layers, 0), False, True)]
     results = []
-    for name, layers, has_embedding, has_head in stages:
-        vocab_weights = (parts.embedding_weights if has_embedding else 0) + (parts.head_weights if has_head else 0)
-        params = layers * params_layer + vocab * (int(has_embedding) + int(has_head))
+    for stage in shape.stages:
+        name, layers, has_head = stage.name, stage.layers, stage.head
+        vocab_weights = (parts.embedding_weights if stage.embedding else 0) + (parts.head_weights if has_head else 0)
+        params = layers * params_layer + vocab * stage.vocab_ends
         layer_weights = layers * (params_layer * 1 if fp8_primary else bf16_layer)
         weights = layer_weights + vocab_weights
         fp8 = 0 if fp8_primary else layers * fp8_layer

@@ -67,7 +67,7 @@ def model_search(docs: Sequence[Mapping[str, Any]], device_name: str, model_id: 
         return f"{NOT_SEARCHED} ({entry['error']})"
     tokens = config.seq_length // layout.cp
     shards = layout.dp * layout.cp
-    asked = (layout.describe(), tokens, config.num_layers, shards)
+    asked = (layout.describe(overlap=False), tokens, config.num_layers, shards)  # overlap flags: no memory
     searched = (entry["layout"], entry["tokens"], entry["layers"], entry["optimizer_shards"])
     if asked != searched:
         return (f"{NOT_SEARCHED} for this layout (searched: {entry['layout']}, {entry['layers']} layers on "

@@ -167,8 +167,7 @@ def reasons(prediction: Prediction, *, moe: bool = False) -> list[str]:
             out.append(f"the published figure lies between the prediction and the rank's compute alone "
                        f"({compute:,.0f} tokens/s): the run hides about {share:.0%} of the {step.comm_ms / 1e3:.2f} s "
                        f"of communication per step the composition counts as exposed")
-            tp = sum(cost.ms for call, cost in step.microbatch.calls if call.group > 1
-                     and call.source.startswith("Transformer Engine 2.20")) * step.microbatches
+            tp = sum(cost.ms for call, cost in step.microbatch.calls if call.kind == "tp") * step.microbatches
             if tp > 0:
                 out.append(f"tensor-parallel collectives take {tp / step.step_ms:.0%} of the predicted step: "
                            "comm-GEMM overlap (Transformer Engine's Userbuffers, never initialised here) hides "
