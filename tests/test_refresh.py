@@ -575,3 +575,23 @@ def test_run_studies_gives_a_study_of_several_gpus_all_of_them(tmp_path: Path) -
                           command=command)
     assert outcome.stored == ["tp-comm", "loss-parity"]
     assert seen == {"tp-comm": "0,1", "loss-parity": "0"}
+
+
+def test_an_emulated_study_is_stale_on_a_real_gpu_of_its_kind(tmp_path: Path) -> None:
+    """The H100's layout-search study was measured on an H200 with the H100's capacity emulated: a
+    refresh on a real H100 measures it for real, whatever the stack and age rules say; the H200's own
+    study (not emulated) stays fresh there."""
+    import shutil
+
+    from gemm_bench.cli.refresh import Rules as RefreshRules
+    from gemm_bench.cli.refresh import plan_studies
+    from gemm_bench.results import studies
+
+    shutil.copytree(Path(__file__).parent.parent / "docs" / "_gemm_cache" / "studies", tmp_path / "studies")
+    docs, _ = studies.read_studies(tmp_path, "layout-search")
+    h100 = next(d for d in docs if d["device"]["name"] == "NVIDIA H100 80GB HBM3")
+    local = {key: str(h100["provenance"].get(key)) for key in ("transformer_engine", "torch")}
+    planned = {t.name: t.reason for t in plan_studies(tmp_path, "NVIDIA H100 80GB HBM3", local, RefreshRules())}
+    assert planned.get("layout-search") == "emulated on an NVIDIA H200: this box measures it for real"
+    h200 = {t.name for t in plan_studies(tmp_path, "NVIDIA H200", local, RefreshRules())}
+    assert "layout-search" not in h200

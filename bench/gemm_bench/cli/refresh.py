@@ -947,6 +947,16 @@ def _measured_on_gpus(doc: Mapping[str, Any] | None) -> int:
     return gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1
 
 
+def _emulated(doc: Mapping[str, Any] | None) -> str | None:
+    """Why a stored study of this GPU kind is stale on a box of that very kind: it was measured on
+    another GPU with this one's capacity emulated (the H100's layout search, run on an H200 with the
+    allocator capped); a real GPU of the kind measures it for real. None otherwise."""
+    data = doc.get("data") if doc is not None else None
+    if isinstance(data, Mapping) and data.get("emulated") is True:
+        return f"emulated on an {data.get('measured_on', 'other GPU')}: this box measures it for real"
+    return None
+
+
 def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | None,
                  rules: Rules, *, force: bool = False, gpus: int = 1,
                  skipped: list[StudySkip] | None = None) -> list[StudyTask]:
@@ -982,7 +992,8 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
                                                "GPUs measure"))
             continue
         why = ("forced" if force else f"unreadable: {bad[0].problem}" if bad
-               else studies.staleness(current, local, rules.stale_when, max_age_days=rules.max_age_days))
+               else _emulated(current)
+               or studies.staleness(current, local, rules.stale_when, max_age_days=rules.max_age_days))
         if why is None:
             continue
         timed = [d["provenance"]["method"].get("measure_s") for d in sorted(docs, key=lambda d: d is not current)]
