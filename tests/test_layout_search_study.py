@@ -5,6 +5,7 @@ and the memory table quotes it beside the prediction."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gemm_bench.question.question import build_question
 from gemm_bench.results import layout_search_schema as schema
 from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError
@@ -150,13 +152,31 @@ def test_the_converter_refuses_missing_versions_naming_the_option(capsys: pytest
     assert "--versions: missing transformer_engine, cuda, driver" in capsys.readouterr().err
 
 
-def test_the_refresh_measures_the_whole_rank_presets_only() -> None:
-    from gemm_bench.measure.layout_search_study import whole_rank_models
+def test_the_refresh_searches_two_dense_whole_ranks_and_one_moe_first_stage() -> None:
+    """Issue 41 item 3: at least one dense and one mixture-of-experts model per GPU kind. The dense
+    presets are PP 1 (the whole rank); Mixtral 8x7B's is PP 4, so its first stage is built: 8 of its 32
+    layers and the embedding, min(PP, G) = 4 micro-batches in flight, no output layer. A PP-1 preset
+    without a vocabulary (the TE guide's layer: it failed the whole study on the GPU in session 16), one
+    with virtual stages and one at another EP than the measured layer are not built, each said why."""
+    from gemm_bench.measure.layout_search_study import searched_models
+    from gemm_bench.question.stage_shape import SearchedRank, searched_rank
 
-    assert {"llama3-8b", "qwen2.5-7b"} <= set(whole_rank_models()) and "llama3-70b" not in whole_rank_models()
-    # a PP-1 preset without a vocabulary (the TE guide's layer) has no whole rank to build: asked of the
-    # tool, it failed the whole study on the GPU (session 16)
-    assert "te-guide-5b" not in whole_rank_models()
+    assert searched_models() == ["llama3-8b", "qwen2.5-7b", "mixtral-8x7b"]
+
+    def rank(model: str, **layout: Any) -> SearchedRank | str:
+        q = build_question(model=model, layout=layout or None)
+        found, _ = q.layout_or_assumed()
+        assert found is not None and q.config is not None
+        return searched_rank(found, q.config)
+
+    assert rank("llama3-8b") == SearchedRank("only", 32, True, 1, 4096, 8)
+    assert rank("mixtral-8x7b") == SearchedRank("first", 8, False, 4, 4096, 16)
+    assert rank("mixtral-8x7b", gpus=64, pp=4, global_batch_size=32) == SearchedRank("first", 8, False, 2, 4096, 16)
+    assert "virtual stages" in str(rank("mixtral-8x7b", gpus=64, pp=4, vpp=2))
+    q = build_question(model="mixtral-8x7b")
+    assert q.layout is not None and q.config is not None
+    at_ep8 = dataclasses.replace(q.layout, ep=8, gpus=64)
+    assert "expert parallel 8: the measured layer is at EP 1" == searched_rank(at_ep8, q.config)
 
 
 # ------------------------------------------------------------------------------ the memory table
@@ -243,3 +263,37 @@ def test_the_overlap_flags_change_no_memory_so_the_search_still_answers() -> Non
         search, rows, _ = _table("NVIDIA H200", dataclasses.replace(preset, **flags))
         assert not isinstance(search, str), search
         assert [row[4].text for row in rows][:3] == ["3", "3", "3"]
+
+
+def test_a_first_stage_search_is_valid_and_answers_only_its_own_stage() -> None:
+    """A mixture of experts' first-stage search (Mixtral 8x7B, PP 4: 8 layers, 4 micro-batches in flight)
+    is held to the schema (stage and in_flight together), answers the page's preset layout, says in its
+    note that the first pipeline stage was built, and does not answer another G (another count in flight)."""
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.question.question import Question
+    from gemm_bench.report.layout_search import model_search, search_note
+    from gemm_bench.results.cache import read_document
+
+    data = _data()
+    data["answers_for"] = data["measured_on"] = "NVIDIA H200"
+    data["emulated"] = False
+    layout = PRESET_LAYOUTS["mixtral-8x7b"].layout
+    data["models"] = {"mixtral-8x7b": {
+        "layout": layout.describe(overlap=False), "layers": 8, "tokens": 4096, "optimizer_shards": 16,
+        "capacity_bytes": data["total_bytes"], "stage": "first", "in_flight": 4,
+        "recipes": {"bf16": {"largest": 1, "tried": [1, 2], "seconds": 30.0}}}}
+    schema.validate_data(data)
+    half = copy.deepcopy(data)
+    del half["models"]["mixtral-8x7b"]["in_flight"]
+    with pytest.raises(studies.StudyError, match="stage and in_flight"):
+        schema.validate_data(half)
+    doc = {"data": data, "device": {"name": "NVIDIA H200"}}
+    config = Question.from_dict(dict(read_document(CACHE / "8a24d02daa8fda3a--h200.json"))["question"]).config
+    assert config is not None
+    found = model_search([doc], "NVIDIA H200", "mixtral-8x7b", config, layout)
+    assert not isinstance(found, str) and found is not None
+    assert (found.stage, found.in_flight, found.layers) == ("first", 4, 8)
+    assert "the first pipeline stage built for real, 4 micro-batches in flight" in search_note(found, 1 << 30)
+    other_g = dataclasses.replace(layout, global_batch_size=32, num_microbatches=None)  # G = 2: two in flight
+    assert str(model_search([doc], "NVIDIA H200", "mixtral-8x7b", config, other_g)).startswith(
+        "not searched for this layout")

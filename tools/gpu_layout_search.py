@@ -1,10 +1,12 @@
 """The largest micro-batch of a preset layout's rank, found on the GPU (issue 41 item 3).
 
-For each model named, the rank of its preset layout (``question.layout``; pipeline parallel 1 only: the
-rank then holds every layer, the embedding and the output layer) is built for real: all its layers on
-the rank's ``S / CP`` tokens, FP32 main gradients whole, and FP32 master weights and moments for
-``1 / (DP x CP)`` of the parameters (Megatron's distributed optimizer). Its whole step (G = 1) is run at
-growing micro-batch sizes, doubling then bisecting, until it runs out of memory
+For each model named, the rank of its preset layout (``question.layout``) is built for real
+(:func:`gemm_bench.question.stage_shape.searched_rank`): at pipeline parallel 1 the whole rank (every
+layer, the embedding and the output layer); at PP > 1 without virtual stages the first stage (its
+layers and the embedding, ``min(PP, G)`` micro-batches in flight as 1F1B keeps them, a random gradient
+for its output). All on the rank's ``S / CP`` tokens, FP32 main gradients whole, and FP32 master
+weights and moments for ``1 / (DP x CP)`` of the parameters (Megatron's distributed optimizer). Its
+step is run at growing micro-batch sizes, doubling then bisecting, until it runs out of memory
 (:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`): an out-of-memory is the answer.
 
 ``--capacity-bytes`` caps PyTorch's allocator at that many bytes of this GPU
@@ -43,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from gemm_bench.measure.backends.model_parts import largest_microbatch
+    from gemm_bench.question.config import ConfigError
     from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
     from gemm_bench.question.question import build_question
+    from gemm_bench.question.stage_shape import searched_rank
 
     total = torch.cuda.get_device_properties(0).total_memory
     doc: dict[str, Any] = {"device": torch.cuda.get_device_name(), "total_bytes": total,
@@ -65,19 +69,25 @@ def main(argv: list[str] | None = None) -> int:
         if no_step is not None:  # the rank is built whole, embedding and output layer included
             doc["models"][model] = {"error": no_step}
             continue
-        if layout.pp != 1:
-            doc["models"][model] = {"error": f"pipeline parallel {layout.pp}: the rank is one stage (not built here)"}
+        try:
+            built = searched_rank(layout, config)
+        except ConfigError as exc:
+            built = str(exc)
+        if isinstance(built, str):
+            doc["models"][model] = {"error": built}
             continue
-        rank = dataclasses.replace(config, seq_length=config.seq_length // layout.cp)
-        shards = layout.dp * layout.cp
+        rank = dataclasses.replace(config, seq_length=built.tokens)
+        shards = built.optimizer_shards
         # The words the report matches a page's layout by: without the overlap flags (no byte of memory).
-        entry: dict[str, Any] = {"layout": layout.describe(overlap=False), "layers": config.num_layers,
-                                 "tokens": rank.seq_length, "optimizer_shards": shards, "found": {}}
+        entry: dict[str, Any] = {"layout": layout.describe(overlap=False), "layers": built.layers,
+                                 "tokens": built.tokens, "optimizer_shards": shards, "found": {}}
+        if built.stage != "only":
+            entry.update(stage=built.stage, in_flight=built.in_flight)
         for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
             started = time.monotonic()
             try:
-                found = largest_microbatch(rank, config.num_layers, precision, limit=args.limit,
-                                           optimizer_shards=shards)
+                found = largest_microbatch(rank, built.layers, precision, limit=args.limit,
+                                           optimizer_shards=shards, head=built.head, in_flight=built.in_flight)
             except RuntimeError as exc:  # GPU boundary: not an out-of-memory (that is an answer), a failure
                 entry["found"][precision] = f"{type(exc).__name__}: {exc}"[:400]
                 print(f"{model} {precision}: FAILED {exc}"[:300], flush=True)

@@ -1,8 +1,9 @@
 """``gemm-bench study layout-search``: the largest micro-batch of each preset layout's rank on this GPU.
 
 Runs the measuring tool (``tools/gpu_layout_search.py`` of the repository) in its own process on this
-GPU, uncapped, for every preset layout whose rank the tool builds whole (pipeline parallel 1: the rank
-then holds every layer), and returns the study's data block
+GPU, uncapped, for the presets of :data:`SEARCHED` (two dense models' whole ranks at pipeline parallel 1
+and one mixture of experts' first pipeline stage: :func:`gemm_bench.question.stage_shape.searched_rank`),
+and returns the study's data block
 (:func:`gemm_bench.results.layout_search_schema.stored_data`), answering for this GPU itself. A GPU's
 capacity emulated on a larger one (an H100's on an H200) is stored by ``tools/layout_search_to_study.py``
 from a capped run of the tool, never here.
@@ -17,9 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.question.layout import PRESET_LAYOUTS
 from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
 from gemm_bench.question.question import build_question
+from gemm_bench.question.stage_shape import searched_rank
 from gemm_bench.results.layout_search_schema import stored_data
 
 #: The recipes searched: BF16 and the per-tensor FP8 recipes the site's layout table shows on Hopper.
@@ -35,20 +36,33 @@ def tool_path() -> Path:
     return Path(__file__).resolve().parents[3] / "tools" / "gpu_layout_search.py"
 
 
-def whole_rank_models() -> list[str]:
-    """The preset models whose layout's rank is the whole model (PP 1) and which have a model step (a
-    vocabulary: the rank's embedding and output layer are built too): the ones the tool builds. The
-    Transformer Engine guide's layer (no vocabulary) is not one: asked of the tool, it failed the
-    whole study on its first model (session 16's first run of this study on a GPU)."""
-    return [model for model, preset in PRESET_LAYOUTS.items() if preset.layout.pp == 1
-            and model_step_unsupported(build_question(model=model).config) is None]
+#: The models the refresh searches: the two dense presets whose whole rank is built (PP 1) and one
+#: mixture of experts, whose first pipeline stage is (issue 41 item 3 asks at least one of each per GPU
+#: kind). The other presets stay predicted: each model adds its searches to every refresh's time.
+SEARCHED: tuple[str, ...] = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b")
+
+
+def searched_models() -> list[str]:
+    """:data:`SEARCHED`, each checked to be a preset the tool builds (a model step, a buildable rank)."""
+    out = []
+    for model in SEARCHED:
+        question = build_question(model=model)
+        layout, _ = question.layout_or_assumed()
+        config = question.config
+        if layout is None or config is None or model_step_unsupported(config) is not None:
+            raise LayoutSearchError(f"{model}: no layout or no model step: the search cannot build its rank")
+        rank = searched_rank(layout, config)
+        if isinstance(rank, str):
+            raise LayoutSearchError(f"{model}: {rank}")
+        out.append(model)
+    return out
 
 
 def measure() -> tuple[dict[str, Any], dict[str, Any]]:
     tool = tool_path()
     if not tool.is_file():
         raise LayoutSearchError(f"{tool} is missing: run the study from a checkout of the repository")
-    models = whole_rank_models()
+    models = searched_models()
     with tempfile.TemporaryDirectory(prefix="gemm-bench-layout-search-") as out:
         command = [sys.executable, str(tool), "--out", out, "--models", ",".join(models),
                    "--precisions", ",".join(PRECISIONS)]

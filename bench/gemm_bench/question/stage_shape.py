@@ -78,3 +78,38 @@ def stage_shape(layout: ParallelLayout, config: ModelConfig) -> StageShape:
     first = math.ceil(total / layout.pp)
     last = max(total - (layout.pp - 1) * first, 0)
     return StageShape((Stage("first", first, True, False), Stage("last", last, False, True)), weight_scale)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchedRank:
+    """What the largest-micro-batch search builds for a layout (``tools/gpu_layout_search.py``): the
+    stage it stands for (``only`` at PP 1, else ``first``), its layers, whether it holds the output
+    layer, the micro-batches in flight at its peak (1F1B's count on the first stage), the rank's
+    tokens (S / CP) and the distributed optimizer's shards (DP x CP)."""
+
+    stage: str
+    layers: int
+    head: bool
+    in_flight: int
+    tokens: int
+    optimizer_shards: int
+
+
+def searched_rank(layout: ParallelLayout, config: ModelConfig) -> SearchedRank | str:
+    """The rank the search builds for ``layout`` over ``config``, or why it builds none. At PP 1 the whole
+    rank (every layer, the embedding and the output layer, one micro-batch at a time); at PP > 1 the first
+    stage (its layers and the embedding, no output layer, ``min(PP, G)`` micro-batches in flight, as
+    Megatron's 1F1B keeps them there and :func:`~gemm_bench.question.memory_per_gpu.in_flight` counts
+    them), the stage whose activations 1F1B keeps most of. Virtual stages interleave the first stage's
+    chunks with others' in an order this build does not reproduce: not built."""
+    if layout.pp > 1 and layout.vpp is not None and layout.vpp > 1:
+        return f"pipeline parallel {layout.pp} with {layout.vpp} virtual stages: the interleaved stage is not built"
+    shape = stage_shape(layout, config)
+    first = shape.first
+    tokens = config.seq_length // layout.cp
+    shards = layout.dp * layout.cp
+    if layout.pp == 1:
+        return SearchedRank("only", config.num_layers, True, 1, tokens, shards)
+    if shape.weight_scale != 1.0:
+        return f"expert parallel {layout.ep}: the measured layer is at EP {config.expert_model_parallel_size}"
+    return SearchedRank("first", first.layers, False, min(layout.pp, layout.microbatches), tokens, shards)

@@ -15,9 +15,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gemm_bench.question.config import ModelConfig
+from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.devices import device_label, device_slug
 from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.stage_shape import searched_rank
 from gemm_bench.results.layout_search_schema import bounded
 
 GIB = 1 << 30
@@ -36,6 +37,9 @@ class Search:
     layers: int
     optimizer_shards: int
     recipes: Mapping[str, Mapping[str, Any]]
+    #: ``only`` (the whole rank of PP 1) or ``first`` (a pipeline's first stage) and its micro-batches in flight.
+    stage: str = "only"
+    in_flight: int = 1
 
     def where(self) -> str:
         """Where the number was found: "found on the GPU", or the emulation said in words."""
@@ -65,15 +69,23 @@ def model_search(docs: Sequence[Mapping[str, Any]], device_name: str, model_id: 
     entry = data["models"][model_id]
     if "error" in entry:
         return f"{NOT_SEARCHED} ({entry['error']})"
-    tokens = config.seq_length // layout.cp
-    shards = layout.dp * layout.cp
-    asked = (layout.describe(overlap=False), tokens, config.num_layers, shards)  # overlap flags: no memory
-    searched = (entry["layout"], entry["tokens"], entry["layers"], entry["optimizer_shards"])
+    try:
+        rank = searched_rank(layout, config)
+    except ConfigError as exc:
+        return f"{NOT_SEARCHED} ({exc})"
+    if isinstance(rank, str):
+        return f"{NOT_SEARCHED} ({rank})"
+    # overlap flags: no byte of memory
+    asked = (layout.describe(overlap=False), rank.tokens, rank.layers, rank.optimizer_shards,
+             None if rank.stage == "only" else rank.stage, None if rank.stage == "only" else rank.in_flight)
+    searched = (entry["layout"], entry["tokens"], entry["layers"], entry["optimizer_shards"], entry.get("stage"),
+                entry.get("in_flight"))
     if asked != searched:
         return (f"{NOT_SEARCHED} for this layout (searched: {entry['layout']}, {entry['layers']} layers on "
                 f"{entry['tokens']} tokens, optimizer over {entry['optimizer_shards']} ranks)")
     return Search(str(data["answers_for"]), str(data["measured_on"]), bool(data["emulated"]),
-                  int(entry["capacity_bytes"]), tokens, config.num_layers, shards, entry["recipes"])
+                  int(entry["capacity_bytes"]), rank.tokens, rank.layers, rank.optimizer_shards, entry["recipes"],
+                  rank.stage, rank.in_flight)
 
 
 def found_text(search: Search | str | None, precision: str) -> str:
@@ -106,7 +118,10 @@ def search_note(search: Search | str | None, predicted_capacity: int) -> str:
                 "on this GPU.")
     if isinstance(search, str):
         return f"The largest micro-batch is predicted from the same parts; found on the GPU: {search}."
-    how = (f"the rank built for real ({search.layers} layers on {search.tokens:,} tokens, FP32 main gradients "
+    built = ("the rank built for real" if search.stage == "only" else
+             f"the first pipeline stage built for real, {search.in_flight} micro-batches in flight as 1F1B holds "
+             "them there, no output layer")
+    how = (f"{built} ({search.layers} layers on {search.tokens:,} tokens, FP32 main gradients "
            f"whole, the distributed optimizer's 1 / {search.optimizer_shards} of the master weights and moments), "
            "its whole step run at micro-batch sizes doubling from 1, then bisecting, until it ran out of memory")
     capacity = f"{search.capacity_bytes / GIB:.1f} GiB"

@@ -56,6 +56,9 @@ MAX_BYTES = 1 << 50
 #: Far above any micro-batch a rank holds.
 MAX_MICRO_BATCH = 1 << 16
 MODEL_FIELDS: tuple[str, ...] = ("layout", "layers", "tokens", "optimizer_shards", "capacity_bytes", "recipes")
+#: A pipeline stage's search (PP > 1): the stage built (``first``) and the micro-batches in flight at its
+#: peak (1F1B's count); absent for the whole rank of PP 1.
+STAGE_FIELDS: tuple[str, ...] = ("stage", "in_flight")
 RECIPE_FIELDS: tuple[str, ...] = ("largest", "tried", "seconds")
 
 
@@ -110,8 +113,13 @@ def validate_data(data: Any) -> None:
             keys(entry, at, ("error",))
             text(entry["error"], f"{at}.error")
             continue
-        keys(entry, at, MODEL_FIELDS)
+        keys(entry, at, MODEL_FIELDS, STAGE_FIELDS)
         text(entry["layout"], f"{at}.layout")
+        if ("stage" in entry) != ("in_flight" in entry):
+            raise StudyError(at, "holds one of stage and in_flight without the other")
+        if "stage" in entry:
+            choice(entry["stage"], f"{at}.stage", ("first",))
+            integer(entry["in_flight"], f"{at}.in_flight", minimum=1, maximum=1 << 16)
         for field in ("layers", "tokens", "optimizer_shards"):
             integer(entry[field], f"{at}.{field}", minimum=1, maximum=1 << 24)
         capacity = integer(entry["capacity_bytes"], f"{at}.capacity_bytes", minimum=1, maximum=MAX_BYTES)
@@ -155,7 +163,8 @@ def _add_run(where: str, run: Mapping[str, Any], device: str, total: int, models
                                   "seconds": found["seconds"]}
         models[model] = {"layout": entry["layout"], "layers": entry["layers"], "tokens": entry["tokens"],
                          "optimizer_shards": entry["optimizer_shards"], "capacity_bytes": capacity,
-                         "recipes": recipes}
+                         "recipes": recipes,
+                         **{k: entry[k] for k in STAGE_FIELDS if k in entry}}
     return capacity < total
 
 

@@ -451,15 +451,26 @@ def time_parts(config: ModelConfig, precisions: Sequence[str], group: TimeGroup)
 class RealModel:
     """Embedding, ``layers`` layers (:func:`build_model_layer`: dense, mixture of experts or
     multi-latent attention), final norm, BF16 output layer, FP32 cross-entropy and the fused AdamW
-    step over G micro-batches: a rank's training step as it really runs."""
+    step over G micro-batches: a rank's training step as it really runs.
 
-    def __init__(self, config: ModelConfig, layers: int, precision: str, *, optimizer_shards: int = 1) -> None:
+    A pipeline's first stage (issue 41 item 3, a mixture of experts' preset layout is PP > 1):
+    ``head=False`` builds no output layer (the stage hands its output to the next one, whose gradient
+    comes back: here a random one of the output's shape), and ``in_flight`` micro-batches are run
+    forward before the first of them is run backward, then one forward and one backward in turn, as
+    Megatron's 1F1B schedule runs its first stage (without virtual stages): the stage holds that many
+    micro-batches' activations at its peak. ``in_flight=1`` with the head is the whole rank of PP 1."""
+
+    def __init__(self, config: ModelConfig, layers: int, precision: str, *, optimizer_shards: int = 1,
+                 head: bool = True, in_flight: int = 1) -> None:
+        if in_flight < 1:
+            raise ValueError(f"micro-batches in flight {in_flight} is not a positive whole number")
         self.config = config
         self.recipe = make_recipe(precision)
+        self.in_flight = in_flight
         self.embedding = Embedding(config)
         self.layers = torch.nn.ModuleList(build_model_layer(config) for _ in range(layers))
-        self.head = Head(config)
-        self.modules = torch.nn.ModuleList([self.embedding, *self.layers, self.head])
+        self.head = Head(config) if head else None
+        self.modules = torch.nn.ModuleList([self.embedding, *self.layers, *([self.head] if self.head else [])])
         self.params = [p for p in self.modules.parameters()]
         #: The parameters whose FP32 master weights and moments this rank holds: all of them, or, with
         #: ``optimizer_shards`` (Megatron's distributed optimizer over DP x CP ranks), the first ones
@@ -477,17 +488,34 @@ class RealModel:
 
     def step(self, microbatches: int) -> float:
         """One optimizer step over G micro-batches of the config's micro-batch size (the layers are
-        built for it: a mixture of experts routes exactly its tokens); returns the last loss."""
+        built for it: a mixture of experts routes exactly its tokens); returns the last loss (0 for a
+        stage without the output layer). Up to ``in_flight`` micro-batches are held forward before
+        their backward (the class docstring says why)."""
         loss = torch.zeros((), device=DEVICE)
+        held: list[torch.Tensor] = []
+
+        def backward(out: torch.Tensor) -> None:
+            if self.head is not None:
+                out.backward()
+            else:
+                out.backward(torch.randn_like(out))  # the next stage's gradient of this stage's output
+            fold_unfused_grads(self.modules)
+
         for i in range(microbatches):
             tokens, labels = _tokens(self.config), _tokens(self.config)
             x = self.embedding(tokens)
             with te.autocast(enabled=self.recipe is not None, recipe=self.recipe):
                 for layer in self.layers:
                     x = layer(x, is_first_microbatch=(i == 0))
-            loss = self.head(x, labels)
-            loss.backward()
-            fold_unfused_grads(self.modules)
+            if self.head is not None:
+                loss = self.head(x, labels)
+                held.append(loss)
+            else:
+                held.append(x)
+            if len(held) >= self.in_flight:
+                backward(held.pop(0))
+        while held:
+            backward(held.pop(0))
         self.optimizer.step()
         with torch.no_grad():
             for p, master in zip(self.owned, self.masters, strict=True):
@@ -616,18 +644,19 @@ def real_peak_bytes(model: RealModel, microbatches: int) -> int:
 
 
 def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64,
-                       optimizer_shards: int = 1) -> dict[str, Any]:
-    """The largest micro-batch whose whole step (G = 1) runs on this GPU with ``layers`` layers, by
-    doubling then bisecting; an out-of-memory is the answer, never a crash. Each size builds its own
-    model: a mixture of experts' layer routes the tokens of the micro-batch it was built for.
-    ``optimizer_shards``: the distributed optimizer's DP x CP (:class:`RealModel`)."""
+                       optimizer_shards: int = 1, head: bool = True, in_flight: int = 1) -> dict[str, Any]:
+    """The largest micro-batch whose whole step (G = 1, or the ``in_flight`` micro-batches a first
+    pipeline stage holds) runs on this GPU with ``layers`` layers, by doubling then bisecting; an
+    out-of-memory is the answer, never a crash. Each size builds its own model: a mixture of experts'
+    layer routes the tokens of the micro-batch it was built for. ``optimizer_shards``: the distributed
+    optimizer's DP x CP; ``head`` and ``in_flight``: the stage (:class:`RealModel`)."""
     def fits(mbs: int) -> bool:
         with _clean():
             model = None
             try:
                 model = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision,
-                                  optimizer_shards=optimizer_shards)
-                model.step(1)
+                                  optimizer_shards=optimizer_shards, head=head, in_flight=in_flight)
+                model.step(in_flight)
                 torch.cuda.synchronize()
                 return True
             except torch.OutOfMemoryError:
