@@ -731,7 +731,7 @@ def _model_status(report: Report, summary: Any, row: Any, precision: str) -> str
         return "baseline" if precision == BASELINE else ""
     if summary is None:
         return "not measured"
-    status, _ = part_absence(report.doc, precision)
+    status, _ = part_absence(report.result, precision)
     return status or "not measured"
 
 

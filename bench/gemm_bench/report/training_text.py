@@ -135,7 +135,8 @@ def model_step_json(report: Report) -> dict[str, Any]:
         "largest_microbatch_searched_with_layers": summary.search_layers,
         "largest_microbatch_predicted": dict(summary.largest_microbatch_predicted),
         "sentences": {p: s for p in shown if (s := summary.sentence(p))},
-        "absent": {p: " ".join(x for x in part_absence(report.doc, p) if x) for p in shown if summary.row(p) is None},
+        "absent": {p: " ".join(x for x in part_absence(report.result, p) if x) for p in shown
+                   if summary.row(p) is None},
     }, "model_step_reason": None}
 
 
@@ -169,7 +170,7 @@ def model_step_lines(report: Report) -> list[str]:
             row = summary.row(p, g)
             name = PRECISIONS[p].display
             if row is None:
-                status, reason = part_absence(report.doc, p)
+                status, reason = part_absence(report.result, p)
                 said = f"{status}: {reason}" if status else (f"n/a: its parts {reason}" if reason else "n/a")
                 lines.append(f"  {g:>2}  {name:<12}{said}")
                 continue
@@ -216,7 +217,7 @@ def _memory_lines(report: Report, summary: ModelStep, shown: list[str]) -> list[
         lines.append(f"  largest micro-batch that fitted, found on the GPU with {summary.search_layers} layers: "
                      f"{found}")
     else:
-        lines.append(f"  {largest_microbatch_absence(report.doc, BASELINE)}")
+        lines.append(f"  {largest_microbatch_absence(report.result, BASELINE)}")
     return lines
 
 

@@ -370,7 +370,10 @@ def _breakdown(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return found if isinstance(found, Mapping) else None
 
 
-def _model_step(block: Mapping[str, Any]) -> ModelStepBlock:
+def parse_model_step(block: Mapping[str, Any]) -> ModelStepBlock:
+    """A checked document's ``model_step`` block, typed: :func:`parse`'s own step, public for the readers
+    not yet converted to :class:`Result` that hand a converted one the block they hold (it must come from
+    a checked document: this parses, it does not check)."""
     parts = tuple(ModelStepPart(**_outcome(p), part=cast(PartName, p["part"]), precision=str(p["precision"]),
                                 params=None if p.get("params") is None else int(p["params"]),
                                 breakdown=_breakdown(p)) for p in block["parts"])
@@ -478,7 +481,7 @@ def parse(doc: Mapping[str, Any]) -> Result:
         config=stored_config(question.get("config")), question=_question(question),
         device=_device(checked["device"]), provenance=_provenance(checked["provenance"]),
         notes=tuple(map(str, checked.get("notes", []))), cells=cells, layer=layer,
-        model_step=_model_step(model_step) if isinstance(model_step, Mapping) else None,
+        model_step=parse_model_step(model_step) if isinstance(model_step, Mapping) else None,
         energy=_energy(energy) if isinstance(energy, Mapping) else None,
         plan=_plan(plain, plan) if isinstance(plan, Mapping) else None,
         violations=tuple(v for v in checked.violations if isinstance(v, Violation)), document=checked)
