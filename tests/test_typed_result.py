@@ -42,8 +42,13 @@ BLOCK_KEYS = frozenset({"parts", "steps", "memory", "largest_microbatch", "padde
                         "energy_mj", "energy_mj_low", "energy_mj_high", "power_w", "power_w_q1", "power_w_q3"})
 
 #: The readers converted to :class:`Result`: none of them indexes a result document or its blocks.
+#: ``fastest`` and ``tie_break`` read no field themselves: they ask ``Report`` (not converted yet) and,
+#: for energy, :meth:`Result.energies`.
 CONVERTED: tuple[str, ...] = (
     "bench/gemm_bench/report/model_step.py",
+    "bench/gemm_bench/report/energy_compare.py",
+    "bench/gemm_bench/report/fastest.py",
+    "bench/gemm_bench/report/tie_break.py",
 )
 
 

@@ -95,7 +95,8 @@ def to_json(report: Report) -> dict[str, Any]:
     # vs_bf16: each recipe against BF16 by the site's significance rule ("unknown" without the spread)
     out["energy"] = ({"method": stored.get("method"), "mode": stored.get("mode"), "steps": stored.get("steps", []),
                       "words": {p: energy.energy_words(e) for p, e in measured.items()},
-                      "vs_bf16": {p: c.to_json() for p, c in energy_compare.against_bf16(measured).items()}}
+                      "vs_bf16": {p: c.to_json()
+                                 for p, c in energy_compare.against_bf16(report.result.energies()).items()}}
                      if isinstance(stored, dict) else None)
     out["energy_reason"] = None if out["energy"] is not None else "no energy per step in this result"
     return out
@@ -316,7 +317,7 @@ def energy_lines(report: Report) -> list[str]:
                                          (e.get("power_source") for e in found.values()))
         if above:
             lines.append(f"  {above}")
-        compared = energy_compare.comparison_sentence(found)
+        compared = energy_compare.comparison_sentence(report.result.energies())
         if compared:
             lines.append(f"  {compared}")
     return lines
