@@ -25,6 +25,7 @@ from gemm_bench.report.compare import SQNR_TOLERANCE_DB, compare, compare_dirs, 
 from gemm_bench.report.energy_compare import against_bf16
 from gemm_bench.results import energy
 from gemm_bench.results.cache import dumps, read_document
+from gemm_bench.results.typed import parse
 from tests.test_cli import call, one_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -327,7 +328,7 @@ def test_compare_reports_energy_and_counts_a_reversed_verdict_as_a_change(tmp_pa
     "uses less" reported zero changes."""
     raw = read_document(MORE, raw=True)
     found = energy.step_energies(read_document(MORE))
-    before = against_bf16(found)["fp8-delayed"]
+    before = against_bf16(parse(read_document(MORE)).energies())["fp8-delayed"]
     assert before.verdict == "more", before  # gpt-oss-120b on the H100: FP8 Delayed uses more than BF16
     # FP8 Delayed drawing less power, its whole spread below BF16's: "uses less" now
     factor = 0.9 * found["bf16"]["energy_mj_low"] / found["fp8-delayed"]["energy_mj_high"]

@@ -10,6 +10,7 @@ committed results (no quartiles, measured before them) must still render, with n
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import statistics
@@ -25,6 +26,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results import energy
 from gemm_bench.results.schema import ResultError, validate
 from gemm_bench.results.step_error import StepError
+from gemm_bench.results.typed import parse
 from gemm_benchmark import values
 from gemm_benchmark.breakdown_render import energy_nodes
 from gemm_benchmark.records import value_key
@@ -161,22 +163,22 @@ def test_a_group_clock_blocks_quartiles_are_validated() -> None:
 
 # ------------------------------------------------------------------------------ 2. compared by one rule
 def test_comparisons_use_the_significance_rule_and_claim_nothing_without_a_spread() -> None:
-    found = energy.step_energies(_with_spread())
+    found = parse(_with_spread()).energies()
     said = energy_compare.against_bf16(found)
     assert {p: c.verdict for p, c in said.items()} == {"fp8-delayed": "less", "fp8-current": "within",
                                                       "fp8-block": "more"}
     # FP8 Current's bare value is above BF16's: the spreads, not the values, decide
-    assert found["fp8-current"]["energy_mj"] > found["bf16"]["energy_mj"]
+    assert found["fp8-current"].energy_mj > found["bf16"].energy_mj
     assert overlaps(energy_compare.energy_point(found["fp8-current"]), energy_compare.energy_point(found["bf16"]))
     assert said["fp8-delayed"].words == "8.4 J less per step, beyond the sampling spread"
     assert said["fp8-current"].words == "within the sampling spread"
     assert said["fp8-block"].words.endswith("J more per step, beyond the sampling spread")
     # no spread on either side: no verdict, whatever the values
-    old = energy.step_energies(_committed())
+    old = parse(_committed()).energies()
     assert {c.verdict for c in energy_compare.against_bf16(old).values()} == {"unknown"}
     mixed = {**found, "fp8-block": old["fp8-block"]}
     assert energy_compare.against_bf16(mixed)["fp8-block"].words == energy_compare.NOT_STORED
-    assert energy_compare.energy_point(old["bf16"]) == Point(old["bf16"]["energy_mj"], None, None)
+    assert energy_compare.energy_point(old["bf16"]) == Point(old["bf16"].energy_mj, None, None)
     assert energy_compare.against_bf16({p: e for p, e in found.items() if p != "bf16"}) == {}
 
 
@@ -213,7 +215,7 @@ def test_the_roles_compare_with_bf16_by_the_same_rule() -> None:
 def test_the_report_prints_and_stores_the_comparison() -> None:
     doc = _with_spread()
     text = _flat(training_text.text(Report(doc)))
-    assert _flat(energy_compare.comparison_sentence(energy.step_energies(doc))) in text
+    assert _flat(energy_compare.comparison_sentence(parse(doc).energies())) in text
     data = training_text.to_json(Report(doc))["energy"]["vs_bf16"]
     assert {p: v["verdict"] for p, v in data.items()} == {"fp8-delayed": "less", "fp8-current": "within",
                                                          "fp8-block": "more"}
@@ -258,17 +260,18 @@ def test_a_window_whose_readings_did_not_settle_claims_no_difference() -> None:
     "13 J less per step, beyond the sampling spread". A window whose quartiles spread over
     UNSETTLED_IQR of its median is shown and not compared."""
     doc = json.loads((DOCS / "_gemm_cache" / "bd92f789991e76d6--h100-80gb-hbm3.json").read_text(encoding="utf-8"))
-    found = energy.step_energies(doc)
+    found = parse(doc).energies()
     # That window was re-measured (session 13) and settled; the same reading, one sample over half the
     # window, is put back on the re-measured entry: its first quartile at 60% of its median.
-    found["fp8-delayed"] = dict(found["fp8-delayed"], power_w_q1=found["fp8-delayed"]["power_w"] * 0.6)
+    found["fp8-delayed"] = dataclasses.replace(found["fp8-delayed"], power_w_q1=found["fp8-delayed"].power_w * 0.6)
     delayed = found["fp8-delayed"]
-    assert (delayed["power_w_q3"] - delayed["power_w_q1"]) / delayed["power_w"] > energy_compare.UNSETTLED_IQR
+    assert delayed.power_w_q3 is not None and delayed.power_w_q1 is not None
+    assert (delayed.power_w_q3 - delayed.power_w_q1) / delayed.power_w > energy_compare.UNSETTLED_IQR
     said = energy_compare.against_bf16(found)
     assert said["fp8-delayed"].verdict == energy_compare.UNSETTLED
     assert "did not settle" in said["fp8-delayed"].words and "less per step" not in said["fp8-delayed"].words
     # a settled window of the same result is still judged
     assert said["fp8-current"].verdict in (energy_compare.LESS, energy_compare.MORE, energy_compare.WITHIN)
     # the spread-ramp example: widen a settled window's quartiles past the bound and it is no longer judged
-    wide = dict(found["fp8-current"], power_w_q1=found["fp8-current"]["power_w"] * 0.6)
+    wide = dataclasses.replace(found["fp8-current"], power_w_q1=found["fp8-current"].power_w * 0.6)
     assert energy_compare.compare(wide, found["bf16"]).verdict == energy_compare.UNSETTLED

@@ -185,7 +185,7 @@ def test_the_cli_and_the_directive_take_g_and_the_vocabulary_from_one_option_tab
 def test_a_parts_spread_stays_within_its_samples() -> None:
     """Python's default ("exclusive") quartiles of two samples lie outside them, and composed into a
     speedup spread they went negative; the spread is the inclusive quartiles."""
-    from gemm_bench.report.model_step import _quartiles
+    from gemm_bench.results.typed import Stats
 
-    low, high = _quartiles({"ms": 5.5, "stats": {"samples_ms": [1.0, 10.0], "median_ms": 5.5, "iqr_ms": 9.0}})
+    low, high = Stats(5.5, 9.0, samples_ms=(1.0, 10.0)).quartiles_around(5.5)
     assert 1.0 <= low <= high <= 10.0

@@ -180,7 +180,7 @@ def answer(report: Report, mode: str, precisions: Sequence[str], *, device: str,
         basis, points, verdict = "model", model_points, decide_fastest(model_points)
         quantity = model_step_at(summary.microbatches)
         base_status = "measured"  # BF16's model step is the reference of every point above
-        absent = {p: part_absence(report.doc, p) for p in others if p not in model_points}
+        absent = {p: part_absence(report.result, p) for p in others if p not in model_points}
     if base_status == "failed":
         return Sentence(f"{subject}no recommendation: {unavailable_text('failed', base_reason, limit=80)} "
                         f"(BF16, the reference of every speedup of {quantity}).")

@@ -20,6 +20,7 @@ from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report import breakdown_figure, energy_compare, model_step_breakdown, precision_plan
 from gemm_bench.report.model_step import ModelStep
 from gemm_bench.results import energy
+from gemm_bench.results.typed import parse
 from gemm_benchmark.render_block import figure_pair
 
 
@@ -106,7 +107,7 @@ def energy_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
                                      (e.get("power_source") for e in found.values()))
     if above:
         text += f" {above[0].upper()}{above[1:]}."
-    compared = energy_compare.comparison_sentence(found)
+    compared = energy_compare.comparison_sentence(parse(doc).energies())
     if compared:
         text += f" {compared}"
     return [nodes.paragraph(text, text, classes=["gemm-summary-note", "gemm-energy"])]

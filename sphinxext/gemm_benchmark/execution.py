@@ -56,6 +56,7 @@ from gemm_bench.results.stack import (
     remeasure,
     stack_staleness,
 )
+from gemm_bench.results.typed import parse
 from gemm_benchmark.diagnostics import TextEnum
 
 logger = logging.getLogger(__name__)
@@ -421,7 +422,7 @@ def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str
             errors.append(CacheError(path, f"does not answer this question: {exc}"))
             continue
         status, reason = assess(reports, doc, max_age_days)
-        other = other_vocabulary(doc, question.config)
+        other = other_vocabulary(parse(doc), question.config)
         if other is not None:  # the page's :vocab-size: (not in the hash) is not the one measured
             problems.append(f"on {name}, the page's :vocab-size: asks for another vocabulary than the result's "
                             f"model step: {other_vocabulary_text(*other)}; no model-step number is shown")

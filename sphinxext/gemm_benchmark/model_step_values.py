@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
@@ -36,6 +35,7 @@ from gemm_bench.report.model_step import (
 )
 from gemm_bench.report.model_step_breakdown import model_bars
 from gemm_bench.report.report import Report
+from gemm_bench.results.typed import Result
 from gemm_benchmark.breakdown_values import BREAKDOWN_ITEMS, NOT_IN_RESULT, breakdown_values
 from gemm_benchmark.records import Value, value_key
 
@@ -131,7 +131,7 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
         stored = report.doc["question"].get("config")
         if reason and isinstance(stored, Mapping) and "vocab_size" not in stored:
             reason = None  # written before the config held a vocabulary: the result predates the model step
-        other = other_vocabulary(report.doc, report.config)
+        other = other_vocabulary(report.result, report.config)
         why = (f"{where}: no model step for this question: {reason}" if reason
                else f"{where}: no model step for this question: {other_vocabulary_text(*other)}" if other
                else f"{where}: no model step in this result (the next refresh measures it)")
@@ -145,7 +145,7 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
     keys_of = {g: (g_key(g), DEFAULT_G) if g == g_default else (g_key(g),) for g in summary.rows}
     for p in shown:
         if all(summary.row(p, g) is None for g in summary.rows):
-            status, reason = part_absence(report.doc, p)
+            status, reason = part_absence(report.result, p)
             why = f"{where}, {PRECISIONS[p].display}: {_absence_words(status, reason)}"
             _absent(out, G_KINDS, p, tuple(k for keys in keys_of.values() for k in keys), why, status, reason)
     for g, rows in summary.rows.items():
@@ -163,7 +163,7 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
                     Value(f"{row.speedup:.2f}×", f"{row.speedup:.3f}× BF16 (spread {row.speedup_low:.3f}–"
                           f"{row.speedup_high:.3f}): {at}", low=row.speedup_low, high=row.speedup_high)
                     if row.speedup else Value("", f"{at}: no BF16 model step of the same run"))
-    _memory_values(out, summary, shown, where, report.doc)
+    _memory_values(out, summary, shown, where, report.result)
     bars = model_bars(report.doc, summary)
     for p in shown:
         breakdown_values(out, MODEL_BREAKDOWN, MODE, bars, p,
@@ -173,14 +173,14 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
 
 
 def _memory_values(out: dict[str, Value], summary: ModelStep, shown: tuple[str, ...], where: str,
-                   doc: Mapping[str, Any]) -> None:
+                   result: Result) -> None:
     base = summary.memory.get(BASELINE)
     capacity = capacity_text(summary.capacity_bytes)
     for p in shown:
         at = f"{where}, {PRECISIONS[p].display}"
         m = summary.memory.get(p)
         if m is None:
-            status, reason = part_absence(doc, p)
+            status, reason = part_absence(result, p)
             why = f"{at}: {_absence_words(status, reason)}"
             out[value_key("gemm-memory", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
             out[value_key("gemm-memory-delta", MODE, p, DEFAULT_G)] = Value("", why, status, reason)
@@ -199,4 +199,4 @@ def _memory_values(out: dict[str, Value], summary: ModelStep, shown: tuple[str, 
             Value(str(largest) if largest else "none", (
                 f"the largest micro-batch that fitted with {summary.search_layers} layers: {at}" if largest else
                 f"not even a micro-batch of 1 fitted with {summary.search_layers} layers: {at}"))
-            if largest is not None else Value("", f"{at}: {largest_microbatch_absence(doc, p)}"))
+            if largest is not None else Value("", f"{at}: {largest_microbatch_absence(result, p)}"))

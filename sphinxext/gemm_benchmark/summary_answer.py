@@ -441,7 +441,7 @@ def model_step_row(report: Report, summary: ModelStep, precisions: Sequence[str]
             row.append(speed_cell(point, verdict, p, f"{point.value:.3f}× BF16's tokens per second (spread "
                                   f"{point.low:.2f}–{point.high:.2f}×) in {vocabulary.MODEL_STEP}: {source}"))
             continue
-        status, reason = part_absence(report.doc, p)
+        status, reason = part_absence(report.result, p)
         row.append(absent_cell(status, reason or vocabulary.NO_MODEL_STEP, source, notes))
     return row
 
@@ -466,7 +466,7 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
         for p in shown:
             got = value(p)
             if got is None:
-                status, reason = part_absence(report.doc, p)
+                status, reason = part_absence(report.result, p)
                 out.append(absent_cell(status, reason or vocabulary.NO_MODEL_STEP,
                                        f"{PRECISIONS[p].display}, {gpu}, {vocabulary.MODEL_STEP}", notes))
             else:

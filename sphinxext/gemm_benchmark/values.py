@@ -33,6 +33,7 @@ from gemm_bench.report.fastest import (
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick, total_points
 from gemm_bench.results.energy import energy_bounds, energy_missing, joules, power_above_limit, step_energies
+from gemm_bench.results.typed import parse
 from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
     BREAKDOWN_ITEMS,
     NOT_IN_RESULT,
@@ -446,7 +447,8 @@ def energy_values(out: dict[str, Value], doc: Mapping[str, object], precision: s
         out[key] = Value("", f"{at}: " + ("BF16 is the reference" if precision == BASELINE
                                           else f"BF16's {energy_missing(doc, BASELINE)}"))
         return
-    said = energy_compare.compare(entry, base)
+    typed = parse(dict(doc)).energies()  # the same checked entries, typed, for the significance rule
+    said = energy_compare.compare(typed[precision], typed[BASELINE])
     out[key] = Value(said.words, f"{joules(entry['energy_mj'])} J{_energy_spread(entry)} against BF16's "
                                  f"{joules(base['energy_mj'])} J{_energy_spread(base)}: {said.words} ({at})")
 

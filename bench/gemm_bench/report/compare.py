@@ -54,6 +54,7 @@ from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.cache import MAX_FILE_BYTES, CacheError, read_document
 from gemm_bench.results.invariants import check
 from gemm_bench.results.schema import ResultError, validate
+from gemm_bench.results.typed import parse
 from gemm_bench.results.untrusted_text import field, markdown
 
 #: Pull-request bodies are limited to 65,536 characters; leave room for the workflow's text.
@@ -260,7 +261,7 @@ def _energy_sides(doc: dict[str, Any]) -> dict[str, EnergySide]:
     if not isinstance(block, dict):
         return {}
     measured = energy.step_energies(doc)
-    verdicts = against_bf16(measured)
+    verdicts = against_bf16(parse(doc).energies())
     out: dict[str, EnergySide] = {}
     for entry in block.get("steps", []):
         pid = entry.get("precision")
@@ -731,7 +732,7 @@ def _model_status(report: Report, summary: Any, row: Any, precision: str) -> str
         return "baseline" if precision == BASELINE else ""
     if summary is None:
         return "not measured"
-    status, _ = part_absence(report.doc, precision)
+    status, _ = part_absence(report.result, precision)
     return status or "not measured"
 
 

@@ -10,7 +10,9 @@ so it differs exactly where the energy does and needs no verdict of its own.
 
 A result measured before the quartiles were stored has no spread: the comparison then says so and
 claims no difference (``overlaps`` alone would let the bare values decide, as speedups did before
-their spreads were stored; for energy no result ever had a spread to lean on). The page's energy line,
+their spreads were stored; for energy no result ever had a spread to lean on). It reads the typed entries
+of a checked result (:class:`gemm_bench.results.typed.EnergyEntry`, :meth:`~gemm_bench.results.typed.Result.energies`),
+never the JSON dict: an energy the door refused is a failed entry there, and never compared. The page's energy line,
 ``:gemm-energy:`` … ``vs-bf16`` and ``gemm-bench report`` all take their words from here.
 """
 
@@ -22,7 +24,8 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.fastest import Point, clearly_less, overlaps
-from gemm_bench.results.energy import energy_bounds, joules
+from gemm_bench.results.energy import joules
+from gemm_bench.results.typed import EnergyEntry
 
 #: The verdicts, as the JSON report stores them.
 LESS, MORE, WITHIN, UNKNOWN, UNSETTLED = "less", "more", "within", "unknown", "unsettled"
@@ -84,24 +87,23 @@ class EnergyComparison:
         return {"verdict": self.verdict, "difference_mj": round(self.difference_mj, 3), "words": self.words}
 
 
-def energy_point(entry: Mapping[str, Any]) -> Point:
+def energy_point(entry: EnergyEntry) -> Point:
     """A measured energy entry as the significance rule's point: its energy (mJ) and its spread
     (None, None for an entry measured before the quartiles were stored)."""
-    bounds = energy_bounds(entry)
-    return Point(float(entry["energy_mj"]), *(bounds if bounds is not None else (None, None)))
+    bounds = entry.bounds()
+    return Point(entry.energy_mj, *(bounds if bounds is not None else (None, None)))
 
 
-def unsettled(entry: Mapping[str, Any]) -> bool:
+def unsettled(entry: EnergyEntry) -> bool:
     """Whether a window's power readings spread too widely for its median to be the recipe's draw
     (:data:`UNSETTLED_IQR`); False for an entry without stored quartiles."""
-    q1, q3, median = entry.get("power_w_q1"), entry.get("power_w_q3"), entry.get("power_w")
-    if not (isinstance(q1, (int, float)) and isinstance(q3, (int, float)) and isinstance(median, (int, float))
-            and median):
+    q1, q3, median = entry.power_w_q1, entry.power_w_q3, entry.power_w
+    if q1 is None or q3 is None or not median:
         return False
     return (q3 - q1) / median > UNSETTLED_IQR
 
 
-def compare(entry: Mapping[str, Any], base: Mapping[str, Any]) -> EnergyComparison:
+def compare(entry: EnergyEntry, base: EnergyEntry) -> EnergyComparison:
     """``entry``'s energy against ``base``'s (BF16's): less or more only beyond both spreads, and
     only where both windows' readings settled (:func:`unsettled`)."""
     mine, theirs = energy_point(entry), energy_point(base)
@@ -114,19 +116,19 @@ def compare(entry: Mapping[str, Any], base: Mapping[str, Any]) -> EnergyComparis
         verdict = WITHIN
     else:
         verdict = LESS if clearly_less(mine, theirs) else MORE
-    return EnergyComparison(str(entry["precision"]), verdict, difference)
+    return EnergyComparison(entry.precision, verdict, difference)
 
 
-def against_bf16(found: Mapping[str, Mapping[str, Any]]) -> dict[str, EnergyComparison]:
+def against_bf16(found: Mapping[str, EnergyEntry]) -> dict[str, EnergyComparison]:
     """Every measured recipe's comparison with BF16's energy (``found``: precision -> measured entry,
-    :func:`gemm_bench.results.energy.step_energies`), in the site's order; {} without BF16's."""
+    :meth:`gemm_bench.results.typed.Result.energies`), in the site's order; {} without BF16's."""
     base = found.get(BASELINE)
     if base is None:
         return {}
     return {p: compare(found[p], base) for p in PRECISIONS if p in found and p != BASELINE}
 
 
-def comparison_sentence(found: Mapping[str, Mapping[str, Any]]) -> str:
+def comparison_sentence(found: Mapping[str, EnergyEntry]) -> str:
     """One sentence for the energy line under a model's step (the page's and the report's): each
     recipe against BF16's step, or why no recipe is said to differ; "" without a pair to compare."""
     compared = against_bf16(found)

@@ -3,7 +3,8 @@ the time per micro-batch, tokens/s per GPU, model TFLOP/s, MFU, the speedup over
 spread, the layer step beside it, and memory (peak, what it is made of, layers that fit, the
 largest micro-batch).
 
-Pure: it reads a validated result's ``model_step`` block and composes with
+Pure: it reads a checked result's typed model step (:class:`gemm_bench.results.typed.ModelStepBlock`,
+parsed once at the door; never the JSON dict) and composes with
 :mod:`gemm_bench.question.model_step`. G and the layer count are the page's (not in the question's
 hash), so two pages asking G = 1 and G = 8 read one file. Every number comes from one block, one
 run: speedups are never taken across runs.
@@ -12,7 +13,6 @@ run: speedups are never taken across runs.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,8 +31,7 @@ from gemm_bench.question.model_step import (
     vocab_parameters,
 )
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.question.question import stored_config
-from gemm_bench.results import model_step_schema as schema
+from gemm_bench.results.typed import ModelStepBlock, ModelStepPart, Result, parse_model_step
 
 GIB = 1 << 30
 #: A memory difference smaller than this (GiB) reads "the same": the shown digit cannot tell it.
@@ -129,88 +128,90 @@ def optimizer_state_note(summary: ModelStep) -> str | None:
             "as well.")
 
 
-def _quartiles(item: Mapping[str, Any]) -> tuple[float, float]:
-    samples = item.get("stats", {}).get("samples_ms")
-    if isinstance(samples, list) and len(samples) >= 2:
-        q = statistics.quantiles(samples, n=4, method="inclusive")  # within the samples, never beyond
-        return float(q[0]), float(q[2])
-    half = float(item["stats"]["iqr_ms"]) / 2
-    return float(item["ms"]) - half, float(item["ms"]) + half
+def _block(block: ModelStepBlock | Mapping[str, Any]) -> ModelStepBlock:
+    """The typed block; a checked document's raw block (from a reader not yet converted to
+    :class:`~gemm_bench.results.typed.Result`: ``report.layout_step``) goes through the one parser."""
+    return block if isinstance(block, ModelStepBlock) else parse_model_step(block)
 
 
-def part_times(block: Mapping[str, Any], precision: str) -> tuple[PartTimes, PartTimes, PartTimes] | None:
+def part_times(block: ModelStepBlock | Mapping[str, Any], precision: str
+               ) -> tuple[PartTimes, PartTimes, PartTimes] | None:
     """(medians, first quartiles, third quartiles) of one precision's parts, or None if one is missing."""
-    items = [schema.part(block, "embedding"), schema.part(block, "head"),
-             schema.part(block, "layer-first", precision), schema.part(block, "layer-cached", precision)]
-    if any(i is None for i in items):
-        return None
+    typed = _block(block)
+    items = [typed.part("embedding"), typed.part("head"), typed.part("layer-first", precision),
+             typed.part("layer-cached", precision)]
     found = [i for i in items if i is not None]
-    medians = PartTimes(*(float(i["ms"]) for i in found))
-    low = PartTimes(*(_quartiles(i)[0] for i in found))
-    high = PartTimes(*(_quartiles(i)[1] for i in found))
+    if len(found) < len(items):
+        return None
+    medians = PartTimes(*(_ms(i) for i in found))
+    low = PartTimes(*(i.quartiles()[0] for i in found))
+    high = PartTimes(*(i.quartiles()[1] for i in found))
     return medians, low, high
 
 
-def optimizer_line(block: Mapping[str, Any]) -> OptimizerLine | None:
+def _ms(item: ModelStepPart) -> float:
+    assert item.ms is not None, "a measured part has its time"
+    return item.ms
+
+
+def optimizer_line(block: ModelStepBlock | Mapping[str, Any]) -> OptimizerLine | None:
     """The optimizer's line through its smallest and largest measured sizes, or None with fewer than two."""
-    points = sorted((int(i["params"]), float(i["ms"])) for i in block["parts"]
-                    if i["part"] == "optimizer" and i["status"] == "measured")
+    points = sorted((i.params, i.ms) for i in _block(block).parts
+                    if i.part == "optimizer" and i.measured and i.params is not None and i.ms is not None)
     if len(points) < 2:
         return None
     (n0, t0), (n1, t1) = points[0], points[-1]
     return OptimizerLine((n0, n1), (t0, t1))
 
 
-def model_step_summary(doc: Mapping[str, Any], config: ModelConfig | None = None) -> ModelStep | None:
-    """The model step of a valid result for ``config`` (the page's question; default: the stored
+def model_step_summary(result: Result, config: ModelConfig | None = None) -> ModelStep | None:
+    """The model step of a checked result for ``config`` (the page's question; default: the stored
     config), or None when the result has none that answers it (none measured, another vocabulary,
     a part missing)."""
-    block = doc.get("model_step")
-    config = config if config is not None else stored_config(doc["question"].get("config"))
-    if block is None or config is None or not schema.answers(block, config):
+    block = result.model_step
+    config = config if config is not None else result.config
+    if block is None or config is None or not block.answers(config):
         return None
     line = optimizer_line(block)
     if line is None:
         return None
-    params = rank_parameters(config, int(block["layer_params"]))
+    params = rank_parameters(config, block.layer_params)
     parts = {p: t for p in PRECISIONS if (t := part_times(block, p)) is not None}
     if BASELINE not in parts:
         return None
-    device = str(doc["device"]["name"])
+    device = result.device.name
     peak = peak_tflops(device, "bf16")
     medians = {p: t[0] for p, t in parts.items()}
     quartiles = {p: (t[1], t[2]) for p, t in parts.items()}
     rows = {g: tuple(composed_rows(config, medians, quartiles, line, params, microbatches=g, peak_bf16_tflops=peak))
             for g in sorted({1, config.num_microbatches})}
-    capacity = int(block["capacity_bytes"])
-    layer_params = int(block["layer_params"])
+    capacity = block.capacity_bytes
     mem, fit, predicted = {}, {}, {}
     for p in parts:
-        m = schema.memory_parts(block, p)
+        m = block.memory.get(p)
         if m is None:
             continue
         mem[p] = memory(m, params, layers=config.measured_layers)
-        fit[p] = layers_that_fit(m, capacity, layer_params=layer_params, vocab_params=vocab_parameters(config),
+        fit[p] = layers_that_fit(m, capacity, layer_params=block.layer_params, vocab_params=vocab_parameters(config),
                                  hidden_size=config.hidden_size)
         predicted[p] = largest_microbatch_predicted(m, params, layers=config.measured_layers, capacity=capacity)
-    search = block.get("largest_microbatch") or {}
-    found = {p: int(v["largest"]) for p, v in search.items() if p != "layers" and isinstance(v, dict)}
-    return ModelStep(config, device, str(block["run_id"]), rows, mem, fit, found, predicted,
-                     int(search.get("layers", 0)), capacity, params)
+    search = block.largest_microbatch
+    found = dict(search.found) if search is not None else {}
+    return ModelStep(config, device, block.run_id, rows, mem, fit, found, predicted,
+                     search.layers if search is not None else 0, capacity, params)
 
 
-def other_vocabulary(doc: Mapping[str, Any], config: ModelConfig | None) -> tuple[int, int] | None:
+def other_vocabulary(result: Result, config: ModelConfig | None) -> tuple[int, int] | None:
     """(the padded vocabulary the result's model step was measured at, the question's) where they
     differ, else None. The embedding, output layer and loss are measured at one vocabulary and
     cannot be recomposed for another (issue 43): the page's other ``vocab_size`` (left out of the
     question's hash) needs a GPU run, and no model-step number of this result answers it."""
-    block = doc.get("model_step")
-    if not isinstance(block, Mapping) or config is None or config.padded_vocab_size is None:
+    block = result.model_step
+    if block is None or config is None or config.padded_vocab_size is None:
         return None
-    measured = block.get("padded_vocab_size")
-    if not isinstance(measured, int) or measured == config.padded_vocab_size:
+    if block.padded_vocab_size == config.padded_vocab_size:
         return None
-    return measured, config.padded_vocab_size
+    return block.padded_vocab_size, config.padded_vocab_size
 
 
 def other_vocabulary_text(measured: int, asked: int) -> str:
@@ -221,27 +222,26 @@ def other_vocabulary_text(measured: int, asked: int) -> str:
             f"run measures them at {asked:,} (gemm-bench refresh)")
 
 
-def part_absence(doc: Mapping[str, Any], precision: str) -> tuple[str, str]:
+def part_absence(result: Result, precision: str) -> tuple[str, str]:
     """(status, reason) of a precision's model step without a number: its layer parts' stored failure
-    or unsupported verdict (``failed``, "CUDA out of memory ..."), ("", "is not in this result") when
-    no part of it was stored, or ("", "") when the block answers nothing at all."""
-    block = doc.get("model_step")
-    if not isinstance(block, Mapping):
+    or unsupported verdict (``failed``, "CUDA out of memory ..."; a part refused at the door reads
+    failed with the door's reason), ("", "is not in this result") when no part of it was stored, or
+    ("", "") when the block answers nothing at all."""
+    block = result.model_step
+    if block is None:
         return "", ""
-    for item in block.get("parts", []):
-        if item.get("precision") == precision and item.get("part", "").startswith("layer") and (
-                item.get("status") != "measured"):
-            return str(item["status"]), " ".join(str(item.get("reason", "")).split())
-    if precision not in {i.get("precision") for i in block.get("parts", [])}:
+    for item in block.parts:
+        if item.precision == precision and item.part.startswith("layer") and not item.measured:
+            return item.status, item.reason
+    if precision not in {i.precision for i in block.parts}:
         return "", "are not in this result (not measured for this recipe)"
     return "", "are incomplete in this result"
 
 
-def largest_microbatch_absence(doc: Mapping[str, Any], precision: str) -> str:
+def largest_microbatch_absence(result: Result, precision: str) -> str:
     """Why a precision has no largest micro-batch: the search's stored failure, or not searched."""
-    block = doc.get("model_step")
-    search = block.get("largest_microbatch") if isinstance(block, Mapping) else None
-    found = search.get(precision) if isinstance(search, Mapping) else None
-    if isinstance(found, str):
-        return f"the search on the GPU failed: {' '.join(found.split())}"
+    search = result.model_step.largest_microbatch if result.model_step is not None else None
+    failed = search.failed.get(precision) if search is not None else None
+    if failed is not None:
+        return f"the search on the GPU failed: {failed}"
     return "the largest micro-batch was not searched on the GPU in this result"

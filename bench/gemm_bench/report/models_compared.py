@@ -66,7 +66,7 @@ def category(model: Compared) -> str:
 
 
 def _absence(report: Report, precision: str) -> str:
-    status, reason = part_absence(report.doc, precision)
+    status, reason = part_absence(report.result, precision)
     if report.model_step() is None:
         return f"not measured: {MODEL_STEP} is not in this result"
     return status_reason(status, reason) if status else f"n/a: {NO_MODEL_STEP} ({reason or 'no speedup'})"

@@ -62,6 +62,7 @@ from gemm_bench.results.schema import (
     peer_run_id,
     unstored_reason,
 )
+from gemm_bench.results.typed import Result, parse
 
 Key = tuple[str, str]  # (mode, precision)
 
@@ -236,6 +237,8 @@ class Report:
         config: ModelConfig | None = None,
     ) -> None:
         self.doc = doc
+        #: The result, typed (:func:`gemm_bench.results.typed.parse`): what converted readers read.
+        self.result: Result = parse(doc)
         stored = document_gemms(doc)
         if gemms is None:
             self.gemms = stored
@@ -616,7 +619,7 @@ class Report:
         """The model's step of this result for ``config`` (the page's question: its G and
         layers; default the stored config), or None where the result has none that answers it
         (:func:`gemm_bench.report.model_step.model_step_summary`)."""
-        return model_step_summary(self.doc, config if config is not None else self.config)
+        return model_step_summary(self.result, config if config is not None else self.config)
 
     # ------------------------------------------------------------------ accuracy
     def _accuracy_cell(self, mode: str, precision: str, gemm: GemmShape, distribution: str) -> tuple[float | None, str]:

@@ -37,7 +37,8 @@ from gemm_bench.report.fastest import (
 from gemm_bench.report.loss_parity_words import band_of
 from gemm_bench.report.report import Report
 from gemm_bench.results import loss_parity_schema
-from gemm_bench.results.energy import energy_bounds, joules, step_energies
+from gemm_bench.results.energy import joules
+from gemm_bench.results.typed import Result
 
 #: What an answer's measure is (``basis``): the model's step, one layer's step, or the GEMMs.
 MODEL, STEP, GEMMS = "model", "step", "gemms"
@@ -77,12 +78,11 @@ def loss_verdicts(doc: Mapping[str, Any] | None) -> dict[str, bool]:
     return out
 
 
-def energy_criterion(doc: Mapping[str, Any]) -> Criterion:
+def energy_criterion(result: Result) -> Criterion:
     """Energy per CUDA-graphed layer step, less is better; only windows with a stored spread whose
     readings settled (:func:`~gemm_bench.report.energy_compare.unsettled`) take part, as only those
     are ever said to differ."""
-    points = {p: energy_point(e) for p, e in step_energies(doc).items()
-              if energy_bounds(e) is not None and not unsettled(e)}
+    points = {p: energy_point(e) for p, e in result.energies().items() if e.bounds() is not None and not unsettled(e)}
     return Criterion(f"energy per {LAYER_STEP}", points, higher_is_better=False, show=lambda mj: f"{joules(mj)} J",
                      spread="sampling spread", verb="uses less")
 
@@ -115,7 +115,7 @@ def settle(verdict: Fastest | None, measure: Mapping[str, Point], report: Report
     found = rows(report, precisions, graphed=graphed, gemm_mode=gemm_mode)
     criteria = [c for key, c in found.items() if key != basis or found[key].points != measure]
     return break_tie(verdict, measure, in_band=loss_verdicts(loss_parity),
-                     criteria=[*criteria, energy_criterion(report.doc)])
+                     criteria=[*criteria, energy_criterion(report.result)])
 
 
 def pick(points: Mapping[str, Point], report: Report, precisions: Iterable[str], *, basis: str,

@@ -95,7 +95,8 @@ def to_json(report: Report) -> dict[str, Any]:
     # vs_bf16: each recipe against BF16 by the site's significance rule ("unknown" without the spread)
     out["energy"] = ({"method": stored.get("method"), "mode": stored.get("mode"), "steps": stored.get("steps", []),
                       "words": {p: energy.energy_words(e) for p, e in measured.items()},
-                      "vs_bf16": {p: c.to_json() for p, c in energy_compare.against_bf16(measured).items()}}
+                      "vs_bf16": {p: c.to_json()
+                                 for p, c in energy_compare.against_bf16(report.result.energies()).items()}}
                      if isinstance(stored, dict) else None)
     out["energy_reason"] = None if out["energy"] is not None else "no energy per step in this result"
     return out
@@ -135,7 +136,8 @@ def model_step_json(report: Report) -> dict[str, Any]:
         "largest_microbatch_searched_with_layers": summary.search_layers,
         "largest_microbatch_predicted": dict(summary.largest_microbatch_predicted),
         "sentences": {p: s for p in shown if (s := summary.sentence(p))},
-        "absent": {p: " ".join(x for x in part_absence(report.doc, p) if x) for p in shown if summary.row(p) is None},
+        "absent": {p: " ".join(x for x in part_absence(report.result, p) if x) for p in shown
+                   if summary.row(p) is None},
     }, "model_step_reason": None}
 
 
@@ -169,7 +171,7 @@ def model_step_lines(report: Report) -> list[str]:
             row = summary.row(p, g)
             name = PRECISIONS[p].display
             if row is None:
-                status, reason = part_absence(report.doc, p)
+                status, reason = part_absence(report.result, p)
                 said = f"{status}: {reason}" if status else (f"n/a: its parts {reason}" if reason else "n/a")
                 lines.append(f"  {g:>2}  {name:<12}{said}")
                 continue
@@ -216,7 +218,7 @@ def _memory_lines(report: Report, summary: ModelStep, shown: list[str]) -> list[
         lines.append(f"  largest micro-batch that fitted, found on the GPU with {summary.search_layers} layers: "
                      f"{found}")
     else:
-        lines.append(f"  {largest_microbatch_absence(report.doc, BASELINE)}")
+        lines.append(f"  {largest_microbatch_absence(report.result, BASELINE)}")
     return lines
 
 
@@ -315,7 +317,7 @@ def energy_lines(report: Report) -> list[str]:
                                          (e.get("power_source") for e in found.values()))
         if above:
             lines.append(f"  {above}")
-        compared = energy_compare.comparison_sentence(found)
+        compared = energy_compare.comparison_sentence(report.result.energies())
         if compared:
             lines.append(f"  {compared}")
     return lines

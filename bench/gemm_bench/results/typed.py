@@ -1,0 +1,487 @@
+"""A checked result as typed objects: what the report and the extension read instead of the JSON dict.
+
+Why: a result used to travel as the raw JSON dict through the report and the pages, and each module
+re-read the fields it needed (``doc["model_step"]["parts"]``, ``entry.get("energy_mj_low")``, ...)
+and checked what it happened to check (issue 43). Now a document is read at one door
+(:func:`gemm_bench.results.cache.read_document`: schema, then the invariants of
+:mod:`gemm_bench.results.invariants`, which demote an impossible number to a failed entry) and
+parsed here, once, by :func:`parse` into frozen dataclasses whose fields are typed. A reader that
+takes a :class:`Result` cannot index a field the door did not check, and a demoted number reaches it
+only as a failed entry with its reason.
+
+What is typed: the device, provenance, question, the GEMM cells, the layer-step cells, the model step
+(parts, memory, largest micro-batch), the energy entries and the precision plan. Not yet: peers,
+accuracy cells, timed groups and breakdown blocks (a breakdown stays the mapping
+:mod:`gemm_bench.results.breakdown` reads). :attr:`Result.document` keeps the checked document for
+the readers not yet converted (the docs' methodology lists which are); writers never use a
+:class:`Result`: ``Cache.store`` and the merge read the file raw.
+
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping
+from typing import Any, Literal, cast
+
+from gemm_bench.question.config import ModelConfig
+from gemm_bench.question.model_step import MemoryParts
+from gemm_bench.question.question import Question, stored_config
+from gemm_bench.question.shapes import GemmShape
+from gemm_bench.results.invariants import Violation, check
+from gemm_bench.results.model_step_schema import MEMORY_FIELDS
+from gemm_bench.results.schema import CheckedDocument, cell_run_id
+
+Status = Literal["measured", "unsupported", "failed"]
+PartName = Literal["embedding", "layer-first", "layer-cached", "head", "optimizer"]
+PlanStepName = Literal["all-bf16", "all-fp8", "plan"]
+#: A scalar as a device or method field stores it (the schema allows nothing else there).
+Scalar = str | int | float | bool | None
+
+
+# ------------------------------------------------------------------------------- the pieces
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """A timed region's statistics (``stats``): median and interquartile range, optional quantiles
+    and the samples (milliseconds)."""
+
+    median_ms: float
+    iqr_ms: float
+    min_ms: float | None = None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    n: int | None = None
+    samples_ms: tuple[float, ...] = ()
+
+    def quartiles_around(self, ms: float) -> tuple[float, float]:
+        """(first, third) quartile: of the samples where there are two or more (inclusive method,
+        within the samples, never beyond), else ``ms`` -/+ half the IQR."""
+        if len(self.samples_ms) >= 2:
+            q = statistics.quantiles(self.samples_ms, n=4, method="inclusive")
+            return float(q[0]), float(q[2])
+        half = self.iqr_ms / 2
+        return ms - half, ms + half
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The statistics as the stored block spells them, for helpers that read one (figures.quartiles)."""
+        out: dict[str, Any] = {"median_ms": self.median_ms, "iqr_ms": self.iqr_ms}
+        for key in ("min_ms", "p10_ms", "p90_ms", "n"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.samples_ms:
+            out["samples_ms"] = list(self.samples_ms)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What every timed entry shares: its status, its time and statistics when measured, else the
+    reason (a demoted number's reason starts with :data:`~gemm_bench.results.invariants.REFUSED`)."""
+
+    status: Status
+    ms: float | None
+    stats: Stats | None
+    reason: str
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured" and self.ms is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell(Outcome):
+    """One GEMM cell (``cells[]``): one mode, precision and GEMM pass, of one run."""
+
+    mode: str
+    precision: str
+    op: str
+    pass_: str
+    run_id: str
+    kernel_ms: float | None = None
+    kernel_ratio: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCell(Outcome):
+    """One layer-step cell (``layer[]``): a mode (eager or CUDA-graphed), precision and routing."""
+
+    mode: str
+    precision: str
+    routing: str
+    run_id: str
+    kernel_ms: float | None = None
+    kernel_ratio: float | None = None
+    #: The stored time breakdown (:mod:`gemm_bench.results.breakdown`'s block), None where absent or
+    #: dropped at the door (parts that did not add up).
+    breakdown: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStepPart(Outcome):
+    """One measured part of the model step (``model_step.parts[]``)."""
+
+    part: PartName
+    precision: str
+    #: The optimizer part's parameter count (None for the other parts).
+    params: int | None = None
+    breakdown: Mapping[str, Any] | None = None
+
+    def quartiles(self) -> tuple[float, float]:
+        """(first, third) quartile of a measured part's time (:meth:`Stats.quartiles_around`)."""
+        assert self.ms is not None and self.stats is not None, "only a measured part has quartiles"
+        return self.stats.quartiles_around(self.ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class LargestMicrobatch:
+    """The largest micro-batch searched on the GPU (``model_step.largest_microbatch``): the layers of the
+    real model it was searched with, per recipe the micro-batch found or the search's failure."""
+
+    layers: int
+    found: Mapping[str, int]
+    failed: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStepBlock:
+    """The model step's measured parts and memory (``model_step``, :mod:`~.model_step_schema`)."""
+
+    run_id: str
+    what: str
+    padded_vocab_size: int
+    layer_params: int
+    capacity_bytes: int
+    state_per_param: float
+    parts: tuple[ModelStepPart, ...]
+    #: Per recipe, the measured memory parts (empty where the door dropped an impossible optimizer state).
+    memory: Mapping[str, MemoryParts]
+    largest_microbatch: LargestMicrobatch | None
+    routing: str | None
+
+    def part(self, name: str, precision: str = "bf16", params: int | None = None) -> ModelStepPart | None:
+        """One measured part (the optimizer's at ``params``), or None."""
+        for item in self.parts:
+            if (item.part, item.precision) == (name, precision) and item.measured and (
+                    params is None or item.params == params):
+                return item
+        return None
+
+    def answers(self, config: ModelConfig | None) -> bool:
+        """Whether this block answers a question of ``config``: measured at its padded vocabulary."""
+        return config is not None and config.padded_vocab_size is not None \
+            and self.padded_vocab_size == config.padded_vocab_size
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyEntry:
+    """One recipe's energy per CUDA-graphed layer step (``energy.steps[]``, :mod:`~.energy`): measured,
+    with its window's power and (where stored) quartiles; or failed with the reason (a measurement that
+    failed, or one the door refused: too few samples, a power beyond the board, a stuck reading)."""
+
+    precision: str
+    status: Literal["measured", "failed"]
+    reason: str = ""
+    power_w: float = 0.0
+    step_ms: float = 0.0
+    energy_mj: float = 0.0
+    #: Tokens per joule per GPU (recomputed at the door: :func:`~.energy.per_gpu_rates`).
+    tokens_per_j: float = 0.0
+    samples: int = 0
+    steps: int = 0
+    wall_s: float = 0.0
+    power_source: str = ""
+    power_w_max: float | None = None
+    power_w_q1: float | None = None
+    power_w_q3: float | None = None
+    energy_mj_low: float | None = None
+    energy_mj_high: float | None = None
+    tokens_per_j_low: float | None = None
+    tokens_per_j_high: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured"
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The energy's spread in mJ (the power quartiles x the time per step), None where not stored."""
+        if self.energy_mj_low is None or self.energy_mj_high is None:
+            return None
+        return self.energy_mj_low, self.energy_mj_high
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The entry as the stored block spells it, for the results layer's helpers that read one
+        (:func:`~.energy.energy_words`)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyBlock:
+    """``energy``: the rule, its parameters and one entry per recipe."""
+
+    method: str
+    mode: str
+    window_s: float
+    sample_interval_s: float
+    entries: tuple[EnergyEntry, ...]
+
+    def measured(self) -> dict[str, EnergyEntry]:
+        """precision -> its measured entry (a failed or refused one is absent)."""
+        return {e.precision: e for e in self.entries if e.measured}
+
+    def entry(self, precision: str) -> EnergyEntry | None:
+        return next((e for e in self.entries if e.precision == precision), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanStep(Outcome):
+    """One measured step of a precision plan (``plan.steps[]``): all-BF16, all-FP8 or the plan."""
+
+    step: PlanStepName
+    mode: str
+    run_id: str
+    breakdown: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanProjection:
+    """One projection's verdict as the plan stored it (``plan.projections[]``)."""
+
+    op: str
+    speedup: float | None
+    low: float | None
+    high: float | None
+    fp8: bool
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanBlock:
+    """``plan``: which projections run in the recipe's FP8 and which stay in BF16, the rule that
+    decided and chose it, and its measured steps."""
+
+    recipe: str
+    fp8: tuple[str, ...]
+    keep_in_bf16: tuple[str, ...]
+    kind: str | None
+    rule: str
+    chosen: str | None
+    projections: tuple[PlanProjection, ...]
+    steps: tuple[PlanStep, ...]
+
+    def measured_steps(self, mode: str) -> dict[str, PlanStep]:
+        """step name -> its measured step of ``mode``."""
+        return {s.step: s for s in self.steps if s.mode == mode and s.measured}
+
+    def step(self, name: str, mode: str) -> PlanStep | None:
+        """The stored step of ``name`` in ``mode``, whatever its status."""
+        return next((s for s in self.steps if s.step == name and s.mode == mode), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """The GPU the result was measured on (``device``); ``fields`` keeps every stored field (clocks,
+    memory) as the scalars the schema allows."""
+
+    name: str
+    compute_capability: str
+    sm_count: int | None
+    #: The board's power limit in W as nvidia-smi reported it ("700.00"), None where unknown.
+    power_limit_w: float | None
+    fields: Mapping[str, Scalar]
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """The software stack, date and method of the run that wrote the document last (``provenance``)."""
+
+    torch: str
+    transformer_engine: str
+    cuda: str
+    driver: str
+    date: str
+    cublas: str | None
+    commit: str | None
+    measure_s: float | None
+    phases_s: Mapping[str, float]
+    method: Mapping[str, Scalar]
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One checked result document as the report and the pages read it (:func:`parse`)."""
+
+    schema_version: int
+    method_version: str
+    #: The run that wrote the document last (a cell of an older, merged run names its own).
+    run_id: str
+    question_hash: str
+    kind: str
+    num_layers: int
+    gemms: tuple[GemmShape, ...]
+    #: The question's model config as this code resolves it (None: not a model's question, or a
+    #: config this code no longer builds).
+    config: ModelConfig | None
+    #: The whole stored question (:meth:`Question.from_dict`), None where it is not one this code writes.
+    question: Question | None
+    device: Device
+    provenance: Provenance
+    notes: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    layer: tuple[LayerCell, ...]
+    model_step: ModelStepBlock | None
+    energy: EnergyBlock | None
+    plan: PlanBlock | None
+    #: The invariants the door found broken (each number at fault demoted, :mod:`~.invariants`).
+    violations: tuple[Violation, ...]
+    #: The checked document itself, for the readers not yet converted to these types (see the module
+    #: docstring); a converted reader never touches it (``tests/test_typed_result.py`` scans them).
+    document: CheckedDocument = dataclasses.field(repr=False, compare=False)
+
+    def energies(self) -> dict[str, EnergyEntry]:
+        """precision -> measured energy entry; {} without an energy block."""
+        return {} if self.energy is None else self.energy.measured()
+
+
+# ------------------------------------------------------------------------------------ parsing
+def _float(value: Any) -> float | None:
+    return None if value is None or isinstance(value, bool) else float(value)
+
+
+def _stats(block: Any) -> Stats | None:
+    if not isinstance(block, Mapping):
+        return None
+    return Stats(float(block["median_ms"]), float(block["iqr_ms"]), _float(block.get("min_ms")),
+                 _float(block.get("p10_ms")), _float(block.get("p90_ms")),
+                 None if block.get("n") is None else int(block["n"]),
+                 tuple(float(s) for s in block.get("samples_ms") or ()))
+
+
+def _outcome(item: Mapping[str, Any]) -> dict[str, Any]:
+    measured = item["status"] == "measured"
+    return {"status": cast(Status, item["status"]), "ms": float(item["ms"]) if measured else None,
+            "stats": _stats(item.get("stats")) if measured else None,
+            "reason": " ".join(str(item.get("reason", "")).split())}
+
+
+def _breakdown(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    found = item.get("breakdown")
+    return found if isinstance(found, Mapping) else None
+
+
+def parse_model_step(block: Mapping[str, Any]) -> ModelStepBlock:
+    """A checked document's ``model_step`` block, typed: :func:`parse`'s own step, public for the readers
+    not yet converted to :class:`Result` that hand a converted one the block they hold (it must come from
+    a checked document: this parses, it does not check)."""
+    parts = tuple(ModelStepPart(**_outcome(p), part=cast(PartName, p["part"]), precision=str(p["precision"]),
+                                params=None if p.get("params") is None else int(p["params"]),
+                                breakdown=_breakdown(p)) for p in block["parts"])
+    state = float(block["state_per_param"])
+    memory = {str(precision): MemoryParts(**{f: int(fields[f]) for f in MEMORY_FIELDS}, state_per_param=state)
+              for precision, fields in (block.get("memory") or {}).items()}
+    search = block.get("largest_microbatch")
+    largest = None if not isinstance(search, Mapping) else LargestMicrobatch(
+        int(search.get("layers", 0)),
+        {str(p): int(v["largest"]) for p, v in search.items() if p != "layers" and isinstance(v, Mapping)},
+        {str(p): " ".join(v.split()) for p, v in search.items() if p != "layers" and isinstance(v, str)})
+    routing = block.get("routing")
+    return ModelStepBlock(str(block["run_id"]), str(block["what"]), int(block["padded_vocab_size"]),
+                          int(block["layer_params"]), int(block["capacity_bytes"]), state, parts, memory, largest,
+                          None if routing is None else str(routing))
+
+
+_ENERGY_OPTIONAL = ("power_w_max", "power_w_q1", "power_w_q3", "energy_mj_low", "energy_mj_high",
+                    "tokens_per_j_low", "tokens_per_j_high")
+
+
+def _energy_entry(entry: Mapping[str, Any]) -> EnergyEntry:
+    if entry["status"] != "measured":
+        return EnergyEntry(str(entry["precision"]), "failed", " ".join(str(entry.get("reason", "")).split()))
+    return EnergyEntry(str(entry["precision"]), "measured", str(entry.get("reason", "")),
+                       power_w=float(entry["power_w"]), step_ms=float(entry["step_ms"]),
+                       energy_mj=float(entry["energy_mj"]), tokens_per_j=float(entry["tokens_per_j"]),
+                       samples=int(entry["samples"]), steps=int(entry["steps"]), wall_s=float(entry["wall_s"]),
+                       power_source=str(entry.get("power_source", "")),
+                       **{k: _float(entry.get(k)) for k in _ENERGY_OPTIONAL})
+
+
+def _energy(block: Mapping[str, Any]) -> EnergyBlock:
+    return EnergyBlock(str(block["method"]), str(block.get("mode", "layer-graphed")), float(block["window_s"]),
+                       float(block["sample_interval_s"]),
+                       tuple(_energy_entry(e) for e in block.get("steps", [])))
+
+
+def _plan(doc: Mapping[str, Any], block: Mapping[str, Any]) -> PlanBlock:
+    projections = tuple(
+        PlanProjection(str(p.get("op")), _float(p.get("speedup")), _float(p.get("low")), _float(p.get("high")),
+                       bool(p.get("fp8")), str(p.get("reason", "")))
+        for p in block.get("projections", []) if isinstance(p, Mapping))
+    steps = tuple(PlanStep(**_outcome(s), step=cast(PlanStepName, s["step"]), mode=str(s.get("mode")),
+                           run_id=cell_run_id(dict(doc), dict(s)), breakdown=_breakdown(s))
+                  for s in block.get("steps", []))
+    kind, chosen = block.get("kind"), block.get("chosen")
+    return PlanBlock(str(block["recipe"]), tuple(map(str, block["fp8"])), tuple(map(str, block["keep_in_bf16"])),
+                     None if kind is None else str(kind), str(block.get("rule", "")),
+                     None if chosen is None else str(chosen), projections, steps)
+
+
+def _device(block: Mapping[str, Any]) -> Device:
+    try:
+        limit: float | None = float(str(block.get("power_limit_w")))  # "700.00"; "None" fails
+    except ValueError:
+        limit = None
+    sm = block.get("sm_count")
+    return Device(str(block["name"]), str(block["compute_capability"]), None if sm is None else int(sm), limit,
+                  dict(block))
+
+
+def _provenance(block: Mapping[str, Any]) -> Provenance:
+    def text(key: str) -> str | None:
+        return None if block.get(key) is None else str(block[key])
+
+    return Provenance(str(block["torch"]), str(block["transformer_engine"]), str(block["cuda"]),
+                      str(block["driver"]), str(block["date"]), text("cublas"), text("commit"),
+                      _float(block.get("measure_s")),
+                      {str(k): float(v) for k, v in (block.get("phases_s") or {}).items()}, dict(block["method"]))
+
+
+def _question(stored: Mapping[str, Any]) -> Question | None:
+    try:
+        return Question.from_dict(stored)
+    except ValueError:  # ConfigError included: an older question this code no longer writes
+        return None
+
+
+def parse(doc: Mapping[str, Any]) -> Result:
+    """The typed result of a document: the checked document :func:`~.cache.read_document` returns, or a
+    schema-valid one made in this process (a run's fresh document, a test's), which goes through the
+    invariants (:func:`~.invariants.check`) first, so no :class:`Result` holds a number the door refuses.
+
+    Why here, below the report: a demoted number must already be a failed entry when a reader sees it,
+    and every reader must see the same objects."""
+    checked = doc if isinstance(doc, CheckedDocument) else check(doc)
+    plain = dict(checked)
+    question = checked["question"]
+    model_step, energy, plan = checked.get("model_step"), checked.get("energy"), checked.get("plan")
+    cells = tuple(Cell(**_outcome(c), mode=str(c["mode"]), precision=str(c["precision"]), op=str(c["op"]),
+                       pass_=str(c["pass"]), run_id=cell_run_id(plain, c), kernel_ms=_float(c.get("kernel_ms")),
+                       kernel_ratio=_float(c.get("kernel_ratio")))
+                  for c in checked["cells"])
+    layer = tuple(LayerCell(**_outcome(c), mode=str(c["mode"]), precision=str(c["precision"]),
+                            routing=str(c.get("routing", "balanced")), run_id=cell_run_id(plain, c),
+                            kernel_ms=_float(c.get("kernel_ms")), kernel_ratio=_float(c.get("kernel_ratio")),
+                            breakdown=_breakdown(c))
+                  for c in checked.get("layer", []))
+    return Result(
+        schema_version=int(checked["schema_version"]), method_version=str(checked["method_version"]),
+        run_id=str(checked.get("run_id") or f"v1:{checked['question_hash']}"),
+        question_hash=str(checked["question_hash"]), kind=str(question["kind"]),
+        num_layers=int(question["num_layers"]), gemms=tuple(GemmShape.from_dict(g) for g in question["gemms"]),
+        config=stored_config(question.get("config")), question=_question(question),
+        device=_device(checked["device"]), provenance=_provenance(checked["provenance"]),
+        notes=tuple(map(str, checked.get("notes", []))), cells=cells, layer=layer,
+        model_step=parse_model_step(model_step) if isinstance(model_step, Mapping) else None,
+        energy=_energy(energy) if isinstance(energy, Mapping) else None,
+        plan=_plan(plain, plan) if isinstance(plan, Mapping) else None,
+        violations=tuple(v for v in checked.violations if isinstance(v, Violation)), document=checked)
