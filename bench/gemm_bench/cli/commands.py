@@ -694,16 +694,17 @@ def cmd_study(args: argparse.Namespace) -> int:
     if known[args.name].min_gpus > 1 and not args.replace_wider:
         import torch
 
-        from gemm_bench.cli.refresh import _measured_on_gpus
+        from gemm_bench.cli.refresh import measured_on_gpus
 
         here = torch.cuda.device_count()
         docs, _ = studies.read_studies(Path(args.cache_dir), args.name)
         name = torch.cuda.get_device_name(0)
         stored = next((d for d in docs if studies.file_name(args.name, d["device"]["name"])
                        == studies.file_name(args.name, name)), None)
-        if _measured_on_gpus(stored) > here:
+        wider = measured_on_gpus(stored)
+        if wider > here:
             raise UsageError(f"STUDY: the stored {args.name} study of the {name} was measured on "
-                             f"{_measured_on_gpus(stored)} GPUs and this box has {here}: measuring it here would "
+                             f"{wider} GPUs and this box has {here}: measuring it here would "
                              "lose what only the larger box measures; add --replace-wider to replace it anyway")
     doc = measure_study(args.name)
     path = studies.write_study(args.cache_dir, doc)

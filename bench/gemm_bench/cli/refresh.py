@@ -939,7 +939,7 @@ class StudySkip:
     why: str
 
 
-def _measured_on_gpus(doc: Mapping[str, Any] | None) -> int:
+def measured_on_gpus(doc: Mapping[str, Any] | None) -> int:
     """How many GPUs a stored study's run used (its method's ``gpus``; 1 where it does not say)."""
     if doc is None:
         return 0
@@ -984,7 +984,7 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
         docs, errors = studies.read_studies(cache_dir, name)
         current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
         bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]
-        wider = _measured_on_gpus(current)
+        wider = measured_on_gpus(current)
         if study.min_gpus > 1 and wider > gpus:
             if skipped is not None:
                 skipped.append(StudySkip(name, f"kept: its stored run used {wider} GPUs and this refresh has "
