@@ -40,7 +40,7 @@ class _FusedLinear(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, fuse: bool) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.fuse = fuse
-        return x @ weight.t()
+        return x @ weight.to(x.dtype).t()  # an FP8 primary weight computes from its BF16 value
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -48,12 +48,27 @@ class _FusedLinear(torch.autograd.Function):
         dw = dy.reshape(-1, dy.shape[-1]).t().float() @ x.reshape(-1, x.shape[-1]).float()
         if ctx.fuse:
             weight.main_grad.add_(dw)
-            return dy @ weight, None, None
-        return dy @ weight, dw.to(weight.dtype), None
+            return dy @ weight.to(dy.dtype), None, None
+        return dy @ weight.to(dy.dtype), dw.to(weight.dtype), None
+
+
+class QuantizedParam(torch.nn.Parameter):
+    """An FP8 primary weight as ``quantized_model_init`` builds one: its storage FP8 (E4M3), with
+    ``dequantize`` and ``quantize_`` as Transformer Engine's quantized tensors have them."""
+
+    def dequantize(self, *, dtype: Any = torch.float32) -> torch.Tensor:
+        return self.detach().to(dtype)
+
+    def quantize_(self, tensor: torch.Tensor) -> None:
+        with torch.no_grad():
+            self.copy_(tensor.to(self.dtype))
 
 
 def _weight(n: int, k: int, dtype: Any = torch.bfloat16) -> torch.nn.Parameter:
-    return torch.nn.Parameter(torch.randn(n, k, dtype=dtype) * k ** -0.5)
+    value = torch.randn(n, k, dtype=dtype) * k ** -0.5
+    if _STATE["primary"] is not None:  # built under quantized_model_init: the FP8 copy is the weight
+        return QuantizedParam(value.to(torch.float8_e4m3fn))
+    return torch.nn.Parameter(value)
 
 
 def _quantize(module: torch.nn.Module, names: tuple[str, ...], first: bool | None) -> None:
@@ -215,7 +230,18 @@ class TransformerLayer(torch.nn.Module):
         return x + self.down(h, is_first_microbatch)
 
 
-_STATE: dict[str, Any] = {"recipe": None}
+_STATE: dict[str, Any] = {"recipe": None, "primary": None}
+
+
+@contextlib.contextmanager
+def quantized_model_init(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
+    """GEMM weights built inside are FP8 primary weights (:class:`QuantizedParam`)."""
+    before = _STATE["primary"]
+    _STATE["primary"] = recipe if enabled else None
+    try:
+        yield
+    finally:
+        _STATE["primary"] = before
 
 
 @contextlib.contextmanager
@@ -265,7 +291,8 @@ def install(monkeypatch: pytest.MonkeyPatch, *, oom_above: int = 2) -> Any:
     """The measuring module, importable and running on CPU with this fake; returns it."""
     te = types.ModuleType("transformer_engine.pytorch")
     for name, value in (("Linear", Linear), ("LayerNorm", LayerNorm), ("TransformerLayer", TransformerLayer),
-                        ("autocast", autocast), ("GroupedLinear", GroupedLinear),
+                        ("autocast", autocast), ("quantized_model_init", quantized_model_init),
+                        ("GroupedLinear", GroupedLinear),
                         ("LayerNormLinear", LayerNormLinear), ("LayerNormMLP", LayerNormMLP),
                         ("DotProductAttention", DotProductAttention), ("MultiheadAttention", MultiheadAttention)):
         setattr(te, name, value)

@@ -103,6 +103,16 @@ def test_fp8_parameter_gather_keeps_fp8_primary_weights_only_for_fp8_recipes():
     assert mem(ParallelLayout(gpus=1, fp8_param_gather=True)).weights == 1600  # BF16: nothing to gather in FP8
 
 
+def test_an_fp8_primary_weight_weighs_what_the_measured_fp8_copy_weighs():
+    """On Hopper Transformer Engine keeps an FP8 weight's data and its transpose (2 bytes per
+    parameter, as the measured copy shows); FP8 parameter gather keeps that copy as the weight, not
+    1 byte per parameter (which made an FP8 primary layer half what it holds)."""
+    hopper = dataclasses.replace(PARTS, layer_fp8_weights=200)  # 2 B per parameter of the 100
+    m = memory_per_gpu(hopper, 100, CONFIG, ParallelLayout(gpus=1, fp8_param_gather=True), capacity=BIG,
+                       precision="fp8-delayed")
+    assert (m.weights, m.fp8_weights) == (4 * 200 + 800, 0)
+
+
 def test_micro_batch_scales_activations_and_transients():
     m = mem(ParallelLayout(gpus=1, micro_batch_size=2))
     assert (m.activations, m.transient) == (8000, 600)

@@ -83,6 +83,33 @@ def test_the_real_model_accumulates_fp32_main_grads_and_steps(monkeypatch: pytes
     assert dataclasses.asdict(parts.PartTimes(1.0, 2.0, 3.0, 4.0))["layer_cached"] == 4.0
 
 
+def test_the_real_model_runs_the_bridge_recipes_bf16_gradients_and_fp8_primary_weights(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: Megatron-Bridge's performance recipes reduce gradients in BF16 (grad_reduce_in_fp32 =
+    False) and keep FP8 primary weights (fp8_param_gather); the search builds that rank: the layers'
+    GEMM weights FP8 (the embedding and output layer BF16), every main gradient BF16, the FP32
+    masters updated from an FP32 copy of the owned gradients and written back into the FP8 weights."""
+    parts = fake_te.install(monkeypatch)
+    import torch
+
+    model = parts.RealModel(TINY, 2, "fp8-current", grad_dtype=torch.bfloat16, fp8_primary=True, optimizer_shards=2)
+    layer_weights = [p for layer in model.layers for n, p in layer.named_parameters() if "norm" not in n]
+    assert layer_weights and all(p.dtype == torch.float8_e4m3fn for p in layer_weights)
+    assert model.embedding.table.weight.dtype == torch.bfloat16
+    assert model.head is not None and model.head.output.weight.dtype == torch.bfloat16
+    assert all(p.main_grad.dtype == torch.bfloat16 for p in model.params)
+    assert all(m.dtype == torch.float32 for m in model.masters)
+    before = [p.detach().float().clone() for p in model.owned]
+    model.step(2)
+    assert any(not torch.equal(a, p.detach().float()) for a, p in zip(before, model.owned, strict=True))
+    assert all(float(p.main_grad.abs().sum()) == 0 for p in model.params)
+    assert all(m.grad is None for m in model.masters)  # the FP32 copy of the gradients is a transient
+    with pytest.raises(ValueError, match="need an FP8 recipe"):
+        parts.RealModel(TINY, 2, "bf16", fp8_primary=True)
+    found = parts.largest_microbatch(TINY, 2, "fp8-current", limit=4, grad_dtype=torch.bfloat16, fp8_primary=True)
+    assert found["largest"] == 2  # the fake runs out of memory above 2
+
+
 def test_a_cached_layer_call_needs_a_first_one(monkeypatch: pytest.MonkeyPatch) -> None:
     parts = fake_te.install(monkeypatch)
     import torch

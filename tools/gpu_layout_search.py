@@ -4,7 +4,9 @@ For each model named, the rank of its preset layout (``question.layout``) is bui
 (:func:`gemm_bench.question.stage_shape.searched_rank`): at pipeline parallel 1 the whole rank (every
 layer, the embedding and the output layer); at PP > 1 without virtual stages the first stage (its
 layers and the embedding, ``min(PP, G)`` micro-batches in flight as 1F1B keeps them, a random gradient
-for its output). All on the rank's ``S / CP`` tokens, FP32 main gradients whole, and FP32 master
+for its output). All on the rank's ``S / CP`` tokens, main gradients whole (FP32, or BF16 where the
+layout reduces gradients in BF16), FP8 primary weights in the layers where the layout gathers FP8
+parameters and the recipe is FP8, and FP32 master
 weights and moments for ``1 / (DP x CP)`` of the parameters (Megatron's distributed optimizer). Its
 step is run at growing micro-batch sizes, doubling then bisecting, until it runs out of memory
 (:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`): an out-of-memory is the answer.
@@ -87,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             try:
                 found = largest_microbatch(rank, built.layers, precision, limit=args.limit,
-                                           optimizer_shards=shards, head=built.head, in_flight=built.in_flight)
+                                           optimizer_shards=shards, head=built.head, in_flight=built.in_flight,
+                                           grad_dtype=torch.bfloat16 if built.grad_dtype == "bf16" else torch.float32,
+                                           fp8_primary=built.fp8_param_gather and precision.startswith("fp8"))
             except RuntimeError as exc:  # GPU boundary: not an out-of-memory (that is an answer), a failure
                 entry["found"][precision] = f"{type(exc).__name__}: {exc}"[:400]
                 print(f"{model} {precision}: FAILED {exc}"[:300], flush=True)

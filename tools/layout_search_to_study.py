@@ -28,9 +28,11 @@ from gemm_bench.results.layout_search_schema import STUDY, stored_data
 REPO = Path(__file__).resolve().parents[1]
 #: The provenance the arguments give (``--commit`` and ``--date`` the rest of :data:`studies.PROVENANCE_FIELDS`).
 VERSION_FIELDS: tuple[str, ...] = tuple(f for f in studies.PROVENANCE_FIELDS if f not in ("commit", "date"))
-WHAT = ("the preset layout's whole rank (PP 1) built for real: every layer on S / CP tokens, FP32 main gradients "
-        "whole, FP32 master weights and moments for 1 / (DP x CP) of the parameters (the distributed optimizer); "
-        "its whole step (G = 1) at micro-batch sizes doubling from 1, then bisecting; an out-of-memory is the answer")
+WHAT = ("the preset layout's rank built for real (the whole rank at PP 1, the first stage with 1F1B's micro-batches "
+        "in flight at PP > 1): every layer on S / CP tokens, main gradients whole in the layout's gradient-reduce "
+        "dtype, FP8 primary weights where the layout gathers FP8 parameters, FP32 master weights and moments for "
+        "1 / (DP x CP) of the parameters (the distributed optimizer); its whole step at micro-batch sizes doubling "
+        "from 1, then bisecting; an out-of-memory is the answer")
 
 
 def source_name(path: Path) -> str:

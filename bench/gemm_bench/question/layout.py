@@ -233,6 +233,19 @@ _DEEPSEEK_V3 = "https://arxiv.org/abs/2412.19437"
 _BRIDGE_OVERLAP_WORDS = ("; data-parallel gradient reduce and parameter gather overlapped (overlap_grad_reduce, "
                          "overlap_param_gather), as Megatron-Bridge's recipes set them")
 
+#: Megatron-Bridge's performance recipes (the same commit) keep and reduce gradients in BF16 and, under the
+#: per-tensor FP8 recipes, gather FP8 primary weights: ``perf_recipes/_common.py`` ``_benchmark_common`` sets
+#: ``cfg.ddp.grad_reduce_in_fp32 = False`` (line 74) and ``_perf_precision`` sets it on the precision config
+#: (line 122); ``training/mixed_precision.py`` ``bf16_with_fp8_delayed_scaling_mixed`` (line 231) and
+#: ``bf16_with_fp8_current_scaling_mixed`` (line 302) set ``fp8_param_gather = True``. The blockwise config
+#: (line 384) leaves it off; the layout's flag applies to every FP8 recipe, so FP8 Block is counted with FP8
+#: primary weights too (said in the words). Without these two, the preset of Llama 3 8B's published recipe
+#: did not fit the H100 it was published on (79.0 GiB BF16, 90.3 GiB FP8 against 78.3 GiB).
+_BRIDGE_PERF: dict[str, Any] = {"grad_reduce_dtype": "bf16", "fp8_param_gather": True}
+_BRIDGE_PERF_WORDS = ("; gradients kept and reduced in BF16 (grad_reduce_in_fp32 = False) and FP8 parameters "
+                      "gathered (fp8_param_gather: FP8 primary weights; Bridge sets it for delayed and current "
+                      "scaling, applied to block scaling here too), as Megatron-Bridge's performance recipes set them")
+
 #: For every preset and every model id the site measures at a TP or EP of its own: the layout of a
 #: realistic run. The layout's TP and EP are the question's (the measured shard): where the published
 #: recipe uses another TP, the recipe's other sizes are kept and the difference is said.
@@ -243,30 +256,35 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         "one 8-GPU node, data parallel with the distributed optimizer, G = 4"),
     "llama3-8b": PresetLayout(
         ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128,
-                       overlap_grad_reduce=True, overlap_param_gather=True),
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "Megatron-Bridge perf recipe llama3_8b_pretrain_8gpu_h100_bf16_config (8 H100, CP 2); GBS 128 "
         "as the performance summary's Llama 3 8B rows; distributed optimizer as Megatron-Bridge's "
-        "pretraining recipes run" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
+        "pretraining recipes run" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_H100),
     "llama3-70b": PresetLayout(
         ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256,
-                       overlap_grad_reduce=True, overlap_param_gather=True),
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100_bf16_config (64 H100, TP 4, PP 4, CP 2, "
-        "GBS 256); VP 5 as the performance summary's Llama 3 70B rows" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
+        "GBS 256); VP 5 as the performance summary's Llama 3 70B rows" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_H100),
     "llama3-70b/tp8": PresetLayout(
         ParallelLayout(gpus=128, tp=8, pp=4, vpp=5, cp=2, sharding="optimizer", global_batch_size=256,
-                       overlap_grad_reduce=True, overlap_param_gather=True),
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "adapted from Megatron-Bridge's llama3_70b_pretrain_64gpu_h100_bf16_config (TP 4, PP 4, CP 2, GBS 256) "
-        "at the measured TP 8, on 128 GPUs so that DP stays 2" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
+        "at the measured TP 8, on 128 GPUs so that DP stays 2" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_H100),
     "llama3.1-405b": PresetLayout(
         ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512,
-                       overlap_grad_reduce=True, overlap_param_gather=True),
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "NeMo's Llama 3.1 405B pretraining layout (TP 8, PP 8, CP 2, VP 8) on 1024 H100s; GBS 512 chosen "
-        "(not verified against a table in this session)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_TABLE),
+        "(not verified against a table in this session)" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_TABLE),
     "llama3.1-405b/tp8": PresetLayout(
         ParallelLayout(gpus=1024, tp=8, pp=8, vpp=8, cp=2, sharding="optimizer", global_batch_size=512,
-                       overlap_grad_reduce=True, overlap_param_gather=True),
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "NeMo's Llama 3.1 405B pretraining layout (TP 8, PP 8, CP 2, VP 8) on 1024 H100s; GBS 512 chosen "
-        "(not verified against a table in this session)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_TABLE),
+        "(not verified against a table in this session)" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_TABLE),
     "mixtral-8x7b": PresetLayout(
         ParallelLayout(gpus=64, pp=4, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: NeMo's Mixtral 8x7B layout is 64 GPUs, TP 1, PP 4, EP 8, but "
@@ -276,19 +294,23 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         "chosen, not from a published recipe: NeMo's Mixtral 8x22B layout is 256 GPUs with PP 8 and EP 8 "
         "(TP 2 in one summary, TP 4 and PP 4 in another: not verified), kept at the measured TP 1 and EP 1"),
     "qwen2.5-7b": PresetLayout(
-        ParallelLayout(gpus=8, sharding="optimizer", global_batch_size=128),
+        ParallelLayout(gpus=8, sharding="optimizer", global_batch_size=128, overlap_grad_reduce=True,
+                       overlap_param_gather=True, **_BRIDGE_PERF),
         "chosen, not from a published recipe: a 7B dense model on one 8-GPU node, data parallel with the "
-        "distributed optimizer, as Llama 3 8B's recipe without CP (4096-token sequences)"),
+        "distributed optimizer, as Llama 3 8B's recipe without CP (4096-token sequences)" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_H100),
     "qwen2.5-72b": PresetLayout(
         ParallelLayout(gpus=64, tp=4, pp=4, vpp=5, sharding="optimizer", global_batch_size=256,
-                       overlap_grad_reduce=True, overlap_param_gather=True),
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "chosen, not from a published recipe: Llama 3 70B's Megatron-Bridge layout (same width and depth) "
-        "without CP (4096-token sequences)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
+        "without CP (4096-token sequences)" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_H100),
     "qwen2.5-72b/tp8": PresetLayout(
         ParallelLayout(gpus=64, tp=8, pp=4, vpp=5, sharding="optimizer", global_batch_size=256,
-                       overlap_grad_reduce=True, overlap_param_gather=True),
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "chosen, not from a published recipe: Llama 3 70B's Megatron-Bridge layout at the measured TP 8, "
-        "without CP (4096-token sequences)" + _BRIDGE_OVERLAP_WORDS, _BRIDGE_H100),
+        "without CP (4096-token sequences)" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_H100),
     "deepseek-v3": PresetLayout(
         ParallelLayout(gpus=2048, pp=16, sharding="optimizer", global_batch_size=15360 // 4),
         "chosen: the DeepSeek-V3 report's PP 16 on 2048 GPUs with ZeRO-1, kept at the measured EP 1; "

@@ -8,7 +8,10 @@ and a :class:`~gemm_bench.question.layout.ParallelLayout`. Per GPU, for the most
   layer (last stage); one stage holds both at PP 1. FSDP divides them by the sharding group (DP x CP)
   and adds one layer's unsharded weights as a transient (the layer being gathered).
 * **FP8 copies**: ``layer_fp8_weights`` per layer. With FP8 parameter gather (FP8 recipes only) the
-  BF16 layer weights are not kept: the FP8 copy is the primary weight, 1 byte per parameter.
+  BF16 layer weights are not kept: the FP8 copy is the primary weight, the measured copy's bytes (on
+  Hopper its data and its transpose, about 2 bytes per parameter: Transformer Engine keeps both for
+  the forward and the backward GEMMs; ``tests/test_gpu_fp8_primary.py`` holds an FP8 primary layer's
+  bytes to the measured copy on the GPU).
 * **gradients**: FP32 main gradients, 4 bytes per parameter (2 with BF16 gradient reduce), divided by
   DP x CP under ``optimizer+grads`` and ``fsdp``.
 * **optimizer state**: ``state_per_param - 4`` bytes per parameter (FP32 master weight and two
@@ -124,7 +127,7 @@ def memory_per_gpu(parts: MemoryParts, layer_params: int, config: ModelConfig, l
         name, layers, has_head = stage.name, stage.layers, stage.head
         vocab_weights = (parts.embedding_weights if stage.embedding else 0) + (parts.head_weights if has_head else 0)
         params = layers * params_layer + vocab * stage.vocab_ends
-        layer_weights = layers * (params_layer * 1 if fp8_primary else bf16_layer)
+        layer_weights = layers * (fp8_layer if fp8_primary else bf16_layer)
         weights = layer_weights + vocab_weights
         fp8 = 0 if fp8_primary else layers * fp8_layer
         transient = max(parts.head_transient * tokens if has_head else 0, extra)

@@ -85,7 +85,9 @@ class SearchedRank:
     """What the largest-micro-batch search builds for a layout (``tools/gpu_layout_search.py``): the
     stage it stands for (``only`` at PP 1, else ``first``), its layers, whether it holds the output
     layer, the micro-batches in flight at its peak (1F1B's count on the first stage), the rank's
-    tokens (S / CP) and the distributed optimizer's shards (DP x CP)."""
+    tokens (S / CP), the distributed optimizer's shards (DP x CP), the main gradients' dtype (the
+    layout's gradient-reduce dtype: Megatron keeps them in the dtype it reduces them in) and whether
+    an FP8 recipe's layers hold FP8 primary weights (the layout's FP8 parameter gather)."""
 
     stage: str
     layers: int
@@ -93,6 +95,8 @@ class SearchedRank:
     in_flight: int
     tokens: int
     optimizer_shards: int
+    grad_dtype: str = "fp32"
+    fp8_param_gather: bool = False
 
 
 def searched_rank(layout: ParallelLayout, config: ModelConfig) -> SearchedRank | str:
@@ -108,8 +112,9 @@ def searched_rank(layout: ParallelLayout, config: ModelConfig) -> SearchedRank |
     first = shape.first
     tokens = config.seq_length // layout.cp
     shards = layout.dp * layout.cp
+    held = {"grad_dtype": layout.grad_reduce_dtype, "fp8_param_gather": layout.fp8_param_gather}
     if layout.pp == 1:
-        return SearchedRank("only", config.num_layers, True, 1, tokens, shards)
+        return SearchedRank("only", config.num_layers, True, 1, tokens, shards, **held)
     if shape.weight_scale != 1.0:
         return f"expert parallel {layout.ep}: the measured layer is at EP {config.expert_model_parallel_size}"
-    return SearchedRank("first", first.layers, False, min(layout.pp, layout.microbatches), tokens, shards)
+    return SearchedRank("first", first.layers, False, min(layout.pp, layout.microbatches), tokens, shards, **held)

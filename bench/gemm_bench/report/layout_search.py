@@ -40,6 +40,10 @@ class Search:
     #: ``only`` (the whole rank of PP 1) or ``first`` (a pipeline's first stage) and its micro-batches in flight.
     stage: str = "only"
     in_flight: int = 1
+    #: The main gradients' dtype and FP8 primary weights, as the matched layout has them (the layout's words,
+    #: which the search stored and the match compares, name both: "BF16 gradient reduce", "FP8 parameter gather").
+    grad_dtype: str = "fp32"
+    fp8_param_gather: bool = False
 
     def where(self) -> str:
         """Where the number was found: "found on the GPU", or the emulation said in words."""
@@ -85,7 +89,7 @@ def model_search(docs: Sequence[Mapping[str, Any]], device_name: str, model_id: 
                 f"{entry['tokens']} tokens, optimizer over {entry['optimizer_shards']} ranks)")
     return Search(str(data["answers_for"]), str(data["measured_on"]), bool(data["emulated"]),
                   int(entry["capacity_bytes"]), rank.tokens, rank.layers, rank.optimizer_shards, entry["recipes"],
-                  rank.stage, rank.in_flight)
+                  rank.stage, rank.in_flight, rank.grad_dtype, rank.fp8_param_gather)
 
 
 def found_text(search: Search | str | None, precision: str) -> str:
@@ -121,8 +125,10 @@ def search_note(search: Search | str | None, predicted_capacity: int) -> str:
     built = ("the rank built for real" if search.stage == "only" else
              f"the first pipeline stage built for real, {search.in_flight} micro-batches in flight as 1F1B holds "
              "them there, no output layer")
-    how = (f"{built} ({search.layers} layers on {search.tokens:,} tokens, FP32 main gradients "
-           f"whole, the distributed optimizer's 1 / {search.optimizer_shards} of the master weights and moments), "
+    primary = ", FP8 primary weights in the layers under the FP8 recipes" if search.fp8_param_gather else ""
+    how = (f"{built} ({search.layers} layers on {search.tokens:,} tokens, {search.grad_dtype.upper()} main gradients "
+           f"whole{primary}, the distributed optimizer's 1 / {search.optimizer_shards} of the master weights and "
+           "moments), "
            "its whole step run at micro-batch sizes doubling from 1, then bisecting, until it ran out of memory")
     capacity = f"{search.capacity_bytes / GIB:.1f} GiB"
     if search.emulated:

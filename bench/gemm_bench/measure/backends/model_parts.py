@@ -103,11 +103,30 @@ def build_dense_layer(config: ModelConfig, *, main_grads: bool = True) -> Any:
     return layer
 
 
-def add_main_grads(module: torch.nn.Module) -> None:
-    """An FP32 ``main_grad`` for every parameter that has none yet (a shared one keeps its own)."""
+def add_main_grads(module: torch.nn.Module, dtype: torch.dtype = torch.float32) -> None:
+    """A ``main_grad`` for every parameter that has none yet (a shared one keeps its own): FP32, or
+    BF16 where the layout reduces its gradients in BF16 (Megatron's ``grad_reduce_in_fp32=False``,
+    which Megatron-Bridge's performance recipes set: the DDP buffer is then BF16)."""
     for p in module.parameters():
         if getattr(p, "main_grad", None) is None:
-            p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)  # type: ignore[attr-defined]
+            p.main_grad = torch.zeros(p.shape, dtype=dtype, device=p.device)  # type: ignore[attr-defined]
+
+
+def to_master(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's FP32 master copy: an FP8 primary weight (Transformer Engine's quantized tensor,
+    built under ``te.quantized_model_init``) dequantized, any other parameter cast."""
+    quantized = hasattr(p, "quantize_")  # a plain tensor has ``dequantize`` (PyTorch's int8 kind), not this
+    return (p.dequantize(dtype=torch.float32) if quantized else p.detach().float()).requires_grad_(True)
+
+
+def from_master(p: torch.Tensor, master: torch.Tensor) -> None:
+    """The optimizer's update written back: an FP8 primary weight quantized from its master (as
+    Megatron casts its master shard before the FP8 parameter gather), any other parameter copied."""
+    quantize = getattr(p, "quantize_", None)
+    if quantize is not None:
+        quantize(master)
+    else:
+        p.copy_(master)
 
 
 def fold_unfused_grads(module: torch.nn.Module) -> None:
@@ -122,13 +141,13 @@ def fold_unfused_grads(module: torch.nn.Module) -> None:
 class Head(torch.nn.Module):
     """Final LayerNorm, the BF16 output layer of the rank's vocabulary shard, FP32 cross-entropy."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, grad_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         assert config.padded_vocab_size is not None
         self.norm = te.LayerNorm(config.hidden_size, params_dtype=_BF16, device=DEVICE)
         self.output = te.Linear(config.hidden_size, config.padded_vocab_size // config.tensor_model_parallel_size,
                                 bias=False, params_dtype=_BF16, device=DEVICE, fuse_wgrad_accumulation=True)
-        add_main_grads(self)
+        add_main_grads(self, grad_dtype)
 
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = self.output(self.norm(hidden))
@@ -136,12 +155,12 @@ class Head(torch.nn.Module):
 
 
 class Embedding(torch.nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, grad_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         assert config.padded_vocab_size is not None
         rows = config.padded_vocab_size // config.tensor_model_parallel_size
         self.table = torch.nn.Embedding(rows, config.hidden_size, dtype=_BF16, device=DEVICE)
-        add_main_grads(self)
+        add_main_grads(self, grad_dtype)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.table(tokens)
@@ -286,6 +305,37 @@ def layer_memory(config: ModelConfig, precision: str) -> dict[str, int]:
         out = {"layer_weights": weights, "layer_fp8_weights": max(0, fp8),
                "layer_activations": after_forward - before, "layer_backward_extra": max(0, peak - after_forward),
                "layer_params": sum(p.numel() for p in layer.parameters())}
+        del layer, x, dy
+    return out
+
+
+def fp8_primary_layer_bytes(config: ModelConfig, precision: str) -> dict[str, int]:
+    """One layer built with FP8 primary weights (``te.quantized_model_init``, Megatron's
+    ``--fp8-param-gather``): its parameters' bytes as built and as they stay after a forward and
+    backward (Transformer Engine adds what the backward's GEMMs need: on Hopper the transpose), by
+    the allocator, main gradients and activations excluded; and its parameter count. What
+    :func:`~gemm_bench.question.memory_per_gpu.memory_per_gpu` takes an FP8 primary layer to weigh
+    (the measured FP8 copy, ``layer_fp8_weights``) is held to it by ``tests/test_gpu_fp8_primary.py``."""
+    recipe = make_recipe(precision)
+    if recipe is None:
+        raise ValueError(f"FP8 primary weights need an FP8 recipe, not {precision}")
+    with _clean():
+        start = _allocated()
+        with te.quantized_model_init(enabled=True, recipe=recipe):
+            layer = build_model_layer(config, main_grads=False)
+        built = _allocated() - start
+        add_main_grads(layer)
+        grads = sum(p.main_grad.numel() * p.main_grad.element_size() for p in layer.parameters())  # type: ignore[attr-defined]
+        x, dy = _hidden(config, grad=True), _hidden(config)
+        inputs = _allocated() - start - built - grads
+        with te.autocast(enabled=True, recipe=recipe):
+            y = layer(x, is_first_microbatch=None)
+        y.backward(dy)
+        del y
+        x.grad = None
+        fold_unfused_grads(layer)
+        after = _allocated() - start - grads - inputs
+        out = {"built": built, "after_step": after, "layer_params": sum(p.numel() for p in layer.parameters())}
         del layer, x, dy
     return out
 
@@ -461,15 +511,24 @@ class RealModel:
     micro-batches' activations at its peak. ``in_flight=1`` with the head is the whole rank of PP 1."""
 
     def __init__(self, config: ModelConfig, layers: int, precision: str, *, optimizer_shards: int = 1,
-                 head: bool = True, in_flight: int = 1) -> None:
+                 head: bool = True, in_flight: int = 1, grad_dtype: torch.dtype = torch.float32,
+                 fp8_primary: bool = False) -> None:
         if in_flight < 1:
             raise ValueError(f"micro-batches in flight {in_flight} is not a positive whole number")
         self.config = config
         self.recipe = make_recipe(precision)
+        if fp8_primary and self.recipe is None:
+            raise ValueError(f"FP8 primary weights need an FP8 recipe, not {precision}")
         self.in_flight = in_flight
-        self.embedding = Embedding(config)
-        self.layers = torch.nn.ModuleList(build_model_layer(config) for _ in range(layers))
-        self.head = Head(config) if head else None
+        self.embedding = Embedding(config, grad_dtype)
+        # FP8 primary weights (Megatron's --fp8-param-gather): the layers' TE modules hold only their
+        # quantized weights; the embedding and output layer stay BF16, as Megatron keeps them.
+        init = te.quantized_model_init(enabled=True, recipe=self.recipe) if fp8_primary else contextlib.nullcontext()
+        with init:
+            self.layers = torch.nn.ModuleList(build_model_layer(config, main_grads=False) for _ in range(layers))
+        for layer in self.layers:
+            add_main_grads(layer, grad_dtype)
+        self.head = Head(config, grad_dtype) if head else None
         self.modules = torch.nn.ModuleList([self.embedding, *self.layers, *([self.head] if self.head else [])])
         self.params = [p for p in self.modules.parameters()]
         #: The parameters whose FP32 master weights and moments this rank holds: all of them, or, with
@@ -477,9 +536,11 @@ class RealModel:
         #: up to 1 / shards of the count, the rank's slice of the flat buffer; the FP32 main gradients
         #: stay whole, as the distributed optimizer keeps them.
         self.owned = shard_of(self.params, optimizer_shards)
-        self.masters = [p.detach().float().requires_grad_(True) for p in self.owned]
-        for m, p in zip(self.masters, self.owned, strict=True):
-            m.grad = p.main_grad  # type: ignore[attr-defined]  # FP32 already: Megatron aliases it too
+        self.masters = [to_master(p) for p in self.owned]
+        self.grad_dtype = grad_dtype
+        if grad_dtype == torch.float32:
+            for m, p in zip(self.masters, self.owned, strict=True):
+                m.grad = p.main_grad  # type: ignore[attr-defined]  # FP32 already: Megatron aliases it too
         self.optimizer = torch.optim.AdamW(self.masters, lr=1e-5, weight_decay=0.1, fused=True)
 
     @property
@@ -516,10 +577,18 @@ class RealModel:
                 backward(held.pop(0))
         while held:
             backward(held.pop(0))
+        if self.grad_dtype != torch.float32:
+            # BF16 main gradients: the rank's shard is cast to FP32 for the optimizer step, as
+            # Megatron's distributed optimizer copies its shard of the BF16 buffer (a transient).
+            for m, p in zip(self.masters, self.owned, strict=True):
+                m.grad = p.main_grad.float()  # type: ignore[attr-defined]
         self.optimizer.step()
         with torch.no_grad():
             for p, master in zip(self.owned, self.masters, strict=True):
-                p.copy_(master)
+                from_master(p, master)
+            if self.grad_dtype != torch.float32:
+                for m in self.masters:
+                    m.grad = None
         torch._foreach_zero_([p.main_grad for p in self.params])  # type: ignore[attr-defined]
         return float(loss.detach())
 
@@ -644,18 +713,21 @@ def real_peak_bytes(model: RealModel, microbatches: int) -> int:
 
 
 def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64,
-                       optimizer_shards: int = 1, head: bool = True, in_flight: int = 1) -> dict[str, Any]:
+                       optimizer_shards: int = 1, head: bool = True, in_flight: int = 1,
+                       grad_dtype: torch.dtype = torch.float32, fp8_primary: bool = False) -> dict[str, Any]:
     """The largest micro-batch whose whole step (G = 1, or the ``in_flight`` micro-batches a first
     pipeline stage holds) runs on this GPU with ``layers`` layers, by doubling then bisecting; an
     out-of-memory is the answer, never a crash. Each size builds its own model: a mixture of experts'
     layer routes the tokens of the micro-batch it was built for. ``optimizer_shards``: the distributed
-    optimizer's DP x CP; ``head`` and ``in_flight``: the stage (:class:`RealModel`)."""
+    optimizer's DP x CP; ``head`` and ``in_flight``: the stage, ``grad_dtype`` and ``fp8_primary``: the
+    main gradients' dtype and FP8 primary weights (:class:`RealModel`)."""
     def fits(mbs: int) -> bool:
         with _clean():
             model = None
             try:
                 model = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision,
-                                  optimizer_shards=optimizer_shards, head=head, in_flight=in_flight)
+                                  optimizer_shards=optimizer_shards, head=head, in_flight=in_flight,
+                                  grad_dtype=grad_dtype, fp8_primary=fp8_primary)
                 model.step(in_flight)
                 torch.cuda.synchronize()
                 return True
