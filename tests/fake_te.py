@@ -57,7 +57,7 @@ class QuantizedParam(torch.nn.Parameter):
     ``dequantize`` and ``quantize_`` as Transformer Engine's quantized tensors have them."""
 
     def dequantize(self, *, dtype: Any = torch.float32) -> torch.Tensor:
-        return self.detach().to(dtype)
+        return self.to(dtype)  # differentiable, as TE's: a non-leaf tensor while the weight requires grad
 
     def quantize_(self, tensor: torch.Tensor) -> None:
         with torch.no_grad():

@@ -116,7 +116,8 @@ def to_master(p: torch.Tensor) -> torch.Tensor:
     """A parameter's FP32 master copy: an FP8 primary weight (Transformer Engine's quantized tensor,
     built under ``te.quantized_model_init``) dequantized, any other parameter cast."""
     quantized = hasattr(p, "quantize_")  # a plain tensor has ``dequantize`` (PyTorch's int8 kind), not this
-    return (p.dequantize(dtype=torch.float32) if quantized else p.detach().float()).requires_grad_(True)
+    # TE's dequantize is differentiable (its result a non-leaf while the weight requires grad): detached.
+    return (p.dequantize(dtype=torch.float32) if quantized else p).detach().float().requires_grad_(True)
 
 
 def from_master(p: torch.Tensor, master: torch.Tensor) -> None:
