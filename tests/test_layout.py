@@ -241,7 +241,8 @@ def test_cli_layout_flags_and_their_aliases(capsys):
                  "--gbs", "128", "--recompute", "full", "--no-sequence-parallel", "--cache-dir", "/nonexistent"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("layout: 128 GPUs: TP 8, PP 8 with 5 virtual stages, CP 2, DP 1, distributed optimizer, full "
-            "recomputation, overlapped gradient reduce and parameter gather, G = 128") in out  # the preset's flags
+            "recomputation, FP8 parameter gather, BF16 gradient reduce, overlapped gradient reduce and parameter "
+            "gather, G = 128") in out  # the preset's flags
     with pytest.raises(SystemExit) as exited:
         main(["shapes", "--model", "llama3-8b", "--sharding", "zero3"])
     assert exited.value.code == 2
@@ -296,14 +297,19 @@ def test_a_new_result_keeps_its_questions_layout_and_a_bad_one_is_refused():
 def test_the_megatron_bridge_presets_overlap_the_data_parallel_collectives() -> None:
     # Megatron-Bridge's Llama recipes set cfg.ddp.overlap_grad_reduce and overlap_param_gather (and
     # CommOverlapConfig turns both on with the distributed optimizer at DP > 1): the presets built on them say so.
-    bridge = ("llama3-8b", "llama3-70b", "llama3-70b/tp8", "llama3.1-405b", "llama3.1-405b/tp8", "qwen2.5-72b",
-              "qwen2.5-72b/tp8")
+    bridge = ("llama3-8b", "llama3-70b", "llama3-70b/tp8", "llama3.1-405b", "llama3.1-405b/tp8", "qwen2.5-7b",
+              "qwen2.5-72b", "qwen2.5-72b/tp8")
     for model_id in bridge:
         preset = PRESET_LAYOUTS[model_id]
         assert preset.layout.overlap_grad_reduce and preset.layout.overlap_param_gather, model_id
         assert "(overlap_grad_reduce, overlap_param_gather), as Megatron-Bridge's" in preset.source, model_id
+        # Bridge's performance recipes: BF16 gradients (grad_reduce_in_fp32 = False), FP8 primary weights.
+        assert preset.layout.grad_reduce_dtype == "bf16" and preset.layout.fp8_param_gather, model_id
+        assert "grad_reduce_in_fp32 = False" in preset.source and "fp8_param_gather" in preset.source, model_id
         assert preset.layout.dp > 1 and preset.layout.sharding == "optimizer", model_id
         assert "overlapped gradient reduce and parameter gather" in preset.layout.describe()
         assert "overlapped" not in preset.layout.describe(overlap=False)
     others = set(PRESET_LAYOUTS) - set(bridge)
     assert not any(PRESET_LAYOUTS[m].layout.overlap_grad_reduce for m in others)  # chosen layouts: Megatron's default
+    assert not any(PRESET_LAYOUTS[m].layout.fp8_param_gather or PRESET_LAYOUTS[m].layout.grad_reduce_dtype != "fp32"
+                   for m in others)

@@ -21,12 +21,12 @@ from gemm_bench.results.cache import CacheError
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "docs" / "_gemm_cache"
-RAW = REPO / "measurements" / "2026-11-28-session15"
-H100_RUNS = [RAW / "call10-layout-search" / "h100cap" / "layout-search.json",
-             RAW / "call10-layout-search" / "qwen" / "layout-search.json"]
-H200_RUNS = [RAW / "call11-layout-search-h200" / "h200" / "layout-search.json"]
-#: As measurements/2026-11-28-session15/README.md records calls 10 and 11.
-PROVENANCE = {"commit": "a9212f6", "date": "2026-11-28",
+RAW = REPO / "measurements" / "2026-11-29-session17" / "call2-layout-search"
+H100_RUNS = [RAW / "h100cap" / "layout-search.json"]
+H200_RUNS = [RAW / "h200" / "layout-search.json"]
+#: As measurements/2026-11-29-session17/README.md records call 2 (the presets' layouts with Megatron-Bridge's
+#: BF16 gradients and FP8 primary weights, searched on one H200, uncapped and capped at an H100's capacity).
+PROVENANCE = {"commit": "2d73e2b", "date": "2026-11-29",
               "versions": {"torch": "2.11.0+cu130", "transformer_engine": "2.20.2", "cuda": "13.0",
                            "driver": "580.159.04"}}
 H100 = "NVIDIA H100 80GB HBM3"
@@ -45,7 +45,8 @@ def _raw(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize(("runs", "answers_for", "name"), [(H100_RUNS, H100, "layout-search--h100-80gb-hbm3.json")])
+@pytest.mark.parametrize(("runs", "answers_for", "name"), [(H100_RUNS, H100, "layout-search--h100-80gb-hbm3.json"),
+                                                          (H200_RUNS, None, "layout-search--h200.json")])
 def test_the_committed_study_is_the_converters_output_from_the_raw_runs(runs: list[Path], answers_for: str | None,
                                                                         name: str) -> None:
     doc = _tool().build(runs, commit=PROVENANCE["commit"], date=PROVENANCE["date"],
@@ -55,26 +56,30 @@ def test_the_committed_study_is_the_converters_output_from_the_raw_runs(runs: li
     assert studies.file_name(doc["study"], doc["device"]["name"]) == name
 
 
-def test_the_committed_h200_study_is_the_refreshs_and_agrees_with_the_raw_run() -> None:
-    """Session 16's H200 refresh measured the study itself (``gemm-bench study layout-search``, the
-    tool run uncapped by :mod:`gemm_bench.measure.layout_search_study`); its largest micro-batches
-    are the session-15 raw run's (tools/gpu_layout_search.py by hand), model by model and recipe by
-    recipe: a second run on another H200 box, the same answers."""
-    committed = studies.read_study(CACHE / "studies" / "layout-search--h200.json")
-    assert committed["provenance"]["method"]["tool"] == "tools/gpu_layout_search.py"
-    assert committed["data"]["emulated"] is False and committed["device"]["name"] == "NVIDIA H200"
-    raw = _raw(H200_RUNS[0])["models"]
-    found = {m: {p: r["largest"] for p, r in e["recipes"].items()} for m, e in committed["data"]["models"].items()}
-    assert found == {m: {p: r["largest"] for p, r in e["found"].items()} for m, e in raw.items()}
-    assert set(found) == {"llama3-8b", "qwen2.5-7b"}
+def test_both_studies_hold_one_dense_and_one_moe_model_found_on_the_gpu() -> None:
+    """Issue 41 item 3: per GPU kind, two dense whole ranks and a mixture of experts' first stage found
+    (session 17, after the presets took Megatron-Bridge's BF16 gradients and FP8 primary weights: Llama 3 8B
+    and Qwen2.5 7B 4 on the H200, 1 / 2 / 2 on the H100's capacity; Mixtral 8x7B's first stage 1 and 0)."""
+    found = {}
+    for name in ("layout-search--h200.json", "layout-search--h100-80gb-hbm3.json"):
+        committed = studies.read_study(CACHE / "studies" / name)
+        found[name] = {m: {p: r["largest"] for p, r in e["recipes"].items()}
+                       for m, e in committed["data"]["models"].items()}
+        assert committed["data"]["models"]["mixtral-8x7b"]["stage"] == "first"
+    assert found["layout-search--h200.json"]["llama3-8b"] == {"bf16": 4, "fp8-delayed": 4, "fp8-current": 4}
+    assert found["layout-search--h100-80gb-hbm3.json"]["llama3-8b"] == {"bf16": 1, "fp8-delayed": 2,
+                                                                        "fp8-current": 2}
+    assert found["layout-search--h100-80gb-hbm3.json"]["mixtral-8x7b"] == {"bf16": 0, "fp8-delayed": 0,
+                                                                           "fp8-current": 0}
 
 
 def test_the_h100_file_is_the_emulated_run_and_keeps_each_models_capacity() -> None:
     data = studies.read_study(CACHE / "studies" / "layout-search--h100-80gb-hbm3.json")["data"]
     assert data["emulated"] is True and data["answers_for"] == H100 and data["measured_on"] == "NVIDIA H200"
     assert data["models"]["llama3-8b"]["capacity_bytes"] == _raw(H100_RUNS[0])["capacity_bytes"] == 84100186112
-    assert data["models"]["qwen2.5-7b"]["capacity_bytes"] == _raw(H100_RUNS[1])["capacity_bytes"] == 84026785792
-    assert data["models"]["llama3-8b"]["recipes"]["bf16"] == {"largest": 1, "tried": [1, 2], "seconds": 5.3}
+    assert data["models"]["qwen2.5-7b"]["capacity_bytes"] == 84100186112
+    raw = {k: v for k, v in _raw(H100_RUNS[0])["models"]["llama3-8b"]["found"]["bf16"].items() if k != "peak_bytes_limit"}
+    assert data["models"]["llama3-8b"]["recipes"]["bf16"] == raw == {"largest": 1, "tried": [1, 2], "seconds": 2.5}
 
 
 def _data() -> dict[str, Any]:
@@ -123,7 +128,7 @@ def test_a_capped_run_needs_the_gpu_it_answers_for_and_runs_of_two_gpus_do_not_m
         schema.stored_data([runs[0], ("h200", {**_raw(H200_RUNS[0]), "models": {}})], H100)
     with pytest.raises(studies.StudyError, match="is in two runs"):
         schema.stored_data([runs[0], runs[0]], H100)
-    other = {**runs[1][1], "total_bytes": 85899345920}
+    other = {**runs[0][1], "models": {}, "total_bytes": 85899345920}
     with pytest.raises(studies.StudyError, match="one GPU's runs"):
         schema.stored_data([runs[0], ("other", other)], H100)
 
@@ -169,7 +174,7 @@ def test_the_refresh_searches_two_dense_whole_ranks_and_one_moe_first_stage() ->
         assert found is not None and q.config is not None
         return searched_rank(found, q.config)
 
-    assert rank("llama3-8b") == SearchedRank("only", 32, True, 1, 4096, 8)
+    assert rank("llama3-8b") == SearchedRank("only", 32, True, 1, 4096, 8, "bf16", True)  # Bridge's perf recipe
     assert rank("mixtral-8x7b") == SearchedRank("first", 8, False, 4, 4096, 16)
     assert rank("mixtral-8x7b", gpus=64, pp=4, global_batch_size=32) == SearchedRank("first", 8, False, 2, 4096, 16)
     assert "virtual stages" in str(rank("mixtral-8x7b", gpus=64, pp=4, vpp=2))
@@ -229,7 +234,7 @@ def test_the_h200_table_reads_the_uncapped_run() -> None:
     search, rows, _ = _table("NVIDIA H200")
     assert header(search)[4] == "Largest micro-batch (found on the GPU)"
     by_recipe = {row[0].text: row for row in rows}
-    assert [by_recipe[r][4].text for r in ("BF16", "FP8 Delayed", "FP8 Current")] == ["3", "3", "3"]
+    assert [by_recipe[r][4].text for r in ("BF16", "FP8 Delayed", "FP8 Current")] == ["4", "4", "4"]
 
 
 def test_another_layout_is_not_searched_and_says_what_was() -> None:
@@ -262,7 +267,7 @@ def test_the_overlap_flags_change_no_memory_so_the_search_still_answers() -> Non
                   {"overlap_grad_reduce": False, "overlap_param_gather": False}):
         search, rows, _ = _table("NVIDIA H200", dataclasses.replace(preset, **flags))
         assert not isinstance(search, str), search
-        assert [row[4].text for row in rows][:3] == ["3", "3", "3"]
+        assert [row[4].text for row in rows][:3] == ["4", "4", "4"]
 
 
 def test_a_first_stage_search_is_valid_and_answers_only_its_own_stage() -> None:
