@@ -42,11 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="bf16,fp8-delayed")
     parser.add_argument("--capacity-bytes", type=int, default=0, help="cap the allocator at this many bytes")
     parser.add_argument("--limit", type=int, default=16, help="largest micro-batch tried")
+    parser.add_argument("--time-steps", action="store_true",
+                        help="time the whole rank's step at the largest micro-batch found and at 1 (G = 1 and 2)")
     args = parser.parse_args(argv)
 
     import torch
 
-    from gemm_bench.measure.backends.model_parts import largest_microbatch
+    from gemm_bench.measure.backends.model_parts import largest_microbatch, step_samples
     from gemm_bench.question.config import ConfigError
     from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
     from gemm_bench.question.question import build_question
@@ -87,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             entry.update(stage=built.stage, in_flight=built.in_flight)
         for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
             started = time.monotonic()
+            model_keywords = {"optimizer_shards": shards, "head": built.head, "in_flight": built.in_flight,
+                              "grad_dtype": torch.bfloat16 if built.grad_dtype == "bf16" else torch.float32,
+                              "fp8_primary": built.fp8_param_gather and precision.startswith("fp8")}
             try:
-                found = largest_microbatch(rank, built.layers, precision, limit=args.limit,
-                                           optimizer_shards=shards, head=built.head, in_flight=built.in_flight,
-                                           grad_dtype=torch.bfloat16 if built.grad_dtype == "bf16" else torch.float32,
-                                           fp8_primary=built.fp8_param_gather and precision.startswith("fp8"))
+                found = largest_microbatch(rank, built.layers, precision, limit=args.limit, **model_keywords)
             except RuntimeError as exc:  # GPU boundary: not an out-of-memory (that is an answer), a failure
                 entry["found"][precision] = f"{type(exc).__name__}: {exc}"[:400]
                 print(f"{model} {precision}: FAILED {exc}"[:300], flush=True)
@@ -100,6 +102,19 @@ def main(argv: list[str] | None = None) -> int:
             entry["found"][precision] = found
             print(f"{model} {precision}: largest micro-batch {found['largest']} (tried {found['tried']}, "
                   f"{time.monotonic() - started:.0f} s)", flush=True)
+            # The step at the largest micro-batch and at 1 (a whole rank on this GPU's own capacity only:
+            # an emulated capacity would time this GPU, not the one it answers for).
+            if args.time_steps and not args.capacity_bytes and built.stage == "only" and found["largest"] >= 2 \
+                    and found["largest"] + 1 in found["tried"]:
+                started = time.monotonic()
+                try:
+                    found["steps"] = step_samples(rank, built.layers, precision, (1, found["largest"]),
+                                                  **model_keywords)
+                except RuntimeError as exc:  # GPU boundary: the search's answer stands, the timing is lost
+                    found["steps_failed"] = f"{type(exc).__name__}: {exc}"[:400]
+                print(f"{model} {precision}: steps at micro-batch 1 and {found['largest']} "
+                      f"{found.get('steps') or found.get('steps_failed')} ({time.monotonic() - started:.0f} s)",
+                      flush=True)
         doc["models"][model] = entry
         (args.out / "layout-search.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return 0

@@ -29,7 +29,16 @@ from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout, PresetLay
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.question import Question
 from gemm_bench.report.layout_memory import NO_PARTS, fits_text, gib, recipe_memory, remedy_text
-from gemm_bench.report.layout_search import Search, difference_text, found_text, model_search, search_note
+from gemm_bench.report.layout_search import (
+    LARGER_STEP_NOTE,
+    Search,
+    difference_text,
+    found_text,
+    larger_step,
+    larger_step_text,
+    model_search,
+    search_note,
+)
 from gemm_benchmark.config import Settings
 from gemm_benchmark.layout_tables import LayoutTableDirective, note
 from gemm_benchmark.records import page_studies
@@ -37,7 +46,8 @@ from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
 
 HEADER = ("Recipe", "Memory per GPU", "Fits?", "Largest micro-batch (predicted)",
-          "Largest micro-batch (found on the GPU)", "Found − predicted", "Where it does not fit")
+          "Largest micro-batch (found on the GPU)", "Found − predicted", "Where it does not fit",
+          "Tokens/s per GPU at the largest found (real rank)")
 NOT_COUNTED = ("Composed from the parts measured on one GPU (weights, FP8 copies, gradients, optimizer state and "
                "activations as the layout shards them; the most loaded pipeline stage); not counted: the "
                "collectives' buffers and the allocator's fragmentation.")
@@ -75,7 +85,7 @@ def memory_rows(doc: dict[str, Any], model_id: str, layout: ParallelLayout | Non
                      Entry(gib(mem.total), tooltip=where), Entry(fits_text(mem)), Entry(str(item.largest_micro_batch)),
                      Entry(found_text(search, item.precision)),
                      Entry(difference_text(search, item.precision, item.largest_micro_batch)),
-                     Entry(remedy_text(item))])
+                     Entry(remedy_text(item)), Entry(larger_step_text(search, item.precision))])
     return rows, None
 
 
@@ -109,10 +119,14 @@ class GemmLayoutMemoryDirective(LayoutTableDirective):
         rows, why = memory_rows(doc, model_id, layout, search)
         if why is not None:
             return [note(f"{label}: {why}.")]
-        table = build_table([[Entry(h, strong=True) for h in header(search)]], rows,
-                            [12, 12, 14, 11, 14, 9, 28], classes=["gemm-layout-memory-table"])
+        timed = any(larger_step(search, p) is not None for p in PRECISIONS)
+        head = header(search) if timed else header(search)[:-1]
+        rows = rows if timed else [row[:-1] for row in rows]
+        table = build_table([[Entry(h, strong=True) for h in head]], rows,
+                            [12, 12, 14, 11, 14, 9, 28, 18][:len(head)], classes=["gemm-layout-memory-table"])
         capacity = int(doc["model_step"]["capacity_bytes"])
-        return [scrolling(table), note(f"{NOT_COUNTED} {search_note(search, capacity)}")]
+        words = f"{NOT_COUNTED} {search_note(search, capacity)}" + (f" {LARGER_STEP_NOTE}" if timed else "")
+        return [scrolling(table), note(words)]
 
 
 def setup_layout_memory(app: Any) -> None:

@@ -65,11 +65,12 @@ def measure() -> tuple[dict[str, Any], dict[str, Any]]:
     models = searched_models()
     with tempfile.TemporaryDirectory(prefix="gemm-bench-layout-search-") as out:
         command = [sys.executable, str(tool), "--out", out, "--models", ",".join(models),
-                   "--precisions", ",".join(PRECISIONS)]
+                   "--precisions", ",".join(PRECISIONS), "--time-steps"]
         done = subprocess.run(command, check=False)
         found = Path(out) / "layout-search.json"
         if done.returncode != 0 or not found.is_file():
             raise LayoutSearchError(f"{' '.join(command)} exited with {done.returncode}")
         run = json.loads(found.read_text(encoding="utf-8"))
-    method = {"tool": "tools/gpu_layout_search.py", "models": models, "precisions": list(PRECISIONS)}
+    method = {"tool": "tools/gpu_layout_search.py", "options": ["--time-steps"], "models": models,
+              "precisions": list(PRECISIONS)}
     return stored_data([("layout-search.json", run)]), method

@@ -112,9 +112,9 @@ def searched_rank(layout: ParallelLayout, config: ModelConfig) -> SearchedRank |
     first = shape.first
     tokens = config.seq_length // layout.cp
     shards = layout.dp * layout.cp
-    held = {"grad_dtype": layout.grad_reduce_dtype, "fp8_param_gather": layout.fp8_param_gather}
+    held = (layout.grad_reduce_dtype, layout.fp8_param_gather)
     if layout.pp == 1:
-        return SearchedRank("only", config.num_layers, True, 1, tokens, shards, **held)
+        return SearchedRank("only", config.num_layers, True, 1, tokens, shards, *held)
     if shape.weight_scale != 1.0:
         return f"expert parallel {layout.ep}: the measured layer is at EP {config.expert_model_parallel_size}"
-    return SearchedRank("first", first.layers, False, min(layout.pp, layout.microbatches), tokens, shards, **held)
+    return SearchedRank("first", first.layers, False, min(layout.pp, layout.microbatches), tokens, shards, *held)

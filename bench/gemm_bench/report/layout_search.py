@@ -44,6 +44,8 @@ class Search:
     #: which the search stored and the match compares, name both: "BF16 gradient reduce", "FP8 parameter gather").
     grad_dtype: str = "fp32"
     fp8_param_gather: bool = False
+    #: The layout the search answers (its G and global batch compose the step at each micro-batch).
+    layout: ParallelLayout | None = None
 
     def where(self) -> str:
         """Where the number was found: "found on the GPU", or the emulation said in words."""
@@ -89,7 +91,7 @@ def model_search(docs: Sequence[Mapping[str, Any]], device_name: str, model_id: 
                 f"{entry['tokens']} tokens, optimizer over {entry['optimizer_shards']} ranks)")
     return Search(str(data["answers_for"]), str(data["measured_on"]), bool(data["emulated"]),
                   int(entry["capacity_bytes"]), rank.tokens, rank.layers, rank.optimizer_shards, entry["recipes"],
-                  rank.stage, rank.in_flight, rank.grad_dtype, rank.fp8_param_gather)
+                  rank.stage, rank.in_flight, rank.grad_dtype, rank.fp8_param_gather, layout)
 
 
 def found_text(search: Search | str | None, precision: str) -> str:
@@ -142,3 +144,87 @@ def search_note(search: Search | str | None, predicted_capacity: int) -> str:
         text += (f"; the prediction's capacity (what the allocator could hold when the parts were measured) is "
                  f"{predicted_capacity / GIB:.1f} GiB")
     return text + "."
+
+
+# ------------------------------------------------------------------- the step at the largest micro-batch
+@dataclasses.dataclass(frozen=True)
+class SizeStep:
+    """The rank's step at one micro-batch size, composed at the layout's G for that size from the two timed
+    G (1 and 2): ``per_microbatch_ms`` (their medians' difference), ``fixed_ms`` (the rest: the optimizer)."""
+
+    micro_batch: int
+    microbatches: int
+    per_microbatch_ms: float
+    fixed_ms: float
+    tokens: int
+
+    @property
+    def step_ms(self) -> float:
+        return self.microbatches * self.per_microbatch_ms + self.fixed_ms
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Per GPU: the rank's tokens of a step (micro-batch x its tokens x G) over the step."""
+        return self.micro_batch * self.tokens * self.microbatches / (self.step_ms / 1e3)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def microbatches_at(layout: ParallelLayout, micro_batch: int) -> int | None:
+    """G at ``micro_batch``: the global batch over micro-batch x DP (None where it does not divide); a layout
+    with G set and no global batch keeps its G."""
+    if layout.global_batch_size is None:
+        return layout.microbatches
+    per_step = micro_batch * layout.dp
+    return layout.global_batch_size // per_step if layout.global_batch_size % per_step == 0 else None
+
+
+def larger_step(search: Search | str | None, precision: str) -> tuple[SizeStep, SizeStep] | str | None:
+    """(the step at micro-batch 1, the step at the largest found) for ``precision``, each composed at the
+    layout's G for its size; the reason where the timed steps cannot say it; None where nothing was timed
+    (no search, a largest of 1 or less, an emulated capacity)."""
+    if not isinstance(search, Search) or search.layout is None:
+        return None
+    found = search.recipes.get(precision, {})
+    if "steps_failed" in found:
+        return f"the timing failed: {found['steps_failed']}"
+    steps = found.get("steps")
+    if not steps:
+        return None
+    largest = int(found["largest"])
+    out = []
+    for size in (1, largest):
+        by_g = steps[str(size)]
+        one, two = _median(by_g["1"]), _median(by_g["2"])
+        per = two - one
+        if per <= 0:
+            return f"at micro-batch {size}, G = 2 did not take longer than G = 1 ({two:.1f} against {one:.1f} ms)"
+        g = microbatches_at(search.layout, size)
+        if g is None:
+            return (f"the global batch {search.layout.global_batch_size} does not divide into micro-batches of "
+                    f"{size} over DP {search.layout.dp}")
+        out.append(SizeStep(size, g, per, max(0.0, one - per), search.tokens))
+    return out[0], out[1]
+
+
+def larger_step_text(search: Search | str | None, precision: str) -> str:
+    """The cell: "14,210 at 4 (1.06x micro-batch 1's 13,400)" tokens per second per GPU, "–" where nothing
+    was timed, or why the timing says nothing."""
+    step = larger_step(search, precision)
+    if step is None:
+        return "–"
+    if isinstance(step, str):
+        return step
+    base, large = step
+    return (f"{large.tokens_per_s:,.0f} at {large.micro_batch} ({large.tokens_per_s / base.tokens_per_s:.2f}× "
+            f"micro-batch 1's {base.tokens_per_s:,.0f})")
+
+
+LARGER_STEP_NOTE = ("Tokens per second per GPU at the largest micro-batch found: the real rank's whole step timed "
+                    "(CUDA events, eager) at that micro-batch and at 1, each at G = 1 and 2; their difference is "
+                    "one micro-batch's time, the rest the optimizer's, composed at the layout's G for each size "
+                    "(the global batch over micro-batch x DP). One rank's compute: collectives not in it.")

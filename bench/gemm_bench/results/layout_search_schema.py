@@ -60,6 +60,17 @@ MODEL_FIELDS: tuple[str, ...] = ("layout", "layers", "tokens", "optimizer_shards
 #: peak (1F1B's count); absent for the whole rank of PP 1.
 STAGE_FIELDS: tuple[str, ...] = ("stage", "in_flight")
 RECIPE_FIELDS: tuple[str, ...] = ("largest", "tried", "seconds")
+#: A whole rank's step timed at the largest micro-batch found and at 1 (issue 41 item 3: "a recipe that
+#: fits a larger micro-batch says so, with the tokens per second per GPU it then reaches, measured at that
+#: micro-batch"): ``steps`` maps the micro-batch to G to the step's times in ms (CUDA events, eager), at
+#: G = 1 and 2, from which the report separates the per-micro-batch time from the rest; or
+#: ``steps_failed``, why the timing did not run. Only in a run on the GPU's own capacity (an emulated
+#: capacity times another GPU) and only where the largest is above 1.
+STEP_FIELDS: tuple[str, ...] = ("steps", "steps_failed")
+#: The G each micro-batch's step is timed at: two, so that their difference is one micro-batch's time.
+STEP_GS: tuple[str, ...] = ("1", "2")
+#: Far above any step's time (ms): a day.
+MAX_STEP_MS = 86_400_000.0
 
 
 def bounded(found: Mapping[str, Any]) -> bool:
@@ -74,7 +85,7 @@ def _recipe(value: Any, at: str) -> None:
         keys(block, at, ("failed",))
         text(block["failed"], f"{at}.failed")
         return
-    keys(block, at, RECIPE_FIELDS)
+    keys(block, at, RECIPE_FIELDS, STEP_FIELDS)
     largest = integer(block["largest"], f"{at}.largest", minimum=0, maximum=MAX_MICRO_BATCH)
     tried = [integer(size, f"{at}.tried[{i}]", minimum=1, maximum=MAX_MICRO_BATCH)
              for i, size in enumerate(json_list(block["tried"], f"{at}.tried", non_empty=True))]
@@ -87,6 +98,28 @@ def _recipe(value: Any, at: str) -> None:
     if largest < max(tried) and largest + 1 not in tried:
         raise StudyError(f"{at}.largest", f"{largest} is not bounded: {largest + 1} was not tried (tried {tried})")
     number(block["seconds"], f"{at}.seconds", minimum=0.0)
+    if "steps" in block and "steps_failed" in block:
+        raise StudyError(at, "holds both steps and steps_failed")
+    if "steps_failed" in block:
+        text(block["steps_failed"], f"{at}.steps_failed")
+    if "steps" in block:
+        _steps(block["steps"], f"{at}.steps", largest)
+
+
+def _steps(value: Any, at: str, largest: int) -> None:
+    """The timed steps: at micro-batch 1 and at ``largest`` (above 1), each at G = 1 and 2, each a non-empty
+    list of positive times in ms."""
+    steps = json_object(value, at)
+    if largest < 2:
+        raise StudyError(at, f"times a larger micro-batch, but the largest found is {largest}")
+    keys(steps, at, ("1", str(largest)))
+    for size, by_g in steps.items():
+        by_g = json_object(by_g, f"{at}.{size}")
+        keys(by_g, f"{at}.{size}", STEP_GS)
+        for g, times in by_g.items():
+            where = f"{at}.{size}.{g}"
+            for i, ms in enumerate(json_list(times, where, non_empty=True)):
+                number(ms, f"{where}[{i}]", positive=True, limit=MAX_STEP_MS)
 
 
 def validate_data(data: Any) -> None:
@@ -135,6 +168,10 @@ def validate_data(data: Any) -> None:
         for precision, found in recipes.items():
             choice(precision, f"{at}.recipes.{precision}", tuple(PRECISIONS))
             _recipe(found, f"{at}.recipes.{precision}")
+            if emulated and "steps" in found:
+                raise StudyError(f"{at}.recipes.{precision}.steps", "times a step on an emulated capacity: the "
+                                                                    "times are the measuring GPU's, not the one it "
+                                                                    "answers for")
 
 
 # ------------------------------------------------------------------------------ from the tool's JSON
@@ -160,7 +197,7 @@ def _add_run(where: str, run: Mapping[str, Any], device: str, total: int, models
                 raise StudyError(f"{where}.models.{model}.found.{precision}.peak_bytes_limit",
                                  f"{found['peak_bytes_limit']} is not the run's capacity {capacity}")
             recipes[precision] = {"largest": found["largest"], "tried": list(found["tried"]),
-                                  "seconds": found["seconds"]}
+                                  "seconds": found["seconds"], **{k: found[k] for k in STEP_FIELDS if k in found}}
         models[model] = {"layout": entry["layout"], "layers": entry["layers"], "tokens": entry["tokens"],
                          "optimizer_shards": entry["optimizer_shards"], "capacity_bytes": capacity,
                          "recipes": recipes,

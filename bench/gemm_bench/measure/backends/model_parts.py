@@ -713,6 +713,26 @@ def real_peak_bytes(model: RealModel, microbatches: int) -> int:
     return int(torch.cuda.max_memory_allocated())
 
 
+def step_samples(config: ModelConfig, layers: int, precision: str, micro_batches: Sequence[int], *,
+                 steps: int = 3, **model: Any) -> dict[str, dict[str, list[float]]]:
+    """The whole step's times in ms (CUDA events, eager, :func:`time_real_steps` after one untimed step)
+    of the rank built at each micro-batch size of ``micro_batches``, at G = 1 and 2: their difference is
+    one micro-batch's time, the rest the step's fixed part (the optimizer), so the report can compose
+    the step at any G (issue 41 item 3: the tokens per second per GPU a larger micro-batch reaches,
+    measured at that micro-batch). ``model``: :class:`RealModel`'s keywords (the stage, the gradients'
+    dtype, FP8 primary weights, the optimizer's shards)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for mbs in micro_batches:
+        with _clean():
+            real = None
+            try:
+                real = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision, **model)
+                out[str(mbs)] = {str(g): time_real_steps(real, g, warmup=1, steps=steps).ms for g in (1, 2)}
+            finally:
+                del real
+    return out
+
+
 def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64,
                        optimizer_shards: int = 1, head: bool = True, in_flight: int = 1,
                        grad_dtype: torch.dtype = torch.float32, fp8_primary: bool = False) -> dict[str, Any]:
