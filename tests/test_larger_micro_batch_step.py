@@ -102,3 +102,28 @@ def test_the_measuring_side_times_both_sizes_at_g_1_and_2(monkeypatch: pytest.Mo
     out = parts.step_samples(TINY, 2, "fp8-current", (1, 2), steps=2)
     assert set(out) == {"1", "2"} and all(set(v) == {"1", "2"} for v in out.values())
     assert all(len(ms) == 2 and all(m >= 0 for m in ms) for v in out.values() for ms in v.values())
+
+
+def test_a_size_fits_only_if_its_second_step_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first step allocates the optimizer's moments after its activations are freed; the second holds
+    them through its forward and backward. On an H200, Qwen2.5 7B BF16 at micro-batch 4 ran one step and
+    ran out of memory in the next: the search now runs two before it calls a size fitting."""
+    import torch
+
+    from tests import fake_te
+
+    parts = fake_te.install(monkeypatch, oom_above=8)
+    from tests.test_model_step_measure_cpu import TINY
+
+    steps: dict[int, int] = {}
+    real_step = parts.RealModel.step
+
+    def step(self: Any, microbatches: int) -> float:
+        steps[id(self)] = steps.get(id(self), 0) + 1
+        if self.config.micro_batch_size == 4 and steps[id(self)] == 2:
+            raise torch.OutOfMemoryError("fake: the moments held through the second step")
+        return real_step(self, microbatches)
+
+    monkeypatch.setattr(parts.RealModel, "step", step)
+    found = parts.largest_microbatch(TINY, 2, "bf16", limit=8)
+    assert found["largest"] == 3 and found["tried"] == [1, 2, 4, 3]

@@ -8,7 +8,8 @@ for its output). All on the rank's ``S / CP`` tokens, main gradients whole (FP32
 layout reduces gradients in BF16), FP8 primary weights in the layers where the layout gathers FP8
 parameters and the recipe is FP8, and FP32 master
 weights and moments for ``1 / (DP x CP)`` of the parameters (Megatron's distributed optimizer). Its
-step is run at growing micro-batch sizes, doubling then bisecting, until it runs out of memory
+step (two of them: the second holds the optimizer's moments through its forward and backward) is run
+at growing micro-batch sizes, doubling then bisecting, until it runs out of memory
 (:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`): an out-of-memory is the answer.
 
 ``--capacity-bytes`` caps PyTorch's allocator at that many bytes of this GPU
@@ -29,10 +30,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+#: PyTorch's allocator setting the search runs under (Megatron-Bridge's recipes set it).
+ALLOCATOR = "expandable_segments:True"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the whole rank's step at the largest micro-batch found and at 1 (G = 1 and 2)")
     args = parser.parse_args(argv)
 
+    # The allocator as Megatron-Bridge's performance recipes run it (their env_vars set
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): without it, fragmentation that a run launched
+    # from those recipes does not have ends the search early. Set before CUDA starts; a caller's own wins.
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOCATOR)
     import torch
 
     from gemm_bench.measure.backends.model_parts import largest_microbatch, step_samples
@@ -56,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     total = torch.cuda.get_device_properties(0).total_memory
     doc: dict[str, Any] = {"device": torch.cuda.get_device_name(), "total_bytes": total,
+                           "allocator": os.environ["PYTORCH_CUDA_ALLOC_CONF"],
                            "capacity_bytes": args.capacity_bytes or total, "models": {}}
     if args.capacity_bytes:
         if args.capacity_bytes > total:

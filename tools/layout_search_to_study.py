@@ -32,7 +32,8 @@ WHAT = ("the preset layout's rank built for real (the whole rank at PP 1, the fi
         "in flight at PP > 1): every layer on S / CP tokens, main gradients whole in the layout's gradient-reduce "
         "dtype, FP8 primary weights where the layout gathers FP8 parameters, FP32 master weights and moments for "
         "1 / (DP x CP) of the parameters (the distributed optimizer); its whole step at micro-batch sizes doubling "
-        "from 1, then bisecting; an out-of-memory is the answer")
+        "from 1 (two steps at each, the second holding the optimizer's moments), then bisecting, PyTorch's allocator "
+        "with expandable segments; an out-of-memory is the answer")
 
 
 def source_name(path: Path) -> str:

@@ -72,5 +72,5 @@ def measure() -> tuple[dict[str, Any], dict[str, Any]]:
             raise LayoutSearchError(f"{' '.join(command)} exited with {done.returncode}")
         run = json.loads(found.read_text(encoding="utf-8"))
     method = {"tool": "tools/gpu_layout_search.py", "options": ["--time-steps"], "models": models,
-              "precisions": list(PRECISIONS)}
+              "precisions": list(PRECISIONS), "allocator": str(run.get("allocator", "PyTorch's default"))}
     return stored_data([("layout-search.json", run)]), method
