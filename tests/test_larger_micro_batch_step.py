@@ -20,8 +20,9 @@ from gemm_bench.results import studies
 STEPS = {"1": {"1": [301.0, 300.0, 299.0], "2": [590.0, 589.0, 591.0]},
          "4": {"1": [1150.0, 1149.0, 1151.0], "2": [2290.0, 2291.0, 2289.0]}}
 RECIPE = {"largest": 4, "tried": [1, 2, 4, 8, 6, 5], "seconds": 8.0, "steps": STEPS}
-#: Llama 3 8B's Bridge layout: GBS 128 over DP 4: G = 32 at micro-batch 1, 8 at 4.
-LAYOUT = ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128)
+#: Llama 3 8B's Bridge layout without its CP 2 (a timed step is quoted only at CP 1): GBS 128 over DP 4:
+#: G = 32 at micro-batch 1, 8 at 4.
+LAYOUT = ParallelLayout(gpus=4, sharding="optimizer", global_batch_size=128)
 
 
 def _data(recipe: dict[str, Any], *, emulated: bool = False) -> dict[str, Any]:
@@ -87,10 +88,25 @@ def test_what_the_timing_cannot_say_is_said() -> None:
     assert larger_step_text(_search(failed), "bf16") == "the timing failed: OutOfMemoryError: x"
     flat = {**RECIPE, "steps": {**STEPS, "4": {"1": [1150.0], "2": [1100.0]}}}
     assert "G = 2 did not take longer than G = 1" in larger_step_text(_search(flat), "bf16")
-    odd = ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=48)  # 48 / (4 x 4) = 3, / 4 = 12
+    odd = ParallelLayout(gpus=4, sharding="optimizer", global_batch_size=48)  # 48 / (4 x 4) = 3, / 4 = 12
     assert larger_step_text(_search(RECIPE, odd), "bf16").startswith("14,")  # divides: composed at G = 3
-    odd = ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=8)  # 8 / (4 x 4): no
+    odd = ParallelLayout(gpus=4, sharding="optimizer", global_batch_size=8)  # 8 / (4 x 4): no
     assert "does not divide into micro-batches of 4" in larger_step_text(_search(RECIPE, odd), "bf16")
+
+
+def test_a_context_parallel_layouts_timed_step_is_not_quoted_and_says_why() -> None:
+    """The search's rank holds S / CP tokens as sequences of their own: its attention runs over S / CP keys,
+    where context parallelism attends to all S. On an H200 the timed Llama 3 8B rank (CP 2) read FP8 1.57x
+    BF16, against the composed step's 1.39x at the whole sequence: not a number for the reader."""
+    from gemm_bench.report.layout_search import context_parallel_untimed
+
+    cp2 = ParallelLayout(gpus=8, cp=2, sharding="optimizer", global_batch_size=128)
+    search = _search(RECIPE, cp2)
+    assert larger_step(search, "bf16") is None and larger_step_text(search, "bf16") == "–"
+    why = context_parallel_untimed(search)
+    assert why is not None and "at CP 2 the timed rank's 4,096 tokens attend only to one another" in why
+    assert "whole sequence of 8,192" in why
+    assert context_parallel_untimed(_search(RECIPE)) is None  # CP 1: quoted
 
 
 def test_the_measuring_side_times_both_sizes_at_g_1_and_2(monkeypatch: pytest.MonkeyPatch) -> None:

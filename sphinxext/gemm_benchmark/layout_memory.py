@@ -32,6 +32,7 @@ from gemm_bench.report.layout_memory import NO_PARTS, fits_text, gib, recipe_mem
 from gemm_bench.report.layout_search import (
     LARGER_STEP_NOTE,
     Search,
+    context_parallel_untimed,
     difference_text,
     found_text,
     larger_step,
@@ -125,7 +126,9 @@ class GemmLayoutMemoryDirective(LayoutTableDirective):
         table = build_table([[Entry(h, strong=True) for h in head]], rows,
                             [12, 12, 14, 11, 14, 9, 28, 18][:len(head)], classes=["gemm-layout-memory-table"])
         capacity = int(doc["model_step"]["capacity_bytes"])
-        words = f"{NOT_COUNTED} {search_note(search, capacity)}" + (f" {LARGER_STEP_NOTE}" if timed else "")
+        untimed = context_parallel_untimed(search) if isinstance(search, Search) else None
+        words = (f"{NOT_COUNTED} {search_note(search, capacity)}" + (f" {LARGER_STEP_NOTE}" if timed else "")
+                 + (f" {untimed}" if untimed else ""))
         return [scrolling(table), note(words)]
 
 

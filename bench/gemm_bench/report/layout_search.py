@@ -187,7 +187,7 @@ def larger_step(search: Search | str | None, precision: str) -> tuple[SizeStep, 
     """(the step at micro-batch 1, the step at the largest found) for ``precision``, each composed at the
     layout's G for its size; the reason where the timed steps cannot say it; None where nothing was timed
     (no search, a largest of 1 or less, an emulated capacity)."""
-    if not isinstance(search, Search) or search.layout is None:
+    if not isinstance(search, Search) or search.layout is None or context_parallel_untimed(search):
         return None
     found = search.recipes.get(precision, {})
     if "steps_failed" in found:
@@ -209,6 +209,22 @@ def larger_step(search: Search | str | None, precision: str) -> tuple[SizeStep, 
                     f"{size} over DP {search.layout.dp}")
         out.append(SizeStep(size, g, per, max(0.0, one - per), search.tokens))
     return out[0], out[1]
+
+
+def context_parallel_untimed(search: Search) -> str | None:
+    """Why a timed step is not quoted for a layout with context parallelism, else None. The search builds
+    the rank on its ``S / CP`` tokens as sequences of their own, so its attention runs over ``S / CP``
+    keys; context parallelism attends each rank's queries to the whole sequence's keys (ring attention):
+    the timed step lacks part of the attention the run pays. The memory it found stands (flash
+    attention's activations grow with the rank's tokens, not with the keys)."""
+    if search.layout is None or search.layout.cp == 1:
+        return None
+    if not any("steps" in found for found in search.recipes.values()):
+        return None
+    return (f"The rank's step was also timed at its largest micro-batch, but is not quoted here: at CP "
+            f"{search.layout.cp} the timed rank's {search.tokens:,} tokens attend only to one another, where "
+            f"context parallelism attends them to the whole sequence of {search.tokens * search.layout.cp:,}, so "
+            "the timing lacks part of the attention the run pays.")
 
 
 def larger_step_text(search: Search | str | None, precision: str) -> str:
