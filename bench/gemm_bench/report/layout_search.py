@@ -131,7 +131,8 @@ def search_note(search: Search | str | None, predicted_capacity: int) -> str:
     how = (f"{built} ({search.layers} layers on {search.tokens:,} tokens, {search.grad_dtype.upper()} main gradients "
            f"whole{primary}, the distributed optimizer's 1 / {search.optimizer_shards} of the master weights and "
            "moments), "
-           "its whole step run at micro-batch sizes doubling from 1, then bisecting, until it ran out of memory")
+           "its whole step run twice (the second holding the optimizer's moments) at micro-batch sizes doubling "
+           "from 1, then bisecting, until it ran out of memory")
     capacity = f"{search.capacity_bytes / GIB:.1f} GiB"
     if search.emulated:
         text = (f"Largest micro-batch found with the {search.where()}: {how}, the allocator capped at the "
