@@ -65,7 +65,8 @@ def test_the_committed_h200_study_is_the_one_the_box_stored() -> None:
     assert committed == studies.read_study(H200_STUDY)
     assert committed["provenance"]["commit"] == PROVENANCE["commit"]
     assert committed["provenance"]["method"]["allocator"] == "expandable_segments:True"
-    timed = {m: sorted(p for p, r in e["recipes"].items() if "steps" in r) for m, e in committed["data"]["models"].items()}
+    timed = {m: sorted(p for p, r in e["recipes"].items() if "steps" in r)
+             for m, e in committed["data"]["models"].items()}
     assert timed == {"llama3-8b": ["bf16", "fp8-current", "fp8-delayed"], "mixtral-8x7b": [],
                      "qwen2.5-7b": ["bf16", "fp8-current", "fp8-delayed"]}
 
@@ -92,7 +93,8 @@ def test_the_h100_file_is_the_emulated_run_and_keeps_each_models_capacity() -> N
     assert data["emulated"] is True and data["answers_for"] == H100 and data["measured_on"] == "NVIDIA H200"
     assert data["models"]["llama3-8b"]["capacity_bytes"] == _raw(H100_RUNS[0])["capacity_bytes"] == 84100186112
     assert data["models"]["qwen2.5-7b"]["capacity_bytes"] == 84100186112
-    raw = {k: v for k, v in _raw(H100_RUNS[0])["models"]["llama3-8b"]["found"]["bf16"].items() if k != "peak_bytes_limit"}
+    raw = {k: v for k, v in _raw(H100_RUNS[0])["models"]["llama3-8b"]["found"]["bf16"].items()
+           if k != "peak_bytes_limit"}
     assert data["models"]["llama3-8b"]["recipes"]["bf16"] == raw and raw["largest"] == 1 and raw["tried"] == [1, 2]
 
 
