@@ -234,24 +234,23 @@ _STATE: dict[str, Any] = {"recipe": None, "primary": None}
 
 
 @contextlib.contextmanager
-def quantized_model_init(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
+def _recipe_in(key: str, recipe: Any) -> Iterator[None]:
+    """``_STATE[key]`` set to ``recipe`` inside, restored after (nested regions restore theirs)."""
+    before = _STATE[key]
+    _STATE[key] = recipe
+    try:
+        yield
+    finally:
+        _STATE[key] = before
+
+
+def quantized_model_init(enabled: bool = True, recipe: Any = None) -> contextlib.AbstractContextManager[None]:
     """GEMM weights built inside are FP8 primary weights (:class:`QuantizedParam`)."""
-    before = _STATE["primary"]
-    _STATE["primary"] = recipe if enabled else None
-    try:
-        yield
-    finally:
-        _STATE["primary"] = before
+    return _recipe_in("primary", recipe if enabled else None)
 
 
-@contextlib.contextmanager
-def autocast(enabled: bool = True, recipe: Any = None) -> Iterator[None]:
-    before = _STATE["recipe"]
-    _STATE["recipe"] = recipe if enabled else None
-    try:
-        yield
-    finally:
-        _STATE["recipe"] = before
+def autocast(enabled: bool = True, recipe: Any = None) -> contextlib.AbstractContextManager[None]:
+    return _recipe_in("recipe", recipe if enabled else None)
 
 
 class _Recipe:
