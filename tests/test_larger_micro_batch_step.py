@@ -143,3 +143,20 @@ def test_a_size_fits_only_if_its_second_step_runs(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(parts.RealModel, "step", step)
     found = parts.largest_microbatch(TINY, 2, "bf16", limit=8)
     assert found["largest"] == 3 and found["tried"] == [1, 2, 4, 3]
+
+
+def test_shapes_prints_the_found_micro_batch_and_its_tokens_per_second(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 41 item 5: the command line says what the page says: the committed H200 study found 4 for
+    Qwen2.5 7B (CP 1, so its timed step is quoted), within 100 columns."""
+    from pathlib import Path
+
+    from gemm_bench.cli.commands import main
+
+    cache = Path(__file__).resolve().parents[1] / "docs" / "_gemm_cache"
+    assert main(["shapes", "--model", "qwen2.5-7b", "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    flat = " ".join(out.split())
+    assert "largest micro-batch 4 (predicted), 4 (found on the GPU); tokens/s per GPU (real rank, " in flat
+    assert "1 (H100 80GB HBM3 capacity emulated on an H200)" in flat
+    assert "FP8 Block 63.2 GiB fits: yes, 75.8 GiB free; largest micro-batch 4 (predicted), not searched" in flat

@@ -351,12 +351,18 @@ def ignored_lines(question: Question) -> list[str]:
     return [f"ignored ({reason}): {' '.join(flags)}" for reason, flags in reasons.items()]
 
 
-def _cached_memory_lines(question: Question, cache_dir: Path) -> list[str]:
+def _cached_memory_lines(question: Question, cache_dir: Path, model_id: str | None = None) -> list[str]:
     """Memory per GPU of the question's layout per recipe, from each cached result of the question
-    that holds the model step's memory parts; one line saying where to get them otherwise."""
+    that holds the model step's memory parts; one line saying where to get them otherwise. With
+    ``model_id`` (``--model``), the layout-search study of each GPU kind adds its found micro-batch."""
     if question.config is None or question.layout is None:
         return []
     from gemm_bench.report.layout_memory import memory_lines
+    from gemm_bench.report.layout_search import model_search
+    from gemm_bench.results import studies
+    from gemm_bench.results.layout_search_schema import NAME as SEARCH
+
+    searches = studies.read_studies(cache_dir, SEARCH)[0] if model_id else []
 
     try:
         docs = Cache(cache_dir).lookup(question.hash).documents
@@ -368,7 +374,9 @@ def _cached_memory_lines(question: Question, cache_dir: Path) -> list[str]:
     out = []
     for doc in sorted(docs, key=lambda d: d["device"]["name"]):
         out.append(f"on the {doc['device']['name']}:")
-        out += memory_lines(doc, question.config, question.layout)
+        search = (model_search(searches, doc["device"]["name"], model_id, question.config, question.layout)
+                  if model_id else None)
+        out += memory_lines(doc, question.config, question.layout, search)
     return out
 
 
@@ -380,7 +388,8 @@ def cmd_shapes(args: argparse.Namespace) -> int:
     echo_wrapped(q.describe())
     for note in q.notes:
         echo_wrapped(f"note: {note}")
-    for line in [*ignored_lines(q), *layout_lines(q), *_cached_memory_lines(q, Path(args.cache_dir))]:
+    model_id = getattr(args, "model", None)
+    for line in [*ignored_lines(q), *layout_lines(q), *_cached_memory_lines(q, Path(args.cache_dir), model_id)]:
         echo_wrapped(line)
     echo(f"{'op':<18}{'pass':<7}{'M x K x N':>24}{'groups':>8}{'GFLOP':>12}")
     for g in q.gemms:

@@ -93,9 +93,13 @@ def remedy_sentence(found: RecipeMemory) -> str:
     return f"{name} would make it fit: {gib(found.remedy[1].total)}"
 
 
-def memory_lines(doc: Mapping[str, Any], config: ModelConfig, layout: ParallelLayout) -> list[str]:
+def memory_lines(doc: Mapping[str, Any], config: ModelConfig, layout: ParallelLayout,
+                 search: Any = None) -> list[str]:
     """Memory per GPU per recipe as the command line prints it: one line a recipe (wrapped by the
-    caller at 100 columns), or one line saying why there is none."""
+    caller at 100 columns), or one line saying why there is none. ``search``: the layout-search study's
+    answer for this model and GPU (:func:`gemm_bench.report.layout_search.model_search`), whose found
+    micro-batch and, where timed, tokens per second per GPU at it are printed beside the prediction."""
+    from gemm_bench.report.layout_search import NOT_SEARCHED, Search, found_text, larger_step_text
     found, why = recipe_memory(doc, config, layout)
     if why is not None:
         return [f"memory per GPU: {why}"]
@@ -106,6 +110,12 @@ def memory_lines(doc: Mapping[str, Any], config: ModelConfig, layout: ParallelLa
         mem = item.memory
         line = (f"  {PRECISIONS[item.precision].display:<12}{gib(mem.total):>10}  fits: {fits_text(mem)}; "
                 f"largest micro-batch {item.largest_micro_batch} (predicted)")
+        if isinstance(search, Search):
+            answer = found_text(search, item.precision)
+            line += f", {answer} ({search.where()})" if answer != NOT_SEARCHED else ", not searched on the GPU"
+            timed = larger_step_text(search, item.precision)
+            if timed != "–":
+                line += f"; tokens/s per GPU (real rank, collectives not in it): {timed}"
         if not mem.fits:
             line += (f"; would fit with {item.remedy[0]} ({gib(item.remedy[1].total)})" if item.remedy
                      else "; no single change of the layout makes it fit")
