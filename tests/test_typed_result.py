@@ -49,6 +49,7 @@ CONVERTED: tuple[str, ...] = (
     "bench/gemm_bench/report/energy_compare.py",
     "bench/gemm_bench/report/fastest.py",
     "bench/gemm_bench/report/tie_break.py",
+    "bench/gemm_bench/report/precision_plan.py",
 )
 
 
@@ -192,3 +193,46 @@ def test_the_scan_sees_a_raw_read() -> None:
 @pytest.mark.parametrize("module", CONVERTED)
 def test_a_converted_reader_reads_no_raw_document(module: str) -> None:
     assert raw_reads((ROOT / module).read_text(encoding="utf-8")) == []
+
+
+# ------------------------------------- each converted reader, handed an invalid document it did not read
+def _plan_step(step: str, ms: float) -> dict[str, Any]:
+    return {"step": step, "mode": "layer-graphed", "status": "measured", "ms": ms,
+            "stats": {"median_ms": ms, "iqr_ms": 0.0}}
+
+
+def _with_impossible_plan_step() -> dict[str, Any]:
+    """A schema-valid document whose mixed plan's step is 1e-9 ms (issue 43: quoted as a 4,968,336,000x
+    speedup), never through the door: a reader gets it only as ``Report(doc)`` (a run's fresh result)."""
+    doc = _hand_made()
+    doc["plan"].update(kind="mixed", steps=[_plan_step("all-bf16", 30.0), _plan_step("all-fp8", 33.0),
+                                            _plan_step("plan", 1e-9)])
+    validate(copy.deepcopy(doc))
+    return doc
+
+
+def test_the_plan_cannot_quote_a_step_the_door_refused() -> None:
+    """``precision_plan`` reads ``report.result.plan``: the 1e-9 ms step is a failed step there, so its
+    speedups, its sentence and the page's ``gemm-plan`` roles say why instead of a number. (Read from
+    ``report.doc["plan"]``, the raw block, the plan quoted 1e10x all-BF16.)"""
+    from gemm_bench.report import precision_plan
+    from gemm_bench.report.report import Report
+    from gemm_benchmark.records import value_key
+    from gemm_benchmark.values import step_detail_values
+
+    doc = _with_impossible_plan_step()
+    report = Report(doc)
+    assert doc["plan"]["steps"][2]["status"] == "measured"  # the document itself still says measured
+    plan = report.result.plan
+    assert plan is not None
+    vs_bf16, vs_fp8, why = precision_plan.plan_speedups(plan)
+    assert (vs_bf16, vs_fp8) == (None, None) and why.startswith(f"the plan's step failed: {REFUSED}"), why
+    said = precision_plan.plan_sentence(plan)
+    assert "×" not in said and REFUSED in said, said
+    assert precision_plan.plan_advice(plan) == ""
+    assert precision_plan.plan_step_ms(plan) == {"all-bf16": 30.0, "all-fp8": 33.0}
+    out: dict[str, Any] = {}
+    step_detail_values(out, report, "fp8-current", "test")
+    for item in ("vs-bf16", "vs-fp8"):
+        value = out[value_key("gemm-plan", "layer-graphed", "fp8-current", item)]
+        assert value.text == "" and REFUSED in value.tooltip, value

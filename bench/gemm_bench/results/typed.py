@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeVar, cast
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.model_step import MemoryParts
 from gemm_bench.question.question import Question, stored_config
-from gemm_bench.question.shapes import GemmShape
+from gemm_bench.question.shapes import OP_NAMES, GemmShape
 from gemm_bench.results.invariants import Violation, check
 from gemm_bench.results.model_step_schema import MEMORY_FIELDS
 from gemm_bench.results.schema import CheckedDocument, cell_run_id
@@ -250,7 +250,10 @@ class PlanStep(Outcome):
 
 @dataclasses.dataclass(frozen=True)
 class PlanProjection:
-    """One projection's verdict as the plan stored it (``plan.projections[]``)."""
+    """One projection's three GEMMs under a recipe against BF16 (``plan.projections[]``): BF16's summed
+    autocast time over the recipe's (``speedup``, None with ``reason`` when not every GEMM was
+    measured), its spread, and whether the plan runs it in FP8. The report's plan makes these from
+    the cells (:func:`gemm_bench.report.precision_plan.verdict`) and reads the stored ones back as such."""
 
     op: str
     speedup: float | None
@@ -258,6 +261,11 @@ class PlanProjection:
     high: float | None
     fp8: bool
     reason: str = ""
+
+    @property
+    def name(self) -> str:
+        """The projection's display name ("MLP up")."""
+        return OP_NAMES.get(self.op, self.op)
 
 
 @dataclasses.dataclass(frozen=True)
