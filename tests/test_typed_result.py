@@ -50,6 +50,8 @@ CONVERTED: tuple[str, ...] = (
     "bench/gemm_bench/report/fastest.py",
     "bench/gemm_bench/report/tie_break.py",
     "bench/gemm_bench/report/precision_plan.py",
+    "bench/gemm_bench/report/run_answer.py",
+    "bench/gemm_bench/report/layout_memory.py",
 )
 
 
@@ -236,3 +238,30 @@ def test_the_plan_cannot_quote_a_step_the_door_refused() -> None:
     for item in ("vs-bf16", "vs-fp8"):
         value = out[value_key("gemm-plan", "layer-graphed", "fp8-current", item)]
         assert value.text == "" and REFUSED in value.tooltip, value
+
+
+def test_the_run_cannot_compose_a_part_or_a_memory_the_door_refused() -> None:
+    """``run_answer.run_of`` (and ``layout_memory.recipe_memory``, ``layout_step.result_layout_steps``
+    under it) read the typed result: BF16's first layer at 1e-3 ms (faster than the GPU's peak) is a
+    failed part, and memory resting on 0.001 bytes of optimizer state per parameter (issue 43: Llama 3
+    8B's rank "fit" one H100) is dropped, so the run has neither a step nor a memory to quote. (Read
+    from the raw document, the memory was composed and the layer part timed.)"""
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.report.layout_memory import NO_PARTS, recipe_memory
+    from gemm_bench.report.run_answer import run_of
+
+    doc = _hand_made()
+    step = doc["model_step"]
+    step["state_per_param"] = 0.001
+    part = next(p for p in step["parts"] if (p["part"], p["precision"]) == ("layer-first", "bf16"))
+    part["ms"] = part["stats"]["median_ms"] = 1e-3
+    part["stats"]["iqr_ms"] = 0.0
+    validate(copy.deepcopy(doc))
+    result = parse(doc)  # a fresh document, checked on the way in
+    assert result.config is not None and result.model_step is not None and result.model_step.memory == {}
+    layout = PRESET_LAYOUTS["llama3-8b"].layout
+    assert recipe_memory(result, result.config, layout) == ([], NO_PARTS)
+    run = run_of(result, layout, [])
+    assert run.steps is None and run.steps_why == "BF16's parts are missing from this result's model step"
+    assert run.memory == {} and run.memory_why == NO_PARTS
+    assert run.points(["bf16", "fp8-current"]) == {}

@@ -357,6 +357,7 @@ def _cached_memory_lines(question: Question, cache_dir: Path) -> list[str]:
     if question.config is None or question.layout is None:
         return []
     from gemm_bench.report.layout_memory import memory_lines
+    from gemm_bench.results.typed import parse
 
     try:
         docs = Cache(cache_dir).lookup(question.hash).documents
@@ -368,7 +369,7 @@ def _cached_memory_lines(question: Question, cache_dir: Path) -> list[str]:
     out = []
     for doc in sorted(docs, key=lambda d: d["device"]["name"]):
         out.append(f"on the {doc['device']['name']}:")
-        out += memory_lines(doc, question.config, question.layout)
+        out += memory_lines(parse(doc), question.config, question.layout)
     return out
 
 
@@ -592,11 +593,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     lines = layout_lines(question)
     if lines and question.config is not None:
         from gemm_bench.report.layout_memory import memory_lines
+        from gemm_bench.results.typed import parse
 
         layout, _ = question.layout_or_assumed()
         assert layout is not None  # a model's question always has one, stored or assumed
         echo("\n== The run's layout and memory per GPU ==")
-        for line in [*lines, *memory_lines(doc, question.config, layout)]:
+        for line in [*lines, *memory_lines(parse(doc), question.config, layout)]:
             echo_wrapped(line)
     return 0
 
@@ -645,6 +647,7 @@ def cmd_layout_step(args: argparse.Namespace) -> int:
     from gemm_bench.question.layout_step import Network
     from gemm_bench.report.layout_step import comm_words, layout_clause, preset_layout_steps, sweeps
     from gemm_bench.results import studies
+    from gemm_bench.results.typed import parse
 
     if args.model not in PRESET_LAYOUTS:
         raise UsageError(f"MODEL: {args.model!r} has no preset layout; choose from {', '.join(PRESET_LAYOUTS)}")
@@ -658,7 +661,7 @@ def cmd_layout_step(args: argparse.Namespace) -> int:
     echo(f"{args.model}: {PRESET_LAYOUTS[args.model].layout.describe()}")
     echo(f"network: {network.describe()}")
     for doc in lookup.documents:
-        found = preset_layout_steps(doc, args.model, available, network=network)
+        found = preset_layout_steps(parse(doc), args.model, available, network=network)
         echo(f"{doc['device']['name']}:")
         if isinstance(found, str):
             echo(f"  {found}")
