@@ -10,6 +10,7 @@ from typing import Any
 
 from gemm_bench.question.question import Question, build_question
 from gemm_bench.results.schema import new_document
+from gemm_bench.results.typed import PlanBlock, parse
 
 
 def synthetic_document(
@@ -58,6 +59,13 @@ def synthetic_document(
                                      "m": g.m, "k": g.k, "n": g.n, "groups": g.groups,
                                      "status": "unsupported", "reason": reason})
     return copy.deepcopy(doc)
+
+
+def typed_plan(doc: dict[str, Any]) -> PlanBlock:
+    """A result's precision plan as the report reads it: typed, after the door's invariants."""
+    plan = parse(doc).plan
+    assert plan is not None, "the result has no plan"
+    return plan
 
 
 def refresh_document(i: int) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import pytest
 from gemm_bench.measure.step import layer_cell
 from gemm_bench.report import breakdown_figure as bf
 from gemm_bench.report.figure_layout import Rect, Text, text_width
-from gemm_bench.report.precision_plan import CHOICE_RULE
 from gemm_bench.results import breakdown as bd
 from gemm_bench.results.kernel_kinds import DISPLAY
 
@@ -55,8 +54,7 @@ def test_the_page_gets_the_inline_figure_and_the_sentence() -> None:
 
     from gemm_benchmark.breakdown_render import breakdown_nodes
 
-    plan = {"recipe": "fp8-current", "chosen": CHOICE_RULE}
-    out = breakdown_nodes({"layer": CELLS, "plan": plan}, "NVIDIA H100", "bd0")
+    out = breakdown_nodes({"layer": CELLS}, "NVIDIA H100", "bd0", recipe="fp8-current")
     raw = next(n for n in out[0].findall(nodes.raw))
     label = "One layer&#x27;s step (CUDA-graphed) on the NVIDIA H100, not the model&#x27;s step"
     assert f'aria-label="{label}' in raw.astext() and out[-1].astext().startswith("FP8 Current spends")
@@ -127,8 +125,9 @@ def test_the_sentence_speaks_of_the_plans_recipe_not_the_one_that_moved_most() -
 
     cells = [*CELLS, _cell("fp8-delayed", [("nvjet_q", 0, 2_400_000), ("cast_transpose_kernel", 2_400_000, 300_000)],
                            3.0)]
-    plan = {"recipe": "fp8-delayed", "chosen": CHOICE_RULE}
-    out = breakdown_nodes({"layer": cells, "plan": plan}, "NVIDIA H100", "bd0")
+    # the recipe the page speaks of (precision_plan.step_recipe over a whole result: the plan's and the
+    # answer's, held on the committed cache by tests/test_step_sentence_recipe.py), not the biggest mover
+    out = breakdown_nodes({"layer": cells}, "NVIDIA H100", "bd0", recipe="fp8-delayed")
     said = [n.astext() for n in out if isinstance(n, nodes.paragraph) and "gemm-breakdown-sentence" in n["classes"]]
     assert len(said) == 1 and said[0].startswith("FP8 Delayed "), said
     assert bf.sentence(bf.bars(cells), "bf16") is None and bf.sentence(bf.bars(cells), "mxfp8") is None

@@ -27,6 +27,7 @@ from gemm_bench.report.layout_step import (
 from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
+from gemm_bench.results.typed import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "docs" / "_gemm_cache"
@@ -43,7 +44,7 @@ def _doc(model: str, device: str) -> dict:
 
 def _steps(model: str, device: str, network: Network = Network()) -> ResultLayoutSteps:
     docs, _ = studies.read_studies(CACHE, "tp-comm")
-    found = preset_layout_steps(_doc(model, device), model, sweeps(docs), network=network)
+    found = preset_layout_steps(parse(_doc(model, device)), model, sweeps(docs), network=network)
     assert isinstance(found, ResultLayoutSteps), found
     return found
 
@@ -239,7 +240,7 @@ def test_the_layout_step_table_takes_the_pages_layout_options(tmp_path: Path) ->
     assert question.layout.describe() in text
     doc = next(d for d in Cache(CACHE).lookup(question.hash).documents if d["device"]["name"] == "NVIDIA H200")
     docs, _ = studies.read_studies(CACHE, "tp-comm")
-    found = result_layout_steps(doc, question.layout, sweeps(docs), config=question.config)
+    found = result_layout_steps(parse(doc), question.layout, sweeps(docs), config=question.config)
     assert not isinstance(found, str)
     step = found.step("fp8-delayed")
     assert step is not None and f"{step.tokens_per_s:,.0f}" in text

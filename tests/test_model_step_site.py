@@ -19,6 +19,7 @@ from gemm_bench.report.figure_layout import Text
 from gemm_bench.report.layout_memory import gib, recipe_memory
 from gemm_bench.report.model_step import GIB
 from gemm_bench.report.report import Report
+from gemm_bench.results.typed import parse
 from gemm_benchmark.values import decide_fastest, model_step_points, total_points
 from tests.fake_model_step import model_step_block
 
@@ -77,7 +78,7 @@ def test_the_answer_speaks_of_the_models_step_in_tokens_per_second_and_memory(pr
     # (issue 41 item 4), from the gemm-layout-memory table's function.
     question = build_question(model="llama3-8b")
     assert question.config is not None and question.layout is not None
-    found = {m.precision: m for m in recipe_memory(doc, question.config, question.layout)[0]}["fp8-delayed"]
+    found = {m.precision: m for m in recipe_memory(parse(doc), question.config, question.layout)[0]}["fp8-delayed"]
     # The synthetic parts fit the fake GPU on the preset's layout (Megatron-Bridge's BF16 gradients and FP8
     # primary weights): the sentence says so with the headroom (the other branch: tests/test_answer_run.py).
     assert found.memory.fits

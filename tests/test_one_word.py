@@ -25,6 +25,7 @@ from gemm_bench.results.cache import read_document
 from gemm_benchmark.model_step_values import DEFAULT_G
 from gemm_benchmark.records import value_key
 from gemm_benchmark.values import device_values
+from tests.helpers import typed_plan
 
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
 MIXTRAL_8X22B = "bd92f789991e76d6"
@@ -133,13 +134,16 @@ def test_where_plan_and_answer_differ_the_page_says_which_to_follow() -> None:
     which to follow; now the plan's own measured group decides, by the site's spread rule."""
     from gemm_bench.report.precision_plan import plan_advice, plan_sentence
 
-    block = read_document(CACHE / "1b59f8aaa83a14db--h100-80gb-hbm3.json")["plan"]
-    said = plan_sentence(block)
+    doc = read_document(CACHE / "1b59f8aaa83a14db--h100-80gb-hbm3.json")
+    block = doc["plan"]
+    said = plan_sentence(typed_plan(doc))
     assert "Rather than this plan, train in FP8 Delayed throughout: the plan's step runs at 0.99× all FP8 " \
            "Delayed" in said and "gains no speed here" in said
     faster = {**block, "steps": [({**c, "ms": c["ms"] * 0.8, "stats": {**c["stats"], "median_ms": c["ms"] * 0.8,
                                                                        "samples_ms": [v * 0.8 for v in
                                                                                       c["stats"]["samples_ms"]]}}
                                   if c["step"] == "plan" else c) for c in block["steps"]]}
-    assert plan_advice(faster).startswith("Follow the plan rather than FP8 Delayed throughout: keeping")
-    assert plan_advice({**block, "steps": [c for c in block["steps"] if c["step"] != "plan"]}) == ""
+    assert plan_advice(typed_plan({**doc, "plan": faster})).startswith(
+        "Follow the plan rather than FP8 Delayed throughout: keeping")
+    without = {**block, "steps": [c for c in block["steps"] if c["step"] != "plan"]}
+    assert plan_advice(typed_plan({**doc, "plan": without})) == ""

@@ -15,6 +15,7 @@ import pytest
 
 from gemm_bench.report import precision_plan as pp
 from gemm_bench.report.report import Report
+from gemm_bench.results.typed import PlanBlock
 from gemm_benchmark.values import BF16_POINT, Point, decide_fastest
 
 CACHE = Path(__file__).parent.parent / "docs" / "_gemm_cache"
@@ -123,6 +124,13 @@ def test_a_plan_block_with_its_steps_validates() -> None:
     (lambda b: b["steps"][1].update(step="mixed"), "must be one of"),
     (lambda b: b["steps"].append(dict(b["steps"][0])), "duplicate plan step"),
     (lambda b: b["steps"][2]["breakdown"].update(step_ms=1.0), "is not the cell's ms"),
+    # the projections the typed plan reads (results.typed.PlanProjection): checked, not guessed
+    (lambda b: b["projections"][0].pop("op"), r"projections\[0\]: must be an object with an op"),
+    (lambda b: b["projections"][1].update(fp8="no"), r"projections\[1\]: must be an object"),
+    (lambda b: b["projections"][0].update(speedup=-1.0), r"projections\[0\]\.speedup: must be a positive"),
+    (lambda b: b["projections"][0].update(high=True), r"projections\[0\]\.high: must be a positive"),
+    (lambda b: b.update(projections={}), r"projections: must be a list"),
+    (lambda b: b.update(chosen=3), r"plan\.chosen: must be a string"),
 ])
 def test_the_schema_rejects_a_broken_plan_block(change: Any, problem: str) -> None:
     from gemm_bench.results.step_schema import StepError, validate_plan_block
@@ -142,8 +150,8 @@ def test_a_snippet_fits_a_phones_code_block(precision: str, kind: str) -> None:
     from gemm_bench.question.shapes import OP_NAMES
 
     fp8 = {"all-bf16": [], "mixed": ["qkv"], "all-fp8": list(OP_NAMES)}[kind]
-    plan = pp.PrecisionPlan.from_config({"recipe": precision, "fp8": fp8,
-                                         "keep_in_bf16": [op for op in OP_NAMES if op not in fp8]})
+    plan = pp.PrecisionPlan.from_block(PlanBlock(precision, tuple(fp8), tuple(op for op in OP_NAMES if op not in fp8),
+                                                 None, "", None, (), ()))
     assert plan.kind == kind
     lines = plan.snippet().splitlines()
     assert lines and max(len(line) for line in lines) <= 44, plan.snippet()

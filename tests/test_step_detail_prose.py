@@ -20,6 +20,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results import energy
 from gemm_benchmark import values
 from gemm_benchmark.records import value_key
+from tests.helpers import typed_plan
 
 DOCS = Path(__file__).parent.parent / "docs"
 CACHE = DOCS / "_gemm_cache"
@@ -90,7 +91,7 @@ def test_the_sentence_resolves_on_the_committed_cache_and_warns_where_a_gpu_lack
     bars = {b.precision: b for b in breakdown_figure.bars(doc["layer"])}
     grew, shrank = breakdown_figure.changes(bars["bf16"], bars["fp8-delayed"])
     assert grew is not None and shrank is not None
-    vs_bf16, vs_fp8, _ = precision_plan.plan_speedups(doc["plan"])
+    vs_bf16, vs_fp8, _ = precision_plan.plan_speedups(typed_plan(doc))
     assert vs_bf16 is not None and vs_fp8 is not None
     kept = precision_plan.kept_words(doc["plan"]["keep_in_bf16"])
     quoted = {"more": grew.words(), "less": shrank.words(), "kept": kept,

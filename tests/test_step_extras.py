@@ -20,6 +20,7 @@ from gemm_bench.report import precision_plan as pp
 from gemm_bench.results import energy
 from gemm_bench.results.schema import validate
 from gemm_bench.results.step_error import StepError
+from tests.helpers import typed_plan
 from tests.test_beyond_integration import fake_runner_module  # noqa: F401 (a fixture)
 
 RUN = Path(__file__).parent.parent / "measurements" / "2026-11-25-session10" / "h100-breakdown"
@@ -77,9 +78,9 @@ def test_a_mixed_plan_is_measured_graphed_only_and_stored_valid() -> None:
     assert calls == [("fp8-delayed", ("mlp_up", "mlp_down"), ("layer-graphed",))]
     assert [c["step"] for c in doc["plan"]["steps"]] == ["all-bf16", "all-fp8", "plan"]
     assert all(c["run_id"] == doc["run_id"] for c in doc["plan"]["steps"])
-    vs_bf16, vs_fp8, why = pp.plan_speedups(doc["plan"])
+    vs_bf16, vs_fp8, why = pp.plan_speedups(typed_plan(doc))
     assert why == "" and vs_bf16 == pytest.approx(13.175 / 13.112) and vs_fp8 == pytest.approx(18.959 / 13.112)
-    said = pp.plan_sentence(doc["plan"])
+    said = pp.plan_sentence(typed_plan(doc))
     assert "MLP up and MLP down in BF16" in said and "1.45× all-FP8" in said
     # energy: one entry per recipe with a graphed step, each its own
     assert sorted(energy.step_energies(doc)) == ["bf16", "fp8-block", "fp8-current", "fp8-delayed"]
@@ -94,7 +95,7 @@ def test_an_all_fp8_plan_measures_nothing_extra_and_says_so() -> None:
                                         plan_step=_plan_step(calls), step_energy=_energy)
     assert calls == [] and doc["plan"]["steps"] == [] and doc["plan"]["kind"] == "all-fp8"
     assert "energy" not in doc  # no sampler, no energy
-    assert "Nothing beyond the recipe's own step" in pp.plan_sentence(doc["plan"])
+    assert "Nothing beyond the recipe's own step" in pp.plan_sentence(typed_plan(doc))
     validate(doc)
 
 

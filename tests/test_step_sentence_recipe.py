@@ -22,6 +22,7 @@ from gemm_bench.report import breakdown_figure, precision_plan
 from gemm_bench.report.report import Report
 from gemm_benchmark import answer_text
 from gemm_benchmark.breakdown_render import breakdown_nodes
+from tests.helpers import typed_plan
 
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
 DISPLAY_TO_ID = {p.display: pid for pid, p in PRECISIONS.items()}
@@ -58,11 +59,11 @@ def test_the_committed_cache_has_step_breakdowns() -> None:
 @pytest.mark.parametrize("path", _results_with_bars(), ids=lambda p: p.stem)
 def test_the_breakdown_sentence_speaks_of_the_plans_and_the_answers_recipe(path: Path) -> None:
     doc = json.loads(path.read_text(encoding="utf-8"))
-    recipe = precision_plan.step_recipe(doc)
+    recipe = precision_plan.step_recipe(Report(doc))
     assert recipe is not None and recipe != BASELINE
     if isinstance(doc.get("plan"), dict) and doc["plan"]["recipe"] != recipe:
         # a plan stored by the older rule (the fastest layer step) names its own recipe
-        said_plan = precision_plan.plan_sentence(doc["plan"])
+        said_plan = precision_plan.plan_sentence(typed_plan(doc))
         assert said_plan.startswith(f"With {PRECISIONS[doc['plan']['recipe']].display},"), said_plan
     said = [n.astext() for n in breakdown_nodes(doc, "GPU", "t")
             if isinstance(n, nodes.paragraph) and "gemm-breakdown-sentence" in n["classes"]]

@@ -151,6 +151,6 @@ def test_the_model_step_row_stars_the_tie_break_s_pick() -> None:
 
 def test_the_plan_s_recipe_follows_the_tie_break() -> None:
     doc = read_document(CACHE / f"{MIXTRAL_8X22B}--h100-80gb-hbm3.json")
-    assert precision_plan.chosen_recipe(doc) == "fp8-delayed"  # the layer step breaks the tie, no study needed
+    assert precision_plan.chosen_recipe(Report(doc)) == "fp8-delayed"  # the layer step breaks the tie, no study needed
     doc = read_document(CACHE / f"{MIXTRAL_8X22B}--h200.json")
-    assert precision_plan.chosen_recipe(doc, loss_parity=_study("h200")) == "fp8-delayed"
+    assert precision_plan.chosen_recipe(Report(doc), loss_parity=_study("h200")) == "fp8-delayed"

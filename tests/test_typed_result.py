@@ -49,6 +49,9 @@ CONVERTED: tuple[str, ...] = (
     "bench/gemm_bench/report/energy_compare.py",
     "bench/gemm_bench/report/fastest.py",
     "bench/gemm_bench/report/tie_break.py",
+    "bench/gemm_bench/report/precision_plan.py",
+    "bench/gemm_bench/report/run_answer.py",
+    "bench/gemm_bench/report/layout_memory.py",
 )
 
 
@@ -192,3 +195,73 @@ def test_the_scan_sees_a_raw_read() -> None:
 @pytest.mark.parametrize("module", CONVERTED)
 def test_a_converted_reader_reads_no_raw_document(module: str) -> None:
     assert raw_reads((ROOT / module).read_text(encoding="utf-8")) == []
+
+
+# ------------------------------------- each converted reader, handed an invalid document it did not read
+def _plan_step(step: str, ms: float) -> dict[str, Any]:
+    return {"step": step, "mode": "layer-graphed", "status": "measured", "ms": ms,
+            "stats": {"median_ms": ms, "iqr_ms": 0.0}}
+
+
+def _with_impossible_plan_step() -> dict[str, Any]:
+    """A schema-valid document whose mixed plan's step is 1e-9 ms (issue 43: quoted as a 4,968,336,000x
+    speedup), never through the door: a reader gets it only as ``Report(doc)`` (a run's fresh result)."""
+    doc = _hand_made()
+    doc["plan"].update(kind="mixed", steps=[_plan_step("all-bf16", 30.0), _plan_step("all-fp8", 33.0),
+                                            _plan_step("plan", 1e-9)])
+    validate(copy.deepcopy(doc))
+    return doc
+
+
+def test_the_plan_cannot_quote_a_step_the_door_refused() -> None:
+    """``precision_plan`` reads ``report.result.plan``: the 1e-9 ms step is a failed step there, so its
+    speedups, its sentence and the page's ``gemm-plan`` roles say why instead of a number. (Read from
+    ``report.doc["plan"]``, the raw block, the plan quoted 1e10x all-BF16.)"""
+    from gemm_bench.report import precision_plan
+    from gemm_bench.report.report import Report
+    from gemm_benchmark.records import value_key
+    from gemm_benchmark.values import step_detail_values
+
+    doc = _with_impossible_plan_step()
+    report = Report(doc)
+    assert doc["plan"]["steps"][2]["status"] == "measured"  # the document itself still says measured
+    plan = report.result.plan
+    assert plan is not None
+    vs_bf16, vs_fp8, why = precision_plan.plan_speedups(plan)
+    assert (vs_bf16, vs_fp8) == (None, None) and why.startswith(f"the plan's step failed: {REFUSED}"), why
+    said = precision_plan.plan_sentence(plan)
+    assert "×" not in said and REFUSED in said, said
+    assert precision_plan.plan_advice(plan) == ""
+    assert precision_plan.plan_step_ms(plan) == {"all-bf16": 30.0, "all-fp8": 33.0}
+    out: dict[str, Any] = {}
+    step_detail_values(out, report, "fp8-current", "test")
+    for item in ("vs-bf16", "vs-fp8"):
+        value = out[value_key("gemm-plan", "layer-graphed", "fp8-current", item)]
+        assert value.text == "" and REFUSED in value.tooltip, value
+
+
+def test_the_run_cannot_compose_a_part_or_a_memory_the_door_refused() -> None:
+    """``run_answer.run_of`` (and ``layout_memory.recipe_memory``, ``layout_step.result_layout_steps``
+    under it) read the typed result: BF16's first layer at 1e-3 ms (faster than the GPU's peak) is a
+    failed part, and memory resting on 0.001 bytes of optimizer state per parameter (issue 43: Llama 3
+    8B's rank "fit" one H100) is dropped, so the run has neither a step nor a memory to quote. (Read
+    from the raw document, the memory was composed and the layer part timed.)"""
+    from gemm_bench.question.layout import PRESET_LAYOUTS
+    from gemm_bench.report.layout_memory import NO_PARTS, recipe_memory
+    from gemm_bench.report.run_answer import run_of
+
+    doc = _hand_made()
+    step = doc["model_step"]
+    step["state_per_param"] = 0.001
+    part = next(p for p in step["parts"] if (p["part"], p["precision"]) == ("layer-first", "bf16"))
+    part["ms"] = part["stats"]["median_ms"] = 1e-3
+    part["stats"]["iqr_ms"] = 0.0
+    validate(copy.deepcopy(doc))
+    result = parse(doc)  # a fresh document, checked on the way in
+    assert result.config is not None and result.model_step is not None and result.model_step.memory == {}
+    layout = PRESET_LAYOUTS["llama3-8b"].layout
+    assert recipe_memory(result, result.config, layout) == ([], NO_PARTS)
+    run = run_of(result, layout, [])
+    assert run.steps is None and run.steps_why == "BF16's parts are missing from this result's model step"
+    assert run.memory == {} and run.memory_why == NO_PARTS
+    assert run.points(["bf16", "fp8-current"]) == {}

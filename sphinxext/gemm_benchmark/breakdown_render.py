@@ -19,8 +19,9 @@ from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report import breakdown_figure, energy_compare, model_step_breakdown, precision_plan
 from gemm_bench.report.model_step import ModelStep
+from gemm_bench.report.report import Report
 from gemm_bench.results import energy
-from gemm_bench.results.typed import parse
+from gemm_bench.results.typed import PlanBlock, parse
 from gemm_benchmark.render_block import figure_pair
 
 
@@ -70,21 +71,21 @@ def _bars_nodes(doc: dict[str, Any], bars: list[breakdown_figure.Bar], label: st
     text = f"{what} is drawn in the HTML version of this page."
     elsewhere += nodes.paragraph(text, text, classes=["gemm-note"])
     out.append(elsewhere)
-    recipe = recipe or precision_plan.step_recipe(doc) or ""
+    recipe = recipe or precision_plan.step_recipe(Report(doc)) or ""
     said = breakdown_figure.sentence(bars, recipe) if recipe else None
     if said:
         out.append(nodes.paragraph(said, said, classes=["gemm-breakdown-sentence"]))
     return out
 
 
-def plan_nodes(doc: dict[str, Any]) -> list[nodes.Node]:
-    """The result's precision plan as words and as the configuration a reader would write; [] without one."""
-    block = doc.get("plan")
-    if not isinstance(block, dict):
+def plan_nodes(block: PlanBlock | None) -> list[nodes.Node]:
+    """The result's precision plan (typed at the door: a refused step reads as failed) as words and as the
+    configuration a reader would write; [] without one."""
+    if block is None:
         return []
     said = precision_plan.plan_sentence(block)
     out: list[nodes.Node] = [nodes.paragraph(said, said, classes=["gemm-summary-note", "gemm-plan"])]
-    snippet = precision_plan.PrecisionPlan.from_config(block).snippet()
+    snippet = precision_plan.PrecisionPlan.from_block(block).snippet()
     code = nodes.literal_block(snippet, snippet, classes=["gemm-plan-snippet"])
     code["language"] = "python"
     out.append(code)
@@ -126,4 +127,4 @@ def step_detail_nodes(doc: dict[str, Any], device: str, prefix: str,
     nothing (no note, no warning) for a result measured before they were."""
     return [*model_breakdown_nodes(doc, model_step, device, f"{prefix}m", recipe),
             *breakdown_nodes(doc, device, prefix, recipe=recipe),
-            *plan_nodes(doc), *energy_nodes(doc)]
+            *plan_nodes(parse(doc).plan), *energy_nodes(doc)]

@@ -40,6 +40,7 @@ from gemm_bench.report.layout_search import (
     model_search,
     search_note,
 )
+from gemm_bench.results.typed import parse
 from gemm_benchmark.config import Settings
 from gemm_benchmark.layout_tables import LayoutTableDirective, note
 from gemm_benchmark.records import page_studies
@@ -72,7 +73,7 @@ def memory_rows(doc: dict[str, Any], model_id: str, layout: ParallelLayout | Non
         block = doc.get("model_step")
         measured = isinstance(block, dict) and bool(block.get("memory"))
         return [], "this result is not a model's question" if measured else NO_PARTS
-    found, why = recipe_memory(doc, config, layout or PRESET_LAYOUTS[model_id].layout)
+    found, why = recipe_memory(parse(doc), config, layout or PRESET_LAYOUTS[model_id].layout)
     if why is not None:
         return [], why
     rows: list[list[Entry]] = []

@@ -39,6 +39,7 @@ from gemm_bench.report.layout_step import (
 from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
+from gemm_bench.results.typed import parse
 from gemm_benchmark.config import Settings, settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.layout_tables import LayoutTableDirective, note
@@ -123,7 +124,8 @@ class GemmLayoutStepDirective(LayoutTableDirective):
 
     def panel(self, doc: dict[str, Any], model_id: str, question: Question, layout: ParallelLayout,
               label: str, config: Settings) -> list[nodes.Node]:
-        found = result_layout_steps(doc, layout, self.available, network=config.network, config=question.config)
+        found = result_layout_steps(parse(doc), layout, self.available, network=config.network,
+                                    config=question.config)
         if isinstance(found, str):
             return [note(f"{label}: {found}.")]
         table = build_table([[Entry(h, strong=True) for h in HEADER]], step_rows(found),

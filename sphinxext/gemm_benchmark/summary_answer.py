@@ -42,6 +42,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.report.run_answer import Run, run_of
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
+from gemm_bench.results.typed import parse
 from gemm_benchmark import answer_text
 from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, OptionError, Request, parse_options
 from gemm_benchmark.render_table import FLAG_MARK
@@ -346,7 +347,7 @@ def panel_run(measured: Measured, inputs: RunInputs | None) -> Run | None:
     functions of the ``gemm-layout-step`` and ``gemm-layout-memory`` tables); None without a layout."""
     if inputs is None or inputs.layout is None:
         return None
-    return run_of(measured.doc, inputs.layout, inputs.sweeps, network=inputs.network)
+    return run_of(parse(measured.doc), inputs.layout, inputs.sweeps, network=inputs.network)
 
 
 def panel_sentence(measured: Measured, label: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],

@@ -33,7 +33,6 @@ from gemm_bench.report.fastest import (
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick, total_points
 from gemm_bench.results.energy import energy_bounds, energy_missing, joules, power_above_limit, step_energies
-from gemm_bench.results.typed import parse
 from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
     BREAKDOWN_ITEMS,
     NOT_IN_RESULT,
@@ -273,7 +272,7 @@ def _beyond_values(out: dict[str, Value], report: Report, mode: str, precision: 
         if sqnr is not None else Value("", f"{where}: {report.sqnr_reason(mode, precision)}"))
     if mode != report.modes[0]:
         return
-    step_detail_values(out, report.doc, precision, where.split(",", 2)[-1].strip())
+    step_detail_values(out, report, precision, where.split(",", 2)[-1].strip())
     for graphed, layer_mode in ((False, "layer"), (True, "layer-graphed")):
         step = report.step(precision, graphed=graphed)
         at = f"{PRECISIONS[precision].display}, {layer_mode} step" + where.split(",", 2)[-1]
@@ -394,35 +393,38 @@ def resolve_gemm(names: Mapping[str, tuple[str, ...]], text: str) -> str:
     raise GemmNameError(f"no GEMM {text.strip()!r} (known: {', '.join(known)})")
 
 
-def step_detail_values(out: dict[str, Value], doc: Mapping[str, object], precision: str, where: str) -> None:
+def step_detail_values(out: dict[str, Value], report: Report, precision: str, where: str) -> None:
     """``gemm-breakdown``, ``gemm-plan`` and ``gemm-energy`` of one precision's graphed step, from the
-    same stored blocks and the same functions the page's figure and sentences use."""
+    same stored blocks and the same functions the page's figure and sentences use (the plan typed:
+    ``report.result.plan``, a step the door refused read as failed)."""
+    doc = report.doc
     mode = "layer-graphed"
     name = PRECISIONS[precision].display
     at = f"{name}, CUDA-graphed layer step, {where}"
-    bars = breakdown_figure.bars(doc.get("layer", []), mode)  # type: ignore[arg-type]
+    bars = breakdown_figure.bars(doc.get("layer", []), mode)
     breakdown_values(out, "gemm-breakdown", mode, bars, precision, at, NOT_IN_RESULT)
-    plan = doc.get("plan")
-    if not isinstance(plan, dict) or plan.get("recipe") != precision:
-        why = (f"the result's plan is {PRECISIONS[str(plan['recipe'])].display}'s" if isinstance(plan, dict)
+    plan = report.result.plan
+    if plan is None or plan.recipe != precision:
+        why = (f"the result's plan is {PRECISIONS[plan.recipe].display}'s" if plan is not None
                else f"plan {NOT_IN_RESULT}")
         for item in PLAN_ITEMS:
             out[value_key("gemm-plan", mode, precision, item)] = Value("", f"{at}: {why}")
     else:
         out[value_key("gemm-plan", mode, precision, "kept")] = Value(
-            precision_plan.kept_words(plan.get("keep_in_bf16", [])), f"{precision_plan.plan_sentence(plan)} ({at})")
+            precision_plan.kept_words(plan.keep_in_bf16), f"{precision_plan.plan_sentence(plan)} ({at})")
         vs_bf16, vs_fp8, why = precision_plan.plan_speedups(plan)
         for item, value, against in (("vs-bf16", vs_bf16, "all-BF16"), ("vs-fp8", vs_fp8, "all-FP8")):
             out[value_key("gemm-plan", mode, precision, item)] = (
                 Value(format_speedup(value), f"{value:.3f}× {against}: the plan's step, {at}")
                 if _finite(value) else Value("", f"{at}: {why or 'not measured'}"))
-    energy_values(out, doc, precision, at)
+    energy_values(out, report, precision, at)
 
 
-def energy_values(out: dict[str, Value], doc: Mapping[str, object], precision: str, at: str) -> None:
+def energy_values(out: dict[str, Value], report: Report, precision: str, at: str) -> None:
     """``gemm-energy``'s joules, tokens per joule and the comparison with BF16's energy (``vs-bf16``:
     the significance rule's words, :mod:`gemm_bench.report.energy_compare`, as the page's energy line)."""
     mode = "layer-graphed"
+    doc = report.doc
     found = step_energies(doc)
     entry = found.get(precision)
     if entry is None:
@@ -447,7 +449,7 @@ def energy_values(out: dict[str, Value], doc: Mapping[str, object], precision: s
         out[key] = Value("", f"{at}: " + ("BF16 is the reference" if precision == BASELINE
                                           else f"BF16's {energy_missing(doc, BASELINE)}"))
         return
-    typed = parse(dict(doc)).energies()  # the same checked entries, typed, for the significance rule
+    typed = report.result.energies()  # the same checked entries, typed, for the significance rule
     said = energy_compare.compare(typed[precision], typed[BASELINE])
     out[key] = Value(said.words, f"{joules(entry['energy_mj'])} J{_energy_spread(entry)} against BF16's "
                                  f"{joules(base['energy_mj'])} J{_energy_spread(base)}: {said.words} ({at})")

@@ -361,6 +361,7 @@ def _cached_memory_lines(question: Question, cache_dir: Path, model_id: str | No
     from gemm_bench.report.layout_search import model_search
     from gemm_bench.results import studies
     from gemm_bench.results.layout_search_schema import NAME as SEARCH
+    from gemm_bench.results.typed import parse
 
     searches = studies.read_studies(cache_dir, SEARCH)[0] if model_id else []
 
@@ -376,7 +377,7 @@ def _cached_memory_lines(question: Question, cache_dir: Path, model_id: str | No
         out.append(f"on the {doc['device']['name']}:")
         search = (model_search(searches, doc["device"]["name"], model_id, question.config, question.layout)
                   if model_id else None)
-        out += memory_lines(doc, question.config, question.layout, search)
+        out += memory_lines(parse(doc), question.config, question.layout, search)
     return out
 
 
@@ -601,11 +602,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     lines = layout_lines(question)
     if lines and question.config is not None:
         from gemm_bench.report.layout_memory import memory_lines
+        from gemm_bench.results.typed import parse
 
         layout, _ = question.layout_or_assumed()
         assert layout is not None  # a model's question always has one, stored or assumed
         echo("\n== The run's layout and memory per GPU ==")
-        for line in [*lines, *memory_lines(doc, question.config, layout)]:
+        for line in [*lines, *memory_lines(parse(doc), question.config, layout)]:
             echo_wrapped(line)
     return 0
 
@@ -654,6 +656,7 @@ def cmd_layout_step(args: argparse.Namespace) -> int:
     from gemm_bench.question.layout_step import Network
     from gemm_bench.report.layout_step import comm_words, layout_clause, preset_layout_steps, sweeps
     from gemm_bench.results import studies
+    from gemm_bench.results.typed import parse
 
     if args.model not in PRESET_LAYOUTS:
         raise UsageError(f"MODEL: {args.model!r} has no preset layout; choose from {', '.join(PRESET_LAYOUTS)}")
@@ -667,7 +670,7 @@ def cmd_layout_step(args: argparse.Namespace) -> int:
     echo(f"{args.model}: {PRESET_LAYOUTS[args.model].layout.describe()}")
     echo(f"network: {network.describe()}")
     for doc in lookup.documents:
-        found = preset_layout_steps(doc, args.model, available, network=network)
+        found = preset_layout_steps(parse(doc), args.model, available, network=network)
         echo(f"{doc['device']['name']}:")
         if isinstance(found, str):
             echo(f"  {found}")

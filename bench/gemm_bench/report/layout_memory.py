@@ -10,14 +10,13 @@ not. Pure: no Sphinx, no torch; every number is read from the result through the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.memory_per_gpu import MemoryPerGpu, largest_micro_batch, memory_per_gpu, what_would_fit
 from gemm_bench.question.precisions import PRECISIONS
-from gemm_bench.results.model_step_schema import memory_parts
+from gemm_bench.report.layout_search import NOT_SEARCHED, Search, found_text, larger_step_text
+from gemm_bench.results.typed import Result
 
 GIB = 1 << 30
 NO_PARTS = "no model step with its memory parts in this result (a GPU refresh measures it)"
@@ -34,21 +33,18 @@ class RecipeMemory:
     remedy: tuple[str, MemoryPerGpu] | None
 
 
-def recipe_memory(doc: Mapping[str, Any], config: ModelConfig,
+def recipe_memory(result: Result, config: ModelConfig,
                   layout: ParallelLayout) -> tuple[list[RecipeMemory], str | None]:
-    """Per recipe (in the site's order), the layout's memory per GPU composed from ``doc``'s model
-    step; or ([], why there is none): no memory parts measured, or a layout the parts cannot compose."""
-    block = doc.get("model_step")
-    if not isinstance(block, Mapping) or not block.get("memory"):
+    """Per recipe (in the site's order), the layout's memory per GPU composed from ``result``'s model
+    step (typed: memory resting on an optimizer state the door refused is absent); or ([], why there
+    is none): no memory parts measured, or a layout the parts cannot compose."""
+    block = result.model_step
+    if block is None or not block.memory:
         return [], NO_PARTS
-    capacity = int(block["capacity_bytes"])
-    layer_params = int(block["layer_params"])
+    capacity = block.capacity_bytes
     out = []
-    for precision in (p for p in PRECISIONS if p in block["memory"]):
-        parts = memory_parts(block, precision)
-        if parts is None:
-            continue
-        args = (parts, layer_params, config, layout)
+    for precision in (p for p in PRECISIONS if p in block.memory):
+        args = (block.memory[precision], block.layer_params, config, layout)
         try:
             mem = memory_per_gpu(*args, capacity=capacity, precision=precision)
             largest = largest_micro_batch(*args, capacity=capacity, precision=precision)
@@ -93,17 +89,16 @@ def remedy_sentence(found: RecipeMemory) -> str:
     return f"{name} would make it fit: {gib(found.remedy[1].total)}"
 
 
-def memory_lines(doc: Mapping[str, Any], config: ModelConfig, layout: ParallelLayout,
-                 search: Any = None) -> list[str]:
+def memory_lines(result: Result, config: ModelConfig, layout: ParallelLayout,
+                 search: Search | str | None = None) -> list[str]:
     """Memory per GPU per recipe as the command line prints it: one line a recipe (wrapped by the
     caller at 100 columns), or one line saying why there is none. ``search``: the layout-search study's
     answer for this model and GPU (:func:`gemm_bench.report.layout_search.model_search`), whose found
     micro-batch and, where timed, tokens per second per GPU at it are printed beside the prediction."""
-    from gemm_bench.report.layout_search import NOT_SEARCHED, Search, found_text, larger_step_text
-    found, why = recipe_memory(doc, config, layout)
-    if why is not None:
+    found, why = recipe_memory(result, config, layout)
+    if why is not None or result.model_step is None:
         return [f"memory per GPU: {why}"]
-    capacity = gib(int(doc["model_step"]["capacity_bytes"]))
+    capacity = gib(result.model_step.capacity_bytes)
     lines = [f"memory per GPU ({found[0].memory.stage} stage, of {capacity}; composed from the measured parts, "
              "collectives' buffers not counted):"]
     for item in found:

@@ -22,10 +22,9 @@ from gemm_bench.question.hardware import peak_tflops
 from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout
 from gemm_bench.question.layout_step import LayoutStep, Network, RecipeParts, layout_steps, speedup
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
-from gemm_bench.question.question import Question
 from gemm_bench.report.model_step import optimizer_line, part_times
-from gemm_bench.results import model_step_schema
 from gemm_bench.results.tp_comm_schema import collective_table
+from gemm_bench.results.typed import Result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,16 +82,18 @@ class ResultLayoutSteps:
         return None if mine is None or base is None else speedup(mine, base)
 
 
-def result_layout_steps(doc: Mapping[str, Any], layout: ParallelLayout, available: Sequence[Sweep], *,
+def result_layout_steps(result: Result, layout: ParallelLayout, available: Sequence[Sweep], *,
                         network: Network = Network(),
                         config: ModelConfig | None = None) -> ResultLayoutSteps | str:
-    """The layout's step per recipe of a valid result, or a sentence saying why there is none (no model
-    step, no sweep on any GPU kind, a layout the measured layer cannot express)."""
-    block = doc.get("model_step")
-    if not isinstance(block, Mapping):
+    """The layout's step per recipe of a checked result (typed: a part the door refused is missing),
+    or a sentence saying why there is none (no model step, no sweep on any GPU kind, a layout the
+    measured layer cannot express)."""
+    block = result.model_step
+    if block is None:
         return "no model step in this result (a GPU refresh measures it)"
-    config = config if config is not None else Question.from_dict(dict(doc["question"])).config
-    if config is None or not model_step_schema.answers(block, config):
+    if config is None:
+        config = result.question.config if result.question is not None else None
+    if config is None or not block.answers(config):
         return "this result's model step does not answer the model's question"
     line = optimizer_line(block)
     if line is None:
@@ -100,12 +101,12 @@ def result_layout_steps(doc: Mapping[str, Any], layout: ParallelLayout, availabl
     parts = {p: RecipeParts(*t) for p in PRECISIONS if (t := part_times(block, p)) is not None}
     if BASELINE not in parts:
         return "BF16's parts are missing from this result's model step"
-    device = str(doc["device"]["name"])
+    device = result.device.name
     sweep = sweep_for(device, available)
     if sweep is None:
         return "no collective sweep measured on a box of several GPUs in the cache (gemm-bench study tp-comm)"
     try:
-        steps = layout_steps(config, layout, parts, line, int(block["layer_params"]), sweep.table,
+        steps = layout_steps(config, layout, parts, line, block.layer_params, sweep.table,
                              network=network, peak_tflops=peak_tflops(device, "bf16"),
                              measured_on=sweep.borrowed_for(device))
     except ConfigError as exc:
@@ -116,12 +117,12 @@ def result_layout_steps(doc: Mapping[str, Any], layout: ParallelLayout, availabl
     return ResultLayoutSteps(device, layout, sweep, steps, network)
 
 
-def preset_layout_steps(doc: Mapping[str, Any], model_id: str, available: Sequence[Sweep], *,
+def preset_layout_steps(result: Result, model_id: str, available: Sequence[Sweep], *,
                         network: Network = Network()) -> ResultLayoutSteps | str:
     """:func:`result_layout_steps` for the preset layout of ``model_id`` (``PRESET_LAYOUTS``)."""
     if model_id not in PRESET_LAYOUTS:
         return f"{model_id!r} has no preset layout"
-    return result_layout_steps(doc, PRESET_LAYOUTS[model_id].layout, available, network=network)
+    return result_layout_steps(result, PRESET_LAYOUTS[model_id].layout, available, network=network)
 
 
 def layout_clause(steps: ResultLayoutSteps, precision: str) -> str | None:

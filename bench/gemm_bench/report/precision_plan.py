@@ -16,6 +16,10 @@ equivalents of :data:`gemm_bench.question.shapes.OPS`), on the *sum* of its thre
 
 Autocast cells are the right input: each includes the quantization its GEMM's inputs need, as
 the step's modules pay it. Pure: no torch.
+
+A stored plan is read as the typed :class:`gemm_bench.results.typed.PlanBlock` (``report.result.plan``),
+never as the JSON block: a step the door refused (faster than the GPU's peak, over the cross-check's
+bound) is a failed step there, so no sentence or role quotes it (``tests/test_typed_result.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ from gemm_bench.report.fastest import Fastest, Point, model_step_points, step_po
 from gemm_bench.report.figures import quartiles, ratio_spread
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import MODEL, STEP, pick
+from gemm_bench.results.step_schema import PLAN_STEPS
+from gemm_bench.results.typed import PlanBlock, PlanProjection, PlanStep
 
 MODE = "autocast"
+#: A stored plan's measured steps, by name (all-BF16, all-FP8 and the plan itself, one group).
+ALL_BF16, ALL_FP8, PLAN = PLAN_STEPS
 
 PLAN_RULE = ("per projection (a te.Linear's Fprop, Dgrad and Wgrad run in one precision): the FP8 recipe is kept "
              "when BF16's summed autocast time of the three GEMMs over the recipe's is clearly above 1 — the "
@@ -53,21 +61,9 @@ def clearly_faster(value: float | None, low: float | None, high: float | None) -
     return not (high >= 1.0 >= low)
 
 
-@dataclasses.dataclass(frozen=True)
-class ProjectionVerdict:
-    """One projection's three GEMMs under a recipe against BF16."""
-
-    op: str
-    #: BF16's summed time over the recipe's; None with ``reason`` when not every GEMM was measured.
-    speedup: float | None
-    low: float | None
-    high: float | None
-    fp8: bool
-    reason: str = ""
-
-    @property
-    def name(self) -> str:
-        return OP_NAMES.get(self.op, self.op)
+#: One projection's three GEMMs under a recipe against BF16: made here from the autocast cells, and
+#: read back from a stored plan as the same type.
+ProjectionVerdict = PlanProjection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,15 +74,14 @@ class PrecisionPlan:
     verdicts: tuple[ProjectionVerdict, ...]
 
     @classmethod
-    def from_config(cls, block: Mapping[str, Any]) -> PrecisionPlan:
-        """The plan a result stores (:meth:`config`), read back for the page's words and snippet."""
-        fp8 = set(block.get("fp8", []))
-        stored = {p.get("op"): p for p in block.get("projections", []) if isinstance(p, dict)}
-        ops = [op for op in OPS if op in fp8 or op in block.get("keep_in_bf16", [])]
-        verdicts = tuple(ProjectionVerdict(op, stored.get(op, {}).get("speedup"), stored.get(op, {}).get("low"),
-                                           stored.get(op, {}).get("high"), op in fp8,
-                                           stored.get(op, {}).get("reason", "")) for op in ops)
-        return cls(str(block["recipe"]), verdicts)
+    def from_block(cls, block: PlanBlock) -> PrecisionPlan:
+        """The plan a result stores (:meth:`config`, typed at the door), read back for the page's words
+        and snippet: its projections in layer order, in FP8 exactly when the stored ``fp8`` list says so."""
+        stored = {p.op: p for p in block.projections}
+        ops = [op for op in OPS if op in block.fp8 or op in block.keep_in_bf16]
+        verdicts = tuple(dataclasses.replace(stored[op], fp8=op in block.fp8) if op in stored
+                         else ProjectionVerdict(op, None, None, None, op in block.fp8) for op in ops)
+        return cls(block.recipe, verdicts)
 
     @property
     def fp8_ops(self) -> tuple[str, ...]:
@@ -215,7 +210,7 @@ def plan_to_measure(doc: dict[str, Any]) -> dict[str, Any] | None:
     The measuring side (``gemm_bench.measure``, below this layer) is handed this function, measures the
     plan's step when the plan is ``mixed`` and stores the block as ``doc["plan"]``."""
     report = Report(doc)
-    chosen = chosen_recipe(doc, report)
+    chosen = chosen_recipe(report)
     if chosen is None:
         return None
     return {**make_plan(report, chosen).config(), "chosen": CHOICE_RULE}
@@ -251,22 +246,21 @@ def answer_pick(report: Report, *, loss_parity: Mapping[str, Any] | None = None)
     return AnswerPick(verdict, points, measure)
 
 
-def chosen_recipe(doc: Mapping[str, Any], report: Report | None = None, *,
-                  loss_parity: Mapping[str, Any] | None = None) -> str | None:
+def chosen_recipe(report: Report, *, loss_parity: Mapping[str, Any] | None = None) -> str | None:
     """:data:`CHOICE_RULE` over one result's cells (:func:`answer_pick`): the recipe the answer sentence
     names (the one it recommends, or the best of those that lost to BF16). None where it has none.
 
     Why the answer's rule: the plan, the sentence under the step's bars and the answer once named
     different recipes for Mixtral 8x7B and DeepSeek-V3 (the fastest layer step was FP8 Delayed, the
     fastest model step FP8 Current, within each other's spread)."""
-    found = answer_pick(Report(dict(doc)) if report is None else report, loss_parity=loss_parity)
+    found = answer_pick(report, loss_parity=loss_parity)
     if found is None:
         return None
     points = found.points
     return found.verdict.answer if found.verdict.answer != BASELINE else max(points, key=lambda p: points[p].value)
 
 
-def step_recipe(doc: Mapping[str, Any]) -> str | None:
+def step_recipe(report: Report) -> str | None:
     """The recipe a result's step detail speaks of: :data:`CHOICE_RULE`'s, the answer's (the stored plan's
     when the rule has none). Why one rule: the sentence under the step breakdown once named the recipe
     whose step differed most from BF16's (gpt-oss-120b's slowest, FP8 Current) right above a plan, an
@@ -275,43 +269,41 @@ def step_recipe(doc: Mapping[str, Any]) -> str | None:
     own recipe in its sentence ("With FP8 Delayed, the plan keeps ..."). A page's panel passes its
     answer's recipe instead (``gemm_benchmark.breakdown_render``): its tie-break also weighs this GPU's
     loss-parity study, which a result alone lacks."""
-    plan = doc.get("plan")
-    stored = str(plan["recipe"]) if isinstance(plan, Mapping) and isinstance(plan.get("recipe"), str) else None
-    if stored is not None and isinstance(plan, Mapping) and plan.get("chosen") == CHOICE_RULE:
+    plan = report.result.plan
+    chosen = chosen_recipe(report)
+    if plan is not None and plan.chosen == CHOICE_RULE:
         # Made by this rule from these very cells, unless from fewer of the result's rows than it now
         # holds (session 16's H200 refresh planned before the step energy was stored, so a tie the
         # energy breaks went the other way): such a plan names its own recipe in its sentence, as a
-        # plan of an older rule does. (A document without its question is a test's fragment.)
-        chosen = chosen_recipe(doc) if "question" in doc else None
-        return stored if chosen in (None, stored) else chosen
-    return chosen_recipe(doc) or stored
+        # plan of an older rule does.
+        return plan.recipe if chosen in (None, plan.recipe) else chosen
+    return chosen or (None if plan is None else plan.recipe)
 
 
-def plan_step_ms(block: Mapping[str, Any], mode: str = "layer-graphed") -> dict[str, float]:
-    """The measured steps of a stored plan (``all-bf16``, ``all-fp8``, ``plan``) in ms, of one mode."""
-    return {c["step"]: float(c["ms"]) for c in block.get("steps", [])
-            if c.get("mode") == mode and c.get("status") == "measured"}
+def plan_step_ms(block: PlanBlock, mode: str = "layer-graphed") -> dict[str, float]:
+    """The measured steps of a stored plan (``all-bf16``, ``all-fp8``, ``plan``) in ms, of one mode (a step
+    the door refused is failed, so absent)."""
+    return {name: step.ms for name, step in block.measured_steps(mode).items() if step.ms is not None}
 
 
-def plan_speedups(block: Mapping[str, Any], mode: str = "layer-graphed") -> tuple[float | None, float | None, str]:
+def plan_speedups(block: PlanBlock, mode: str = "layer-graphed") -> tuple[float | None, float | None, str]:
     """The plan's step against all-BF16 and against all-FP8 (each the other's time over the plan's, one
     group), or None with the reason ("" when both are numbers)."""
-    kind = block.get("kind")
-    if kind == "all-fp8":
+    if block.kind == "all-fp8":
         return None, None, "the plan is the whole recipe: its step is the recipe's own step"
-    if kind == "all-bf16":
+    if block.kind == "all-bf16":
         return None, None, "the plan is BF16 throughout: its step is BF16's step"
     ms = plan_step_ms(block, mode)
-    if "plan" not in ms:
-        failed = next((c for c in block.get("steps", []) if c.get("step") == "plan" and c.get("mode") == mode), None)
-        return None, None, (f"the plan's step {failed['status']}: {failed.get('reason', '')}" if failed
+    if PLAN not in ms:
+        failed = block.step(PLAN, mode)
+        return None, None, (f"the plan's step {failed.status}: {failed.reason}" if failed
                             else "the plan's step was not measured in this result")
-    vs_bf16 = ms["all-bf16"] / ms["plan"] if "all-bf16" in ms else None
-    vs_fp8 = ms["all-fp8"] / ms["plan"] if "all-fp8" in ms else None
+    vs_bf16 = ms[ALL_BF16] / ms[PLAN] if ALL_BF16 in ms else None
+    vs_fp8 = ms[ALL_FP8] / ms[PLAN] if ALL_FP8 in ms else None
     return vs_bf16, vs_fp8, ""
 
 
-def plan_advice(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
+def plan_advice(block: PlanBlock, mode: str = "layer-graphed") -> str:
     """Which to follow where the answer (the recipe throughout) and a mixed plan differ, computed from the
     plan's own measured group: the plan where its step is faster than all-FP8 beyond the measured
     spread (:func:`gemm_bench.report.figures.ratio_spread` over the two cells' quartiles, the site's
@@ -319,14 +311,14 @@ def plan_advice(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
 
     Why: Qwen2.5 72B's page said "train in FP8 Delayed", then showed a plan at 0.99x all-FP8 with its
     code and left the reader to guess which to follow."""
-    plan = PrecisionPlan.from_config(block)
-    cells = {c["step"]: c for c in block.get("steps", []) if c.get("mode") == mode and c.get("status") == "measured"}
-    if plan.kind != "mixed" or "plan" not in cells or "all-fp8" not in cells:
+    plan = PrecisionPlan.from_block(block)
+    ms = plan_step_ms(block, mode)
+    steps = block.measured_steps(mode)
+    if plan.kind != "mixed" or PLAN not in ms or ALL_FP8 not in ms:
         return ""
     name = PRECISIONS[plan.precision].display
-    value = float(cells["all-fp8"]["ms"]) / float(cells["plan"]["ms"])
-    low, high = ratio_spread([quartiles(cells["all-fp8"].get("stats", {}))],
-                             [quartiles(cells["plan"].get("stats", {}))], value)
+    value = ms[ALL_FP8] / ms[PLAN]
+    low, high = ratio_spread([_quartiles(steps[ALL_FP8])], [_quartiles(steps[PLAN])], value)
     kept = kept_words(plan.bf16_ops)
     if low is not None and low > 1.0:
         return (f"Follow the plan rather than {name} throughout: keeping {kept} in BF16 makes one layer's step "
@@ -341,9 +333,14 @@ def plan_advice(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
             f"{name}, {spread}, so keeping {kept} in BF16 gains no speed here.")
 
 
-def plan_sentence(block: Mapping[str, Any], mode: str = "layer-graphed") -> str:
+def _quartiles(step: PlanStep) -> tuple[float, float] | None:
+    """A measured step's quartiles as every speedup's spread reads them (:func:`~.figures.quartiles`)."""
+    return quartiles(step.stats.as_mapping() if step.stats is not None else {})
+
+
+def plan_sentence(block: PlanBlock, mode: str = "layer-graphed") -> str:
     """What the page says of a stored plan: what it keeps in BF16 and its measured step against both."""
-    plan = PrecisionPlan.from_config(block)
+    plan = PrecisionPlan.from_block(block)
     said = plan.sentence()
     vs_bf16, vs_fp8, why = plan_speedups(block, mode)
     if plan.kind != "mixed":

@@ -27,6 +27,7 @@ from gemm_bench.question.layout_step import LayoutStep, Network
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.question import build_question
 from gemm_bench.report.layout_step import ResultLayoutSteps, Sweep, result_layout_steps
+from gemm_bench.results.typed import parse
 
 #: A prediction this far from the published figure (either way) is explained on the page.
 THRESHOLD = 0.10
@@ -140,7 +141,7 @@ def compare(run: PublishedRun, doc: Mapping[str, Any] | None, available: Sequenc
     question_seq = doc["question"].get("config", {}).get("seq_length")
     if question_seq != run.seq_length:
         return none(f"the site measures {run.model} at {question_seq} tokens, the run trains at {run.seq_length}")
-    found = result_layout_steps(doc, run.layout, available, network=network)
+    found = result_layout_steps(parse(doc), run.layout, available, network=network)
     if isinstance(found, str):
         return none(found)
     preds = []

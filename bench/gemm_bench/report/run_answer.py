@@ -7,22 +7,22 @@ function) and memory per GPU (:func:`~gemm_bench.report.layout_memory.recipe_mem
 cannot disagree; and whether communication reverses the recipe the model's step picked
 (:func:`reversal`), decided by the site's one significance rule (:func:`~.fastest.clearly_less`).
 
-Pure: reads validated documents only; no words beyond what a caller needs to say why a part is missing.
+Pure: reads checked results, typed (:class:`gemm_bench.results.typed.Result`); no words beyond what a
+caller needs to say why a part is missing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.layout_step import Network
 from gemm_bench.question.precisions import BASELINE
-from gemm_bench.question.question import Question
 from gemm_bench.report.fastest import BF16_POINT, Point, clearly_less
 from gemm_bench.report.layout_memory import RecipeMemory, recipe_memory
 from gemm_bench.report.layout_step import ResultLayoutSteps, Sweep, result_layout_steps
+from gemm_bench.results.typed import Result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,18 +53,19 @@ class Run:
         return out
 
 
-def run_of(doc: Mapping[str, Any], layout: ParallelLayout, available: Sequence[Sweep], *,
+def run_of(result: Result, layout: ParallelLayout, available: Sequence[Sweep], *,
            network: Network = Network()) -> Run:
-    """``doc``'s run on ``layout``, composed by the functions the ``gemm-layout-step`` and
-    ``gemm-layout-memory`` directives call (the result's own model config, as they read it)."""
-    config = Question.from_dict(dict(doc["question"])).config
-    steps = result_layout_steps(doc, layout, available, network=network, config=config) if config is not None \
+    """``result``'s run on ``layout``, composed by the functions the ``gemm-layout-step`` and
+    ``gemm-layout-memory`` directives call (the result's own model config, as they read it; typed, so a
+    part or a memory the door refused is missing, never composed)."""
+    config = result.question.config if result.question is not None else None
+    steps = result_layout_steps(result, layout, available, network=network, config=config) if config is not None \
         else "this result is not a model's question"
     if config is None:
         memory: list[RecipeMemory] = []
         memory_why: str | None = "this result is not a model's question"
     else:
-        memory, memory_why = recipe_memory(doc, config, layout)
+        memory, memory_why = recipe_memory(result, config, layout)
     return Run(layout, None if isinstance(steps, str) else steps, steps if isinstance(steps, str) else "",
                {m.precision: m for m in memory}, memory_why)
 

@@ -85,10 +85,11 @@ def to_json(report: Report) -> dict[str, Any]:
     found = breakdowns(report)
     out["breakdown"] = {"rule": IDLE_RULE, "modes": found} if found else None
     out["breakdown_reason"] = None if found else "no step of this result has a breakdown"
-    block = report.doc.get("plan")
-    out["plan"] = ({**block, "sentence": precision_plan.plan_sentence(block),
-                    "snippet": precision_plan.PrecisionPlan.from_config(block).snippet()}
-                   if isinstance(block, dict) else None)
+    plan = report.result.plan
+    # the stored block as the door checked it (a refused step failed), with the words the page says of it
+    out["plan"] = ({**report.result.document["plan"], "sentence": precision_plan.plan_sentence(plan),
+                    "snippet": precision_plan.PrecisionPlan.from_block(plan).snippet()}
+                   if plan is not None else None)
     out["plan_reason"] = None if out["plan"] is not None else "no precision plan in this result"
     measured = energy.step_energies(report.doc)
     stored = report.doc.get("energy")
@@ -243,7 +244,7 @@ def breakdowns(report: Report) -> dict[str, dict[str, Any]]:
 def _sentence(report: Report, bars: list[breakdown_figure.Bar]) -> str | None:
     """The sentence under the bars, of the recipe the site's sentence, plan and answer speak of
     (:func:`gemm_bench.report.precision_plan.step_recipe`): the report says what the page says."""
-    recipe = precision_plan.step_recipe(report.doc)
+    recipe = precision_plan.step_recipe(report)
     return breakdown_figure.sentence(bars, recipe) if recipe else None
 
 
@@ -290,10 +291,10 @@ def breakdown_lines(report: Report) -> list[str]:
 def plan_lines(report: Report) -> list[str]:
     """The result's precision plan: what it keeps in BF16, its measured step against all-BF16 and
     all-FP8, and the configuration a reader writes (as the page shows it)."""
-    block = report.doc.get("plan")
-    if not isinstance(block, dict):
+    block = report.result.plan
+    if block is None:
         return []
-    snippet = precision_plan.PrecisionPlan.from_config(block).snippet()
+    snippet = precision_plan.PrecisionPlan.from_block(block).snippet()
     return ["", PLAN_TITLE, precision_plan.plan_sentence(block), *(f"    {line}" for line in snippet.splitlines())]
 
 

@@ -82,6 +82,10 @@ def validate_plan_block(block: Any, *, where: str = "$.plan") -> dict[str, Any]:
             raise StepError(f"{where}.{field}", "must be a list of projection ids")
     if set(block["fp8"]) & set(block["keep_in_bf16"]):
         raise StepError(where, "a projection cannot be both in FP8 and kept in BF16")
+    _validate_projections(block.get("projections", []), f"{where}.projections")
+    for field in ("kind", "rule", "chosen"):
+        if block.get(field) is not None and not isinstance(block[field], str):
+            raise StepError(f"{where}.{field}", "must be a string")
     steps = block.get("steps", [])
     if not isinstance(steps, list):
         raise StepError(f"{where}.steps", "must be a list")
@@ -99,3 +103,22 @@ def validate_plan_block(block: Any, *, where: str = "$.plan") -> dict[str, Any]:
             raise StepError(at, f"duplicate plan step {'/'.join(key)}")
         seen.add(key)
     return block
+
+
+def _validate_projections(rows: Any, where: str) -> None:
+    """Each projection's verdict as a plan stores it (``PrecisionPlan.config``): ``op``, ``fp8`` and the
+    speedup with its spread (positive numbers, or null with a ``reason``). Why here: the typed plan
+    (:class:`gemm_bench.results.typed.PlanProjection`) is parsed from a checked block, never guessed."""
+    if not isinstance(rows, list):
+        raise StepError(where, "must be a list")
+    for i, row in enumerate(rows):
+        at = f"{where}[{i}]"
+        if not isinstance(row, dict) or not isinstance(row.get("op"), str) or not isinstance(row.get("fp8"), bool):
+            raise StepError(at, "must be an object with an op (a projection id) and fp8 (true or false)")
+        for field in ("speedup", "low", "high"):
+            value = row.get(field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise StepError(f"{at}.{field}", f"must be a positive finite number or null, got {value!r}")
+        if not isinstance(row.get("reason", ""), str):
+            raise StepError(f"{at}.reason", "must be a string")

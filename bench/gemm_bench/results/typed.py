@@ -22,14 +22,17 @@ Pure: no torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
-from collections.abc import Mapping
-from typing import Any, Literal, cast
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, cast
 
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.model_step import MemoryParts
 from gemm_bench.question.question import Question, stored_config
-from gemm_bench.question.shapes import GemmShape
+from gemm_bench.question.shapes import OP_NAMES, GemmShape
 from gemm_bench.results.invariants import Violation, check
 from gemm_bench.results.model_step_schema import MEMORY_FIELDS
 from gemm_bench.results.schema import CheckedDocument, cell_run_id
@@ -39,6 +42,7 @@ PartName = Literal["embedding", "layer-first", "layer-cached", "head", "optimize
 PlanStepName = Literal["all-bf16", "all-fp8", "plan"]
 #: A scalar as a device or method field stores it (the schema allows nothing else there).
 Scalar = str | int | float | bool | None
+_T = TypeVar("_T")
 
 
 # ------------------------------------------------------------------------------- the pieces
@@ -246,7 +250,10 @@ class PlanStep(Outcome):
 
 @dataclasses.dataclass(frozen=True)
 class PlanProjection:
-    """One projection's verdict as the plan stored it (``plan.projections[]``)."""
+    """One projection's three GEMMs under a recipe against BF16 (``plan.projections[]``): BF16's summed
+    autocast time over the recipe's (``speedup``, None with ``reason`` when not every GEMM was
+    measured), its spread, and whether the plan runs it in FP8. The report's plan makes these from
+    the cells (:func:`gemm_bench.report.precision_plan.verdict`) and reads the stored ones back as such."""
 
     op: str
     speedup: float | None
@@ -254,6 +261,11 @@ class PlanProjection:
     high: float | None
     fp8: bool
     reason: str = ""
+
+    @property
+    def name(self) -> str:
+        """The projection's display name ("MLP up")."""
+        return OP_NAMES.get(self.op, self.op)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,85 +357,126 @@ class Result:
 
 
 # ------------------------------------------------------------------------------------ parsing
-def _float(value: Any) -> float | None:
-    return None if value is None or isinstance(value, bool) else float(value)
+_ABSENT = object()
+#: A field's reader: its name, the stored key, the conversion, its default (or :data:`_ABSENT`), and
+#: whether it may be None.
+_FieldReader = tuple[str, str, Callable[[Any], Any], Any, bool]
 
 
-def _stats(block: Any) -> Stats | None:
-    if not isinstance(block, Mapping):
-        return None
-    return Stats(float(block["median_ms"]), float(block["iqr_ms"]), _float(block.get("min_ms")),
-                 _float(block.get("p10_ms")), _float(block.get("p90_ms")),
-                 None if block.get("n") is None else int(block["n"]),
-                 tuple(float(s) for s in block.get("samples_ms") or ()))
+def _given_by_caller(hint: Any) -> Callable[[Any], Any]:
+    def refuse(value: Any) -> Any:
+        raise TypeError(f"a field of type {hint!r} is parsed by its caller and must be given")
+    return refuse
+
+
+def _converter(hint: Any) -> tuple[Callable[[Any], Any], bool]:
+    """The conversion of a stored value to a field of type ``hint``, and whether None is allowed.
+
+    ``float | None`` reads a stored boolean as None (a JSON ``true`` is no time); a tuple reads a
+    missing or null list as empty; a mapping (a breakdown) is kept when it is one, else None."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    inner_types = [a for a in args if a is not type(None)]
+    if origin in (types.UnionType, typing.Union) and len(inner_types) == 1 < len(args):
+        inner = inner_types[0]
+        if inner is float:
+            return (lambda v: None if v is None or isinstance(v, bool) else float(v)), True
+        convert, _ = _converter(inner)
+        return (lambda v: None if v is None else convert(v)), True
+    if origin is Literal:
+        return str, False
+    if origin is tuple:
+        item, _ = _converter(args[0])
+        return (lambda v: tuple(item(x) for x in v or ())), False
+    if origin is Mapping:
+        return (lambda v: v if isinstance(v, Mapping) else None), False
+    if hint in (str, int, float, bool):
+        return hint, False
+    return _given_by_caller(hint), False
+
+
+@functools.cache
+def _field_readers(cls: type) -> tuple[_FieldReader, ...]:
+    hints = typing.get_type_hints(cls)
+    readers = []
+    for field in dataclasses.fields(cls):
+        default = field.default if field.default is not dataclasses.MISSING else (
+            field.default_factory() if field.default_factory is not dataclasses.MISSING else _ABSENT)
+        convert, optional = _converter(hints[field.name])
+        readers.append((field.name, field.name.rstrip("_"), convert, default, optional))
+    return tuple(readers)
+
+
+def _read(cls: type[_T], block: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None,
+          **given: Any) -> _T:
+    """One typed object from a stored block: every field not ``given`` is read from the block under its
+    own name (``pass_`` from ``pass``) and converted to its annotated type; a field the block lacks
+    takes ``defaults``' value, else the dataclass default, else None where the type allows it (a
+    required field the block lacks is a KeyError: the schema guarantees it).
+
+    Why one reader: the blocks' parsers used to spell the same ``str(b["x"])``, ``_float(b.get("y"))``
+    and ``None if ... else`` for every field, and a field added to a class now needs no parser line."""
+    values = dict(given)
+    for name, key, convert, default, optional in _field_readers(cast(type, cls)):
+        if name in values:
+            continue
+        if key in block:
+            values[name] = convert(block[key])
+        elif defaults is not None and name in defaults:
+            values[name] = defaults[name]
+        elif default is not _ABSENT:
+            values[name] = default
+        elif optional:
+            values[name] = None
+        else:
+            raise KeyError(key)
+    return cls(**values)
+
+
+def _words(item: Mapping[str, Any]) -> str:
+    """A stored reason with its white space folded (a failed entry's reason is shown in a sentence)."""
+    return " ".join(str(item.get("reason", "")).split())
 
 
 def _outcome(item: Mapping[str, Any]) -> dict[str, Any]:
+    """What every timed entry shares (:class:`Outcome`): a time and statistics only when measured."""
     measured = item["status"] == "measured"
     return {"status": cast(Status, item["status"]), "ms": float(item["ms"]) if measured else None,
-            "stats": _stats(item.get("stats")) if measured else None,
-            "reason": " ".join(str(item.get("reason", "")).split())}
-
-
-def _breakdown(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    found = item.get("breakdown")
-    return found if isinstance(found, Mapping) else None
+            "stats": _read(Stats, item["stats"]) if measured and isinstance(item.get("stats"), Mapping) else None,
+            "reason": _words(item)}
 
 
 def parse_model_step(block: Mapping[str, Any]) -> ModelStepBlock:
     """A checked document's ``model_step`` block, typed: :func:`parse`'s own step, public for the readers
     not yet converted to :class:`Result` that hand a converted one the block they hold (it must come from
     a checked document: this parses, it does not check)."""
-    parts = tuple(ModelStepPart(**_outcome(p), part=cast(PartName, p["part"]), precision=str(p["precision"]),
-                                params=None if p.get("params") is None else int(p["params"]),
-                                breakdown=_breakdown(p)) for p in block["parts"])
+    parts = tuple(_read(ModelStepPart, p, **_outcome(p)) for p in block["parts"])
     state = float(block["state_per_param"])
     memory = {str(precision): MemoryParts(**{f: int(fields[f]) for f in MEMORY_FIELDS}, state_per_param=state)
               for precision, fields in (block.get("memory") or {}).items()}
     search = block.get("largest_microbatch")
-    largest = None if not isinstance(search, Mapping) else LargestMicrobatch(
-        int(search.get("layers", 0)),
-        {str(p): int(v["largest"]) for p, v in search.items() if p != "layers" and isinstance(v, Mapping)},
-        {str(p): " ".join(v.split()) for p, v in search.items() if p != "layers" and isinstance(v, str)})
-    routing = block.get("routing")
-    return ModelStepBlock(str(block["run_id"]), str(block["what"]), int(block["padded_vocab_size"]),
-                          int(block["layer_params"]), int(block["capacity_bytes"]), state, parts, memory, largest,
-                          None if routing is None else str(routing))
-
-
-_ENERGY_OPTIONAL = ("power_w_max", "power_w_q1", "power_w_q3", "energy_mj_low", "energy_mj_high",
-                    "tokens_per_j_low", "tokens_per_j_high")
+    largest = None if not isinstance(search, Mapping) else _read(
+        LargestMicrobatch, search, defaults={"layers": 0},
+        found={str(p): int(v["largest"]) for p, v in search.items() if p != "layers" and isinstance(v, Mapping)},
+        failed={str(p): " ".join(v.split()) for p, v in search.items() if p != "layers" and isinstance(v, str)})
+    return _read(ModelStepBlock, block, state_per_param=state, parts=parts, memory=memory, largest_microbatch=largest)
 
 
 def _energy_entry(entry: Mapping[str, Any]) -> EnergyEntry:
-    if entry["status"] != "measured":
-        return EnergyEntry(str(entry["precision"]), "failed", " ".join(str(entry.get("reason", "")).split()))
-    return EnergyEntry(str(entry["precision"]), "measured", str(entry.get("reason", "")),
-                       power_w=float(entry["power_w"]), step_ms=float(entry["step_ms"]),
-                       energy_mj=float(entry["energy_mj"]), tokens_per_j=float(entry["tokens_per_j"]),
-                       samples=int(entry["samples"]), steps=int(entry["steps"]), wall_s=float(entry["wall_s"]),
-                       power_source=str(entry.get("power_source", "")),
-                       **{k: _float(entry.get(k)) for k in _ENERGY_OPTIONAL})
+    if entry["status"] != "measured":  # a failed entry keeps none of its numbers, only why
+        return _read(EnergyEntry, {"precision": entry["precision"]}, status="failed", reason=_words(entry))
+    return _read(EnergyEntry, entry)
 
 
 def _energy(block: Mapping[str, Any]) -> EnergyBlock:
-    return EnergyBlock(str(block["method"]), str(block.get("mode", "layer-graphed")), float(block["window_s"]),
-                       float(block["sample_interval_s"]),
-                       tuple(_energy_entry(e) for e in block.get("steps", [])))
+    return _read(EnergyBlock, block, defaults={"mode": "layer-graphed"},
+                 entries=tuple(_energy_entry(e) for e in block.get("steps", [])))
 
 
 def _plan(doc: Mapping[str, Any], block: Mapping[str, Any]) -> PlanBlock:
-    projections = tuple(
-        PlanProjection(str(p.get("op")), _float(p.get("speedup")), _float(p.get("low")), _float(p.get("high")),
-                       bool(p.get("fp8")), str(p.get("reason", "")))
-        for p in block.get("projections", []) if isinstance(p, Mapping))
-    steps = tuple(PlanStep(**_outcome(s), step=cast(PlanStepName, s["step"]), mode=str(s.get("mode")),
-                           run_id=cell_run_id(dict(doc), dict(s)), breakdown=_breakdown(s))
+    projections = tuple(_read(PlanProjection, p) for p in block.get("projections", []) if isinstance(p, Mapping))
+    steps = tuple(_read(PlanStep, s, **_outcome(s), run_id=cell_run_id(dict(doc), dict(s)))
                   for s in block.get("steps", []))
-    kind, chosen = block.get("kind"), block.get("chosen")
-    return PlanBlock(str(block["recipe"]), tuple(map(str, block["fp8"])), tuple(map(str, block["keep_in_bf16"])),
-                     None if kind is None else str(kind), str(block.get("rule", "")),
-                     None if chosen is None else str(chosen), projections, steps)
+    return _read(PlanBlock, block, defaults={"rule": ""}, projections=projections, steps=steps)
 
 
 def _device(block: Mapping[str, Any]) -> Device:
@@ -431,19 +484,12 @@ def _device(block: Mapping[str, Any]) -> Device:
         limit: float | None = float(str(block.get("power_limit_w")))  # "700.00"; "None" fails
     except ValueError:
         limit = None
-    sm = block.get("sm_count")
-    return Device(str(block["name"]), str(block["compute_capability"]), None if sm is None else int(sm), limit,
-                  dict(block))
+    return _read(Device, block, power_limit_w=limit, fields=dict(block))
 
 
 def _provenance(block: Mapping[str, Any]) -> Provenance:
-    def text(key: str) -> str | None:
-        return None if block.get(key) is None else str(block[key])
-
-    return Provenance(str(block["torch"]), str(block["transformer_engine"]), str(block["cuda"]),
-                      str(block["driver"]), str(block["date"]), text("cublas"), text("commit"),
-                      _float(block.get("measure_s")),
-                      {str(k): float(v) for k, v in (block.get("phases_s") or {}).items()}, dict(block["method"]))
+    return _read(Provenance, block, phases_s={str(k): float(v) for k, v in (block.get("phases_s") or {}).items()},
+                 method=dict(block["method"]))
 
 
 def _question(stored: Mapping[str, Any]) -> Question | None:
@@ -464,19 +510,12 @@ def parse(doc: Mapping[str, Any]) -> Result:
     plain = dict(checked)
     question = checked["question"]
     model_step, energy, plan = checked.get("model_step"), checked.get("energy"), checked.get("plan")
-    cells = tuple(Cell(**_outcome(c), mode=str(c["mode"]), precision=str(c["precision"]), op=str(c["op"]),
-                       pass_=str(c["pass"]), run_id=cell_run_id(plain, c), kernel_ms=_float(c.get("kernel_ms")),
-                       kernel_ratio=_float(c.get("kernel_ratio")))
-                  for c in checked["cells"])
-    layer = tuple(LayerCell(**_outcome(c), mode=str(c["mode"]), precision=str(c["precision"]),
-                            routing=str(c.get("routing", "balanced")), run_id=cell_run_id(plain, c),
-                            kernel_ms=_float(c.get("kernel_ms")), kernel_ratio=_float(c.get("kernel_ratio")),
-                            breakdown=_breakdown(c))
+    cells = tuple(_read(Cell, c, **_outcome(c), run_id=cell_run_id(plain, c)) for c in checked["cells"])
+    layer = tuple(_read(LayerCell, c, defaults={"routing": "balanced"}, **_outcome(c), run_id=cell_run_id(plain, c))
                   for c in checked.get("layer", []))
-    return Result(
-        schema_version=int(checked["schema_version"]), method_version=str(checked["method_version"]),
-        run_id=str(checked.get("run_id") or f"v1:{checked['question_hash']}"),
-        question_hash=str(checked["question_hash"]), kind=str(question["kind"]),
+    return _read(
+        Result, checked,
+        run_id=str(checked.get("run_id") or f"v1:{checked['question_hash']}"), kind=str(question["kind"]),
         num_layers=int(question["num_layers"]), gemms=tuple(GemmShape.from_dict(g) for g in question["gemms"]),
         config=stored_config(question.get("config")), question=_question(question),
         device=_device(checked["device"]), provenance=_provenance(checked["provenance"]),
