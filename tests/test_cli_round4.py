@@ -20,7 +20,7 @@ import pytest
 from gemm_bench.cli import refresh as refresh_mod
 from gemm_bench.question.config import PRESET_DESCRIPTIONS, PRESETS
 from gemm_bench.question.question import build_question
-from gemm_bench.report import compare as compare_module
+from gemm_bench.report import study_compare
 from gemm_bench.report.compare import SQNR_TOLERANCE_DB, compare, compare_dirs, load_result
 from gemm_bench.report.energy_compare import against_bf16
 from gemm_bench.results import energy
@@ -279,7 +279,7 @@ def test_report_on_the_dynamic_range_study_shows_the_median_row_and_says_what_it
     row = next(line for line in lines[at:] if line.strip().startswith("FP8 Current"))
     assert row.split()[2:4] == ["median", "row"] and row.split()[4:] == [f"{m:.1f}" for m in medians]
     words = " ".join(out.split())
-    finding = compare_module.dynamic_range_finding(doc)
+    finding = study_compare.dynamic_range_finding(doc)
     assert " ".join(finding.split()) in words
     whole = cases[-1]["results"]["fp8-current"]["gemm"]["whole_db"]
     assert (f"FP8 Current's median row falls from {medians[0]:.1f} dB at R = {cases[0]['ratio']:g} to "
@@ -295,7 +295,7 @@ def test_the_finding_follows_the_data_when_no_median_row_collapses() -> None:
         for result in case["results"].values():
             if result["status"] == "measured":
                 result["gemm"]["row_median_db"] = result["gemm"]["whole_db"]
-    said = compare_module.dynamic_range_finding(doc)
+    said = study_compare.dynamic_range_finding(doc)
     assert said.startswith(f"The median row and the whole tensor agree within {SQNR_TOLERANCE_DB:g} dB")
     assert "falls" not in said
 

@@ -7,7 +7,7 @@ import copy
 import json
 from pathlib import Path
 
-from gemm_bench.report.compare import dynamic_range_table
+from gemm_bench.report.study_compare import dynamic_range_table
 from tests.test_cli import call  # main in this process: (exit status, stdout, stderr)
 
 STUDIES = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache" / "studies"

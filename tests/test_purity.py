@@ -17,7 +17,8 @@ CORE = [f"gemm_bench.{name}" for name in (
     "question.config", "question.shapes", "question.precisions", "question.question", "question.plan",
     "results.schema", "results.cache", "report.report", "cli", "question.devices", "question.choices",
     "report.figures", "measure.phases", "question.hardware", "report.roofline", "measure.accuracy", "measure.step",
-    "measure.peers", "report.compare", "results.merge", "results.stack", "cli.refresh", "cli.fleet",
+    "measure.peers", "report.compare", "report.study_compare", "report.compare_basis", "results.merge",
+    "results.stack", "cli.refresh", "cli.fleet",
     "results.accuracy_schema", "results.step_schema", "report.figure_spec", "cli.errors")]
 
 

@@ -52,6 +52,7 @@ CONVERTED: tuple[str, ...] = (
     "bench/gemm_bench/report/precision_plan.py",
     "bench/gemm_bench/report/run_answer.py",
     "bench/gemm_bench/report/layout_memory.py",
+    "bench/gemm_bench/report/compare.py",
 )
 
 
@@ -265,3 +266,22 @@ def test_the_run_cannot_compose_a_part_or_a_memory_the_door_refused() -> None:
     assert run.steps is None and run.steps_why == "BF16's parts are missing from this result's model step"
     assert run.memory == {} and run.memory_why == NO_PARTS
     assert run.points(["bf16", "fp8-current"]) == {}
+
+
+def test_compare_cannot_compare_an_energy_the_door_refused() -> None:
+    """``compare`` reads each side's typed result: B's FP8 Current energy from 2 power samples (the door
+    refuses fewer than 5) is a failed entry, so the text and the pull request's Markdown say why and flag
+    an energy on one side only. (Read from the raw block, B's energy compared as measured, 4.96 J.)"""
+    from gemm_bench.report.compare import compare
+
+    doc = _hand_made()
+    refused = copy.deepcopy(doc)
+    refused["energy"]["steps"][1]["samples"] = 2
+    validate(copy.deepcopy(refused))
+    comparison = compare(doc, refused)
+    change = next(e for e in comparison.energy if e.precision == "fp8-current")
+    assert change.a.measured and change.a.energy_mj == 4960.0
+    assert not change.b.measured and change.b.energy_mj is None and change.b.tokens_per_j is None
+    assert change.b.status.startswith(f"failed: {REFUSED}") and change.flagged, change.b
+    assert f"B, FP8 Current: failed: {REFUSED}" in comparison.to_text().replace("\n  ", " ")
+    assert "| FP8 Current | 4.96 | - |" in comparison.to_markdown()

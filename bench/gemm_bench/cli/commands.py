@@ -582,7 +582,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     path = Path(args.file)
     study = study_in(path)
     if study is not None:  # its own report: what it is, where the site shows it, its values
-        from gemm_bench.report.compare import StudyReport
+        from gemm_bench.report.study_compare import StudyReport
 
         found = StudyReport(study)
         echo(json.dumps(found.to_json(), indent=1) if args.json else found.to_text())

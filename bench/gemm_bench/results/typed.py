@@ -9,9 +9,9 @@ parsed here, once, by :func:`parse` into frozen dataclasses whose fields are typ
 takes a :class:`Result` cannot index a field the door did not check, and a demoted number reaches it
 only as a failed entry with its reason.
 
-What is typed: the device, provenance, question, the GEMM cells, the layer-step cells, the model step
-(parts, memory, largest micro-batch), the energy entries and the precision plan. Not yet: peers,
-accuracy cells, timed groups and breakdown blocks (a breakdown stays the mapping
+What is typed: the device, provenance, question, the GEMM cells, the layer-step cells, the accuracy
+(SQNR) cells, the model step (parts, memory, largest micro-batch), the energy entries and the precision
+plan. Not yet: peers, timed groups and breakdown blocks (a breakdown stays the mapping
 :mod:`gemm_bench.results.breakdown` reads). :attr:`Result.document` keeps the checked document for
 the readers not yet converted (the docs' methodology lists which are); writers never use a
 :class:`Result`: ``Cache.store`` and the merge read the file raw.
@@ -120,6 +120,26 @@ class LayerCell(Outcome):
     #: The stored time breakdown (:mod:`gemm_bench.results.breakdown`'s block), None where absent or
     #: dropped at the door (parts that did not add up).
     breakdown: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AccuracyCell:
+    """One SQNR cell (``accuracy[]``): a GEMM pass's output SQNR against an FP32 reference in one mode,
+    precision and input distribution; the SQNR only where measured, else the reason."""
+
+    mode: str
+    precision: str
+    op: str
+    pass_: str
+    distribution: str
+    status: Status
+    sqnr_db: float | None
+    run_id: str
+    reason: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured" and self.sqnr_db is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +362,7 @@ class Result:
     notes: tuple[str, ...]
     cells: tuple[Cell, ...]
     layer: tuple[LayerCell, ...]
+    accuracy: tuple[AccuracyCell, ...]
     model_step: ModelStepBlock | None
     energy: EnergyBlock | None
     plan: PlanBlock | None
@@ -513,13 +534,15 @@ def parse(doc: Mapping[str, Any]) -> Result:
     cells = tuple(_read(Cell, c, **_outcome(c), run_id=cell_run_id(plain, c)) for c in checked["cells"])
     layer = tuple(_read(LayerCell, c, defaults={"routing": "balanced"}, **_outcome(c), run_id=cell_run_id(plain, c))
                   for c in checked.get("layer", []))
+    accuracy = tuple(_read(AccuracyCell, c, sqnr_db=float(c["sqnr_db"]) if c["status"] == "measured" else None,
+                           reason=_words(c), run_id=cell_run_id(plain, c)) for c in checked.get("accuracy", []))
     return _read(
         Result, checked,
         run_id=str(checked.get("run_id") or f"v1:{checked['question_hash']}"), kind=str(question["kind"]),
         num_layers=int(question["num_layers"]), gemms=tuple(GemmShape.from_dict(g) for g in question["gemms"]),
         config=stored_config(question.get("config")), question=_question(question),
         device=_device(checked["device"]), provenance=_provenance(checked["provenance"]),
-        notes=tuple(map(str, checked.get("notes", []))), cells=cells, layer=layer,
+        notes=tuple(map(str, checked.get("notes", []))), cells=cells, layer=layer, accuracy=accuracy,
         model_step=parse_model_step(model_step) if isinstance(model_step, Mapping) else None,
         energy=_energy(energy) if isinstance(energy, Mapping) else None,
         plan=_plan(plain, plan) if isinstance(plan, Mapping) else None,
