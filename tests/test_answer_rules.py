@@ -14,6 +14,7 @@ import pytest
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.question import build_question
 from gemm_bench.report.report import Report
+from gemm_bench.results.typed import parse
 from gemm_benchmark.claims import says_tied
 from gemm_benchmark.values import Point, decide_fastest
 
@@ -306,7 +307,7 @@ def test_the_summary_answer_is_computed_without_sphinx() -> None:
     q = build_question(model="te-guide-5b")
     reports = {m: Report(doc, gemms=list(q.gemms), num_layers=q.num_layers, kind=q.kind, modes=[m])
                for m in ("autocast", "prequant")}
-    found = panel(Measured(H100["name"], doc, reports), "", "TE layer", ["autocast", "prequant"], "autocast", [],
+    found = panel(Measured(H100["name"], parse(doc), reports), "", "TE layer", ["autocast", "prequant"], "autocast", [],
                   ["fp8-current", "fp8-block"], accuracy_row=True)
     assert found.sentence is not None and found.sentence.text.startswith("On the H100")
     heads = [row[0].text for row in found.table.rows]

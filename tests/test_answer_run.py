@@ -42,7 +42,7 @@ def _measured(model: str) -> tuple[Request, list[Measured]]:
     req = ask.request
     found = execution.answer(req.question, precisions=req.precisions, modes=req.modes, devices=req.devices,
                              cache_dir=CACHE, mode="cache", max_age_days=None, build_started=time.time())
-    return req, [Measured(d.device, d.doc, d.reports) for d in found.devices]
+    return req, [Measured(d.device, parse(d.doc), d.reports) for d in found.devices]
 
 
 def _sentence(req: Request, measured: Measured, run: RunInputs | None) -> answer_text.Sentence:
@@ -71,7 +71,7 @@ def test_the_sentence_states_the_layout_both_tokens_per_second_the_speedup_and_t
         recipe = sentence.verdict.answer
         assert recipe != BASELINE, text
         # What the gemm-layout-step table computes for this model's preset layout, from the committed cache.
-        steps = preset_layout_steps(parse(measured.doc), model, _sweeps())
+        steps = preset_layout_steps(measured.result, model, _sweeps())
         assert isinstance(steps, ResultLayoutSteps), steps
         mine, base, ratio = steps.step(recipe), steps.step(BASELINE), steps.speedup(recipe)
         assert mine is not None and base is not None and ratio is not None
@@ -85,7 +85,7 @@ def test_the_sentence_states_the_layout_both_tokens_per_second_the_speedup_and_t
         # What the gemm-layout-memory table computes for the recipe on the same layout.
         config = req.question.config
         assert config is not None
-        found = {m.precision: m for m in recipe_memory(parse(measured.doc), config, layout)[0]}[recipe]
+        found = {m.precision: m for m in recipe_memory(measured.result, config, layout)[0]}[recipe]
         mem = found.memory
         said = (f"and it fits in memory per GPU there ({gib(mem.headroom)} free)" if mem.fits else
                 f"but it does not fit in memory per GPU there ({gib(-mem.headroom)} over; {remedy_sentence(found)})")
@@ -116,7 +116,7 @@ def test_the_committed_answers_are_not_reversed_by_communication() -> None:
         for measured in results:
             sentence = _sentence(req, measured, RunInputs(req.question.layout, _sweeps()))
             assert req.question.layout is not None
-            run = run_of(parse(measured.doc), req.question.layout, _sweeps())
+            run = run_of(measured.result, req.question.layout, _sweeps())
             assert sentence.verdict is not None
             assert reversal(run, sentence.verdict.answer, PRECISIONS) is None
             assert sentence.reversed_by == "" and "With communication in" not in sentence.text
@@ -141,7 +141,7 @@ def test_a_pick_reversed_by_communication_is_said_with_both_speedups(faster: str
     honest = _sentence(req, measured, RunInputs(layout, _sweeps()))
     assert honest.verdict is not None
     chosen = honest.verdict.answer
-    run = _reversed_run(run_of(parse(measured.doc), layout, _sweeps()), faster, 3.0)
+    run = _reversed_run(run_of(measured.result, layout, _sweeps()), faster, 3.0)
     turned = reversal(run, chosen, PRECISIONS)
     assert turned is not None and turned.faster == faster and turned.chosen == chosen
     modes = req.modes

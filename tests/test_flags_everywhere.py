@@ -9,6 +9,7 @@ from typing import Any
 
 from gemm_bench.question.question import build_question
 from gemm_bench.report.report import Report
+from gemm_bench.results.typed import parse
 from gemm_benchmark import records
 from gemm_benchmark.render_table import FLAG_MARK
 from gemm_benchmark.roles import displayed
@@ -44,8 +45,8 @@ def _reports(doc: dict[str, Any]) -> dict[str, Report]:
 
 
 def _panel(doc: dict[str, Any]) -> Panel:
-    return panel(Measured(H100["name"], doc, _reports(doc)), "", "TE layer", ["autocast", "prequant"], "autocast",
-                 ["layer-graphed"], PRECISIONS, accuracy_row=True)
+    return panel(Measured(H100["name"], parse(doc), _reports(doc)), "", "TE layer", ["autocast", "prequant"],
+                 "autocast", ["layer-graphed"], PRECISIONS, accuracy_row=True)
 
 
 def _cells(found: Panel) -> list[Any]:

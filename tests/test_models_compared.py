@@ -28,8 +28,8 @@ from gemm_bench.results import loss_parity_schema, studies
 from gemm_bench.results.stack import MODEL_STEP_LACKING, lacking_blocks
 from gemm_benchmark import execution
 from gemm_benchmark.render_block import FIGURE_DIR
-from gemm_benchmark.summary import GEMMS_FIGURE_TITLE, MODEL_STEP_FIGURE_TITLE
-from gemm_benchmark.summary_answer import Measured, model_label, panel_sentence, summary_asks
+from gemm_benchmark.summary import GEMMS_FIGURE_TITLE, MODEL_STEP_FIGURE_TITLE, measured_of
+from gemm_benchmark.summary_answer import model_label, panel_sentence, summary_asks
 
 from .test_correctness import Project
 
@@ -65,7 +65,7 @@ def _answers() -> list[tuple[str, str, Report, Any]]:
         for device in answer.devices:
             study = studies.study_path(CACHE, loss_parity_schema.NAME, device.device)
             parity = studies.read_study(study) if study.is_file() else None
-            measured = Measured(device.device, device.doc, device.reports, device.status.value, device.reason)
+            measured = measured_of(device)
             per_gemm = gemm_modes(req.modes)
             sentence = panel_sentence(
                 measured, "", per_gemm, "autocast", layer_modes(req.modes),

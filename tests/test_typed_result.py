@@ -53,6 +53,9 @@ CONVERTED: tuple[str, ...] = (
     "bench/gemm_bench/report/run_answer.py",
     "bench/gemm_bench/report/layout_memory.py",
     "bench/gemm_bench/report/compare.py",
+    "sphinxext/gemm_benchmark/answer_text.py",
+    "sphinxext/gemm_benchmark/summary_answer.py",
+    "sphinxext/gemm_benchmark/answers_table.py",
 )
 
 
@@ -180,8 +183,9 @@ def raw_reads(source: str, keys: frozenset[str] = RESULT_KEYS | BLOCK_KEYS) -> l
               and node.func.attr in ("get", "pop", "setdefault") and node.args
               and isinstance(node.args[0], ast.Constant)):
             key = node.args[0].value
-        elif isinstance(node, ast.Attribute) and node.attr == "document":
-            key = ".document"
+        elif (isinstance(node, ast.Attribute) and node.attr == "document"
+              and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+            key = ".document"  # (a Sphinx transform's own ``self.document`` is the page's doctree)
         if isinstance(key, str) and (key in keys or key == ".document"):
             found.append((node.lineno, key))
     return sorted(found)
@@ -190,7 +194,7 @@ def raw_reads(source: str, keys: frozenset[str] = RESULT_KEYS | BLOCK_KEYS) -> l
 def test_the_scan_sees_a_raw_read() -> None:
     assert raw_reads('doc["model_step"]["parts"]\nx = d.get("energy")\nr.document') == [
         (1, "model_step"), (1, "parts"), (2, "energy"), (3, ".document")]
-    assert raw_reads("result.model_step.parts\nentry.energy_mj") == []
+    assert raw_reads("result.model_step.parts\nentry.energy_mj\nself.document.findall(x)") == []
 
 
 @pytest.mark.parametrize("module", CONVERTED)
@@ -285,3 +289,22 @@ def test_compare_cannot_compare_an_energy_the_door_refused() -> None:
     assert change.b.status.startswith(f"failed: {REFUSED}") and change.flagged, change.b
     assert f"B, FP8 Current: failed: {REFUSED}" in comparison.to_text().replace("\n  ", " ")
     assert "| FP8 Current | 4.96 | - |" in comparison.to_markdown()
+
+
+def test_the_summary_judges_no_step_the_door_refused() -> None:
+    """``summary_answer`` holds each GPU's typed result (``Measured.result``) and checks its steps against
+    their GEMMs through ``Report(result)``: FP8 Current's CUDA-graphed step at 1e-3 ms (faster than the
+    GPU's peak) is a failed step there, so no contradiction is made of it. (Read from the raw document,
+    the summary warned "the step gains 37790.36x but its GEMMs only 1.62x" about a number it never shows.)"""
+    from gemm_benchmark.summary_answer import Measured, step_problems
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    cell = next(c for c in doc["layer"] if (c["precision"], c["mode"]) == ("fp8-current", "layer-graphed"))
+    cell["ms"] = cell["stats"]["median_ms"] = 1e-3
+    cell["stats"]["iqr_ms"] = 0.0
+    validate(copy.deepcopy(doc))
+    result = parse(doc)  # a fresh document, checked on the way in
+    got = next(c for c in result.layer if (c.precision, c.mode) == ("fp8-current", "layer-graphed"))
+    assert got.status == "failed" and got.reason.startswith(REFUSED)
+    assert step_problems(Measured("NVIDIA H100 80GB HBM3", result, {})) == []

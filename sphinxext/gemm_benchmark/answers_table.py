@@ -42,8 +42,8 @@ from gemm_benchmark.directive import build_known_devices
 from gemm_benchmark.freshness import SUMMARY
 from gemm_benchmark.nodes import app_of, builder_format
 from gemm_benchmark.options import OptionError, option_line
-from gemm_benchmark.summary import gpu_loss_parity, page_sweeps, run_inputs
-from gemm_benchmark.summary_answer import Measured, ModelAsk, model_label, panel_sentence, summary_asks
+from gemm_benchmark.summary import gpu_loss_parity, measured_of, page_sweeps, run_inputs
+from gemm_benchmark.summary_answer import ModelAsk, model_label, panel_sentence, summary_asks
 
 NAME = "gemm-answers-table"
 #: The fragment a cell's link carries in HTML: ``gemm_benchmark.js`` selects the GPU's tab from it.
@@ -97,7 +97,8 @@ def answer_cell(sentence: answer_text.Sentence | None, gpu: str) -> Cell:
 
 
 class gemm_answer_link(nodes.Inline, nodes.TextElement):
-    """A cell's text, to become a link to the page answering ``question_hash`` (on the GPU ``gpu``)."""
+    """A cell's text, to become a link to the page answering the question ``asked`` (its hash; on the GPU
+    ``gpu``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +178,7 @@ class GemmAnswersTableDirective(SphinxDirective):
                 cells.append(Cell("not measured", f"{label} is not measured on {selector} yet: {ask.command}"))
                 continue
             headers.setdefault(selector, device_label(device.device))
-            measured = Measured(device.device, device.doc, device.reports, device.status.value, device.reason)
+            measured = measured_of(device)
             # Exactly the arguments the model's summary gives its panel (summary.py): the same sentence.
             per_gemm = gemm_modes(req.modes)
             sentence = panel_sentence(
@@ -214,7 +215,7 @@ class GemmAnswersTableDirective(SphinxDirective):
             parts: list[nodes.Node] = [nodes.strong(row.label, row.label)]
             for cell in row.cells:
                 # A linked cell's tooltip is its link's title; one without a link (not measured) says why in words.
-                parts.append(gemm_answer_link(cell.text, cell.text, question_hash=row.ask.request.question.hash,
+                parts.append(gemm_answer_link(cell.text, cell.text, asked=row.ask.request.question.hash,
                                               gpu=cell.gpu, model=row.label, tooltip=cell.tooltip)
                              if cell.gpu else nodes.Text(f"{cell.text}: {cell.tooltip}"))
             body += _row_node(parts)
@@ -250,7 +251,7 @@ class ResolveAnswerLinks(SphinxPostTransform):
     def run(self, **kwargs: Any) -> None:
         unanswered: dict[str, Any] = {}  # model -> its first cell: one warning per table, not per cell
         for node in list(self.document.findall(gemm_answer_link)):
-            target = answer_page(self.env, node["question_hash"])
+            target = answer_page(self.env, node["asked"])
             text = node.astext()
             if target is None:
                 unanswered.setdefault(node["model"], node)

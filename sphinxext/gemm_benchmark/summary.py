@@ -39,6 +39,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results import tp_comm_schema
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_bench.results.stack import MODEL_STEP_LACKING, lacking_blocks
+from gemm_bench.results.typed import parse
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
 from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
@@ -183,10 +184,10 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 self._warn(Subtype.CACHE, f"ignoring unusable cache file {error}")
             for problem in answer.problems:
                 self._warn(Subtype.MEASURE, problem)
-        measured = {entry: [_measured(d) for d in answer.devices] for entry, answer in answers.items()}
+        measured = {entry: [measured_of(d) for d in answer.devices] for entry, answer in answers.items()}
         # A precision no shown GPU can run (MXFP8 and NVFP4 on Hopper) is one line under the table,
         # not a column of "unsupported" in every row (on a phone it pushed the answer off the screen).
-        collapsed = unsupported_everywhere(precisions, [d.doc for a in answers.values() for d in a.devices])
+        collapsed = unsupported_everywhere(precisions, [m.result for found in measured.values() for m in found])
         if len(collapsed) < len(precisions):
             precisions = [p for p in precisions if p not in collapsed]
         else:
@@ -434,8 +435,10 @@ def _compared(model: str, gpu: str, report: Report, sentence: answer_text.Senten
     return models_compared.Compared(model, gpu, report, sentence.verdict.answer, sentence.verdict.speedup)
 
 
-def _measured(device: execution.DeviceAnswer) -> Measured:
-    return Measured(device.device, device.doc, device.reports, device.status.value, device.reason)
+def measured_of(device: execution.DeviceAnswer) -> Measured:
+    """One device's answer as the summary and the answers table read it: its result typed once here
+    (:func:`gemm_bench.results.typed.parse`), so neither indexes the document."""
+    return Measured(device.device, parse(device.doc), device.reports, device.status.value, device.reason)
 
 
 def _entry(cell: Shown) -> Entry:

@@ -42,7 +42,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.report.run_answer import Run, run_of
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
-from gemm_bench.results.typed import parse
+from gemm_bench.results.typed import Result
 from gemm_benchmark import answer_text
 from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, OptionError, Request, parse_options
 from gemm_benchmark.render_table import FLAG_MARK
@@ -184,7 +184,8 @@ class Measured:
     :func:`panel` need of an :class:`~.execution.DeviceAnswer`."""
 
     device: str
-    doc: Mapping[str, Any]
+    #: The result, typed (:func:`gemm_bench.results.typed.parse`): all the summary reads of it.
+    result: Result
     reports: Mapping[str, Report]
     #: ``fresh``, ``stale``, ``missing`` (and why, for the last two).
     status: str = "fresh"
@@ -232,23 +233,23 @@ def _spread(point: Point) -> str:
 
 def step_problems(measured: Measured) -> list[str]:
     """The steps of one result that contradict their GEMMs (the summary shows every step it holds)."""
-    if not measured.doc.get("layer"):
+    if not measured.result.layer:
         return []
-    report = Report(dict(measured.doc), modes=["autocast", *LAYER_MODES])
+    report = Report(measured.result, modes=["autocast", *LAYER_MODES])
     return report.step_contradictions()
 
 
 # ------------------------------------------------------------------------------ precisions shown
-def unsupported_everywhere(precisions: Sequence[str], docs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def unsupported_everywhere(precisions: Sequence[str], results: Sequence[Result]) -> dict[str, str]:
     """The precisions that every shown result reports unsupported (none when nothing is shown), with
     the reason (the first result's, as TE gave it)."""
-    if not docs:
+    if not results:
         return {}
     out = {}
     for p in precisions:
-        verdicts = [(doc.get("support") or {}).get(p) for doc in docs]
-        if all(isinstance(v, Mapping) and v.get("available") is False for v in verdicts):
-            out[p] = str(verdicts[0].get("reason", ""))  # type: ignore[union-attr]
+        verdicts = [result.support.get(p) for result in results]
+        if all(v is not None and not v.available for v in verdicts):
+            out[p] = verdicts[0].reason  # type: ignore[union-attr]  # all verdicts are there
     return out
 
 
@@ -329,7 +330,7 @@ class Panel:
 def panel_step_modes(measured: Measured, per_gemm: Sequence[str], steps: Sequence[str]) -> list[str]:
     """The step rows a panel shows: those the summary's modes ask for (graphed first), else both forms."""
     return sorted(steps, key=lambda m: m != LAYER_MODES[1]) or (
-        [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and measured.doc.get("layer") else [])
+        [LAYER_MODES[1], LAYER_MODES[0]] if per_gemm and measured.result.layer else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,7 +348,7 @@ def panel_run(measured: Measured, inputs: RunInputs | None) -> Run | None:
     functions of the ``gemm-layout-step`` and ``gemm-layout-memory`` tables); None without a layout."""
     if inputs is None or inputs.layout is None:
         return None
-    return run_of(parse(measured.doc), inputs.layout, inputs.sweeps, network=inputs.network)
+    return run_of(measured.result, inputs.layout, inputs.sweeps, network=inputs.network)
 
 
 def panel_sentence(measured: Measured, label: str, per_gemm: Sequence[str], gemm_mode: str, steps: Sequence[str],
@@ -405,7 +406,7 @@ def panel(measured: Measured, label: str, model: str, per_gemm: Sequence[str], g
     if skewed:  # a mixture of experts: the same step with the skewed routing the page names
         table.row(step_row(measured.reports[gemm_mode or step_modes[0]], precisions, gpu, notes,
                            graphed=step_modes[0] == LAYER_MODES[1], routing="skewed", loss_parity=loss_parity))
-    if gemm_mode in ACCURACY_MODES and measured.doc.get("accuracy") and accuracy_row:
+    if gemm_mode in ACCURACY_MODES and measured.result.accuracy and accuracy_row:
         table.row(sqnr_row(measured.reports[gemm_mode], gemm_mode, precisions, gpu, notes))
     status = f" ({measured.status}: see the freshness page)" if stale else ""
     title = (f"Speedup vs BF16, {model} on the {gpu}{status}: ★ fastest (or, among speedups within the "

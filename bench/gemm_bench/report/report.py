@@ -215,7 +215,8 @@ def _peer_format(label: str) -> str | None:
 
 
 class Report:
-    """A view of one result document for the question a page asked.
+    """A view of one result document (or its typed :class:`~gemm_bench.results.typed.Result`) for the
+    question a page asked.
 
     ``gemms``, ``num_layers`` and ``kind`` are the page's (defaults: the document's); ``gemms``
     must be the document's question, in any order, else :class:`ValueError`. ``modes`` and
@@ -227,7 +228,7 @@ class Report:
 
     def __init__(
         self,
-        doc: dict[str, Any],
+        doc: dict[str, Any] | Result,
         *,
         gemms: Sequence[GemmShape] | None = None,
         num_layers: int | None = None,
@@ -236,9 +237,15 @@ class Report:
         precisions: Sequence[str] | None = None,
         config: ModelConfig | None = None,
     ) -> None:
-        self.doc = doc
+        # A reader that holds the typed result hands it over (read once, not parsed again); the view's
+        # own reads below still go through its checked document until Report is converted.
+        if isinstance(doc, Result):
+            result, doc = doc, doc.document
+        else:
+            result = parse(doc)
+        self.doc: dict[str, Any] = doc
         #: The result, typed (:func:`gemm_bench.results.typed.parse`): what converted readers read.
-        self.result: Result = parse(doc)
+        self.result: Result = result
         stored = document_gemms(doc)
         if gemms is None:
             self.gemms = stored

@@ -9,9 +9,9 @@ parsed here, once, by :func:`parse` into frozen dataclasses whose fields are typ
 takes a :class:`Result` cannot index a field the door did not check, and a demoted number reaches it
 only as a failed entry with its reason.
 
-What is typed: the device, provenance, question, the GEMM cells, the layer-step cells, the accuracy
-(SQNR) cells, the model step (parts, memory, largest micro-batch), the energy entries and the precision
-plan. Not yet: peers, timed groups and breakdown blocks (a breakdown stays the mapping
+What is typed: the device, provenance, question, TE's support verdicts, the GEMM cells, the layer-step
+cells, the accuracy (SQNR) cells, the model step (parts, memory, largest micro-batch), the energy
+entries and the precision plan. Not yet: peers, timed groups and breakdown blocks (a breakdown stays the mapping
 :mod:`gemm_bench.results.breakdown` reads). :attr:`Result.document` keeps the checked document for
 the readers not yet converted (the docs' methodology lists which are); writers never use a
 :class:`Result`: ``Cache.store`` and the merge read the file raw.
@@ -120,6 +120,14 @@ class LayerCell(Outcome):
     #: The stored time breakdown (:mod:`gemm_bench.results.breakdown`'s block), None where absent or
     #: dropped at the door (parts that did not add up).
     breakdown: Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Support:
+    """Transformer Engine's verdict on one precision on the result's GPU (``support.<precision>``)."""
+
+    available: bool
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,6 +368,8 @@ class Result:
     device: Device
     provenance: Provenance
     notes: tuple[str, ...]
+    #: precision -> TE's support verdict on the GPU ({} for a result measured before it was stored).
+    support: Mapping[str, Support]
     cells: tuple[Cell, ...]
     layer: tuple[LayerCell, ...]
     accuracy: tuple[AccuracyCell, ...]
@@ -542,7 +552,9 @@ def parse(doc: Mapping[str, Any]) -> Result:
         num_layers=int(question["num_layers"]), gemms=tuple(GemmShape.from_dict(g) for g in question["gemms"]),
         config=stored_config(question.get("config")), question=_question(question),
         device=_device(checked["device"]), provenance=_provenance(checked["provenance"]),
-        notes=tuple(map(str, checked.get("notes", []))), cells=cells, layer=layer, accuracy=accuracy,
+        notes=tuple(map(str, checked.get("notes", []))),
+        support={str(p): _read(Support, v) for p, v in (checked.get("support") or {}).items()},
+        cells=cells, layer=layer, accuracy=accuracy,
         model_step=parse_model_step(model_step) if isinstance(model_step, Mapping) else None,
         energy=_energy(energy) if isinstance(energy, Mapping) else None,
         plan=_plan(plain, plan) if isinstance(plan, Mapping) else None,
