@@ -60,7 +60,7 @@ class StudyError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Study:
-    """One kind of study.
+    """One kind of study, as :func:`register_schema` builds and registers it.
 
     ``validate_data`` raises :class:`StudyError` for a ``data`` block this study cannot render;
     ``measure`` names ``"module:function"``, a function of no arguments run on a GPU box that
@@ -100,7 +100,8 @@ def register_schema(name: str, *, title: str, method_version: str, measure: str,
     that no reader knows is refused, never silently carried), then ``check`` checks the values. So a
     schema cannot forget the object and key checks, and ``check`` reads a dict whose keys are known.
 
-    A new study's schema module, then (and its name in :data:`STUDY_MODULES`)::
+    A new study's schema module, then (named in :data:`STUDY_MODULES` and, until the two lists are one,
+    in :data:`gemm_bench.measure.studies.STUDY_MODULES`, which the refresh and ``gemm-bench study`` read)::
 
         NAME = "my-study"
         METHOD_VERSION = "1"
