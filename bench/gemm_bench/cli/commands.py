@@ -709,11 +709,8 @@ def cmd_study(args: argparse.Namespace) -> int:
         from gemm_bench.cli.refresh import measured_on_gpus
 
         here = torch.cuda.device_count()
-        docs, _ = studies.read_studies(Path(args.cache_dir), args.name)
         name = torch.cuda.get_device_name(0)
-        stored = next((d for d in docs if studies.file_name(args.name, d["device"]["name"])
-                       == studies.file_name(args.name, name)), None)
-        wider = measured_on_gpus(stored)
+        wider = measured_on_gpus(studies.stored_study(Path(args.cache_dir), args.name, name).document)
         if wider > here:
             raise UsageError(f"STUDY: the stored {args.name} study of the {name} was measured on "
                              f"{wider} GPUs and this box has {here}: measuring it here would "

@@ -981,9 +981,8 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
                 skipped.append(StudySkip(name, f"needs {study.min_gpus} GPUs, this refresh has {gpus}: "
                                                f"refresh on a box of {study.min_gpus} or more (--gpus all)"))
             continue
-        docs, errors = studies.read_studies(cache_dir, name)
-        current = next((d for d in docs if device_slug(d["device"]["name"]) == device_slug(device_name)), None)
-        bad = [e for e in errors if e.path.name == studies.file_name(name, device_name)]
+        stored = studies.stored_study(cache_dir, name, device_name)
+        current = stored.document
         wider = measured_on_gpus(current)
         if study.min_gpus > 1 and wider > gpus:
             if skipped is not None:
@@ -991,12 +990,13 @@ def plan_studies(cache_dir: Path, device_name: str, local: Mapping[str, str] | N
                                                f"{gpus}, so measuring it here would lose what only {wider} "
                                                "GPUs measure"))
             continue
-        why = ("forced" if force else f"unreadable: {bad[0].problem}" if bad
+        why = ("forced" if force else f"unreadable: {stored.unreadable.problem}" if stored.unreadable
                else _emulated(current)
                or studies.staleness(current, local, rules.stale_when, max_age_days=rules.max_age_days))
         if why is None:
             continue
-        timed = [d["provenance"]["method"].get("measure_s") for d in sorted(docs, key=lambda d: d is not current)]
+        timed = [d["provenance"]["method"].get("measure_s")
+                 for d in sorted(stored.documents, key=lambda d: d is not current)]
         estimate = next((float(t) for t in timed if isinstance(t, (int, float))), None)
         tasks.append(StudyTask(name, why, estimate, gpus if study.min_gpus > 1 else 1))
     return tasks

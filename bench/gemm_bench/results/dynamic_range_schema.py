@@ -9,7 +9,7 @@ reports the SQNR of the quantized input and of the GEMM output over the whole te
 one huge row dominates a whole-tensor SQNR and hides what happens to every other token.
 
 Pure: this module holds the study's vocabulary, its literature reference and the validator of its
-``data`` block, and registers the study (:func:`gemm_bench.results.studies.register`). Measuring is
+``data`` block, and registers the study (:func:`gemm_bench.results.studies.register_schema`). Measuring is
 :mod:`gemm_bench.measure.dynamic_range`.
 
 The ``data`` block::
@@ -41,7 +41,6 @@ from typing import Any
 
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.studies import (
-    Study,
     StudyError,
     choice,
     decibels,
@@ -50,7 +49,7 @@ from gemm_bench.results.studies import (
     json_object,
     keys,
     number,
-    register,
+    register_schema,
     text,
 )
 
@@ -127,11 +126,10 @@ def _recipe(value: Any, where: str) -> dict[str, Any]:
     return entry
 
 
-def validate_data(data: Any) -> None:
-    """Raise :class:`StudyError` (its JSON path first) unless ``data`` is a complete, finite study block."""
+def _check_data(block: dict[str, Any]) -> None:
+    """Raise :class:`StudyError` (its JSON path first) unless ``data`` is a complete, finite study block
+    (the door, :func:`validate_data`, has checked its keys)."""
     where = "$.data"
-    block = json_object(data, where)
-    keys(block, where, ("source", "shape", "outliers", "ratios", "recipes", "cases"))
     choice(block["source"], f"{where}.source", SOURCES)
     shape = json_object(block["shape"], f"{where}.shape")
     keys(shape, f"{where}.shape", ("m", "k", "n"))
@@ -199,10 +197,7 @@ def _case(value: Any, where: str, ratios: Sequence[float], measured: Sequence[st
     return tensor, kind, ratio
 
 
-STUDY = register(Study(
-    name=NAME,
-    title="SQNR per recipe against the dynamic range of the input",
-    method_version=METHOD_VERSION,
-    validate_data=validate_data,
-    measure="gemm_bench.measure.dynamic_range:measure",
-))
+STUDY = register_schema(NAME, title="SQNR per recipe against the dynamic range of the input",
+                        method_version=METHOD_VERSION, measure="gemm_bench.measure.dynamic_range:measure",
+                        fields=("source", "shape", "outliers", "ratios", "recipes", "cases"), check=_check_data)
+validate_data = STUDY.validate_data

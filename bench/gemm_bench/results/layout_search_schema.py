@@ -37,7 +37,6 @@ from typing import Any
 from gemm_bench.question.devices import device_slug
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.studies import (
-    Study,
     StudyError,
     choice,
     integer,
@@ -45,7 +44,7 @@ from gemm_bench.results.studies import (
     json_object,
     keys,
     number,
-    register,
+    register_schema,
     text,
 )
 
@@ -122,9 +121,7 @@ def _steps(value: Any, at: str, largest: int) -> None:
                 number(ms, f"{where}[{i}]", positive=True, limit=MAX_STEP_MS)
 
 
-def validate_data(data: Any) -> None:
-    data = json_object(data, "$.data")
-    keys(data, "$.data", ("measured_on", "total_bytes", "answers_for", "emulated", "models"))
+def _check_data(data: dict[str, Any]) -> None:
     measured_on = text(data["measured_on"], "$.data.measured_on")
     answers_for = text(data["answers_for"], "$.data.answers_for")
     total = integer(data["total_bytes"], "$.data.total_bytes", minimum=1, maximum=MAX_BYTES)
@@ -236,10 +233,7 @@ def stored_data(runs: Sequence[tuple[str, Mapping[str, Any]]], answers_for: str 
     return data
 
 
-STUDY = register(Study(
-    name=NAME,
-    title="The largest micro-batch of a layout's rank, found on the GPU",
-    method_version=METHOD_VERSION,
-    validate_data=validate_data,
-    measure="gemm_bench.measure.layout_search_study:measure",
-))
+STUDY = register_schema(NAME, title="The largest micro-batch of a layout's rank, found on the GPU",
+                        method_version=METHOD_VERSION, measure="gemm_bench.measure.layout_search_study:measure",
+                        fields=("measured_on", "total_bytes", "answers_for", "emulated", "models"), check=_check_data)
+validate_data = STUDY.validate_data

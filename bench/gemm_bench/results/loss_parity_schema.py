@@ -55,7 +55,6 @@ from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.results.studies import (
-    Study,
     StudyError,
     choice,
     field,
@@ -64,7 +63,7 @@ from gemm_bench.results.studies import (
     json_object,
     keys,
     number,
-    register,
+    register_schema,
     text,
 )
 
@@ -326,9 +325,10 @@ def _seed_band(data: Mapping[str, Any], training: Mapping[str, Any], recipes: Se
                              "the same step as the recipes")
 
 
-def validate_data(data: Any) -> None:
-    """Raise :class:`StudyError` (with the JSON path) unless ``data`` is a loss-parity data block."""
-    model = _model(json_object(data, "$.data"))
+def _check_data(data: dict[str, Any]) -> None:
+    """Raise :class:`StudyError` (with the JSON path) unless ``data`` is a loss-parity data block (the door,
+    :func:`validate_data`, has checked its keys)."""
+    model = _model(data)
     _corpus(data)
     training = _training(data, model)
     recipes = _recipes(data, training["steps"])
@@ -417,10 +417,7 @@ def curve_series(data: Mapping[str, Any]) -> list[tuple[str, Sequence[int], Sequ
             if r["status"] in ("measured", "diverged") and r["curve"]["steps"]]
 
 
-STUDY = register(Study(
-    name=NAME,
-    title="Loss parity: a small GPT trained per recipe against BF16",
-    method_version=METHOD_VERSION,
-    validate_data=validate_data,
-    measure="gemm_bench.measure.loss_parity:measure",
-))
+STUDY = register_schema(NAME, title="Loss parity: a small GPT trained per recipe against BF16",
+                        method_version=METHOD_VERSION, measure="gemm_bench.measure.loss_parity:measure",
+                        fields=("model", "corpus", "training", "recipes"), optional=("seed_band",), check=_check_data)
+validate_data = STUDY.validate_data

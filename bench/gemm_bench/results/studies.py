@@ -60,7 +60,7 @@ class StudyError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Study:
-    """One kind of study.
+    """One kind of study, as :func:`register_schema` builds and registers it.
 
     ``validate_data`` raises :class:`StudyError` for a ``data`` block this study cannot render;
     ``measure`` names ``"module:function"``, a function of no arguments run on a GPU box that
@@ -89,10 +89,41 @@ STUDY_MODULES: tuple[str, ...] = (
 )
 
 
-def register(study: Study) -> Study:
-    if not _NAME.match(study.name):
-        raise ValueError(f"study name {study.name!r} is not lower-case letters, digits and dashes")
-    REGISTRY[study.name] = study
+def register_schema(name: str, *, title: str, method_version: str, measure: str, fields: Sequence[str],
+                    optional: Sequence[str] = (), check: Callable[[dict[str, Any]], None],
+                    min_gpus: int = 1) -> Study:
+    """Register a study and return it: the one way a study schema module declares its study.
+
+    Its :attr:`Study.validate_data` is the door every ``data`` block passes (:func:`validate`, the
+    schema module's ``validate_data``, a converter's check of what it is about to store): the block
+    must be an object holding every key of ``fields`` and no key but those and ``optional`` (a key
+    that no reader knows is refused, never silently carried), then ``check`` checks the values. So a
+    schema cannot forget the object and key checks, and ``check`` reads a dict whose keys are known.
+
+    A new study's schema module, then (named in :data:`STUDY_MODULES` and, until the two lists are one,
+    in :data:`gemm_bench.measure.studies.STUDY_MODULES`, which the refresh and ``gemm-bench study`` read)::
+
+        NAME = "my-study"
+        METHOD_VERSION = "1"
+
+        def _check_data(data: dict[str, Any]) -> None:
+            number(data["seconds"], "$.data.seconds", minimum=0.0)  # the field checks below
+
+        STUDY = register_schema(NAME, title="...", method_version=METHOD_VERSION, fields=("seconds",),
+                                measure="gemm_bench.measure.my_study:measure", check=_check_data)
+        validate_data = STUDY.validate_data
+    """
+
+    def validate_data(data: Any) -> None:
+        block = json_object(data, "$.data")
+        keys(block, "$.data", fields, optional)
+        check(block)
+
+    if not _NAME.match(name):
+        raise ValueError(f"study name {name!r} is not lower-case letters, digits and dashes")
+    study = Study(name=name, title=title, method_version=method_version, validate_data=validate_data,
+                  measure=measure, min_gpus=min_gpus)
+    REGISTRY[name] = study
     return study
 
 
@@ -302,6 +333,32 @@ def read_studies(cache_dir: str | Path, name: str) -> tuple[list[dict[str, Any]]
             continue
         docs.append(doc)
     return docs, errors
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredStudy:
+    """One study's files in a cache as one GPU kind sees them (:func:`stored_study`).
+
+    ``document`` is this GPU kind's valid document and ``unreadable`` why its file cannot be used
+    (None for each when it has none); ``documents`` are the valid documents of every GPU (a plan
+    estimates a study's time from another GPU's run)."""
+
+    document: dict[str, Any] | None
+    unreadable: CacheError | None
+    documents: list[dict[str, Any]]
+
+
+def stored_study(cache_dir: str | Path, name: str, device_name: str) -> StoredStudy:
+    """Study ``name`` as the cache holds it for the GPU named ``device_name``: the one lookup of "this
+    GPU kind's stored study" (``gemm-bench study`` asks it before replacing a wider run, the refresh's
+    plan before measuring one). A GPU kind's file is the one :func:`file_name` gives its device name
+    (GPU names of one slug are one kind), and :func:`read_study` holds each document to that name."""
+    documents, errors = read_studies(cache_dir, name)
+    own = file_name(name, device_name)
+    return StoredStudy(
+        document=next((d for d in documents if file_name(name, d["device"]["name"]) == own), None),
+        unreadable=next((e for e in errors if e.path.name == own), None),
+        documents=documents)
 
 
 def _link_target(path: Path) -> str:

@@ -44,14 +44,13 @@ from typing import Any
 from gemm_bench.question.comm import DTYPE_BYTES, OPS, CollectiveTable, bus_bandwidth_gb_s
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.studies import (
-    Study,
     StudyError,
     choice,
     integer,
     json_list,
     json_object,
     number,
-    register,
+    register_schema,
     text,
 )
 
@@ -174,8 +173,7 @@ def collective_table(data: Mapping[str, Any]) -> CollectiveTable | None:
     return CollectiveTable.from_records(sweep)
 
 
-def validate_data(data: Any) -> None:
-    data = json_object(data, "$.data")
+def _check_data(data: dict[str, Any]) -> None:
     gpus = integer(data.get("gpus"), "$.data.gpus", minimum=2, maximum=1 << 16)
     integer(data.get("seq"), "$.data.seq", minimum=1, maximum=1 << 24)
     if "sweep" in data:
@@ -226,11 +224,7 @@ def _validate_serial(block: Mapping[str, Any], at: str) -> None:
         raise StudyError(f"{at}.overlap_hidden_ms", "is not real_serial_ms - real_ms")
 
 
-STUDY = register(Study(
-    name=NAME,
-    title="A tensor-parallel layer's step with its collectives, on a box of several GPUs",
-    method_version=METHOD_VERSION,
-    validate_data=validate_data,
-    measure="gemm_bench.measure.tp_comm_study:measure",
-    min_gpus=2,
-))
+STUDY = register_schema(NAME, title="A tensor-parallel layer's step with its collectives, on a box of several GPUs",
+                        method_version=METHOD_VERSION, measure="gemm_bench.measure.tp_comm_study:measure",
+                        fields=("gpus", "seq", "cells"), optional=("nccl", "sweep"), check=_check_data, min_gpus=2)
+validate_data = STUDY.validate_data
