@@ -59,10 +59,7 @@ def test_the_composed_peak_of_a_real_stage_is_the_allocators(model: str, precisi
     stage_config = dataclasses.replace(config, seq_length=rank.tokens)
     with mp._clean():
         start = mp._allocated()
-        real = mp.RealModel(stage_config, rank.layers, precision, optimizer_shards=rank.optimizer_shards,
-                            head=rank.head, in_flight=rank.in_flight,
-                            grad_dtype=torch.bfloat16 if rank.grad_dtype == "bf16" else torch.float32,
-                            fp8_primary=rank.fp8_param_gather and precision.startswith("fp8"))
+        real = mp.RealModel(stage_config, rank.layers, precision, **mp.rank_keywords(rank, precision))
         real.step(rank.in_flight)  # the first step allocates the optimizer's moments
         held = mp._allocated() - start
         peak = mp.real_peak_bytes(real, rank.in_flight) - start

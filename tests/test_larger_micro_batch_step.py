@@ -160,3 +160,22 @@ def test_shapes_prints_the_found_micro_batch_and_its_tokens_per_second(capsys: p
     assert "largest micro-batch 4 (predicted), 4 (found on the GPU); tokens/s per GPU (real rank, " in flat
     assert "1 (H100 80GB HBM3 capacity emulated on an H200)" in flat
     assert "FP8 Block 63.2 GiB fits: yes, 75.8 GiB free; largest micro-batch 4 (predicted), not searched" in flat
+
+
+def test_the_searched_rank_gives_the_real_models_keywords(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One mapping from the searched rank to the built model serves the search, its timing and the GPU
+    memory test: BF16 main gradients where the layout reduces in BF16, FP8 primary weights only under
+    an FP8 recipe where the layout gathers FP8 parameters."""
+    import torch
+
+    from gemm_bench.question.stage_shape import SearchedRank
+    from tests import fake_te
+
+    parts = fake_te.install(monkeypatch)
+    rank = SearchedRank("first", 8, False, 4, 4096, 16, "bf16", True)
+    assert parts.rank_keywords(rank, "fp8-current") == {"optimizer_shards": 16, "head": False, "in_flight": 4,
+                                                        "grad_dtype": torch.bfloat16, "fp8_primary": True}
+    assert parts.rank_keywords(rank, "bf16")["fp8_primary"] is False
+    plain = SearchedRank("only", 32, True, 1, 4096, 8)
+    assert parts.rank_keywords(plain, "fp8-delayed")["grad_dtype"] == torch.float32
+    assert parts.rank_keywords(plain, "fp8-delayed")["fp8_primary"] is False

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOCATOR)
     import torch
 
-    from gemm_bench.measure.backends.model_parts import largest_microbatch, step_samples
+    from gemm_bench.measure.backends.model_parts import largest_microbatch, rank_keywords, step_samples
     from gemm_bench.question.config import ConfigError
     from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
     from gemm_bench.question.question import build_question
@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             entry.update(stage=built.stage, in_flight=built.in_flight)
         for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
             started = time.monotonic()
-            model_keywords = {"optimizer_shards": shards, "head": built.head, "in_flight": built.in_flight,
-                              "grad_dtype": torch.bfloat16 if built.grad_dtype == "bf16" else torch.float32,
-                              "fp8_primary": built.fp8_param_gather and precision.startswith("fp8")}
+            model_keywords = rank_keywords(built, precision)
             try:
                 found = largest_microbatch(rank, built.layers, precision, limit=args.limit, **model_keywords)
             except RuntimeError as exc:  # GPU boundary: not an out-of-memory (that is an answer), a failure

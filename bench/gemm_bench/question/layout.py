@@ -154,6 +154,15 @@ class ParallelLayout:
 
     # ---------------------------------------------------------------------------- derived
     @property
+    def grad_bytes(self) -> int:
+        """Bytes of one main gradient: Megatron keeps them in the dtype it reduces them in."""
+        return 2 if self.grad_reduce_dtype == "bf16" else 4
+
+    def fp8_primary(self, precision: str) -> bool:
+        """Whether ``precision``'s layers hold FP8 primary weights on this layout (:func:`fp8_primary_weights`)."""
+        return fp8_primary_weights(self.fp8_param_gather, precision)
+
+    @property
     def dp(self) -> int:
         """Data-parallel size: the GPUs over TP x PP x CP."""
         return self.gpus // (self.tp * self.pp * self.cp)
@@ -194,6 +203,12 @@ class ParallelLayout:
             parts.append("overlapped " + " and ".join(overlapped))
         parts.append(f"G = {self.microbatches}")
         return f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}: " + ", ".join(parts)
+
+
+def fp8_primary_weights(fp8_param_gather: bool, precision: str) -> bool:
+    """FP8 parameter gather keeps FP8 primary weights under the FP8 recipes only: BF16 has nothing to
+    gather in FP8. The one rule the memory, the step's collectives and the micro-batch search follow."""
+    return fp8_param_gather and precision.startswith("fp8")
 
 
 def _positive(field: str, value: Any) -> None:

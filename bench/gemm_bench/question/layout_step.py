@@ -291,8 +291,8 @@ def dp_calls(stage_params: int, layout: ParallelLayout, precision: str, network:
     if group == 1:
         return []
     far = crosses(layout.tp * group, network)
-    grad_bytes = 2 if layout.grad_reduce_dtype == "bf16" else 4
-    fp8 = layout.fp8_param_gather and precision.startswith("fp8")
+    grad_bytes = layout.grad_bytes
+    fp8 = layout.fp8_primary(precision)
     if layout.sharding == "none":
         return [dp_grad_all_reduce(stage_params, group, grad_bytes=grad_bytes, crosses_nodes=far)]
     gather = dp_param_all_gather(stage_params, group, fp8_param_gather=fp8, crosses_nodes=far)

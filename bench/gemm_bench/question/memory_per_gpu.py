@@ -114,7 +114,7 @@ def memory_per_gpu(parts: MemoryParts, layer_params: int, config: ModelConfig, l
     params_layer = layer_params * weight_scale
     bf16_layer = parts.layer_weights * weight_scale
     fp8_layer = parts.layer_fp8_weights * weight_scale
-    fp8_primary = layout.fp8_param_gather and precision.startswith("fp8")
+    fp8_primary = layout.fp8_primary(precision)
     shard = layout.dp * layout.cp
     tokens = layout.micro_batch_size / config.micro_batch_size / layout.cp
     vocab = vocab_parameters(config) if config.padded_vocab_size is not None else 0
@@ -135,8 +135,7 @@ def memory_per_gpu(parts: MemoryParts, layer_params: int, config: ModelConfig, l
         if layout.sharding == "fsdp":
             weights = weights / shard
             transient += bf16_layer
-        grad_bytes = MAIN_GRAD_BYTES // 2 if layout.grad_reduce_dtype == "bf16" else MAIN_GRAD_BYTES
-        grads = grad_bytes * params / (shard if layout.sharding in ("optimizer+grads", "fsdp") else 1)
+        grads = layout.grad_bytes * params / (shard if layout.sharding in ("optimizer+grads", "fsdp") else 1)
         state = (parts.state_per_param - MAIN_GRAD_BYTES) * params / (shard if layout.sharding != "none" else 1)
         flight = in_flight(layout) if name in ("first", "only") else 1.0
         if layout.recompute == "full":

@@ -22,7 +22,7 @@ import dataclasses
 import math
 
 from gemm_bench.question.config import ConfigError, ModelConfig
-from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.layout import ParallelLayout, fp8_primary_weights
 from gemm_bench.question.model_step import layer_parameters
 
 
@@ -97,6 +97,10 @@ class SearchedRank:
     optimizer_shards: int
     grad_dtype: str = "fp32"
     fp8_param_gather: bool = False
+
+    def fp8_primary(self, precision: str) -> bool:
+        """Whether ``precision``'s layers are built with FP8 primary weights (the layout's rule)."""
+        return fp8_primary_weights(self.fp8_param_gather, precision)
 
 
 def searched_rank(layout: ParallelLayout, config: ModelConfig) -> SearchedRank | str:

@@ -12,6 +12,7 @@ study documents only.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -169,12 +170,6 @@ class SizeStep:
         return self.micro_batch * self.tokens * self.microbatches / (self.step_ms / 1e3)
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def microbatches_at(layout: ParallelLayout, micro_batch: int) -> int | None:
     """G at ``micro_batch``: the global batch over micro-batch x DP (None where it does not divide); a layout
     with G set and no global batch keeps its G."""
@@ -200,7 +195,7 @@ def larger_step(search: Search | str | None, precision: str) -> tuple[SizeStep, 
     out = []
     for size in (1, largest):
         by_g = steps[str(size)]
-        one, two = _median(by_g["1"]), _median(by_g["2"])
+        one, two = statistics.median(by_g["1"]), statistics.median(by_g["2"])
         per = two - one
         if per <= 0:
             return f"at micro-batch {size}, G = 2 did not take longer than G = 1 ({two:.1f} against {one:.1f} ms)"

@@ -57,6 +57,7 @@ from gemm_bench.measure.telemetry import quartiles
 from gemm_bench.measure.timing import Competitor, Interleaver, Mark, Samples, TimerSettings
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.model_step import MemoryParts, OptimizerLine, PartTimes, layer_parameters, vocab_parameters
+from gemm_bench.question.stage_shape import SearchedRank
 from gemm_bench.results.breakdown import category_ms_per_step, model_step_parts
 
 _BF16 = torch.bfloat16
@@ -711,6 +712,16 @@ def real_peak_bytes(model: RealModel, microbatches: int) -> int:
     model.step(microbatches)
     torch.cuda.synchronize()
     return int(torch.cuda.max_memory_allocated())
+
+
+def rank_keywords(rank: SearchedRank, precision: str) -> dict[str, Any]:
+    """:class:`RealModel`'s keywords for the rank the layout-search builds
+    (:func:`~gemm_bench.question.stage_shape.searched_rank`) under ``precision``: the stage, the
+    optimizer's shards, the main gradients' dtype and FP8 primary weights. The search, its step timing
+    and the GPU memory test build the same rank from it."""
+    return {"optimizer_shards": rank.optimizer_shards, "head": rank.head, "in_flight": rank.in_flight,
+            "grad_dtype": torch.bfloat16 if rank.grad_dtype == "bf16" else torch.float32,
+            "fp8_primary": rank.fp8_primary(precision)}
 
 
 def step_samples(config: ModelConfig, layers: int, precision: str, micro_batches: Sequence[int], *,
