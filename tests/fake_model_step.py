@@ -68,7 +68,7 @@ def model_step_block(config: ModelConfig, run_id: str, precisions: Sequence[str]
         fp8 = p != "bf16"
         parts += [_measured("layer-first", p, 20.0 / speeds[p]),
                   _measured("layer-cached", p, (18.0 if fp8 else 20.0) / speeds[p])]
-        memory[p] = {"layer_weights": 436_000_000, "layer_fp8_weights": 230_000_000 if fp8 else 0,
+        memory[p] = {"layer_weights": 2 * layer_parameters(config), "layer_fp8_weights": 230_000_000 if fp8 else 0,
                      "layer_activations": 1_100_000_000 if not fp8 else 1_000_000_000,
                      "layer_backward_extra": 470_000_000, "embedding_weights": 1_050_000_000,
                      "head_weights": 1_050_000_000, "head_transient": 12_000_000_000}

@@ -166,3 +166,18 @@ def test_tokens_per_joule_is_per_gpu_for_a_tensor_parallel_model() -> None:
     for precision, entry in step_energies(single).items():  # TP 1: unchanged
         assert entry["tokens_per_j"] == pytest.approx(step_energies(read_document(LLAMA_8B_H100, raw=True))[
             precision]["tokens_per_j"], abs=0.11)
+
+
+@pytest.mark.parametrize(("bytes_per_param", "refused"), [(2.154, True), (1.5, True), (2.0072, False)])
+def test_a_layer_s_weights_per_parameter_outside_bf16_drop_that_recipe_s_memory(
+        tmp_path: Path, bytes_per_param: float, refused: bool) -> None:
+    """A first layer built in a fresh process read 2.154 B/param on the H200 (session 17): a one-time
+    allocation counted as weights would make every recipe's memory per GPU too large by 7% of its
+    weights. 2.0072 is the most a committed result reads (a layer's small extra buffers)."""
+    doc = _stored()
+    block = doc["model_step"]
+    block["memory"]["fp8-current"]["layer_weights"] = int(bytes_per_param * block["layer_params"])
+    got = _through_the_door(tmp_path, doc)
+    assert ("fp8-current" not in got["model_step"]["memory"]) is refused
+    assert "bf16" in got["model_step"]["memory"]
+    assert _wheres(got) == (["$.model_step.memory.fp8-current.layer_weights"] if refused else [])

@@ -42,6 +42,11 @@ The invariants, and why each bound is what it is:
 * **Optimizer state per parameter** within :data:`STATE_PER_PARAM` bytes: the FP32 master weight
   and Adam's two moments (12) are the least the recipe's optimizer holds, and those plus the FP32
   main gradient and one more FP32 buffer (20) the most it can need.
+* **A layer's weights per parameter** within :data:`WEIGHT_BYTES_PER_PARAM`: the layer is built in
+  BF16, so its weights hold 2 bytes per parameter plus a few small buffers (every committed result
+  reads 2.000-2.007). A first layer built in a fresh process once read 2.154 on the H200: a one-time
+  allocation counted as weights. Outside the bound, that recipe's memory (and its micro-batch
+  search) is dropped.
 
 Pure: no torch.
 """
@@ -60,6 +65,8 @@ from gemm_bench.results.cross_check import region_flag
 from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, per_gpu_rates, tokens_per_gpu
 from gemm_bench.results.schema import CheckedDocument
 
+#: Bytes one built layer's weights hold per parameter: (least, most) (module docstring).
+WEIGHT_BYTES_PER_PARAM = (2.0, 2.1)
 #: A median power above this multiple of the board's limit is not a reading (module docstring).
 POWER_MARGIN = 1.15
 #: Bytes of optimizer state per parameter a recipe can need: (least, most) (module docstring).
@@ -220,6 +227,24 @@ def _model_step(doc: dict[str, Any], device: str, flops: int | None, found: list
         found.append(Violation("$.model_step.state_per_param", "model_step", None, problem))
         block["memory"] = {}
         block.pop("largest_microbatch", None)
+        return
+    params = block.get("layer_params")
+    memory = block.get("memory")
+    if not isinstance(params, int) or params <= 0 or not isinstance(memory, dict):
+        return
+    low, high = WEIGHT_BYTES_PER_PARAM
+    for precision in sorted(memory):
+        weights = memory[precision].get("layer_weights") if isinstance(memory[precision], dict) else None
+        if not isinstance(weights, (int, float)) or low <= weights / params <= high:
+            continue
+        problem = (f"one layer's weights of {weights / params:.3f} bytes per parameter are outside what a layer "
+                   f"built in BF16 holds ({low:g}-{high:g}): the allocator counted something else as weights (or "
+                   "lost some), so the memory composed from them is not shown")
+        found.append(Violation(f"$.model_step.memory.{precision}.layer_weights", "model_step", precision, problem))
+        del memory[precision]
+        search = block.get("largest_microbatch")
+        if isinstance(search, dict):
+            search.pop(precision, None)
 
 
 def _energy(doc: dict[str, Any], found: list[Violation]) -> None:
