@@ -49,7 +49,10 @@ from gemm_bench.results.studies import (
 )
 
 NAME = "layout-search"
-METHOD_VERSION = "1"
+METHOD_VERSION = "2"
+#: Version 2 (session 17, commit d0c91c8): each size runs two steps (the optimizer's moments are allocated at
+#: the end of the first, so one step read a micro-batch as fitting that the second runs out of memory at).
+#: A file of version 1 reads stale.
 #: Far above any GPU's memory (bytes), far below where arithmetic on it loses whole bytes.
 MAX_BYTES = 1 << 50
 #: Far above any micro-batch a rank holds.
