@@ -11,6 +11,7 @@ from gemm_bench.report import breakdown_figure as bf
 from gemm_bench.report.figure_layout import Rect, Text, text_width
 from gemm_bench.results import breakdown as bd
 from gemm_bench.results.kernel_kinds import DISPLAY
+from tests.typed_layer import layer_result, typed_cells
 
 
 def _cell(precision: str, kernels: list[tuple[str, int, int]], ms: float) -> dict[str, Any]:
@@ -19,10 +20,12 @@ def _cell(precision: str, kernels: list[tuple[str, int, int]], ms: float) -> dic
                       breakdown=block)
 
 
-CELLS = [
+RAW = [
     _cell("fp8-current", [("nvjet_q", 0, 2_000_000), ("cast_transpose_kernel", 2_000_000, 2_100_000)], 4.5),
     _cell("bf16", [("nvjet_h", 0, 3_000_000), ("rmsnorm_fwd_tuned_kernel", 3_000_000, 200_000)], 3.4),
 ]
+#: The cells as a reader gets them: typed, through the door (``Result.layer``).
+CELLS = typed_cells(RAW)
 
 
 def test_bars_put_bf16_first_and_keep_every_part() -> None:
@@ -54,11 +57,11 @@ def test_the_page_gets_the_inline_figure_and_the_sentence() -> None:
 
     from gemm_benchmark.breakdown_render import breakdown_nodes
 
-    out = breakdown_nodes({"layer": CELLS}, "NVIDIA H100", "bd0", recipe="fp8-current")
+    out = breakdown_nodes(layer_result(RAW), "NVIDIA H100", "bd0", recipe="fp8-current")
     raw = next(n for n in out[0].findall(nodes.raw))
     label = "One layer&#x27;s step (CUDA-graphed) on the NVIDIA H100, not the model&#x27;s step"
     assert f'aria-label="{label}' in raw.astext() and out[-1].astext().startswith("FP8 Current spends")
-    assert breakdown_nodes({"layer": []}, "NVIDIA H100", "bd0") == []
+    assert breakdown_nodes(layer_result([]), "NVIDIA H100", "bd0") == []
 
 
 def _legend(scene: Any) -> list[tuple[str, str]]:
@@ -97,14 +100,15 @@ def test_the_heading_says_whose_step_it_is_and_is_drawn_whole() -> None:
 def test_no_committed_layer_step_lists_a_part_it_does_not_have() -> None:
     """Over the committed cache: every breakdown figure's legend names only parts with time in some bar
     (no layer step has an optimizer)."""
-    import json
     from pathlib import Path
+
+    from gemm_bench.results.cache import read_document
+    from gemm_bench.results.typed import parse
 
     cache = Path(__file__).parent.parent / "docs" / "_gemm_cache"
     seen = 0
-    for path in sorted(cache.glob("*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        bars = bf.bars(doc.get("layer", []))
+    for path in sorted(cache.glob("*--*.json")):
+        bars = bf.bars(parse(read_document(path)).layer)
         if not bars:
             continue
         seen += 1
@@ -123,11 +127,12 @@ def test_the_sentence_speaks_of_the_plans_recipe_not_the_one_that_moved_most() -
 
     from gemm_benchmark.breakdown_render import breakdown_nodes
 
-    cells = [*CELLS, _cell("fp8-delayed", [("nvjet_q", 0, 2_400_000), ("cast_transpose_kernel", 2_400_000, 300_000)],
-                           3.0)]
+    result = layer_result([*RAW, _cell("fp8-delayed", [("nvjet_q", 0, 2_400_000),
+                                                        ("cast_transpose_kernel", 2_400_000, 300_000)], 3.0)])
+    cells = result.layer
     # the recipe the page speaks of (precision_plan.step_recipe over a whole result: the plan's and the
     # answer's, held on the committed cache by tests/test_step_sentence_recipe.py), not the biggest mover
-    out = breakdown_nodes({"layer": cells}, "NVIDIA H100", "bd0", recipe="fp8-delayed")
+    out = breakdown_nodes(result, "NVIDIA H100", "bd0", recipe="fp8-delayed")
     said = [n.astext() for n in out if isinstance(n, nodes.paragraph) and "gemm-breakdown-sentence" in n["classes"]]
     assert len(said) == 1 and said[0].startswith("FP8 Delayed "), said
     assert bf.sentence(bf.bars(cells), "bf16") is None and bf.sentence(bf.bars(cells), "mxfp8") is None

@@ -15,6 +15,7 @@ from gemm_bench.report import breakdown_figure, precision_plan
 from gemm_bench.report.report import Report
 from gemm_bench.results import energy
 from gemm_bench.results.cache import read_document
+from gemm_bench.results.typed import parse
 from tests.helpers import typed_plan
 from tests.test_cli import call, one_error  # main in this process: (exit status, stdout, stderr)
 
@@ -54,13 +55,13 @@ def test_report_leads_with_the_model_step_then_gives_breakdown_plan_and_energy()
     assert flat(summary.sentence("fp8-delayed") or "missing") in words
     memory = summary.memory["fp8-delayed"]
     assert "memory of one rank's model step, GiB" in words and f"FP8 Delayed {memory.peak / 2**30:.1f} +" in words
-    bars = breakdown_figure.bars(doc["layer"], "layer-graphed")
+    bars = breakdown_figure.bars(parse(doc).layer, "layer-graphed")
     assert "== Where each step's time goes (ms per step; the model's, per micro-batch) ==" in out
     assert flat(breakdown_figure.sentence(bars, precision_plan.step_recipe(Report(doc)) or "") or "missing") in words
     assert flat(precision_plan.plan_sentence(typed_plan(doc))) in words
     assert "with te.autocast(enabled=False):" in out
-    for p, entry in energy.step_energies(doc).items():
-        assert energy.energy_words(entry) in words, p
+    for p, entry in parse(doc).energies().items():
+        assert energy.energy_words(entry.as_mapping()) in words, p
 
 
 def test_report_json_carries_the_model_step_breakdown_plan_and_energy() -> None:
@@ -77,10 +78,10 @@ def test_report_json_carries_the_model_step_breakdown_plan_and_energy() -> None:
     assert data["model_step"]["microbatches"] == 8 and data["model_step_reason"] is None
     graphed = data["breakdown"]["modes"]["layer-graphed"]
     assert graphed["steps"][0]["precision"] == "bf16"
-    assert graphed["sentence"] == breakdown_figure.sentence(breakdown_figure.bars(doc["layer"], "layer-graphed"),
+    assert graphed["sentence"] == breakdown_figure.sentence(breakdown_figure.bars(parse(doc).layer, "layer-graphed"),
                                                             precision_plan.step_recipe(Report(doc)) or "")
     assert data["plan"]["keep_in_bf16"] == ["attn_out"] and data["plan"]["sentence"]
-    assert data["energy"]["words"]["bf16"] == energy.energy_words(energy.step_energies(doc)["bf16"])
+    assert data["energy"]["words"]["bf16"] == energy.energy_words(parse(doc).energies()["bf16"].as_mapping())
 
 
 def test_a_result_without_them_says_why_and_a_sweep_has_no_model_section() -> None:

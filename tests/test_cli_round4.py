@@ -327,7 +327,7 @@ def test_compare_reports_energy_and_counts_a_reversed_verdict_as_a_change(tmp_pa
     """Before: compare (text and Markdown) never mentioned energy: FP8 Delayed's "uses more" turning into
     "uses less" reported zero changes."""
     raw = read_document(MORE, raw=True)
-    found = energy.step_energies(read_document(MORE))
+    found = {p: e.as_mapping() for p, e in parse(read_document(MORE)).energies().items()}
     before = against_bf16(parse(read_document(MORE)).energies())["fp8-delayed"]
     assert before.verdict == "more", before  # gpt-oss-120b on the H100: FP8 Delayed uses more than BF16
     # FP8 Delayed drawing less power, its whole spread below BF16's: "uses less" now

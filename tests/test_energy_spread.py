@@ -183,12 +183,12 @@ def test_comparisons_use_the_significance_rule_and_claim_nothing_without_a_sprea
 
 
 def test_the_pages_energy_line_says_what_the_spread_allows() -> None:
-    text = _flat(" ".join(n.astext() for n in energy_nodes(_with_spread())))
+    text = _flat(" ".join(n.astext() for n in energy_nodes(parse(_with_spread()))))
     assert ("Against BF16's energy per step: FP8 Delayed uses 8.4 J less per step, beyond the sampling spread; "
             "FP8 Current is within the sampling spread; FP8 Block uses") in text
     assert "BF16 22.4 J per step (quartiles 22.2–22.6 J;" in text
     # the committed results: the numbers, and no claimed difference
-    old = _flat(" ".join(n.astext() for n in energy_nodes(_committed())))
+    old = _flat(" ".join(n.astext() for n in energy_nodes(parse(_committed()))))
     assert f"FP8 Delayed {_delayed_words()[1]}" in old
     assert "did not store the power samples' spread" in old and "claims no difference" in old
     assert not re.search(r"\b(less|more) per step\b", old)

@@ -13,9 +13,9 @@ import pytest
 from gemm_bench.cli.commands import main
 from gemm_bench.results import cross_check
 from gemm_bench.results.cache import Cache, read_document
-from gemm_bench.results.energy import step_energies
 from gemm_bench.results.invariants import REFUSED, check
 from gemm_bench.results.schema import CheckedDocument, ResultError, validate
+from gemm_bench.results.typed import parse
 
 CACHE = Path(__file__).resolve().parents[1] / "docs" / "_gemm_cache"
 LLAMA_8B_H100 = CACHE / "45a55c5d892e31af--h100-80gb-hbm3.json"
@@ -53,11 +53,11 @@ def test_the_committed_cache_breaks_one_invariant_the_stuck_855_w_reading() -> N
 
 def test_the_stuck_reading_is_failed_and_no_comparison_rests_on_it() -> None:
     doc = read_document(LLAMA_70B_TP8_H100)
-    assert "bf16" not in step_energies(doc)
+    assert "bf16" not in parse(doc).energies()
     entry = doc["energy"]["steps"][0]
     assert entry["status"] == "failed" and entry["reason"].startswith(REFUSED)
     raw = read_document(LLAMA_70B_TP8_H100, raw=True)
-    assert step_energies(raw)["bf16"]["power_w"] == pytest.approx(854.8)  # the file itself is untouched
+    assert raw["energy"]["steps"][0]["power_w"] == pytest.approx(854.8)  # the file itself is untouched
 
 
 def test_a_breakdown_that_adds_up_to_1_5x_its_step_is_dropped(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_energy_from_two_samples_is_not_published(tmp_path: Path) -> None:
     doc["energy"]["steps"][1]["samples"] = 2
     got = _through_the_door(tmp_path, doc)
     precision = doc["energy"]["steps"][1]["precision"]
-    assert precision not in step_energies(got)
+    assert precision not in parse(got).energies()
     first = got.violations[0]  # type: ignore[attr-defined]
     assert first.block == "energy" and "2 power samples" in first.problem
 
@@ -158,14 +158,14 @@ def test_tokens_per_joule_is_per_gpu_for_a_tensor_parallel_model() -> None:
     doc = read_document(LLAMA_70B_TP8_H100)
     tp = doc["question"]["config"]["tensor_model_parallel_size"]
     assert tp == 8
-    for precision, entry in step_energies(doc).items():
-        stored = step_energies(raw)[precision]
-        assert entry["tokens_per_j"] == pytest.approx(stored["tokens_per_j"] / tp, rel=1e-3)
-        assert entry["tokens_per_j_low"] <= entry["tokens_per_j"] <= entry["tokens_per_j_high"]
-    single = read_document(LLAMA_8B_H100)
-    for precision, entry in step_energies(single).items():  # TP 1: unchanged
-        assert entry["tokens_per_j"] == pytest.approx(step_energies(read_document(LLAMA_8B_H100, raw=True))[
-            precision]["tokens_per_j"], abs=0.11)
+    stored = {e["precision"]: e for e in raw["energy"]["steps"]}  # the file as written: one rank's rates
+    for precision, entry in parse(doc).energies().items():
+        assert entry.tokens_per_j == pytest.approx(stored[precision]["tokens_per_j"] / tp, rel=1e-3)
+        assert entry.tokens_per_j_low is not None and entry.tokens_per_j_high is not None
+        assert entry.tokens_per_j_low <= entry.tokens_per_j <= entry.tokens_per_j_high
+    single = {e["precision"]: e for e in read_document(LLAMA_8B_H100, raw=True)["energy"]["steps"]}
+    for precision, entry in parse(read_document(LLAMA_8B_H100)).energies().items():  # TP 1: unchanged
+        assert entry.tokens_per_j == pytest.approx(single[precision]["tokens_per_j"], abs=0.11)
 
 
 @pytest.mark.parametrize(("bytes_per_param", "refused"), [(2.154, True), (1.5, True), (2.0072, False)])

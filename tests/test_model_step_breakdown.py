@@ -19,6 +19,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results.breakdown import check_adds_up
 from gemm_bench.results.kernel_kinds import PARTS
 from gemm_bench.results.schema import ResultError, validate
+from gemm_bench.results.typed import parse
 from tests import fake_model_step
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,7 +66,8 @@ def test_a_timer_without_kernels_stores_parts_without_breakdowns(monkeypatch: py
     doc["model_step"]["parts"] = [{k: v for k, v in p.items() if k != "breakdown"} for p in doc["model_step"]["parts"]]
     validate(doc)
     summary = Report(doc).model_step()
-    assert summary is not None and model_bars(doc, summary) == []  # measured before: no bars, no guess
+    # measured before: no bars, no guess
+    assert summary is not None and model_bars(parse(doc).model_step, summary) == []
 
 
 def _synthetic(g: int = 8) -> tuple[dict[str, Any], Any]:
@@ -89,7 +91,7 @@ def test_the_model_steps_parts_are_composed_as_its_time_is(g: int) -> None:
     doc, q = _synthetic(g)
     summary = Report(doc).model_step(q.config)
     assert summary is not None
-    bars = {b.precision: b for b in model_bars(doc, summary)}
+    bars = {b.precision: b for b in model_bars(parse(doc).model_step, summary)}
     assert set(bars) == {"bf16", "fp8-delayed"}
     block, layers = doc["model_step"], q.config.measured_layers
     line = (sorted((p["params"], p["ms"]) for p in block["parts"] if p["part"] == "optimizer"))
@@ -118,11 +120,11 @@ def test_a_part_without_its_breakdown_leaves_its_recipe_without_a_bar() -> None:
             del item["breakdown"]
     summary = Report(doc).model_step(q.config)
     assert summary is not None
-    assert [b.precision for b in model_bars(doc, summary)] == ["bf16"]
+    assert [b.precision for b in model_bars(parse(doc).model_step, summary)] == ["bf16"]
     for item in doc["model_step"]["parts"]:
         if item["part"] == "head":
             del item["breakdown"]
-    assert model_bars(doc, summary) == []
+    assert model_bars(parse(doc).model_step, summary) == []
 
 
 def test_a_parts_breakdown_that_is_not_its_time_is_refused_with_its_path() -> None:
@@ -153,7 +155,7 @@ def test_the_roles_quote_what_the_figures_sentence_says() -> None:
     report.config = q.config
     summary = report.model_step()
     assert summary is not None
-    bars = model_bars(doc, summary)
+    bars = model_bars(parse(doc).model_step, summary)
     values = model_step_values(report, "Llama 3 8B on H100")
     said = breakdown_figure.sentence(bars, "fp8-delayed")
     assert said and values[value_key(MODEL_BREAKDOWN, "layer-graphed", "fp8-delayed", "change")].text == said
@@ -171,11 +173,15 @@ def test_the_page_draws_the_model_steps_bars_before_the_layers() -> None:
     from gemm_benchmark.breakdown_render import step_detail_nodes
 
     doc, q = _synthetic()
-    from tests.test_breakdown_render import CELLS
+    from tests.test_breakdown_render import _cell
 
-    doc["layer"] = CELLS  # one layer's bars too: drawn after the model step's
+    # one layer's bars too, drawn after the model step's: steps a Llama 3 8B layer can take on an H100 (the
+    # door refuses a step faster than the GPU's peak: it would not be drawn)
+    doc["layer"] = [
+        _cell("fp8-current", [("nvjet_q", 0, 20_000_000), ("cast_transpose_kernel", 20_000_000, 21_000_000)], 45.0),
+        _cell("bf16", [("nvjet_h", 0, 30_000_000), ("rmsnorm_fwd_tuned_kernel", 30_000_000, 2_000_000)], 34.0)]
     summary = Report(doc).model_step(q.config)
-    out = step_detail_nodes(doc, "H100", "bd1", summary)
+    out = step_detail_nodes(parse(doc), "H100", "bd1", summary)
     raw = [n.astext() for node in out for n in node.findall(nodes.raw)]
     assert len(raw) == 4  # the model step's figure (phone and desktop drawings), then the layer's
     assert "The model&#x27;s step on the H100 per micro-batch (" in raw[0].replace("'", "&#x27;")
@@ -183,7 +189,7 @@ def test_the_page_draws_the_model_steps_bars_before_the_layers() -> None:
     assert "One layer" not in raw[0] and "One layer" in raw[2]
     sentences = [n.astext() for n in out if "gemm-breakdown-sentence" in n.get("classes", [])]
     assert sentences and sentences[0].startswith("Per micro-batch at G = 8, FP8 Delayed spends ")
-    without = step_detail_nodes(doc, "H100", "bd1")  # no model step for the page: the layer's bars alone
+    without = step_detail_nodes(parse(doc), "H100", "bd1")  # no model step for the page: the layer's bars alone
     assert len([n for node in without for n in node.findall(nodes.raw)]) == 2
 
 
@@ -206,7 +212,7 @@ def test_every_committed_model_step_breakdown_adds_up_to_its_step() -> None:
             summary = report.model_step(config)
             if summary is None:
                 continue
-            for bar in model_bars(doc, summary):
+            for bar in model_bars(parse(doc).model_step, summary):
                 assert adds_up(bar) is None, f"{name}: {adds_up(bar)}"
                 checked += 1
         for item in doc["model_step"]["parts"]:
@@ -252,7 +258,7 @@ def test_the_report_prints_the_model_steps_parts_first_and_its_json_holds_them()
     assert all(len(line) <= TEXT_WIDTH for line in lines)
     summary = report.model_step()
     assert summary is not None
-    bars = model_bars(doc, summary)
+    bars = model_bars(parse(doc).model_step, summary)
     assert f"{bars[1].step_ms:>8.3f}" in text
     assert (breakdown_figure.sentence(bars, "fp8-delayed") or "?") in " ".join(text.split())
     held = breakdowns(report)[MODEL_BREAKDOWN]

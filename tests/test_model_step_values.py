@@ -71,12 +71,16 @@ def test_the_role_specs_are_registered_as_roles() -> None:
 def test_a_result_older_than_the_vocabulary_says_it_predates_the_model_step(monkeypatch: pytest.MonkeyPatch,
                                                                             cpu_step: Any) -> None:
     """Reader pass 4: roles @h200 told the author to "give vocab-size" on a preset that carries it; the
-    H200 result was written before the config stored a vocabulary (no ``vocab_size`` key at all)."""
-    doc, _ = cpu_step._document_with_block(monkeypatch)
+    H200 result was written before the config stored a vocabulary (no ``vocab_size`` key at all).
+    The page's question decides (issue 43: the directive's reports carry the page's config), whatever
+    vocabulary the older result stored."""
+    doc, question = cpu_step._document_with_block(monkeypatch)
     del doc["model_step"]
     doc["question"]["config"].pop("vocab_size", None)
-    values = model_step_values(Report(doc), "tiny on H200", ("bf16",))
+    assert question.config is not None and question.config.vocab_size is not None
+    values = model_step_values(Report(doc, config=question.config), "tiny on H200", ("bf16",))
     assert all("the next refresh measures it" in v.tooltip for v in values.values())
     assert not any("vocab" in v.tooltip for v in values.values())
-    doc["question"]["config"]["vocab_size"] = None  # a question without a vocabulary: its own reason
-    assert all("vocab" in v.tooltip for v in model_step_values(Report(doc), "x", ("bf16",)).values())
+    no_vocabulary = dataclasses.replace(question.config, vocab_size=None)  # a page without one: its own reason
+    assert all("vocab" in v.tooltip for v in model_step_values(Report(doc, config=no_vocabulary), "x",
+                                                               ("bf16",)).values())

@@ -17,7 +17,7 @@ import pytest
 
 from gemm_bench.report import breakdown_figure, precision_plan
 from gemm_bench.report.report import Report
-from gemm_bench.results import energy
+from gemm_bench.results.typed import parse
 from gemm_benchmark import values
 from gemm_benchmark.records import value_key
 from tests.helpers import typed_plan
@@ -88,7 +88,7 @@ def test_the_sentence_resolves_on_the_committed_cache_and_warns_where_a_gpu_lack
     doc = _committed("h100-80gb-hbm3")
     expected = values.device_values({"autocast": Report(doc)}, "H100 80GB HBM3", "oss")
     page = _visible((Path(app.outdir) / "index.html").read_text(encoding="utf-8"))
-    bars = {b.precision: b for b in breakdown_figure.bars(doc["layer"])}
+    bars = {b.precision: b for b in breakdown_figure.bars(parse(doc).layer)}
     grew, shrank = breakdown_figure.changes(bars["bf16"], bars["fp8-delayed"])
     assert grew is not None and shrank is not None
     vs_bf16, vs_fp8, _ = precision_plan.plan_speedups(typed_plan(doc))
@@ -96,7 +96,7 @@ def test_the_sentence_resolves_on_the_committed_cache_and_warns_where_a_gpu_lack
     kept = precision_plan.kept_words(doc["plan"]["keep_in_bf16"])
     quoted = {"more": grew.words(), "less": shrank.words(), "kept": kept,
               "vs-bf16": f"{vs_bf16:.2f}×", "vs-fp8": f"{vs_fp8:.2f}×",
-              "joules": f"{energy.step_energies(doc)['fp8-delayed']['energy_mj'] / 1000:.3g} J"}
+              "joules": f"{parse(doc).energies()['fp8-delayed'].energy_mj / 1000:.3g} J"}
     for item, text in quoted.items():
         kind = {"more": "gemm-breakdown", "less": "gemm-breakdown", "joules": "gemm-energy"}.get(item, "gemm-plan")
         assert expected[value_key(kind, "layer-graphed", "fp8-delayed", item)].text == text
@@ -115,7 +115,7 @@ def test_the_sentence_resolves_on_the_committed_cache_and_warns_where_a_gpu_lack
 
 def test_more_and_less_are_the_parts_the_sentence_names() -> None:
     doc = _committed("h100-80gb-hbm3")
-    bars = {b.precision: b for b in breakdown_figure.bars(doc["layer"])}
+    bars = {b.precision: b for b in breakdown_figure.bars(parse(doc).layer)}
     out = values.device_values({"autocast": Report(doc)}, "H100", "oss")
     for precision in ("fp8-delayed", "fp8-current", "fp8-block"):
         sentence = breakdown_figure.largest_change(bars["bf16"], bars[precision])

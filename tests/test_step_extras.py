@@ -20,6 +20,7 @@ from gemm_bench.report import precision_plan as pp
 from gemm_bench.results import energy
 from gemm_bench.results.schema import validate
 from gemm_bench.results.step_error import StepError
+from gemm_bench.results.typed import parse
 from tests.helpers import typed_plan
 from tests.test_beyond_integration import fake_runner_module  # noqa: F401 (a fixture)
 
@@ -83,7 +84,7 @@ def test_a_mixed_plan_is_measured_graphed_only_and_stored_valid() -> None:
     said = pp.plan_sentence(typed_plan(doc))
     assert "MLP up and MLP down in BF16" in said and "1.45× all-FP8" in said
     # energy: one entry per recipe with a graphed step, each its own
-    assert sorted(energy.step_energies(doc)) == ["bf16", "fp8-block", "fp8-current", "fp8-delayed"]
+    assert sorted(parse(doc).energies()) == ["bf16", "fp8-block", "fp8-current", "fp8-delayed"]
     validate(doc)
 
 

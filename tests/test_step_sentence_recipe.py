@@ -20,6 +20,7 @@ from docutils import nodes
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report import breakdown_figure, precision_plan
 from gemm_bench.report.report import Report
+from gemm_bench.results.typed import parse
 from gemm_benchmark import answer_text
 from gemm_benchmark.breakdown_render import breakdown_nodes
 from tests.helpers import typed_plan
@@ -36,7 +37,7 @@ def _results_with_bars() -> list[Path]:
     found = []
     for path in sorted(CACHE.glob("*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        if breakdown_figure.bars(doc.get("layer", [])):
+        if breakdown_figure.bars(parse(doc).layer):
             found.append(path)
     return found
 
@@ -65,7 +66,7 @@ def test_the_breakdown_sentence_speaks_of_the_plans_and_the_answers_recipe(path:
         # a plan stored by the older rule (the fastest layer step) names its own recipe
         said_plan = precision_plan.plan_sentence(typed_plan(doc))
         assert said_plan.startswith(f"With {PRECISIONS[doc['plan']['recipe']].display},"), said_plan
-    said = [n.astext() for n in breakdown_nodes(doc, "GPU", "t")
+    said = [n.astext() for n in breakdown_nodes(parse(doc), "GPU", "t")
             if isinstance(n, nodes.paragraph) and "gemm-breakdown-sentence" in n["classes"]]
     assert len(said) == 1 and said[0].startswith(PRECISIONS[recipe].display + " "), (recipe, said)
     assert _answer_recipe(doc) == recipe, said[0]

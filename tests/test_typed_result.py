@@ -56,6 +56,12 @@ CONVERTED: tuple[str, ...] = (
     "sphinxext/gemm_benchmark/answer_text.py",
     "sphinxext/gemm_benchmark/summary_answer.py",
     "sphinxext/gemm_benchmark/answers_table.py",
+    "bench/gemm_bench/report/breakdown_figure.py",
+    "bench/gemm_bench/report/model_step_breakdown.py",
+    "bench/gemm_bench/report/training_text.py",
+    "sphinxext/gemm_benchmark/breakdown_render.py",
+    "sphinxext/gemm_benchmark/values.py",
+    "sphinxext/gemm_benchmark/model_step_values.py",
 )
 
 
@@ -308,3 +314,111 @@ def test_the_summary_judges_no_step_the_door_refused() -> None:
     got = next(c for c in result.layer if (c.precision, c.mode) == ("fp8-current", "layer-graphed"))
     assert got.status == "failed" and got.reason.startswith(REFUSED)
     assert step_problems(Measured("NVIDIA H100 80GB HBM3", result, {})) == []
+
+
+# ------------------------------- the page's step details, the roles and the report, handed a fresh document
+def _with_refused_energy() -> dict[str, Any]:
+    """A schema-valid document whose FP8 Current energy rests on 2 power samples (the methodology publishes
+    none from fewer than 5; the door demotes it), never through the door: a run's fresh result."""
+    doc = _hand_made()
+    doc["energy"]["steps"][1]["samples"] = 2
+    validate(copy.deepcopy(doc))
+    return doc
+
+
+def test_the_step_details_quote_no_energy_the_door_refused() -> None:
+    """The page's energy line (``breakdown_render.energy_nodes``), ``:gemm-energy:`` (``values.energy_values``)
+    and ``gemm-bench report`` (``training_text``, text and JSON) read the typed entries: FP8 Current's energy
+    from 2 power samples is failed there, said with the door's reason, and no difference from BF16 is
+    claimed. (Read from the raw block, each quoted it as measured: "FP8 Current 4.96 J per step (...)",
+    the role 4.96 J and "0.73 J less", the report's line and JSON words.)"""
+    from gemm_bench.report import training_text
+    from gemm_bench.report.report import Report
+    from gemm_benchmark.breakdown_render import energy_nodes
+    from gemm_benchmark.records import value_key
+    from gemm_benchmark.values import step_detail_values
+
+    doc = _with_refused_energy()
+    assert doc["energy"]["steps"][1]["status"] == "measured"  # the document itself still says measured
+    said = " ".join(" ".join(n.astext() for n in energy_nodes(parse(doc))).split())
+    assert "BF16 6 J per step" in said and "4.96" not in said, said
+    assert f"FP8 Current energy failed: {REFUSED}" in said and "less" not in said, said
+    out: dict[str, Any] = {}
+    step_detail_values(out, Report(doc), "fp8-current", "test")
+    for item in ("joules", "tokens-per-joule", "vs-bf16"):
+        value = out[value_key("gemm-energy", "layer-graphed", "fp8-current", item)]
+        assert value.text == "" and f"energy failed: {REFUSED}" in value.tooltip, (item, value)
+    text = training_text.text(Report(doc))
+    line = next(row for row in text.splitlines() if row.strip().startswith("FP8 Current") and "failed" in row)
+    assert f"failed: {REFUSED}" in line and "4.96" not in text[text.index("== Energy per"):]
+    data = training_text.to_json(Report(doc))["energy"]
+    assert data["steps"][1] == {"precision": "fp8-current", "status": "failed", "reason": data["steps"][1]["reason"]}
+    assert data["steps"][1]["reason"].startswith(REFUSED) and set(data["words"]) == {"bf16"}
+    assert set(data["vs_bf16"]) == set()
+
+
+def test_the_step_details_quote_tokens_per_joule_per_gpu() -> None:
+    """Issue 43 item 3: Llama 3 70B's file (TP 8) stores each energy's tokens per joule as one rank's (the
+    micro-batch's tokens over one GPU's energy). Read through the door, the typed entries hold it per GPU
+    (over TP); the role and ``gemm-bench report`` of a result that did not come through the door (a run's
+    fresh one, ``Report(doc)``) quote that too. (Read from the raw block: eight times too many tokens/J.)"""
+    from gemm_bench.report import training_text
+    from gemm_bench.report.report import Report
+    from gemm_benchmark.records import value_key
+    from gemm_benchmark.values import step_detail_values
+
+    raw = read_document(LLAMA_70B_TP8_H100, raw=True)
+    stored = {e["precision"]: e["tokens_per_j"] for e in raw["energy"]["steps"] if e["status"] == "measured"}
+    typed = parse(raw).energies()
+    precision = "fp8-delayed"
+    assert typed[precision].tokens_per_j == pytest.approx(stored[precision] / 8, rel=1e-3)
+    out: dict[str, Any] = {}
+    step_detail_values(out, Report(raw), precision, "test")
+    value = out[value_key("gemm-energy", "layer-graphed", precision, "tokens-per-joule")]
+    assert value.text == f"{typed[precision].tokens_per_j:.0f} tokens/J", (value, stored[precision])
+    data = training_text.to_json(Report(raw))["energy"]
+    entry = next(e for e in data["steps"] if e["precision"] == precision)
+    assert entry["tokens_per_j"] == typed[precision].tokens_per_j
+    assert f"{typed[precision].tokens_per_j:.0f} tokens/J" in data["words"][precision]
+
+
+def _with_breakdown_at(factor: float) -> dict[str, Any]:
+    """A fresh result whose FP8 Current graphed step's stored parts add up to ``factor`` x its time."""
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    cell = next(c for c in doc["layer"] if (c["precision"], c["mode"]) == ("fp8-current", "layer-graphed"))
+    parts = {"gemm": 0.0, "quantization": 0.0, "attention": 0.0, "elementwise": 0.0, "optimizer": 0.0,
+             "other": 0.0, "idle": 0.0}
+    parts["gemm"] = round(cell["ms"] * factor * 0.6, 6)
+    parts["quantization"] = round(cell["ms"] * factor * 0.4, 6)
+    base = next(c for c in doc["layer"] if (c["precision"], c["mode"]) == ("bf16", "layer-graphed"))
+    for c, p in ((cell, parts), (base, {**parts, "gemm": base["ms"], "quantization": 0.0})):
+        busy = round(sum(p.values()), 6)
+        c["breakdown"] = {"step_ms": c["ms"], "parts_ms": p, "busy_ms": busy, "span_ms": busy,
+                          "other_kernels": {}, "rounds": 1, "kernels": 2, "source": "test"}
+    validate(copy.deepcopy(doc))
+    return doc
+
+
+def test_the_step_details_draw_no_breakdown_that_does_not_add_up() -> None:
+    """Issue 43: a breakdown whose parts add up to 1.5x its step was drawn and quoted. The door drops it
+    (``LayerCell.breakdown`` is None), so the page's bars, ``:gemm-breakdown:`` and ``gemm-bench report``
+    have BF16's bar alone and no FP8 Current sentence. (Read from the raw cells, FP8 Current was drawn
+    and its largest change quoted.)"""
+    from gemm_bench.report import breakdown_figure, training_text
+    from gemm_bench.report.report import Report
+    from gemm_benchmark.records import value_key
+    from gemm_benchmark.values import step_detail_values
+
+    fine = _with_breakdown_at(1.0)
+    assert [b.precision for b in breakdown_figure.bars(parse(fine).layer)] == ["bf16", "fp8-current"]
+    doc = _with_breakdown_at(1.5)
+    result = parse(doc)
+    assert [b.precision for b in breakdown_figure.bars(result.layer)] == ["bf16"]
+    assert any(v.where.endswith(".breakdown") for v in result.violations)
+    modes = training_text.to_json(Report(doc))["breakdown"]["modes"]
+    assert [s["precision"] for s in modes["layer-graphed"]["steps"]] == ["bf16"]
+    out: dict[str, Any] = {}
+    step_detail_values(out, Report(doc), "fp8-current", "test")
+    assert not out[value_key("gemm-breakdown", "layer-graphed", "fp8-current", "more")].available

@@ -12,6 +12,9 @@ and take no G word. Every value a role may ask for is recorded, a number or the 
 none (not measured on this GPU, the recipe's parts failed, not searched), so a role without a
 number always warns with the reason, never a silent "n/a".
 
+Everything is read from the typed result (``report.result``, :mod:`gemm_bench.results.typed`) and the
+report's composed model step, never the JSON dict: a part the door refused is failed there, with its reason.
+
 The roles are registered by :mod:`.roles` (``ROLES.update`` from :data:`MODEL_STEP_ROLES`, the G
 word read with :func:`model_step_g_key`); :func:`.values.device_values` records these values.
 """
@@ -19,7 +22,6 @@ word read with :func:`model_step_g_key`); :func:`.values.device_values` records 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from gemm_bench.question.model_step import unsupported_reason
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
@@ -127,10 +129,9 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
     out: dict[str, Value] = {}
     shown = tuple(precisions or PRECISIONS)
     if summary is None:
+        # The page's question decides (``report.config``, issue 43): a page whose model carries a vocabulary
+        # is told that the result predates the model step, whatever vocabulary the result stored.
         reason = unsupported_reason(report.config)
-        stored = report.doc["question"].get("config")
-        if reason and isinstance(stored, Mapping) and "vocab_size" not in stored:
-            reason = None  # written before the config held a vocabulary: the result predates the model step
         other = other_vocabulary(report.result, report.config)
         why = (f"{where}: no model step for this question: {reason}" if reason
                else f"{where}: no model step for this question: {other_vocabulary_text(*other)}" if other
@@ -164,7 +165,7 @@ def model_step_values(report: Report, where: str, precisions: tuple[str, ...] | 
                           f"{row.speedup_high:.3f}): {at}", low=row.speedup_low, high=row.speedup_high)
                     if row.speedup else Value("", f"{at}: no BF16 model step of the same run"))
     _memory_values(out, summary, shown, where, report.result)
-    bars = model_bars(report.doc, summary)
+    bars = model_bars(report.result.model_step, summary)
     for p in shown:
         breakdown_values(out, MODEL_BREAKDOWN, MODE, bars, p,
                          f"{where}, {PRECISIONS[p].display}, the model's step per micro-batch at G = {g_default}",

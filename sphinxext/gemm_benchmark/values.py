@@ -7,6 +7,10 @@ never re-reads a file or recomputes a number.
 
 Displayed text and tooltips round to the shown precision (tooltips one digit more), never a raw
 ``1.6148308599957166``.
+
+The step's details (breakdown, plan, energy) are read from the typed result (``report.result``,
+:mod:`gemm_bench.results.typed`), never the JSON dict: a number the door refused is a failed entry there,
+and its role says why instead of quoting it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from gemm_bench.report.fastest import (
 )
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick, total_points
-from gemm_bench.results.energy import energy_bounds, energy_missing, joules, power_above_limit, step_energies
+from gemm_bench.results.energy import energy_missing, joules, power_above_limit
+from gemm_bench.results.invariants import REFUSED
+from gemm_bench.results.typed import EnergyEntry
 from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
     BREAKDOWN_ITEMS,
     NOT_IN_RESULT,
@@ -114,9 +120,9 @@ def step_absence(report: Report, precision: str, *, graphed: bool, routing: str 
 def step_contradictions(report: Report, layer_mode: str, precision: str) -> list[str]:
     """:meth:`~gemm_bench.report.report.Report.step_contradictions` of one step (mode and precision):
     the one check, asked wherever that step is shown or quoted."""
-    if precision == BASELINE or not report.doc.get("layer"):
+    if precision == BASELINE or not report.result.layer:
         return []
-    view = Report(report.doc, gemms=report.gemms, num_layers=report.num_layers, kind=report.kind,
+    view = Report(report.result, gemms=report.gemms, num_layers=report.num_layers, kind=report.kind,
                   modes=["autocast", layer_mode], precisions=[BASELINE, precision], config=report.config)
     return view.step_contradictions()
 
@@ -397,12 +403,14 @@ def step_detail_values(out: dict[str, Value], report: Report, precision: str, wh
     """``gemm-breakdown``, ``gemm-plan`` and ``gemm-energy`` of one precision's graphed step, from the
     same stored blocks and the same functions the page's figure and sentences use (the plan typed:
     ``report.result.plan``, a step the door refused read as failed)."""
-    doc = report.doc
     mode = "layer-graphed"
     name = PRECISIONS[precision].display
     at = f"{name}, CUDA-graphed layer step, {where}"
-    bars = breakdown_figure.bars(doc.get("layer", []), mode)
-    breakdown_values(out, "gemm-breakdown", mode, bars, precision, at, NOT_IN_RESULT)
+    bars = breakdown_figure.bars(report.result.layer, mode)
+    # a bar the door dropped (its parts did not add up to its step) is said so, not "not measured"
+    why = next((f"of {PRECISIONS[p].display} {REFUSED}{problem}" for p in (precision, BASELINE)
+                if (problem := breakdown_figure.refused(report.result, p, mode)) is not None), NOT_IN_RESULT)
+    breakdown_values(out, "gemm-breakdown", mode, bars, precision, at, why)
     plan = report.result.plan
     if plan is None or plan.recipe != precision:
         why = (f"the result's plan is {PRECISIONS[plan.recipe].display}'s" if plan is not None
@@ -421,41 +429,42 @@ def step_detail_values(out: dict[str, Value], report: Report, precision: str, wh
 
 
 def energy_values(out: dict[str, Value], report: Report, precision: str, at: str) -> None:
-    """``gemm-energy``'s joules, tokens per joule and the comparison with BF16's energy (``vs-bf16``:
-    the significance rule's words, :mod:`gemm_bench.report.energy_compare`, as the page's energy line)."""
+    """``gemm-energy``'s joules, tokens per joule (per GPU, as the door computes it:
+    :func:`~gemm_bench.results.energy.tokens_per_gpu`) and the comparison with BF16's energy (``vs-bf16``:
+    the significance rule's words, :mod:`gemm_bench.report.energy_compare`, as the page's energy line),
+    from the typed entries: an entry the door refused (too few power samples, a power beyond the board)
+    is failed, and said so."""
     mode = "layer-graphed"
-    doc = report.doc
-    found = step_energies(doc)
+    block = report.result.energy
+    found = report.result.energies()
     entry = found.get(precision)
     if entry is None:
+        missing = energy_missing(block, precision)
         for item in ENERGY_ITEMS:
-            out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: {energy_missing(doc, precision)}")
+            out[value_key("gemm-energy", mode, precision, item)] = Value("", f"{at}: {missing}")
         return
-    device = doc.get("device")
-    above = power_above_limit(device if isinstance(device, dict) else {}, entry["power_w"],
-                              [entry.get("power_source")])
+    above = power_above_limit(report.result.device.fields, entry.power_w, [entry.power_source])
     out[value_key("gemm-energy", mode, precision, "joules")] = Value(
-        f"{joules(entry['energy_mj'])} J",
-        f"{entry['energy_mj'] / 1000:.4g} J per step at {entry['power_w']:.0f} W{_energy_spread(entry)}, the recipe's "
+        f"{joules(entry.energy_mj)} J",
+        f"{entry.energy_mj / 1000:.4g} J per step at {entry.power_w:.0f} W{_energy_spread(entry)}, the recipe's "
         f"step alone: {at}" + (f" ({above})" if above else ""))
-    bounds = energy_bounds(entry)
-    rates = (f" (quartiles {entry['tokens_per_j_low']:.0f}–{entry['tokens_per_j_high']:.0f})" if bounds
+    low, high = entry.tokens_per_j_low, entry.tokens_per_j_high
+    rates = (f" (quartiles {low:.0f}–{high:.0f})" if low is not None and high is not None
              else " (the power samples' spread was not stored)")
     out[value_key("gemm-energy", mode, precision, "tokens-per-joule")] = Value(
-        f"{entry['tokens_per_j']:.0f} tokens/J", f"{entry['tokens_per_j']:.1f} tokens per joule{rates}: {at}")
+        f"{entry.tokens_per_j:.0f} tokens/J", f"{entry.tokens_per_j:.1f} tokens per joule{rates}: {at}")
     base = found.get(BASELINE)
     key = value_key("gemm-energy", mode, precision, "vs-bf16")
     if precision == BASELINE or base is None:
         out[key] = Value("", f"{at}: " + ("BF16 is the reference" if precision == BASELINE
-                                          else f"BF16's {energy_missing(doc, BASELINE)}"))
+                                          else f"BF16's {energy_missing(block, BASELINE)}"))
         return
-    typed = report.result.energies()  # the same checked entries, typed, for the significance rule
-    said = energy_compare.compare(typed[precision], typed[BASELINE])
-    out[key] = Value(said.words, f"{joules(entry['energy_mj'])} J{_energy_spread(entry)} against BF16's "
-                                 f"{joules(base['energy_mj'])} J{_energy_spread(base)}: {said.words} ({at})")
+    said = energy_compare.compare(entry, base)
+    out[key] = Value(said.words, f"{joules(entry.energy_mj)} J{_energy_spread(entry)} against BF16's "
+                                 f"{joules(base.energy_mj)} J{_energy_spread(base)}: {said.words} ({at})")
 
 
-def _energy_spread(entry: Mapping[str, object]) -> str:
-    bounds = energy_bounds(entry)
+def _energy_spread(entry: EnergyEntry) -> str:
+    bounds = entry.bounds()
     return (f" (quartiles {joules(bounds[0])}–{joules(bounds[1])} J)" if bounds
             else " (the power samples' spread was not stored)")

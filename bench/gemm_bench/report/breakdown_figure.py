@@ -3,8 +3,10 @@ sentence that names the largest change.
 
 Why: "FP8 Current is slower" becomes "FP8 Current spends 2.1 ms more in quantization than it saves
 in GEMMs" only when the parts are side by side. The bars are the stored breakdowns
-(:mod:`gemm_bench.results.breakdown`) of the step cells of one group (one run: the parts of
-different recipes are compared only within it). Labels are measured, never cut: the label column
+(:mod:`gemm_bench.results.breakdown`) of the typed step cells of one result
+(:class:`~gemm_bench.results.typed.LayerCell`: a breakdown whose parts do not add up to its step was
+dropped at the door, so it is never drawn), one group of one run: the parts of different recipes are
+compared only within it. Labels are measured, never cut: the label column
 is as wide as the longest recipe name, the legend wraps to the width. Pure: no matplotlib.
 """
 
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.report.figure_layout import Rect, Scene, Text, text_width, wrap
@@ -20,6 +21,7 @@ from gemm_bench.report.figure_spec import WIDE_IN, WIDTH_IN
 from gemm_bench.report.figure_svg import to_svg
 from gemm_bench.report.figures import _PAGE_ROOT_ATTRS, _PAGE_STYLE
 from gemm_bench.results.kernel_kinds import DISPLAY, PARTS
+from gemm_bench.results.typed import LayerCell, Result
 
 #: One colour per part (Okabe-Ito order, mid-tones that read on white and near-black); idle grey.
 PART_COLORS = {"gemm": "#0072B2", "quantization": "#D55E00", "attention": "#009E73", "elementwise": "#E69F00",
@@ -54,12 +56,21 @@ class Bar:
         return PRECISIONS[self.precision].display
 
 
-def bars(cells: Sequence[Mapping[str, Any]], mode: str = "layer-graphed", routing: str = "balanced") -> list[Bar]:
-    """The bars of one step mode: each measured cell with a breakdown, BF16 first, in registry order."""
-    found = {c["precision"]: c for c in cells if c.get("mode") == mode and c.get("status") == "measured"
-             and c.get("routing", "balanced") == routing and isinstance(c.get("breakdown"), dict)}
-    order = [p for p in PRECISIONS if p in found]
-    return [Bar(p, found[p]["breakdown"]["step_ms"], found[p]["breakdown"]["parts_ms"]) for p in order]
+def bars(cells: Sequence[LayerCell], mode: str = "layer-graphed", routing: str = "balanced") -> list[Bar]:
+    """The bars of one step mode: each measured cell with a breakdown (``result.layer``, typed at the door:
+    a failed or refused step, or a breakdown that did not add up, has none), BF16 first, registry order."""
+    found = {c.precision: c.breakdown for c in cells if c.mode == mode and c.measured and c.routing == routing
+             and c.breakdown is not None}
+    return [Bar(p, found[p]["step_ms"], found[p]["parts_ms"]) for p in PRECISIONS if p in found]
+
+
+def refused(result: Result, precision: str, mode: str = "layer-graphed", routing: str = "balanced") -> str | None:
+    """Why the door dropped the stored breakdown of ``precision``'s step (its violation's words, e.g. "the
+    time breakdown parts add up to 13.53 ms for a step of 13.20 ms (+2.5%; bound 2%) ..."), or None. Why:
+    a step without a bar is either measured before breakdowns were, or refused; a role says which."""
+    paths = {f"$.layer[{i}].breakdown" for i, c in enumerate(result.layer)
+             if (c.mode, c.precision, c.routing) == (mode, precision, routing)}
+    return next((v.problem for v in result.violations if v.where in paths), None)
 
 
 #: The smallest move of a part, in ms, that a sentence names (the stored parts keep 6 decimals; the page

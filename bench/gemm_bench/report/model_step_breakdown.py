@@ -20,7 +20,9 @@ parts are that time in the proportions of the larger measured size (the line ext
 could turn a small kind negative far beyond the sizes measured). The bars are per micro-batch (the
 step over G), the unit of the model step's table.
 
-Pure: reads a validated result's ``model_step`` block and the report's composed rows.
+Pure: reads a checked result's typed model step (:class:`~gemm_bench.results.typed.ModelStepBlock`: a part
+the door refused is failed there, and a part's breakdown that did not add up was dropped, so neither is
+drawn) and the report's composed rows.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from typing import Any
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report.breakdown_figure import Bar
 from gemm_bench.report.model_step import ModelStep, optimizer_line
-from gemm_bench.results import model_step_schema as schema
 from gemm_bench.results.breakdown import ADDS_UP_WITHIN, model_step_parts
 from gemm_bench.results.kernel_kinds import PARTS
+from gemm_bench.results.typed import ModelStepBlock, ModelStepPart
 
 #: How the model step's breakdown is composed (the page's methodology says it; the report prints it).
 COMPOSED_RULE = ("each part's kernels classified as the layer step's are; composed as the step is: G x (embedding + "
@@ -41,29 +43,27 @@ COMPOSED_RULE = ("each part's kernels classified as the layer step's are; compos
                  "rank's parameters in the proportions of its larger measured size; divided by G")
 
 
-def _parts(item: Mapping[str, Any] | None) -> Mapping[str, float] | None:
-    block = item.get("breakdown") if item is not None else None
-    return block["parts_ms"] if isinstance(block, Mapping) else None
+def _parts(item: ModelStepPart | None) -> Mapping[str, float] | None:
+    return item.breakdown["parts_ms"] if item is not None and item.breakdown is not None else None
 
 
-def _optimizer_breakdown(block: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _optimizer_breakdown(block: ModelStepBlock) -> Mapping[str, Any] | None:
     """The breakdown block of the larger measured optimizer size, or None without one."""
-    sized = sorted((i for i in block["parts"] if i["part"] == "optimizer" and i["status"] == "measured"),
-                   key=lambda i: int(i["params"]))
-    found = sized[-1].get("breakdown") if sized else None
-    return found if isinstance(found, Mapping) else None
+    sized = sorted((i for i in block.parts if i.part == "optimizer" and i.measured and i.params is not None),
+                   key=lambda i: i.params or 0)
+    return sized[-1].breakdown if sized else None
 
 
-def model_bars(doc: Mapping[str, Any], summary: ModelStep, microbatches: int | None = None) -> list[Bar]:
+def model_bars(block: ModelStepBlock | None, summary: ModelStep, microbatches: int | None = None) -> list[Bar]:
     """One bar per recipe whose every part has a breakdown (BF16 first, registry order): the model
     step per micro-batch at G = ``microbatches`` (default: the question's) split into kinds of work.
-    [] when the result's parts carry no breakdown (measured before the model step's breakdown was)."""
-    block = doc.get("model_step")
-    if not isinstance(block, Mapping):
+    ``block``: the result's typed model step (``result.model_step``). [] without one, or when its parts
+    carry no breakdown (measured before the model step's breakdown was)."""
+    if block is None:
         return []
     g = summary.microbatches if microbatches is None else microbatches
     layers = summary.config.measured_layers
-    embedding, head = _parts(schema.part(block, "embedding")), _parts(schema.part(block, "head"))
+    embedding, head = _parts(block.part("embedding")), _parts(block.part("head"))
     optimizer = _optimizer_breakdown(block)
     if embedding is None or head is None or optimizer is None:
         return []
@@ -74,8 +74,8 @@ def model_bars(doc: Mapping[str, Any], summary: ModelStep, microbatches: int | N
     out = []
     for precision in PRECISIONS:
         row = summary.row(precision, g)
-        first = _parts(schema.part(block, "layer-first", precision))
-        cached = _parts(schema.part(block, "layer-cached", precision))
+        first = _parts(block.part("layer-first", precision))
+        cached = _parts(block.part("layer-cached", precision))
         if row is None or first is None or cached is None:
             continue
         step = model_step_parts(embedding, head, first, cached, optimizer, layers=layers, microbatches=g,

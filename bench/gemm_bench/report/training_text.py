@@ -8,14 +8,17 @@ both and composes the whole report, text (:func:`text`, at most
 :data:`~gemm_bench.report.report.TEXT_WIDTH` columns) and JSON (:func:`to_json`), for the CLI's
 ``report`` and ``run``. Every number and sentence comes from the report layer's own code
 (:meth:`Report.model_step`, :mod:`~gemm_bench.report.breakdown_figure`,
-:func:`~gemm_bench.report.precision_plan.plan_sentence`, :func:`gemm_bench.results.energy.step_energies`),
-as the pages show them: nothing is recomputed here, only laid out.
+:func:`~gemm_bench.report.precision_plan.plan_sentence`, :mod:`~gemm_bench.report.energy_compare`),
+as the pages show them: nothing is recomputed here, only laid out. It reads the typed result
+(``report.result``, :mod:`gemm_bench.results.typed`), never the JSON dict: a number the door refused (an
+energy from too few power samples, a plan step faster than the GPU can run, a breakdown that does not
+add up) is a failed entry there and is printed with its reason, never as measured.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gemm_bench.question.model_step import unsupported_reason
@@ -28,6 +31,7 @@ from gemm_bench.report.report import STEP_WORDS, Report
 from gemm_bench.results import energy
 from gemm_bench.results.breakdown import IDLE_RULE
 from gemm_bench.results.kernel_kinds import DISPLAY, IDLE, PARTS
+from gemm_bench.results.typed import EnergyBlock, EnergyEntry, PlanBlock, PlanStep, Stats
 
 #: The section titles, one per quantity, in the site's words (:mod:`gemm_bench.question.vocabulary`: the
 #: model's step is a whole rank's, one layer's step is replayed as a CUDA graph).
@@ -83,32 +87,63 @@ def to_json(report: Report) -> dict[str, Any]:
     out = report.to_json()
     out.update(model_step_json(report))
     found = breakdowns(report)
-    out["breakdown"] = {"rule": IDLE_RULE, "modes": found} if found else None
-    out["breakdown_reason"] = None if found else "no step of this result has a breakdown"
-    plan = report.result.plan
-    # the stored block as the door checked it (a refused step failed), with the words the page says of it
-    out["plan"] = ({**report.result.document["plan"], "sentence": precision_plan.plan_sentence(plan),
-                    "snippet": precision_plan.PrecisionPlan.from_block(plan).snippet()}
-                   if plan is not None else None)
-    out["plan_reason"] = None if out["plan"] is not None else "no precision plan in this result"
-    measured = energy.step_energies(report.doc)
-    stored = report.doc.get("energy")
-    # vs_bf16: each recipe against BF16 by the site's significance rule ("unknown" without the spread)
-    out["energy"] = ({"method": stored.get("method"), "mode": stored.get("mode"), "steps": stored.get("steps", []),
-                      "words": {p: energy.energy_words(e) for p, e in measured.items()},
-                      "vs_bf16": {p: c.to_json()
-                                 for p, c in energy_compare.against_bf16(report.result.energies()).items()}}
-                     if isinstance(stored, dict) else None)
-    out["energy_reason"] = None if out["energy"] is not None else "no energy per step in this result"
+    plan, block = report.result.plan, report.result.energy
+    measured = report.result.energies()
+    out.update({
+        "breakdown": {"rule": IDLE_RULE, "modes": found} if found else None,
+        "breakdown_reason": None if found else "no step of this result has a breakdown",
+        # the plan as the door checked it (a refused step failed), with the words the page says of it
+        "plan": {**plan_json(plan), "sentence": precision_plan.plan_sentence(plan),
+                 "snippet": precision_plan.PrecisionPlan.from_block(plan).snippet()} if plan is not None else None,
+        "plan_reason": None if plan is not None else "no precision plan in this result",
+        # vs_bf16: each recipe against BF16 by the site's significance rule ("unknown" without the spread)
+        "energy": {"method": block.method, "mode": block.mode, "steps": [energy_entry_json(e) for e in block.entries],
+                   "words": {p: energy.energy_words(e.as_mapping()) for p, e in measured.items()},
+                   "vs_bf16": {p: c.to_json() for p, c in energy_compare.against_bf16(measured).items()}}
+        if block is not None else None,
+        "energy_reason": None if block is not None else "no energy per step in this result",
+    })
     return out
+
+
+def plan_json(plan: PlanBlock) -> dict[str, Any]:
+    """The precision plan as the result stores it (``PrecisionPlan.config`` and its measured steps), from
+    the typed block: the same keys and values on valid data, a step the door refused as failed with the
+    door's reason. Why not the stored block: the JSON report would print a refused number as measured."""
+    return {"recipe": plan.recipe, "fp8": list(plan.fp8), "keep_in_bf16": list(plan.keep_in_bf16),
+            **{k: v for k, v in (("kind", plan.kind), ("rule", plan.rule), ("chosen", plan.chosen)) if v is not None},
+            "projections": [{"op": p.op, "speedup": p.speedup, "low": p.low, "high": p.high, "fp8": p.fp8,
+                             **({"reason": p.reason} if p.reason else {})} for p in plan.projections],
+            "steps": [_as_stored(s) for s in plan.steps]}
+
+
+def _as_stored(step: PlanStep) -> dict[str, Any]:
+    """A typed step's fields under their stored names (``pass_`` as ``pass``), as a layer cell stores them:
+    none that is None, a measured step without a reason, a failed one without a time."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(step):
+        value = getattr(step, field.name)
+        if value is None or (field.name == "reason" and step.measured):
+            continue
+        out[field.name.rstrip("_")] = (value.as_mapping() if isinstance(value, Stats)
+                                       else dict(value) if isinstance(value, Mapping) else value)
+    return out
+
+
+def energy_entry_json(entry: EnergyEntry) -> dict[str, Any]:
+    """One recipe's energy entry as the result stores it, from the typed entry: a measured one with its
+    numbers (tokens per joule per GPU, as the door recomputed it), a failed or refused one with only why."""
+    if not entry.measured:
+        return {"precision": entry.precision, "status": entry.status, "reason": entry.reason}
+    return {k: v for k, v in entry.as_mapping().items() if k != "reason"}
 
 
 # ------------------------------------------------------------------------------ the model's step
 def absence(report: Report) -> str:
     """Why the report has no model step (as the models page says it): a result measured before the
     model step was (whose stored question may lack the vocabulary too), a question without one."""
-    if report.config is not None and report.doc.get("model_step") is None:
-        return (f"not measured in this result (method v{report.doc['method_version']}); a GPU refresh measures "
+    if report.config is not None and report.result.model_step is None:
+        return (f"not measured in this result (method v{report.result.method_version}); a GPU refresh measures "
                 "tokens/s, MFU and memory with everything else")
     why = unsupported_reason(report.config)
     if why is not None:
@@ -120,12 +155,13 @@ def model_step_json(report: Report) -> dict[str, Any]:
     """``model_step`` (or None) and ``model_step_reason``: the composed rows at G = 1 and the
     question's G, memory per recipe and what it is made of, and the sentence per recipe."""
     summary = report.model_step()
-    if summary is None:
+    block = report.result.model_step
+    if summary is None or block is None:
         return {"model_step": None, "model_step_reason": absence(report)}
     shown = _recipes(report, summary)
     return {"model_step": {
         "run_id": summary.run_id,
-        "what": report.doc["model_step"].get("what"),
+        "what": block.what,
         "microbatches": summary.microbatches,
         "layers": summary.config.measured_layers,
         "rows": [dataclasses.asdict(r) for g in sorted(summary.rows) for r in summary.rows[g]],
@@ -256,8 +292,8 @@ def _all_bars(report: Report, summary: ModelStep | None) -> list[tuple[str, list
     """The model's step per micro-batch at the question's G (:mod:`gemm_bench.report.model_step_breakdown`,
     from ``summary``, the report's model step), then the CUDA-graphed and eager layer steps: each with
     its bars, [] where the result has none."""
-    model = model_step_breakdown.model_bars(report.doc, summary) if summary is not None else []
-    return [(MODEL_BREAKDOWN, model), *((mode, breakdown_figure.bars(report.doc.get("layer", []), mode))
+    model = model_step_breakdown.model_bars(report.result.model_step, summary) if summary is not None else []
+    return [(MODEL_BREAKDOWN, model), *((mode, breakdown_figure.bars(report.result.layer, mode))
                                         for mode in (LAYER_MODES[1], LAYER_MODES[0]))]
 
 
@@ -302,28 +338,29 @@ def energy_lines(report: Report) -> list[str]:
     """Energy per CUDA-graphed training step and tokens per joule per recipe, BF16 first, with the
     rule it was measured by, why a median above the board's limit is no error, and each recipe against
     BF16 as the page says it (:func:`gemm_bench.report.energy_compare.comparison_sentence`)."""
-    block = report.doc.get("energy")
-    if not isinstance(block, dict):
+    block = report.result.energy
+    if block is None:
         return []
-    found = energy.step_energies(report.doc)
-    lines = ["", ENERGY_TITLE, f"({block.get('method', energy.ALONE_RULE)})"]
-    for entry in _ordered(block.get("steps", [])):
-        name = PRECISIONS[entry["precision"]].display
-        if entry["precision"] in found:
-            lines.append(f"  {name:<13}{energy.energy_words(entry)}")
-        else:
-            lines.append(f"  {name:<13}{entry.get('status', 'failed')}: {entry.get('reason', '')}")
+    found = report.result.energies()
+    lines = ["", ENERGY_TITLE, f"({block.method or energy.ALONE_RULE})"]
+    for entry in _ordered(block):
+        name = PRECISIONS[entry.precision].display
+        if entry.measured:
+            lines.append(f"  {name:<13}{energy.energy_words(entry.as_mapping())}")
+        else:  # failed when measured, or refused at the door (too few samples, a stuck reading): why
+            lines.append(f"  {name:<13}{entry.status}: {entry.reason}")
     if found:
-        above = energy.power_above_limit(report.doc.get("device", {}), max(e["power_w"] for e in found.values()),
-                                         (e.get("power_source") for e in found.values()))
+        above = energy.power_above_limit(report.result.device.fields, max(e.power_w for e in found.values()),
+                                         (e.power_source for e in found.values()))
         if above:
             lines.append(f"  {above}")
-        compared = energy_compare.comparison_sentence(report.result.energies())
+        compared = energy_compare.comparison_sentence(found)
         if compared:
             lines.append(f"  {compared}")
     return lines
 
 
-def _ordered(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ordered(block: EnergyBlock) -> list[EnergyEntry]:
+    """The block's entries of known recipes, in registry order (BF16 first)."""
     order = list(PRECISIONS)
-    return sorted((e for e in entries if e.get("precision") in PRECISIONS), key=lambda e: order.index(e["precision"]))
+    return sorted((e for e in block.entries if e.precision in PRECISIONS), key=lambda e: order.index(e.precision))

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.step_error import StepError
+
+if TYPE_CHECKING:  # typed imports the invariants, which import this module: a type, never a runtime import
+    from gemm_bench.results.typed import EnergyBlock
 
 #: Seconds between the sampler's readings (:data:`gemm_bench.measure.telemetry.SAMPLE_INTERVAL_S`;
 #: repeated here because results never import the measuring side; a test keeps them equal).
@@ -229,22 +232,16 @@ def energy_document(entries: Sequence[Mapping[str, Any]], *, window_s: float = E
             "steps": [dict(e) for e in entries]}
 
 
-def step_energies(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each recipe's measured energy entry of a result (``precision -> entry``); {} without ``energy``."""
-    block = doc.get("energy")
-    if not isinstance(block, dict):
-        return {}
-    return {e["precision"]: e for e in block.get("steps", []) if e.get("status") == "measured"}
-
-
-def energy_missing(doc: Mapping[str, Any], precision: str) -> str:
-    """Why a result has no energy to quote for ``precision``: a failed entry's reason (a measurement
-    that failed, or one refused when read: :mod:`gemm_bench.results.invariants`), else that it was not
-    measured. One wording for the roles and the report."""
-    block = doc.get("energy")
-    for entry in block.get("steps", []) if isinstance(block, dict) else []:
-        if entry.get("precision") == precision and entry.get("status") == "failed":
-            return f"energy failed: {entry.get('reason', '')}"
+def energy_missing(block: EnergyBlock | None, precision: str) -> str:
+    """Why a result has no energy to quote for ``precision`` (``block``: the typed result's energy,
+    :attr:`~gemm_bench.results.typed.Result.energy`): a failed entry's reason (a measurement that failed,
+    or one refused at the door: :mod:`gemm_bench.results.invariants`), else that it was not measured.
+    One wording for the roles, the page and the report. (Each recipe's measured entries are
+    :meth:`~gemm_bench.results.typed.Result.energies`: a reader never picks them from the JSON dict, where
+    a refused entry still reads as measured.)"""
+    entry = block.entry(precision) if block is not None else None
+    if entry is not None and not entry.measured:
+        return f"energy failed: {entry.reason}"
     return "energy not measured in this result (the next refresh measures it)"
 
 
