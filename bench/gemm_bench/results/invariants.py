@@ -57,7 +57,7 @@ from gemm_bench.question.hardware import above_peak, achieved_tflops, peak_tflop
 from gemm_bench.question.shapes import GemmShape, total_flops
 from gemm_bench.results.breakdown import check_adds_up, check_scale
 from gemm_bench.results.cross_check import region_flag
-from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, per_gpu_rates, tokens_per_gpu
+from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, board_limit_w, per_gpu_rates, tokens_per_gpu
 from gemm_bench.results.schema import CheckedDocument
 
 #: A median power above this multiple of the board's limit is not a reading (module docstring).
@@ -96,6 +96,7 @@ def check(doc: Mapping[str, Any]) -> CheckedDocument:
     _plan(out, device, layer_flops, found)
     _model_step(out, device, layer_flops, found)
     _energy(out, found)
+    _groups(out, found)
     out.violations = tuple(found)
     return out
 
@@ -226,29 +227,57 @@ def _energy(doc: dict[str, Any], found: list[Violation]) -> None:
     block = doc.get("energy")
     if not isinstance(block, dict):
         return
-    try:
-        limit: float | None = float(str(doc["device"].get("power_limit_w")))
-    except ValueError:
-        limit = None
+    limit = board_limit_w(doc["device"].get("power_limit_w"))
     tokens = tokens_per_gpu(doc["question"].get("config") or {})
     for i, entry in enumerate(block.get("steps", []) or []):
         if entry.get("status") != "measured":
             continue
         where, precision = f"$.energy.steps[{i}]", entry["precision"]
-        power, samples = float(entry["power_w"]), int(entry["samples"])
-        top, q3 = entry.get("power_w_max"), entry.get("power_w_q3")
-        problem = None
-        if samples < MIN_ENERGY_SAMPLES:
-            problem = (f"{samples} power samples: an energy rests on at least {MIN_ENERGY_SAMPLES}, so it is not "
-                       "published")
-        elif limit is not None and power > POWER_MARGIN * limit:
-            problem = (f"a median board power of {power:.0f} W is above {POWER_MARGIN:g}x the board's "
-                       f"{limit:.0f} W limit: not a reading of the step's draw")
-        elif isinstance(top, (int, float)) and isinstance(q3, (int, float)) and power == q3 == top:
-            problem = (f"the median power {power:.1f} W equals the third quartile and the maximum of its "
-                       f"{samples} samples: a stuck or saturated reading, not the step's draw")
+        problem = power_problem(float(entry["power_w"]), int(entry["samples"]), entry.get("power_w_q3"),
+                                entry.get("power_w_max"), limit, "the step's draw")
         if problem is not None:
             found.append(Violation(where, "energy", precision, problem))
             _demote(entry, problem, ("precision",))
         elif tokens is not None:
             per_gpu_rates(entry, tokens)
+
+
+def power_problem(power: float, samples: int, q3: object, top: object, limit: float | None, what: str) -> str | None:
+    """Why a median board ``power`` over ``samples`` (third quartile ``q3`` and maximum ``top`` where stored)
+    is not a reading of ``what``, or None: too few samples, beyond the board's ``limit`` with
+    :data:`POWER_MARGIN`, or stuck (the median equal to the third quartile and the maximum). One rule for
+    a step's energy and a timed group's power."""
+    if samples < MIN_ENERGY_SAMPLES:
+        return (f"{samples} power samples: a power reading rests on at least {MIN_ENERGY_SAMPLES}, so it is not "
+                "published")
+    if limit is not None and power > POWER_MARGIN * limit:
+        return (f"a median board power of {power:.0f} W is above {POWER_MARGIN:g}x the board's "
+                f"{limit:.0f} W limit: not a reading of {what}")
+    if isinstance(top, (int, float)) and isinstance(q3, (int, float)) and power == q3 == top:
+        return (f"the median power {power:.1f} W equals the third quartile and the maximum of its "
+                f"{samples} samples: a stuck or saturated reading, not {what}")
+    return None
+
+
+#: A timed group's power fields (``groups[].clock``), dropped together when its reading is refused.
+GROUP_POWER_FIELDS = ("power_w_median", "power_w_max", "power_w_q1", "power_w_q3")
+
+
+def _groups(doc: dict[str, Any], found: list[Violation]) -> None:
+    """A timed group's board power held to the energy's rule (:func:`power_problem`): ``gemm-bench report``
+    prints "board power up to N W" from the groups, so a reading the energy would refuse is refused here
+    too: its power fields are dropped from the clock and ``power_refused`` says why (the clock's own
+    samples stay)."""
+    limit = board_limit_w(doc["device"].get("power_limit_w"))
+    for i, group in enumerate(doc.get("groups", []) or []):
+        clock = group.get("clock") if isinstance(group, dict) else None
+        if not isinstance(clock, dict) or not isinstance(clock.get("power_w_median"), (int, float)):
+            continue
+        problem = power_problem(float(clock["power_w_median"]), int(clock.get("samples") or 0),
+                                clock.get("power_w_q3"), clock.get("power_w_max"), limit,
+                                f"the board's draw while group {group.get('label')!r} was timed")
+        if problem is not None:
+            found.append(Violation(f"$.groups[{i}].clock", "groups", None, problem))
+            for key in GROUP_POWER_FIELDS:
+                clock.pop(key, None)
+            clock["power_refused"] = REFUSED + problem

@@ -841,8 +841,15 @@ def document_gemms(doc: dict[str, Any]) -> list[GemmShape]:
 
 def cached_precisions(doc: dict[str, Any]) -> list[str]:
     """The precisions a valid document holds cells of (GEMM or layer step), in the registry's order."""
-    held = [*doc["cells"], *doc.get("layer", [])]
-    return [p for p in PRECISION_IDS if any(c["precision"] == p for c in held)]
+    return in_registry_order(c["precision"] for c in [*doc["cells"], *doc.get("layer", [])])
+
+
+def in_registry_order(precisions: Iterable[str]) -> list[str]:
+    """The known precision ids among ``precisions``, once each, in the registry's order: what
+    :func:`cached_precisions` and the typed result's
+    :meth:`~gemm_bench.results.typed.Result.cached_precisions` list."""
+    held = set(precisions)
+    return [p for p in PRECISION_IDS if p in held]
 
 
 def unstored_reason(doc: dict[str, Any], mode: str, precision: str) -> str | None:
@@ -851,13 +858,22 @@ def unstored_reason(doc: dict[str, Any], mode: str, precision: str) -> str | Non
     The registry's reason where the precision has no such mode, else the device's recorded
     support verdict (``doc["support"]``) where it says unavailable.
     """
+    verdict = (doc.get("support") or {}).get(precision)
+    return support_reason(mode, precision, None if verdict is None else (bool(verdict["available"]),
+                                                                         str(verdict["reason"] or "")),
+                          str(doc["device"]["name"]))
+
+
+def support_reason(mode: str, precision: str, verdict: tuple[bool, str] | None, device: str) -> str | None:
+    """:func:`unstored_reason` from its parts: TE's recorded ``verdict`` on the precision (available,
+    reason; None where none is stored) and the device's name. The typed result asks it too
+    (:meth:`~gemm_bench.results.typed.Result.unstored_reason`)."""
     info = PRECISIONS.get(precision)
     if info is not None and not info.has_mode(mode) and mode in info.absent_modes:
         return info.absent_modes[mode]
-    verdict = (doc.get("support") or {}).get(precision)
-    if verdict is not None and not verdict["available"]:
+    if verdict is not None and not verdict[0]:
         name = info.display if info else precision
-        return str(verdict["reason"] or f"{name} is not supported on {doc['device']['name']}")
+        return verdict[1] or f"{name} is not supported on {device}"
     return None
 
 
