@@ -422,3 +422,23 @@ def test_report_takes_the_result_without_parsing_again(monkeypatch: pytest.Monke
     monkeypatch.setattr(report_module, "parse", lambda doc: calls.append(doc) or result)
     assert report_module.Report(result).result is result and calls == []
     assert report_module.Report(_hand_made()).result is result and len(calls) == 1
+
+
+def test_the_report_shows_no_peer_time_the_door_refused() -> None:
+    """A peer's row faster than the GPU's peak for the format its label names (torch._scaled_mm's FP8
+    rowwise QKV Fprop at 0.05 ms: above the H100's dense FP8 peak) is failed with the door's reason, as
+    TE's own cells have been since method v2. (Read raw, ``gemm-bench report`` printed it as measured, at
+    more than 100% of peak.)"""
+    from gemm_bench.report.report import Report
+    from tests.fake_beyond import beyond_document
+
+    doc = beyond_document()
+    row = next(p for p in doc["peers"] if (p["backend"], p["op"], p["pass"]) == (
+        "torch._scaled_mm (FP8 rowwise)", "qkv", "fprop"))
+    row["ms"], row["stats"] = 0.05, {"median_ms": 0.05, "iqr_ms": 0.0}
+    validate(copy.deepcopy(doc))
+    peer = next(p for p in parse(doc).peers if (p.backend, p.op, p.pass_) == (row["backend"], "qkv", "fprop"))
+    assert (peer.status, peer.ms, peer.label) == ("failed", None, "FP8 rowwise")
+    shown = next(r for r in Report(doc).peers() if (r.backend, r.op, r.pass_) == (row["backend"], "qkv", "fprop"))
+    assert (shown.status, shown.ms, shown.pct_of_peak) == ("failed", None, None)
+    assert shown.reason.startswith(REFUSED) and "dense FP8 peak" in shown.reason, shown.reason

@@ -57,7 +57,7 @@ from gemm_bench.report.rounds import rounds_outcome
 from gemm_bench.results import cross_check, energy, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.invariants import REFUSED
-from gemm_bench.results.schema import KINDS, MAX_LAYERS, CheckedDocument
+from gemm_bench.results.schema import KINDS, MAX_LAYERS, CheckedDocument, peer_format, peer_timed
 from gemm_bench.results.typed import Cell as StoredCell
 from gemm_bench.results.typed import LayerCell, Result, Stats, parse
 
@@ -189,26 +189,6 @@ class PeerRow:
         out = dataclasses.asdict(self)
         out["pass"] = out.pop("pass_")
         return out
-
-
-#: Labels of the peers results already hold, for rows written before peers carried a precision.
-_PEER_PRECISIONS = {"torch.matmul": "BF16", "torch._scaled_mm (FP8 tensorwise)": "FP8 tensorwise",
-                    "torch._scaled_mm (FP8 rowwise)": "FP8 rowwise"}
-
-
-def _peer_precision(backend: str) -> str:
-    for prefix, label in _PEER_PRECISIONS.items():
-        if backend.startswith(prefix):
-            return label
-    if "(" in backend and backend.endswith(")"):
-        return backend[backend.rindex("(") + 1:-1]
-    return ""
-
-
-def _peer_format(label: str) -> str | None:
-    """The tensor-core format a peer's label names (``FP8 rowwise`` -> ``fp8``), else None."""
-    head = label.strip().lower().split(" ")[0] if label.strip() else ""
-    return head if head in hardware.FORMATS else None
 
 
 class Report:
@@ -683,11 +663,12 @@ class Report:
         rows = []
         by_gemm = {(g.op, g.pass_): g for g in self.gemms}
         for peer in self.result.peers:
-            shape = by_gemm[(peer.op, "fprop" if peer.kind == "linear" else peer.pass_)]
-            flops = shape.flops * (2 if peer.pass_ == "backward" else 1)
+            timed = peer_timed(by_gemm, peer.kind, peer.op, peer.pass_)
+            assert timed is not None, "the schema holds every peer to a GEMM of the question"
+            shape, flops = timed
             ms = peer.ms if peer.status == "measured" else None
-            label = peer.precision or _peer_precision(peer.backend)
-            fmt = _peer_format(label)
+            label = peer.label
+            fmt = peer_format(label)
             pct, pct_reason = None, ""
             if ms is None:
                 pct_reason = f"{peer.status}: {peer.reason}"

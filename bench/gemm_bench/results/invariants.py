@@ -39,6 +39,10 @@ The invariants, and why each bound is what it is:
   tokens one GPU's step stands for over its energy (:func:`~gemm_bench.results.energy.tokens_per_gpu`),
   recomputed from the stored energies, so a tensor-parallel result measured before the rule reads
   as one measured after it.
+* **A peer's time at most the hardware's speed** for the format its label names (``FP8 rowwise``: the
+  FP8 peak), as the schema holds Transformer Engine's cells to theirs.
+* **A timed group's board power** (``groups[].clock``, which ``gemm-bench report`` quotes as "board power
+  up to") held to the energy's rule: its power fields are dropped, ``power_refused`` says why.
 * **Optimizer state per parameter** within :data:`STATE_PER_PARAM` bytes: the FP32 master weight
   and Adam's two moments (12) are the least the recipe's optimizer holds, and those plus the FP32
   main gradient and one more FP32 buffer (20) the most it can need.
@@ -58,7 +62,7 @@ from gemm_bench.question.shapes import GemmShape, total_flops
 from gemm_bench.results.breakdown import check_adds_up, check_scale
 from gemm_bench.results.cross_check import region_flag
 from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, board_limit_w, per_gpu_rates, tokens_per_gpu
-from gemm_bench.results.schema import CheckedDocument
+from gemm_bench.results.schema import CheckedDocument, peer_format, peer_precision, peer_timed
 
 #: A median power above this multiple of the board's limit is not a reading (module docstring).
 POWER_MARGIN = 1.15
@@ -93,6 +97,7 @@ def check(doc: Mapping[str, Any]) -> CheckedDocument:
     device = str(out["device"]["name"])
     layer_flops = total_flops(gemms) if out["question"].get("kind") == "model" else None
     _layer_cells(out, device, layer_flops, found)
+    _peers(out, device, {(g.op, g.pass_): g for g in gemms}, found)
     _plan(out, device, layer_flops, found)
     _model_step(out, device, layer_flops, found)
     _energy(out, found)
@@ -161,6 +166,28 @@ def _layer_cells(doc: dict[str, Any], device: str, flops: int | None, found: lis
             _demote(cell, problem, _LAYER_KEYS)
             continue
         _breakdown(cell, where, "layer", precision, found)
+
+
+#: What a demoted peer row keeps: its identity (the schema holds a peer row to a GEMM of the question).
+_PEER_KEYS = ("backend", "op", "pass", "kind", "precision", "m", "k", "n", "groups", "flops", "run_id", "measured_at")
+
+
+def _peers(doc: dict[str, Any], device: str, gemms: Mapping[tuple[str, str], GemmShape],
+           found: list[Violation]) -> None:
+    """A peer's time at most the hardware's speed for the format its label names (the schema holds TE's
+    cells to it; ``gemm-bench report`` prints a peer's % of peak too)."""
+    for i, row in enumerate(doc.get("peers", []) or []):
+        if row.get("status") != "measured":
+            continue
+        label = peer_precision(str(row["backend"]), str(row.get("precision") or ""))
+        fmt, timed = peer_format(label), peer_timed(gemms, str(row.get("kind") or "gemm"), row["op"], row["pass"])
+        if fmt is None or timed is None:
+            continue
+        problem = _too_fast(device, fmt, timed[1], float(row["ms"]),
+                            f"peer {row['backend']} {row['op']}/{row['pass']} ({label})")
+        if problem is not None:
+            found.append(Violation(f"$.peers[{i}]", "peers", None, problem))
+            _demote(row, problem, _PEER_KEYS)
 
 
 def _plan(doc: dict[str, Any], device: str, flops: int | None, found: list[Violation]) -> None:

@@ -50,7 +50,13 @@ from gemm_bench.results.energy import board_limit_w
 from gemm_bench.results.failed import ENERGY_ROW, MODEL_STEP_ROW, failed_rows
 from gemm_bench.results.invariants import Violation, check
 from gemm_bench.results.model_step_schema import MEMORY_FIELDS
-from gemm_bench.results.schema import CheckedDocument, cell_run_id, in_registry_order, support_reason
+from gemm_bench.results.schema import (
+    CheckedDocument,
+    cell_run_id,
+    in_registry_order,
+    peer_precision,
+    support_reason,
+)
 
 Status = Literal["measured", "unsupported", "failed"]
 PartName = Literal["embedding", "layer-first", "layer-cached", "head", "optimizer"]
@@ -358,8 +364,14 @@ class Peer(Outcome):
     pass_: str
     run_id: str
     kind: str = "gemm"
-    #: The peer's own label of what it computes in ("BF16", "FP8 rowwise"), "" where the row stores none.
+    #: The peer's own label of what it computes in ("BF16", "FP8 rowwise") as stored, "" where the row
+    #: stores none (:attr:`label` then reads it from the backend's name).
     precision: str = ""
+
+    @property
+    def label(self) -> str:
+        """What the peer computes in (:func:`~.schema.peer_precision`): a label, not a TE precision id."""
+        return peer_precision(self.backend, self.precision)
 
 
 @dataclasses.dataclass(frozen=True)
