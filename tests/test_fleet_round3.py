@@ -416,7 +416,9 @@ def test_the_caption_names_the_gpus_drawn_and_those_awaiting_re_measurement(tmp_
     h100 = _load(CACHE / f"{TE_GUIDE}--h100-80gb-hbm3.json")
     old = _load(H200)
     old["method_version"] = "1"
-    text = readme.caption([h100], [(old["device"]["name"], "measured with method version '1'")])
+    from gemm_bench.results.typed import parse
+
+    text = readme.caption([parse(h100)], [(old["device"]["name"], "measured with method version '1'")])
     assert "measured on the H100: every GPU" in text and "(the H200: awaiting re-measurement" in text
     # The command rewrites only its block, and says when it is up to date.
     cache = tmp_path / "cache"
@@ -426,7 +428,7 @@ def test_the_caption_names_the_gpus_drawn_and_those_awaiting_re_measurement(tmp_
     page.write_text(f"# x\n\n{readme.BEGIN}\nold words\n{readme.END}\n\nrest\n")
     args = ["readme-figure", "--cache-dir", str(cache), "--out", str(tmp_path / "f.svg"), "--readme", str(page)]
     assert main(args) == 0
-    assert page.read_text() == f"# x\n\n{readme.BEGIN}\n{readme.caption([h100], [])}\n{readme.END}\n\nrest\n"
+    assert page.read_text() == f"# x\n\n{readme.BEGIN}\n{readme.caption([parse(h100)], [])}\n{readme.END}\n\nrest\n"
     assert main(args) == 0
     (tmp_path / "bare.md").write_text("no markers\n")
     assert main([*args[:-1], str(tmp_path / "bare.md")]) == 2

@@ -38,17 +38,38 @@ def _part(doc: dict[str, Any], name: str, precision: str) -> dict[str, Any]:
 
 
 def _wheres(doc: dict[str, Any]) -> list[str]:
+    """The violations of a hand-changed document, less the stored file's own refused group power readings
+    (its short timed groups': :func:`test_the_committed_cache_refuses_short_and_stuck_group_power`)."""
     assert isinstance(doc, CheckedDocument)
-    return [v.where for v in doc.violations]
+    return [v.where for v in doc.violations if v.block != "groups"]
 
 
 def test_the_committed_cache_breaks_one_invariant_the_stuck_855_w_reading() -> None:
     broken = {}
     for path in sorted(CACHE.glob("*.json")):
         for v in read_document(path).violations:  # type: ignore[attr-defined]
-            broken[(path.name, v.where)] = v.problem
+            if v.block != "groups":
+                broken[(path.name, v.where)] = v.problem
     assert list(broken) == [(LLAMA_70B_TP8_H100.name, "$.energy.steps[0]")]
     assert "855 W" in next(iter(broken.values()))
+
+
+def test_the_committed_cache_refuses_short_and_stuck_group_power() -> None:
+    """A timed group's board power is held to the energy's rule: the committed short groups (1-4 samples),
+    the medians above 1.15x the 700 W limit and the stuck readings (median = third quartile = maximum) are
+    refused, their power fields dropped; no layer-step group (whose power an energy rests on) is."""
+    refused = 0
+    for path in sorted(CACHE.glob("*.json")):
+        doc = read_document(path)
+        for v in doc.violations:  # type: ignore[attr-defined]
+            if v.block != "groups":
+                continue
+            refused += 1
+            clock = doc["groups"][int(v.where.split("[")[1].split("]")[0])]["clock"]
+            assert clock["power_refused"] == REFUSED + v.problem and "power_w_median" not in clock
+        assert not [g for g in doc["groups"] if g["label"].startswith("layer step")
+                    and "power_refused" in g.get("clock", {})], path.name
+    assert refused > 100
 
 
 def test_the_stuck_reading_is_failed_and_no_comparison_rests_on_it() -> None:
@@ -93,7 +114,7 @@ def test_a_layer_part_faster_than_the_peak_is_failed(tmp_path: Path) -> None:
     for name in ("layer-first", "layer-cached"):
         part = _part(got, name, "bf16")
         assert part["status"] == "failed" and "peak" in part["reason"]
-    assert {v.block for v in got.violations} == {"model_step"}  # type: ignore[attr-defined]
+    assert {v.block for v in got.violations} - {"groups"} == {"model_step"}  # type: ignore[attr-defined]
 
 
 def test_a_plan_step_of_a_nanosecond_is_failed(tmp_path: Path) -> None:

@@ -141,7 +141,12 @@ def _document_with_block(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any
     # The fake GPU's allocator counts 254 bytes of optimizer state per parameter, which the door refuses
     # (gemm_bench.results.invariants drops the memory and the micro-batch search composed from it), and a
     # Report checks the document it parses: the readers' tests get a state the recipe's optimizer can hold.
-    doc["model_step"] = {**copy.deepcopy(_BLOCK), "run_id": doc["run_id"], "state_per_param": 16.0}
+    # Its layer weights read 134 bytes per parameter, which the door refuses too (a layer built in BF16 holds
+    # 2.0-2.1): the readers' tests get BF16's 2.
+    block = {**copy.deepcopy(_BLOCK), "run_id": doc["run_id"], "state_per_param": 16.0}
+    for memory in block["memory"].values():
+        memory["layer_weights"] = 2 * block["layer_params"]
+    doc["model_step"] = block
     return doc, question
 
 

@@ -78,14 +78,15 @@ def test_index_speedups_use_the_sites_terms() -> None:
 
 def test_rounds_outcome_with_none_reached_says_none_and_all() -> None:
     """Finding 7: "0 of 17 timed groups reached that 1.0%; the other 17 stopped" when none converged."""
-    from gemm_bench.report.rounds import rounds_outcome
+    from gemm_bench.report.rounds import groups_outcome
+    from gemm_bench.results.typed import TimedGroup
 
-    doc = {"provenance": {"method": {"target_ci": 0.01, "repetitions": 40}},
-           "groups": [{"converged": False, "rounds": 40}] * 17}
-    assert rounds_outcome(doc).startswith(
+    method = {"target_ci": 0.01, "repetitions": 40}
+    capped = TimedGroup(label="capped", run_id="r", rounds=40, members=(), converged=False)
+    assert groups_outcome(method, [capped] * 17).startswith(
         "none of the 17 timed groups reached that 1.0%; all stopped at the 40-round cap,")
-    doc["groups"] = [{"converged": True, "rounds": 12}] + [{"converged": False, "rounds": 40}] * 16
-    assert rounds_outcome(doc).startswith(
+    reached = TimedGroup(label="reached", run_id="r", rounds=12, members=(), converged=True)
+    assert groups_outcome(method, [reached] + [capped] * 16).startswith(
         "1 of 17 timed groups reached that 1.0%; the other 16 stopped at the 40-round cap,")
 
 

@@ -10,28 +10,31 @@ import json
 from pathlib import Path
 
 from gemm_bench.report.report import Report
-from gemm_bench.report.rounds import rounds_outcome
+from gemm_bench.report.rounds import groups_outcome, rounds_outcome
+from gemm_bench.results.typed import TimedGroup
 
 CACHE = Path(__file__).parent.parent / "docs" / "_gemm_cache"
 METHOD = {"target_ci": 0.01, "repetitions": 40, "max_group_s": 10.0}
 
 
-def _doc(groups: list[dict]) -> dict:
-    return {"provenance": {"method": METHOD}, "groups": groups}
+def _groups(groups: list[dict]) -> list[TimedGroup]:
+    """Typed timed groups of the given outcomes (``converged``, ``rounds``)."""
+    return [TimedGroup(label=f"group {i}", run_id="r", members=(), **g) for i, g in enumerate(groups)]
 
 
 def test_the_outcome_counts_groups_and_names_each_cap():
-    assert rounds_outcome(_doc([{"converged": True, "rounds": 12}] * 3)) == "all 3 timed groups reached that 1.0%"
-    capped = rounds_outcome(_doc([{"converged": True, "rounds": 12}, {"converged": False, "rounds": 40}]))
+    assert groups_outcome(METHOD, _groups([{"converged": True, "rounds": 12}] * 3)) == \
+        "all 3 timed groups reached that 1.0%"
+    capped = groups_outcome(METHOD, _groups([{"converged": True, "rounds": 12}, {"converged": False, "rounds": 40}]))
     assert capped.startswith("1 of 2 timed groups reached that 1.0%; the other 1 stopped at the 40-round cap")
-    both = rounds_outcome(_doc([{"converged": False, "rounds": 40}, {"converged": False, "rounds": 23}]))
+    both = groups_outcome(METHOD, _groups([{"converged": False, "rounds": 40}, {"converged": False, "rounds": 23}]))
     assert both.startswith("none of the 2 timed groups reached that 1.0%; all stopped, 1 at the 40-round cap and "
                            "1 at the 10 s cap,"), both
 
 
 def test_no_outcome_without_an_adaptive_rule():
-    assert rounds_outcome({"provenance": {"method": {"repetitions": 40}}, "groups": [{"rounds": 40}]}) == ""
-    assert rounds_outcome({"provenance": {"method": METHOD}}) == ""
+    assert groups_outcome({"repetitions": 40}, _groups([{"rounds": 40}])) == ""
+    assert groups_outcome(METHOD, []) == ""
 
 
 def test_every_committed_result_states_its_outcome():

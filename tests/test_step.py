@@ -11,6 +11,7 @@ from gemm_bench.measure import step
 from gemm_bench.measure.step import amdahl, layer_cell, summarize, unsupported_reason
 from gemm_bench.question.config import preset
 from gemm_bench.results.step_schema import StepError, validate_layer_cells
+from gemm_bench.results.typed import LayerCell
 
 STATS = {"median_ms": 1.0, "iqr_ms": 0.01}
 
@@ -71,7 +72,7 @@ def test_a_skewed_cell_is_its_own_cell_and_never_the_summary() -> None:
     ]
     assert "routing" not in cells[0] and cells[1]["routing"] == "skewed"
     validate_layer_cells(cells)
-    assert summarize(cells, {"bf16": 5.0}).bf16_step_ms == 10.0
+    assert summarize(_typed(cells), {"bf16": 5.0}).bf16_step_ms == 10.0
     with pytest.raises(StepError, match="routing"):
         validate_layer_cells([{**cells[1], "routing": "zipf"}])
     with pytest.raises(StepError, match="duplicate"):
@@ -86,6 +87,12 @@ def test_amdahl_hand_computed() -> None:
         amdahl(1.2, 2.0)
 
 
+def _typed(cells: list[dict]) -> list[LayerCell]:
+    """The stored layer cells as the typed result holds them (what the report hands :func:`summarize`)."""
+    return [LayerCell(status=c["status"], ms=c.get("ms"), stats=None, reason=c.get("reason", ""), mode=c["mode"],
+                      precision=c["precision"], routing=c.get("routing", "balanced"), run_id="r") for c in cells]
+
+
 def _cells() -> list[dict]:
     return [
         layer_cell("layer", "bf16", "measured", ms=10.0, stats=STATS, measured_at="t"),
@@ -97,7 +104,7 @@ def _cells() -> list[dict]:
 
 def test_summary_states_amdahl_with_the_results_numbers() -> None:
     # BF16: step 10 ms, its 12 GEMMs 7.2 ms -> share 72%; FP8: GEMMs 4.235 ms -> 1.70x; step 7 ms -> 1.43x.
-    summary = summarize(_cells(), {"bf16": 7.2, "fp8-current": 4.2353, "nvfp4": None})
+    summary = summarize(_typed(_cells()), {"bf16": 7.2, "fp8-current": 4.2353, "nvfp4": None})
     assert summary.gemm_share == pytest.approx(0.72)
     rows = {r.precision: r for r in summary.rows}
     assert rows["bf16"].step_speedup == pytest.approx(1.0)
@@ -113,22 +120,22 @@ def test_summary_states_amdahl_with_the_results_numbers() -> None:
 
 
 def test_graphed_mode_is_summarized_apart() -> None:
-    graphed = summarize(_cells(), {"bf16": 7.2}, mode="layer-graphed")
+    graphed = summarize(_typed(_cells()), {"bf16": 7.2}, mode="layer-graphed")
     assert [r.precision for r in graphed.rows] == ["bf16"]
     assert graphed.bf16_step_ms == 9.0
     with pytest.raises(StepError, match="'autocast'"):
-        summarize(_cells(), {}, mode="autocast")
+        summarize(_typed(_cells()), {}, mode="autocast")
 
 
 def test_no_bf16_step_means_no_share_and_no_sentence() -> None:
     cells = [c for c in _cells() if c["precision"] != "bf16"]
-    summary = summarize(cells, {"bf16": 7.2, "fp8-current": 4.0})
+    summary = summarize(_typed(cells), {"bf16": 7.2, "fp8-current": 4.0})
     assert summary.gemm_share is None
     assert summary.sentence("fp8-current") is None
 
 
 def test_gemms_timed_apart_may_exceed_the_step_and_amdahl_is_then_withheld() -> None:
-    summary = summarize(_cells(), {"bf16": 12.0, "fp8-current": 6.0})
+    summary = summarize(_typed(_cells()), {"bf16": 12.0, "fp8-current": 6.0})
     assert summary.gemm_share == pytest.approx(1.2)
     assert {r.precision: r.amdahl_speedup for r in summary.rows}["fp8-current"] is None
 

@@ -62,6 +62,7 @@ def test_the_roles_quote_what_the_page_shows() -> None:
     # This run's BF16 graphed breakdown adds up to 2.5% more than its step (the bound is 2%): the door drops
     # it, so the page draws no BF16 bar and says why, and no role quotes a change against it (read raw, the
     # page and the roles quoted "FP8 Current spends ..." against it). The other recipes' parts are quoted.
+    assert [v.where for v in Report(doc).result.violations] == ["$.layer[4].breakdown"]
     bars = {b.precision: b for b in breakdown_figure.bars(parse(doc).layer)}
     assert "bf16" not in bars and "fp8-current" in bars
     change = out[value_key("gemm-breakdown", "layer-graphed", "fp8-current", "change")]

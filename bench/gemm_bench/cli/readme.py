@@ -8,10 +8,11 @@ it: a caption can no longer say a GPU's result "awaits re-measurement" when it i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from gemm_bench.question.devices import ALIASES, device_label, device_slug
+from gemm_bench.results.typed import Result
 
 BEGIN = "<!-- gemm-bench readme-figure: caption -->"
 END = "<!-- /gemm-bench readme-figure -->"
@@ -32,9 +33,9 @@ def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def caption(documents: list[dict[str, Any]], skipped: list[tuple[str, str]]) -> str:
-    """The caption of the README figure for the results it draws (``documents``) and skips."""
-    shown = _listed([short_name(d["device"]["name"]) for d in documents])
+def caption(results: Sequence[Result], skipped: list[tuple[str, str]]) -> str:
+    """The caption of the README figure for the results it draws (typed) and skips."""
+    shown = _listed([short_name(r.device.name) for r in results])
     text = (f"*Speedup vs BF16 of the 12 GEMMs of the Transformer Engine guide's example layer, measured on {shown}: "
             "every GPU whose result in the committed cache is current")
     if skipped:

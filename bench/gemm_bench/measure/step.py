@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.precisions import BASELINE, LAYER_MODES, PRECISIONS
@@ -230,31 +230,46 @@ def amdahl(share: float, speedup: float) -> float:
     return 1.0 / ((1.0 - share) + share / speedup)
 
 
-def summarize(layer_cells: Iterable[Mapping[str, Any]], gemm_ms: Mapping[str, float | None], *,
+class StepCell(Protocol):
+    """A layer-step cell as the report reads it (:class:`gemm_bench.results.typed.LayerCell`)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def routing(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def ms(self) -> float | None: ...
+    @property
+    def reason(self) -> str: ...
+
+
+def summarize(layer_cells: Iterable[StepCell], gemm_ms: Mapping[str, float | None], *,
               mode: str = "layer") -> StepSummary:
     """The step table of one layer mode.
 
     ``gemm_ms`` maps each precision to the sum of the layer's autocast GEMM times from the same
     result (the report computes it; None when a GEMM of it was not measured). Only cells of one
-    result document may be combined here: speedups are never taken across runs.
+    result may be combined here: speedups are never taken across runs.
     """
     if mode not in LAYER_MODES:
         raise StepError("mode", f"{mode!r} is not one of {', '.join(LAYER_MODES)}")
-    cells = {c["precision"]: c for c in layer_cells
-             if c["mode"] == mode and c.get("routing", "balanced") == "balanced"}
+    cells = {c.precision: c for c in layer_cells if c.mode == mode and c.routing == "balanced"}
     base = cells.get(BASELINE)
-    bf16_step = base["ms"] if base is not None and base["status"] == "measured" else None
+    bf16_step = base.ms if base is not None and base.status == "measured" else None
     bf16_gemm = gemm_ms.get(BASELINE)
     share = bf16_gemm / bf16_step if bf16_step and bf16_gemm else None
     rows = []
     for precision, cell in cells.items():
-        step = cell["ms"] if cell["status"] == "measured" else None
+        step = cell.ms if cell.status == "measured" else None
         g = gemm_ms.get(precision)
         step_speedup = bf16_step / step if bf16_step and step else None
         gemm_speedup = bf16_gemm / g if bf16_gemm and g else None
         predicted = amdahl(share, gemm_speedup) if share and gemm_speedup and share <= 1 else None
-        rows.append(StepRow(mode, precision, step, step_speedup, g, gemm_speedup, predicted,
-                            cell.get("reason", "")))
+        rows.append(StepRow(mode, precision, step, step_speedup, g, gemm_speedup, predicted, cell.reason))
     return StepSummary(mode, bf16_step, bf16_gemm, share, tuple(rows))
 
 

@@ -9,21 +9,20 @@ gradients, reading them back); and the same time added to both sides would lower
 it. So the words are computed here, from the parts, and the pages quote them through roles whose
 claims the build checks.
 
-Pure: reads a validated result's ``model_step`` block and the :class:`~gemm_bench.report.report.Report`.
+Pure: reads a typed result's model step (:class:`~gemm_bench.results.typed.ModelStepBlock`) and the
+:class:`~gemm_bench.report.report.Report`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.report.fastest import Point, clearly_less, model_step_points, overlaps
 from gemm_bench.report.figures import quartiles
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import total_points
-from gemm_bench.results import model_step_schema as schema
+from gemm_bench.results.typed import ModelStepBlock, ModelStepPart
 
 #: The verdicts of a cached layer against its first, by the site's one spread rule.
 FASTER, SLOWER, WITHIN = "faster", "slower", "within"
@@ -64,19 +63,20 @@ def _verdict_words(verdict: str) -> str:
     return "within the quartile ranges" if verdict == WITHIN else f"{verdict}, beyond the quartile ranges"
 
 
-def _point(item: Mapping[str, Any]) -> Point:
-    q = quartiles(dict(item["stats"]))
-    return Point(float(item["ms"]), *(q if q is not None else (None, None)))
+def _point(part: ModelStepPart) -> Point:
+    assert part.ms is not None, "a measured part has a time"
+    q = quartiles(part.stats.as_mapping()) if part.stats is not None else None
+    return Point(part.ms, *(q if q is not None else (None, None)))
 
 
-def cached_layers(doc: Mapping[str, Any]) -> dict[str, CachedLayer]:
-    """Each recipe's first and cached layer of a result's model step (both measured), in the site's order."""
-    block = doc.get("model_step")
-    if not isinstance(block, Mapping):
+def cached_layers(step: ModelStepBlock | None) -> dict[str, CachedLayer]:
+    """Each recipe's first and cached layer of a result's model step (both measured), in the site's order
+    ({} without a model step)."""
+    if step is None:
         return {}
     out = {}
     for precision in PRECISIONS:
-        first, cached = schema.part(block, "layer-first", precision), schema.part(block, "layer-cached", precision)
+        first, cached = step.part("layer-first", precision), step.part("layer-cached", precision)
         if first is not None and cached is not None:
             out[precision] = CachedLayer(precision, _point(first), _point(cached))
     return out
@@ -87,7 +87,7 @@ def moe_cached_layers(report: Report) -> dict[str, CachedLayer]:
     config = report.config
     if config is None or not config.is_moe:
         return {}
-    return cached_layers(report.doc)
+    return cached_layers(report.result.model_step)
 
 
 def quantize_once_note(report: Report, precision: str, *, gemm_mode: str = "autocast") -> str:
@@ -99,7 +99,7 @@ def quantize_once_note(report: Report, precision: str, *, gemm_mode: str = "auto
     every micro-batch (one layer's step, the GEMM rows, G = 1) a cached micro-batch saves
     L x (G - 1) / G x (first - cached), and BF16's, whose cached layer is slower, pays that much more."""
     summary = report.model_step()
-    layers = cached_layers(report.doc)
+    layers = cached_layers(report.result.model_step)
     if summary is None or precision == BASELINE or precision not in layers or BASELINE not in layers:
         return ""
     model = model_step_points(summary, [precision]).get(precision)

@@ -67,6 +67,7 @@ from gemm_bench.report.figure_svg import PAGE_CLASS, to_svg
 from gemm_bench.report.report import Report
 from gemm_bench.results import cross_check
 from gemm_bench.results.cache import write_atomic
+from gemm_bench.results.typed import Result, parse
 
 FORMATS: tuple[str, ...] = ("svg", "pdf", "png")
 #: ``page``: SVG whose ink follows the page (``currentColor``); ``light`` / ``dark``: fixed inks.
@@ -642,8 +643,8 @@ DEFAULT_README_OUT = Path("docs/_static/readme-speedups.svg")
 
 
 def readme_documents(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None,
-                     ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """The README question's current results, by device name; and (device, why) of each skipped
+                     ) -> tuple[list[Result], list[tuple[str, str]]]:
+    """The README question's current results, typed, by device name; and (device, why) of each skipped
     stale one. What the README figure draws and what its caption says come from this one list.
 
     Unreadable cache files and stale results (another method version) are passed to ``on_error``
@@ -658,13 +659,13 @@ def readme_documents(cache_dir: Path, *, on_error: Callable[[Exception], None] |
         (on_error or _print_error)(error)
     fresh, skipped = [], []
     for doc in lookup.documents:
-        why = is_stale(doc)
+        result, why = parse(doc), is_stale(doc)
         if why is None:
-            fresh.append(doc)
+            fresh.append(result)
         else:  # never draw another method's numbers beside the current one's
-            skipped.append((str(doc["device"]["name"]), why))
-            (on_error or _print_error)(FigureError(f"skipping the result on {doc['device']['name']}: {why}"))
-    return sorted(fresh, key=lambda d: str(d["device"]["name"])), sorted(skipped)
+            skipped.append((result.device.name, why))
+            (on_error or _print_error)(FigureError(f"skipping the result on {result.device.name}: {why}"))
+    return sorted(fresh, key=lambda r: r.device.name), sorted(skipped)
 
 
 def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None = None) -> FigureSpec:
@@ -676,8 +677,8 @@ def readme_spec(cache_dir: Path, *, on_error: Callable[[Exception], None] | None
     from gemm_bench.question.question import build_question
 
     question = build_question(model=README_MODEL)
-    documents, _ = readme_documents(cache_dir, on_error=on_error)
-    reports = [(device_label(d["device"]["name"]), Report(d)) for d in documents]
+    results, _ = readme_documents(cache_dir, on_error=on_error)
+    reports = [(device_label(r.device.name), Report(r)) for r in results]
     spec = summary_spec(reports, MODES, title=f"{README_MODEL}: {question.describe()}") if reports else None
     if spec is None:
         raise FigureError(f"no result for {README_MODEL} (question {question.hash}) with a precision "

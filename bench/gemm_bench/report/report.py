@@ -1,8 +1,9 @@
 """The report model: per-GEMM times, TFLOP/s, per-pass sums, totals and speedups vs BF16.
 
-Pure arithmetic over a validated result document; the CLI prints it as text or JSON and the
-Sphinx extension renders it as tables, figures and role values. Every number a reader sees is
-computed here, once.
+Pure arithmetic over a typed result (:class:`gemm_bench.results.typed.Result`: a document parsed once,
+after the door's invariants; ``Report(doc)`` parses a document it is handed, ``Report(result)`` reads
+the result as it is); the CLI prints it as text or JSON and the Sphinx extension renders it as tables,
+figures and role values. Every number a reader sees is computed here, once.
 
 Two rules keep those numbers right whatever the file holds:
 
@@ -19,7 +20,11 @@ device's dense peak and the roofline prediction per cell (:mod:`gemm_bench.quest
 own rows, never in TE's totals). A value a file does not hold is None with a reason ("not measured
 in this result (method v1)"), never a number.
 
-Nothing here raises on a document :func:`gemm_bench.results.schema.validate` accepts.
+Nothing here raises on a document :func:`gemm_bench.results.schema.validate` accepts. Its ``Cell`` is the
+page's view of a GEMM cell (on the page's GEMM, ``missing`` or ``unsupported`` where the result holds
+none, its statistics as the mapping the renderers read), built from the stored
+:class:`~gemm_bench.results.typed.Cell`; the two share the cross-check rule
+(:func:`gemm_bench.results.cross_check.region_of`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gemm_bench.measure import step, telemetry
@@ -44,7 +49,6 @@ from gemm_bench.question.precisions import (
     gemm_modes,
     layer_modes,
 )
-from gemm_bench.question.question import stored_config
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.question.vocabulary import LAYER_STEP_TITLES
 from gemm_bench.report import roofline
@@ -52,17 +56,10 @@ from gemm_bench.report.model_step import ModelStep, model_step_summary
 from gemm_bench.report.rounds import rounds_outcome
 from gemm_bench.results import cross_check, energy, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
-from gemm_bench.results.failed import failed_cells
-from gemm_bench.results.schema import (
-    KINDS,
-    MAX_LAYERS,
-    cached_precisions,
-    cell_run_id,
-    document_gemms,
-    peer_run_id,
-    unstored_reason,
-)
-from gemm_bench.results.typed import Result, parse
+from gemm_bench.results.invariants import REFUSED
+from gemm_bench.results.schema import KINDS, MAX_LAYERS, CheckedDocument, peer_format, peer_timed
+from gemm_bench.results.typed import Cell as StoredCell
+from gemm_bench.results.typed import LayerCell, Result, Stats, parse
 
 Key = tuple[str, str]  # (mode, precision)
 
@@ -91,9 +88,9 @@ class Cell:
 
     @property
     def cross_check(self) -> cross_check.Region | None:
-        """This time's profiler cross-check (:func:`gemm_bench.results.cross_check.region`), None if unchecked."""
-        return cross_check.region({"status": self.status, "ms": self.ms, "kernel_ms": self.kernel_ms,
-                                   "kernel_ratio": self.kernel_ratio})
+        """This time's profiler cross-check (:func:`gemm_bench.results.cross_check.region_of`, the rule the
+        typed cell's :attr:`~gemm_bench.results.typed.Outcome.cross_check` applies), None if unchecked."""
+        return cross_check.region_of(self.status, self.ms, self.kernel_ms, self.kernel_ratio)
 
     @property
     def cross_check_flag(self) -> str | None:
@@ -194,26 +191,6 @@ class PeerRow:
         return out
 
 
-#: Labels of the peers results already hold, for rows written before peers carried a precision.
-_PEER_PRECISIONS = {"torch.matmul": "BF16", "torch._scaled_mm (FP8 tensorwise)": "FP8 tensorwise",
-                    "torch._scaled_mm (FP8 rowwise)": "FP8 rowwise"}
-
-
-def _peer_precision(backend: str) -> str:
-    for prefix, label in _PEER_PRECISIONS.items():
-        if backend.startswith(prefix):
-            return label
-    if "(" in backend and backend.endswith(")"):
-        return backend[backend.rindex("(") + 1:-1]
-    return ""
-
-
-def _peer_format(label: str) -> str | None:
-    """The tensor-core format a peer's label names (``FP8 rowwise`` -> ``fp8``), else None."""
-    head = label.strip().lower().split(" ")[0] if label.strip() else ""
-    return head if head in hardware.FORMATS else None
-
-
 class Report:
     """A view of one result document (or its typed :class:`~gemm_bench.results.typed.Result`) for the
     question a page asked.
@@ -237,72 +214,62 @@ class Report:
         precisions: Sequence[str] | None = None,
         config: ModelConfig | None = None,
     ) -> None:
-        # A reader that holds the typed result hands it over (read once, not parsed again); the view's
-        # own reads below still go through its checked document until Report is converted.
-        if isinstance(doc, Result):
-            result, doc = doc, doc.document
-        else:
-            result = parse(doc)
-        self.doc: dict[str, Any] = doc
-        #: The result, typed (:func:`gemm_bench.results.typed.parse`): what converted readers read.
+        # A reader that holds the typed result hands it over (read once, not parsed again); a document
+        # (a run's fresh one, a test's) is parsed here, through the door's invariants.
+        result = doc if isinstance(doc, Result) else parse(doc)
+        #: The result, typed (:func:`gemm_bench.results.typed.parse`): every method reads it, and so do
+        #: the readers of a report.
         self.result: Result = result
-        stored = document_gemms(doc)
+        stored = list(result.gemms)
         if gemms is None:
             self.gemms = stored
         else:
             self.gemms = list(dict.fromkeys(gemms))
             if set(self.gemms) != set(stored):
                 raise ValueError(f"the page asks for {len(self.gemms)} GEMMs that are not the question of "
-                                 f"result {doc['question_hash']} ({len(stored)} GEMMs)")
+                                 f"result {result.question_hash} ({len(stored)} GEMMs)")
         if num_layers is None:
-            num_layers = doc["question"]["num_layers"]
+            num_layers = result.num_layers
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= MAX_LAYERS:
             raise ValueError(f"num_layers must be a whole number from 1 to {MAX_LAYERS}, got {num_layers!r}")
         self.num_layers: int = num_layers
-        self.kind: str = kind if kind is not None else doc["question"]["kind"]
+        self.kind: str = kind if kind is not None else result.kind
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        held = doc["cells"]
-        self._layer_raw: list[dict[str, Any]] = doc.get("layer", [])
-        self._accuracy_raw: list[dict[str, Any]] = doc.get("accuracy", [])
         asked = list(dict.fromkeys(modes)) if modes else None
         unknown = [m for m in asked or () if m not in ALL_MODES]
         #: The per-GEMM modes shown (tables of cells); the layer modes asked are :attr:`layer_modes`.
         self.modes = (gemm_modes(asked) if asked is not None
-                      else [m for m in MODES if any(c["mode"] == m for c in held)])
+                      else [m for m in MODES if any(c.mode == m for c in result.cells)])
         #: The whole-layer modes shown (:meth:`step`): asked, or those the file holds.
         self.layer_modes = (layer_modes(asked) if asked is not None
-                            else [m for m in LAYER_MODES if any(c["mode"] == m for c in self._layer_raw)])
-        self.precisions = list(dict.fromkeys(precisions)) if precisions else cached_precisions(doc)
+                            else [m for m in LAYER_MODES if any(c.mode == m for c in result.layer)])
+        self.precisions = list(dict.fromkeys(precisions)) if precisions else result.cached_precisions()
         unknown += [p for p in self.precisions if p not in PRECISIONS]
         if unknown:
             raise ValueError(f"unknown mode or precision: {', '.join(map(repr, unknown))}")
         by_gemm = {(g.op, g.pass_): g for g in self.gemms}
-        self._cells: dict[tuple[str, str, str, str], Cell] = {}
-        for raw in held:
-            gemm = by_gemm[(raw["op"], raw["pass"])]
-            eager = raw.get("eager")
-            self._cells[(raw["mode"], raw["precision"], raw["op"], raw["pass"])] = Cell(
-                raw["mode"], raw["precision"], gemm, raw["status"], raw.get("ms"),
-                raw.get("reason", ""), raw.get("stats", {}), cell_run_id(doc, raw),
-                eager.get("median_ms") if isinstance(eager, dict) else None, raw.get("kernel_ms"),
-                raw.get("kernel_ratio"),
-            )
-        self._support: dict[str, Any] = doc.get("support") or {}
+        self._cells: dict[tuple[str, str, str, str], Cell] = {
+            (c.mode, c.precision, c.op, c.pass_): _view_cell(c, by_gemm[(c.op, c.pass_)]) for c in result.cells}
         #: The page's model config (default: the result's stored one, with ``num_layers`` the layers
         #: asked, so ``gemm-bench report --num-layers`` scales the model step as it scales the GEMM
         #: totals; None for manual shapes and sweeps).
         if config is None:
-            config = stored_config(doc["question"].get("config"))
+            config = result.config
             if config is not None and config.measured_layers != self.num_layers:
                 config = dataclasses.replace(config, num_layers=self.num_layers + config.dense_layers)
         self.config: ModelConfig | None = config
-        self._layer = {(c["mode"], c["precision"], c.get("routing", "balanced")): c for c in self._layer_raw}
-        self._accuracy = {(c["mode"], c["precision"], c["op"], c["pass"], c["distribution"]): c
-                          for c in self._accuracy_raw}
-        #: The file's profiler cross-check (:func:`gemm_bench.results.cross_check.verdict`): its
+        self._layer = {(c.mode, c.precision, c.routing): c for c in result.layer}
+        self._accuracy = {(c.mode, c.precision, c.op, c.pass_, c.distribution): c for c in result.accuracy}
+        #: The file's profiler cross-check (:meth:`gemm_bench.results.typed.Result.cross_check`): its
         #: ``file_flag`` is what the file's page says when the median breaks the bound.
-        self.cross_check: cross_check.Verdict = cross_check.verdict(doc)
+        self.cross_check: cross_check.Verdict = result.cross_check()
+
+    @property
+    def doc(self) -> CheckedDocument:
+        """Deprecated: the checked document (:attr:`result`'s). Nothing here reads it; it stays only until
+        the last readers outside (the extension's values, the training text) read :attr:`result`."""
+        return self.result.document
 
     # ------------------------------------------------------------------ lookups
     def cell(self, mode: str, precision: str, gemm: GemmShape) -> Cell:
@@ -311,7 +278,7 @@ class Report:
         found = self._cells.get((mode, precision, gemm.op, gemm.pass_))
         if found is not None:
             return found
-        reason = unstored_reason(self.doc, mode, precision)
+        reason = self.result.unstored_reason(mode, precision)
         if reason is not None:
             return Cell(mode, precision, gemm, "unsupported", None, reason, {})
         return Cell(mode, precision, gemm, "missing", None, "not measured in this result", {})
@@ -333,7 +300,7 @@ class Report:
         (:func:`gemm_bench.results.failed.failed_cells`: the shown per-GEMM modes, both layer-step
         modes, the model step's parts, the energy): what makes the result failed, as the refresh
         plans it."""
-        return failed_cells(self.doc, [*self.modes, *self.layer_modes], self.precisions)
+        return self.result.failed_cells([*self.modes, *self.layer_modes], self.precisions)
 
     def missing_cells(self) -> list[tuple[str, str, GemmShape]]:
         return [
@@ -434,7 +401,7 @@ class Report:
     # ------------------------------------------------------------------ hardware: % of peak, roofline
     @property
     def device(self) -> str:
-        return str(self.doc["device"]["name"])
+        return self.result.device.name
 
     def _not_measured(self, c: Cell) -> str:
         name = PRECISIONS[c.precision].display if c.precision in PRECISIONS else c.precision
@@ -493,27 +460,26 @@ class Report:
     # ------------------------------------------------------------------ the layer step
     def _method_lacks(self, key: str) -> str | None:
         """The reason a quantity is absent because the file's method predates it, else None."""
-        if key in self.doc["provenance"]["method"]:
+        if key in self.result.provenance.method:
             return None
-        return f"not measured in this result (method v{self.doc['method_version']})"
+        return f"not measured in this result (method v{self.result.method_version})"
 
     def _layer_cell(self, mode: str, precision: str,
-                    routing: str = "balanced") -> tuple[dict[str, Any] | None, str, str]:
+                    routing: str = "balanced") -> tuple[LayerCell | None, str, str]:
         """(the stored cell or None, status, reason) of one layer-step cell of ``routing``."""
         found = self._layer.get((mode, precision, routing))
         if found is not None:
-            return found, found["status"], found.get("reason", "")
-        config = self.doc["question"].get("config")
-        if self.kind != "model" or config is None:
+            return found, found.status, found.reason
+        if self.kind != "model" or self.result.config is None:
             return None, "unsupported", step.unsupported_reason(None) or ""
         if self.config is not None and routing not in step.routings(self.config):
             return None, "unsupported", f"{routing} routing: this layer has no experts to route tokens to"
         why = step.unsupported_reason(self.config) if self.config is not None else None
         if why:
             return None, "unsupported", why
-        verdict = self._support.get(precision)
-        if verdict is not None and not verdict["available"]:
-            return None, "unsupported", verdict["reason"] or f"{PRECISIONS[precision].display} is not supported"
+        verdict = self.result.support.get(precision)
+        if verdict is not None and not verdict.available:
+            return None, "unsupported", verdict.reason or f"{PRECISIONS[precision].display} is not supported"
         lacks = self._method_lacks("layer_step")
         if lacks:
             return None, "missing", lacks
@@ -547,12 +513,12 @@ class Report:
         mode = LAYER_MODES[1] if graphed else LAYER_MODES[0]
         raw, status, reason = self._layer_cell(mode, precision, routing)
         base, base_status, base_reason = self._layer_cell(mode, BASELINE, routing)
-        run = cell_run_id(self.doc, raw) if raw is not None else None
-        ms = raw["ms"] if raw is not None and status == "measured" else None
-        stats = raw.get("stats", {}) if raw is not None and status == "measured" else {}
+        run = raw.run_id if raw is not None else None
+        ms = raw.ms if raw is not None and status == "measured" else None
+        stats = raw.stats if raw is not None and status == "measured" else None
         # speedup: two layer cells of one run
         speedup, speedup_reason = None, ""
-        base_run = cell_run_id(self.doc, base) if base is not None else None
+        base_run = base.run_id if base is not None else None
         if ms is None:
             speedup_reason = f"{PRECISIONS[precision].display} step is {status}: {reason}"
         elif base is None or base_status != "measured":
@@ -560,8 +526,8 @@ class Report:
         elif base_run != run:
             speedup_reason = (f"BF16 and {PRECISIONS[precision].display} steps come from different measurement "
                               f"runs ({base_run}, {run})")
-        else:
-            speedup = base["ms"] / ms
+        elif base.ms is not None:
+            speedup = base.ms / ms
         # GEMM share of the BF16 step, from the same run
         share, share_reason, bf16_gemm = None, "", None
         if routing != "balanced":
@@ -570,13 +536,13 @@ class Report:
             share_reason = f"BF16 step is {base_status}: {base_reason}"
         else:
             bf16_gemm, share_reason = self._autocast_gemm_ms(BASELINE, base_run)
-            if bf16_gemm is not None:
-                share = bf16_gemm / base["ms"]
+            if bf16_gemm is not None and base.ms is not None:
+                share = bf16_gemm / base.ms
         gemm_ms, gemm_speedup, amdahl_speedup, sentence = None, None, None, None
         if base_run is not None and share is not None:
             mine, _ = self._autocast_gemm_ms(precision, base_run)
             summary = step.summarize(
-                [c for c in (base, raw) if c is not None and cell_run_id(self.doc, c) == base_run],
+                [c for c in (base, raw) if c is not None and c.run_id == base_run],
                 {BASELINE: bf16_gemm, precision: mine}, mode=mode)
             row = next((r for r in summary.rows if r.precision == precision), None)
             if row is not None:
@@ -587,10 +553,10 @@ class Report:
             gemm_ms = bf16_gemm
         spread = None
         if speedup is not None and base is not None:
-            spread = _relative_iqr(stats) + _relative_iqr(base.get("stats", {}))
+            spread = _relative_iqr(stats) + _relative_iqr(base.stats)
         pairs = [(precision, raw)] + ([(BASELINE, base)] if precision != BASELINE else [])
-        flags = [(f"{_display(p)} step", cross_check.region_flag(c)) for p, c in pairs if c is not None]
-        return StepResult(mode, precision, status, reason, ms, stats, speedup, speedup_reason, share,
+        flags = [(f"{_display(p)} step", c.cross_check_flag) for p, c in pairs if c is not None]
+        return StepResult(mode, precision, status, reason, ms, _stats_mapping(stats), speedup, speedup_reason, share,
                           share_reason, gemm_ms, gemm_speedup, amdahl_speedup, sentence, run, spread,
                           flags_sentence(flags))
 
@@ -632,15 +598,15 @@ class Report:
     def _accuracy_cell(self, mode: str, precision: str, gemm: GemmShape, distribution: str) -> tuple[float | None, str]:
         found = self._accuracy.get((mode, precision, gemm.op, gemm.pass_, distribution))
         if found is not None:
-            if found["status"] == "measured":
-                return float(found["sqnr_db"]), ""
-            return None, f"{found['status']}: {found.get('reason', '')}"
+            if found.measured and found.sqnr_db is not None:
+                return found.sqnr_db, ""
+            return None, f"{found.status}: {found.reason}"
         info = PRECISIONS[precision]
         if not info.has_mode(mode) and mode in info.absent_modes:
             return None, f"unsupported: {info.absent_modes[mode]}"
-        verdict = self._support.get(precision)
-        if verdict is not None and not verdict["available"]:
-            return None, f"unsupported: {verdict['reason'] or info.display + ' is not supported'}"
+        verdict = self.result.support.get(precision)
+        if verdict is not None and not verdict.available:
+            return None, f"unsupported: {verdict.reason or info.display + ' is not supported'}"
         lacks = self._method_lacks("accuracy")
         if lacks:
             return None, lacks
@@ -683,8 +649,8 @@ class Report:
             if found is None:
                 return "unsupported" if self._accuracy_cell(mode, precision, g, distribution)[1].startswith(
                     "unsupported") else "missing"
-            if found["status"] != "measured":
-                return str(found["status"])
+            if found.status != "measured":
+                return found.status
         return "measured"
 
     def accuracy_modes(self) -> list[str]:
@@ -696,17 +662,16 @@ class Report:
         """The peers' rows, as stored: their own section, never part of TE's totals or speedups."""
         rows = []
         by_gemm = {(g.op, g.pass_): g for g in self.gemms}
-        for raw in self.doc.get("peers", []):
-            kind = raw.get("kind", "gemm")
-            pass_ = raw["pass"]
-            shape = by_gemm[(raw["op"], "fprop" if kind == "linear" else pass_)]
-            flops = shape.flops * (2 if pass_ == "backward" else 1)
-            ms = raw.get("ms") if raw["status"] == "measured" else None
-            label = raw.get("precision") or _peer_precision(raw["backend"])
-            fmt = _peer_format(label)
+        for peer in self.result.peers:
+            timed = peer_timed(by_gemm, peer.kind, peer.op, peer.pass_)
+            assert timed is not None, "the schema holds every peer to a GEMM of the question"
+            shape, flops = timed
+            ms = peer.ms if peer.status == "measured" else None
+            label = peer.label
+            fmt = peer_format(label)
             pct, pct_reason = None, ""
             if ms is None:
-                pct_reason = f"{raw['status']}: {raw.get('reason', '')}"
+                pct_reason = f"{peer.status}: {peer.reason}"
             elif fmt is None:
                 pct_reason = f"no tensor-core format known for the label {label!r}"
             else:
@@ -714,11 +679,11 @@ class Report:
                 if pct is None:
                     pct_reason = self._no_peak(fmt)
             rows.append(PeerRow(
-                backend=raw["backend"], precision=label, kind=kind, op=raw["op"], pass_=pass_,
-                m=shape.m, k=shape.k, n=shape.n, groups=shape.groups, flops=flops, status=raw["status"],
-                ms=ms, reason=raw.get("reason", ""), run_id=peer_run_id(self.doc, raw),
+                backend=peer.backend, precision=label, kind=peer.kind, op=peer.op, pass_=peer.pass_,
+                m=shape.m, k=shape.k, n=shape.n, groups=shape.groups, flops=flops, status=peer.status,
+                ms=ms, reason=peer.reason, run_id=peer.run_id,
                 tflops=hardware.achieved_tflops(flops, ms) if ms else None, pct_of_peak=pct,
-                pct_of_peak_reason=pct_reason, cross_check_flag=cross_check.region_flag(raw),
+                pct_of_peak_reason=pct_reason, cross_check_flag=peer.cross_check_flag,
             ))
         return rows
 
@@ -730,27 +695,26 @@ class Report:
         with a ``*_reason`` when absent; then the layer ``steps``, the ``accuracy`` aggregates, the
         ``peers`` (never in ``totals``), the device's ``peaks`` and the ``roofline_method``.
         """
-        doc = self.doc
-        prov = doc["provenance"]
+        result, prov = self.result, self.result.provenance
         spec = hardware.spec_for(self.device)
         return {
-            "question_hash": doc["question_hash"],
+            "question_hash": result.question_hash,
             "kind": self.kind,
             "device": {
-                "name": doc["device"]["name"],
-                "compute_capability": doc["device"]["compute_capability"],
+                "name": result.device.name,
+                "compute_capability": result.device.compute_capability,
             },
             "provenance": {
-                "torch": prov["torch"],
-                "transformer_engine": prov["transformer_engine"],
-                "cuda": prov["cuda"],
-                "driver": prov["driver"],
-                "date": prov["date"],
-                "method": prov["method"],
+                "torch": prov.torch,
+                "transformer_engine": prov.transformer_engine,
+                "cuda": prov.cuda,
+                "driver": prov.driver,
+                "date": prov.date,
+                "method": dict(prov.method),
             },
             "num_layers": self.num_layers,
             "run_ids": self.run_ids(),
-            "notes": doc.get("notes", []),
+            "notes": list(result.notes),
             "cells": [
                 {
                     "mode": c.mode,
@@ -795,7 +759,7 @@ class Report:
             "roofline_method": roofline.method(),
             "steps": [_step_json(r) for r in self.steps(default=True)],
             "accuracy": {
-                "method": doc.get("accuracy_method"),
+                "method": None if result.accuracy_method is None else dict(result.accuracy_method),
                 "aggregate": "sqnr_db is the minimum over the question's GEMMs (the least accurate pass)",
                 "rows": [
                     {"mode": m, "precision": p, "distribution": d, "sqnr_db": self.sqnr(m, p, distribution=d),
@@ -829,17 +793,16 @@ class Report:
                          for wrapped in wrap_line(untrusted_text.field(line)))
 
     def _text_lines(self, lead: Sequence[str] = (), after_steps: Sequence[str] = ()) -> Iterable[str]:
-        doc = self.doc
-        dev, prov = doc["device"], doc["provenance"]
+        dev, prov = self.result.device, self.result.provenance
         yield (
-            f"{dev['name']} (sm_{dev['compute_capability'].replace('.', '')}) | driver {prov['driver']}"
-            f" | CUDA {prov['cuda']} | torch {prov['torch']} | TE {prov['transformer_engine']}"
-            f" | {prov['date']}"
+            f"{dev.name} (sm_{dev.compute_capability.replace('.', '')}) | driver {prov.driver}"
+            f" | CUDA {prov.cuda} | torch {prov.torch} | TE {prov.transformer_engine}"
+            f" | {prov.date}"
         )
-        yield f"method: {describe_method(prov['method'])}"
-        if outcome := rounds_outcome(doc):
+        yield f"method: {describe_method(prov.method)}"
+        if outcome := rounds_outcome(self.result):
             yield f"rounds: {outcome}"
-        for note in doc.get("notes", []):
+        for note in self.result.notes:
             yield f"note: {note}"
         yield from lead
         for mode in self.modes:
@@ -910,28 +873,35 @@ class Report:
 
     def _telemetry_lines(self) -> Iterable[str]:
         """What the GPU did while each group was timed (clock, power) and the events-vs-profiler check."""
-        groups = self.doc.get("groups") or []
+        groups = self.result.groups
         yield ""
         if not groups:
             yield "telemetry: " + (self._method_lacks("telemetry") or "not recorded in this result")
             return
-        clocked = [g for g in groups if g.get("clock", {}).get("samples")]
+        clocked = [(g, g.clock) for g in groups if g.clock is not None and g.clock.samples]
         if clocked:
-            medians = [g["clock"]["sm_clock_mhz_median"] for g in clocked]
-            watts = [g["clock"]["power_w_max"] for g in clocked if "power_w_max" in g["clock"]]
+            medians = [c.sm_clock_mhz_median for _, c in clocked if c.sm_clock_mhz_median is not None]
+            powered = [c for _, c in clocked if c.has_power]
+            watts = [c.power_w_max for c in powered if c.power_w_max is not None]
             yield (f"telemetry: {len(groups)} timed groups; SM clock medians {min(medians):.0f}-{max(medians):.0f} MHz"
                    + (f", board power up to {max(watts):.0f} W" if watts else ""))
-            if watts and _power_note(self.doc, clocked, max(watts)):
-                yield "  " + _power_note(self.doc, clocked, max(watts))
-            low = [g["label"] for g in clocked if g.get("clock_low")]
+            note = energy.power_above(self.result.device.power_limit_w, max(watts), (c.power_source for c in powered)
+                                      ) if watts else ""
+            if note:
+                yield "  " + note
+            refused = [(g.label, c.power_refused) for g, c in clocked if c.power_refused]
+            if refused:
+                yield (f"  board power refused when read in {len(refused)} group(s), e.g. {refused[0][0]}: "
+                       f"{refused[0][1].removeprefix(REFUSED)}")
+            low = [g.label for g, _ in clocked if g.clock_low]
             if low:
                 yield (f"  clock more than {telemetry.CLOCK_DROP:.0%} below the run's median in {len(low)} group(s) "
                        "(power- or heat-limited while timed):")
                 yield from (f"    {label}" for label in low)
         else:
-            reason = next((g["clock"].get("reason") for g in groups if g.get("clock")), "no clock samples")
+            reason = next((g.clock.reason for g in groups if g.clock is not None), "no clock samples")
             yield f"telemetry: {len(groups)} timed groups; no clock samples ({reason})"
-        checked = [(g["label"], g["cross_check"]) for g in groups if g.get("cross_check", {}).get("ratios")]
+        checked = [(g.label, g.cross_check) for g in groups if g.cross_check is not None and g.cross_check.ratios]
         if checked:
             # The bounds judge event time / kernel time of the profiled launches (kernel_ratio), graph
             # replays only; stored (every round) / profiled kernel time is printed beside it: it adds
@@ -940,8 +910,8 @@ class Report:
             if found.median is not None or found.short:
                 yield "  " + found.sentence() + (": holds" if found.holds else ": DOES NOT HOLD")
             limit = 1.10  # 10%: worth naming, below the bound
-            rows = [(f"{label} {region}", c["ratios"][region], c.get("stored_ratios", {}).get(region))
-                    for label, c in checked for region in c["ratios"]]
+            rows = [(f"{label} {region}", c.ratios[region], c.stored_ratios.get(region))
+                    for label, c in checked for region in c.ratios]
             stored = sorted(s for _, _, s in rows if s is not None)
             if stored:
                 yield (f"  stored time / profiled kernel time per group: median {statistics.median(stored):.3f}, "
@@ -959,13 +929,13 @@ class Report:
                            "regions counted a neighbour's kernels, or the unprofiled rounds ran at a higher clock "
                            f"or without the profiler's cost) in {len(overlapped)} region(s):")
                     yield from (f"    {name}" for name in overlapped)
-            eager = [g["label"] for g in groups if g.get("timed") == "eager"]
+            eager = [g.label for g in groups if g.timed == "eager"]
             if eager:
                 yield f"  timed eagerly (host work included by definition; not judged) in {len(eager)} group(s):"
                 yield from (f"    {label}" for label in eager)
             yield (f"  profiled rounds: events up to {max(r for _, r, _ in rows):.2f}x their own kernel time "
                    "(the same launches; what the bounds above judge where a result stores it per cell)")
-        skipped = [g["cross_check"]["reason"] for g in groups if g.get("cross_check", {}).get("reason")]
+        skipped = [g.cross_check.reason for g in groups if g.cross_check is not None and g.cross_check.reason]
         if skipped:
             yield f"  cross-check not possible in {len(skipped)} group(s), e.g. {skipped[0]}"
 
@@ -980,7 +950,7 @@ class Report:
         yield ""
         # "The prediction omits host overhead" beside graph replays read as if the measured times held
         # some: say what the times are where every group of this mode was replayed as a CUDA graph.
-        timed = {g.get("timed") for g in self.doc.get("groups") or [] if g.get("mode") == mode}
+        timed = {g.timed for g in self.result.groups if g.mode == mode}
         if timed == {"graph replays"}:
             yield "roofline-predicted vs measured (ms, graph replays; the prediction omits kernel gaps and tiling):"
         else:
@@ -1009,7 +979,7 @@ class Report:
         if mode not in ACCURACY_MODES:
             return
         yield ""
-        if not any(c["mode"] == mode for c in self._accuracy_raw):
+        if not any(c.mode == mode for c in self.result.accuracy):
             lacks = self._method_lacks("accuracy") or "not measured in this result (gemm-bench run --accuracy)"
             yield f"accuracy (SQNR): {lacks}"
             return
@@ -1132,13 +1102,7 @@ def _step_json(r: StepResult) -> dict[str, Any]:
     return out
 
 
-def _power_note(doc: dict[str, Any], groups: list[dict[str, Any]], most: float) -> str:
-    """Why "up to 880 W" on a 700 W board is no error: :func:`gemm_bench.results.energy.power_above_limit`,
-    the sentence the pages' energy lines use too."""
-    return energy.power_above_limit(doc.get("device", {}), most, (g["clock"].get("power_source") for g in groups))
-
-
-def describe_method(method: dict[str, Any]) -> str:
+def describe_method(method: Mapping[str, Any]) -> str:
     """One line saying how the numbers were taken (shown in the CLI and on every page)."""
     name = method.get("timer", "?")
     parts = [f"{name}"]
@@ -1158,11 +1122,21 @@ def describe_method(method: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _relative_iqr(stats: Any) -> float:
+def _relative_iqr(stats: Stats | None) -> float:
     """IQR / median of a stored time's statistics (0 where the file has no spread)."""
-    if not isinstance(stats, dict):
+    if stats is None or stats.median_ms <= 0:
         return 0.0
-    iqr, median = stats.get("iqr_ms"), stats.get("median_ms")
-    if not isinstance(iqr, (int, float)) or not isinstance(median, (int, float)) or median <= 0:
-        return 0.0
-    return float(iqr) / float(median)
+    return stats.iqr_ms / stats.median_ms
+
+
+def _stats_mapping(stats: Stats | None) -> dict[str, Any]:
+    """A time's statistics as the stored block spells them ({} without), for the renderers that read one
+    (:func:`gemm_bench.report.figures.quartiles`)."""
+    return stats.as_mapping() if stats is not None else {}
+
+
+def _view_cell(stored: StoredCell, gemm: GemmShape) -> Cell:
+    """The page's view of a stored GEMM cell: on the page's GEMM, its statistics as a mapping."""
+    return Cell(stored.mode, stored.precision, gemm, stored.status, stored.ms, stored.reason,
+                _stats_mapping(stored.stats), stored.run_id,
+                stored.eager.median_ms if stored.eager is not None else None, stored.kernel_ms, stored.kernel_ratio)

@@ -42,10 +42,13 @@ def ratio(item: Mapping[str, Any]) -> float | None:
     moved between those rounds and the rest (a power-limited H100 slowed by 15% within one group)
     and the profiler's own cost in the profiled rounds; neither is idle GPU time, which is what the
     bounds judge."""
-    ms, kernel = _number(item.get("ms")), _number(item.get("kernel_ms"))
-    if item.get("status") != "measured" or ms is None or kernel is None:
+    return _ratio(item.get("status"), _number(item.get("ms")), _number(item.get("kernel_ms")),
+                  _number(item.get("kernel_ratio")))
+
+
+def _ratio(status: object, ms: float | None, kernel: float | None, same_launches: float | None) -> float | None:
+    if status != "measured" or ms is None or kernel is None:
         return None
-    same_launches = _number(item.get("kernel_ratio"))
     if same_launches is not None:
         return same_launches
     return ms / kernel if kernel > 0 else None
@@ -91,8 +94,15 @@ class Region:
 
 def region(item: Mapping[str, Any]) -> Region | None:
     """The cross-check of one cell, layer cell or peer row; None when it was not cross-checked."""
-    r = ratio(item)
-    return None if r is None else Region(r, float(item["kernel_ms"]))
+    return region_of(item.get("status"), _number(item.get("ms")), _number(item.get("kernel_ms")),
+                     _number(item.get("kernel_ratio")))
+
+
+def region_of(status: object, ms: float | None, kernel_ms: float | None, kernel_ratio: float | None) -> Region | None:
+    """:func:`region` of a timed entry's fields as the typed result holds them
+    (:attr:`gemm_bench.results.typed.Outcome.cross_check`): the one rule for both forms."""
+    r = _ratio(status, ms, kernel_ms, kernel_ratio)
+    return None if r is None or kernel_ms is None else Region(r, kernel_ms)
 
 
 def region_flag(item: Mapping[str, Any]) -> str | None:
@@ -146,30 +156,57 @@ class Verdict:
         return text
 
 
+def cell_label(mode: str, op: str, pass_: str, precision: str) -> str:
+    """How the file's verdict names a GEMM cell ("prequant qkv/fprop bf16")."""
+    return f"{mode} {op}/{pass_} {precision}"
+
+
+def step_label(mode: str, precision: str, routing: str = "balanced") -> str:
+    """How the file's verdict names a layer-step cell ("layer-graphed step bf16 (skewed)")."""
+    return f"{mode} step {precision}" + ("" if routing == "balanced" else f" ({routing})")
+
+
+def peer_label(backend: str, op: str, pass_: str) -> str:
+    return f"peer {backend} {op}/{pass_}"
+
+
+def plan_label(step: object) -> str:
+    return f"plan step {step}"
+
+
+def part_label(part: str, precision: str) -> str:
+    return f"model step {part} {precision}"
+
+
 def labelled_items(doc: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
-    """Every timed item of a result with a label a reader can find it by."""
+    """Every timed item of a result with a label a reader can find it by (the typed result's
+    :meth:`~gemm_bench.results.typed.Result.timed_regions` names them alike)."""
     for c in doc.get("cells", []):
-        yield f"{c['mode']} {c['op']}/{c['pass']} {c['precision']}", c
+        yield cell_label(c["mode"], c["op"], c["pass"], c["precision"]), c
     for c in doc.get("layer", []) or []:
-        routing = c.get("routing", "balanced")
-        yield f"{c['mode']} step {c['precision']}" + ("" if routing == "balanced" else f" ({routing})"), c
+        yield step_label(c["mode"], c["precision"], c.get("routing", "balanced")), c
     for p in doc.get("peers", []) or []:
-        yield f"peer {p['backend']} {p['op']}/{p['pass']}", p
+        yield peer_label(p["backend"], p["op"], p["pass"]), p
     plan = doc.get("plan")
     for s in (plan.get("steps", []) or []) if isinstance(plan, dict) else []:
-        yield f"plan step {s.get('step')}", s
+        yield plan_label(s.get("step")), s
     model = doc.get("model_step")
     for p in (model.get("parts", []) or []) if isinstance(model, dict) else []:
-        yield f"model step {p['part']} {p['precision']}", p
+        yield part_label(p["part"], p["precision"]), p
 
 
 def verdict(doc: Mapping[str, Any]) -> Verdict:
     """The file's cross-check against the bounds of this module (each region judged by :func:`region`)."""
+    return verdict_of((label, region(item)) for label, item in labelled_items(doc))
+
+
+def verdict_of(regions: Iterable[tuple[str, Region | None]]) -> Verdict:
+    """The verdict over labelled regions (None: an item not cross-checked): :func:`verdict` of a
+    document, and of a typed result (:meth:`~gemm_bench.results.typed.Result.timed_regions`)."""
     judged: list[float] = []
     short: list[float] = []
     outside: list[tuple[str, float]] = []
-    for label, item in labelled_items(doc):
-        found = region(item)
+    for label, found in regions:
         if found is None:
             continue
         if not found.judged:

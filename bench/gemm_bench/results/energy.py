@@ -55,11 +55,22 @@ def power_above_limit(device: Mapping[str, Any], watts: float, sources: Iterable
     holds the enforced limit on average over its own window (by lowering the clock), so samples, and
     the median of a fraction of a second's samples, can sit above it. One sentence for every place a
     reading shows, so the report and the pages explain it alike."""
+    return power_above(board_limit_w(device.get("power_limit_w")), watts, sources)
+
+
+def board_limit_w(stored: object) -> float | None:
+    """The board's power limit in W from ``device.power_limit_w`` as nvidia-smi wrote it ("700.00"), None
+    where unknown ("None", "[N/A]", absent): the one reading of it (the door's power check, the typed
+    :class:`~gemm_bench.results.typed.Device`, :func:`power_above_limit`)."""
     try:
-        limit = float(str(device.get("power_limit_w")))  # "700.00" as nvidia-smi wrote it; "None" fails
+        return float(str(stored))
     except ValueError:
-        return ""
-    if not watts > limit or "instantaneous" not in set(sources):
+        return None
+
+
+def power_above(limit: float | None, watts: float, sources: Iterable[object]) -> str:
+    """:func:`power_above_limit` of a board ``limit`` already read (None: unknown)."""
+    if limit is None or not watts > limit or "instantaneous" not in set(sources):
         return ""
     return (f"power samples are instantaneous: the {limit:.0f} W limit holds on average over the power "
             "controller's window, not at every instant, so a short stretch of heavy work reads above it")

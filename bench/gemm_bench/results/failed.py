@@ -33,18 +33,27 @@ def failed_cells(doc: Mapping[str, Any], modes: Iterable[str], precisions: Itera
     ``modes``, the layer step's cells in both layer modes (every routing; a summary shows both,
     whatever its modes), the model step's parts (row :data:`MODEL_STEP_ROW`) and the energy entries
     (row :data:`ENERGY_ROW`)."""
-    wanted_modes, wanted_precisions = {*modes, *LAYER_MODES}, set(precisions)
-    found: dict[tuple[str, str], str] = {}
-    for cell in [*doc.get("cells", []), *(doc.get("layer", []) or [])]:
-        key = (cell["mode"], cell["precision"])
-        if cell["status"] == "failed" and key[0] in wanted_modes and key[1] in wanted_precisions:
-            found.setdefault(key, str(cell.get("reason", "")))
+    entries = [(str(cell["mode"]), str(cell["precision"]), str(cell["status"]), str(cell.get("reason", "")))
+               for cell in [*doc.get("cells", []), *(doc.get("layer", []) or [])]]
     blocks = ((MODEL_STEP_ROW, doc.get("model_step"), "parts"), (ENERGY_ROW, doc.get("energy"), "steps"))
-    for row, block, entries in blocks:
-        for entry in block.get(entries, []) if isinstance(block, Mapping) else []:
-            if entry.get("status") == "failed" and entry.get("precision") in wanted_precisions:
-                found.setdefault((row, str(entry["precision"])), str(entry.get("reason", "")))
-    return [(mode, precision, reason) for (mode, precision), reason in found.items()]
+    for row, block, key in blocks:
+        entries += [(row, str(entry.get("precision")), str(entry.get("status")), str(entry.get("reason", "")))
+                    for entry in (block.get(key, []) if isinstance(block, Mapping) else [])]
+    return failed_rows(entries, modes, precisions)
+
+
+def failed_rows(entries: Iterable[tuple[str, str, str, str]], modes: Iterable[str],
+                precisions: Iterable[str]) -> list[tuple[str, str, str]]:
+    """:func:`failed_cells` over a result's entries as (row, precision, status, reason), in the
+    document's order: a cell's or layer cell's row is its mode, a model-step part's
+    :data:`MODEL_STEP_ROW`, an energy entry's :data:`ENERGY_ROW`. The one predicate, for the raw
+    document and the typed result (:meth:`~gemm_bench.results.typed.Result.failed_cells`)."""
+    wanted_rows, wanted_precisions = {*modes, *LAYER_MODES, MODEL_STEP_ROW, ENERGY_ROW}, set(precisions)
+    found: dict[tuple[str, str], str] = {}
+    for row, precision, status, reason in entries:
+        if status == "failed" and row in wanted_rows and precision in wanted_precisions:
+            found.setdefault((row, precision), reason)
+    return [(row, precision, reason) for (row, precision), reason in found.items()]
 
 
 def failed_modes(doc: Mapping[str, Any], modes: Iterable[str], precisions: Iterable[str]) -> list[str]:

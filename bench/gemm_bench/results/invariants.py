@@ -39,6 +39,10 @@ The invariants, and why each bound is what it is:
   tokens one GPU's step stands for over its energy (:func:`~gemm_bench.results.energy.tokens_per_gpu`),
   recomputed from the stored energies, so a tensor-parallel result measured before the rule reads
   as one measured after it.
+* **A peer's time at most the hardware's speed** for the format its label names (``FP8 rowwise``: the
+  FP8 peak), as the schema holds Transformer Engine's cells to theirs.
+* **A timed group's board power** (``groups[].clock``, which ``gemm-bench report`` quotes as "board power
+  up to") held to the energy's rule: its power fields are dropped, ``power_refused`` says why.
 * **Optimizer state per parameter** within :data:`STATE_PER_PARAM` bytes: the FP32 master weight
   and Adam's two moments (12) are the least the recipe's optimizer holds, and those plus the FP32
   main gradient and one more FP32 buffer (20) the most it can need.
@@ -62,8 +66,8 @@ from gemm_bench.question.hardware import above_peak, achieved_tflops, peak_tflop
 from gemm_bench.question.shapes import GemmShape, total_flops
 from gemm_bench.results.breakdown import check_adds_up, check_scale
 from gemm_bench.results.cross_check import region_flag
-from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, per_gpu_rates, tokens_per_gpu
-from gemm_bench.results.schema import CheckedDocument
+from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, board_limit_w, per_gpu_rates, tokens_per_gpu
+from gemm_bench.results.schema import CheckedDocument, peer_format, peer_precision, peer_timed
 
 #: Bytes one built layer's weights hold per parameter: (least, most) (module docstring).
 WEIGHT_BYTES_PER_PARAM = (2.0, 2.1)
@@ -100,9 +104,11 @@ def check(doc: Mapping[str, Any]) -> CheckedDocument:
     device = str(out["device"]["name"])
     layer_flops = total_flops(gemms) if out["question"].get("kind") == "model" else None
     _layer_cells(out, device, layer_flops, found)
+    _peers(out, device, {(g.op, g.pass_): g for g in gemms}, found)
     _plan(out, device, layer_flops, found)
     _model_step(out, device, layer_flops, found)
     _energy(out, found)
+    _groups(out, found)
     out.violations = tuple(found)
     return out
 
@@ -167,6 +173,28 @@ def _layer_cells(doc: dict[str, Any], device: str, flops: int | None, found: lis
             _demote(cell, problem, _LAYER_KEYS)
             continue
         _breakdown(cell, where, "layer", precision, found)
+
+
+#: What a demoted peer row keeps: its identity (the schema holds a peer row to a GEMM of the question).
+_PEER_KEYS = ("backend", "op", "pass", "kind", "precision", "m", "k", "n", "groups", "flops", "run_id", "measured_at")
+
+
+def _peers(doc: dict[str, Any], device: str, gemms: Mapping[tuple[str, str], GemmShape],
+           found: list[Violation]) -> None:
+    """A peer's time at most the hardware's speed for the format its label names (the schema holds TE's
+    cells to it; ``gemm-bench report`` prints a peer's % of peak too)."""
+    for i, row in enumerate(doc.get("peers", []) or []):
+        if row.get("status") != "measured":
+            continue
+        label = peer_precision(str(row["backend"]), str(row.get("precision") or ""))
+        fmt, timed = peer_format(label), peer_timed(gemms, str(row.get("kind") or "gemm"), row["op"], row["pass"])
+        if fmt is None or timed is None:
+            continue
+        problem = _too_fast(device, fmt, timed[1], float(row["ms"]),
+                            f"peer {row['backend']} {row['op']}/{row['pass']} ({label})")
+        if problem is not None:
+            found.append(Violation(f"$.peers[{i}]", "peers", None, problem))
+            _demote(row, problem, _PEER_KEYS)
 
 
 def _plan(doc: dict[str, Any], device: str, flops: int | None, found: list[Violation]) -> None:
@@ -251,29 +279,57 @@ def _energy(doc: dict[str, Any], found: list[Violation]) -> None:
     block = doc.get("energy")
     if not isinstance(block, dict):
         return
-    try:
-        limit: float | None = float(str(doc["device"].get("power_limit_w")))
-    except ValueError:
-        limit = None
+    limit = board_limit_w(doc["device"].get("power_limit_w"))
     tokens = tokens_per_gpu(doc["question"].get("config") or {})
     for i, entry in enumerate(block.get("steps", []) or []):
         if entry.get("status") != "measured":
             continue
         where, precision = f"$.energy.steps[{i}]", entry["precision"]
-        power, samples = float(entry["power_w"]), int(entry["samples"])
-        top, q3 = entry.get("power_w_max"), entry.get("power_w_q3")
-        problem = None
-        if samples < MIN_ENERGY_SAMPLES:
-            problem = (f"{samples} power samples: an energy rests on at least {MIN_ENERGY_SAMPLES}, so it is not "
-                       "published")
-        elif limit is not None and power > POWER_MARGIN * limit:
-            problem = (f"a median board power of {power:.0f} W is above {POWER_MARGIN:g}x the board's "
-                       f"{limit:.0f} W limit: not a reading of the step's draw")
-        elif isinstance(top, (int, float)) and isinstance(q3, (int, float)) and power == q3 == top:
-            problem = (f"the median power {power:.1f} W equals the third quartile and the maximum of its "
-                       f"{samples} samples: a stuck or saturated reading, not the step's draw")
+        problem = power_problem(float(entry["power_w"]), int(entry["samples"]), entry.get("power_w_q3"),
+                                entry.get("power_w_max"), limit, "the step's draw")
         if problem is not None:
             found.append(Violation(where, "energy", precision, problem))
             _demote(entry, problem, ("precision",))
         elif tokens is not None:
             per_gpu_rates(entry, tokens)
+
+
+def power_problem(power: float, samples: int, q3: object, top: object, limit: float | None, what: str) -> str | None:
+    """Why a median board ``power`` over ``samples`` (third quartile ``q3`` and maximum ``top`` where stored)
+    is not a reading of ``what``, or None: too few samples, beyond the board's ``limit`` with
+    :data:`POWER_MARGIN`, or stuck (the median equal to the third quartile and the maximum). One rule for
+    a step's energy and a timed group's power."""
+    if samples < MIN_ENERGY_SAMPLES:
+        return (f"{samples} power samples: a power reading rests on at least {MIN_ENERGY_SAMPLES}, so it is not "
+                "published")
+    if limit is not None and power > POWER_MARGIN * limit:
+        return (f"a median board power of {power:.0f} W is above {POWER_MARGIN:g}x the board's "
+                f"{limit:.0f} W limit: not a reading of {what}")
+    if isinstance(top, (int, float)) and isinstance(q3, (int, float)) and power == q3 == top:
+        return (f"the median power {power:.1f} W equals the third quartile and the maximum of its "
+                f"{samples} samples: a stuck or saturated reading, not {what}")
+    return None
+
+
+#: A timed group's power fields (``groups[].clock``), dropped together when its reading is refused.
+GROUP_POWER_FIELDS = ("power_w_median", "power_w_max", "power_w_q1", "power_w_q3")
+
+
+def _groups(doc: dict[str, Any], found: list[Violation]) -> None:
+    """A timed group's board power held to the energy's rule (:func:`power_problem`): ``gemm-bench report``
+    prints "board power up to N W" from the groups, so a reading the energy would refuse is refused here
+    too: its power fields are dropped from the clock and ``power_refused`` says why (the clock's own
+    samples stay)."""
+    limit = board_limit_w(doc["device"].get("power_limit_w"))
+    for i, group in enumerate(doc.get("groups", []) or []):
+        clock = group.get("clock") if isinstance(group, dict) else None
+        if not isinstance(clock, dict) or not isinstance(clock.get("power_w_median"), (int, float)):
+            continue
+        problem = power_problem(float(clock["power_w_median"]), int(clock.get("samples") or 0),
+                                clock.get("power_w_q3"), clock.get("power_w_max"), limit,
+                                f"the board's draw while group {group.get('label')!r} was timed")
+        if problem is not None:
+            found.append(Violation(f"$.groups[{i}].clock", "groups", None, problem))
+            for key in GROUP_POWER_FIELDS:
+                clock.pop(key, None)
+            clock["power_refused"] = REFUSED + problem

@@ -32,12 +32,12 @@ import itertools
 import math
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gemm_bench.question.config import MAX_DIMENSION
 from gemm_bench.question.devices import device_slug
-from gemm_bench.question.hardware import above_peak, achieved_tflops, peak_tflops, precision_format
+from gemm_bench.question.hardware import FORMATS, above_peak, achieved_tflops, peak_tflops, precision_format
 from gemm_bench.question.precisions import ALL_MODES, MODES, PRECISION_IDS, PRECISIONS, gemm_modes
 from gemm_bench.question.question import question_hash
 from gemm_bench.question.shapes import PASSES, GemmShape
@@ -122,6 +122,37 @@ _ROUNDING = 2e-6
 #: peers a Linear's ``fprop`` and ``backward`` (Dgrad + Wgrad) on the op's Fprop shape.
 PEER_KINDS: tuple[str, ...] = ("gemm", "linear")
 LINEAR_PEER_REGIONS: tuple[str, ...] = ("fprop", "backward")
+#: Labels of the peers results already hold, for rows written before peers carried a precision.
+_PEER_PRECISIONS = {"torch.matmul": "BF16", "torch._scaled_mm (FP8 tensorwise)": "FP8 tensorwise",
+                    "torch._scaled_mm (FP8 rowwise)": "FP8 rowwise"}
+
+
+def peer_precision(backend: str, stored: str = "") -> str:
+    """A peer row's own label of what it computes in ("BF16", "FP8 rowwise"): the ``stored`` one, else
+    the one its ``backend`` name implies ("" where none does)."""
+    if stored:
+        return stored
+    for prefix, label in _PEER_PRECISIONS.items():
+        if backend.startswith(prefix):
+            return label
+    if "(" in backend and backend.endswith(")"):
+        return backend[backend.rindex("(") + 1:-1]
+    return ""
+
+
+def peer_format(label: str) -> str | None:
+    """The tensor-core format a peer's label names (``FP8 rowwise`` -> ``fp8``), else None."""
+    head = label.strip().lower().split(" ")[0] if label.strip() else ""
+    return head if head in FORMATS else None
+
+
+def peer_timed(gemms: Mapping[tuple[str, str], GemmShape], kind: str, op: str, pass_: str
+               ) -> tuple[GemmShape, int] | None:
+    """The question's GEMM a peer row is on and the FLOPs its region runs: a ``gemm`` peer's pass; a
+    ``linear`` peer's region on the op's Fprop shape, ``backward`` running two GEMMs of its FLOPs
+    (Dgrad and Wgrad). None where the question has no such GEMM."""
+    shape = gemms.get((op, "fprop" if kind == "linear" else pass_))
+    return None if shape is None else (shape, shape.flops * (2 if pass_ == "backward" else 1))
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._-]{0,63}")
 _CAPABILITY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
@@ -841,8 +872,15 @@ def document_gemms(doc: dict[str, Any]) -> list[GemmShape]:
 
 def cached_precisions(doc: dict[str, Any]) -> list[str]:
     """The precisions a valid document holds cells of (GEMM or layer step), in the registry's order."""
-    held = [*doc["cells"], *doc.get("layer", [])]
-    return [p for p in PRECISION_IDS if any(c["precision"] == p for c in held)]
+    return in_registry_order(c["precision"] for c in [*doc["cells"], *doc.get("layer", [])])
+
+
+def in_registry_order(precisions: Iterable[str]) -> list[str]:
+    """The known precision ids among ``precisions``, once each, in the registry's order: what
+    :func:`cached_precisions` and the typed result's
+    :meth:`~gemm_bench.results.typed.Result.cached_precisions` list."""
+    held = set(precisions)
+    return [p for p in PRECISION_IDS if p in held]
 
 
 def unstored_reason(doc: dict[str, Any], mode: str, precision: str) -> str | None:
@@ -851,13 +889,22 @@ def unstored_reason(doc: dict[str, Any], mode: str, precision: str) -> str | Non
     The registry's reason where the precision has no such mode, else the device's recorded
     support verdict (``doc["support"]``) where it says unavailable.
     """
+    verdict = (doc.get("support") or {}).get(precision)
+    return support_reason(mode, precision, None if verdict is None else (bool(verdict["available"]),
+                                                                         str(verdict["reason"] or "")),
+                          str(doc["device"]["name"]))
+
+
+def support_reason(mode: str, precision: str, verdict: tuple[bool, str] | None, device: str) -> str | None:
+    """:func:`unstored_reason` from its parts: TE's recorded ``verdict`` on the precision (available,
+    reason; None where none is stored) and the device's name. The typed result asks it too
+    (:meth:`~gemm_bench.results.typed.Result.unstored_reason`)."""
     info = PRECISIONS.get(precision)
     if info is not None and not info.has_mode(mode) and mode in info.absent_modes:
         return info.absent_modes[mode]
-    verdict = (doc.get("support") or {}).get(precision)
-    if verdict is not None and not verdict["available"]:
+    if verdict is not None and not verdict[0]:
         name = info.display if info else precision
-        return str(verdict["reason"] or f"{name} is not supported on {doc['device']['name']}")
+        return verdict[1] or f"{name} is not supported on {device}"
     return None
 
 

@@ -9,12 +9,14 @@ parsed here, once, by :func:`parse` into frozen dataclasses whose fields are typ
 takes a :class:`Result` cannot index a field the door did not check, and a demoted number reaches it
 only as a failed entry with its reason.
 
-What is typed: the device, provenance, question, TE's support verdicts, the GEMM cells, the layer-step
-cells, the accuracy (SQNR) cells, the model step (parts, memory, largest micro-batch), the energy
-entries and the precision plan. Not yet: peers, timed groups and breakdown blocks (a breakdown stays the mapping
-:mod:`gemm_bench.results.breakdown` reads). :attr:`Result.document` keeps the checked document for
-the readers not yet converted (the docs' methodology lists which are); writers never use a
-:class:`Result`: ``Cache.store`` and the merge read the file raw.
+What is typed: the device, provenance, question, TE's support verdicts, the GEMM cells (their eager
+statistics and profiler cross-check included), the layer-step cells, the accuracy (SQNR) cells, the
+peers' rows, the timed groups (clock, board power, the rounds rule's outcome, their cross-check), the
+model step (parts, memory, largest micro-batch), the energy entries and the precision plan. Not yet: the
+breakdown blocks (a breakdown stays the mapping :mod:`gemm_bench.results.breakdown` reads).
+:attr:`Result.document` keeps the checked document for the readers not yet converted (the docs'
+methodology lists which are); writers never use a :class:`Result`: ``Cache.store`` and the merge read
+the file raw.
 
 Pure: no torch.
 """
@@ -26,16 +28,35 @@ import functools
 import statistics
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, cast
 
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.model_step import MemoryParts
 from gemm_bench.question.question import Question, stored_config
 from gemm_bench.question.shapes import OP_NAMES, GemmShape
+from gemm_bench.results.cross_check import (
+    Region,
+    Verdict,
+    cell_label,
+    part_label,
+    peer_label,
+    plan_label,
+    region_of,
+    step_label,
+    verdict_of,
+)
+from gemm_bench.results.energy import board_limit_w
+from gemm_bench.results.failed import ENERGY_ROW, MODEL_STEP_ROW, failed_rows
 from gemm_bench.results.invariants import Violation, check
 from gemm_bench.results.model_step_schema import MEMORY_FIELDS
-from gemm_bench.results.schema import CheckedDocument, cell_run_id
+from gemm_bench.results.schema import (
+    CheckedDocument,
+    cell_run_id,
+    in_registry_order,
+    peer_precision,
+    support_reason,
+)
 
 Status = Literal["measured", "unsupported", "failed"]
 PartName = Literal["embedding", "layer-first", "layer-cached", "head", "optimizer"]
@@ -88,10 +109,26 @@ class Outcome:
     ms: float | None
     stats: Stats | None
     reason: str
+    #: The profiler cross-check beside a measured time (method v4, :mod:`~.cross_check`): the profiled
+    #: kernel time, and the profiled rounds' event median over it; None where not cross-checked.
+    kernel_ms: float | None = dataclasses.field(default=None, kw_only=True)
+    kernel_ratio: float | None = dataclasses.field(default=None, kw_only=True)
 
     @property
     def measured(self) -> bool:
         return self.status == "measured" and self.ms is not None
+
+    @property
+    def cross_check(self) -> Region | None:
+        """This time's profiler cross-check (:func:`~.cross_check.region_of`), None where unchecked."""
+        return region_of(self.status, self.ms, self.kernel_ms, self.kernel_ratio)
+
+    @property
+    def cross_check_flag(self) -> str | None:
+        """Why this time is not plainly the GPU's time for its region (:attr:`~.cross_check.Region.flag`),
+        None when it holds, is too short to judge or was not checked."""
+        found = self.cross_check
+        return found.flag if found is not None else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +140,8 @@ class Cell(Outcome):
     op: str
     pass_: str
     run_id: str
-    kernel_ms: float | None = None
-    kernel_ratio: float | None = None
+    #: Method v4: the same region called eagerly (host work included), where stored.
+    eager: Stats | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +152,6 @@ class LayerCell(Outcome):
     precision: str
     routing: str
     run_id: str
-    kernel_ms: float | None = None
-    kernel_ratio: float | None = None
     #: The stored time breakdown (:mod:`gemm_bench.results.breakdown`'s block), None where absent or
     #: dropped at the door (parts that did not add up).
     breakdown: Mapping[str, Any] | None = None
@@ -320,6 +355,87 @@ class PlanBlock:
 
 
 @dataclasses.dataclass(frozen=True)
+class Peer(Outcome):
+    """One peer's row (``peers[]``, :mod:`gemm_bench.measure.peers`): a GEMM pass timed by another library
+    (``gemm`` peers), or a Linear's ``fprop`` or ``backward`` region on the op's Fprop shape (``linear``)."""
+
+    backend: str
+    op: str
+    pass_: str
+    run_id: str
+    kind: str = "gemm"
+    #: The peer's own label of what it computes in ("BF16", "FP8 rowwise") as stored, "" where the row
+    #: stores none (:attr:`label` then reads it from the backend's name).
+    precision: str = ""
+
+    @property
+    def label(self) -> str:
+        """What the peer computes in (:func:`~.schema.peer_precision`): a label, not a TE precision id."""
+        return peer_precision(self.backend, self.precision)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """A timed group's SM clock and board power while it was timed (``groups[].clock``,
+    :mod:`gemm_bench.measure.telemetry`): no samples and the ``reason``, or the clock's median and
+    minimum and, where the driver gave one, the power's median, quartiles and maximum."""
+
+    samples: int
+    reason: str = ""
+    sm_clock_mhz_median: float | None = None
+    sm_clock_mhz_min: float | None = None
+    power_w_median: float | None = None
+    power_w_max: float | None = None
+    power_w_q1: float | None = None
+    power_w_q3: float | None = None
+    power_source: str = ""
+    #: Why the door refused the power reading (it starts with :data:`~.invariants.REFUSED`; the power
+    #: fields are then None), "" where the reading stands or none was taken.
+    power_refused: str = ""
+
+    @property
+    def has_power(self) -> bool:
+        return self.power_w_median is not None and self.power_w_max is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupCrossCheck:
+    """A timed group's events-vs-profiler check (``groups[].cross_check``): per region, event time over
+    kernel time of the profiled launches (``ratios``), the stored time over it (``stored_ratios``) and the
+    kernel time; or the ``reason`` it was not possible."""
+
+    rounds: int
+    ratios: Mapping[str, float]
+    stored_ratios: Mapping[str, float]
+    kernel_ms: Mapping[str, float]
+    reason: str = ""
+    max_deviation: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedGroup:
+    """One timed group of a run (``groups[]``): the regions timed together round by round, how they were
+    timed (``timed``: graph replays or eager), how the rounds rule ended (``converged``), and what the GPU
+    did meanwhile (``clock``) with the cross-check of its regions."""
+
+    label: str
+    run_id: str
+    rounds: int
+    members: tuple[str, ...]
+    mode: str = ""
+    timed: str | None = None
+    #: The group's median clock more than the telemetry's drop below the run's median (power- or heat-limited).
+    clock_low: bool = False
+    #: Whether every region's median reached the rule's target (None: the result stores no outcome).
+    converged: bool | None = None
+    eager_rounds: int | None = None
+    wall_s: float | None = None
+    setup_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    clock: Clock | None = None
+    cross_check: GroupCrossCheck | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Device:
     """The GPU the result was measured on (``device``); ``fields`` keeps every stored field (clocks,
     memory) as the scalars the schema allows."""
@@ -373,6 +489,12 @@ class Result:
     cells: tuple[Cell, ...]
     layer: tuple[LayerCell, ...]
     accuracy: tuple[AccuracyCell, ...]
+    #: How the SQNRs were taken (``accuracy_method``), None where the result has none.
+    accuracy_method: Mapping[str, Any] | None
+    #: The peers' rows: context beside Transformer Engine's cells, never in its totals.
+    peers: tuple[Peer, ...]
+    #: The timed groups of every run the document holds (() for a result measured before they were stored).
+    groups: tuple[TimedGroup, ...]
     model_step: ModelStepBlock | None
     energy: EnergyBlock | None
     plan: PlanBlock | None
@@ -385,6 +507,47 @@ class Result:
     def energies(self) -> dict[str, EnergyEntry]:
         """precision -> measured energy entry; {} without an energy block."""
         return {} if self.energy is None else self.energy.measured()
+
+    def cached_precisions(self) -> list[str]:
+        """The precisions the result holds cells of (GEMM or layer step), in the registry's order
+        (:func:`~.schema.in_registry_order`, as :func:`~.schema.cached_precisions` lists a document's)."""
+        return in_registry_order([*(c.precision for c in self.cells), *(c.precision for c in self.layer)])
+
+    def unstored_reason(self, mode: str, precision: str) -> str | None:
+        """Why a cell the result does not hold is *unsupported* rather than missing, or None
+        (:func:`~.schema.support_reason`: the registry's reason, else TE's recorded verdict)."""
+        verdict = self.support.get(precision)
+        return support_reason(mode, precision, None if verdict is None else (verdict.available, verdict.reason),
+                              self.device.name)
+
+    def failed_cells(self, modes: Iterable[str], precisions: Iterable[str]) -> list[tuple[str, str, str]]:
+        """(row, precision, reason) of each failed measurement a page may show
+        (:func:`~.failed.failed_rows`, the predicate the refresh plans with)."""
+        entries: list[tuple[str, str, str, str]] = [(c.mode, c.precision, c.status, c.reason) for c in self.cells]
+        entries += [(c.mode, c.precision, c.status, c.reason) for c in self.layer]
+        if self.model_step is not None:
+            entries += [(MODEL_STEP_ROW, p.precision, p.status, p.reason) for p in self.model_step.parts]
+        if self.energy is not None:
+            entries += [(ENERGY_ROW, e.precision, e.status, e.reason) for e in self.energy.entries]
+        return failed_rows(entries, modes, precisions)
+
+    def timed_regions(self) -> Iterator[tuple[str, Region | None]]:
+        """Every timed item's label and profiler cross-check (None: not cross-checked), named as
+        :func:`~.cross_check.labelled_items` names a document's."""
+        for c in self.cells:
+            yield cell_label(c.mode, c.op, c.pass_, c.precision), c.cross_check
+        for layer in self.layer:
+            yield step_label(layer.mode, layer.precision, layer.routing), layer.cross_check
+        for peer in self.peers:
+            yield peer_label(peer.backend, peer.op, peer.pass_), peer.cross_check
+        for step in self.plan.steps if self.plan is not None else ():
+            yield plan_label(step.step), step.cross_check
+        for part in self.model_step.parts if self.model_step is not None else ():
+            yield part_label(part.part, part.precision), part.cross_check
+
+    def cross_check(self) -> Verdict:
+        """The result's profiler cross-check against the bounds (:func:`~.cross_check.verdict_of`)."""
+        return verdict_of(self.timed_regions())
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -476,6 +639,12 @@ def _outcome(item: Mapping[str, Any]) -> dict[str, Any]:
             "reason": _words(item)}
 
 
+def _eager(cell: Mapping[str, Any]) -> Stats | None:
+    """A measured cell's eager statistics (method v4), None where not stored."""
+    eager = cell.get("eager")
+    return _read(Stats, eager) if cell["status"] == "measured" and isinstance(eager, Mapping) else None
+
+
 def parse_model_step(block: Mapping[str, Any]) -> ModelStepBlock:
     """A checked document's ``model_step`` block, typed: :func:`parse`'s own step, public for the readers
     not yet converted to :class:`Result` that hand a converted one the block they hold (it must come from
@@ -511,11 +680,26 @@ def _plan(doc: Mapping[str, Any], block: Mapping[str, Any]) -> PlanBlock:
 
 
 def _device(block: Mapping[str, Any]) -> Device:
-    try:
-        limit: float | None = float(str(block.get("power_limit_w")))  # "700.00"; "None" fails
-    except ValueError:
-        limit = None
-    return _read(Device, block, power_limit_w=limit, fields=dict(block))
+    return _read(Device, block, power_limit_w=board_limit_w(block.get("power_limit_w")), fields=dict(block))
+
+
+def _peer(doc: Mapping[str, Any], row: Mapping[str, Any]) -> Peer:
+    return _read(Peer, row, **_outcome(row), run_id=cell_run_id(dict(doc), dict(row)))
+
+
+def _numbers(block: object) -> dict[str, float]:
+    return {str(k): float(v) for k, v in block.items()} if isinstance(block, Mapping) else {}
+
+
+def _group(group: Mapping[str, Any]) -> TimedGroup:
+    clock, check = group.get("clock"), group.get("cross_check")
+    return _read(TimedGroup, group, members=tuple(map(str, group["members"])),
+                 setup_s=_numbers(group.get("setup_s")),
+                 clock=_read(Clock, clock) if isinstance(clock, Mapping) else None,
+                 cross_check=None if not isinstance(check, Mapping) else _read(
+                     GroupCrossCheck, check, ratios=_numbers(check.get("ratios")),
+                     stored_ratios=_numbers(check.get("stored_ratios")), kernel_ms=_numbers(check.get("kernel_ms")),
+                     reason=_words(check)))
 
 
 def _provenance(block: Mapping[str, Any]) -> Provenance:
@@ -541,7 +725,8 @@ def parse(doc: Mapping[str, Any]) -> Result:
     plain = dict(checked)
     question = checked["question"]
     model_step, energy, plan = checked.get("model_step"), checked.get("energy"), checked.get("plan")
-    cells = tuple(_read(Cell, c, **_outcome(c), run_id=cell_run_id(plain, c)) for c in checked["cells"])
+    cells = tuple(_read(Cell, c, **_outcome(c), run_id=cell_run_id(plain, c), eager=_eager(c))
+                  for c in checked["cells"])
     layer = tuple(_read(LayerCell, c, defaults={"routing": "balanced"}, **_outcome(c), run_id=cell_run_id(plain, c))
                   for c in checked.get("layer", []))
     accuracy = tuple(_read(AccuracyCell, c, sqnr_db=float(c["sqnr_db"]) if c["status"] == "measured" else None,
@@ -555,6 +740,8 @@ def parse(doc: Mapping[str, Any]) -> Result:
         notes=tuple(map(str, checked.get("notes", []))),
         support={str(p): _read(Support, v) for p, v in (checked.get("support") or {}).items()},
         cells=cells, layer=layer, accuracy=accuracy,
+        peers=tuple(_peer(plain, p) for p in checked.get("peers", [])),
+        groups=tuple(_group(g) for g in checked.get("groups", []) or []),
         model_step=parse_model_step(model_step) if isinstance(model_step, Mapping) else None,
         energy=_energy(energy) if isinstance(energy, Mapping) else None,
         plan=_plan(plain, plan) if isinstance(plan, Mapping) else None,
