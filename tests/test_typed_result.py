@@ -556,3 +556,20 @@ def test_the_step_details_draw_no_breakdown_that_does_not_add_up() -> None:
     out: dict[str, Any] = {}
     step_detail_values(out, Report(doc), "fp8-current", "test")
     assert not out[value_key("gemm-breakdown", "layer-graphed", "fp8-current", "more")].available
+
+
+def test_the_json_report_prints_every_committed_plan_as_stored() -> None:
+    """``gemm-bench report --format json`` builds the plan from the typed block (so a refused step is failed);
+    on valid data it is the stored block, every field kept. (The typed step once lacked ``measured_at``, and
+    the JSON report dropped it.)"""
+    from gemm_bench.report.training_text import plan_json
+
+    seen = 0
+    for path in sorted(CACHE.glob("*.json")):
+        doc = read_document(path)
+        plan = parse(doc).plan
+        if plan is None:
+            continue
+        assert plan_json(plan) == doc["plan"], path.name
+        seen += 1
+    assert seen >= 5

@@ -309,6 +309,8 @@ class PlanStep(Outcome):
     mode: str
     run_id: str
     breakdown: Mapping[str, Any] | None = None
+    #: When the step was measured (ISO time; absent from older files).
+    measured_at: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
