@@ -313,3 +313,11 @@ def test_the_megatron_bridge_presets_overlap_the_data_parallel_collectives() -> 
     assert not any(PRESET_LAYOUTS[m].layout.overlap_grad_reduce for m in others)  # chosen layouts: Megatron's default
     assert not any(PRESET_LAYOUTS[m].layout.fp8_param_gather or PRESET_LAYOUTS[m].layout.grad_reduce_dtype != "fp32"
                    for m in others)
+
+
+def test_a_context_parallel_layout_says_the_gemms_are_the_whole_sequence_s() -> None:
+    """Llama 3 8B's published layout has CP 2: the GEMM table's 8,192 tokens are not one rank's 4,096, and
+    the question's notes (printed by ``shapes``, stored with a result) say so; CP 1 says nothing."""
+    notes = build_question(model="llama3-8b").notes
+    assert any(n.startswith("Context parallel 2: each rank holds 1/2 of the sequence's 8192 tokens") for n in notes)
+    assert not any(n.startswith("Context parallel") for n in build_question(model="qwen2.5-7b").notes)

@@ -209,6 +209,12 @@ class Question:
                 f"Shapes of one rank at tensor-parallel size {self.config.tensor_model_parallel_size}; "
                 f"communication ({collectives}) is not timed."
             )
+        if self.config is not None and self.layout is not None and self.layout.cp > 1:
+            notes.append(
+                f"Context parallel {self.layout.cp}: each rank holds 1/{self.layout.cp} of the sequence's "
+                f"{self.config.seq_length} tokens. These GEMMs are over the whole sequence; the layout's step and "
+                "memory per GPU take each rank's share (the step adds attention's exchanges between its ranks)."
+            )
         return notes
 
     def describe(self) -> str:
