@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,16 @@ CONVERTED: tuple[str, ...] = (
     "sphinxext/gemm_benchmark/answer_text.py",
     "sphinxext/gemm_benchmark/summary_answer.py",
     "sphinxext/gemm_benchmark/answers_table.py",
+    "sphinxext/gemm_benchmark/execution.py",
+    "sphinxext/gemm_benchmark/summary.py",
+    "sphinxext/gemm_benchmark/freshness.py",
+    "sphinxext/gemm_benchmark/directive.py",
+    "sphinxext/gemm_benchmark/records.py",
+    "sphinxext/gemm_benchmark/render_block.py",
+    "sphinxext/gemm_benchmark/layout_tables.py",
+    "sphinxext/gemm_benchmark/layout_step.py",
+    "sphinxext/gemm_benchmark/layout_memory.py",
+    "sphinxext/gemm_benchmark/roles.py",
 )
 
 
@@ -171,21 +182,51 @@ def test_parse_checks_a_document_that_did_not_come_through_the_door() -> None:
 
 
 # ------------------------------------------------------------------------- the converted readers
-def raw_reads(source: str, keys: frozenset[str] = RESULT_KEYS | BLOCK_KEYS) -> list[tuple[int, str]]:
+#: Functions of a converted module the scan does not read, each with why: their subscripts are not a
+#: result document's (a study file's provenance), or the one bridge to the checked document that
+#: :class:`Result` does not type yet.
+SCAN_EXCEPTIONS: dict[str, dict[str, str]] = {
+    "sphinxext/gemm_benchmark/freshness.py": {"_studies": "reads the study files (studies/*.json), not results"},
+    "sphinxext/gemm_benchmark/layout_step.py": {"_sweeps": "reads the tp-comm study files, not results"},
+    "sphinxext/gemm_benchmark/execution.py": {
+        "doc": "DeviceAnswer.doc: the checked document its Result was parsed from, for the timed groups Result "
+               "does not type yet (rounds_outcome)"},
+}
+
+
+def _self_attribute(node: ast.expr, name: str) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name)
+            and node.value.id == "self")
+
+
+def raw_reads(source: str, keys: frozenset[str] = RESULT_KEYS | BLOCK_KEYS,
+              skip: Collection[str] = ()) -> list[tuple[int, str]]:
     """(line, key) of every ``x["key"]``, ``x.get("key")`` and ``.document`` in ``source`` whose key is a
-    result document's (or its blocks'): what a converted reader must no longer do."""
+    result document's (or its blocks'): what a converted reader must no longer do.
+
+    Not result reads, so not counted: a Sphinx transform's ``self.document`` and a directive's
+    ``self.state.document`` (the page's doctree), a directive's own options (``self.options.get("accuracy")``),
+    a docutils node's attributes (``node["device"]``), and the bodies of the functions named in ``skip``
+    (:data:`SCAN_EXCEPTIONS`)."""
+    tree = ast.parse(source)
+    skipped = {id(inner) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and fn.name in skip for inner in ast.walk(fn)}
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         key = None
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            key = node.slice.value
+            if not (isinstance(node.value, ast.Name) and node.value.id == "node"):
+                key = node.slice.value
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr in ("get", "pop", "setdefault") and node.args
-              and isinstance(node.args[0], ast.Constant)):
+              and isinstance(node.args[0], ast.Constant) and not _self_attribute(node.func.value, "options")):
             key = node.args[0].value
         elif (isinstance(node, ast.Attribute) and node.attr == "document"
-              and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
-            key = ".document"  # (a Sphinx transform's own ``self.document`` is the page's doctree)
+              and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+              and not _self_attribute(node.value, "state")):
+            key = ".document"
         if isinstance(key, str) and (key in keys or key == ".document"):
             found.append((node.lineno, key))
     return sorted(found)
@@ -197,9 +238,27 @@ def test_the_scan_sees_a_raw_read() -> None:
     assert raw_reads("result.model_step.parts\nentry.energy_mj\nself.document.findall(x)") == []
 
 
+def test_the_scan_leaves_out_only_what_is_not_a_result_read() -> None:
+    """The doctree, a directive's options and a node's attributes are not counted; the same keys read
+    from anything else are, and a skipped function hides only its own body."""
+    assert raw_reads('self.state.document.set_id(b)\nself.options.get("accuracy", "row")\nnode["device"]') == []
+    assert raw_reads('state.document\nopts.get("accuracy")\nself.doc.get("layer")\nnodes["device"]') == [
+        (1, ".document"), (2, "accuracy"), (3, "layer"), (4, "device")]
+    two = 'def _studies(doc):\n    return doc["device"]\n\n\ndef other(doc):\n    return doc["device"]\n'
+    assert raw_reads(two, skip=("_studies",)) == [(6, "device")]
+    assert raw_reads(two) == [(2, "device"), (6, "device")]
+
+
+@pytest.mark.parametrize("module", sorted(SCAN_EXCEPTIONS))
+def test_each_scan_exception_names_a_function_of_its_module(module: str) -> None:
+    tree = ast.parse((ROOT / module).read_text(encoding="utf-8"))
+    defined = {fn.name for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert set(SCAN_EXCEPTIONS[module]) <= defined
+
+
 @pytest.mark.parametrize("module", CONVERTED)
 def test_a_converted_reader_reads_no_raw_document(module: str) -> None:
-    assert raw_reads((ROOT / module).read_text(encoding="utf-8")) == []
+    assert raw_reads((ROOT / module).read_text(encoding="utf-8"), skip=SCAN_EXCEPTIONS.get(module, {})) == []
 
 
 # ------------------------------------- each converted reader, handed an invalid document it did not read
