@@ -289,6 +289,33 @@ def test_each_file_is_parsed_once_and_each_report_built_once(project: Project, m
     assert len(built) == 2 * 2  # one report per device and mode, none for the roles
 
 
+def test_each_device_s_result_is_typed_once_however_many_modes_and_directives(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 43: a result is parsed once, into typed objects, and read only as such. One device, two modes,
+    two directives of one question: its file becomes one :class:`~gemm_bench.results.typed.Result`
+    (:meth:`.execution.ResultReads.result`), which every mode's Report and the page's checks share. (Before:
+    one parse per mode's ``Report(doc)``, one more for the other-vocabulary check, per directive: 6.)"""
+    from gemm_bench.results import typed
+
+    q = build_question(model="te-guide-5b")
+    project.store(make_document(q, device=H100))
+    directive = ("\n.. gemm-benchmark::\n   :name: {}\n   :model: te-guide-5b\n   :precisions: bf16, fp8-current\n"
+                 "   :modes: autocast, prequant\n")
+    project.page("index", "T\n=\n" + directive.format("a") + directive.format("b")
+                 + "\n:gemm-speedup:`a autocast fp8-current` :gemm-speedup:`b prequant fp8-current`\n")
+    built: list[int] = []
+    original: Callable[..., Any] = typed.Result.__init__
+
+    def counting(self: typed.Result, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(typed.Result, "__init__", counting)
+    warnings, _ = project.build(fresh=True)
+    assert "WARNING" not in warnings, warnings
+    assert execution.READS.parses == 1 and len(built) == 1
+
+
 # ---------------------------------------------------------------- builder-neutral doctrees
 def test_html_latex_text_on_one_doctree_dir(project: Project) -> None:
     q = build_question(model="te-guide-5b")

@@ -329,7 +329,10 @@ def test_a_failed_layer_step_is_planned_with_its_autocast_gemms() -> None:
     from gemm_bench.question.question import build_question
 
     q = build_question(model="te-guide-5b")
-    doc["energy"] = {"steps": []}  # as this code's run stores it (the committed H200 file predates it)
+    # as this code's run stores it (the committed H200 file predates it); schema-valid, as remeasure's
+    # lacking_blocks reads the typed result
+    doc["energy"] = {"method": "test", "mode": "layer-graphed", "window_s": 0.3, "sample_interval_s": 0.02,
+                     "steps": []}
     assert remeasure(doc, q, ["fp8-block"], ["autocast"], local=None, rules=Rules()) is None
     for cell in doc["layer"]:
         if (cell["mode"], cell["precision"]) == ("layer-graphed", "fp8-block"):

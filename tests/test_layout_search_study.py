@@ -215,12 +215,13 @@ def _table(device: str, layout: Any = None) -> tuple[Any, list[list[Any]], Any]:
     from gemm_bench.question.question import Question
     from gemm_bench.report.layout_search import model_search
     from gemm_bench.results.cache import read_document
+    from gemm_bench.results.typed import parse
     from gemm_benchmark.layout_memory import memory_rows
 
     doc = dict(read_document(LLAMA_8B[device]))
     config = Question.from_dict(doc["question"]).config
     search = model_search(_searches(), device, "llama3-8b", config, layout or PRESET_LAYOUTS["llama3-8b"].layout)
-    rows, why = memory_rows(doc, "llama3-8b", layout, search)
+    rows, why = memory_rows(parse(doc), "llama3-8b", layout, search)
     assert why is None
     return search, rows, doc
 

@@ -98,3 +98,24 @@ def test_a_result_lacking_what_this_code_measures_with_its_step_is_measured_whol
     for group in moe_old["groups"]:
         group.pop("clock", None)
     assert lacking_blocks(moe_old, moe) == ["the model's step"]
+
+
+def test_lacking_blocks_judges_a_result_as_the_door_leaves_it() -> None:
+    """Issue 43: ``lacking_blocks`` reads the typed result (the pages hand theirs, parsed once); a document
+    is typed first, through the invariants. A model-step part's breakdown whose parts add up to 1.4x its
+    step is dropped at the door, so the pages show none: the result lacks it and the refresh plans it.
+    (Read raw, the breakdown was there and nothing was lacking.)"""
+    import json
+    from pathlib import Path
+
+    from gemm_bench.question.question import build_question
+    from gemm_bench.results.stack import lacking_blocks
+    from gemm_bench.results.typed import parse
+
+    q = build_question(model="llama3-8b")
+    cache = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
+    doc = json.loads((cache / f"{q.hash}--h100-80gb-hbm3.json").read_text())
+    assert lacking_blocks(doc, q) == [] == lacking_blocks(parse(doc), q)
+    part = next(p for p in doc["model_step"]["parts"] if "breakdown" in p)
+    part["breakdown"]["parts_ms"]["gemm"] *= 1.5  # schema-valid; the parts no longer add up to the step
+    assert lacking_blocks(doc, q) == ["the model step's time breakdown"] == lacking_blocks(parse(doc), q)

@@ -16,6 +16,7 @@ from gemm_bench.results import studies
 from gemm_bench.results import tp_comm_schema as schema
 from gemm_bench.results.cache import read_document
 from gemm_bench.results.model_step_schema import memory_parts
+from gemm_bench.results.typed import parse
 from gemm_benchmark.layout_memory import memory_rows
 from gemm_benchmark.study_tp_comm import rows
 
@@ -53,7 +54,7 @@ def test_a_failed_cell_says_why() -> None:
 
 def test_the_layout_table_quotes_the_composition_of_the_cached_parts() -> None:
     doc = read_document(LLAMA_8B_H100)
-    table, why = memory_rows(doc, "llama3-8b")
+    table, why = memory_rows(parse(doc), "llama3-8b")
     assert why is None and len(table) == len(doc["model_step"]["memory"])
     block = doc["model_step"]
     config = Question.from_dict(doc["question"]).config
@@ -67,8 +68,24 @@ def test_the_layout_table_quotes_the_composition_of_the_cached_parts() -> None:
 def test_a_result_without_memory_parts_is_said_not_shown() -> None:
     doc = copy.deepcopy(dict(read_document(LLAMA_8B_H100)))
     doc["model_step"]["memory"] = {}
-    assert memory_rows(doc, "llama3-8b") == ([], "no model step with its memory parts in this result "
-                                                 "(a GPU refresh measures it)")
+    assert memory_rows(parse(doc), "llama3-8b") == ([], "no model step with its memory parts in this result "
+                                                        "(a GPU refresh measures it)")
+
+
+def test_a_result_whose_question_this_code_cannot_read_back_is_said_not_composed(tmp_path: Path) -> None:
+    """A schema-valid cached result whose stored config holds a field this code no longer has (a retired
+    one): the panel read ``Question.from_dict(doc["question"])`` raw, which raised ValueError and crashed
+    the build; the typed result's question is None, and the table says why it composes nothing."""
+    from gemm_bench.results.cache import file_name
+    from gemm_benchmark.layout_memory import UNREAD_QUESTION
+
+    doc = copy.deepcopy(dict(read_document(LLAMA_8B_H100)))
+    doc["question"]["config"]["retired_field"] = 1
+    path = tmp_path / file_name(doc["question_hash"], doc["device"]["name"])
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    result = parse(read_document(path))  # through the door: schema-valid
+    assert result.question is None and result.model_step is not None and result.model_step.memory
+    assert memory_rows(result, "llama3-8b") == ([], UNREAD_QUESTION)
 
 
 LLAMA_70B_LINE = ("--num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 "

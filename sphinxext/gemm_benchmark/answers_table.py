@@ -184,7 +184,7 @@ class GemmAnswersTableDirective(SphinxDirective):
             sentence = panel_sentence(
                 measured, "", per_gemm, "autocast" if "autocast" in per_gemm else (per_gemm[0] if per_gemm else ""),
                 layer_modes(req.modes), precisions, loss_parity=gpu_loss_parity(self, config.cache_dir, device.device),
-                model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc, req.question),
+                model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.result, req.question),
                 run=run_inputs(self, req.question, self.sweeps))
             cell = answer_cell(sentence, device_label(device.device))
             # A stale result says so beside its answer (a failed cell is the sentence's to explain: the

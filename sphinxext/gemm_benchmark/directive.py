@@ -157,9 +157,9 @@ the speed of BF16.
                 block: gemm_benchmark_block) -> None:
         devices = tuple(
             records.DeviceRecord(
-                name=d.device, slug=d.slug, path=str(d.path), date=d.doc["provenance"]["date"],
-                method_version=d.doc["method_version"], status=d.status.value,
-                reason=execution.lacking_reason(d.doc, request.question, d.status.value, d.reason),
+                name=d.device, slug=d.slug, path=str(d.path), date=d.result.provenance.date,
+                method_version=d.result.method_version, status=d.status.value,
+                reason=execution.lacking_reason(d.result, request.question, d.status.value, d.reason),
                 values=device_values(d.reports, device_label(d.device), request.name,
                                      records.loss_parity_study(self.env, cache_dir, d.device,
                                                                location=(self.env.docname, self.lineno),

@@ -14,11 +14,13 @@ Modelled on myst-nb's ``nb_execution_mode``:
 from the cache: a build measures the GPU it runs on.
 
 The answer path runs in one direction (see DESIGN.md): the cache files of the question are listed
-once and each is parsed at most once per build (:class:`ResultReads`); the GPU is asked once per
-build; a :class:`DeviceAnswer` carries the document read, its status and one
-:class:`~gemm_bench.report.report.Report` per mode, built from the *page's* question (its GEMMs, its layer
-count, its kind): the file only supplies per-GEMM measurements. Renderers and roles use these
-reports and nothing else.
+once and each is read and typed at most once per build (:class:`ResultReads`: the checked document,
+then its :class:`~gemm_bench.results.typed.Result`); the GPU is asked once per build; a
+:class:`DeviceAnswer` carries that typed result, its status and one
+:class:`~gemm_bench.report.report.Report` per mode (each built on the same :class:`Result`, never parsing
+it again), from the *page's* question (its GEMMs, its layer count, its kind): the file only supplies
+per-GEMM measurements. Renderers and roles use these reports and the typed result, never the document
+(``tests/test_typed_result.py`` scans this module and its readers).
 
 GPU work is serialized by a lock file (``filelock``) in the cache directory: two processes of a
 ``-j`` build (or two builds) timing GEMMs at once would each measure the other's interference.
@@ -56,7 +58,7 @@ from gemm_bench.results.stack import (
     remeasure,
     stack_staleness,
 )
-from gemm_bench.results.typed import parse
+from gemm_bench.results.typed import Result, parse
 from gemm_benchmark.diagnostics import TextEnum
 
 logger = logging.getLogger(__name__)
@@ -201,13 +203,15 @@ def reset_detection() -> None:
 
 # ------------------------------------------------------------------------------- reading once
 class ResultReads:
-    """Each cache file parsed at most once while it is unchanged (keyed by its stat).
+    """Each cache file read at most once while it is unchanged (keyed by its stat), and typed at most once
+    (:meth:`result`).
 
-    ``parses`` counts real parses, so a test can prove the "once per file per build" rule.
+    ``parses`` counts real reads of a file, so a test can prove the "once per file per build" rule.
     """
 
     def __init__(self) -> None:
         self._memo: dict[tuple[str, int, int, int], dict[str, Any] | CacheError] = {}
+        self._results: dict[tuple[str, int, int, int], Result] = {}
         self.parses = 0
         #: Contents validated by this code in an earlier build (kept in the environment, see
         #: :func:`gemm_bench.results.cache.read_document`): an edit of prose re-reads a page's results
@@ -216,7 +220,20 @@ class ResultReads:
         self.validations = 0
 
     def read(self, path: Path) -> dict[str, Any]:
-        """The validated document at ``path``, or raise :class:`CacheError` (memoized too)."""
+        """The checked document at ``path``, or raise :class:`CacheError` (memoized too)."""
+        return self._read(path)[1]
+
+    def result(self, path: Path) -> Result:
+        """The typed result of the file at ``path`` (:func:`gemm_bench.results.typed.parse` of its checked
+        document), or raise :class:`CacheError`: parsed once while the file is unchanged, so every mode's
+        report and every directive of the question share one :class:`Result` (issue 43)."""
+        key, doc = self._read(path)
+        found = self._results.get(key)
+        if found is None:
+            found = self._results[key] = parse(doc)
+        return found
+
+    def _read(self, path: Path) -> tuple[tuple[str, int, int, int], dict[str, Any]]:
         try:
             stat = path.lstat()
         except OSError as exc:
@@ -234,10 +251,11 @@ class ResultReads:
             self._memo[key] = found
         if isinstance(found, CacheError):
             raise found
-        return found
+        return key, found
 
     def clear(self) -> None:
         self._memo.clear()
+        self._results.clear()
         self.parses = 0
         self.validations = 0
 
@@ -248,16 +266,24 @@ READS = ResultReads()
 # ------------------------------------------------------------------------------- the answer
 @dataclasses.dataclass
 class DeviceAnswer:
-    """One device's result for a directive, how fresh it is, and its reports (one per mode)."""
+    """One device's result for a directive, typed once (:meth:`ResultReads.result`), how fresh it is, and
+    its reports (one per mode, each on that same :class:`Result`)."""
 
     device: str
     slug: str
     path: Path
-    doc: dict[str, Any]
+    result: Result
     status: Status
     reason: str
     reports: dict[str, Report]
     measured_now: bool = False
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        """The checked document the result was parsed from, for what :class:`Result` does not type yet (the
+        timed groups :func:`gemm_bench.report.rounds.rounds_outcome` reads; the summary's step detail until
+        it takes the result): one object with :attr:`result`, never a second read or parse."""
+        return self.result.document
 
 
 @dataclasses.dataclass
@@ -280,11 +306,12 @@ class Answer:
         return min((d.status for d in self.devices), key=lambda s: STATUSES.index(s.value))
 
 
-def reports_for(doc: dict[str, Any], question: Question, precisions: Sequence[str],
+def reports_for(result: Result, question: Question, precisions: Sequence[str],
                 modes: Sequence[str]) -> dict[str, Report]:
-    """One report per mode, built from the page's question: its GEMMs, layers and kind decide."""
+    """One report per mode, built from the page's question: its GEMMs, layers and kind decide. Each is
+    built on ``result`` (typed once), so no mode parses the document again."""
     return {
-        mode: Report(doc, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,
+        mode: Report(result, gemms=list(question.gemms), num_layers=question.num_layers, kind=question.kind,
                      modes=[mode], precisions=list(precisions), config=question.config)
         for mode in modes
     }
@@ -324,25 +351,39 @@ def freshness_key(dates: Sequence[str], *, max_age_days: float | None, mode: str
     incremental build re-judges staleness as a full one would.
     """
     now = clock()
-    aged = [bool(is_stale({"method_version": METHOD_VERSION, "provenance": {"date": date}},
-                          max_age_days=max_age_days, now=now)) for date in dates]
+    aged = [bool(result_staleness(METHOD_VERSION, date, max_age_days, now)) for date in dates]
     stack = None
     if mode != "cache" and local_gpu()[0] is not None:
         stack = _local_stack()
     return json.dumps([aged, stack], sort_keys=True, default=str)
 
 
-def lacking_reason(doc: dict[str, Any], question: Question, status: str, reason: str) -> str:
+def result_staleness(method_version: str, date: str, max_age_days: float | None,
+                   now: dt.datetime | None = None) -> str | None:
+    """Why a result of ``method_version`` measured on ``date`` is stale
+    (:func:`gemm_bench.results.cache.is_stale`: another method, or older than ``max_age_days``), or None.
+    What a result's typed fields give it, so the answer and the page's key judge the same rule."""
+    return is_stale({"method_version": method_version, "provenance": {"date": date}}, max_age_days=max_age_days,
+                    now=now or clock())
+
+
+def measured_stack(result: Result) -> dict[str, Any]:
+    """The method version and provenance of ``result`` as :func:`gemm_bench.results.stack.stack_staleness`
+    reads a document's, from the typed fields."""
+    return {"method_version": result.method_version, "provenance": dataclasses.asdict(result.provenance)}
+
+
+def lacking_reason(result: Result, question: Question, status: str, reason: str) -> str:
     """A fresh result's reason on the freshness page when it lacks what this code measures with its
     step (:func:`gemm_bench.results.stack.lacking_blocks`): not a warning (the pages render what it
     has), but never "fresh" without a word while ``gemm-bench refresh`` plans it."""
-    lacking = lacking_blocks(doc, question) if status == Status.FRESH.value else []
+    lacking = lacking_blocks(result, question) if status == Status.FRESH.value else []
     return f"lacks {' and '.join(lacking)}: the next refresh measures them" if lacking else reason
 
 
-def assess(reports: dict[str, Report], doc: dict[str, Any], max_age_days: float | None) -> tuple[Status, str]:
-    """(status, reason) of one cached document for the cells a directive asks for."""
-    stale = is_stale(doc, max_age_days=max_age_days, now=clock())
+def assess(reports: dict[str, Report], result: Result, max_age_days: float | None) -> tuple[Status, str]:
+    """(status, reason) of one cached result for the cells a directive asks for."""
+    stale = result_staleness(result.method_version, result.provenance.date, max_age_days)
     if stale:
         return Status.STALE, stale
     missing = [cell for report in reports.values() for cell in report.missing_cells()]
@@ -401,7 +442,7 @@ def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str
                                          stale_when=stale_when, peers=peers)
             if problem:
                 problems.append(problem)
-    documents: list[tuple[Path, dict[str, Any]]] = []
+    results: list[tuple[Path, Result]] = []
     errors: list[CacheError] = []
     try:
         files = cache.files(question.hash)
@@ -410,39 +451,39 @@ def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str
         errors.append(exc)
     for path in files:
         try:
-            documents.append((path, READS.read(path)))
+            results.append((path, READS.result(path)))
         except CacheError as exc:
             errors.append(exc)
     by_name: dict[str, DeviceAnswer] = {}
-    for path, doc in sorted(documents, key=lambda item: item[1]["device"]["name"]):
-        name = doc["device"]["name"]
+    for path, result in sorted(results, key=lambda item: item[1].device.name):
+        name = result.device.name
         try:
-            reports = reports_for(doc, question, precisions, modes)
+            reports = reports_for(result, question, precisions, modes)
         except (ResultError, ValueError) as exc:  # the file's GEMMs are not the page's question
             errors.append(CacheError(path, f"does not answer this question: {exc}"))
             continue
-        status, reason = assess(reports, doc, max_age_days)
-        other = other_vocabulary(parse(doc), question.config)
+        status, reason = assess(reports, result, max_age_days)
+        other = other_vocabulary(result, question.config)
         if other is not None:  # the page's :vocab-size: (not in the hash) is not the one measured
             problems.append(f"on {name}, the page's :vocab-size: asks for another vocabulary than the result's "
                             f"model step: {other_vocabulary_text(*other)}; no model-step number is shown")
         if status is Status.FRESH and local is not None and device_slug(local.name) == device_slug(name):
             # Only this box's own GPU result can be judged against this box's software stack.
-            by_stack = stack_staleness(doc, _local_stack(), stale_when)
+            by_stack = stack_staleness(measured_stack(result), _local_stack(), stale_when)
             if by_stack:
                 status, reason = Status.STALE, by_stack
         measured_now = mode != "cache" and path.stat().st_mtime >= build_started
-        by_name[name] = DeviceAnswer(name, device_slug(name), path, doc, status, reason, reports, measured_now)
+        by_name[name] = DeviceAnswer(name, device_slug(name), path, result, status, reason, reports, measured_now)
     chosen = list(by_name.values())
     unmatched: list[str] = []
     if devices:
         chosen = []
         for selector in devices:
-            name = select(selector, by_name)
-            if name is None:
+            selected = select(selector, by_name)
+            if selected is None:
                 unmatched.append(selector)
-            elif by_name[name] not in chosen:
-                chosen.append(by_name[name])
+            elif by_name[selected] not in chosen:
+                chosen.append(by_name[selected])
     return Answer(chosen, errors, problems, unmatched, files)
 
 

@@ -106,10 +106,10 @@ def note_summary_model(env: BuildEnvironment, lineno: int, label: str, request: 
     devices = []
     for d in answer.devices:
         status, reason = d.status.value, d.reason
-        reason = lacking_reason(d.doc, request.question, status, reason)
+        reason = lacking_reason(d.result, request.question, status, reason)
         devices.append(envdata.DeviceRecord(
-            name=d.device, slug=d.slug, path=str(d.path), date=str(d.doc["provenance"]["date"]),
-            method_version=str(d.doc["method_version"]), status=status, reason=reason,
+            name=d.device, slug=d.slug, path=str(d.path), date=d.result.provenance.date,
+            method_version=d.result.method_version, status=status, reason=reason,
             values=device_values(d.reports, device_label(d.device), request.name,
                                  envdata.loss_parity_study(env, cache_dir, d.device, location=(env.docname, lineno),
                                                            directive="gemm-benchmark-summary"))
@@ -181,24 +181,37 @@ def model_names(records: Sequence[envdata.DirectiveRecord]) -> dict[str, str]:
     return out
 
 
+@dataclasses.dataclass
+class _Row:
+    """One result's row while :func:`site_results` gathers the records that show it (the first one's
+    question, device, date and method; every record's status, reason and place)."""
+
+    describe: str
+    device: str
+    date: str
+    method: str
+    statuses: list[str] = dataclasses.field(default_factory=list)
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    shown: list[tuple[str, str, bool]] = dataclasses.field(default_factory=list)
+
+
 def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]:
     """Every result the records show, once each, in the order pages first show them.
 
     The models page shows each model twice (the page-wide summary and its section's): one result,
     one row, both places beside it. A question with no result anywhere is one *missing* row.
     """
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[tuple[str, str], _Row] = {}
 
     def add(key: tuple[str, str], record: envdata.DirectiveRecord, device: str, date: str, method: str,
             status: str, reason: str) -> None:
-        row = found.setdefault(key, {"describe": record.describe, "device": device, "date": date,
-                                     "method": method, "statuses": [], "reasons": [], "shown": []})
-        row["statuses"].append(status)
-        if reason and reason not in row["reasons"]:
-            row["reasons"].append(reason)
+        row = found.setdefault(key, _Row(record.describe, device, date, method))
+        row.statuses.append(status)
+        if reason and reason not in row.reasons:
+            row.reasons.append(reason)
         place = (record.docname, _name(record), record.quotable)
-        if place not in row["shown"]:
-            row["shown"].append(place)
+        if place not in row.shown:
+            row.shown.append(place)
 
     for r in records:
         for d in r.devices:
@@ -215,9 +228,9 @@ def site_results(records: Sequence[envdata.DirectiveRecord]) -> list[SiteResult]
     for (question, device), row in found.items():
         if not device and question in asked:
             continue  # the question's devices have rows of their own
-        status = min(row["statuses"], key=_WORST_FIRST.index)
-        out.append(SiteResult(question, row["describe"], row["device"], row["date"], row["method"], status,
-                              tuple(row["reasons"]), _one_per_page(row["shown"]), names.get(question, ""), device))
+        status = min(row.statuses, key=_WORST_FIRST.index)
+        out.append(SiteResult(question, row.describe, row.device, row.date, row.method, status,
+                              tuple(row.reasons), _one_per_page(row.shown), names.get(question, ""), device))
     return out
 
 

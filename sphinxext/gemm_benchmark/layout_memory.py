@@ -9,14 +9,15 @@ the first change that would make it fit where it does not, and the largest micro
 composition predicts, beside the largest found on the GPU where the layout-search study searched that
 model's rank on that GPU kind (:mod:`gemm_bench.report.layout_search`; an H100's capacity emulated on an
 H200 says so) and the difference; "not searched" elsewhere. Every number is read from the cache through
-the door (:func:`gemm_bench.results.cache.read_document`, :func:`gemm_benchmark.records.page_studies`);
-none is typed.
+the door (:func:`gemm_bench.results.cache.read_document`, :func:`gemm_benchmark.records.page_studies`)
+and from the typed result (:class:`gemm_bench.results.typed.Result`: the model step's memory parts and the
+GPU's capacity), never from the document; none is typed by hand.
 
 What it does not hold, said under each table in the sentence itself: collectives' buffers and the
 allocator's fragmentation, and (until communication is composed into the step) any time.
 
-A model whose result has no model step (measured before it, or another question) is a visible note,
-never a number; a model id without a layout is a located warning.
+A model whose result has no model step (measured before it, or another question, or a question this code
+no longer rebuilds) is a visible note, never a number; a model id without a layout is a located warning.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from docutils import nodes
 
+from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout, PresetLayout
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.question import Question
@@ -40,7 +42,7 @@ from gemm_bench.report.layout_search import (
     model_search,
     search_note,
 )
-from gemm_bench.results.typed import parse
+from gemm_bench.results.typed import Result
 from gemm_benchmark.config import Settings
 from gemm_benchmark.layout_tables import LayoutTableDirective, note
 from gemm_benchmark.records import page_studies
@@ -54,6 +56,10 @@ NOT_COUNTED = ("Composed from the parts measured on one GPU (weights, FP8 copies
                "activations as the layout shards them; the most loaded pipeline stage); not counted: the "
                "collectives' buffers and the allocator's fragmentation.")
 STUDY = "layout-search"
+#: Why a model's result composes nothing when its stored question is not one this code reads back (a
+#: config field an older version wrote): never a crash of the build, never a composition of a guess.
+UNREAD_QUESTION = ("its question was written by another version of this code and cannot be read back, so no "
+                   "memory is composed from it")
 
 
 def header(search: Search | str | None) -> tuple[str, ...]:
@@ -63,21 +69,30 @@ def header(search: Search | str | None) -> tuple[str, ...]:
     return (*HEADER[:4], f"Largest micro-batch ({search.where()})", *HEADER[5:])
 
 
-def memory_rows(doc: dict[str, Any], model_id: str, layout: ParallelLayout | None = None,
+def measured_config(result: Result) -> ModelConfig | None:
+    """The model config ``result`` was measured for, as its question stores it; None for a question that is
+    not a model's or one this code no longer rebuilds (:attr:`Result.question` is None: the panel says
+    why instead of composing from a config it cannot read)."""
+    return result.question.config if result.question is not None else None
+
+
+def memory_rows(result: Result, model_id: str, layout: ParallelLayout | None = None,
                 search: Search | str | None = None) -> tuple[list[list[Entry]], str | None]:
     """The table rows of one model on one GPU (per recipe), or ([], why there are none). ``layout``:
     the page's (default: the published layout of ``model_id``); ``search``: the layout-search study's
     answer for this model and GPU (:func:`gemm_bench.report.layout_search.model_search`)."""
-    config = Question.from_dict(doc["question"]).config
+    config = measured_config(result)
+    block = result.model_step
+    if config is None and result.kind == "model":
+        return [], UNREAD_QUESTION
     if config is None:
-        block = doc.get("model_step")
-        measured = isinstance(block, dict) and bool(block.get("memory"))
+        measured = block is not None and bool(block.memory)
         return [], "this result is not a model's question" if measured else NO_PARTS
-    found, why = recipe_memory(parse(doc), config, layout or PRESET_LAYOUTS[model_id].layout)
-    if why is not None:
-        return [], why
+    found, why = recipe_memory(result, config, layout or PRESET_LAYOUTS[model_id].layout)
+    if why is not None or block is None:
+        return [], why or NO_PARTS
     rows: list[list[Entry]] = []
-    capacity = int(doc["model_step"]["capacity_bytes"])
+    capacity = block.capacity_bytes
     for item in found:
         mem = item.memory
         where = (f"{mem.stage} stage: weights {gib(mem.weights)}, FP8 copies {gib(mem.fp8_weights)}, gradients "
@@ -113,20 +128,20 @@ class GemmLayoutMemoryDirective(LayoutTableDirective):
             source += nodes.Text(preset.source)
         return [source]
 
-    def panel(self, doc: dict[str, Any], model_id: str, question: Question, layout: ParallelLayout,
+    def panel(self, result: Result, model_id: str, question: Question, layout: ParallelLayout,
               label: str, config: Settings) -> list[nodes.Node]:
-        measured = Question.from_dict(doc["question"]).config
-        search = (model_search(self.searches, doc["device"]["name"], model_id, measured, layout)
+        measured = measured_config(result)
+        search = (model_search(self.searches, result.device.name, model_id, measured, layout)
                   if measured is not None else None)
-        rows, why = memory_rows(doc, model_id, layout, search)
-        if why is not None:
-            return [note(f"{label}: {why}.")]
+        rows, why = memory_rows(result, model_id, layout, search)
+        if why is not None or result.model_step is None:
+            return [note(f"{label}: {why or NO_PARTS}.")]
         timed = any(larger_step(search, p) is not None for p in PRECISIONS)
         head = header(search) if timed else header(search)[:-1]
         rows = rows if timed else [row[:-1] for row in rows]
         table = build_table([[Entry(h, strong=True) for h in head]], rows,
                             [12, 12, 14, 11, 14, 9, 28, 18][:len(head)], classes=["gemm-layout-memory-table"])
-        capacity = int(doc["model_step"]["capacity_bytes"])
+        capacity = result.model_step.capacity_bytes
         untimed = context_parallel_untimed(search) if isinstance(search, Search) else None
         words = (f"{NOT_COUNTED} {search_note(search, capacity)}" + (f" {LARGER_STEP_NOTE}" if timed else "")
                  + (f" {untimed}" if untimed else ""))

@@ -39,7 +39,7 @@ from gemm_bench.report.layout_step import (
 from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
-from gemm_bench.results.typed import parse
+from gemm_bench.results.typed import Result, parse
 from gemm_benchmark.config import Settings, settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.layout_tables import LayoutTableDirective, note
@@ -122,9 +122,9 @@ class GemmLayoutStepDirective(LayoutTableDirective):
     def prepare(self, config: Settings) -> None:
         self.available = _sweeps(self.env, config.cache_dir, (self.env.docname, self.lineno))
 
-    def panel(self, doc: dict[str, Any], model_id: str, question: Question, layout: ParallelLayout,
+    def panel(self, result: Result, model_id: str, question: Question, layout: ParallelLayout,
               label: str, config: Settings) -> list[nodes.Node]:
-        found = result_layout_steps(parse(doc), layout, self.available, network=config.network,
+        found = result_layout_steps(result, layout, self.available, network=config.network,
                                     config=question.config)
         if isinstance(found, str):
             return [note(f"{label}: {found}.")]
@@ -182,7 +182,10 @@ class GemmPublishedRunsDirective(SphinxDirective):
             lookup = cache.lookup(asked.hash)
             for p in lookup.paths:
                 self.env.note_dependency(str(p))
-            doc = next((d for d in lookup.documents if d["device"]["name"] == run.device), None)
+            # the run's GPU by the typed result's device name; compare (report.published_runs) still takes
+            # the checked document it was parsed from, and types it itself
+            doc = next((d for d, result in zip(lookup.documents, map(parse, lookup.documents), strict=True)
+                        if result.device.name == run.device), None)
             comparison = compare(run, doc, available, network=config.network)
             for prediction in comparison.predictions:
                 diff = prediction.difference

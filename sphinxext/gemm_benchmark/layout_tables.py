@@ -2,12 +2,13 @@
 id of ``:models:``, the page's layout (the model's published layout under the page's layout options) and
 a table per GPU with a cached result of that question. One reading of the options, one question per
 model, one cache lookup and one panel layout, so the two tables of a page describe the same run; each
-directive says only what its panel holds (:meth:`LayoutTableDirective.panel`).
+directive says only what its panel holds (:meth:`LayoutTableDirective.panel`), from each GPU's result typed
+once here (:func:`gemm_bench.results.typed.parse` of the checked document the lookup read).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from docutils import nodes
 from docutils.parsers.rst import directives
@@ -18,6 +19,7 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout, PresetLayout
 from gemm_bench.question.question import Question, build_question
 from gemm_bench.results.cache import Cache
+from gemm_bench.results.typed import Result, parse
 from gemm_benchmark.config import Settings, settings
 from gemm_benchmark.diagnostics import Subtype, warn
 from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, LAYOUT_REFERENCE, page_layout
@@ -73,9 +75,9 @@ class LayoutTableDirective(SphinxDirective):
         """Nodes between the layout's words and the panels."""
         return []
 
-    def panel(self, doc: dict[str, Any], model_id: str, question: Question, layout: ParallelLayout,
+    def panel(self, result: Result, model_id: str, question: Question, layout: ParallelLayout,
               label: str, config: Settings) -> list[nodes.Node]:
-        """One GPU's panel for one model."""
+        """One GPU's panel for one model, from its typed result."""
         raise NotImplementedError
 
     def _model(self, model_id: str, config: Settings) -> nodes.Node:
@@ -96,9 +98,9 @@ class LayoutTableDirective(SphinxDirective):
         for path in [*lookup.paths, *(e.path for e in lookup.errors)]:
             self.env.note_dependency(str(path))
         panels = []
-        for doc in sorted(lookup.documents, key=lambda d: d["device"]["name"]):
-            label = device_label(doc["device"]["name"])
-            panels.append((label, self.panel(doc, model_id, question, layout, label, config)))
+        for result in sorted(map(parse, lookup.documents), key=lambda r: r.device.name):
+            label = device_label(result.device.name)
+            panels.append((label, self.panel(result, model_id, question, layout, label, config)))
         if not panels:
             section += note(f"No result of {model_id}'s question in the cache yet: a GPU refresh measures it.")
         elif len(panels) == 1:

@@ -170,7 +170,7 @@ def add_record(env: BuildEnvironment, record: DirectiveRecord) -> None:
 def watch(env: BuildEnvironment, cache_dir: Path, question_hash: str, answer: execution.Answer) -> None:
     """Remember a question the current page asked, for :meth:`GemmBenchmarkCollector.get_outdated_docs`."""
     config = settings(env)
-    dates = tuple(str(d.doc["provenance"]["date"]) for d in answer.devices)
+    dates = tuple(d.result.provenance.date for d in answer.devices)
     data(env).watches.setdefault(env.docname, []).append(Watch(
         str(cache_dir), question_hash, tuple(p.name for p in answer.files), dates,
         execution.freshness_key(dates, max_age_days=config.max_age_days, mode=config.mode)))

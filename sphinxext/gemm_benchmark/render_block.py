@@ -179,17 +179,19 @@ def figure_pair(svg: str, wide_svg: str | None, prefix: str, label: str) -> node
 
 
 def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.paragraph:
-    doc = answer.doc
-    dev, prov = doc["device"], doc["provenance"]
-    cc = dev["compute_capability"].replace(".", "")
-    parts = [f"{dev['name']} (sm_{cc}" + (f", {dev['sm_count']} SMs)" if "sm_count" in dev else ")"),
-             f"driver {prov['driver']}", f"CUDA {prov['cuda']}"]
-    if prov.get("cublas"):
-        parts.append(f"cuBLAS {prov['cublas']}")
-    parts += [f"PyTorch {prov['torch']}", f"Transformer Engine {prov['transformer_engine']}",
-              f"measured {prov['date']}", f"method v{doc['method_version']}: {describe_method(prov['method'])}"]
-    if rounds_outcome(doc):  # the rule says what each group aimed for; this, how they ended
-        parts.append(rounds_outcome(doc))
+    """Where and how the result was measured: its GPU, software stack, date and method (typed fields)."""
+    dev, prov = answer.result.device, answer.result.provenance
+    cc = dev.compute_capability.replace(".", "")
+    parts = [f"{dev.name} (sm_{cc}" + (f", {dev.sm_count} SMs)" if dev.sm_count is not None else ")"),
+             f"driver {prov.driver}", f"CUDA {prov.cuda}"]
+    if prov.cublas:
+        parts.append(f"cuBLAS {prov.cublas}")
+    parts += [f"PyTorch {prov.torch}", f"Transformer Engine {prov.transformer_engine}",
+              f"measured {prov.date}", f"method v{answer.result.method_version}: {describe_method(dict(prov.method))}"]
+    # The rule says what each group aimed for; this, how they ended. The timed groups are not typed yet
+    # (results.typed): rounds_outcome reads them from the checked document the result was parsed from.
+    if outcome := rounds_outcome(answer.doc):
+        parts.append(outcome)
     para = nodes.paragraph(classes=["gemm-provenance"])
     para += nodes.strong("Measured on ", "Measured on ")
     para += nodes.Text(" · ".join(parts) + ". ")

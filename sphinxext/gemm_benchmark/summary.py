@@ -39,7 +39,7 @@ from gemm_bench.report.report import Report
 from gemm_bench.results import tp_comm_schema
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES
 from gemm_bench.results.stack import MODEL_STEP_LACKING, lacking_blocks
-from gemm_bench.results.typed import parse
+from gemm_bench.results.typed import Result
 from gemm_benchmark import answer_text, execution, freshness, questions_builder, records
 from gemm_benchmark.breakdown_render import step_detail_nodes
 from gemm_benchmark.config import settings
@@ -159,7 +159,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             return []
         figure_reports: list[tuple[str, Report]] = []
         compared: list[models_compared.Compared] = []
-        documents: list[dict[str, object]] = []
+        #: every shown device's typed result (the notes under the summary ask what they hold)
+        documents: list[Result] = []
         precisions = [p for p in asks[0].request.precisions if p != BASELINE]
         modes = list(asks[0].request.modes)
         per_gemm, steps = gemm_modes(modes), layer_modes(modes)
@@ -216,13 +217,13 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
             panels: list[tuple[str, list[nodes.Node]]] = []
             for device, result in zip(answer.devices, measured[ask.entry], strict=True):
                 self._assess(ask, device, note_missing)
-                documents.append(device.doc)
+                documents.append(device.result)
                 for problem in step_problems(result):
                     self._warn(Subtype.CLAIM, f"{label or ask.preset} on {device_label(device.device)}: {problem}")
-                if gemm_mode in ACCURACY_MODES and device.doc.get("accuracy"):
+                if gemm_mode in ACCURACY_MODES and device.result.accuracy:
                     by_pass.append((ask.entry, device.reports[gemm_mode]))
                 loss_parity = self._loss_parity(config.cache_dir, device.device)
-                pending = MODEL_STEP_LACKING in lacking_blocks(device.doc, ask.request.question)
+                pending = MODEL_STEP_LACKING in lacking_blocks(device.result, ask.request.question)
                 sentence: answer_text.Sentence | None = None
                 if show_table:
                     # The tab keeps the GPU's plain name (tabs of one name switch together across the
@@ -261,7 +262,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                 block.extend(panels[0][1])
             model = ask.request.question.config
             scope = step_scope_sentence(model) if model is not None and any(
-                d.doc.get("layer") for d in answer.devices) else None
+                d.result.layer for d in answer.devices) else None
             if scope:  # what a rank's one-GPU step leaves out (collectives, routing)
                 block += nodes.paragraph(scope, scope, classes=["gemm-summary-note", "gemm-summary-scope"])
             out += block
@@ -278,8 +279,9 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     "gemm-bench refresh DOCS_DIR (the folder of conf.py) measures every question the site asks "
                     "(or run the command shown), then commit the new files of the result cache.")
             out += nodes.paragraph(text, text, classes=["gemm-summary-note"])
-        lacking = [what for key, what in (("layer", "training-step speedups"), ("accuracy", "accuracy (SQNR)"))
-                   if documents and not any(doc.get(key) for doc in documents)]
+        held = {"training-step speedups": any(r.layer for r in documents),
+                "accuracy (SQNR)": any(r.accuracy for r in documents)}
+        lacking = [what for what, found in held.items() if documents and not found]
         if lacking and show_table:
             text = (f"Not in these results yet: {' and '.join(lacking)}; the results above were measured before "
                     "they were part of the method, and come with the next measurement on each GPU.")
@@ -436,9 +438,9 @@ def _compared(model: str, gpu: str, report: Report, sentence: answer_text.Senten
 
 
 def measured_of(device: execution.DeviceAnswer) -> Measured:
-    """One device's answer as the summary and the answers table read it: its result typed once here
-    (:func:`gemm_bench.results.typed.parse`), so neither indexes the document."""
-    return Measured(device.device, parse(device.doc), device.reports, device.status.value, device.reason)
+    """One device's answer as the summary and the answers table read it: its result, typed once where it
+    was read (:meth:`.execution.ResultReads.result`), so neither indexes the document."""
+    return Measured(device.device, device.result, device.reports, device.status.value, device.reason)
 
 
 def _entry(cell: Shown) -> Entry:

@@ -26,10 +26,10 @@ from gemm_bench.question.precisions import BASELINE, LAYER_MODES, gemm_modes
 from gemm_bench.question.question import Question
 from gemm_bench.question.step_plan import routings, unsupported_reason
 from gemm_bench.question.vocabulary import MODEL_STEP
-from gemm_bench.results import model_step_schema
 from gemm_bench.results.cache import is_stale
 from gemm_bench.results.failed import failed_cells, failed_modes
 from gemm_bench.results.schema import METHOD_VERSION, missing_cells
+from gemm_bench.results.typed import Result, parse
 
 #: Every field a staleness rule may name, with the words the reason uses. ``method`` is the
 #: measurement method's version (``results.METHOD_VERSION``); the others are provenance fields.
@@ -238,35 +238,41 @@ def remeasure(doc: dict[str, Any] | None, question: Question, precisions: Sequen
 MODEL_STEP_LACKING = MODEL_STEP
 
 
-def lacking_blocks(doc: Mapping[str, Any], question: Question) -> list[str]:
+def lacking_blocks(doc: Mapping[str, Any] | Result, question: Question) -> list[str]:
     """What a result of a model question lacks that this code measures in the same run as its layer
     step (issues 32 and 33): the model's step (where
     :func:`gemm_bench.question.model_step.unsupported_reason` has none) and each recipe's step energy
     (where the run sampled power). A result measured before the code measured them is otherwise fresh;
     without this it would stay so, and the pages' "measured with the next refresh" would never come
     true. A model question's run always measures its layer step (:func:`complete_modes`); a result
-    without a measured graphed step lacks nothing here."""
+    without a measured graphed step lacks nothing here.
+
+    Read from the typed result (issue 43: the pages hand theirs, parsed once); a document (the refresh's,
+    a test's) is typed first (:func:`gemm_bench.results.typed.parse`, through the invariants when it did
+    not come through the door), so a step or a breakdown the door refused is judged as the pages show it:
+    failed, or absent."""
     if question.kind != "model" or question.config is None:
         return []
-    graphed = [c for c in doc.get("layer", []) if c.get("mode") == "layer-graphed" and c.get("status") == "measured"]
+    result = doc if isinstance(doc, Result) else parse(doc)
+    graphed = [c for c in result.layer if c.mode == "layer-graphed" and c.measured]
     if not graphed:
         return []
     out = []
-    block, config = doc.get("model_step"), question.config
-    if "model_step" not in doc and model_step_unsupported(config) is None:
+    block, config = result.model_step, question.config
+    if block is None and model_step_unsupported(config) is None:
         out.append(MODEL_STEP_LACKING)
-    elif (isinstance(block, Mapping) and model_step_unsupported(config) is None
-          and not model_step_schema.answers(block, config)):
+    elif block is not None and model_step_unsupported(config) is None and not block.answers(config):
         # another vocabulary (left out of the question's hash): its embedding, output layer and loss
         # cannot be recomposed, so the page's vocabulary is measured, never called "fresh" (issue 43)
         out.append(f"{MODEL_STEP_LACKING} at the question's padded vocabulary of {config.padded_vocab_size:,} "
-                   f"tokens (the result's was measured at {block.get('padded_vocab_size')})")
-    elif isinstance(doc.get("model_step"), Mapping) and any("breakdown" in c for c in graphed) and any(
-            p.get("status") == "measured" and "breakdown" not in p for p in doc["model_step"].get("parts", [])):
+                   f"tokens (the result's was measured at {block.padded_vocab_size})")
+    elif block is not None and any(c.breakdown is not None for c in graphed) and any(
+            p.measured and p.breakdown is None for p in block.parts):
         # a run that profiled its layer step (its cells carry breakdowns) profiles the model step's parts too
         out.append("the model step's time breakdown")
-    sampled = any((g.get("clock") or {}).get("samples") for g in doc.get("groups", []))
-    if "energy" not in doc and sampled:
+    # the timed groups are not typed yet (results.typed): their clock samples are read from the checked document
+    sampled = any((g.get("clock") or {}).get("samples") for g in result.document.get("groups", []))
+    if result.energy is None and sampled:
         out.append("each recipe's step energy")
     return out
 
