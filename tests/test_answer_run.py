@@ -23,7 +23,6 @@ from gemm_bench.report.layout_memory import gib, recipe_memory, remedy_sentence
 from gemm_bench.report.layout_step import ResultLayoutSteps, Sweep, preset_layout_steps, sweeps
 from gemm_bench.report.run_answer import Run, reversal, run_of
 from gemm_bench.results import studies
-from gemm_bench.results.typed import parse
 from gemm_benchmark import answer_text, execution
 from gemm_benchmark.options import Request
 from gemm_benchmark.summary_answer import Measured, RunInputs, panel_sentence, panel_step_modes, summary_asks
@@ -42,7 +41,7 @@ def _measured(model: str) -> tuple[Request, list[Measured]]:
     req = ask.request
     found = execution.answer(req.question, precisions=req.precisions, modes=req.modes, devices=req.devices,
                              cache_dir=CACHE, mode="cache", max_age_days=None, build_started=time.time())
-    return req, [Measured(d.device, parse(d.doc), d.reports) for d in found.devices]
+    return req, [Measured(d.device, d.result, d.reports) for d in found.devices]
 
 
 def _sentence(req: Request, measured: Measured, run: RunInputs | None) -> answer_text.Sentence:

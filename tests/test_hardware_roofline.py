@@ -232,12 +232,11 @@ def test_roofline_errors_name_the_value() -> None:
     assert predict(BIG, "bf16", "prequant", "unknown-gpu") is None
 
 
-def test_roofline_ms_for_result_cells() -> None:
-    cell = {"mode": "prequant", "precision": "bf16", "op": "square", "pass": "fprop",
-            "m": 4096, "k": 4096, "n": 4096, "groups": 1, "status": "measured", "ms": 0.2}
-    assert roofline.roofline_ms(cell, "NVIDIA H100 80GB HBM3") == pytest.approx(0.1780736, rel=1e-6)
-    assert roofline.roofline_ms({**cell, "mode": "layer"}, "NVIDIA H100 80GB HBM3") is None
-    assert roofline.roofline_ms(cell, "NVIDIA A100-SXM4-80GB") is None
+def test_roofline_of_a_4096_square_bf16_gemm_on_the_h100() -> None:
+    square = GemmShape("square", "fprop", 4096, 4096, 4096)
+    found = predict(square, "bf16", "prequant", "NVIDIA H100 80GB HBM3")
+    assert found is not None and found.total_ms == pytest.approx(0.1780736, rel=1e-6)
+    assert predict(square, "bf16", "prequant", "NVIDIA A100-SXM4-80GB") is None
 
 
 def test_method_and_prediction_serialize() -> None:

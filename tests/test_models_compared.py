@@ -70,7 +70,7 @@ def _answers() -> list[tuple[str, str, Report, Any]]:
             sentence = panel_sentence(
                 measured, "", per_gemm, "autocast", layer_modes(req.modes),
                 [p for p in req.precisions if p != BASELINE], loss_parity=parity,
-                model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.doc, req.question))
+                model_step_pending=MODEL_STEP_LACKING in lacking_blocks(device.result, req.question))
             assert sentence is not None and sentence.verdict is not None, (ask.entry, device.device)
             assert sentence.basis == "model", f"{ask.entry} on {device.device}: the answer is not the model's step's"
             out.append((ask.label or model_label(ask.preset, ask.tp, ask.ep), device_label(device.device),

@@ -22,7 +22,7 @@ from gemm_bench.report.model_step import ModelStep
 from gemm_bench.report.report import Report
 from gemm_bench.results import energy
 from gemm_bench.results.invariants import REFUSED
-from gemm_bench.results.typed import PlanBlock, Result
+from gemm_bench.results.typed import PlanBlock, Result, energy_missing
 from gemm_benchmark.render_block import figure_pair
 
 
@@ -106,7 +106,7 @@ def energy_nodes(result: Result) -> list[nodes.Node]:
     if not found or result.energy is None:
         return []
     listed = "; ".join(f"{PRECISIONS[p].display} {energy.energy_words(found[p].as_mapping())}" if p in found
-                       else f"{PRECISIONS[p].display} {energy.energy_missing(result.energy, p)}"
+                       else f"{PRECISIONS[p].display} {energy_missing(result.energy, p)}"
                        for p in PRECISIONS if p in found or result.energy.entry(p) is not None)
     text = f"Energy per CUDA-graphed layer step, each recipe's step measured alone: {listed}."
     # A median above the board's limit (745 W on a 700 W H100) is said where it shows, as the report says it.

@@ -278,13 +278,6 @@ class DeviceAnswer:
     reports: dict[str, Report]
     measured_now: bool = False
 
-    @property
-    def doc(self) -> dict[str, Any]:
-        """The checked document the result was parsed from, for what :class:`Result` does not type yet (the
-        timed groups :func:`gemm_bench.report.rounds.rounds_outcome` reads; the summary's step detail until
-        it takes the result): one object with :attr:`result`, never a second read or parse."""
-        return self.result.document
-
 
 @dataclasses.dataclass
 class Answer:

@@ -182,11 +182,9 @@ class GemmPublishedRunsDirective(SphinxDirective):
             lookup = cache.lookup(asked.hash)
             for p in lookup.paths:
                 self.env.note_dependency(str(p))
-            # the run's GPU by the typed result's device name; compare (report.published_runs) still takes
-            # the checked document it was parsed from, and types it itself
-            doc = next((d for d, result in zip(lookup.documents, map(parse, lookup.documents), strict=True)
-                        if result.device.name == run.device), None)
-            comparison = compare(run, doc, available, network=config.network)
+            # the run's GPU by the typed result's device name
+            result = next((r for r in map(parse, lookup.documents) if r.device.name == run.device), None)
+            comparison = compare(run, result, available, network=config.network)
             for prediction in comparison.predictions:
                 diff = prediction.difference
                 moe = bool(asked.config and asked.config.is_moe)

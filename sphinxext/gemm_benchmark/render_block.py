@@ -188,9 +188,8 @@ def provenance_nodes(env: BuildEnvironment, answer: DeviceAnswer) -> nodes.parag
         parts.append(f"cuBLAS {prov.cublas}")
     parts += [f"PyTorch {prov.torch}", f"Transformer Engine {prov.transformer_engine}",
               f"measured {prov.date}", f"method v{answer.result.method_version}: {describe_method(dict(prov.method))}"]
-    # The rule says what each group aimed for; this, how they ended. The timed groups are not typed yet
-    # (results.typed): rounds_outcome reads them from the checked document the result was parsed from.
-    if outcome := rounds_outcome(answer.doc):
+    # The rule says what each group aimed for; this, how they ended (the typed timed groups).
+    if outcome := rounds_outcome(answer.result):
         parts.append(outcome)
     para = nodes.paragraph(classes=["gemm-provenance"])
     para += nodes.strong("Measured on ", "Measured on ")

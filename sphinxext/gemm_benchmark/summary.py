@@ -235,7 +235,7 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                     sentence = found.sentence
                     # Under the step rows, which a summary shows whether or not its modes name a
                     # layer mode (summary_answer: "else both forms"); [] for a result without them.
-                    detail = step_detail_nodes(parse(device.doc), device_label(device.device),
+                    detail = step_detail_nodes(device.result, device_label(device.device),
                                                f"bd{self.lineno}-{len(documents)}", found.model_step_summary,
                                                found.sentence.recipe if found.sentence else "")
                     panels.append((device_label(device.device),

@@ -36,9 +36,9 @@ from gemm_bench.report.fastest import (
 )
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import GEMMS, MODEL, STEP, pick, total_points
-from gemm_bench.results.energy import energy_missing, joules, power_above_limit
+from gemm_bench.results.energy import joules, power_above_limit
 from gemm_bench.results.invariants import REFUSED
-from gemm_bench.results.typed import EnergyEntry
+from gemm_bench.results.typed import EnergyEntry, energy_missing
 from gemm_benchmark.breakdown_values import (  # noqa: F401 (roles read BREAKDOWN_ITEMS here)
     BREAKDOWN_ITEMS,
     NOT_IN_RESULT,

@@ -57,7 +57,7 @@ from gemm_bench.report.rounds import rounds_outcome
 from gemm_bench.results import cross_check, energy, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.invariants import REFUSED
-from gemm_bench.results.schema import KINDS, MAX_LAYERS, CheckedDocument, peer_format, peer_timed
+from gemm_bench.results.schema import KINDS, MAX_LAYERS, peer_format, peer_timed
 from gemm_bench.results.typed import Cell as StoredCell
 from gemm_bench.results.typed import LayerCell, Result, Stats, parse
 
@@ -264,12 +264,6 @@ class Report:
         #: The file's profiler cross-check (:meth:`gemm_bench.results.typed.Result.cross_check`): its
         #: ``file_flag`` is what the file's page says when the median breaks the bound.
         self.cross_check: cross_check.Verdict = result.cross_check()
-
-    @property
-    def doc(self) -> CheckedDocument:
-        """Deprecated: the checked document (:attr:`result`'s). Nothing here reads it; it stays only until
-        the last readers outside (the extension's values, the training text) read :attr:`result`."""
-        return self.result.document
 
     # ------------------------------------------------------------------ lookups
     def cell(self, mode: str, precision: str, gemm: GemmShape) -> Cell:

@@ -258,19 +258,6 @@ def predict(gemm: GemmShape, precision: str, mode: str, device: str,
     )
 
 
-def roofline_ms(cell: dict[str, Any], device: str, achievable: Achievable = DEFAULT_ACHIEVABLE) -> float | None:
-    """``roofline_ms`` of one result cell (``--json``, tables): None when it cannot be predicted.
-
-    ``cell`` is a result-document cell (``mode``, ``precision``, ``op``, ``pass``, ``m``, ``k``,
-    ``n``, optional ``groups``). Modes outside the GEMM modes (a layer step) get None.
-    """
-    if cell.get("mode") not in MODES or cell.get("precision") not in FORMAT_OF_PRECISION:
-        return None
-    gemm = GemmShape(cell["op"], cell["pass"], cell["m"], cell["k"], cell["n"], cell.get("groups", 1))
-    prediction = predict(gemm, cell["precision"], cell["mode"], device, achievable)
-    return None if prediction is None else prediction.total_ms
-
-
 def method(achievable: Achievable = DEFAULT_ACHIEVABLE) -> dict[str, Any]:
     """The model's assumptions, to print beside any roofline number."""
     return {

@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.step_error import StepError
-
-if TYPE_CHECKING:  # typed imports the invariants, which import this module: a type, never a runtime import
-    from gemm_bench.results.typed import EnergyBlock
 
 #: Seconds between the sampler's readings (:data:`gemm_bench.measure.telemetry.SAMPLE_INTERVAL_S`;
 #: repeated here because results never import the measuring side; a test keeps them equal).
@@ -241,19 +238,6 @@ def energy_document(entries: Sequence[Mapping[str, Any]], *, window_s: float = E
     """``doc["energy"]``: the rule, its parameters and one entry per recipe."""
     return {"method": ALONE_RULE, "mode": mode, "window_s": window_s, "sample_interval_s": SAMPLE_INTERVAL_S,
             "steps": [dict(e) for e in entries]}
-
-
-def energy_missing(block: EnergyBlock | None, precision: str) -> str:
-    """Why a result has no energy to quote for ``precision`` (``block``: the typed result's energy,
-    :attr:`~gemm_bench.results.typed.Result.energy`): a failed entry's reason (a measurement that failed,
-    or one refused at the door: :mod:`gemm_bench.results.invariants`), else that it was not measured.
-    One wording for the roles, the page and the report. (Each recipe's measured entries are
-    :meth:`~gemm_bench.results.typed.Result.energies`: a reader never picks them from the JSON dict, where
-    a refused entry still reads as measured.)"""
-    entry = block.entry(precision) if block is not None else None
-    if entry is not None and not entry.measured:
-        return f"energy failed: {entry.reason}"
-    return "energy not measured in this result (the next refresh measures it)"
 
 
 def joules(energy_mj: float) -> str:

@@ -270,8 +270,7 @@ def lacking_blocks(doc: Mapping[str, Any] | Result, question: Question) -> list[
             p.measured and p.breakdown is None for p in block.parts):
         # a run that profiled its layer step (its cells carry breakdowns) profiles the model step's parts too
         out.append("the model step's time breakdown")
-    # the timed groups are not typed yet (results.typed): their clock samples are read from the checked document
-    sampled = any((g.get("clock") or {}).get("samples") for g in result.document.get("groups", []))
+    sampled = any(g.clock is not None and g.clock.samples for g in result.groups)
     if result.energy is None and sampled:
         out.append("each recipe's step energy")
     return out

@@ -14,9 +14,9 @@ statistics and profiler cross-check included), the layer-step cells, the accurac
 peers' rows, the timed groups (clock, board power, the rounds rule's outcome, their cross-check), the
 model step (parts, memory, largest micro-batch), the energy entries and the precision plan. Not yet: the
 breakdown blocks (a breakdown stays the mapping :mod:`gemm_bench.results.breakdown` reads).
-:attr:`Result.document` keeps the checked document for the readers not yet converted (the docs'
-methodology lists which are); writers never use a :class:`Result`: ``Cache.store`` and the merge read
-the file raw.
+A :class:`Result` keeps no JSON: every reader of the report and the extension reads these types
+(``tests/test_typed_result.py`` scans them all, study readers excepted); writers never use a
+:class:`Result`: ``Cache.store`` and the merge read the file raw.
 
 Pure: no torch.
 """
@@ -301,6 +301,19 @@ class EnergyBlock:
         return next((e for e in self.entries if e.precision == precision), None)
 
 
+def energy_missing(block: EnergyBlock | None, precision: str) -> str:
+    """Why a result has no energy to quote for ``precision`` (``block``: the typed result's energy,
+    :attr:`Result.energy`): a failed entry's reason (a measurement that failed,
+    or one refused at the door: :mod:`gemm_bench.results.invariants`), else that it was not measured.
+    One wording for the roles, the page and the report. (Each recipe's measured entries are
+    :meth:`Result.energies`: a reader never picks them from the JSON dict, where
+    a refused entry still reads as measured.)"""
+    entry = block.entry(precision) if block is not None else None
+    if entry is not None and not entry.measured:
+        return f"energy failed: {entry.reason}"
+    return "energy not measured in this result (the next refresh measures it)"
+
+
 @dataclasses.dataclass(frozen=True)
 class PlanStep(Outcome):
     """One measured step of a precision plan (``plan.steps[]``): all-BF16, all-FP8 or the plan."""
@@ -502,9 +515,6 @@ class Result:
     plan: PlanBlock | None
     #: The invariants the door found broken (each number at fault demoted, :mod:`~.invariants`).
     violations: tuple[Violation, ...]
-    #: The checked document itself, for the readers not yet converted to these types (see the module
-    #: docstring); a converted reader never touches it (``tests/test_typed_result.py`` scans them).
-    document: CheckedDocument = dataclasses.field(repr=False, compare=False)
 
     def energies(self) -> dict[str, EnergyEntry]:
         """precision -> measured energy entry; {} without an energy block."""
@@ -747,4 +757,4 @@ def parse(doc: Mapping[str, Any]) -> Result:
         model_step=parse_model_step(model_step) if isinstance(model_step, Mapping) else None,
         energy=_energy(energy) if isinstance(energy, Mapping) else None,
         plan=_plan(plain, plan) if isinstance(plan, Mapping) else None,
-        violations=tuple(v for v in checked.violations if isinstance(v, Violation)), document=checked)
+        violations=tuple(v for v in checked.violations if isinstance(v, Violation)))
