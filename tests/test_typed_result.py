@@ -40,7 +40,8 @@ RESULT_KEYS = frozenset({"schema_version", "method_version", "run_id", "question
 #: The blocks' own keys a converted reader once indexed (model step, plan, energy entries).
 BLOCK_KEYS = frozenset({"parts", "steps", "memory", "largest_microbatch", "padded_vocab_size", "layer_params",
                         "capacity_bytes", "state_per_param", "recipe", "keep_in_bf16", "projections", "chosen",
-                        "energy_mj", "energy_mj_low", "energy_mj_high", "power_w", "power_w_q1", "power_w_q3"})
+                        "energy_mj", "energy_mj_low", "energy_mj_high", "power_w", "power_w_q1", "power_w_q3",
+                        "step_ms", "parts_ms", "busy_ms", "span_ms", "other_kernels", "scaled_by"})
 
 #: The readers converted to :class:`Result`: none of them indexes a result document or its blocks.
 #: ``fastest`` and ``tie_break`` read no field themselves: they ask ``Report`` (not converted yet) and,
@@ -627,3 +628,24 @@ def test_the_json_report_prints_every_committed_plan_as_stored() -> None:
         assert plan_json(plan) == doc["plan"], path.name
         seen += 1
     assert seen >= 5
+
+
+def test_every_committed_breakdown_is_typed_and_reads_back_as_stored() -> None:
+    """A step's time breakdown is typed (:class:`Breakdown`, read by the figures and the model step's bars
+    through its fields), and a kept one is the stored block, every field."""
+    from gemm_bench.results.typed import Breakdown
+
+    seen = 0
+    for path in sorted(CACHE.glob("*.json")):
+        doc = read_document(path)
+        result = parse(doc)
+        stored = {(c["mode"], c["precision"], c.get("routing", "balanced")): c.get("breakdown")
+                  for c in doc.get("layer", [])}
+        for cell in result.layer:
+            if cell.breakdown is not None:
+                assert isinstance(cell.breakdown, Breakdown)
+                assert cell.breakdown.as_mapping() == stored[(cell.mode, cell.precision, cell.routing)], path.name
+                seen += 1
+        for part in result.model_step.parts if result.model_step is not None else ():
+            assert part.breakdown is None or isinstance(part.breakdown, Breakdown)
+    assert seen >= 20

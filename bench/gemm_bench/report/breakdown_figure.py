@@ -61,7 +61,7 @@ def bars(cells: Sequence[LayerCell], mode: str = "layer-graphed", routing: str =
     a failed or refused step, or a breakdown that did not add up, has none), BF16 first, registry order."""
     found = {c.precision: c.breakdown for c in cells if c.mode == mode and c.measured and c.routing == routing
              and c.breakdown is not None}
-    return [Bar(p, found[p]["step_ms"], found[p]["parts_ms"]) for p in PRECISIONS if p in found]
+    return [Bar(p, found[p].step_ms, found[p].parts_ms) for p in PRECISIONS if p in found]
 
 
 def refused(result: Result, precision: str, mode: str = "layer-graphed", routing: str = "balanced") -> str | None:

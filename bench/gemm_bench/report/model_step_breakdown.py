@@ -28,14 +28,13 @@ drawn) and the report's composed rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.report.breakdown_figure import Bar
 from gemm_bench.report.model_step import ModelStep, optimizer_line
 from gemm_bench.results.breakdown import ADDS_UP_WITHIN, model_step_parts
 from gemm_bench.results.kernel_kinds import PARTS
-from gemm_bench.results.typed import ModelStepBlock, ModelStepPart
+from gemm_bench.results.typed import Breakdown, ModelStepBlock, ModelStepPart
 
 #: How the model step's breakdown is composed (the page's methodology says it; the report prints it).
 COMPOSED_RULE = ("each part's kernels classified as the layer step's are; composed as the step is: G x (embedding + "
@@ -44,10 +43,10 @@ COMPOSED_RULE = ("each part's kernels classified as the layer step's are; compos
 
 
 def _parts(item: ModelStepPart | None) -> Mapping[str, float] | None:
-    return item.breakdown["parts_ms"] if item is not None and item.breakdown is not None else None
+    return item.breakdown.parts_ms if item is not None and item.breakdown is not None else None
 
 
-def _optimizer_breakdown(block: ModelStepBlock) -> Mapping[str, Any] | None:
+def _optimizer_breakdown(block: ModelStepBlock) -> Breakdown | None:
     """The breakdown block of the larger measured optimizer size, or None without one."""
     sized = sorted((i for i in block.parts if i.part == "optimizer" and i.measured and i.params is not None),
                    key=lambda i: i.params or 0)
@@ -78,7 +77,7 @@ def model_bars(block: ModelStepBlock | None, summary: ModelStep, microbatches: i
         cached = _parts(block.part("layer-cached", precision))
         if row is None or first is None or cached is None:
             continue
-        step = model_step_parts(embedding, head, first, cached, optimizer, layers=layers, microbatches=g,
+        step = model_step_parts(embedding, head, first, cached, optimizer.as_mapping(), layers=layers, microbatches=g,
                                 optimizer_ms=opt_ms)
         parts = {p: ms / g for p, ms in step.items()}
         out.append(Bar(precision, row.ms_per_microbatch, parts, per=f"per micro-batch at G = {g}"))

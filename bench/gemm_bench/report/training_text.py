@@ -31,7 +31,7 @@ from gemm_bench.report.report import STEP_WORDS, Report
 from gemm_bench.results import energy
 from gemm_bench.results.breakdown import IDLE_RULE
 from gemm_bench.results.kernel_kinds import DISPLAY, IDLE, PARTS
-from gemm_bench.results.typed import EnergyBlock, EnergyEntry, PlanBlock, PlanStep, Stats
+from gemm_bench.results.typed import Breakdown, EnergyBlock, EnergyEntry, PlanBlock, PlanStep, Stats
 
 #: The section titles, one per quantity, in the site's words (:mod:`gemm_bench.question.vocabulary`: the
 #: model's step is a whole rank's, one layer's step is replayed as a CUDA graph).
@@ -125,7 +125,7 @@ def _as_stored(step: PlanStep) -> dict[str, Any]:
         value = getattr(step, field.name)
         if value is None or (field.name == "reason" and step.measured):
             continue
-        out[field.name.rstrip("_")] = (value.as_mapping() if isinstance(value, Stats)
+        out[field.name.rstrip("_")] = (value.as_mapping() if isinstance(value, (Stats, Breakdown))
                                        else dict(value) if isinstance(value, Mapping) else value)
     return out
 

@@ -12,8 +12,8 @@ only as a failed entry with its reason.
 What is typed: the device, provenance, question, TE's support verdicts, the GEMM cells (their eager
 statistics and profiler cross-check included), the layer-step cells, the accuracy (SQNR) cells, the
 peers' rows, the timed groups (clock, board power, the rounds rule's outcome, their cross-check), the
-model step (parts, memory, largest micro-batch), the energy entries and the precision plan. Not yet: the
-breakdown blocks (a breakdown stays the mapping :mod:`gemm_bench.results.breakdown` reads).
+model step (parts, memory, largest micro-batch), the energy entries, the precision plan, and every
+step's time breakdown.
 A :class:`Result` keeps no JSON: every reader of the report and the extension reads these types
 (``tests/test_typed_result.py`` scans them all, study readers excepted); writers never use a
 :class:`Result`: ``Cache.store`` and the merge read the file raw.
@@ -67,6 +67,29 @@ _T = TypeVar("_T")
 
 
 # ------------------------------------------------------------------------------- the pieces
+@dataclasses.dataclass(frozen=True)
+class Breakdown:
+    """Where a timed step's time went (``breakdown``, :func:`~.breakdown.breakdown_block`): its parts in ms
+    (every part of :data:`~.breakdown.PARTS`, ``idle`` included), adding up to ``step_ms`` within the
+    door's bound (a breakdown that does not is dropped there), and how it was profiled."""
+
+    step_ms: float
+    parts_ms: Mapping[str, float]
+    busy_ms: float
+    span_ms: float
+    other_kernels: Mapping[str, float]
+    rounds: int
+    kernels: int
+    source: str
+    #: Below 1 where the profiled kernels took longer than the published step (its parts scaled down).
+    scaled_by: float | None = None
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The stored block (what :mod:`~.breakdown`'s composition takes)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in out.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class Stats:
     """A timed region's statistics (``stats``): median and interquartile range, optional quantiles
@@ -154,7 +177,7 @@ class LayerCell(Outcome):
     run_id: str
     #: The stored time breakdown (:mod:`gemm_bench.results.breakdown`'s block), None where absent or
     #: dropped at the door (parts that did not add up).
-    breakdown: Mapping[str, Any] | None = None
+    breakdown: Breakdown | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +216,7 @@ class ModelStepPart(Outcome):
     precision: str
     #: The optimizer part's parameter count (None for the other parts).
     params: int | None = None
-    breakdown: Mapping[str, Any] | None = None
+    breakdown: Breakdown | None = None
 
     def quartiles(self) -> tuple[float, float]:
         """(first, third) quartile of a measured part's time (:meth:`Stats.quartiles_around`)."""
@@ -321,7 +344,7 @@ class PlanStep(Outcome):
     step: PlanStepName
     mode: str
     run_id: str
-    breakdown: Mapping[str, Any] | None = None
+    breakdown: Breakdown | None = None
     #: When the step was measured (ISO time; absent from older files).
     measured_at: str | None = None
 
@@ -579,7 +602,7 @@ def _converter(hint: Any) -> tuple[Callable[[Any], Any], bool]:
     """The conversion of a stored value to a field of type ``hint``, and whether None is allowed.
 
     ``float | None`` reads a stored boolean as None (a JSON ``true`` is no time); a tuple reads a
-    missing or null list as empty; a mapping (a breakdown) is kept when it is one, else None."""
+    missing or null list as empty; a mapping is kept when it is one, and a breakdown read, else None."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     inner_types = [a for a in args if a is not type(None)]
     if origin in (types.UnionType, typing.Union) and len(inner_types) == 1 < len(args):
@@ -595,6 +618,8 @@ def _converter(hint: Any) -> tuple[Callable[[Any], Any], bool]:
         return (lambda v: tuple(item(x) for x in v or ())), False
     if origin is Mapping:
         return (lambda v: v if isinstance(v, Mapping) else None), False
+    if hint is Breakdown:  # a block the door kept (its form checked by the schema), else None
+        return (lambda v: _read(Breakdown, v) if isinstance(v, Mapping) else None), False
     if hint in (str, int, float, bool):
         return hint, False
     return _given_by_caller(hint), False
