@@ -159,6 +159,9 @@ class SizeStep:
     per_microbatch_ms: float
     fixed_ms: float
     tokens: int
+    #: The composed step's least and most over the timed samples' extremes (G = 1's and G = 2's fastest and
+    #: slowest): two points extrapolated to G = 16 or 32 multiply their noise, so the spread is said.
+    step_ms_range: tuple[float, float] = (0.0, 0.0)
 
     @property
     def step_ms(self) -> float:
@@ -167,7 +170,23 @@ class SizeStep:
     @property
     def tokens_per_s(self) -> float:
         """Per GPU: the rank's tokens of a step (micro-batch x its tokens x G) over the step."""
-        return self.micro_batch * self.tokens * self.microbatches / (self.step_ms / 1e3)
+        return self._per_s(self.step_ms)
+
+    @property
+    def tokens_per_s_range(self) -> tuple[float, float]:
+        """(least, most) tokens per second per GPU over the samples' extremes."""
+        low, high = self.step_ms_range
+        return self._per_s(high), self._per_s(low)
+
+    def _per_s(self, step_ms: float) -> float:
+        return self.micro_batch * self.tokens * self.microbatches / (step_ms / 1e3)
+
+
+def _composed_ms(one: float, two: float, g: int) -> float | None:
+    """The step at G = ``g`` from the steps at G = 1 and 2: ``g`` micro-batches of their difference and the
+    rest (the optimizer) once; None where G = 2 did not take longer."""
+    per = two - one
+    return g * per + max(0.0, one - per) if per > 0 else None
 
 
 def microbatches_at(layout: ParallelLayout, micro_batch: int) -> int | None:
@@ -203,7 +222,12 @@ def larger_step(search: Search | str | None, precision: str) -> tuple[SizeStep, 
         if g is None:
             return (f"the global batch {search.layout.global_batch_size} does not divide into micro-batches of "
                     f"{size} over DP {search.layout.dp}")
-        out.append(SizeStep(size, g, per, max(0.0, one - per), search.tokens))
+        corners = [t for a in (min(by_g["1"]), max(by_g["1"])) for b in (min(by_g["2"]), max(by_g["2"]))
+                   if (t := _composed_ms(a, b, g)) is not None]
+        if len(corners) < 4:
+            return (f"at micro-batch {size}, G = 2's fastest sample did not take longer than G = 1's slowest "
+                    f"({min(by_g['2']):.1f} against {max(by_g['1']):.1f} ms): no spread to judge by")
+        out.append(SizeStep(size, g, per, max(0.0, one - per), search.tokens, (min(corners), max(corners))))
     return out[0], out[1]
 
 
@@ -224,7 +248,8 @@ def context_parallel_untimed(search: Search) -> str | None:
 
 
 def larger_step_text(search: Search | str | None, precision: str) -> str:
-    """The cell: "14,210 at 4 (1.06x micro-batch 1's 13,400)" tokens per second per GPU, "–" where nothing
+    """The cell: "14,210 at 4 (1.06x micro-batch 1's 13,400; 1.02–1.10x over the timed samples)" tokens per
+    second per GPU, with ": not told apart from micro-batch 1" where that range holds 1; "–" where nothing
     was timed, or why the timing says nothing."""
     step = larger_step(search, precision)
     if step is None:
@@ -232,11 +257,18 @@ def larger_step_text(search: Search | str | None, precision: str) -> str:
     if isinstance(step, str):
         return step
     base, large = step
-    return (f"{large.tokens_per_s:,.0f} at {large.micro_batch} ({large.tokens_per_s / base.tokens_per_s:.2f}× "
-            f"micro-batch 1's {base.tokens_per_s:,.0f})")
+    (base_low, base_high), (large_low, large_high) = base.tokens_per_s_range, large.tokens_per_s_range
+    low, high = large_low / base_high, large_high / base_low
+    said = (f"{large.tokens_per_s:,.0f} at {large.micro_batch} ({large.tokens_per_s / base.tokens_per_s:.2f}× "
+            f"micro-batch 1's {base.tokens_per_s:,.0f}; {low:.2f}–{high:.2f}× over the timed samples")
+    # a tie reads as a tie (issue 43): a ratio whose samples' range holds 1 does not say "faster"
+    return said + (": not told apart from micro-batch 1)" if low <= 1.0 <= high else ")")
 
 
 LARGER_STEP_NOTE = ("Tokens per second per GPU at the largest micro-batch found: the real rank's whole step timed "
                     "(CUDA events, eager) at that micro-batch and at 1, each at G = 1 and 2; their difference is "
                     "one micro-batch's time, the rest the optimizer's, composed at the layout's G for each size "
-                    "(the global batch over micro-batch x DP). One rank's compute: collectives not in it.")
+                    "(the global batch over micro-batch x DP). The range is the ratio over the samples' fastest "
+                    "and slowest (three of each G): G = 1 and 2 extrapolated to the layout's G multiply their "
+                    "noise, and a range that holds 1 is not told apart from micro-batch 1. One rank's compute: "
+                    "collectives not in it.")
