@@ -15,10 +15,10 @@ at growing micro-batch sizes, doubling then bisecting, until it runs out of memo
 ``--seed-from PATH`` (a stored layout-search study file, or a cache folder: this GPU's file in it) starts
 each recipe's search at the answer the stored study found for the same rank (its layout's words, layers,
 tokens, optimizer shards, stage and capacity all this run's; else the search starts at 1): the seed, then
-its neighbour, so an unchanged answer costs two tries (Llama 3 8B's 4 on an H200 took six from 1). The answer is the same
-(:mod:`gemm_bench.measure.microbatch_search` says why); the JSON says the seed per recipe (``"seed"``). A
-file that cannot be read is a warning and the search runs unseeded: the seed only orders the tries, and
-the refresh must be able to replace a corrupt study by measuring it again.
+its neighbour, so an unchanged answer costs two tries (Llama 3 8B's 4 on an H200 took six from 1). The
+answer is the same (:mod:`gemm_bench.measure.microbatch_search` says why); the JSON says the seed per
+recipe (``"seed"``). A file that cannot be read is a warning and the search runs unseeded: the seed only
+orders the tries, and the refresh must be able to replace a corrupt study by measuring it again.
 
 ``--capacity-bytes`` caps PyTorch's allocator at that many bytes of this GPU
 (``torch.cuda.set_per_process_memory_fraction``), so an H200 answers for an 80 GB H100: the cap is the
