@@ -172,8 +172,9 @@ def study_box(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(commands, "load_runner", lambda: (None, RuntimeError))
 
-    def measure(name: str) -> dict[str, Any]:
+    def measure(name: str, cache_dir: Path | None = None) -> dict[str, Any]:
         box["measured"] += 1
+        box["measured_for"] = cache_dir  # the cache the study is stored in (the layout search seeds from it)
         return copy.deepcopy(studies.read_study(committed))
 
     monkeypatch.setattr(measure_studies, "measure_study", measure)
@@ -193,5 +194,5 @@ def test_gemm_bench_study_measures_where_nothing_wider_is_lost(study_box: dict[s
                                                               flags: list[str]) -> None:
     study_box.update(gpus=gpus, name=name)
     code, out, err = call(["study", "tp-comm", *flags, "--cache-dir", str(study_box["cache"])])
-    assert code == 0 and err == "" and study_box["measured"] == 1
+    assert code == 0 and err == "" and study_box["measured"] == 1 and study_box["measured_for"] == study_box["cache"]
     assert out.startswith(f"stored {studies.study_dir(study_box['cache']) / 'tp-comm--h200.json'} (")

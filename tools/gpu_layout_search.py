@@ -12,6 +12,14 @@ step (two of them: the second holds the optimizer's moments through its forward 
 at growing micro-batch sizes, doubling then bisecting, until it runs out of memory
 (:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`): an out-of-memory is the answer.
 
+``--seed-from PATH`` (a stored layout-search study file, or a cache folder: this GPU's file in it) starts
+each recipe's search at the answer the stored study found for the same rank (its layout's words, layers,
+tokens, optimizer shards, stage and capacity all this run's; else the search starts at 1): the seed, then
+its neighbour, so an unchanged answer costs two tries (Llama 3 8B's 4 on an H200 took six from 1). The
+answer is the same (:mod:`gemm_bench.measure.microbatch_search` says why); the JSON says the seed per
+recipe (``"seed"``). A file that cannot be read is a warning and the search runs unseeded: the seed only
+orders the tries, and the refresh must be able to replace a corrupt study by measuring it again.
+
 ``--capacity-bytes`` caps PyTorch's allocator at that many bytes of this GPU
 (``torch.cuda.set_per_process_memory_fraction``), so an H200 answers for an 80 GB H100: the cap is the
 H100's usable capacity as its cached results store it. Said wherever the number is quoted ("an H100's
@@ -19,7 +27,7 @@ capacity, emulated on an H200"): the CUDA context and libraries' workspaces outs
 the H200's.
 
     python3 tools/gpu_layout_search.py --out DIR --models llama3-8b --precisions bf16,fp8-delayed \\
-        --capacity-bytes 84100186112
+        --capacity-bytes 84100186112 --seed-from docs/_gemm_cache/studies/layout-search--h100-80gb-hbm3.json
 
 JSON to ``DIR/layout-search.json`` after each model; a compact line per recipe on stdout. The
 composition's prediction for the same layout is computed from the committed cache, not here.
@@ -47,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="bf16,fp8-delayed")
     parser.add_argument("--capacity-bytes", type=int, default=0, help="cap the allocator at this many bytes")
     parser.add_argument("--limit", type=int, default=16, help="largest micro-batch tried")
+    parser.add_argument("--seed-from", type=Path, default=None, metavar="PATH",
+                        help="a stored layout-search study (or a cache folder: this GPU's study in it) whose "
+                             "answers for the same rank start each search")
     parser.add_argument("--time-steps", action="store_true",
                         help="time the whole rank's step at the largest micro-batch found and at 1 (G = 1 and 2)")
     args = parser.parse_args(argv)
@@ -62,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
     from gemm_bench.question.question import build_question
     from gemm_bench.question.stage_shape import searched_rank
+    from gemm_bench.results.cache import CacheError
+    from gemm_bench.results.layout_search_schema import seed, stored_seeds
 
     total = torch.cuda.get_device_properties(0).total_memory
     doc: dict[str, Any] = {"device": torch.cuda.get_device_name(), "total_bytes": total,
@@ -71,6 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.capacity_bytes > total:
             parser.error(f"--capacity-bytes {args.capacity_bytes} is more than this GPU's {total}")
         torch.cuda.set_per_process_memory_fraction(args.capacity_bytes / total)
+    stored = None
+    if args.seed_from is not None:
+        try:
+            stored = stored_seeds(args.seed_from, doc["device"])
+            if stored is None:
+                print(f"--seed-from {args.seed_from}: no stored study of the {doc['device']} there: every search "
+                      "starts at 1", flush=True)
+        except CacheError as exc:
+            print(f"gpu_layout_search: warning: --seed-from: {exc}; every search starts at 1", file=sys.stderr,
+                  flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         question = build_question(model=model)
@@ -100,16 +123,19 @@ def main(argv: list[str] | None = None) -> int:
         for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
             started = time.monotonic()
             model_keywords = rank_keywords(built, precision)
+            start = seed(stored, model, {**entry, "capacity_bytes": doc["capacity_bytes"]}, precision)
             try:
-                found = largest_microbatch(rank, built.layers, precision, limit=args.limit, **model_keywords)
+                found = largest_microbatch(rank, built.layers, precision, limit=args.limit, seed=start,
+                                           **model_keywords)
             except RuntimeError as exc:  # GPU boundary: not an out-of-memory (that is an answer), a failure
                 entry["found"][precision] = f"{type(exc).__name__}: {exc}"[:400]
                 print(f"{model} {precision}: FAILED {exc}"[:300], flush=True)
                 continue
             found["peak_bytes_limit"] = doc["capacity_bytes"]
             entry["found"][precision] = found
-            print(f"{model} {precision}: largest micro-batch {found['largest']} (tried {found['tried']}, "
-                  f"{time.monotonic() - started:.0f} s)", flush=True)
+            print(f"{model} {precision}: largest micro-batch {found['largest']} (tried {found['tried']}"
+                  f"{'' if start is None else f', seeded at {start}'}, {time.monotonic() - started:.0f} s)",
+                  flush=True)
             # The step at the largest micro-batch and at 1 (a whole rank on this GPU's own capacity only:
             # an emulated capacity would time this GPU, not the one it answers for).
             if args.time_steps and not args.capacity_bytes and built.stage == "only" and found["largest"] >= 2 \

@@ -5,7 +5,10 @@
 
 The tool's JSON holds no provenance (no date, commit or software stack): they come from these arguments,
 as the session's README records them, never by editing a number. A run whose allocator was capped at
-another GPU's capacity is stored as that GPU's file, ``emulated``: give ``--answers-for``.
+another GPU's capacity is stored as that GPU's file, ``emulated``: give ``--answers-for``. Such a run is
+made by hand, and may be seeded from the stored file it replaces (the tool's ``--seed-from``, e.g.
+``docs/_gemm_cache/studies/layout-search--h100-80gb-hbm3.json`` with ``--capacity-bytes``): the seed of
+each recipe is carried into the study, and the method says the searches were seeded.
 
     PYTHONPATH=bench python tools/layout_search_to_study.py --commit a9212f6 --date 2026-11-28 \\
         --versions torch=2.11.0+cu130,transformer_engine=2.20.2,cuda=13.0,driver=580.159.04 \\
@@ -23,7 +26,7 @@ from typing import Any
 
 from gemm_bench.results import studies
 from gemm_bench.results.cache import CacheError, _read_bytes, parse_json
-from gemm_bench.results.layout_search_schema import STUDY, stored_data
+from gemm_bench.results.layout_search_schema import SEED_FIELD, STUDY, stored_data
 
 REPO = Path(__file__).resolve().parents[1]
 #: The provenance the arguments give (``--commit`` and ``--date`` the rest of :data:`studies.PROVENANCE_FIELDS`).
@@ -34,6 +37,10 @@ WHAT = ("the preset layout's rank built for real (the whole rank at PP 1, the fi
         "1 / (DP x CP) of the parameters (the distributed optimizer); its whole step at micro-batch sizes doubling "
         "from 1 (two steps at each, the second holding the optimizer's moments), then bisecting, PyTorch's allocator "
         "with expandable segments; an out-of-memory is the answer")
+#: Added to :data:`WHAT` where a run's search started from a stored study's answer (a recipe's ``seed``).
+SEEDED = ("; a recipe with a seed started its search at the answer a stored study found for the same rank "
+          "(that size, then the next, doubling on or bisecting below it as they ran or not): the same answer "
+          "in fewer tries")
 
 
 def source_name(path: Path) -> str:
@@ -73,7 +80,10 @@ def build(paths: list[Path], *, commit: str, date: str, versions: dict[str, str]
         raise CacheError(path, f"{exc.where}: {exc.problem}") from None
     seconds = sum(found.get("seconds", 0.0) for entry in data["models"].values()
                   for found in entry.get("recipes", {}).values())
-    method = {"tool": "tools/gpu_layout_search.py", "what": WHAT, "measure_s": round(seconds, 1),
+    seeded = any(SEED_FIELD in found for entry in data["models"].values()
+                 for found in entry.get("recipes", {}).values())
+    method = {"tool": "tools/gpu_layout_search.py", "what": WHAT + SEEDED if seeded else WHAT,
+              "measure_s": round(seconds, 1),
               "source": [source_name(p) for p in paths]}
     device: dict[str, Any] = {"name": data["answers_for"]}
     if data["emulated"]:

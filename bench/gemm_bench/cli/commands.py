@@ -715,7 +715,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             raise UsageError(f"STUDY: the stored {args.name} study of the {name} was measured on "
                              f"{wider} GPUs and this box has {here}: measuring it here would "
                              "lose what only the larger box measures; add --replace-wider to replace it anyway")
-    doc = measure_study(args.name)
+    doc = measure_study(args.name, Path(args.cache_dir))
     path = studies.write_study(args.cache_dir, doc)
     echo(f"stored {path} ({doc['provenance']['method'].get('measure_s', '?')} s)")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from pathlib import Path
 from typing import Any
 
 from gemm_bench.results import studies
@@ -33,8 +34,11 @@ def load_registry() -> dict[str, studies.Study]:
     return dict(studies.REGISTRY)
 
 
-def measure_study(name: str) -> dict[str, Any]:
-    """Run study ``name`` on the current CUDA device; the valid document to store."""
+def measure_study(name: str, cache_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run study ``name`` on the current CUDA device; the valid document to store. ``cache_dir``: the
+    cache it will be stored in, given to a study that reads it (:attr:`~gemm_bench.results.studies.Study.
+    reads_cache`: the layout search seeds its searches from its stored run there); None leaves such a
+    study its own default."""
     from gemm_bench.measure import provenance
     from gemm_bench.measure.backends import te as te_backend
 
@@ -43,7 +47,7 @@ def measure_study(name: str) -> dict[str, Any]:
     module_name, _, function = study.measure.partition(":")
     measure = getattr(importlib.import_module(module_name), function)
     start = time.perf_counter()
-    data, method = measure()
+    data, method = measure(cache_dir=Path(cache_dir)) if study.reads_cache and cache_dir is not None else measure()
     method = {**method, "measure_s": round(time.perf_counter() - start, 1)}
     device, prov = provenance.collect(method, te_backend.VERSION)
     return studies.build_document(study, data, method, device, prov)

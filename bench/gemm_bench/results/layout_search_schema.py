@@ -6,7 +6,10 @@ Why: the memory table's largest micro-batch is *predicted* by composing the part
 real (every layer on its ``S / CP`` tokens, FP32 main gradients whole, the distributed optimizer's
 ``1 / (DP x CP)`` slice of FP32 masters and moments), its whole step run at growing micro-batch sizes,
 doubling then bisecting, until it runs out of memory (``tools/gpu_layout_search.py``,
-:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`). An out-of-memory is the answer.
+:func:`gemm_bench.measure.backends.model_parts.largest_microbatch`). An out-of-memory is the answer. A
+search may start from the answer a stored study found for the same rank (the recipe's ``seed``: the
+tool's ``--seed-from``, :func:`seed`): the same answer in fewer tries
+(:mod:`gemm_bench.measure.microbatch_search` says why it is the same).
 
 A run may cap PyTorch's allocator at another GPU's capacity (an H200 answering for an 80 GB H100): the
 file then answers for that GPU (``answers_for``, the document's device name, so it is the file of that
@@ -21,21 +24,26 @@ Pure: the validator of the ``data`` block, the conversion of the tool's JSON int
      "models": {"llama3-8b": {"layout": "8 GPUs: CP 2, DP 4, distributed optimizer, G = 32", "layers": 32,
                               "tokens": 4096, "optimizer_shards": 8, "capacity_bytes": 84100186112,
                               "recipes": {"bf16": {"largest": 1, "tried": [1, 2], "seconds": 5.3},
+                                          "fp8-current": {"largest": 1, "tried": [1, 2], "seconds": 4.1,
+                                                          "seed": 1},
                                           "fp8-block": {"failed": "RuntimeError: ..."}}},
                 "llama3-70b": {"error": "pipeline parallel 8: the rank is one stage (not built here)"}}}
 
 Invariants checked at the door: ``capacity_bytes <= total_bytes``; a capped run (capacity below the
 total) is ``emulated`` and answers for another GPU, an uncapped one answers for its own; ``largest >=
-0``; ``tried`` non-empty, without repeats, starting at 1 and holding ``largest`` when it is above 0.
+0``; ``tried`` non-empty, without repeats, starting at 1 (at the ``seed`` in a seeded search) and holding
+``largest`` when it is above 0, and ``largest + 1`` when ``largest`` is below the largest size tried.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from gemm_bench.question.devices import device_slug
 from gemm_bench.question.precisions import PRECISIONS
+from gemm_bench.results.cache import CacheError
 from gemm_bench.results.studies import (
     StudyError,
     choice,
@@ -44,7 +52,9 @@ from gemm_bench.results.studies import (
     json_object,
     keys,
     number,
+    read_study,
     register_schema,
+    study_path,
     text,
 )
 
@@ -69,6 +79,15 @@ RECIPE_FIELDS: tuple[str, ...] = ("largest", "tried", "seconds")
 #: ``steps_failed``, why the timing did not run. Only in a run on the GPU's own capacity (an emulated
 #: capacity times another GPU) and only where the largest is above 1.
 STEP_FIELDS: tuple[str, ...] = ("steps", "steps_failed")
+#: The size a seeded search tried first: the answer a stored study found for the same rank (the tool's
+#: ``--seed-from``), absent from a search that started at 1 unseeded. Says how the answer was found; it
+#: is the same answer (:mod:`gemm_bench.measure.microbatch_search`).
+SEED_FIELD = "seed"
+#: What must equal between a stored model's entry and this run's for the stored answer to seed the run:
+#: the rank itself (its layout's words, layers, tokens, optimizer shards and stage) and the capacity it
+#: was searched under. A seed from another rank would still give the same answer, in more tries.
+SEED_MATCH: tuple[str, ...] = ("layout", "layers", "tokens", "optimizer_shards", "capacity_bytes", "stage",
+                               "in_flight")
 #: The G each micro-batch's step is timed at: two, so that their difference is one micro-batch's time.
 STEP_GS: tuple[str, ...] = ("1", "2")
 #: Far above any step's time (ms): a day.
@@ -87,11 +106,16 @@ def _recipe(value: Any, at: str) -> None:
         keys(block, at, ("failed",))
         text(block["failed"], f"{at}.failed")
         return
-    keys(block, at, RECIPE_FIELDS, STEP_FIELDS)
+    keys(block, at, RECIPE_FIELDS, (*STEP_FIELDS, SEED_FIELD))
     largest = integer(block["largest"], f"{at}.largest", minimum=0, maximum=MAX_MICRO_BATCH)
     tried = [integer(size, f"{at}.tried[{i}]", minimum=1, maximum=MAX_MICRO_BATCH)
              for i, size in enumerate(json_list(block["tried"], f"{at}.tried", non_empty=True))]
-    if tried[0] != 1:
+    if SEED_FIELD in block:
+        seeded = integer(block[SEED_FIELD], f"{at}.{SEED_FIELD}", minimum=1, maximum=MAX_MICRO_BATCH)
+        if tried[0] != seeded:
+            raise StudyError(f"{at}.tried[0]", f"must be the seed {seeded} (a seeded search starts at it), "
+                                               f"got {tried[0]}")
+    elif tried[0] != 1:
         raise StudyError(f"{at}.tried[0]", f"must be 1 (the search starts at one sequence), got {tried[0]}")
     if len(set(tried)) != len(tried):
         raise StudyError(f"{at}.tried", f"repeats a size: {tried}")
@@ -197,7 +221,8 @@ def _add_run(where: str, run: Mapping[str, Any], device: str, total: int, models
                 raise StudyError(f"{where}.models.{model}.found.{precision}.peak_bytes_limit",
                                  f"{found['peak_bytes_limit']} is not the run's capacity {capacity}")
             recipes[precision] = {"largest": found["largest"], "tried": list(found["tried"]),
-                                  "seconds": found["seconds"], **{k: found[k] for k in STEP_FIELDS if k in found}}
+                                  "seconds": found["seconds"],
+                                  **{k: found[k] for k in (*STEP_FIELDS, SEED_FIELD) if k in found}}
         models[model] = {"layout": entry["layout"], "layers": entry["layers"], "tokens": entry["tokens"],
                          "optimizer_shards": entry["optimizer_shards"], "capacity_bytes": capacity,
                          "recipes": recipes,
@@ -236,7 +261,42 @@ def stored_data(runs: Sequence[tuple[str, Mapping[str, Any]]], answers_for: str 
     return data
 
 
+# ------------------------------------------------------------------------------ seeding a new search
+def stored_seeds(path: Path, device_name: str) -> dict[str, Any] | None:
+    """The ``data`` block of the stored study a new search is seeded from (``--seed-from PATH``): the
+    file ``path``, or, where ``path`` is a cache folder, this GPU's file in it
+    (:func:`~gemm_bench.results.studies.study_path` of ``device_name``; None where the folder holds
+    none: the GPU's first search). Read by the studies' reader, so a file that is not a valid
+    layout-search study raises :class:`CacheError` naming it."""
+    path = Path(path)
+    if path.is_dir():
+        path = study_path(path, NAME, device_name)
+        if not path.exists():
+            return None
+    doc = read_study(path)
+    if doc["study"] != NAME:
+        raise CacheError(path, f"holds study {doc['study']!r}, not {NAME!r}")
+    return dict(doc["data"])
+
+
+def seed(stored: Mapping[str, Any] | None, model: str, rank: Mapping[str, Any], precision: str) -> int | None:
+    """The micro-batch the stored study (:func:`stored_seeds`) found for ``model`` under ``precision``,
+    to seed this run's search with, or None: no stored study, no such model or recipe, a failed or empty
+    (0) answer, or a stored rank that is not this run's (``rank`` holds this run's :data:`SEED_MATCH`
+    fields; ``stage`` and ``in_flight`` are absent at PP 1 on both sides)."""
+    if stored is None:
+        return None
+    entry = stored["models"].get(model)
+    if entry is None or "error" in entry or any(entry.get(k) != rank.get(k) for k in SEED_MATCH):
+        return None
+    found = entry["recipes"].get(precision)
+    if found is None or "failed" in found or found["largest"] < 1:
+        return None
+    return int(found["largest"])
+
+
 STUDY = register_schema(NAME, title="The largest micro-batch of a layout's rank, found on the GPU",
                         method_version=METHOD_VERSION, measure="gemm_bench.measure.layout_search_study:measure",
+                        reads_cache=True,
                         fields=("measured_on", "total_bytes", "answers_for", "emulated", "models"), check=_check_data)
 validate_data = STUDY.validate_data

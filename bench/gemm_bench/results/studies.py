@@ -63,9 +63,9 @@ class Study:
     """One kind of study, as :func:`register_schema` builds and registers it.
 
     ``validate_data`` raises :class:`StudyError` for a ``data`` block this study cannot render;
-    ``measure`` names ``"module:function"``, a function of no arguments run on a GPU box that
-    returns ``(data, method)``: the data block and what the method was (stored in
-    ``provenance.method``)."""
+    ``measure`` names ``"module:function"``, a function of no arguments (or, where
+    :attr:`reads_cache`, of the keyword ``cache_dir``) run on a GPU box that returns ``(data,
+    method)``: the data block and what the method was (stored in ``provenance.method``)."""
 
     name: str
     title: str
@@ -75,6 +75,9 @@ class Study:
     #: GPUs of one box the study needs: the refresh measures studies on one GPU, so a study of
     #: several (tp-comm) is measured by ``gemm-bench study NAME`` on such a box and never planned there.
     min_gpus: int = 1
+    #: Whether ``measure`` is given the cache the study will be stored in (``cache_dir=``): the
+    #: layout search starts each search from the answer this GPU's stored study found there.
+    reads_cache: bool = False
 
 
 REGISTRY: dict[str, Study] = {}
@@ -91,7 +94,7 @@ STUDY_MODULES: tuple[str, ...] = (
 
 def register_schema(name: str, *, title: str, method_version: str, measure: str, fields: Sequence[str],
                     optional: Sequence[str] = (), check: Callable[[dict[str, Any]], None],
-                    min_gpus: int = 1) -> Study:
+                    min_gpus: int = 1, reads_cache: bool = False) -> Study:
     """Register a study and return it: the one way a study schema module declares its study.
 
     Its :attr:`Study.validate_data` is the door every ``data`` block passes (:func:`validate`, the
@@ -122,7 +125,7 @@ def register_schema(name: str, *, title: str, method_version: str, measure: str,
     if not _NAME.match(name):
         raise ValueError(f"study name {name!r} is not lower-case letters, digits and dashes")
     study = Study(name=name, title=title, method_version=method_version, validate_data=validate_data,
-                  measure=measure, min_gpus=min_gpus)
+                  measure=measure, min_gpus=min_gpus, reads_cache=reads_cache)
     REGISTRY[name] = study
     return study
 

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 import transformer_engine.pytorch as te
 
 from gemm_bench.measure.backends.te import Operands, make_recipe
+from gemm_bench.measure.microbatch_search import search_largest
 from gemm_bench.measure.step import step_breakdown
 from gemm_bench.measure.telemetry import quartiles
 from gemm_bench.measure.timing import Competitor, Interleaver, Mark, Samples, TimerSettings
@@ -746,14 +747,19 @@ def step_samples(config: ModelConfig, layers: int, precision: str, micro_batches
 
 def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limit: int = 64,
                        optimizer_shards: int = 1, head: bool = True, in_flight: int = 1,
-                       grad_dtype: torch.dtype = torch.float32, fp8_primary: bool = False) -> dict[str, Any]:
+                       grad_dtype: torch.dtype = torch.float32, fp8_primary: bool = False,
+                       seed: int | None = None) -> dict[str, Any]:
     """The largest micro-batch whose whole steps (G = 1, or the ``in_flight`` micro-batches a first
     pipeline stage holds; two of them, so that the optimizer's moments are held through the second)
-    run on this GPU with ``layers`` layers, by doubling then bisecting; an
+    run on this GPU with ``layers`` layers, by doubling then bisecting
+    (:func:`~gemm_bench.measure.microbatch_search.search_largest`); an
     out-of-memory is the answer, never a crash. Each size builds its own model: a mixture of experts'
     layer routes the tokens of the micro-batch it was built for. ``optimizer_shards``: the distributed
     optimizer's DP x CP; ``head`` and ``in_flight``: the stage, ``grad_dtype`` and ``fp8_primary``: the
-    main gradients' dtype and FP8 primary weights (:class:`RealModel`)."""
+    main gradients' dtype and FP8 primary weights (:class:`RealModel`). ``seed``: the answer a stored
+    search of the same rank found, tried first (with its neighbour), so that an unchanged answer costs
+    two tries instead of the whole doubling; the answer is the same (the search's module says why), and
+    the result says the seed it started from (``"seed"``, clamped to ``limit``)."""
     def fits(mbs: int) -> bool:
         with _clean():
             model = None
@@ -775,21 +781,11 @@ def largest_microbatch(config: ModelConfig, layers: int, precision: str, *, limi
                 del model
 
     started = time.monotonic()
-    if not fits(1):
-        return {"largest": 0, "tried": [1], "seconds": round(time.monotonic() - started, 1)}
-    tried, good, bad = [1], 1, None
-    while bad is None and good < limit:
-        nxt = min(good * 2, limit)
-        tried.append(nxt)
-        if fits(nxt):
-            good = nxt
-        else:
-            bad = nxt
-    while bad is not None and bad - good > 1:
-        mid = (good + bad) // 2
-        tried.append(mid)
-        good, bad = (mid, bad) if fits(mid) else (good, mid)
-    return {"largest": good, "tried": tried, "seconds": round(time.monotonic() - started, 1)}
+    largest, tried = search_largest(fits, limit, seed)
+    found: dict[str, Any] = {"largest": largest, "tried": tried, "seconds": round(time.monotonic() - started, 1)}
+    if seed is not None:
+        found["seed"] = min(seed, limit)
+    return found
 
 
 def median_ms(samples: Samples) -> float:
