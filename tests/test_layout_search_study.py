@@ -21,16 +21,16 @@ from gemm_bench.results.cache import CacheError
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "docs" / "_gemm_cache"
-RAW = REPO / "measurements" / "2026-11-29-session18" / "call1-study-v2"
+RAW = REPO / "measurements" / "2026-11-29-session18" / "call2-seeded"
 H100_RUNS = [RAW / "h100cap" / "layout-search.json"]
 #: The H200's study was stored by ``gemm-bench study layout-search`` on the box (the refresh's path), which
 #: keeps no raw run: the copy it brought back is the study file itself.
 H200_STUDY = RAW / "layout-search--h200.json"
 #: An uncapped raw run of the tool (call 2's, one step at each size) for the converter's own tests.
 H200_RUNS = [REPO / "measurements" / "2026-11-29-session17" / "call2-layout-search" / "h200" / "layout-search.json"]
-#: As measurements/2026-11-29-session18/README.md records call 1 (session 17's method, two steps at each size,
-#: stored as method version 2; on one H200, the study uncapped and the tool capped at an H100's capacity).
-PROVENANCE = {"commit": "d5047f2", "date": "2026-11-29",
+#: As measurements/2026-11-29-session18/README.md records call 2 (method version 2, each search seeded with the
+#: stored study's answer; on one H200, the study uncapped and the tool capped at an H100's capacity).
+PROVENANCE = {"commit": "51c583c", "date": "2026-11-29",
               "versions": {"torch": "2.11.0+cu130", "transformer_engine": "2.20.2", "cuda": "13.0",
                            "driver": "580.159.04"}}
 H100 = "NVIDIA H100 80GB HBM3"

@@ -258,7 +258,8 @@ def larger_step_text(search: Search | str | None, precision: str) -> str:
         return step
     base, large = step
     (base_low, base_high), (large_low, large_high) = base.tokens_per_s_range, large.tokens_per_s_range
-    low, high = large_low / base_high, large_high / base_low
+    # judged on the printed digits, so the words never contradict them ("1.00–1.13x" is not called faster)
+    low, high = round(large_low / base_high, 2), round(large_high / base_low, 2)
     said = (f"{large.tokens_per_s:,.0f} at {large.micro_batch} ({large.tokens_per_s / base.tokens_per_s:.2f}× "
             f"micro-batch 1's {base.tokens_per_s:,.0f}; {low:.2f}–{high:.2f}× over the timed samples")
     # a tie reads as a tie (issue 43): a ratio whose samples' range holds 1 does not say "faster"
