@@ -29,6 +29,12 @@ the H200's.
     python3 tools/gpu_layout_search.py --out DIR --models llama3-8b --precisions bf16,fp8-delayed \\
         --capacity-bytes 84100186112 --seed-from docs/_gemm_cache/studies/layout-search--h100-80gb-hbm3.json
 
+``--time-steps`` (the study passes it) then times the whole rank's step at the largest micro-batch found
+and at 1, each at the layout's G for that size (:func:`gemm_bench.question.layout.microbatches_at`), one
+untimed step then five timed (:func:`gemm_bench.measure.backends.model_parts.step_samples`): a whole rank
+of PP 1 on this GPU's own capacity at CP 1 only
+(:func:`gemm_bench.results.layout_search_schema.times_step`).
+
 JSON to ``DIR/layout-search.json`` after each model; a compact line per recipe on stdout. The
 composition's prediction for the same layout is computed from the committed cache, not here.
 """
@@ -59,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a stored layout-search study (or a cache folder: this GPU's study in it) whose "
                              "answers for the same rank start each search")
     parser.add_argument("--time-steps", action="store_true",
-                        help="time the whole rank's step at the largest micro-batch found and at 1 (G = 1 and 2)")
+                        help="time the whole rank's step at the largest micro-batch found and at 1, each at the "
+                             "layout's G for that size (CP 1 only)")
     args = parser.parse_args(argv)
 
     # The allocator as Megatron-Bridge's performance recipes run it (their env_vars set
@@ -70,11 +77,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from gemm_bench.measure.backends.model_parts import largest_microbatch, rank_keywords, step_samples
     from gemm_bench.question.config import ConfigError
+    from gemm_bench.question.layout import microbatches_at
     from gemm_bench.question.model_step import unsupported_reason as model_step_unsupported
     from gemm_bench.question.question import build_question
     from gemm_bench.question.stage_shape import searched_rank
     from gemm_bench.results.cache import CacheError
-    from gemm_bench.results.layout_search_schema import seed, stored_seeds
+    from gemm_bench.results.layout_search_schema import seed, stored_seeds, times_step
 
     total = torch.cuda.get_device_properties(0).total_memory
     doc: dict[str, Any] = {"device": torch.cuda.get_device_name(), "total_bytes": total,
@@ -136,17 +144,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{model} {precision}: largest micro-batch {found['largest']} (tried {found['tried']}"
                   f"{'' if start is None else f', seeded at {start}'}, {time.monotonic() - started:.0f} s)",
                   flush=True)
-            # The step at the largest micro-batch and at 1 (a whole rank on this GPU's own capacity only:
-            # an emulated capacity would time this GPU, not the one it answers for).
-            if args.time_steps and not args.capacity_bytes and built.stage == "only" and found["largest"] >= 2 \
-                    and found["largest"] + 1 in found["tried"]:
+            # The step at the largest micro-batch and at 1, each at the layout's G for that size (a whole
+            # rank on this GPU's own capacity at CP 1 only: an emulated capacity would time this GPU, not the
+            # one it answers for; a CP rank's tokens attend only to one another, a step never quoted).
+            if args.time_steps and times_step(found, emulated=bool(args.capacity_bytes), stage=built.stage,
+                                              cp=layout.cp):
+                sizes = [(size, microbatches_at(layout, size)) for size in (1, found["largest"])]
+                undivided = [size for size, g in sizes if g is None]
+                if undivided:  # the report says why from the layout: nothing to time at a G the run cannot take
+                    print(f"{model} {precision}: not timed: the global batch {layout.global_batch_size} does not "
+                          f"divide into micro-batches of {undivided[0]} over DP {layout.dp}", flush=True)
+                    continue
                 started = time.monotonic()
                 try:
-                    found["steps"] = step_samples(rank, built.layers, precision, (1, found["largest"]),
+                    found["steps"] = step_samples(rank, built.layers, precision,
+                                                  [(size, g) for size, g in sizes if g is not None],
                                                   **model_keywords)
                 except RuntimeError as exc:  # GPU boundary: the search's answer stands, the timing is lost
                     found["steps_failed"] = f"{type(exc).__name__}: {exc}"[:400]
-                print(f"{model} {precision}: steps at micro-batch 1 and {found['largest']} "
+                print(f"{model} {precision}: steps at {', '.join(f'micro-batch {s} x G = {g}' for s, g in sizes)} "
                       f"{found.get('steps') or found.get('steps_failed')} ({time.monotonic() - started:.0f} s)",
                       flush=True)
         doc["models"][model] = entry

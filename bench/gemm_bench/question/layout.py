@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -203,6 +204,24 @@ class ParallelLayout:
             parts.append("overlapped " + " and ".join(overlapped))
         parts.append(f"G = {self.microbatches}")
         return f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}: " + ", ".join(parts)
+
+
+def microbatches_at(layout: ParallelLayout, micro_batch: int) -> int | None:
+    """G at ``micro_batch``: the global batch over micro-batch x DP (None where it does not divide); a layout
+    with G set and no global batch keeps its G. The one rule by which the layout-search tool times a rank's
+    step at each micro-batch size and the report checks and quotes that step (issue 41 item 3)."""
+    if layout.global_batch_size is None:
+        return layout.microbatches
+    per_step = micro_batch * layout.dp
+    return layout.global_batch_size // per_step if layout.global_batch_size % per_step == 0 else None
+
+
+def described_context_parallel(words: str) -> int:
+    """CP as :meth:`ParallelLayout.describe` wrote it in ``words`` ("..., CP 2, ..."; 1 where the words name
+    none, as describe leaves CP 1 out): what a stored layout-search study, which keeps the layout's words
+    only, says about context parallelism."""
+    found = re.search(r"(?:: |, )CP (\d+)(?:, |$)", words)
+    return int(found.group(1)) if found else 1
 
 
 def fp8_primary_weights(fp8_param_gather: bool, precision: str) -> bool:

@@ -18,9 +18,10 @@ from typing import Any
 
 from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.devices import device_label, device_slug
-from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.layout import ParallelLayout, microbatches_at
 from gemm_bench.question.stage_shape import searched_rank
-from gemm_bench.results.layout_search_schema import bounded
+from gemm_bench.results.layout_search_schema import NAME, bounded, times_step
+from gemm_bench.results.studies import file_name
 
 GIB = 1 << 30
 NOT_SEARCHED = "not searched"
@@ -47,6 +48,8 @@ class Search:
     fp8_param_gather: bool = False
     #: The layout the search answers (its G and global batch compose the step at each micro-batch).
     layout: ParallelLayout | None = None
+    #: The model's id in the study (where a refusal points).
+    model: str = ""
 
     def where(self) -> str:
         """Where the number was found: "found on the GPU", or the emulation said in words."""
@@ -92,7 +95,7 @@ def model_search(docs: Sequence[Mapping[str, Any]], device_name: str, model_id: 
                 f"{entry['tokens']} tokens, optimizer over {entry['optimizer_shards']} ranks)")
     return Search(str(data["answers_for"]), str(data["measured_on"]), bool(data["emulated"]),
                   int(entry["capacity_bytes"]), rank.tokens, rank.layers, rank.optimizer_shards, entry["recipes"],
-                  rank.stage, rank.in_flight, rank.grad_dtype, rank.fp8_param_gather, layout)
+                  rank.stage, rank.in_flight, rank.grad_dtype, rank.fp8_param_gather, layout, model_id)
 
 
 def found_text(search: Search | str | None, precision: str) -> str:
@@ -151,21 +154,14 @@ def search_note(search: Search | str | None, predicted_capacity: int) -> str:
 # ------------------------------------------------------------------- the step at the largest micro-batch
 @dataclasses.dataclass(frozen=True)
 class SizeStep:
-    """The rank's step at one micro-batch size, composed at the layout's G for that size from the two timed
-    G (1 and 2): ``per_microbatch_ms`` (their medians' difference), ``fixed_ms`` (the rest: the optimizer)."""
+    """The rank's step at one micro-batch size, timed at the layout's G for that size: ``step_ms`` the
+    samples' median, ``step_ms_range`` their fastest and slowest."""
 
     micro_batch: int
     microbatches: int
-    per_microbatch_ms: float
-    fixed_ms: float
+    step_ms: float
     tokens: int
-    #: The composed step's least and most over the timed samples' extremes (G = 1's and G = 2's fastest and
-    #: slowest): two points extrapolated to G = 16 or 32 multiply their noise, so the spread is said.
     step_ms_range: tuple[float, float] = (0.0, 0.0)
-
-    @property
-    def step_ms(self) -> float:
-        return self.microbatches * self.per_microbatch_ms + self.fixed_ms
 
     @property
     def tokens_per_s(self) -> float:
@@ -174,7 +170,7 @@ class SizeStep:
 
     @property
     def tokens_per_s_range(self) -> tuple[float, float]:
-        """(least, most) tokens per second per GPU over the samples' extremes."""
+        """(least, most) tokens per second per GPU over the samples' slowest and fastest."""
         low, high = self.step_ms_range
         return self._per_s(high), self._per_s(low)
 
@@ -182,27 +178,13 @@ class SizeStep:
         return self.micro_batch * self.tokens * self.microbatches / (step_ms / 1e3)
 
 
-def _composed_ms(one: float, two: float, g: int) -> float | None:
-    """The step at G = ``g`` from the steps at G = 1 and 2: ``g`` micro-batches of their difference and the
-    rest (the optimizer) once; None where G = 2 did not take longer."""
-    per = two - one
-    return g * per + max(0.0, one - per) if per > 0 else None
-
-
-def microbatches_at(layout: ParallelLayout, micro_batch: int) -> int | None:
-    """G at ``micro_batch``: the global batch over micro-batch x DP (None where it does not divide); a layout
-    with G set and no global batch keeps its G."""
-    if layout.global_batch_size is None:
-        return layout.microbatches
-    per_step = micro_batch * layout.dp
-    return layout.global_batch_size // per_step if layout.global_batch_size % per_step == 0 else None
-
-
 def larger_step(search: Search | str | None, precision: str) -> tuple[SizeStep, SizeStep] | str | None:
-    """(the step at micro-batch 1, the step at the largest found) for ``precision``, each composed at the
-    layout's G for its size; the reason where the timed steps cannot say it; None where nothing was timed
-    (no search, a largest of 1 or less, an emulated capacity)."""
-    if not isinstance(search, Search) or search.layout is None or context_parallel_untimed(search):
+    """(the step at micro-batch 1, the step at the largest found) for ``precision``, each as timed at the
+    layout's G for its size; the reason where the timed steps cannot say it (the global batch does not
+    divide, or a step was timed at another G than this layout's: the study's words match a layout with
+    another global batch and micro-batch that says the same DP and G); None where nothing was timed (no
+    search, a largest of 1 or less, an emulated capacity, context parallelism)."""
+    if not isinstance(search, Search) or search.layout is None or search.layout.cp > 1:
         return None
     found = search.recipes.get(precision, {})
     if "steps_failed" in found:
@@ -210,41 +192,41 @@ def larger_step(search: Search | str | None, precision: str) -> tuple[SizeStep, 
     steps = found.get("steps")
     if not steps:
         return None
-    largest = int(found["largest"])
-    out = []
-    for size in (1, largest):
-        by_g = steps[str(size)]
-        one, two = statistics.median(by_g["1"]), statistics.median(by_g["2"])
-        per = two - one
-        if per <= 0:
-            return f"at micro-batch {size}, G = 2 did not take longer than G = 1 ({two:.1f} against {one:.1f} ms)"
-        g = microbatches_at(search.layout, size)
-        if g is None:
+    sizes = [(size, microbatches_at(search.layout, size)) for size in (1, int(found["largest"]))]
+    for size, g in sizes:
+        if g is None:  # before comparing: this layout cannot run the size at all
             return (f"the global batch {search.layout.global_batch_size} does not divide into micro-batches of "
                     f"{size} over DP {search.layout.dp}")
-        corners = [t for a in (min(by_g["1"]), max(by_g["1"])) for b in (min(by_g["2"]), max(by_g["2"]))
-                   if (t := _composed_ms(a, b, g)) is not None]
-        if len(corners) < 4:
-            return (f"at micro-batch {size}, G = 2's fastest sample did not take longer than G = 1's slowest "
-                    f"({min(by_g['2']):.1f} against {max(by_g['1']):.1f} ms): no spread to judge by")
-        out.append(SizeStep(size, g, per, max(0.0, one - per), search.tokens, (min(corners), max(corners))))
+    out = []
+    for size, g in sizes:
+        (timed_g, samples), = steps[str(size)].items()  # one G per size: the schema's rule
+        if int(timed_g) != g:
+            where = f"{file_name(NAME, search.answers_for)}: $.data.models.{search.model}.recipes.{precision}"
+            return (f"not quoted: the step at micro-batch {size} was timed at G = {timed_g} ({where}.steps.{size}), "
+                    f"this layout's G there is {g}")
+        out.append(SizeStep(size, g, float(statistics.median(samples)), search.tokens,
+                            (float(min(samples)), float(max(samples)))))
     return out[0], out[1]
 
 
 def context_parallel_untimed(search: Search) -> str | None:
-    """Why a timed step is not quoted for a layout with context parallelism, else None. The search builds
-    the rank on its ``S / CP`` tokens as sequences of their own, so its attention runs over ``S / CP``
-    keys; context parallelism attends each rank's queries to the whole sequence's keys (ring attention):
-    the timed step lacks part of the attention the run pays. The memory it found stands (flash
-    attention's activations grow with the rank's tokens, not with the keys)."""
+    """Why no timed step is quoted for a layout with context parallelism, else None (and None where the
+    study would not have timed the rank anyway: :func:`~gemm_bench.results.layout_search_schema.times_step`
+    at CP 1). The search builds the rank on its ``S / CP`` tokens as sequences of their own, so its
+    attention runs over ``S / CP`` keys; context parallelism attends each rank's queries to the whole
+    sequence's keys (ring attention): a timed step would lack part of the attention the run pays, so the
+    study does not time it. The memory it found stands (flash attention's activations grow with the rank's
+    tokens, not with the keys)."""
     if search.layout is None or search.layout.cp == 1:
         return None
-    if not any("steps" in found for found in search.recipes.values()):
+    stage = search.stage
+    if not any(times_step(found, emulated=search.emulated, stage=stage, cp=1)
+               for found in search.recipes.values() if "largest" in found):
         return None
-    return (f"The rank's step was also timed at its largest micro-batch, but is not quoted here: at CP "
-            f"{search.layout.cp} the timed rank's {search.tokens:,} tokens attend only to one another, where "
-            f"context parallelism attends them to the whole sequence of {search.tokens * search.layout.cp:,}, so "
-            "the timing lacks part of the attention the run pays.")
+    return (f"The rank's step is not timed at its largest micro-batch: at CP {search.layout.cp} the searched "
+            f"rank's {search.tokens:,} tokens attend only to one another, where context parallelism attends "
+            f"them to the whole sequence of {search.tokens * search.layout.cp:,}, so a timing would lack part "
+            "of the attention the run pays.")
 
 
 def larger_step_text(search: Search | str | None, precision: str) -> str:
@@ -267,9 +249,8 @@ def larger_step_text(search: Search | str | None, precision: str) -> str:
 
 
 LARGER_STEP_NOTE = ("Tokens per second per GPU at the largest micro-batch found: the real rank's whole step timed "
-                    "(CUDA events, eager) at that micro-batch and at 1, each at G = 1 and 2; their difference is "
-                    "one micro-batch's time, the rest the optimizer's, composed at the layout's G for each size "
-                    "(the global batch over micro-batch x DP). The range is the ratio over the samples' fastest "
-                    "and slowest (three of each G): G = 1 and 2 extrapolated to the layout's G multiply their "
-                    "noise, and a range that holds 1 is not told apart from micro-batch 1. One rank's compute: "
-                    "collectives not in it.")
+                    "(CUDA events, eager, after one untimed step) at that micro-batch and at 1, each at the "
+                    "layout's G for that size (the global batch over micro-batch x DP): micro-batch x tokens x G "
+                    "over the median step. The range is the ratio over the samples' fastest and slowest; a range "
+                    "that holds 1 is not told apart from micro-batch 1. One rank's compute: collectives not in "
+                    "it.")

@@ -33,6 +33,15 @@ Invariants checked at the door: ``capacity_bytes <= total_bytes``; a capped run 
 total) is ``emulated`` and answers for another GPU, an uncapped one answers for its own; ``largest >=
 0``; ``tried`` non-empty, without repeats, starting at 1 (at the ``seed`` in a seeded search) and holding
 ``largest`` when it is above 0, and ``largest + 1`` when ``largest`` is below the largest size tried.
+A recipe's timed ``steps`` (:data:`STEP_FIELDS`), where its whole rank of CP 1 fits more than one
+micro-batch on the GPU's own capacity, hold micro-batch 1 and ``largest``, each at one G (the layout's at
+that size)::
+
+    "steps": {"1": {"16": [3811.2, 3809.7, 3812.0, 3810.4, 3811.9]},
+              "4": {"4": [3604.8, 3606.1, 3605.0, 3603.9, 3605.5]}}
+
+refused on an emulated capacity, at CP above 1, with two G or none for a size, or with a size other than
+1 and ``largest``.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from gemm_bench.question.devices import device_slug
+from gemm_bench.question.layout import described_context_parallel
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.results.cache import CacheError
 from gemm_bench.results.studies import (
@@ -59,10 +69,15 @@ from gemm_bench.results.studies import (
 )
 
 NAME = "layout-search"
-METHOD_VERSION = "2"
+METHOD_VERSION = "3"
 #: Version 2 (session 17, commit d0c91c8): each size runs two steps (the optimizer's moments are allocated at
 #: the end of the first, so one step read a micro-batch as fitting that the second runs out of memory at).
 #: A file of version 1 reads stale.
+#: Version 3 (session 18): the step at each micro-batch size is timed at the layout's own G for that size
+#: (``steps`` maps size -> {G: samples}, one G each), where version 2 timed G = 1 and 2 and the report
+#: extrapolated to the layout's G (16 for Qwen2.5 7B at micro-batch 1): that multiplied the noise, so the
+#: same rank's ratio at 4 against 1 read 1.07x, 1.00x and 1.15x on one H200. A layout with context
+#: parallelism is no longer timed (its step is never quoted). A file of version 2 reads stale.
 #: Far above any GPU's memory (bytes), far below where arithmetic on it loses whole bytes.
 MAX_BYTES = 1 << 50
 #: Far above any micro-batch a rank holds.
@@ -74,10 +89,13 @@ STAGE_FIELDS: tuple[str, ...] = ("stage", "in_flight")
 RECIPE_FIELDS: tuple[str, ...] = ("largest", "tried", "seconds")
 #: A whole rank's step timed at the largest micro-batch found and at 1 (issue 41 item 3: "a recipe that
 #: fits a larger micro-batch says so, with the tokens per second per GPU it then reaches, measured at that
-#: micro-batch"): ``steps`` maps the micro-batch to G to the step's times in ms (CUDA events, eager), at
-#: G = 1 and 2, from which the report separates the per-micro-batch time from the rest; or
-#: ``steps_failed``, why the timing did not run. Only in a run on the GPU's own capacity (an emulated
-#: capacity times another GPU) and only where the largest is above 1.
+#: micro-batch"): ``steps`` maps the micro-batch to the one G it was timed at (the layout's G at that
+#: micro-batch, :func:`gemm_bench.question.layout.microbatches_at`) to the step's times in ms (CUDA events,
+#: eager), which the report quotes directly; or ``steps_failed``, why the timing did not run. Only in a run
+#: on the GPU's own capacity (an emulated capacity times another GPU), only where the largest is above 1
+#: and only at CP 1 (:func:`times_step`). The words the study keeps do not say the global batch or the
+#: layout's own micro-batch, so G cannot be recomputed here: the report checks it against the page's
+#: layout and refuses a step timed at another G.
 STEP_FIELDS: tuple[str, ...] = ("steps", "steps_failed")
 #: The size a seeded search tried first: the answer a stored study found for the same rank (the tool's
 #: ``--seed-from``), absent from a search that started at 1 unseeded. Says how the answer was found; it
@@ -88,8 +106,6 @@ SEED_FIELD = "seed"
 #: was searched under. A seed from another rank would still give the same answer, in more tries.
 SEED_MATCH: tuple[str, ...] = ("layout", "layers", "tokens", "optimizer_shards", "capacity_bytes", "stage",
                                "in_flight")
-#: The G each micro-batch's step is timed at: two, so that their difference is one micro-batch's time.
-STEP_GS: tuple[str, ...] = ("1", "2")
 #: Far above any step's time (ms): a day.
 MAX_STEP_MS = 86_400_000.0
 
@@ -98,6 +114,16 @@ def bounded(found: Mapping[str, Any]) -> bool:
     """Whether the search found where the rank stops fitting (``largest + 1`` was tried and ran out of
     memory), rather than stopping at its limit: a search that reached its limit only says "at least"."""
     return int(found["largest"]) + 1 in found["tried"]
+
+
+def times_step(found: Mapping[str, Any], *, emulated: bool, stage: str | None, cp: int) -> bool:
+    """Whether the study times a recipe's whole step at its largest micro-batch and at 1: a whole rank
+    (``stage`` None or ``only``: a pipeline's first stage is not the step) on the GPU's own capacity, at
+    CP 1 (the searched rank's ``S / CP`` tokens attend only to one another: its step lacks part of the
+    attention the run pays, so it would never be quoted), where the search found a bounded largest above
+    1. The one rule the tool times by and the report explains an untimed layout by."""
+    return (not emulated and stage in (None, "only") and cp == 1 and int(found.get("largest", 0)) >= 2
+            and bounded(found))
 
 
 def _recipe(value: Any, at: str) -> None:
@@ -133,19 +159,23 @@ def _recipe(value: Any, at: str) -> None:
 
 
 def _steps(value: Any, at: str, largest: int) -> None:
-    """The timed steps: at micro-batch 1 and at ``largest`` (above 1), each at G = 1 and 2, each a non-empty
-    list of positive times in ms."""
+    """The timed steps: at micro-batch 1 and at ``largest`` (above 1), each at exactly one G (a whole number,
+    the layout's G at that size, which the report checks), a non-empty list of positive times in ms."""
     steps = json_object(value, at)
     if largest < 2:
         raise StudyError(at, f"times a larger micro-batch, but the largest found is {largest}")
     keys(steps, at, ("1", str(largest)))
     for size, by_g in steps.items():
         by_g = json_object(by_g, f"{at}.{size}")
-        keys(by_g, f"{at}.{size}", STEP_GS)
-        for g, times in by_g.items():
-            where = f"{at}.{size}.{g}"
-            for i, ms in enumerate(json_list(times, where, non_empty=True)):
-                number(ms, f"{where}[{i}]", positive=True, limit=MAX_STEP_MS)
+        if len(by_g) != 1:
+            raise StudyError(f"{at}.{size}", f"must hold the step at one G (the layout's at micro-batch {size}), "
+                                             f"got G = {', '.join(by_g) or 'none'}"[:200])
+        (g, times), = by_g.items()
+        if not g.isdigit() or g != str(int(g)) or not 1 <= int(g) <= MAX_MICRO_BATCH:
+            raise StudyError(f"{at}.{size}", f"G must be a whole number from 1 to {MAX_MICRO_BATCH}, got {g!r}"[:200])
+        where = f"{at}.{size}.{g}"
+        for i, ms in enumerate(json_list(times, where, non_empty=True)):
+            number(ms, f"{where}[{i}]", positive=True, limit=MAX_STEP_MS)
 
 
 def _check_data(data: dict[str, Any]) -> None:
@@ -196,6 +226,11 @@ def _check_data(data: dict[str, Any]) -> None:
                 raise StudyError(f"{at}.recipes.{precision}.steps", "times a step on an emulated capacity: the "
                                                                     "times are the measuring GPU's, not the one it "
                                                                     "answers for")
+            cp = described_context_parallel(entry["layout"])
+            if cp > 1 and "steps" in found:
+                raise StudyError(f"{at}.recipes.{precision}.steps", f"times a step of a layout with CP {cp}: the "
+                                                                    "searched rank's tokens attend only to one "
+                                                                    "another, so the step is never quoted")
 
 
 # ------------------------------------------------------------------------------ from the tool's JSON

@@ -725,21 +725,22 @@ def rank_keywords(rank: SearchedRank, precision: str) -> dict[str, Any]:
             "fp8_primary": rank.fp8_primary(precision)}
 
 
-def step_samples(config: ModelConfig, layers: int, precision: str, micro_batches: Sequence[int], *,
-                 steps: int = 3, **model: Any) -> dict[str, dict[str, list[float]]]:
+def step_samples(config: ModelConfig, layers: int, precision: str, sizes_and_gs: Sequence[tuple[int, int]], *,
+                 steps: int = 5, **model: Any) -> dict[str, dict[str, list[float]]]:
     """The whole step's times in ms (CUDA events, eager, :func:`time_real_steps` after one untimed step)
-    of the rank built at each micro-batch size of ``micro_batches``, at G = 1 and 2: their difference is
-    one micro-batch's time, the rest the step's fixed part (the optimizer), so the report can compose
-    the step at any G (issue 41 item 3: the tokens per second per GPU a larger micro-batch reaches,
-    measured at that micro-batch). ``model``: :class:`RealModel`'s keywords (the stage, the gradients'
-    dtype, FP8 primary weights, the optimizer's shards)."""
+    of the rank built at each micro-batch size of ``sizes_and_gs``, at the G given with it (the layout's G
+    at that size, :func:`gemm_bench.question.layout.microbatches_at`): the step the run takes, timed
+    directly, so the report quotes its tokens per second with no extrapolation (issue 41 item 3: "the
+    tokens per second per GPU it then reaches, measured at that micro-batch"; two G extrapolated to G = 16
+    multiplied their noise). ``model``: :class:`RealModel`'s keywords (the stage, the gradients' dtype, FP8
+    primary weights, the optimizer's shards). Returns ``{size: {G: [ms, ...]}}``."""
     out: dict[str, dict[str, list[float]]] = {}
-    for mbs in micro_batches:
+    for mbs, g in sizes_and_gs:
         with _clean():
             real = None
             try:
                 real = RealModel(dataclasses.replace(config, micro_batch_size=mbs), layers, precision, **model)
-                out[str(mbs)] = {str(g): time_real_steps(real, g, warmup=1, steps=steps).ms for g in (1, 2)}
+                out[str(mbs)] = {str(g): time_real_steps(real, g, warmup=1, steps=steps).ms}
             finally:
                 del real
     return out
