@@ -118,7 +118,9 @@ def test_each_size_is_read_at_the_layouts_g_by_hand() -> None:
 def test_a_layout_that_keeps_its_g_reads_each_size_at_that_g() -> None:
     fixed = ParallelLayout(gpus=4, sharding="optimizer", num_microbatches=8)
     steps = {"1": {"8": [2300.0]}, "4": {"8": [9130.0]}}
-    base, large = larger_step(_search({**RECIPE, "steps": steps}, fixed), "bf16")  # type: ignore[misc]
+    step = larger_step(_search({**RECIPE, "steps": steps}, fixed), "bf16")
+    assert not isinstance(step, str) and step is not None
+    base, large = step
     assert (base.microbatches, large.microbatches) == (8, 8)
     assert large.tokens_per_s == pytest.approx(4 * 4096 * 8 / 9.130)
 
