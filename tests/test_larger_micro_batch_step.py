@@ -22,7 +22,7 @@ from gemm_bench.results import layout_search_schema as schema
 from gemm_bench.results import studies
 
 #: Llama 3 8B's Bridge layout without its CP 2 (a timed step is quoted only at CP 1): GBS 128 over DP 4:
-#: G = 32 at micro-batch 1, 8 at 4. Each size's step at its G, five samples (the median first in each).
+#: G = 32 at micro-batch 1, 8 at 4. Each size's step at its G (the tool times three; five here, the median first).
 STEPS = {"1": {"32": [9290.0, 9229.0, 9351.0, 9300.0, 9250.0]},
          "4": {"8": [9130.0, 9117.0, 9143.0, 9125.0, 9135.0]}}
 RECIPE = {"largest": 4, "tried": [1, 2, 4, 8, 6, 5], "seconds": 8.0, "steps": STEPS}
@@ -198,7 +198,7 @@ def test_the_measuring_side_times_each_size_at_its_g(monkeypatch: pytest.MonkeyP
     assert set(out) == {"1", "2"} and set(out["1"]) == {"4"} and set(out["2"]) == {"2"}
     assert all(len(ms) == 2 and all(m >= 0 for m in ms) for v in out.values() for ms in v.values())
     assert ran == [(1, 4)] * 3 + [(2, 2)] * 3  # one untimed step, then the timed ones, each at its G
-    assert len(next(iter(parts.step_samples(TINY, 2, "bf16", [(1, 1)])["1"].values()))) == 5  # five by default
+    assert len(next(iter(parts.step_samples(TINY, 2, "bf16", [(1, 1)])["1"].values()))) == 3  # three by default
 
 
 def _tool() -> types.ModuleType:

@@ -31,7 +31,7 @@ the H200's.
 
 ``--time-steps`` (the study passes it) then times the whole rank's step at the largest micro-batch found
 and at 1, each at the layout's G for that size (:func:`gemm_bench.question.layout.microbatches_at`), one
-untimed step then five timed (:func:`gemm_bench.measure.backends.model_parts.step_samples`): a whole rank
+untimed step then three timed (:func:`gemm_bench.measure.backends.model_parts.step_samples`): a whole rank
 of PP 1 on this GPU's own capacity at CP 1 only
 (:func:`gemm_bench.results.layout_search_schema.times_step`).
 

@@ -726,7 +726,7 @@ def rank_keywords(rank: SearchedRank, precision: str) -> dict[str, Any]:
 
 
 def step_samples(config: ModelConfig, layers: int, precision: str, sizes_and_gs: Sequence[tuple[int, int]], *,
-                 steps: int = 5, **model: Any) -> dict[str, dict[str, list[float]]]:
+                 steps: int = 3, **model: Any) -> dict[str, dict[str, list[float]]]:
     """The whole step's times in ms (CUDA events, eager, :func:`time_real_steps` after one untimed step)
     of the rank built at each micro-batch size of ``sizes_and_gs``, at the G given with it (the layout's G
     at that size, :func:`gemm_bench.question.layout.microbatches_at`): the step the run takes, timed
