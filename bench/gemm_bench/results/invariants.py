@@ -43,6 +43,9 @@ The invariants, and why each bound is what it is:
   FP8 peak), as the schema holds Transformer Engine's cells to theirs.
 * **A timed group's board power** (``groups[].clock``, which ``gemm-bench report`` quotes as "board power
   up to") held to the energy's rule: its power fields are dropped, ``power_refused`` says why.
+* **A recipe measured only where it can run**: a GEMM cell, layer step, model step part or energy entry
+  "measured" in a recipe that the same run's support check (``support``, TE's own ``is_*_available()``)
+  says the GPU cannot run is failed with TE's reason: the pages show that verdict for the recipe.
 * **Optimizer state per parameter** within :data:`STATE_PER_PARAM` bytes: the FP32 master weight
   and Adam's two moments (12) are the least the recipe's optimizer holds, and those plus the FP32
   main gradient and one more FP32 buffer (20) the most it can need.
@@ -103,6 +106,7 @@ def check(doc: Mapping[str, Any]) -> CheckedDocument:
     gemms = [GemmShape.from_dict(row) for row in out["question"]["gemms"]]
     device = str(out["device"]["name"])
     layer_flops = total_flops(gemms) if out["question"].get("kind") == "model" else None
+    _unsupported(out, device, found)
     _layer_cells(out, device, layer_flops, found)
     _peers(out, device, {(g.op, g.pass_): g for g in gemms}, found)
     _plan(out, device, layer_flops, found)
@@ -159,6 +163,34 @@ def _cross_check(entry: dict[str, Any], where: str, block: str, precision: str |
 
 # ------------------------------------------------------------------------------------ blocks
 _LAYER_KEYS = ("mode", "precision", "routing", "run_id", "measured_at")
+#: Each block of measured entries keyed by recipe, and what a demoted entry of it keeps.
+_BY_RECIPE: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
+    ("cells", None, ("mode", "precision", "op", "pass", "m", "k", "n", "groups", "run_id", "measured_at")),
+    ("layer", None, _LAYER_KEYS),
+    ("model_step", "parts", ("part", "precision", "params")),
+    ("energy", "steps", ("precision",)),
+)
+
+
+def _unsupported(doc: dict[str, Any], device: str, found: list[Violation]) -> None:
+    """A recipe measured on a GPU where the same run's support check (TE's ``is_*_available()``, stored
+    in ``support``) says it cannot run: the entry and the verdict cannot both be true, and the verdict
+    is what the pages show for that recipe, so the entry is failed with TE's reason."""
+    unavailable = {p: str(v.get("reason") or "") for p, v in (doc.get("support") or {}).items()
+                   if isinstance(v, dict) and v.get("available") is False}
+    if not unavailable:
+        return
+    for name, inner, keep in _BY_RECIPE:
+        block = doc.get(name)
+        entries = block.get(inner) if inner is not None and isinstance(block, dict) else block
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            precision = entry.get("precision") if isinstance(entry, dict) else None
+            if precision not in unavailable or entry.get("status") != "measured":
+                continue
+            problem = (f"measured in {precision}, which this result's support check says {device} cannot run "
+                       f"({unavailable[precision] or 'unavailable'}): the time is not that recipe's")
+            found.append(Violation(f"$.{name}{'.' + inner if inner else ''}[{i}]", name, precision, problem))
+            _demote(entry, problem, keep)
 
 
 def _layer_cells(doc: dict[str, Any], device: str, flops: int | None, found: list[Violation]) -> None:

@@ -1,0 +1,67 @@
+"""Issue 43, hostile inputs: schema-valid documents that no GPU could have produced, put through the door
+(:func:`gemm_bench.results.cache.read_document`) and the report. Each test here failed before the fix it
+names (its commit says how that was checked)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemm_bench.cli.commands import main
+from gemm_bench.results.cache import read_document
+from gemm_bench.results.invariants import REFUSED
+from gemm_bench.results.schema import validate
+from gemm_bench.results.typed import parse
+
+CACHE = Path(__file__).resolve().parents[1] / "docs" / "_gemm_cache"
+LLAMA_8B_H100 = CACHE / "45a55c5d892e31af--h100-80gb-hbm3.json"
+
+
+def _stored() -> dict[str, Any]:
+    return json.loads(LLAMA_8B_H100.read_text(encoding="utf-8"))
+
+
+def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    validate(copy.deepcopy(doc))  # schema-valid: only the door's invariants can refuse it
+    path = tmp_path / LLAMA_8B_H100.name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def _as(entry: dict[str, Any], precision: str) -> dict[str, Any]:
+    out = copy.deepcopy(entry)
+    out["precision"] = precision
+    return out
+
+
+def test_a_recipe_measured_where_te_says_it_is_unsupported_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The H100's support verdict says MXFP8 needs compute capability 10.0; a layer step, a model step's
+    part and an energy entry "measured" in MXFP8 there were shown as valid (``MXFP8 step 20.492 ms 1.00x
+    vs BF16`` in ``gemm-bench report``): now each is failed, its reason TE's verdict."""
+    doc = _stored()
+    assert doc["support"]["mxfp8"]["available"] is False
+    bf16_layer = next(c for c in doc["layer"] if (c["mode"], c["precision"]) == ("layer", "bf16"))
+    doc["layer"].append(_as(bf16_layer, "mxfp8"))
+    parts = doc["model_step"]["parts"]
+    parts.extend(_as(p, "mxfp8") for p in list(parts)
+                 if p["precision"] == "bf16" and p["part"] in ("layer-first", "layer-cached"))
+    doc["energy"]["steps"].append(_as(doc["energy"]["steps"][0], "mxfp8"))
+    path = _write(tmp_path, doc)
+
+    result = parse(read_document(path))
+    refused = [v for v in result.violations if v.precision == "mxfp8"]
+    assert {v.block for v in refused} == {"layer", "model_step", "energy"}
+    assert all("compute capability 10.0" in v.problem for v in refused)
+    layer = next(c for c in result.layer if (c.mode, c.precision) == ("layer", "mxfp8"))
+    assert layer.status == "failed" and layer.reason.startswith(REFUSED)
+    assert "mxfp8" not in result.energies()
+    assert not any(p.precision == "mxfp8" and p.measured for p in result.model_step.parts)  # type: ignore[union-attr]
+
+    assert main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "MXFP8        step    20.492 ms" not in out
