@@ -65,3 +65,34 @@ def test_a_recipe_measured_where_te_says_it_is_unsupported_is_refused(
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
     assert "MXFP8        step    20.492 ms" not in out
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    # the plan runs qkv in FP8 although its stored speedup is 0.5x (0.4-0.6x): the page said "every projection
+    # in FP8 is clearly faster" beside a 0.5x in the JSON report
+    ({"speedup": 0.5, "low": 0.4, "high": 0.6}, "the plan runs 'qkv' in FP8 although its stored speedup 0.5x"),
+    ({"speedup": 1.02, "low": 0.97, "high": 1.08}, "is not clearly faster"),           # a tie kept in FP8
+    ({"op": "router"}, "the plan's projection 'router' is not a GEMM of this question"),
+])
+def test_a_plan_that_contradicts_its_own_numbers_is_not_shown(tmp_path: Path, change: dict[str, Any],
+                                                              words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _stored()
+    doc["plan"]["projections"][0].update(change)
+    path = _write(tmp_path, doc)
+    got = read_document(path)
+    assert "plan" not in got
+    plan = [v for v in got.violations if v.block == "plan"]  # (the file's short groups' power is refused too)
+    assert [v.where for v in plan] == ["$.plan.projections[0]"] and words in plan[0].problem
+    assert parse(got).plan is None
+    assert main(["report", str(path)]) == 0
+    assert "every projection" not in capsys.readouterr().out
+
+
+def test_a_projection_clearly_faster_but_kept_in_bf16_is_not_shown(tmp_path: Path) -> None:
+    doc = _stored()
+    doc["plan"]["fp8"].remove("qkv")
+    doc["plan"]["keep_in_bf16"].append("qkv")
+    doc["plan"]["projections"][0]["fp8"] = False
+    doc["plan"]["kind"] = "mixed"
+    got = read_document(_write(tmp_path, doc))
+    assert "plan" not in got and any("keeps 'qkv' in BF16" in v.problem for v in got.violations if v.block == "plan")

@@ -25,7 +25,6 @@ bound) is a failed step there, so no sentence or role quotes it (``tests/test_ty
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ from gemm_bench.report.fastest import Fastest, Point, model_step_points, step_po
 from gemm_bench.report.figures import quartiles, ratio_spread
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import MODEL, STEP, pick
+from gemm_bench.results.significance import clearly_faster
 from gemm_bench.results.step_schema import PLAN_STEPS
 from gemm_bench.results.typed import PlanBlock, PlanProjection, PlanStep
 
@@ -47,18 +47,6 @@ PLAN_RULE = ("per projection (a te.Linear's Fprop, Dgrad and Wgrad run in one pr
              "when BF16's summed autocast time of the three GEMMs over the recipe's is clearly above 1 — the "
              "lower end of its spread (sum of BF16's first quartiles over the sum of the recipe's third "
              "quartiles) above 1, the site's rule for 'faster than BF16'; otherwise the projection stays in BF16")
-
-
-def clearly_faster(value: float | None, low: float | None, high: float | None) -> bool:
-    """Whether a speedup vs BF16 is clearly (beyond its spread) above 1: the site's one rule.
-
-    The same test as ``decide_fastest``'s "does its spread overlap BF16's exact 1.0": a speedup
-    above 1 whose spread is unknown counts as clear there too."""
-    if value is None or not math.isfinite(value) or value <= 1.0:
-        return False
-    if low is None or high is None:
-        return True
-    return not (high >= 1.0 >= low)
 
 
 #: One projection's three GEMMs under a recipe against BF16: made here from the autocast cells, and

@@ -46,6 +46,10 @@ The invariants, and why each bound is what it is:
 * **A recipe measured only where it can run**: a GEMM cell, layer step, model step part or energy entry
   "measured" in a recipe that the same run's support check (``support``, TE's own ``is_*_available()``)
   says the GPU cannot run is failed with TE's reason: the pages show that verdict for the recipe.
+* **A plan follows its own numbers**: each stored projection is in the plan's FP8 list exactly when its
+  stored speedup is clearly faster (:func:`~gemm_bench.results.significance.clearly_faster`, the rule the
+  report's plan decides by), and names a GEMM of the question; else the plan is not shown (the page said
+  "every projection in FP8 is clearly faster" beside a stored 0.5x).
 * **Optimizer state per parameter** within :data:`STATE_PER_PARAM` bytes: the FP32 master weight
   and Adam's two moments (12) are the least the recipe's optimizer holds, and those plus the FP32
   main gradient and one more FP32 buffer (20) the most it can need.
@@ -71,6 +75,7 @@ from gemm_bench.results.breakdown import check_adds_up, check_scale
 from gemm_bench.results.cross_check import region_flag
 from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, board_limit_w, per_gpu_rates, tokens_per_gpu
 from gemm_bench.results.schema import CheckedDocument, peer_format, peer_precision, peer_timed
+from gemm_bench.results.significance import clearly_faster
 
 #: Bytes one built layer's weights hold per parameter: (least, most) (module docstring).
 WEIGHT_BYTES_PER_PARAM = (2.0, 2.1)
@@ -234,6 +239,25 @@ def _plan(doc: dict[str, Any], device: str, flops: int | None, found: list[Viola
     if not isinstance(plan, dict):
         return
     recipe = str(plan.get("recipe", "bf16"))
+    asked = {g.get("op") for g in doc["question"].get("gemms", []) if isinstance(g, dict)}
+    fp8 = set(plan.get("fp8") or [])
+    for j, proj in enumerate(plan.get("projections", []) or []):
+        if not isinstance(proj, dict):
+            continue
+        op, speedup, low, high = proj.get("op"), proj.get("speedup"), proj.get("low"), proj.get("high")
+        contradiction: str
+        if op not in asked:
+            contradiction = f"the plan's projection {op!r} is not a GEMM of this question: the plan is not shown"
+        elif speedup is not None and (op in fp8) != clearly_faster(speedup, low, high):
+            contradiction = (f"the plan {'runs' if op in fp8 else 'keeps'} {op!r} in {'FP8' if op in fp8 else 'BF16'} "
+                             f"although its stored speedup {speedup}x ({low}-{high}x) is "
+                             f"{'not ' if op in fp8 else ''}clearly faster: the plan's choice contradicts its own "
+                             "numbers and is not shown")
+        else:
+            continue
+        found.append(Violation(f"$.plan.projections[{j}]", "plan", recipe, contradiction))
+        del doc["plan"]
+        return
     for i, step in enumerate(plan.get("steps", []) or []):
         if not isinstance(step, dict) or step.get("status") != "measured":
             continue
