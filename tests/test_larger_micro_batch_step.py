@@ -305,3 +305,14 @@ def test_the_searched_rank_gives_the_real_models_keywords(monkeypatch: pytest.Mo
     plain = SearchedRank("only", 32, True, 1, 4096, 8)
     assert parts.rank_keywords(plain, "fp8-delayed")["grad_dtype"] == torch.float32
     assert parts.rank_keywords(plain, "fp8-delayed")["fp8_primary"] is False
+
+
+def test_the_note_says_how_a_seeded_search_went() -> None:
+    """A refresh seeds the search with the stored answer: the page must not say it doubled from 1."""
+    from gemm_bench.report.layout_search import search_note
+
+    plain = search_note(_search(RECIPE), 150109880320)
+    assert "doubling from 1" in plain and "previous search" not in plain
+    seeded = search_note(_search({**RECIPE, "tried": [4, 5], "seed": 4}), 150109880320)
+    assert "the size a previous search of this GPU found and the next one up first" in seeded
+    assert "doubling from 1" not in seeded

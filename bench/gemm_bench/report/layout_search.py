@@ -120,6 +120,11 @@ def difference_text(search: Search | str | None, precision: str, predicted: int)
     return text if bounded(found) else f"at least {text}"
 
 
+def _seeded(search: Search) -> bool:
+    """Whether any recipe's search started at a stored answer above 1 (a seed of 1 is the search from 1)."""
+    return any(isinstance(found, dict) and int(found.get("seed") or 1) > 1 for found in search.recipes.values())
+
+
 def search_note(search: Search | str | None, predicted_capacity: int) -> str:
     """The sentence under the table: how the number was found, on which capacity (and the emulation's
     caveat), or why this layout has no number found on the GPU."""
@@ -135,8 +140,11 @@ def search_note(search: Search | str | None, predicted_capacity: int) -> str:
     how = (f"{built} ({search.layers} layers on {search.tokens:,} tokens, {search.grad_dtype.upper()} main gradients "
            f"whole{primary}, the distributed optimizer's 1 / {search.optimizer_shards} of the master weights and "
            "moments), "
-           "its whole step run twice (the second holding the optimizer's moments) at micro-batch sizes doubling "
-           "from 1, then bisecting, until it ran out of memory")
+           "its whole step run twice (the second holding the optimizer's moments) at "
+           + ("the size a previous search of this GPU found and the next one up first (a larger size never fits "
+              "where a smaller did not, so the answer is the same), doubling or bisecting from there where that "
+              "answer no longer held, until it ran out of memory" if _seeded(search) else
+              "micro-batch sizes doubling from 1, then bisecting, until it ran out of memory"))
     capacity = f"{search.capacity_bytes / GIB:.1f} GiB"
     if search.emulated:
         text = (f"Largest micro-batch found with the {search.where()}: {how}, the allocator capped at the "
