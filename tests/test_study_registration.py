@@ -196,3 +196,14 @@ def test_gemm_bench_study_measures_where_nothing_wider_is_lost(study_box: dict[s
     code, out, err = call(["study", "tp-comm", *flags, "--cache-dir", str(study_box["cache"])])
     assert code == 0 and err == "" and study_box["measured"] == 1 and study_box["measured_for"] == study_box["cache"]
     assert out.startswith(f"stored {studies.study_dir(study_box['cache']) / 'tp-comm--h200.json'} (")
+
+
+def test_the_refresh_and_the_readers_know_the_same_studies() -> None:
+    """One list of study modules (results.studies.STUDY_MODULES): measure.studies once kept its own copy."""
+    import importlib
+
+    from gemm_bench.measure import studies as measuring
+
+    names = {importlib.import_module(m).NAME for m in studies.STUDY_MODULES}
+    assert set(measuring.load_registry()) == names == {"loss-parity", "dynamic-range", "tp-comm", "layout-search"}
+    assert not hasattr(measuring, "STUDY_MODULES")

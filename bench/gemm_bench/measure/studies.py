@@ -2,7 +2,8 @@
 carries (:mod:`gemm_bench.measure.provenance`). Imports torch and Transformer Engine when called.
 
 The studies themselves register in :mod:`gemm_bench.results.studies` (pure, so a CPU build can
-read and render them); :data:`STUDY_MODULES` names the modules that register them.
+read and render them); :data:`gemm_bench.results.studies.STUDY_MODULES` names the modules that
+register them.
 """
 
 from __future__ import annotations
@@ -14,23 +15,12 @@ from typing import Any
 
 from gemm_bench.results import studies
 
+
 #: Modules whose import registers a study (pure modules: their validators and page text).
-STUDY_MODULES: tuple[str, ...] = (
-    "gemm_bench.results.loss_parity_schema",
-    "gemm_bench.results.dynamic_range_schema",
-    "gemm_bench.results.tp_comm_schema",
-    "gemm_bench.results.layout_search_schema",
-)
-
-
 def load_registry() -> dict[str, studies.Study]:
-    """Import every study module; the registry of known studies (skipping modules not written yet)."""
-    for name in STUDY_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
+    """Every study the project registers (the modules :data:`gemm_bench.results.studies.STUDY_MODULES`
+    names, imported there: one list, which readers and the refresh share)."""
+    studies.load_known()
     return dict(studies.REGISTRY)
 
 

@@ -103,8 +103,8 @@ def register_schema(name: str, *, title: str, method_version: str, measure: str,
     that no reader knows is refused, never silently carried), then ``check`` checks the values. So a
     schema cannot forget the object and key checks, and ``check`` reads a dict whose keys are known.
 
-    A new study's schema module, then (named in :data:`STUDY_MODULES` and, until the two lists are one,
-    in :data:`gemm_bench.measure.studies.STUDY_MODULES`, which the refresh and ``gemm-bench study`` read)::
+    A new study's schema module, then (named in :data:`STUDY_MODULES`, the one list the readers, the
+    refresh and ``gemm-bench study`` read)::
 
         NAME = "my-study"
         METHOD_VERSION = "1"
@@ -130,14 +130,15 @@ def register_schema(name: str, *, title: str, method_version: str, measure: str,
     return study
 
 
-def _load_known() -> None:
+def load_known() -> None:
+    """Import every module of :data:`STUDY_MODULES` (each registers its study)."""
     for module in STUDY_MODULES:
         if module not in sys.modules:
             importlib.import_module(module)
 
 
 def get(name: str) -> Study:
-    _load_known()
+    load_known()
     try:
         return REGISTRY[name]
     except KeyError:
