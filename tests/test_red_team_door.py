@@ -96,3 +96,26 @@ def test_a_projection_clearly_faster_but_kept_in_bf16_is_not_shown(tmp_path: Pat
     doc["plan"]["kind"] = "mixed"
     got = read_document(_write(tmp_path, doc))
     assert "plan" not in got and any("keeps 'qkv' in BF16" in v.problem for v in got.violations if v.block == "plan")
+
+
+@pytest.mark.parametrize(("factor", "refused"), [(10.0, True), (0.45, True), (1.5, False), (0.9, False)])
+def test_a_cached_layer_part_far_from_its_first_is_failed(tmp_path: Path, factor: float, refused: bool) -> None:
+    """Red team: FP8 Delayed's cached part at 10x its first was shown as a 0.17x model-step row. The committed
+    results hold 0.91-1.50x (a BF16 mixture of experts' cached part reads its FP32 main gradients back)."""
+    doc = _stored()
+    parts = doc["model_step"]["parts"]
+    first = next(p for p in parts if (p["part"], p["precision"]) == ("layer-first", "fp8-delayed"))
+    cached = next(p for p in parts if (p["part"], p["precision"]) == ("layer-cached", "fp8-delayed"))
+    cached["ms"] = round(first["ms"] * factor, 6)
+    cached["stats"] = {"median_ms": cached["ms"], "iqr_ms": 0.0}
+    for key in ("breakdown", "kernel_ms", "kernel_ratio"):
+        cached.pop(key, None)
+    got = read_document(_write(tmp_path, doc))
+    after = next(p for p in got["model_step"]["parts"]
+                 if (p["part"], p["precision"]) == ("layer-cached", "fp8-delayed"))
+    assert (after["status"] == "failed") is refused
+    if refused:
+        assert "cached layer part takes" in after["reason"] and after["reason"].startswith(REFUSED)
+        step = parse(got).model_step
+        part = step.part("layer-cached", "fp8-delayed") if step is not None else None
+        assert part is None or not part.measured

@@ -53,6 +53,11 @@ The invariants, and why each bound is what it is:
 * **Optimizer state per parameter** within :data:`STATE_PER_PARAM` bytes: the FP32 master weight
   and Adam's two moments (12) are the least the recipe's optimizer holds, and those plus the FP32
   main gradient and one more FP32 buffer (20) the most it can need.
+* **A cached layer part against its first** within :data:`CACHED_AGAINST_FIRST`: the cached micro-batch
+  runs the same GEMMs on the same shapes, skips the weights' FP8 casts (FP8's cached parts are at most
+  10% faster in the committed results) and adds the FP32 main gradients' read (a BF16 mixture of
+  experts' cached part is up to 1.50x its first there); half or twice is beyond both. Outside it, the
+  cached part is failed, and that recipe's model step is not composed.
 * **A layer's weights per parameter** within :data:`WEIGHT_BYTES_PER_PARAM`: the layer is built in
   BF16, so its weights hold 2 bytes per parameter plus a few small buffers (every committed result
   reads 2.000-2.007). A first layer built in a fresh process once read 2.154 on the H200: a one-time
@@ -77,6 +82,8 @@ from gemm_bench.results.energy import MIN_ENERGY_SAMPLES, board_limit_w, per_gpu
 from gemm_bench.results.schema import CheckedDocument, peer_format, peer_precision, peer_timed
 from gemm_bench.results.significance import clearly_faster
 
+#: A cached layer part's time over its first's: (least, most) (module docstring).
+CACHED_AGAINST_FIRST = (0.5, 2.0)
 #: Bytes one built layer's weights hold per parameter: (least, most) (module docstring).
 WEIGHT_BYTES_PER_PARAM = (2.0, 2.1)
 #: A median power above this multiple of the board's limit is not a reading (module docstring).
@@ -274,6 +281,27 @@ def _plan(doc: dict[str, Any], device: str, flops: int | None, found: list[Viola
         _cross_check(step, where, "plan", recipe, keep, found)
 
 
+def _cached_against_first(block: dict[str, Any], found: list[Violation]) -> None:
+    """A recipe's cached-layer part outside :data:`CACHED_AGAINST_FIRST` times its first-layer part is
+    failed (the model step of that recipe is then not composed)."""
+    parts = block.get("parts", [])
+    measured = {(p["part"], p["precision"]): (i, p) for i, p in enumerate(parts) if isinstance(p, dict)
+                and p.get("status") == "measured" and p.get("part") in ("layer-first", "layer-cached")}
+    low, high = CACHED_AGAINST_FIRST
+    for (name, precision), (i, part) in sorted(measured.items()):
+        first = measured.get(("layer-first", precision))
+        if name != "layer-cached" or first is None:
+            continue
+        ratio = float(part["ms"]) / float(first[1]["ms"])
+        if low <= ratio <= high:
+            continue
+        problem = (f"the model step's cached layer part takes {ratio:.2f}x its first-layer part, outside what the "
+                   f"same layer's next micro-batch can cost ({low:g}-{high:g}x: it skips the weights' casts and "
+                   "adds the FP32 main gradients' read): not composed")
+        found.append(Violation(f"$.model_step.parts[{i}]", "model_step", precision, problem))
+        _demote(part, problem, ("part", "precision", "params"))
+
+
 def _model_step(doc: dict[str, Any], device: str, flops: int | None, found: list[Violation]) -> None:
     block = doc.get("model_step")
     if not isinstance(block, dict):
@@ -302,6 +330,7 @@ def _model_step(doc: dict[str, Any], device: str, flops: int | None, found: list
         if _cross_check(part, where, "model_step", precision, keep, found):
             continue
         _breakdown(part, where, "model_step", precision, found)
+    _cached_against_first(block, found)
     state = block.get("state_per_param")
     low, high = STATE_PER_PARAM
     if isinstance(state, (int, float)) and not low <= state <= high:
