@@ -63,11 +63,9 @@ __all__ = [
     "ResultError",
     "cell_run_id",
     "device_slug",
-    "document_gemms",
     "merge_documents",
     "new_document",
     "new_run_id",
-    "peer_run_id",
     "stamp_run_ids",
     "validate",
 ]
@@ -194,9 +192,6 @@ def cell_run_id(doc: dict[str, Any], cell: dict[str, Any]) -> str:
         return f"v1:{doc['question_hash']}"
     return str(cell.get("run_id") or doc["run_id"])
 
-
-#: Peers, layer-step cells and accuracy cells are stamped exactly like cells.
-peer_run_id = cell_run_id
 
 #: Optional blocks of per-run cells beside ``cells`` and ``peers``: the layer step
 #: (:mod:`gemm_bench.measure.step`) and the SQNRs (:mod:`gemm_bench.measure.accuracy`); one mode is one run.
@@ -864,10 +859,6 @@ def new_document(
         "cells": [],
         "peers": [],
     }
-
-
-def document_gemms(doc: dict[str, Any]) -> list[GemmShape]:
-    return [GemmShape.from_dict(row) for row in doc["question"]["gemms"]]
 
 
 def cached_precisions(doc: dict[str, Any]) -> list[str]:
