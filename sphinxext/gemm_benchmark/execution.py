@@ -263,6 +263,24 @@ class ResultReads:
 READS = ResultReads()
 
 
+def read_results(cache: Cache, question_hash: str) -> tuple[list[tuple[Path, Result]], list[CacheError]]:
+    """Every cache file of one question, each typed once per build (:data:`READS`), and one error per file
+    that was refused (or the listing's): what the directives, the layout tables and the published runs
+    read, so no page reads, checks or parses a file another page already has."""
+    try:
+        files = cache.files(question_hash)
+    except CacheError as exc:
+        return [], [exc]
+    results: list[tuple[Path, Result]] = []
+    errors: list[CacheError] = []
+    for path in files:
+        try:
+            results.append((path, READS.result(path)))
+        except CacheError as exc:
+            errors.append(exc)
+    return results, errors
+
+
 # ------------------------------------------------------------------------------- the answer
 @dataclasses.dataclass
 class DeviceAnswer:
@@ -435,18 +453,8 @@ def answer(question: Question, *, precisions: Sequence[str], modes: Sequence[str
                                          stale_when=stale_when, peers=peers)
             if problem:
                 problems.append(problem)
-    results: list[tuple[Path, Result]] = []
-    errors: list[CacheError] = []
-    try:
-        files = cache.files(question.hash)
-    except CacheError as exc:
-        files = []
-        errors.append(exc)
-    for path in files:
-        try:
-            results.append((path, READS.result(path)))
-        except CacheError as exc:
-            errors.append(exc)
+    results, errors = read_results(cache, question.hash)
+    files = [*(path for path, _ in results), *(error.path for error in errors)]
     by_name: dict[str, DeviceAnswer] = {}
     for path, result in sorted(results, key=lambda item: item[1].device.name):
         name = result.device.name

@@ -39,9 +39,10 @@ from gemm_bench.report.layout_step import (
 from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
-from gemm_bench.results.typed import Result, parse
+from gemm_bench.results.typed import Result
 from gemm_benchmark.config import Settings, settings
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.execution import read_results
 from gemm_benchmark.layout_tables import LayoutTableDirective, note
 from gemm_benchmark.render_block import scrolling
 from gemm_benchmark.render_table import Entry, build_table
@@ -179,11 +180,11 @@ class GemmPublishedRunsDirective(SphinxDirective):
                 refs += item
             number = sources.index(key) + 1
             asked = build_question(model=run.model)
-            lookup = cache.lookup(asked.hash)
-            for p in lookup.paths:
-                self.env.note_dependency(str(p))
+            results, _ = read_results(cache, asked.hash)
+            for read, _ in results:
+                self.env.note_dependency(str(read))
             # the run's GPU by the typed result's device name
-            result = next((r for r in map(parse, lookup.documents) if r.device.name == run.device), None)
+            result = next((r for _, r in results if r.device.name == run.device), None)
             comparison = compare(run, result, available, network=config.network)
             for prediction in comparison.predictions:
                 diff = prediction.difference

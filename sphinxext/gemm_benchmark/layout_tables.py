@@ -2,8 +2,8 @@
 id of ``:models:``, the page's layout (the model's published layout under the page's layout options) and
 a table per GPU with a cached result of that question. One reading of the options, one question per
 model, one cache lookup and one panel layout, so the two tables of a page describe the same run; each
-directive says only what its panel holds (:meth:`LayoutTableDirective.panel`), from each GPU's result typed
-once here (:func:`gemm_bench.results.typed.parse` of the checked document the lookup read).
+directive says only what its panel holds (:meth:`LayoutTableDirective.panel`), from each GPU's result as the
+build typed it once (:func:`gemm_benchmark.execution.read_results`, shared with the directives).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from gemm_bench.question.devices import device_label
 from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout, PresetLayout
 from gemm_bench.question.question import Question, build_question
 from gemm_bench.results.cache import Cache
-from gemm_bench.results.typed import Result, parse
+from gemm_bench.results.typed import Result
 from gemm_benchmark.config import Settings, settings
 from gemm_benchmark.diagnostics import Subtype, warn
+from gemm_benchmark.execution import read_results
 from gemm_benchmark.options import LAYOUT_DIRECTIVE_OPTIONS, LAYOUT_REFERENCE, page_layout
 from gemm_benchmark.tabs import tab_set
 
@@ -92,13 +93,13 @@ class LayoutTableDirective(SphinxDirective):
         head = f"{model_id}: {layout.describe()}."
         section += nodes.paragraph(head, head, classes=["gemm-question"])
         section.extend(self.preamble(preset))
-        lookup = Cache(config.cache_dir).lookup(question.hash)
-        for error in lookup.errors:
+        results, errors = read_results(Cache(config.cache_dir), question.hash)
+        for error in errors:
             warn(Subtype.CACHE, str(error), location=(self.env.docname, self.lineno))
-        for path in [*lookup.paths, *(e.path for e in lookup.errors)]:
+        for path in [*(p for p, _ in results), *(e.path for e in errors)]:
             self.env.note_dependency(str(path))
         panels = []
-        for result in sorted(map(parse, lookup.documents), key=lambda r: r.device.name):
+        for result in sorted((r for _, r in results), key=lambda r: r.device.name):
             label = device_label(result.device.name)
             panels.append((label, self.panel(result, model_id, question, layout, label, config)))
         if not panels:
