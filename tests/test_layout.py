@@ -298,7 +298,7 @@ def test_the_megatron_bridge_presets_overlap_the_data_parallel_collectives() -> 
     # Megatron-Bridge's Llama recipes set cfg.ddp.overlap_grad_reduce and overlap_param_gather (and
     # CommOverlapConfig turns both on with the distributed optimizer at DP > 1): the presets built on them say so.
     bridge = ("llama3-8b", "llama3-70b", "llama3-70b/tp8", "llama3.1-405b", "llama3.1-405b/tp8", "qwen2.5-7b",
-              "qwen2.5-72b", "qwen2.5-72b/tp8")
+              "qwen2.5-72b", "qwen2.5-72b/tp8", "gpt-oss-120b/ep8")
     for model_id in bridge:
         preset = PRESET_LAYOUTS[model_id]
         assert preset.layout.overlap_grad_reduce and preset.layout.overlap_param_gather, model_id

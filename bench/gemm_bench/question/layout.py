@@ -249,6 +249,8 @@ class PresetLayout:
 _BRIDGE_H100 = "https://docs.nvidia.com/nemo/megatron-bridge/nightly/apidocs/bridge/bridge.perf_recipes.llama.h100.llama3.html"
 _BRIDGE_TABLE = "https://docs.nvidia.com/nemo/megatron-bridge/nightly/performance-summary.html"
 _DEEPSEEK_V3 = "https://arxiv.org/abs/2412.19437"
+_MEGATRON_MIXTRAL = ("https://github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553/"
+                     "examples/mixtral/train_mixtral_8x7b_distributed.sh")
 
 #: Megatron-Bridge turns both data-parallel overlap flags on in the recipes the Llama presets cite (read
 #: at NVIDIA-NeMo/Megatron-Bridge 067f987df03b8355b03192d88d70f1709fedf51a):
@@ -323,6 +325,11 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         ParallelLayout(gpus=64, pp=4, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: NeMo's Mixtral 8x7B layout is 64 GPUs, TP 1, PP 4, EP 8, but "
         "the layer is measured at EP 1, so EP stays 1 here; GBS 256 chosen"),
+    "mixtral-8x7b/ep8": PresetLayout(
+        ParallelLayout(gpus=64, pp=4, ep=8, sharding="optimizer", global_batch_size=256),
+        "Megatron-LM's Mixtral 8x7B training example (TP 1, PP 4, EP 8, distributed optimizer, GBS 256, MBS 1, "
+        "4096 tokens; its README recommends TP1EP8PP4 for training) with the layer measured at EP 8; 64 GPUs "
+        "chosen", _MEGATRON_MIXTRAL),
     "mixtral-8x22b": PresetLayout(
         ParallelLayout(gpus=256, pp=8, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: NeMo's Mixtral 8x22B layout is 256 GPUs with PP 8 and EP 8 "
@@ -357,6 +364,12 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         ParallelLayout(gpus=64, pp=4, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: no pretraining layout is published; PP 4 over 64 GPUs at the "
         "measured EP 1"),
+    "gpt-oss-120b/ep8": PresetLayout(
+        ParallelLayout(gpus=64, pp=4, ep=8, sharding="optimizer", global_batch_size=1280,
+                       overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
+        "Megatron-Bridge performance summary's DGX-H100 GPT OSS 120B layout (64 GPUs, TP 1, PP 4, EP 8, GBS "
+        "1280, MBS 1, 4096 tokens) with the layer measured at EP 8" + _BRIDGE_OVERLAP_WORDS
+        + _BRIDGE_PERF_WORDS, _BRIDGE_TABLE),
     "gemma2-27b": PresetLayout(
         ParallelLayout(gpus=64, pp=2, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: a 27B dense model at 8192 tokens, PP 2 over 64 GPUs with the "
