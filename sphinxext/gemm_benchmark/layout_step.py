@@ -18,6 +18,7 @@ Every number is read from the cache (and the data file) through the library; non
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,15 @@ from gemm_bench.report.layout_step import (
     result_layout_steps,
     sweeps,
 )
-from gemm_bench.report.published_runs import PublishedRunsError, compare, load, reasons
+from gemm_bench.report.published_runs import (
+    PublishedRun,
+    PublishedRunsError,
+    at_run_ep,
+    compare,
+    expert_parallel_reason,
+    load,
+    reasons,
+)
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
 from gemm_bench.results.typed import Result
@@ -186,11 +195,12 @@ class GemmPublishedRunsDirective(SphinxDirective):
             # the run's GPU by the typed result's device name
             result = next((r for _, r in results if r.device.name == run.device), None)
             comparison = compare(run, result, available, network=config.network)
+            moe = bool(asked.config and asked.config.is_moe)
+            ep_reason = self._expert_parallel_reason(run, results, cache, available, config) if moe else None
             for prediction in comparison.predictions:
                 diff = prediction.difference
-                moe = bool(asked.config and asked.config.is_moe)
-                why = "; ".join(reasons(prediction, moe=moe)) if prediction.off else (
-                    prediction.why_none or "within 10%")
+                why = "; ".join(reasons(prediction, moe=moe) + ([ep_reason] if ep_reason else [])) \
+                    if prediction.off else (prediction.why_none or "within 10%")
                 rows.append([
                     Entry(run.model, strong=True),
                     Entry(f"source {number}, {run.system}: {run.layout.describe()}; assumed where the table is "
@@ -208,6 +218,26 @@ class GemmPublishedRunsDirective(SphinxDirective):
             "Predicted: the site's tokens per second per GPU for the published layout, composed from the rank's "
             "compute measured on the published GPU kind and the collectives measured on a box of several GPUs "
             "(communication in, comm-GEMM overlap not modelled); difference = predicted / published − 1.")]
+
+
+    def _expert_parallel_reason(self, run: PublishedRun, results: Sequence[tuple[Path, Result]], cache: Cache,
+                                available: Sequence[Sweep], config: Settings) -> str | None:
+        """Where the row's layer is measured at another expert-parallel size than the run's, what that does to
+        the prediction on a GPU kind that has measured both (:func:`~gemm_bench.report.published_runs.
+        expert_parallel_reason`); None where no GPU kind has."""
+        other = at_run_ep(run)
+        if other is None:
+            return None
+        at_ep, _ = read_results(cache, build_question(model=other).hash)
+        for read, _ in at_ep:
+            self.env.note_dependency(str(read))
+        for _, high in sorted(at_ep, key=lambda pair: pair[1].device.name):
+            low = next((r for _, r in results if r.device.name == high.device.name), None)
+            if low is not None:
+                found = expert_parallel_reason(run, low, high, available, network=config.network)
+                if found:
+                    return found
+        return None
 
 
 def setup_layout_step(app: Any) -> None:

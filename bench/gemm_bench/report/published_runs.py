@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gemm_bench.question.config import ConfigError
+from gemm_bench.question.config import ConfigError, parse_model_id
+from gemm_bench.question.devices import device_label
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.layout_step import LayoutStep, Network
 from gemm_bench.question.precisions import PRECISIONS
@@ -194,6 +195,48 @@ def reasons(prediction: Prediction, *, moe: bool = False) -> list[str]:
         out.append("some collectives' costs are assumed (scaled beyond the measuring box, over the assumed "
                    "inter-node link, or measured on another GPU kind)")
     return out
+
+
+def at_run_ep(run: PublishedRun) -> str | None:
+    """The model id of ``run``'s model with its layer at the run's own expert-parallel size, where the row's
+    model is measured at another (``gpt-oss-120b`` in an EP 8 run: ``gpt-oss-120b/ep8``); None where they agree."""
+    found = parse_model_id(run.model)
+    if run.layout.ep == (found.ep or 1):
+        return None
+    return found.preset + (f"/tp{found.tp}" if found.tp else "") + f"/ep{run.layout.ep}"
+
+
+def expert_parallel_reason(run: PublishedRun, measured: Result, at_ep: Result, available: Sequence[Sweep], *,
+                           network: Network = Network()) -> str | None:
+    """What the expert-parallel size the row's layer is measured at does to its prediction, computed on a GPU
+    kind that has measured the layer at both sizes (``measured``: the row's model there; ``at_ep``: the model at
+    the run's EP, :func:`at_run_ep`, on the same GPU kind): the run's layout predicted from each, per published
+    recipe. The prediction itself stays on the run's own GPU kind; this says, from a measurement on another,
+    how far the composition's assumption (a rank computes at EP N in the time measured at EP 1) is off. None
+    where either result cannot predict the layout (the reason is then its own row's)."""
+    if measured.device.name != at_ep.device.name:
+        raise ValueError(f"the two results are of different GPUs: {measured.device.name}, {at_ep.device.name}")
+    steps = [result_layout_steps(r, run.layout, available, network=network) for r in (measured, at_ep)]
+    if any(isinstance(found, str) for found in steps):
+        return None
+    low, high = steps
+    assert not isinstance(low, str) and not isinstance(high, str)
+    measured_ep = measured.config.expert_model_parallel_size if measured.config else 1
+    parts, ratios = [], []
+    for precision in run.published:
+        mine, theirs = low.step(precision), high.step(precision)
+        if mine is None or theirs is None:
+            continue
+        ratios.append(theirs.tokens_per_s / mine.tokens_per_s)
+        parts.append(f"{precision_display(precision)} {theirs.tokens_per_s:,.0f} tokens/s per GPU from the layer "
+                     f"measured at EP {run.layout.ep} against {mine.tokens_per_s:,.0f} from the layer at EP "
+                     f"{measured_ep} ({ratios[-1]:.2f}x)")
+    if not parts:
+        return None
+    verb = ("understates" if min(ratios) > 1 else "overstates" if max(ratios) < 1 else "misstates")
+    return (f"on the {device_label(measured.device.name)}, which has measured the layer at both expert-parallel "
+            f"sizes, this layout predicts {'; '.join(parts)}: there the layer at EP {measured_ep}, which this "
+            f"prediction rests on, {verb} an EP {run.layout.ep} rank's speed")
 
 
 def precision_display(precision: str) -> str:

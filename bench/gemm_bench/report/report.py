@@ -57,6 +57,7 @@ from gemm_bench.report.rounds import rounds_outcome
 from gemm_bench.results import cross_check, energy, untrusted_text
 from gemm_bench.results.accuracy_schema import ACCURACY_MODES, DISTRIBUTIONS
 from gemm_bench.results.invariants import REFUSED
+from gemm_bench.results.kernel_kinds import GEMM, QUANTIZATION
 from gemm_bench.results.schema import KINDS, MAX_LAYERS, peer_format, peer_timed
 from gemm_bench.results.typed import Cell as StoredCell
 from gemm_bench.results.typed import LayerCell, Result, Stats, parse
@@ -565,7 +566,8 @@ class Report:
         for result in self.steps():
             if result.precision == BASELINE or result.speedup_vs_bf16 is None or result.gemm_speedup is None:
                 continue
-            allowed = max(result.gemm_speedup, 1.0) * (1 + (result.spread or 0.0))
+            bound = max(result.gemm_speedup, self.in_step_gemm_speedup(result.mode, result.precision) or 0.0)
+            allowed = max(bound, 1.0) * (1 + (result.spread or 0.0))
             if result.speedup_vs_bf16 > allowed:
                 limit = (f"its GEMMs only {result.gemm_speedup:.2f}x" if result.gemm_speedup >= 1
                          else f"its GEMMs {result.gemm_speedup:.2f}x (slower than BF16)")
@@ -574,6 +576,26 @@ class Report:
                     f"{result.speedup_vs_bf16:.2f}x but {limit}, beyond the steps' spread "
                     f"({(result.spread or 0.0):.1%})")
         return problems
+
+    def in_step_gemm_speedup(self, mode: str, precision: str) -> float | None:
+        """The speedup over BF16 of the GEMM and quantization kernels inside the layer step itself, from the two
+        steps' profiled breakdowns (:mod:`gemm_bench.results.breakdown`), or None where either lacks one or
+        had its parts scaled to the step (then they are not a measurement independent of the step's time).
+
+        Why a second bound (session 19): the autocast GEMM rows time each pass alone after an L2 flush, and
+        quantization's memory-bound kernels pay more for the cold cache than the GEMMs do. gpt-oss-120b at EP 8
+        on an H200 read FP8 Delayed's layer step at 1.02x over GEMM rows at 0.99x, while inside the step its
+        GEMM and quantization kernels ran 1.04x faster than BF16's. A step contradicts its GEMMs only where it
+        gains beyond both measurements of what its GEMMs (with their quantization) gain."""
+        cells = [self._layer_cell(mode, p, "balanced")[0] for p in (precision, BASELINE)]
+        parts = []
+        for cell in cells:
+            block = cell.breakdown if cell is not None and cell.status == "measured" else None
+            if block is None or block.scaled_by is not None:
+                return None
+            parts.append(block.parts_ms.get(GEMM, 0.0) + block.parts_ms.get(QUANTIZATION, 0.0))
+        mine, base = parts
+        return base / mine if mine > 0 and base > 0 else None
 
     def steps(self, *, default: bool = False) -> list[StepResult]:
         """Every (layer mode, precision) the report shows; with ``default``, the eager ``layer``
