@@ -14,8 +14,11 @@ Python work, which a training step hides. The bounds (decided in issues 31 and 3
 * every judged region is at most :data:`REGION_MAX` (else that region is flagged:
   :attr:`Region.flag`, marked wherever its number is shown).
 
-:func:`region` judges one region and :func:`verdict` a file, from :func:`region` alone: ``gemm-bench
-report``, the report model and every renderer read these two, so the rule lives here once. Eager
+:func:`region_of` judges one region and :func:`verdict_of` a file, from those regions alone: the typed
+result applies them (:attr:`gemm_bench.results.typed.Outcome.cross_check`,
+:meth:`gemm_bench.results.typed.Result.cross_check`), and ``gemm-bench report``, the report model and
+every renderer read the typed result, so the rule lives here once; the door
+(:mod:`~gemm_bench.results.invariants`) judges a stored entry by :func:`region_flag`, the same rule. Eager
 quantities (``eager`` beside each cell, the eager ``layer`` step) include host time by definition
 and store no ``kernel_ms``: they are not judged. Pure: no torch.
 """
@@ -99,8 +102,9 @@ def region(item: Mapping[str, Any]) -> Region | None:
 
 
 def region_of(status: object, ms: float | None, kernel_ms: float | None, kernel_ratio: float | None) -> Region | None:
-    """:func:`region` of a timed entry's fields as the typed result holds them
-    (:attr:`gemm_bench.results.typed.Outcome.cross_check`): the one rule for both forms."""
+    """The cross-check of a timed entry's fields as the typed result holds them
+    (:attr:`gemm_bench.results.typed.Outcome.cross_check`); :func:`region` reads the same fields from a
+    stored entry: the one rule for both forms."""
     r = _ratio(status, ms, kernel_ms, kernel_ratio)
     return None if r is None or kernel_ms is None else Region(r, kernel_ms)
 
@@ -178,31 +182,10 @@ def part_label(part: str, precision: str) -> str:
     return f"model step {part} {precision}"
 
 
-def labelled_items(doc: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
-    """Every timed item of a result with a label a reader can find it by (the typed result's
-    :meth:`~gemm_bench.results.typed.Result.timed_regions` names them alike)."""
-    for c in doc.get("cells", []):
-        yield cell_label(c["mode"], c["op"], c["pass"], c["precision"]), c
-    for c in doc.get("layer", []) or []:
-        yield step_label(c["mode"], c["precision"], c.get("routing", "balanced")), c
-    for p in doc.get("peers", []) or []:
-        yield peer_label(p["backend"], p["op"], p["pass"]), p
-    plan = doc.get("plan")
-    for s in (plan.get("steps", []) or []) if isinstance(plan, dict) else []:
-        yield plan_label(s.get("step")), s
-    model = doc.get("model_step")
-    for p in (model.get("parts", []) or []) if isinstance(model, dict) else []:
-        yield part_label(p["part"], p["precision"]), p
-
-
-def verdict(doc: Mapping[str, Any]) -> Verdict:
-    """The file's cross-check against the bounds of this module (each region judged by :func:`region`)."""
-    return verdict_of((label, region(item)) for label, item in labelled_items(doc))
-
-
 def verdict_of(regions: Iterable[tuple[str, Region | None]]) -> Verdict:
-    """The verdict over labelled regions (None: an item not cross-checked): :func:`verdict` of a
-    document, and of a typed result (:meth:`~gemm_bench.results.typed.Result.timed_regions`)."""
+    """The verdict over labelled regions (None: an item not cross-checked): a typed result's
+    (:meth:`~gemm_bench.results.typed.Result.cross_check` over its
+    :meth:`~gemm_bench.results.typed.Result.timed_regions`)."""
     judged: list[float] = []
     short: list[float] = []
     outside: list[tuple[str, float]] = []
