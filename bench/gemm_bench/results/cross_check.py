@@ -35,9 +35,9 @@ REGION_MAX = 1.20
 MIN_KERNEL_MS = 0.05
 
 
-def ratio(item: Mapping[str, Any]) -> float | None:
-    """Event time / kernel time of the same profiled launches of a measured cell, layer cell or peer
-    row (``kernel_ratio``); None when it was not cross-checked.
+def _ratio(status: object, ms: float | None, kernel: float | None, same_launches: float | None) -> float | None:
+    """Event time / kernel time of the same profiled launches of a measured entry (``kernel_ratio``);
+    None when it was not cross-checked.
 
     A result whose cells have no ``kernel_ratio`` profiled every timed round, so its published
     median over ``kernel_ms`` is that ratio. Since the cross-check profiles the first batch of
@@ -45,11 +45,6 @@ def ratio(item: Mapping[str, Any]) -> float | None:
     moved between those rounds and the rest (a power-limited H100 slowed by 15% within one group)
     and the profiler's own cost in the profiled rounds; neither is idle GPU time, which is what the
     bounds judge."""
-    return _ratio(item.get("status"), _number(item.get("ms")), _number(item.get("kernel_ms")),
-                  _number(item.get("kernel_ratio")))
-
-
-def _ratio(status: object, ms: float | None, kernel: float | None, same_launches: float | None) -> float | None:
     if status != "measured" or ms is None or kernel is None:
         return None
     if same_launches is not None:
