@@ -18,17 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from gemm_bench.question.question import build_question
 from gemm_bench.results.cache import Cache, read_document
+from tests.gpu_skip import gpu_module
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"),
-]
-te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
+torch, _, pytestmark = gpu_module()
 
 from gemm_bench.measure.runner import Runner  # noqa: E402
 from gemm_bench.measure.timing import Interleaver, TimerSettings, time_many  # noqa: E402

@@ -22,13 +22,9 @@ import pytest
 from gemm_bench.question.config import ModelConfig, preset
 from gemm_bench.question.question import build_question
 from gemm_bench.question.shapes import GemmShape
+from tests.gpu_skip import gpu_module
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"),
-]
-te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
+torch, te, pytestmark = gpu_module()
 
 from gemm_bench.measure import accuracy, peers  # noqa: E402
 from gemm_bench.measure.backends import layer_step  # noqa: E402

@@ -22,13 +22,9 @@ import os
 import pytest
 
 from gemm_bench.question.question import build_question
+from tests.gpu_skip import gpu_module
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"),
-]
-pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
+torch, _, pytestmark = gpu_module()
 
 from gemm_bench.measure.backends.model_parts import measure_model  # noqa: E402
 from gemm_bench.measure.backends.te import support  # noqa: E402

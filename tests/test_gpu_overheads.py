@@ -11,16 +11,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from gemm_bench.question.question import build_question
+from tests.gpu_skip import gpu_module
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"),
-]
-te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
+torch, _, pytestmark = gpu_module()
 
 from gemm_bench.cli.installed_stack import installed_stack  # noqa: E402
 from gemm_bench.measure import telemetry  # noqa: E402

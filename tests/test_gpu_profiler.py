@@ -18,11 +18,9 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"),
-]
+from tests.gpu_skip import gpu_module
+
+torch, _, pytestmark = gpu_module(transformer_engine=False)
 
 from gemm_bench.measure import timing  # noqa: E402
 from gemm_bench.measure.timing import L2Flusher, TimerSettings  # noqa: E402

@@ -27,15 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.gpu_skip import gpu_module
 
-torch = pytest.importorskip("torch", reason="torch is not installed")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                       reason="needs a box of at least two CUDA GPUs"),
-]
-pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed")
+torch, _, pytestmark = gpu_module(gpus=2)
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The composition's bound against the real run (the issue's).

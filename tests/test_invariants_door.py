@@ -146,9 +146,16 @@ def test_a_model_step_part_at_1_5x_its_kernel_time_is_judged(tmp_path: Path) -> 
     doc = _stored()
     part = _part(doc, "layer-cached", "fp8-delayed")
     part["kernel_ms"] = part["ms"] / 1.5
-    assert not cross_check.verdict(doc).holds  # the file's verdict now sees the model step's parts
+    kept = _part(doc, "layer-cached", "bf16")
+    kept["kernel_ms"] = kept["ms"] / 1.1  # within the region bound: kept
     got = _through_the_door(tmp_path, doc)
     assert _part(got, "layer-cached", "fp8-delayed")["status"] == "failed"
+    # The file's verdict (the typed result's, which the pages read) judges the model step's parts: the kept
+    # one at its ratio; the failed one is no region any more.
+    regions = dict(parse(got).timed_regions())
+    assert regions[cross_check.part_label("layer-cached", "fp8-delayed")] is None
+    found = regions[cross_check.part_label("layer-cached", "bf16")]
+    assert found is not None and found.judged and found.ratio == pytest.approx(1.1)
 
 
 def test_a_checked_document_is_never_stored(tmp_path: Path) -> None:

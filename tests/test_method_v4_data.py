@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from gemm_bench.question.question import build_question
 from gemm_bench.report.report import Report
 from gemm_bench.results import cross_check
 from gemm_bench.results.cache import read_document
+from gemm_bench.results.typed import Result, parse
 from tests.conftest import make_document
 
 CACHE = Path(__file__).resolve().parent.parent / "docs" / "_gemm_cache"
@@ -43,7 +45,7 @@ def test_every_v4_result_holds_the_cross_check_bounds(path: Path) -> None:
     """DeepSeek-V3's KV-down Dgrad in FP8 delayed/current scaling (1.15-1.19 in session 9) and the
     sweep's short regions were strict xfails under the undecided bounds (1.15 per region, the median
     over every region); under the decided ones every committed file holds."""
-    found = cross_check.verdict(read_document(path))
+    found = parse(read_document(path)).cross_check()  # the verdict the report and the pages read
     assert found.regions > 0
     assert found.holds, found.sentence()
 
@@ -53,18 +55,16 @@ def test_the_sweeps_short_regions_are_shown_not_judged(device: str) -> None:
     """The landing page's square sweep: the median over every region breaks 1.05 (graph-node gaps
     in 3-50 us regions), the median over its judged regions does not; its short regions keep their
     ratio in the verdict (and in each time's detail on the page), without a flag."""
-    doc = read_document(CACHE / f"{SWEEP}--{device}.json")
-    found = cross_check.verdict(doc)
-    everything = sorted(r for _, item in cross_check.labelled_items(doc)
-                        if (r := cross_check.ratio(item)) is not None)
+    result = parse(read_document(CACHE / f"{SWEEP}--{device}.json"))
+    found = result.cross_check()
+    everything = sorted(r.ratio for _, r in result.timed_regions() if r is not None)
     assert everything[len(everything) // 2] > cross_check.MEDIAN_MAX  # all regions: ~1.15
     assert found.median is not None and found.median <= cross_check.MEDIAN_MAX
     assert found.short > 0 and found.short_median is not None and found.short_median > cross_check.REGION_MAX
     assert found.holds and found.file_flag is None
-    short = next(c for c in doc["cells"] if (r := cross_check.region(c)) is not None and not r.judged
-                 and r.ratio > cross_check.REGION_MAX)
-    region = cross_check.region(short)
-    assert region is not None and region.flag is None and "shown, not judged" in region.detail
+    region = next(r for c in result.cells if (r := c.cross_check) is not None and not r.judged
+                  and r.ratio > cross_check.REGION_MAX)
+    assert region.flag is None and "shown, not judged" in region.detail
 
 
 def test_the_bounds_are_the_issues() -> None:
@@ -77,23 +77,34 @@ def test_the_bounds_are_the_issues() -> None:
     # Profiled in the first batch only: the same launches' ratio is judged, not the published median
     # over every round, which also holds the clock's drift (a throttling H100: 1.25 with no idle time).
     assert cross_check.region_flag({**item, "kernel_ratio": 1.01}) is None
-    assert cross_check.ratio({**item, "kernel_ratio": 1.01}) == 1.01
+    same_launches = cross_check.region({**item, "kernel_ratio": 1.01})
+    assert same_launches is not None and same_launches.ratio == 1.01
     flagged = cross_check.region_flag({**item, "ms": 1.0, "kernel_ratio": 1.6})
     assert flagged is not None and flagged.startswith("timed 1.60x its profiled kernel time")
 
 
-def _regions(ratios: list[tuple[float, float]]) -> dict[str, Any]:
-    """A document-shaped dict of prequant cells with (kernel ms, ratio) each."""
-    return {"cells": [{"mode": "prequant", "op": f"g{i}", "pass": "fprop", "precision": "bf16", "status": "measured",
-                       "ms": kernel * r, "kernel_ms": kernel, "kernel_ratio": r}
-                      for i, (kernel, r) in enumerate(ratios)]}
+#: GEMMs whose BF16 cell in :func:`make_document` takes 0.05-0.1 us (a short region, not judged) and
+#: 0.8-1.6 ms (judged).
+SHORT = ["256x256x256", "320x256x256", "384x256x256", "448x256x256", "512x256x256"]
+LONG = ["8192x8192x8192", "8192x8192x4096", "4096x8192x8192", "4096x8192x4096", "4096x4096x8192", "8192x4096x8192"]
+
+
+def _regions(ratios: list[tuple[str, float]]) -> Result:
+    """The typed result of a valid document of one BF16 prequant cell per (shape, ratio), each profiled
+    at its ratio (kernel time = published time / ratio, the same launches), read as the report reads it."""
+    doc = make_document(build_question(shapes=[shape for shape, _ in ratios]), precisions=("bf16",),
+                        modes=("prequant",))
+    for cell, (_, r) in zip(doc["cells"], ratios, strict=True):
+        cell.update(kernel_ms=round(cell["ms"] / r, 6), kernel_ratio=r)
+    result = parse(doc)
+    assert [c.kernel_ratio for c in result.cells] == [r for _, r in ratios]  # the door kept every cell
+    return result
 
 
 def test_the_file_median_is_over_judged_regions_only() -> None:
     """Class (issue 31/34): the median ran over every region, so short graph-node-gapped regions
     broke a file whose judged regions hold (the sweep), and the verdict did not say which were judged."""
-    doc = _regions([(0.01, 1.5)] * 5 + [(1.0, 1.01)] * 3)
-    found = cross_check.verdict(doc)
+    found = _regions([(shape, 1.5) for shape in SHORT] + [(shape, 1.01) for shape in LONG[:3]]).cross_check()
     assert (found.regions, found.short) == (3, 5)
     assert found.median == pytest.approx(1.01) and found.holds and found.file_flag is None
     assert "5 shorter region(s), not judged" in found.sentence()
@@ -102,7 +113,7 @@ def test_the_file_median_is_over_judged_regions_only() -> None:
 def test_a_file_whose_every_region_reads_1_12_is_flagged_as_a_file() -> None:
     """Issue 31: a file whose every region reads 1.12 showed nothing anywhere. No region breaks
     1.20, so no number is marked, but the file's median breaks 1.05: the file flag says so."""
-    found = cross_check.verdict(_regions([(1.0, 1.12)] * 6))
+    found = _regions([(shape, 1.12) for shape in LONG]).cross_check()
     assert not found.outside and not found.holds
     assert found.file_flag is not None and "1.120x" in found.file_flag and "bound 1.05" in found.file_flag
 

@@ -14,8 +14,11 @@ Python work, which a training step hides. The bounds (decided in issues 31 and 3
 * every judged region is at most :data:`REGION_MAX` (else that region is flagged:
   :attr:`Region.flag`, marked wherever its number is shown).
 
-:func:`region` judges one region and :func:`verdict` a file, from :func:`region` alone: ``gemm-bench
-report``, the report model and every renderer read these two, so the rule lives here once. Eager
+:func:`region_of` judges one region and :func:`verdict_of` a file, from those regions alone: the typed
+result applies them (:attr:`gemm_bench.results.typed.Outcome.cross_check`,
+:meth:`gemm_bench.results.typed.Result.cross_check`), and ``gemm-bench report``, the report model and
+every renderer read the typed result, so the rule lives here once; the door
+(:mod:`~gemm_bench.results.invariants`) judges a stored entry by :func:`region_flag`, the same rule. Eager
 quantities (``eager`` beside each cell, the eager ``layer`` step) include host time by definition
 and store no ``kernel_ms``: they are not judged. Pure: no torch.
 """
@@ -32,9 +35,9 @@ REGION_MAX = 1.20
 MIN_KERNEL_MS = 0.05
 
 
-def ratio(item: Mapping[str, Any]) -> float | None:
-    """Event time / kernel time of the same profiled launches of a measured cell, layer cell or peer
-    row (``kernel_ratio``); None when it was not cross-checked.
+def _ratio(status: object, ms: float | None, kernel: float | None, same_launches: float | None) -> float | None:
+    """Event time / kernel time of the same profiled launches of a measured entry (``kernel_ratio``);
+    None when it was not cross-checked.
 
     A result whose cells have no ``kernel_ratio`` profiled every timed round, so its published
     median over ``kernel_ms`` is that ratio. Since the cross-check profiles the first batch of
@@ -42,11 +45,6 @@ def ratio(item: Mapping[str, Any]) -> float | None:
     moved between those rounds and the rest (a power-limited H100 slowed by 15% within one group)
     and the profiler's own cost in the profiled rounds; neither is idle GPU time, which is what the
     bounds judge."""
-    return _ratio(item.get("status"), _number(item.get("ms")), _number(item.get("kernel_ms")),
-                  _number(item.get("kernel_ratio")))
-
-
-def _ratio(status: object, ms: float | None, kernel: float | None, same_launches: float | None) -> float | None:
     if status != "measured" or ms is None or kernel is None:
         return None
     if same_launches is not None:
@@ -99,8 +97,9 @@ def region(item: Mapping[str, Any]) -> Region | None:
 
 
 def region_of(status: object, ms: float | None, kernel_ms: float | None, kernel_ratio: float | None) -> Region | None:
-    """:func:`region` of a timed entry's fields as the typed result holds them
-    (:attr:`gemm_bench.results.typed.Outcome.cross_check`): the one rule for both forms."""
+    """The cross-check of a timed entry's fields as the typed result holds them
+    (:attr:`gemm_bench.results.typed.Outcome.cross_check`); :func:`region` reads the same fields from a
+    stored entry: the one rule for both forms."""
     r = _ratio(status, ms, kernel_ms, kernel_ratio)
     return None if r is None or kernel_ms is None else Region(r, kernel_ms)
 
@@ -178,31 +177,10 @@ def part_label(part: str, precision: str) -> str:
     return f"model step {part} {precision}"
 
 
-def labelled_items(doc: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
-    """Every timed item of a result with a label a reader can find it by (the typed result's
-    :meth:`~gemm_bench.results.typed.Result.timed_regions` names them alike)."""
-    for c in doc.get("cells", []):
-        yield cell_label(c["mode"], c["op"], c["pass"], c["precision"]), c
-    for c in doc.get("layer", []) or []:
-        yield step_label(c["mode"], c["precision"], c.get("routing", "balanced")), c
-    for p in doc.get("peers", []) or []:
-        yield peer_label(p["backend"], p["op"], p["pass"]), p
-    plan = doc.get("plan")
-    for s in (plan.get("steps", []) or []) if isinstance(plan, dict) else []:
-        yield plan_label(s.get("step")), s
-    model = doc.get("model_step")
-    for p in (model.get("parts", []) or []) if isinstance(model, dict) else []:
-        yield part_label(p["part"], p["precision"]), p
-
-
-def verdict(doc: Mapping[str, Any]) -> Verdict:
-    """The file's cross-check against the bounds of this module (each region judged by :func:`region`)."""
-    return verdict_of((label, region(item)) for label, item in labelled_items(doc))
-
-
 def verdict_of(regions: Iterable[tuple[str, Region | None]]) -> Verdict:
-    """The verdict over labelled regions (None: an item not cross-checked): :func:`verdict` of a
-    document, and of a typed result (:meth:`~gemm_bench.results.typed.Result.timed_regions`)."""
+    """The verdict over labelled regions (None: an item not cross-checked): a typed result's
+    (:meth:`~gemm_bench.results.typed.Result.cross_check` over its
+    :meth:`~gemm_bench.results.typed.Result.timed_regions`)."""
     judged: list[float] = []
     short: list[float] = []
     outside: list[tuple[str, float]] = []

@@ -567,8 +567,10 @@ class Result:
         return failed_rows(entries, modes, precisions)
 
     def timed_regions(self) -> Iterator[tuple[str, Region | None]]:
-        """Every timed item's label and profiler cross-check (None: not cross-checked), named as
-        :func:`~.cross_check.labelled_items` names a document's."""
+        """Every timed item's label and profiler cross-check (None: not cross-checked): GEMM cells, layer
+        steps, peer rows, plan steps and model-step parts, each named by :mod:`~.cross_check`'s label for
+        it (:func:`~.cross_check.cell_label`, :func:`~.cross_check.step_label`...): the names a verdict's
+        :attr:`~.cross_check.Verdict.outside` lists."""
         for c in self.cells:
             yield cell_label(c.mode, c.op, c.pass_, c.precision), c.cross_check
         for layer in self.layer:
