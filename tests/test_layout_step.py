@@ -201,3 +201,23 @@ def test_a_borrowed_table_makes_every_box_cost_assumed() -> None:
     assert {cost.how for _, cost in step.microbatch.calls} == {"borrowed"}
     assert all("measured on H200" in cost.note for _, cost in step.microbatch.calls)
     assert step.assumed
+
+
+@pytest.mark.parametrize(("method", "num_layers", "recomputed"), [
+    (None, None, 8), ("uniform", 2, 8), ("block", 3, 3), ("block", 20, 8)])
+def test_full_recomputation_adds_a_forward_to_the_layers_it_recomputes(method: str | None, num_layers: int | None,
+                                                                       recomputed: int) -> None:
+    """Red team, session 19: the step added a forward to every layer of a block-method layout, whose memory
+    (and Megatron) recomputes only ``recompute_num_layers`` of them per virtual stage: Megatron-Bridge's Llama
+    3 8B H100 run recomputes 5 of 32. The memory and the step now read one rule (``recomputed_layers``)."""
+    from gemm_bench.question.layout import recomputed_layers
+    from gemm_bench.question.layout_step import FORWARD_SHARE
+
+    base = ParallelLayout(gpus=2, tp=2, num_microbatches=4)
+    layout = ParallelLayout(gpus=2, tp=2, num_microbatches=4, recompute="full", recompute_method=method,
+                            recompute_num_layers=num_layers)
+    assert recomputed_layers(layout, 8) == recomputed and recomputed_layers(base, 8) == 0
+    g = 4
+    layer_work = 3.0 + (g - 1) * 2.0
+    assert _step(layout).compute_ms - _step(base).compute_ms == pytest.approx(
+        FORWARD_SHARE * recomputed * layer_work / g)

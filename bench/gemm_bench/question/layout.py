@@ -377,6 +377,18 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
 }
 
 
+def recomputed_layers(layout: ParallelLayout, layers: int) -> int:
+    """How many of a stage's ``layers`` full recomputation recomputes under ``layout``: every one (Megatron's
+    uniform method, and no full recomputation: none), or, with the block method, ``recompute_num_layers`` per
+    virtual stage. The one rule of the memory per GPU and the layout's step: the step once recomputed every
+    layer of a block-method layout while its memory recomputed five (red team, session 19)."""
+    if layout.recompute != "full":
+        return 0
+    if layout.recompute_method == "block" and layout.recompute_num_layers is not None:
+        return min(layers, layout.recompute_num_layers * (layout.vpp or 1))
+    return layers
+
+
 # ------------------------------------------------------------------ the layout in the question
 #: The layout's fields that the model config does not hold (it holds TP, sequence parallel, EP, the
 #: micro-batch and G): what a page, the CLI or a launch line adds to a question to say its layout.

@@ -65,7 +65,7 @@ from gemm_bench.question.comm import (
     tp_layer_collectives,
 )
 from gemm_bench.question.config import ConfigError, ModelConfig
-from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.layout import ParallelLayout, recomputed_layers
 from gemm_bench.question.model_step import (
     OptimizerLine,
     PartTimes,
@@ -345,17 +345,16 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
                            f"each local expert then sees {ratio:g}x the tokens ({measured_per_expert:g} -> "
                            f"{measured_per_expert * ratio:g} per micro-batch): larger grouped GEMMs, which may run "
                            f"faster than measured; its parameters are counted at EP {layout.ep}")
-    recompute = 1.0
     if layout.recompute == "full":
-        recompute = 1.0 + FORWARD_SHARE
-        assumptions.append("full recomputation adds one forward (a third of a layer's step) per layer")
+        assumptions.append("full recomputation adds one forward (a third of a layer's step) per recomputed layer")
     first_layers = shape.first_layers
 
     def stage(p: PartTimes) -> float:
         """The slower stage's compute per micro-batch."""
         def one(s: Stage) -> float:
             ends = g * ((p.embedding if s.embedding else 0.0) + (p.head if s.head else 0.0))
-            return factor * (ends + recompute * s.layers * (p.layer_first + (g - 1) * p.layer_cached)) / g
+            layers = s.layers + FORWARD_SHARE * recomputed_layers(layout, s.layers)
+            return factor * (ends + layers * (p.layer_first + (g - 1) * p.layer_cached)) / g
         return max(one(s) for s in shape.stages)
 
     compute, low, high = stage(parts.median), stage(parts.low), stage(parts.high)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 
 from gemm_bench.question.config import ConfigError, ModelConfig
-from gemm_bench.question.layout import ParallelLayout
+from gemm_bench.question.layout import ParallelLayout, recomputed_layers
 from gemm_bench.question.model_step import MemoryParts, vocab_parameters
 from gemm_bench.question.stage_shape import stage_shape
 
@@ -139,9 +139,7 @@ def memory_per_gpu(parts: MemoryParts, layer_params: int, config: ModelConfig, l
         state = (parts.state_per_param - MAIN_GRAD_BYTES) * params / (shard if layout.sharding != "none" else 1)
         flight = in_flight(layout) if name in ("first", "only") else 1.0
         if layout.recompute == "full":
-            recomputed = layers
-            if layout.recompute_method == "block" and layout.recompute_num_layers is not None:
-                recomputed = min(layers, layout.recompute_num_layers * (layout.vpp or 1))
+            recomputed = recomputed_layers(layout, layers)
             per_mb = recomputed * recomputed_layer + (layers - recomputed) * act_layer
             transient += act_layer  # the layer being recomputed
         else:
