@@ -39,3 +39,43 @@ def test_every_call_says_its_kind_and_an_unknown_kind_is_refused() -> None:
     assert {c.kind for c, _ in step.microbatch.calls} == {"tp"}
     with pytest.raises(comm.CommError, match="unknown collective kind 'tensor'"):
         comm.CollectiveCall("all-gather", "bf16", 1, 2, "x", "forward", kind="tensor")  # type: ignore[arg-type]
+
+
+def test_a_moe_row_measured_at_ep_1_says_what_ep_8_does_on_a_gpu_that_measured_both() -> None:
+    """Session 19: gpt-oss-120b's published EP 8 run read -35% against a prediction from the layer measured at
+    EP 1, and the reasons blamed the published stack. The H200 has measured the layer at EP 8 too: the reason
+    now gives both predictions of the run's layout there, from the committed results."""
+    import json
+    from pathlib import Path
+
+    from gemm_bench.question.question import build_question
+    from gemm_bench.report.layout_step import sweeps
+    from gemm_bench.report.published_runs import at_run_ep, expert_parallel_reason, load
+    from gemm_bench.results.typed import parse
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    run = next(r for r in load(docs / "_data" / "published_runs.json") if r.model == "gpt-oss-120b")
+    assert at_run_ep(run) == "gpt-oss-120b/ep8"
+    cache = docs / "_gemm_cache"
+    available = sweeps([json.loads(p.read_text(encoding="utf-8")) for p in sorted((cache / "studies").glob(
+        "tp-comm--*.json"))])
+
+    def result(model: str) -> object:
+        path = cache / f"{build_question(model=model).hash}--h200.json"
+        return parse(json.loads(path.read_text(encoding="utf-8")))
+
+    low, high = result("gpt-oss-120b"), result("gpt-oss-120b/ep8")
+    said = expert_parallel_reason(run, low, high, available)  # type: ignore[arg-type]
+    assert said is not None and said.startswith("on the H200, which has measured the layer at both")
+    # the two numbers it quotes are the run's layout predicted from each result
+    from gemm_bench.report.layout_step import result_layout_steps
+    steps = [result_layout_steps(r, run.layout, available) for r in (low, high)]  # type: ignore[arg-type]
+    mine, theirs = (s.step("bf16").tokens_per_s for s in steps)  # type: ignore[union-attr]
+    assert theirs > mine and f"BF16 {theirs:,.0f} tokens/s per GPU" in said and f"against {mine:,.0f}" in said
+    assert f"({theirs / mine:.2f}x)" in said and "understates an EP 8 rank's speed" in said
+    with pytest.raises(ValueError, match="different GPUs"):
+        other = cache / f"{build_question(model='gpt-oss-120b').hash}--h100-80gb-hbm3.json"
+        expert_parallel_reason(run, parse(json.loads(other.read_text(encoding="utf-8"))), high, available)  # type: ignore[arg-type]
+    # a run at its measured EP has no such reason
+    llama = next(r for r in load(docs / "_data" / "published_runs.json") if r.model == "llama3-8b")
+    assert at_run_ep(llama) is None

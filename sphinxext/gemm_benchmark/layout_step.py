@@ -199,7 +199,8 @@ class GemmPublishedRunsDirective(SphinxDirective):
             ep_reason = self._expert_parallel_reason(run, results, cache, available, config) if moe else None
             for prediction in comparison.predictions:
                 diff = prediction.difference
-                why = "; ".join(reasons(prediction, moe=moe) + ([ep_reason] if ep_reason else [])) \
+                # the measured expert-parallel size's effect first: where it applies it is the largest term
+                why = "; ".join(([ep_reason] if ep_reason else []) + reasons(prediction, moe=moe)) \
                     if prediction.off else (prediction.why_none or "within 10%")
                 rows.append([
                     Entry(run.model, strong=True),
