@@ -1,6 +1,7 @@
 """A fake GPU for refresh tests: worker processes on CPU that "measure" by copying a real result.
 
-Every number comes from a committed measurement (``docs/_gemm_cache/<question>--h100-80gb-hbm3.json``):
+Every number comes from a committed measurement (``docs/_gemm_cache/<question>--h100-80gb-hbm3.json``, or
+the question's H200 file where the H100 has not measured it):
 the fake selects the cells asked for and says in its provenance that it is a fake and which file
 it copied. Module-level functions only: refresh workers are spawned processes that import this.
 
@@ -34,8 +35,14 @@ TEMPLATE_DEVICE = "h100-80gb-hbm3"
 DEVICE_NAME = "NVIDIA H100 80GB HBM3"
 
 
+#: A question measured on the H200 only (the EP 8 layers of session 19) is replayed from its H200 file.
+FALLBACK_DEVICE = "h200"
+
+
 def template_path(question_hash: str) -> Path:
-    return REPO / "docs" / "_gemm_cache" / f"{question_hash}--{TEMPLATE_DEVICE}.json"
+    cache = REPO / "docs" / "_gemm_cache"
+    found = cache / f"{question_hash}--{TEMPLATE_DEVICE}.json"
+    return found if found.exists() else cache / f"{question_hash}--{FALLBACK_DEVICE}.json"
 
 
 def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[str], *, peers: bool = True,
@@ -68,6 +75,9 @@ def fake_measure(question: Question, precisions: Sequence[str], modes: Sequence[
     doc = copy.deepcopy(read_document(source, raw=True))
     doc["cells"] = [c for c in doc["cells"] if c["precision"] in precisions and c["mode"] in modes]
     doc["provenance"]["fake"] = f"fake GPU for tests: cells copied from {source.name}"
+    if not source.name.endswith(f"--{TEMPLATE_DEVICE}.json"):  # an H200 file stands in: the fake is an H100
+        any_h100 = next((REPO / "docs" / "_gemm_cache").glob(f"*--{TEMPLATE_DEVICE}.json"))
+        doc["device"] = read_document(any_h100, raw=True)["device"]
     # A reading the door refuses (the committed H100 Llama 3 70B BF16 energy, a stuck 855 W) is not
     # replayed: a fake re-measurement that reproduced it would be refused again, and planned forever.
     refused = {v.where for v in check(doc).violations if v.block == "energy"}

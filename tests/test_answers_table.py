@@ -55,13 +55,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, str]:
 
 
 def _page_answers(soup: BeautifulSoup) -> dict[str, str]:
-    """A model page's answer sentence per GPU tab (the tab's name, as the link's ``#gpu=`` says it)."""
+    """A model page's answer sentence per GPU tab (the tab's name, as the link's ``#gpu=`` says it), from the
+    page's first summary that has that tab."""
     out = {}
     for panel in soup.select("div.gemm-summary [role=tabpanel]"):
         tab = soup.select_one(f"[aria-controls='{panel['id']}']")
         sentence = panel.select_one("p.gemm-summary-answer")
         if tab is not None and sentence is not None:
-            out[tab.get_text(strip=True)] = " ".join(sentence.get_text(" ", strip=True).replace("\u2019", "'").split())
+            # the first summary's (the page's lead: gpt-oss-120b's page leads with EP 8, EP 1 follows)
+            out.setdefault(tab.get_text(strip=True),
+                           " ".join(sentence.get_text(" ", strip=True).replace("\u2019", "'").split()))
     return out
 
 
@@ -76,13 +79,20 @@ def test_every_cell_states_its_models_answer_and_links_to_it(built: tuple[Projec
     rows = table.select("tbody tr")
     models = sorted((DOCS / "models").glob("*.rst"))
     assert len(rows) == len(models) >= 10
-    checked = 0
+    checked = unmeasured = 0
     for row in rows:
         model, *cells = row.select("td")
         for gpu, cell in zip(gpus, cells, strict=True):
             link = cell.select_one("a")
             assert link is not None, f"{model.get_text()} on {gpu}: no link"
             page, _, fragment = link["href"].partition("#")
+            if cell.get_text(strip=True) == "not measured yet":  # to the page's tab that says so
+                tab = fragment.removeprefix("gpu=")
+                assert tab.isupper() and "is not measured on" in link.get("title", ""), link
+                tabs = [t.get_text(strip=True) for t in project.html(page.removesuffix(".html")).select("[role=tab]")]
+                assert tab in tabs, f"{page}: no {tab} tab ({tabs})"
+                unmeasured += 1
+                continue
             assert fragment == "gpu=" + gpu.replace(" ", "%20"), link["href"]
             said = _page_answers(project.html(page.removesuffix(".html")))
             assert gpu in said, f"{page} has no {gpu} tab ({sorted(said)})"
@@ -97,7 +107,8 @@ def test_every_cell_states_its_models_answer_and_links_to_it(built: tuple[Projec
             else:
                 assert not recommended and _STAY.search(sentence), (shown, sentence[:240])
             checked += 1
-    assert checked == 2 * len(models)
+    # every cell is checked; the unmeasured ones are the EP 8 layers the H100 has not measured (session 19)
+    assert checked + unmeasured == 2 * len(models) and unmeasured == 2
 
 
 def test_a_cell_reads_the_sentences_decision_and_never_decides_again() -> None:

@@ -249,8 +249,8 @@ def test_the_first_screen_holds_every_models_answer(browser: Any, base_url: str,
     rows = found["rows"]
     assert len(rows) >= 10, rows
     for model, cells, _, href in rows:
-        assert len(cells) == 2 and all(re.fullmatch(r"(FP8 \w+|MXFP8|NVFP4) \d+\.\d\d×|stay in BF16", c)
-                                       for c in cells), (model, cells)
+        answer = r"(FP8 \w+|MXFP8|NVFP4) \d+\.\d\d×|stay in BF16|not measured yet"
+        assert len(cells) == 2 and all(re.fullmatch(answer, c) for c in cells), (model, cells)
         assert href and href.startswith("models/"), (model, href)
     assert rows[2][2] <= found["height"], f"the table's first rows end at {rows[2][2]} px, below the first screen"
     assert rows[-1][2] <= found["height"], f"the table's last row ends at {rows[-1][2]} px, below the first screen"

@@ -34,8 +34,12 @@ def _committed_counts() -> Counter[tuple[bool, str]]:
 def test_the_committed_parts_contradict_every_recipe_slower() -> None:
     counts = _committed_counts()
     fp8 = {v: counts[(False, v)] for v in (FASTER, SLOWER, WITHIN)}
-    assert sum(fp8.values()) == 24  # 4 mixtures of experts x 2 GPUs x 3 FP8 recipes
-    assert fp8[FASTER] > 12 and counts[(True, SLOWER)] == 8 and counts[(True, FASTER)] == 0
+    # 4 mixtures of experts x 2 GPUs, and 2 of them at EP 8 on the H200, x 3 FP8 recipes
+    assert sum(fp8.values()) == 30
+    # BF16's cached layer: slower wherever a GPU holds every expert; Mixtral 8x7B at EP 8 (one expert per GPU,
+    # eight GPUs' tokens) is not told apart: the pages say "most", counted
+    assert fp8[FASTER] > 15 and counts[(True, SLOWER)] == 9 and counts[(True, WITHIN)] == 1
+    assert counts[(True, FASTER)] == 0
     # the old sentence, "slower than its first in every recipe", is false for most FP8 cases
     assert fp8[SLOWER] < fp8[FASTER]
 
@@ -86,7 +90,7 @@ def test_the_docs_no_longer_say_every_recipe_and_quote_the_counts() -> None:
     text = (DOCS / "models.rst").read_text(encoding="utf-8") + (DOCS / "methodology.rst").read_text(encoding="utf-8")
     assert "cached layer slower than its first in every" not in " ".join(text.split())
     assert "later micro-batch's layer clearly slower than the first's, BF16's\nincluded" not in text
-    assert ":gemm-moe-cached:`fp8 faster most`" in text and ":gemm-moe-cached:`bf16 slower all`" in text
+    assert ":gemm-moe-cached:`fp8 faster most`" in text and ":gemm-moe-cached:`bf16 slower most`" in text
 
 
 def test_a_claim_the_data_no_longer_supports_fails_the_build(tmp_path: Path) -> None:

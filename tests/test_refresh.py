@@ -49,7 +49,7 @@ TWO_H100 = [GpuSlot(0, DEVICE_NAME, "GPU-fake-0"), GpuSlot(1, DEVICE_NAME, "GPU-
 
 #: The "Speedup by model" page asks for models no GPU has measured yet; the fake GPU replays
 #: committed measurements only, so the pages it refreshes are the others.
-NOT_YET_MEASURED_PAGE = "models.rst"
+NOT_YET_MEASURED_PAGES = ("models.rst",)
 
 
 def measured_jobs() -> list[Job]:
@@ -67,7 +67,7 @@ def site(tmp_path: Path) -> Path:
     """A copy of the real site's pages (no cache): the questions refresh must find."""
     src = tmp_path / "docs"
     shutil.copytree(DOCS, src, ignore=shutil.ignore_patterns("_build", "_gemm_cache", "_static",
-                                                             NOT_YET_MEASURED_PAGE))
+                                                             *(Path(p).name for p in NOT_YET_MEASURED_PAGES)))
     return src
 
 
@@ -256,8 +256,10 @@ def test_site_questions_are_the_directives_questions(tmp_path: Path) -> None:
     assert len(by_hash[te].asks) >= 2  # index.rst and tutorial.md ask the same question: measured once
     for job in jobs:  # the committed cache answers every question the site asks on the H100 ...
         if not (DOCS / "_gemm_cache" / f"{job.hash}--h100-80gb-hbm3.json").exists():
-            # ... except models only the model page asks for, which says they are not measured yet.
-            assert all(a.location.startswith(str(DOCS / NOT_YET_MEASURED_PAGE)) for a in job.asks), job.asks
+            # ... except models only the model page asks for, which says they are not measured yet, and the
+            # EP 8 layers (session 19), measured on the H200 only: their pages say so on the H100.
+            assert (DOCS / "_gemm_cache" / f"{job.hash}--h200.json").exists() or all(
+                a.location.startswith(tuple(str(DOCS / p) for p in NOT_YET_MEASURED_PAGES)) for a in job.asks), job.asks
 
 
 def test_dedupe_unions_cells_only_of_directives_showing_the_device(tmp_path: Path) -> None:

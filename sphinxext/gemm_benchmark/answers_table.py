@@ -54,7 +54,8 @@ GPU_FRAGMENT = "gpu="
 class Cell:
     """One model on one GPU, as the table shows it: ``text`` ("FP8 Delayed 1.47×", "BF16"), its
     ``tooltip`` (what the number is), and ``recipe`` / ``speedup`` for tests and callers (the
-    sentence's decision); ``gpu`` is the GPU's tab name on the model's page, "" where unmeasured."""
+    sentence's decision); ``gpu`` is the GPU's tab name on the model's page (a GPU the model is not measured
+    on has a tab that says so, named by its selector in capitals)."""
 
     text: str
     tooltip: str
@@ -175,7 +176,11 @@ class GemmAnswersTableDirective(SphinxDirective):
         for selector in selectors:
             device = next((d for d in answer.devices if selects(selector, d.device)), None)
             if device is None:
-                cells.append(Cell("not measured", f"{label} is not measured on {selector} yet: {ask.command}"))
+                # Linked to the model's page and its "not measured yet" tab (the summary names a missing GPU's tab
+                # by its selector in capitals), where the page also says what else it holds for that GPU: a cell
+                # that printed the whole command filled the first screen (session 19, EP 8 on the H100).
+                cells.append(Cell("not measured yet", f"{label} is not measured on {selector} yet: {ask.command}",
+                                  gpu=selector.upper()))
                 continue
             headers.setdefault(selector, device_label(device.device))
             measured = measured_of(device)
