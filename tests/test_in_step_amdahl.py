@@ -3,8 +3,8 @@
 gpt-oss-120b measured at EP 8 on an H200 read FP8 Delayed's layer step at 1.02x BF16's while its
 autocast GEMM rows, each pass timed alone after an L2 flush, summed to 0.99x: the check called it a
 contradiction, and the page could not be built. Inside the step the profiled GEMM and quantization
-kernels ran 1.04x faster than BF16's (the memory-bound quantization kernels pay more for a cold cache
-in the rows than in the step). A step now contradicts its GEMMs only where it gains beyond both.
+kernels ran 1.04x faster than BF16's (why the rows differ is not known; an L2 flush is not it, measured).
+A step now contradicts its GEMMs only where it gains beyond both.
 """
 
 from __future__ import annotations

@@ -582,10 +582,12 @@ class Report:
         steps' profiled breakdowns (:mod:`gemm_bench.results.breakdown`), or None where either lacks one or
         had its parts scaled to the step (then they are not a measurement independent of the step's time).
 
-        Why a second bound (session 19): the autocast GEMM rows time each pass alone after an L2 flush, and
-        quantization's memory-bound kernels pay more for the cold cache than the GEMMs do. gpt-oss-120b at EP 8
-        on an H200 read FP8 Delayed's layer step at 1.02x over GEMM rows at 0.99x, while inside the step its
-        GEMM and quantization kernels ran 1.04x faster than BF16's. A step contradicts its GEMMs only where it
+        Why a second bound (session 19): the autocast GEMM rows time each op alone, and for a mixture of
+        experts' grouped FP8 GEMMs they do not reproduce the step's own GEMMs. gpt-oss-120b at EP 8 on an H200
+        read FP8 Delayed's layer step at 1.02x over GEMM rows at 0.99x, while inside the step its GEMM and
+        quantization kernels ran 1.04x faster than BF16's. Why is not known: an L2 flush before each row is
+        not it (a probe timed the same grouped forward and backward cold and warm within 0.5%:
+        ``measurements/2026-11-29-session19/call2-l2-probe``). A step contradicts its GEMMs only where it
         gains beyond both measurements of what its GEMMs (with their quantization) gain."""
         cells = [self._layer_cell(mode, p, "balanced")[0] for p in (precision, BASELINE)]
         parts = []
