@@ -244,3 +244,22 @@ def test_the_layout_step_table_takes_the_pages_layout_options(tmp_path: Path) ->
     assert not isinstance(found, str)
     step = found.step("fp8-delayed")
     assert step is not None and f"{step.tokens_per_s:,.0f}" in text
+
+
+def test_the_compute_alone_cell_says_assumed_and_a_tiny_share_is_not_zero() -> None:
+    """Red team, session 19: the rank-compute-alone cell of a CP 2 layout (its compute scaled to half the tokens)
+    carried no "assumed", and Llama 3 70B's 0.47% bubble read "0%"."""
+    from gemm_benchmark.layout_step import share_text, step_rows
+
+    found = _steps("llama3-70b/tp8", "H200")
+    step = found.step("fp8-delayed")
+    assert step is not None and step.assumptions and 0 < step.bubble_share < 0.005
+    row = next(r for r in step_rows(found) if r[0].text == "FP8 Delayed")
+    texts = [e.text for e in row]
+    assert texts[3].endswith("(assumed in part)") and texts[3].startswith(f"{step.compute_tokens_per_s:,.0f}")
+    assert texts[6] == "<1%"
+    assert (share_text(0.0), share_text(0.004), share_text(0.0051), share_text(0.126)) == ("0%", "<1%", "1%", "13%")
+    # the distributed optimizer's shard is an assumption of the compute too (the optimizer's time at 1/DP of the
+    # parameters): Qwen2.5 7B on one node, CP 1, says so
+    qwen = _steps("qwen2.5-7b", "H200")
+    assert all(r[3].text.endswith("(assumed in part)") for r in step_rows(qwen))
