@@ -263,3 +263,16 @@ def test_the_compute_alone_cell_says_assumed_and_a_tiny_share_is_not_zero() -> N
     # parameters): Qwen2.5 7B on one node, CP 1, says so
     qwen = _steps("qwen2.5-7b", "H200")
     assert all(r[3].text.endswith("(assumed in part)") for r in step_rows(qwen))
+
+
+def test_the_notes_name_what_the_fp8_rows_gather_in_fp8() -> None:
+    """Red team, session 19: the notes under a table named BF16's collectives only; an FP8 row's uint8
+    all-gathers (sequence-parallel inputs, FP8 parameter gather) were never named, measured or assumed."""
+    from gemm_benchmark.layout_step import notes
+
+    said = [n.astext() for n in notes(_steps("llama3-70b/tp8", "H200"))]
+    other = next(t for t in said if t.startswith("Collectives other recipes run"))
+    # the per-tensor recipes also all-reduce their amax in FP32; block scaling does not
+    assert "FP8 Delayed, FP8 Current (assumed: all-gather uint8 over 4" in other and "all-reduce fp32" in other
+    assert "FP8 Block (assumed: all-gather uint8 over 4" in other, other
+    assert "all-gather uint8" not in said[0]  # BF16's own list holds no FP8 payload

@@ -115,8 +115,25 @@ def notes(found: ResultLayoutSteps) -> list[nodes.Node]:
     measured, assumed = measured_and_assumed(step)
     where = (f"measured on a box of {device_label(found.sweep.device)} GPUs ({found.sweep.run})"
              + (f" and borrowed for {device_label(found.device)}: assumed" if found.borrowed_from else ""))
-    out.append(note(f"Collectives {where}. Measured on the box: {', '.join(measured) or 'none'}. Assumed: "
-                     f"{'; '.join(assumed) or 'none'}. Network: {found.network.describe()}."))
+    out.append(note(f"Collectives {where}. Measured on the box (BF16's): {', '.join(measured) or 'none'}. "
+                     f"Assumed: {'; '.join(assumed) or 'none'}. Network: {found.network.describe()}."))
+    # What each other recipe's step runs besides BF16's (FP8 payloads, amax reductions): the notes listed
+    # BF16's alone, and an FP8 row's uint8 gathers were never named (red team, session 19).
+    others: dict[str, list[str]] = {}  # the calls' words -> the recipes that run them (said once)
+    for precision in found.steps:
+        other = found.step(precision)
+        if precision == BASELINE or other is None:
+            continue
+        mine, theirs = measured_and_assumed(other)
+        extra_measured = [c for c in mine if c not in measured]
+        extra_assumed = [c for c in theirs if c not in assumed]
+        if extra_measured or extra_assumed:
+            parts = ([f"measured: {', '.join(extra_measured)}"] if extra_measured else []) + (
+                [f"assumed: {'; '.join(extra_assumed)}"] if extra_assumed else [])
+            others.setdefault("; ".join(parts), []).append(PRECISIONS[precision].display)
+    if others:
+        out.append(note("Collectives other recipes run instead of or beside BF16's: " + "; ".join(
+            f"{', '.join(names)} ({words})" for words, names in others.items()) + "."))
     out.append(note("Rank compute: the model step's parts measured on one GPU (GPU time), per micro-batch of the "
                      "most loaded pipeline stage. Data-parallel overlap: " + "; ".join(overlap_formulas(found.layout))
                      + ". Pipeline bubble: (PP − 1) / VPP micro-batch times (Megatron's interleaved 1F1B). "
