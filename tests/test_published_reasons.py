@@ -79,3 +79,35 @@ def test_a_moe_row_measured_at_ep_1_says_what_ep_8_does_on_a_gpu_that_measured_b
     # a run at its measured EP has no such reason
     llama = next(r for r in load(docs / "_data" / "published_runs.json") if r.model == "llama3-8b")
     assert at_run_ep(llama) is None
+
+
+def test_a_run_much_older_than_the_measured_stack_says_so_where_the_site_predicts_more() -> None:
+    """Red team, session 19: NeMo 24.07's Llama 3 8B row (+23%) gave only "data loading, stragglers, logging"."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from gemm_bench.question.question import build_question
+    from gemm_bench.report.layout_step import sweeps
+    from gemm_bench.report.published_runs import compare, load, stack_age_reason
+    from gemm_bench.results.typed import parse
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    runs = [r for r in load(docs / "_data" / "published_runs.json") if r.model == "llama3-8b"]
+    old, recent = runs[0], runs[1]
+    assert old.version.startswith("NeMo 24.07")
+    cache = docs / "_gemm_cache"
+    result = parse(json.loads((cache / f"{build_question(model='llama3-8b').hash}--h100-80gb-hbm3.json").read_text(
+        encoding="utf-8")))
+    available = sweeps([json.loads(p.read_text(encoding="utf-8")) for p in sorted((cache / "studies").glob(
+        "tp-comm--*.json"))])
+    prediction = compare(old, result, available).predictions[0]
+    assert prediction.off and prediction.difference is not None and prediction.difference > 0
+    said = stack_age_reason(prediction, old, result)
+    ran, measured = old.date, result.provenance.date
+    months = (int(measured[:4]) - int(ran[:4])) * 12 + int(measured[5:7]) - int(ran[5:7])
+    assert said is not None and f"is {months} months older than the measured stack" in said and months >= 12
+    assert stack_age_reason(compare(recent, result, available).predictions[0], recent, result) is None  # within 10%
+    under = dataclasses.replace(prediction, published=prediction.predicted * 1.5)  # the site predicts less
+    assert stack_age_reason(under, old, result) is None
+    assert stack_age_reason(prediction, dataclasses.replace(old, date="unknown"), result) is None

@@ -45,6 +45,7 @@ from gemm_bench.report.published_runs import (
     expert_parallel_reason,
     load,
     reasons,
+    stack_age_reason,
 )
 from gemm_bench.results import studies
 from gemm_bench.results.cache import Cache
@@ -225,8 +226,10 @@ class GemmPublishedRunsDirective(SphinxDirective):
             for prediction in comparison.predictions:
                 diff = prediction.difference
                 # the measured expert-parallel size's effect first: where it applies it is the largest term
-                why = "; ".join(([ep_reason] if ep_reason else []) + reasons(prediction, moe=moe)) \
-                    if prediction.off else (prediction.why_none or "within 10%")
+                age = stack_age_reason(prediction, run, result) if result is not None else None
+                why = "; ".join(([ep_reason] if ep_reason else []) + ([age] if age else [])
+                                + reasons(prediction, moe=moe)) if prediction.off else (prediction.why_none
+                                                                                        or "within 10%")
                 rows.append([
                     Entry(run.model, strong=True),
                     Entry(f"source {number}, {run.system}: {run.layout.describe()}; assumed where the table is "

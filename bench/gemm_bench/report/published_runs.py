@@ -197,6 +197,33 @@ def reasons(prediction: Prediction, *, moe: bool = False) -> list[str]:
     return out
 
 
+#: A published run this many months older than the measured stack is said to be so where the site predicts more.
+OLDER_MONTHS = 12
+
+
+def stack_age_reason(prediction: Prediction, run: PublishedRun, result: Result) -> str | None:
+    """Where the site predicts more than ``run`` published (beyond :data:`THRESHOLD`) and the run is at least
+    :data:`OLDER_MONTHS` older than the measured result, that age in words: the published container's kernels
+    and libraries are not the measured ones (red team, session 19: NeMo 24.07's Llama 3 8B row, +23%, gave only
+    "data loading, stragglers, logging" as reasons, against a stack measured 28 months later). None otherwise
+    (a date either side that does not read as YYYY-MM is no reason)."""
+    if not prediction.off or prediction.difference is None or prediction.difference <= 0:
+        return None
+    try:
+        ran = [int(x) for x in run.date[:7].split("-")]
+        measured = [int(x) for x in result.provenance.date[:7].split("-")]
+    except ValueError:
+        return None
+    if len(ran) != 2 or len(measured) != 2:
+        return None
+    months = (measured[0] - ran[0]) * 12 + measured[1] - ran[1]
+    if months < OLDER_MONTHS:
+        return None
+    return (f"the published run ({run.version}, {run.date}) is {months} months older than the measured stack "
+            f"(Transformer Engine {result.provenance.transformer_engine}, torch {result.provenance.torch}, "
+            f"{result.provenance.date[:10]}): its kernels and libraries are not the ones measured")
+
+
 def at_run_ep(run: PublishedRun) -> str | None:
     """The model id of ``run``'s model with its layer at the run's own expert-parallel size, where the row's
     model is measured at another (``gpt-oss-120b`` in an EP 8 run: ``gpt-oss-120b/ep8``); None where they agree."""
