@@ -60,7 +60,8 @@ def test_support_comes_from_te_with_reasons() -> None:
 
 
 def test_events_and_profiler_agree_on_large_bf16_gemm() -> None:
-    """Both timers read the very same launches: the in-graph events vs the profiler's kernel durations."""
+    """Both timers read the very same launches: the in-graph events vs the profiler's kernel durations of the
+    rounds timed under the profiler."""
     from transformer_engine.pytorch.cpp_extensions import general_gemm
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -74,10 +75,14 @@ def test_events_and_profiler_agree_on_large_bf16_gemm() -> None:
     result = Interleaver(FAST, cross_check=True).run({"bf16": competitor})
     ev = result.samples["bf16"]["gemm"].median
     kt = result.cross_check["kernel_ms"]["bf16/gemm"]
-    diff = abs(ev - kt) / kt
-    print(f"8192^3 BF16, same {len(result.samples['bf16']['gemm'].ms)} launches: events median {ev:.4f} ms, "
-          f"profiler kernel median {kt:.4f} ms, difference {diff:.2%}")
-    assert diff < 0.03
+    # The ratio of the profiled launches' events to their kernels: the same launches. The published median
+    # (every timed round) against the profiled rounds' kernels compared different launches, and on a box that
+    # had just started, whose clock was still moving, read 5.3% and 4.3% apart, then 0.3% (session 19).
+    ratio = result.cross_check["ratios"]["bf16/gemm"]
+    print(f"8192^3 BF16: profiled launches' events / kernels {ratio:.4f} ({abs(ratio - 1):.2%} apart); every "
+          f"round's events median {ev:.4f} ms ({len(result.samples['bf16']['gemm'].ms)} rounds), profiled "
+          f"kernels' median {kt:.4f} ms")
+    assert abs(ratio - 1) < 0.03
 
 
 def test_graph_time_is_kernel_time_where_eager_time_is_host_time() -> None:
