@@ -117,6 +117,8 @@ def test_a_malformed_published_row_names_the_file_and_row(tmp_path: Path) -> Non
     ("model", "llama9-1t", r"runs\[0\]\.model"),  # before: a ConfigError that aborted the build
     ("seq_length", "8k", r"runs\[0\]\.seq_length"),  # before: a ValueError that aborted the build
     ("published", {"bf16": float("nan")}, r"runs\[0\]\.published"),  # before: rendered "nan"
+    ("date", "2024-13", r"runs\[0\]\.date"),  # before: read as 22 months before 2026-11 (red team, session 19)
+    ("date", "24-07", r"runs\[0\]\.date"),  # before: "24028 months older"
 ])
 def test_a_hostile_published_row_is_a_located_error(tmp_path: Path, field: str, value: object, said: str) -> None:
     doc = json.loads(RUNS.read_text(encoding="utf-8"))
@@ -126,6 +128,19 @@ def test_a_hostile_published_row_is_a_located_error(tmp_path: Path, field: str, 
     bad = tmp_path / "runs.json"
     bad.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(PublishedRunsError, match=said):
+        load(bad)
+
+
+def test_a_published_moe_row_at_an_ep_its_model_cannot_take_is_a_located_error(tmp_path: Path) -> None:
+    """Red team, session 19: a Mixtral row at EP 16 (8 experts) loaded, then crashed the build where the page
+    asked for the model at the run's EP."""
+    doc = json.loads(RUNS.read_text(encoding="utf-8"))
+    row = next(i for i, r in enumerate(doc["runs"]) if r["model"] == "gpt-oss-120b")
+    doc["runs"][row]["model"] = "mixtral-8x7b"
+    doc["runs"][row]["layout"]["ep"] = 16
+    bad = tmp_path / "runs.json"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(PublishedRunsError, match=rf"runs\[{row}\]\.layout\.ep: mixtral-8x7b/ep16"):
         load(bad)
 
 
@@ -147,13 +162,14 @@ Layout step
 """
 
 
-def _build(srcdir: Path, conf: str = CONF, index: str = INDEX) -> tuple[str, BeautifulSoup]:
+def _build(srcdir: Path, conf: str = CONF, index: str = INDEX,
+           models: tuple[str, ...] = ("llama3-8b", "llama3.1-405b/tp8")) -> tuple[str, BeautifulSoup]:
     from sphinx.testing.util import SphinxTestApp
 
     cache = srcdir / "_gemm_cache"
     (cache / "studies").mkdir(parents=True)
     shutil.copy(CACHE / "studies" / "tp-comm--h200.json", cache / "studies")
-    for model in ("llama3-8b", "llama3.1-405b/tp8"):
+    for model in models:
         for path in Cache(CACHE).lookup(build_question(model=model).hash).paths:
             shutil.copy(path, cache)
     shutil.copy(RUNS, srcdir / "runs.json")
@@ -276,3 +292,20 @@ def test_the_notes_name_what_the_fp8_rows_gather_in_fp8() -> None:
     assert "FP8 Delayed, FP8 Current (assumed: all-gather uint8 over 4" in other and "all-reduce fp32" in other
     assert "FP8 Block (assumed: all-gather uint8 over 4" in other, other
     assert "all-gather uint8" not in said[0]  # BF16's own list holds no FP8 payload
+
+
+def test_the_published_rows_give_the_expert_parallel_and_the_stack_age_reasons_first(tmp_path: Path) -> None:
+    """The page's wiring of the two computed reasons (red team, session 19: reverting it left every test green):
+    the gpt-oss row leads with what EP 8 does on the H200 and no longer reads the published figure against an
+    EP 1 compute ("the published stack computes faster"); the NeMo 24.07 row says how much older its stack is."""
+    _, soup = _build(tmp_path / "src", models=("llama3-8b", "gpt-oss-120b", "gpt-oss-120b/ep8"))
+    published = soup.select_one("table.gemm-published-runs-table")
+    assert published is not None
+    rows = {r.select("td")[0].get_text(strip=True) + " " + r.select("td")[1].get_text(" ", strip=True)[:40]:
+            r.select("td")[-1].get_text(" ", strip=True) for r in published.select("tbody tr")}
+    gpt = next(why for key, why in rows.items() if key.startswith("gpt-oss-120b"))
+    assert gpt.startswith("on the H200, which has measured the layer at both expert-parallel sizes"), gpt
+    assert "computes faster than the measured one" not in gpt and "lies between the prediction" not in gpt
+    nemo = [why for key, why in rows.items() if key.startswith("llama3-8b")]
+    assert nemo[0].startswith("the published run (NeMo 24.07 container, 2024-07) is "), nemo
+    assert "months older than the measured stack" in nemo[0] and nemo[1] == "within 10%"

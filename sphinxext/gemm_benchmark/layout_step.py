@@ -228,8 +228,8 @@ class GemmPublishedRunsDirective(SphinxDirective):
                 # the measured expert-parallel size's effect first: where it applies it is the largest term
                 age = stack_age_reason(prediction, run, result) if result is not None else None
                 why = "; ".join(([ep_reason] if ep_reason else []) + ([age] if age else [])
-                                + reasons(prediction, moe=moe)) if prediction.off else (prediction.why_none
-                                                                                        or "within 10%")
+                                + reasons(prediction, moe=moe, compute_known_off=ep_reason is not None)) \
+                    if prediction.off else (prediction.why_none or "within 10%")
                 rows.append([
                     Entry(run.model, strong=True),
                     Entry(f"source {number}, {run.system}: {run.layout.describe()}; assumed where the table is "
@@ -256,7 +256,7 @@ class GemmPublishedRunsDirective(SphinxDirective):
         expert_parallel_reason`); None where no GPU kind has."""
         other = at_run_ep(run)
         if other is None:
-            return None
+            return None  # (load() refuses a row whose model at the run's EP is not a question)
         at_ep, _ = read_results(cache, build_question(model=other).hash)
         for read, _ in at_ep:
             self.env.note_dependency(str(read))

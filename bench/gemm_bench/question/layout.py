@@ -326,10 +326,11 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         "chosen, not from a published recipe: NeMo's Mixtral 8x7B layout is 64 GPUs, TP 1, PP 4, EP 8, but "
         "the layer is measured at EP 1, so EP stays 1 here; GBS 256 chosen"),
     "mixtral-8x7b/ep8": PresetLayout(
-        ParallelLayout(gpus=64, pp=4, ep=8, sharding="optimizer", global_batch_size=256),
-        "Megatron-LM's Mixtral 8x7B training example (TP 1, PP 4, EP 8, distributed optimizer, GBS 256, MBS 1, "
-        "4096 tokens; its README recommends TP1EP8PP4 for training) with the layer measured at EP 8; 64 GPUs "
-        "chosen", _MEGATRON_MIXTRAL),
+        ParallelLayout(gpus=64, pp=4, ep=8, sharding="optimizer", global_batch_size=256, overlap_grad_reduce=True,
+                       overlap_param_gather=True),
+        "Megatron-LM's Mixtral 8x7B training example (TP 1, PP 4, EP 8, distributed optimizer with "
+        "--overlap-grad-reduce and --overlap-param-gather, GBS 256, MBS 1, 4096 tokens; its README recommends "
+        "TP1EP8PP4 for training) with the layer measured at EP 8; 64 GPUs chosen", _MEGATRON_MIXTRAL),
     "mixtral-8x22b": PresetLayout(
         ParallelLayout(gpus=256, pp=8, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: NeMo's Mixtral 8x22B layout is 256 GPUs with PP 8 and EP 8 "
@@ -369,7 +370,9 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
                        overlap_grad_reduce=True, overlap_param_gather=True, **_BRIDGE_PERF),
         "Megatron-Bridge performance summary's DGX-H100 GPT OSS 120B layout (64 GPUs, TP 1, PP 4, EP 8, GBS "
         "1280, MBS 1, 4096 tokens) with the layer measured at EP 8" + _BRIDGE_OVERLAP_WORDS
-        + _BRIDGE_PERF_WORDS, _BRIDGE_TABLE),
+        + _BRIDGE_PERF_WORDS + "; Bridge's H100 GPT-OSS config also recomputes the LayerNorms and the MoE "
+        "activation (recompute_modules=[\"layernorm\", \"moe_act\"], at commit 06a9d1d), not modelled here",
+        _BRIDGE_TABLE),
     "gemma2-27b": PresetLayout(
         ParallelLayout(gpus=64, pp=2, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: a 27B dense model at 8192 tokens, PP 2 over 64 GPUs with the "

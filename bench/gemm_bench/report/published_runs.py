@@ -92,11 +92,31 @@ def load(path: Path) -> list[PublishedRun]:
             build_question(model=str(row["model"]))
         except ConfigError as exc:
             raise PublishedRunsError(f"{where}.model: {exc}") from None
-        out.append(PublishedRun(str(row["model"]), str(row["system"]), str(row["device"]), int(row["seq_length"]),
-                                layout, str(row["layout_assumed"]), {k: float(v) for k, v in published.items()},
-                                {k: str(v) for k, v in row["precision_words"].items()}, str(row["source"]),
-                                str(row["url"]), str(row["version"]), str(row["date"])))
+        if _year_month(row["date"]) is None:
+            raise PublishedRunsError(f"{where}.date: YYYY-MM (month 01-12), as the source dates it; got "
+                                     f"{str(row['date'])[:40]!r}")
+        run = PublishedRun(str(row["model"]), str(row["system"]), str(row["device"]), int(row["seq_length"]),
+                           layout, str(row["layout_assumed"]), {k: float(v) for k, v in published.items()},
+                           {k: str(v) for k, v in row["precision_words"].items()}, str(row["source"]),
+                           str(row["url"]), str(row["version"]), str(row["date"]))
+        other = at_run_ep(run)
+        if other is not None:  # the model at the run's EP must be a question (red team: EP 16 of 8 experts crashed)
+            try:
+                build_question(model=other)
+            except ConfigError as exc:
+                raise PublishedRunsError(f"{where}.layout.ep: {other}: {exc}") from None
+        out.append(run)
     return out
+
+
+def _year_month(text: object) -> tuple[int, int] | None:
+    """``"2024-07"`` (or a longer ISO date) -> (2024, 7); None for anything else, a month outside 1-12 included."""
+    value = str(text)
+    if len(value) < 7 or value[4] != "-" or not value[:4].isdecimal() or not value[5:7].isdecimal() or (
+            len(value) > 7 and value[7] != "-"):
+        return None
+    year, month = int(value[:4]), int(value[5:7])
+    return (year, month) if 1 <= month <= 12 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,16 +175,22 @@ def compare(run: PublishedRun, result: Result | Mapping[str, Any] | None, availa
     return Comparison(run, found, tuple(preds))
 
 
-def reasons(prediction: Prediction, *, moe: bool = False) -> list[str]:
+def reasons(prediction: Prediction, *, moe: bool = False, compute_known_off: bool = False) -> list[str]:
     """Why a prediction is more than :data:`THRESHOLD` off, computed from its own step (``moe``: the
-    model routes to experts, so routing imbalance is one of the costs not counted)."""
+    model routes to experts, so routing imbalance is one of the costs not counted). ``compute_known_off``:
+    the rank's compute itself is known to be off (its layer measured at another expert-parallel size than
+    the run's, :func:`expert_parallel_reason`), so nothing is read from the published figure against it: the
+    gpt-oss row said "the published stack computes faster" where its EP 8 layer, 1.73x faster on the H200 than
+    the EP 1 one the prediction rests on, explained the gap (red team, session 19)."""
     step, published = prediction.step, prediction.published
     if step is None or not prediction.off:
         return []
     out = []
     compute = step.compute_tokens_per_s
     if published > step.tokens_per_s:
-        if published <= compute:
+        if compute_known_off:
+            pass  # the expert-parallel reason, given first, says how far off the compute is
+        elif published <= compute:
             # tokens / (step - x) = published  ->  x = step - tokens / published
             needed = step.step_ms - step.tokens_per_step_per_gpu / published * 1e3
             share = needed / step.comm_ms if step.comm_ms > 0 else float("inf")
@@ -209,12 +235,8 @@ def stack_age_reason(prediction: Prediction, run: PublishedRun, result: Result) 
     (a date either side that does not read as YYYY-MM is no reason)."""
     if not prediction.off or prediction.difference is None or prediction.difference <= 0:
         return None
-    try:
-        ran = [int(x) for x in run.date[:7].split("-")]
-        measured = [int(x) for x in result.provenance.date[:7].split("-")]
-    except ValueError:
-        return None
-    if len(ran) != 2 or len(measured) != 2:
+    ran, measured = _year_month(run.date), _year_month(result.provenance.date)
+    if ran is None or measured is None:
         return None
     months = (measured[0] - ran[0]) * 12 + measured[1] - ran[1]
     if months < OLDER_MONTHS:
