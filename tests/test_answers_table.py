@@ -87,7 +87,7 @@ def test_every_cell_states_its_models_answer_and_links_to_it(built: tuple[Projec
             assert link is not None, f"{model.get_text()} on {gpu}: no link"
             page, _, fragment = link["href"].partition("#")
             if cell.get_text(strip=True) == "not measured yet":  # to the page's tab that says so
-                tab = fragment.removeprefix("gpu=")
+                tab = fragment.removeprefix("gpu=").replace("%20", " ")
                 assert tab.isupper() and "is not measured on" in link.get("title", ""), link
                 tabs = [t.get_text(strip=True) for t in project.html(page.removesuffix(".html")).select("[role=tab]")]
                 assert tab in tabs, f"{page}: no {tab} tab ({tabs})"

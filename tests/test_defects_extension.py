@@ -123,7 +123,7 @@ def test_summary_shows_stale_results_and_unmeasured_listed_devices(project: Proj
     text = summary.get_text()
     stale = summary.select_one("p.gemm-stale").get_text()
     assert "result is stale:" in stale and "days old" in stale, stale
-    assert "not measured on h200 yet" in text.lower()
+    assert "not measured on the h200 yet" in text.lower()
 
 
 # ------------------------------------------------------------------ 4. a row of -1 columns

@@ -279,6 +279,20 @@ def test_the_compute_alone_cell_says_assumed_and_a_tiny_share_is_not_zero() -> N
     # parameters): Qwen2.5 7B on one node, CP 1, says so
     qwen = _steps("qwen2.5-7b", "H200")
     assert all(r[3].text.endswith("(assumed in part)") for r in step_rows(qwen))
+    assert share_text(-0.0) == "0%"
+    # a collective's assumption alone (an MoE's gradient reduce over DP x CP) is not one of the compute's
+    import dataclasses
+
+    from gemm_bench.report.layout_step import result_layout_steps
+    mixtral = next(d for d in Cache(CACHE).lookup(build_question(model="mixtral-8x7b/ep8").hash).documents
+                   if "H200" in d["device"]["name"])
+    docs, _ = studies.read_studies(CACHE, "tp-comm")
+    layout = dataclasses.replace(PRESET_LAYOUTS["mixtral-8x7b/ep8"].layout, sharding="none")
+    found = result_layout_steps(parse(dict(mixtral)), layout, sweeps(docs))
+    assert isinstance(found, ResultLayoutSteps)
+    bf16 = found.step("bf16")
+    assert bf16 is not None and bf16.assumptions and not bf16.compute_assumptions
+    assert not step_rows(found)[0][3].text.endswith("(assumed in part)")
 
 
 def test_the_notes_name_what_the_fp8_rows_gather_in_fp8() -> None:

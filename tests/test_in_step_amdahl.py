@@ -86,4 +86,5 @@ def test_a_step_that_gains_beyond_both_is_still_a_contradiction() -> None:
     inside = report.in_step_gemm_speedup("layer-graphed", "fp8-delayed")
     assert inside is not None and inside == pytest.approx(1.042, abs=0.002)
     problems = report.step_contradictions()
-    assert any("FP8 Delayed: the step gains 1.16x" in p for p in problems), problems
+    assert any("FP8 Delayed: the step gains 1.16x" in p and "1.04x with their quantization inside the step" in p
+               for p in problems), problems

@@ -327,3 +327,13 @@ def test_a_context_parallel_layout_says_the_gemms_are_the_whole_sequence_s() -> 
     notes = build_question(model="llama3-8b").notes
     assert any(n.startswith("Context parallel 2: each rank holds 1/2 of the sequence's 8192 tokens") for n in notes)
     assert not any(n.startswith("Context parallel") for n in build_question(model="qwen2.5-7b").notes)
+
+
+def test_a_block_recomputation_says_how_many_layers_it_recomputes() -> None:
+    """Red team, session 19: 5 of 32 layers recomputed by the block method read "full recomputation"."""
+    from gemm_bench.question.layout import ParallelLayout
+
+    block = ParallelLayout(gpus=8, recompute="full", recompute_method="block", recompute_num_layers=5)
+    assert "full recomputation of 5 layer(s) per stage (block)" in block.describe()
+    assert "full recomputation" in ParallelLayout(gpus=8, recompute="full").describe()
+    assert "selective recomputation" in ParallelLayout(gpus=8, recompute="selective").describe()

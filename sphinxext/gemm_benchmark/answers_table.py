@@ -32,7 +32,7 @@ from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import make_refnode
 
-from gemm_bench.question.devices import device_label, selects
+from gemm_bench.question.devices import device_label, selector_label, selects
 from gemm_bench.question.precisions import BASELINE, PRECISIONS, gemm_modes, layer_modes
 from gemm_bench.results.stack import MODEL_STEP_LACKING, lacking_blocks
 from gemm_benchmark import answer_text, execution, records
@@ -55,7 +55,7 @@ class Cell:
     """One model on one GPU, as the table shows it: ``text`` ("FP8 Delayed 1.47×", "BF16"), its
     ``tooltip`` (what the number is), and ``recipe`` / ``speedup`` for tests and callers (the
     sentence's decision); ``gpu`` is the GPU's tab name on the model's page (a GPU the model is not measured
-    on has a tab that says so, named by its selector in capitals)."""
+    on has a tab that says so, :func:`~gemm_bench.question.devices.selector_label`)."""
 
     text: str
     tooltip: str
@@ -176,11 +176,11 @@ class GemmAnswersTableDirective(SphinxDirective):
         for selector in selectors:
             device = next((d for d in answer.devices if selects(selector, d.device)), None)
             if device is None:
-                # Linked to the model's page and its "not measured yet" tab (the summary names a missing GPU's tab
-                # by its selector in capitals), where the page also says what else it holds for that GPU: a cell
-                # that printed the whole command filled the first screen (session 19, EP 8 on the H100).
-                cells.append(Cell("not measured yet", f"{label} is not measured on {selector} yet: {ask.command}",
-                                  gpu=selector.upper()))
+                # Linked to the model's page and its "not measured yet" tab (named as the summary names a GPU it
+                # has not measured: summary.py, devices.selector_label): a cell that printed the whole command
+                # filled the first screen (session 19, EP 8 on the H100).
+                cells.append(Cell("not measured yet", f"{label} is not measured on the {selector_label(selector)} "
+                                                      f"yet: {ask.command}", gpu=selector_label(selector)))
                 continue
             headers.setdefault(selector, device_label(device.device))
             measured = measured_of(device)

@@ -75,7 +75,7 @@ def _sweeps(env: Any, cache_dir: Path, location: tuple[str, int]) -> list[Sweep]
 def share_text(share: float) -> str:
     """A share of the step in whole percent, "<1%" where it is above zero but rounds to 0% (Llama 3 70B's
     bubble of 0.47% read "0%", as if there were none: red team, session 19)."""
-    text = f"{share:.0%}"
+    text = f"{abs(share):.0%}" if share == 0 else f"{share:.0%}"  # -0.0 reads "0%", not "-0%"
     return "<1%" if share > 0 and text == "0%" else text
 
 
@@ -101,7 +101,8 @@ def step_rows(found: ResultLayoutSteps) -> list[list[Entry]]:
                      Entry(f"{step.tokens_per_s:,.0f} ({step.tokens_per_s_low:,.0f}–{step.tokens_per_s_high:,.0f})"
                            + (" (assumed in part)" if step.assumed else ""), tooltip=tip),
                      Entry(speed), Entry(f"{step.compute_tokens_per_s:,.0f}"
-                                         + (" (assumed in part)" if step.assumptions else "")), Entry(alone),
+                                         + (" (assumed in part)" if step.compute_assumptions else "")),
+                     Entry(alone),
                      Entry(share_text(step.comm_share)), Entry(share_text(step.bubble_share)),
                      Entry(f"{step.mfu:.0%}" if step.mfu is not None else "—")])
     return rows

@@ -27,7 +27,7 @@ from sphinx.util.docutils import SphinxDirective
 
 from gemm_bench.measure.step import step_scope_sentence
 from gemm_bench.question.choices import split_list
-from gemm_bench.question.devices import device_label
+from gemm_bench.question.devices import device_label, selector_label
 from gemm_bench.question.precisions import ALL_MODES, BASELINE, gemm_modes, layer_modes
 from gemm_bench.question.question import Question
 from gemm_bench.question.vocabulary import GEMMS, LAYER_STEP, MODEL_STEP, title
@@ -252,8 +252,8 @@ class GemmBenchmarkSummaryDirective(SphinxDirective):
                                            else device_label(device.device), device.reports[per_gemm[0]]))
             for selector in answer.unmatched:
                 unmeasured.append(f"{label or ask.preset} on {selector} ({ask.command})")
-                panels.append((selector.upper(), [_missing_paragraph(
-                    f"Not measured on {selector} yet: ``{ask.command}``")]))
+                panels.append((selector_label(selector), [_missing_paragraph(
+                    f"Not measured on the {selector_label(selector)} yet: ``{ask.command}``")]))
             if not show_table:
                 continue
             if len(panels) > 1:

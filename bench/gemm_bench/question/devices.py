@@ -42,6 +42,14 @@ def device_label(name: str) -> str:
     return name.removeprefix("NVIDIA ").strip() or name
 
 
+def selector_label(selector: str) -> str:
+    """The tab label of the device a selector names, from its slug: ``h100`` -> ``H100 80GB HBM3``, the
+    :func:`device_label` of the name the driver reports for it (for the H100 and the H200 exactly), so a
+    GPU a page has not measured gets a tab of the same name as its measured tabs elsewhere on the page
+    (tabs of one name switch together): it read ``H100-80GB-HBM3`` beside ``H100 80GB HBM3`` (session 19)."""
+    return normalize_selector(selector).replace("-", " ").upper()
+
+
 def normalize_selector(selector: str) -> str:
     """The slug a selector names: an alias's device, else the selector itself as a slug."""
     key = selector.strip().lower()

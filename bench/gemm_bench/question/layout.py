@@ -193,7 +193,9 @@ class ParallelLayout:
         parts.append({"none": "no optimizer sharding", "optimizer": "distributed optimizer",
                       "optimizer+grads": "optimizer and gradients sharded (ZeRO-2)", "fsdp": "FSDP"}[self.sharding])
         if self.recompute != "none":
-            parts.append(f"{self.recompute} recomputation")
+            block = self.recompute == "full" and self.recompute_method == "block" and self.recompute_num_layers
+            parts.append(f"full recomputation of {self.recompute_num_layers} layer(s) per stage (block)" if block
+                         else f"{self.recompute} recomputation")
         if self.fp8_param_gather:
             parts.append("FP8 parameter gather")
         if self.grad_reduce_dtype == "bf16":

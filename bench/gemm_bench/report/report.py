@@ -566,11 +566,14 @@ class Report:
         for result in self.steps():
             if result.precision == BASELINE or result.speedup_vs_bf16 is None or result.gemm_speedup is None:
                 continue
-            bound = max(result.gemm_speedup, self.in_step_gemm_speedup(result.mode, result.precision) or 0.0)
+            inside = self.in_step_gemm_speedup(result.mode, result.precision)
+            bound = max(result.gemm_speedup, inside or 0.0)
             allowed = max(bound, 1.0) * (1 + (result.spread or 0.0))
             if result.speedup_vs_bf16 > allowed:
                 limit = (f"its GEMMs only {result.gemm_speedup:.2f}x" if result.gemm_speedup >= 1
                          else f"its GEMMs {result.gemm_speedup:.2f}x (slower than BF16)")
+                if inside is not None:
+                    limit += f" alone and {inside:.2f}x with their quantization inside the step"
                 problems.append(
                     f"{STEP_WORDS[result.mode]} {PRECISIONS[result.precision].display}: the step gains "
                     f"{result.speedup_vs_bf16:.2f}x but {limit}, beyond the steps' spread "
