@@ -45,6 +45,7 @@ def test_a_moe_row_measured_at_ep_1_says_what_ep_8_does_on_a_gpu_that_measured_b
     """Session 19: gpt-oss-120b's published EP 8 run read -35% against a prediction from the layer measured at
     EP 1, and the reasons blamed the published stack. The H200 has measured the layer at EP 8 too: the reason
     now gives both predictions of the run's layout there, from the committed results."""
+    import dataclasses
     import json
     from pathlib import Path
 
@@ -76,6 +77,8 @@ def test_a_moe_row_measured_at_ep_1_says_what_ep_8_does_on_a_gpu_that_measured_b
     with pytest.raises(ValueError, match="different GPUs"):
         other = cache / f"{build_question(model='gpt-oss-120b').hash}--h100-80gb-hbm3.json"
         expert_parallel_reason(run, parse(json.loads(other.read_text(encoding="utf-8"))), high, available)  # type: ignore[arg-type]
+    # a run at another sequence length than the results' has no such reason (red team, session 19)
+    assert expert_parallel_reason(dataclasses.replace(run, seq_length=8192), low, high, available) is None  # type: ignore[arg-type]
     # a run at its measured EP has no such reason
     llama = next(r for r in load(docs / "_data" / "published_runs.json") if r.model == "llama3-8b")
     assert at_run_ep(llama) is None

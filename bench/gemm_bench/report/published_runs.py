@@ -265,6 +265,8 @@ def expert_parallel_reason(run: PublishedRun, measured: Result, at_ep: Result, a
     where either result cannot predict the layout (the reason is then its own row's)."""
     if measured.device.name != at_ep.device.name:
         raise ValueError(f"the two results are of different GPUs: {measured.device.name}, {at_ep.device.name}")
+    if any(r.config is None or r.config.seq_length != run.seq_length for r in (measured, at_ep)):
+        return None  # a result at another sequence length predicts another run (compare() says so for the row)
     steps = [result_layout_steps(r, run.layout, available, network=network) for r in (measured, at_ep)]
     if any(isinstance(found, str) for found in steps):
         return None
