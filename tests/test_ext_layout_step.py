@@ -234,7 +234,7 @@ def test_the_assumed_words_say_which_part_holds_the_assumption() -> None:
     assert step is not None
     from dataclasses import replace
 
-    none = replace(step, assumptions=())
+    none = replace(step, compute_assumptions=(), collective_assumptions=())
     assert assumed_words(step) == "compute and collectives assumed in part"
     assert assumed_words(none) == ("collectives assumed in part" if none.collectives_assumed else "")
     assert assumed_words(None) == ""

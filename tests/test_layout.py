@@ -337,3 +337,12 @@ def test_a_block_recomputation_says_how_many_layers_it_recomputes() -> None:
     assert "full recomputation of 5 layer(s) per stage (block)" in block.describe()
     assert "full recomputation" in ParallelLayout(gpus=8, recompute="full").describe()
     assert "selective recomputation" in ParallelLayout(gpus=8, recompute="selective").describe()
+
+
+@pytest.mark.parametrize("text", ["llama3-8b", "llama3-70b/tp8", "deepseek-v3/ep64", "mixtral-8x22b/tp2/ep4"])
+def test_a_model_id_writes_back_as_it_was_read(text: str) -> None:
+    """ModelId.text is parse_model_id's inverse: the one writer of ids (the summary's entries, a published
+    row's model at the run's EP)."""
+    from gemm_bench.question.config import parse_model_id
+
+    assert parse_model_id(text).text() == text

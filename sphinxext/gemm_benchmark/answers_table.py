@@ -158,7 +158,7 @@ class GemmAnswersTableDirective(SphinxDirective):
         self.sweeps = page_sweeps(self)
         for ask in asks:
             rows.append(self._row(ask, selectors, headers, config))
-        return [self._table(rows, [headers.get(s, s.upper()) for s in selectors])]
+        return [self._table(rows, [headers.get(s, selector_label(s)) for s in selectors])]
 
     def _row(self, ask: ModelAsk, selectors: list[str], headers: dict[str, str], config: Any) -> Row:
         req = ask.request

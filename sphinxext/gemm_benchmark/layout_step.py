@@ -249,7 +249,6 @@ class GemmPublishedRunsDirective(SphinxDirective):
             "compute measured on the published GPU kind and the collectives measured on a box of several GPUs "
             "(communication in, comm-GEMM overlap not modelled); difference = predicted / published − 1.")]
 
-
     def _expert_parallel_reason(self, run: PublishedRun, results: Sequence[tuple[Path, Result]], cache: Cache,
                                 available: Sequence[Sweep], config: Settings) -> str | None:
         """Where the row's layer is measured at another expert-parallel size than the run's, what that does to

@@ -20,7 +20,7 @@ from typing import Any
 from gemm_bench.measure.step import ROUTING_NAMES, routings
 from gemm_bench.question import vocabulary
 from gemm_bench.question.choices import split_list
-from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, parse_model_id
+from gemm_bench.question.config import PRESET_DESCRIPTIONS, ConfigError, ModelId, parse_model_id
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.layout_step import Network
@@ -78,7 +78,7 @@ class ModelAsk:
     @property
     def entry(self) -> str:
         """The model as ``:models:`` names it (``PRESET``, ``PRESET/tpN``, ``PRESET/epN``, ``PRESET/tpN/epM``)."""
-        return self.preset + (f"/tp{self.tp}" if self.tp else "") + (f"/ep{self.ep}" if self.ep else "")
+        return ModelId(self.preset, self.tp, self.ep).text()
 
     @property
     def command(self) -> str:

@@ -471,6 +471,11 @@ class ModelId:
     tp: int | None = None
     ep: int | None = None
 
+    def text(self) -> str:
+        """The id as :func:`parse_model_id` reads it: ``PRESET``, ``PRESET/tpN``, ``PRESET/epN`` or
+        ``PRESET/tpN/epM``."""
+        return self.preset + (f"/tp{self.tp}" if self.tp else "") + (f"/ep{self.ep}" if self.ep else "")
+
     def fields(self) -> dict[str, int]:
         """The config fields the id sets (none for a bare preset)."""
         out = {}

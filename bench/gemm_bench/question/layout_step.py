@@ -139,10 +139,16 @@ class LayoutStep:
     tokens_per_step_per_gpu: float
     flops_per_token: float
     peak_tflops: float | None
-    assumptions: tuple[str, ...]
-    #: Of :attr:`assumptions`, those of the rank's compute (its tokens, EP, recomputation, the optimizer's
-    #: shard); the rest are of the collectives (what the compute-alone figure does not hold).
-    compute_assumptions: tuple[str, ...] = ()
+    #: The assumptions of the rank's compute (its tokens, EP, recomputation, the optimizer's shard) and of the
+    #: collectives beyond their costs (which group a gradient reduces over): the compute-alone figure holds
+    #: only the first.
+    compute_assumptions: tuple[str, ...]
+    collective_assumptions: tuple[str, ...] = ()
+
+    @property
+    def assumptions(self) -> tuple[str, ...]:
+        """Every assumption of the step, the compute's first."""
+        return self.compute_assumptions + self.collective_assumptions
 
     @property
     def microbatches(self) -> int:
@@ -374,15 +380,14 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
     optimizer_ms = optimizer.at(max(1, stage_params // shard))
     if layout.sharding != "none":
         assumptions.append(f"the optimizer steps over the rank's shard, 1/{shard} of the stage's parameters")
-    compute_assumptions = tuple(assumptions)  # every one above is of the rank's compute
-    if config.is_moe and layout.ep > 1 and dp_list:
-        assumptions.append("every parameter's gradient reduces over the DP x CP group (expert parameters "
-                           "really reduce over the smaller expert-DP group)")
+    collective_assumptions = ("every parameter's gradient reduces over the DP x CP group (expert parameters "
+                              "really reduce over the smaller expert-DP group)",) if (
+        config.is_moe and layout.ep > 1 and dp_list) else ()
     t_mb = compute + mb.comm_ms
     tokens = g * layout.micro_batch_size * config.seq_length / (layout.tp * layout.pp * layout.cp)
     flops_per_token = float(megatron_flops(config)) / config.tokens
     return LayoutStep(precision, layout, first_layers, compute, low, high, mb, bubble_ms(layout, t_mb), dp, hidden,
-                      optimizer_ms, tokens, flops_per_token, peak_tflops, tuple(assumptions), compute_assumptions)
+                      optimizer_ms, tokens, flops_per_token, peak_tflops, tuple(assumptions), collective_assumptions)
 
 
 def layout_steps(config: ModelConfig, layout: ParallelLayout, parts: Mapping[str, RecipeParts],

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
-from gemm_bench.report.fastest import Point, clearly_less, model_step_points, overlaps
+from gemm_bench.report.fastest import BF16_POINT, Point, clearly_less, model_step_points, overlaps
 from gemm_bench.report.figures import quartiles
 from gemm_bench.report.report import Report
 from gemm_bench.report.tie_break import total_points
@@ -94,11 +94,10 @@ def quantize_once_note(report: Report, precision: str, *, gemm_mode: str = "auto
     """Why ``precision``'s model step gains more than its own GEMMs, where it does beyond both spreads
     ("" elsewhere, and where its GEMMs are not faster than BF16's unless the step itself gains beyond 1.0: a
     slower recipe's step is pulled towards 1.0 by the work both recipes share): weights quantized once per
-    optimizer step, computed
-    from the parts. The model step
-    per micro-batch holds L x (first + (G - 1) x cached) / G of layer time, so against quantizing on
-    every micro-batch (one layer's step, the GEMM rows, G = 1) a cached micro-batch saves
-    L x (G - 1) / G x (first - cached), and BF16's, whose cached layer is slower, pays that much more."""
+    optimizer step, computed from the parts. The model step per micro-batch holds L x (first + (G - 1) x
+    cached) / G of layer time, so against quantizing on every micro-batch (one layer's step, the GEMM rows,
+    G = 1) a cached micro-batch saves L x (G - 1) / G x (first - cached), and BF16's, whose cached layer is
+    slower, pays that much more."""
     summary = report.model_step()
     layers = cached_layers(report.result.model_step)
     if summary is None or precision == BASELINE or precision not in layers or BASELINE not in layers:
@@ -107,7 +106,7 @@ def quantize_once_note(report: Report, precision: str, *, gemm_mode: str = "auto
     gemms = total_points(report, gemm_mode, [precision]).get(precision)
     if model is None or gemms is None or not clearly_less(gemms, model):
         return ""
-    if gemms.value <= 1.0 and not clearly_less(Point(1.0, 1.0, 1.0), model):
+    if gemms.value <= 1.0 and not clearly_less(BF16_POINT, model):
         # below 1.0 the step's other work pulls a slower recipe's speedup up towards 1: no puzzle, unless the
         # step gains beyond 1.0 itself (gpt-oss-120b at EP 8 on the H200: 1.09x over GEMMs at 0.99x, session 19)
         return ""

@@ -252,7 +252,7 @@ def at_run_ep(run: PublishedRun) -> str | None:
     found = parse_model_id(run.model)
     if run.layout.ep == (found.ep or 1):
         return None
-    return found.preset + (f"/tp{found.tp}" if found.tp else "") + f"/ep{run.layout.ep}"
+    return dataclasses.replace(found, ep=run.layout.ep).text()
 
 
 def expert_parallel_reason(run: PublishedRun, measured: Result, at_ep: Result, available: Sequence[Sweep], *,
