@@ -293,6 +293,8 @@ def test_the_compute_alone_cell_says_assumed_and_a_tiny_share_is_not_zero() -> N
     bf16 = found.step("bf16")
     assert bf16 is not None and bf16.assumptions and not bf16.compute_assumptions
     assert not step_rows(found)[0][3].text.endswith("(assumed in part)")
+    # and the sentence's words read the same split: the collectives hold that assumption, not the compute
+    assert assumed_words(bf16) == "collectives assumed in part"
 
 
 def test_the_notes_name_what_the_fp8_rows_gather_in_fp8() -> None:

@@ -146,8 +146,10 @@ def assumed_words(*steps: LayoutStep | None) -> str:
     """What of these steps holds an assumption, in words: "collectives assumed in part", "compute
     assumed in part" (scaled to the layout's tokens per rank, another EP, recomputation), both, or ""."""
     found = [s for s in steps if s is not None]
-    compute = any(s.assumptions for s in found)
-    collectives = any(s.collectives_assumed for s in found)
+    # the compute's own assumptions only: which group a gradient reduces over is the collectives' (the
+    # compute-alone cell reads the same split, LayoutStep.compute_assumptions)
+    compute = any(s.compute_assumptions for s in found)
+    collectives = any(s.collectives_assumed or s.collective_assumptions for s in found)
     if compute and collectives:
         return "compute and collectives assumed in part"
     if compute:
