@@ -88,7 +88,7 @@ def test_published_runs_file_is_valid_and_three_models_are_predicted() -> None:
     for run in runs:
         doc = next((d for d in Cache(CACHE).lookup(build_question(model=run.model).hash).documents
                     if d["device"]["name"] == run.device), None)
-        comparison = compare(run, doc, sweeps(docs))
+        comparison = compare(run, parse(doc) if doc is not None else None, sweeps(docs))
         for p in comparison.predictions:
             if p.step is not None:
                 predicted.add(run.model)

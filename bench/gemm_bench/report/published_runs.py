@@ -19,7 +19,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from gemm_bench.question.config import ConfigError, parse_model_id
 from gemm_bench.question.devices import device_label
@@ -28,7 +27,7 @@ from gemm_bench.question.layout_step import LayoutStep, Network
 from gemm_bench.question.precisions import PRECISIONS
 from gemm_bench.question.question import build_question
 from gemm_bench.report.layout_step import ResultLayoutSteps, Sweep, result_layout_steps
-from gemm_bench.results.typed import Result, parse
+from gemm_bench.results.typed import Result
 
 #: A prediction this far from the published figure (either way) is explained on the page.
 THRESHOLD = 0.10
@@ -150,21 +149,20 @@ class Comparison:
     why_none: str = ""
 
 
-def compare(run: PublishedRun, result: Result | Mapping[str, Any] | None, available: Sequence[Sweep], *,
+def compare(run: PublishedRun, result: Result | None, available: Sequence[Sweep], *,
             network: Network = Network()) -> Comparison:
-    """The site's prediction of ``run`` from ``result`` (the cached result of ``run.model`` on
-    ``run.device``, typed; a document is parsed first)."""
+    """The site's prediction of ``run`` from ``result`` (the typed cached result of ``run.model`` on
+    ``run.device``)."""
     def none(why: str) -> Comparison:
         return Comparison(run, None, tuple(Prediction(p, v, None, why) for p, v in run.published.items()), why)
 
     if result is None:
         return none(f"no cached result of {run.model}'s question on {run.device}: the run's layout needs its layer "
                     f"measured at TP {run.layout.tp}, which the cache does not hold")
-    typed = result if isinstance(result, Result) else parse(result)
-    question_seq = typed.config.seq_length if typed.config is not None else None
+    question_seq = result.config.seq_length if result.config is not None else None
     if question_seq != run.seq_length:
         return none(f"the site measures {run.model} at {question_seq} tokens, the run trains at {run.seq_length}")
-    found = result_layout_steps(typed, run.layout, available, network=network)
+    found = result_layout_steps(result, run.layout, available, network=network)
     if isinstance(found, str):
         return none(found)
     preds = []
