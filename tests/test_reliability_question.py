@@ -109,7 +109,9 @@ MOE_FIELDS = ["num_experts", "moe_router_topk", "moe_ffn_hidden_size", "expert_m
 #: Multi-latent attention's dims: shape fields of an MLA model, errors on any other.
 MLA_FIELDS = ["q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"]
 #: Change nothing measured, only what the model total counts.
-NOT_MEASURED = ["num_layers", "moe_dense_layers"]
+NOT_MEASURED = ["num_layers", "moe_dense_layers",
+                # a sliding window: the layer step times causal attention whatever it is (the page bounds it)
+                "window_size", "window_attn_skip_freq"]
 #: The model's step (issue 32): the vocabulary, its padding and G change no layer measurement, so no hash.
 MODEL_STEP_FIELDS = ["vocab_size", "make_vocab_size_divisible_by", "num_microbatches"]
 

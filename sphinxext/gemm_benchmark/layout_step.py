@@ -221,7 +221,7 @@ class GemmPublishedRunsDirective(SphinxDirective):
                 self.env.note_dependency(str(read))
             # the run's GPU by the typed result's device name
             result = next((r for _, r in results if r.device.name == run.device), None)
-            comparison = compare(run, result, available, network=config.network)
+            comparison = compare(run, result, available, network=config.network, config=asked.config)
             moe = bool(asked.config and asked.config.is_moe)
             ep_reason = self._expert_parallel_reason(run, results, cache, available, config) if moe else None
             for prediction in comparison.predictions:

@@ -37,6 +37,7 @@ from gemm_bench.report.model_step import (
     memory_delta_text,
     optimizer_state_note,
     part_absence,
+    window_note,
 )
 from gemm_bench.report.report import Report
 from gemm_bench.report.run_answer import Run, run_of
@@ -535,6 +536,9 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     state = optimizer_state_note(summary)
     if state:
         lines.append(state)
+    window = window_note(summary)
+    if window:
+        lines.append(window)
     return table, title, tuple(lines)
 
 

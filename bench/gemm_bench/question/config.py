@@ -14,7 +14,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 def cli_flag(field: str) -> str:
@@ -96,6 +96,12 @@ class ModelConfig:
     vocab_size: int | None = None
     make_vocab_size_divisible_by: int = 128
     num_microbatches: int = 8
+    # Sliding-window attention (session 20), also out of the hash: the layer step times full causal
+    # attention whatever the window (measure/step.py), so no stored quantity depends on it. The
+    # composition bounds what the window saves from the profiled step's attention kernels
+    # (:meth:`windowed_share`, :func:`gemm_bench.question.model_step.without_windowed_attention`).
+    window_size: int | None = None
+    window_attn_skip_freq: int | None = None
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -159,6 +165,35 @@ class ModelConfig:
         """How many layers the derived layer stands for: model totals multiply by this, not by all layers."""
         return self.num_layers - self.dense_layers
 
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention sees a window of ``window_size`` tokens back, as Megatron-LM's
+        ``is_layer_window_attention`` places them: every layer but each ``window_attn_skip_freq``-th
+        (1-based), every layer without a frequency, none without a window. A rule, not a count, so a
+        page that shortens a preset's ``num_layers`` keeps its pattern."""
+        if self.window_size is None:
+            return 0
+        freq = self.window_attn_skip_freq
+        return self.num_layers if freq is None else self.num_layers - self.num_layers // freq
+
+    @property
+    def windowed_share(self) -> float:
+        """The share of the model's layers whose window shortens their attention at this sequence length
+        (0 where the window reaches back over the whole sequence: it masks nothing causal attention
+        does not). Each measured layer stands for this share windowed, the rest full: a layer step
+        timed with causal attention overstates that share's attention."""
+        if self.window_size is None or self.window_size >= self.seq_length - 1:
+            return 0.0
+        return self.windowed_layers / self.num_layers
+
+    def window_words(self) -> str:
+        """"18 of the 36 layers attend over a 128-token sliding window" ("" without a window)."""
+        if self.window_size is None:
+            return ""
+        n = self.windowed_layers
+        which = "every layer attends" if n == self.num_layers else f"{n} of the {self.num_layers} layers attend"
+        return f"{which} over a {self.window_size:,}-token sliding window"
+
     def resolved(self) -> ModelConfig:
         """The same model with every defaulted field written out (validated first)."""
         self.validate()
@@ -198,6 +233,8 @@ class ModelConfig:
                 raise ConfigError(f.name, f"{value} is larger than the supported {MAX_DIMENSION}")
         h, heads, groups = self.hidden_size, self.num_attention_heads, self.query_groups
         self._validate_mla()
+        if self.window_attn_skip_freq is not None and self.window_size is None:
+            raise ConfigError("window_attn_skip_freq", "needs {window_size} (the window the other layers attend over)")
         if self.kv_channels is None and not self.is_mla and h % heads:
             raise ConfigError(
                 "hidden_size",
@@ -319,6 +356,11 @@ FIELD_HELP: dict[str, str] = {
     "Megatron-LM pads it, to a multiple of --make-vocab-size-divisible-by x TP); no layer GEMM depends on it",
     "make_vocab_size_divisible_by": "Megatron-LM's vocabulary padding: the output layer is rounded up to a "
     "multiple of this x TP (default 128)",
+    "window_size": "sliding-window attention: tokens each query attends back over (Megatron-LM's --window-size "
+    "left value); timed as full causal attention, and the page bounds what the window saves (default: none)",
+    "window_attn_skip_freq": "sliding-window attention: every N-th layer (1-based) attends over the whole "
+    "sequence, the others over the window, as Megatron-LM's flag (default: every layer windowed; gpt-oss and "
+    "Gemma 2 alternate: 2)",
     "num_microbatches": "G, micro-batches per optimizer step (gradient accumulation; Megatron-LM's global batch / "
     "(micro-batch x data-parallel size)): weights are quantized and the optimizer runs once per G micro-batches "
     "(default 8)",
@@ -409,18 +451,20 @@ PRESETS: dict[str, ModelConfig] = {
         vocab_size=129280,
     ),
     # gpt-oss-120b: 128 SwiGLU experts (top-4) of FFN 2880; 64 query heads of dim 64 (4096 wide,
-    # wider than the 2880 hidden size), 8 KV heads.
+    # wider than the 2880 hidden size), 8 KV heads; every other layer (18 of 36) attends over a
+    # 128-token window (layer_types).
     "gpt-oss-120b": ModelConfig(
         hidden_size=2880, ffn_hidden_size=2880, num_attention_heads=64, num_query_groups=8,
         kv_channels=64, num_layers=36, micro_batch_size=1, seq_length=4096, swiglu=True,
         num_experts=128, moe_router_topk=4,
-        vocab_size=201088,
+        vocab_size=201088, window_size=128, window_attn_skip_freq=2,
     ),
-    # Gemma 2 27B: GeGLU (gated), 32 heads of dim 128 (4096, not the 4608 hidden size), 16 KV heads.
+    # Gemma 2 27B: GeGLU (gated), 32 heads of dim 128 (4096, not the 4608 hidden size), 16 KV heads;
+    # every other layer (23 of 46, the first included) attends over a 4096-token window.
     "gemma2-27b": ModelConfig(
         hidden_size=4608, ffn_hidden_size=36864, num_attention_heads=32, num_query_groups=16,
         kv_channels=128, num_layers=46, micro_batch_size=1, seq_length=8192, swiglu=True,
-        vocab_size=256000,
+        vocab_size=256000, window_size=4096, window_attn_skip_freq=2,
     ),
 }
 
@@ -538,11 +582,11 @@ _GEMM_WORDS = frozenset({
     "shared", "proj", "rank", "sparse", "inner", "kv", "qk", "dim", "layer", "layers", "glu", "swiglu",
     "geglu", "query", "groups", "latent",
 })
-#: Keys that hold such a word but change no GEMM of the layer (dropout, norms, attention
-#: windows, logit soft-capping, which layers use a sliding window, gpt-oss's activation clamp).
+#: Keys that hold such a word but change no GEMM of the layer (dropout, norms, logit soft-capping,
+#: gpt-oss's activation clamp). Sliding windows are read (:func:`_hf_window`): they shorten attention.
 _HF_NO_GEMM_KEYS = frozenset({
     "hidden_dropout", "hidden_dropout_prob", "layer_norm_eps", "layer_norm_epsilon", "mlp_bias",
-    "max_window_layers", "layer_types", "query_pre_attn_scalar", "swiglu_limit", "use_qk_norm",
+    "query_pre_attn_scalar", "swiglu_limit", "use_qk_norm",
     # DeepSeek's multi-token-prediction module: an extra block after the model, not a layer of it.
     "num_nextn_predict_layers",
 })
@@ -554,6 +598,7 @@ _HF_READ_KEYS = frozenset({
     "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace",
     "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "sliding_window_pattern",
 })
 
 
@@ -741,6 +786,7 @@ def config_from_hf(path: str | Path, **training: Any) -> ModelConfig:
         values["num_query_groups"] = None
         values["kv_channels"] = None
     values.update(_hf_moe(keys, layers or 1))
+    values.update(_hf_window(keys, layers or 1, family.lower()))
     given = {k: v for k, v in training.items() if v is not None}
     try:
         return config_from_mapping({**values, **given})
@@ -770,7 +816,8 @@ def _hf_origin(keys: _HfKeys, values: Mapping[str, Any]) -> dict[str, str]:
         "moe_shared_expert_intermediate_size": first("shared_expert_intermediate_size", "n_shared_experts"),
         "moe_dense_layers": "first_k_dense_replace", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
         "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
-        "vocab_size": "vocab_size",
+        "vocab_size": "vocab_size", "window_size": "sliding_window",
+        "window_attn_skip_freq": first("layer_types", "max_window_layers", "sliding_window_pattern"),
     }
 
 
@@ -808,6 +855,73 @@ def _hf_mla(keys: _HfKeys) -> dict[str, Any]:
         raise keys.fail("head_dim", f"{head_dim} with kv_lora_rank: multi-latent attention's head dims are "
                         "qk_nope_head_dim + qk_rope_head_dim and v_head_dim")
     return out
+
+
+#: Families whose ``sliding_window`` (without ``layer_types``) windows every other layer, the first
+#: included (transformers' Gemma 2: ``is_sliding = not bool(layer_idx % 2)``).
+_HF_ALTERNATING_WINDOW = frozenset({"gemma2"})
+#: Families whose ``sliding_window`` windows all but every N-th layer (``sliding_window_pattern`` N,
+#: default 6: transformers' Gemma 3, layer i sliding where (i + 1) % N != 0).
+_HF_PATTERN_WINDOW = frozenset({"gemma3", "gemma3_text"})
+#: Families whose ``sliding_window`` counts only with ``use_sliding_window``, from layer
+#: ``max_window_layers`` on (transformers' Qwen2 and Qwen3, dense and MoE).
+_HF_QWEN_WINDOW = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+
+
+def _hf_window(keys: _HfKeys, layers: int, family: str) -> dict[str, Any]:
+    """The sliding window and which layers use it, as transformers reads the family's keys, in Megatron-LM's
+    terms (every N-th layer full, :attr:`ModelConfig.windowed_layers`).
+
+    ``layer_types`` (gpt-oss, newer configs), when present, says it per layer. Without it: Gemma 2
+    alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen windows from ``max_window_layers`` on
+    and only with ``use_sliding_window``; any other family (Mistral) windows every layer. A pattern that
+    is not "every N-th layer full" is refused, naming its key."""
+    window = keys.integer("sliding_window")
+    types = keys.raw.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not all(
+                t in ("sliding_attention", "full_attention") for t in types):
+            raise keys.fail("layer_types", f"must list {layers} entries (num_hidden_layers), each "
+                            "\"sliding_attention\" or \"full_attention\"")
+        marks = [t == "sliding_attention" for t in types]
+        if any(marks) and window is None:
+            raise keys.fail("layer_types", "names sliding_attention layers, but sliding_window is missing")
+        return _window_fields(keys, "layer_types", window, marks)
+    if window is None:
+        return {}
+    if family in _HF_QWEN_WINDOW:
+        use = keys.raw.get("use_sliding_window", False)
+        if not isinstance(use, bool):
+            raise keys.fail("use_sliding_window", f"must be true or false, got {_show(use)}")
+        first = keys.integer("max_window_layers", minimum=0) or 0
+        return _window_fields(keys, "max_window_layers", window, [use and i >= first for i in range(layers)])
+    if family in _HF_ALTERNATING_WINDOW:
+        return {"window_size": window, "window_attn_skip_freq": 2}
+    if family in _HF_PATTERN_WINDOW:
+        return {"window_size": window, "window_attn_skip_freq": keys.integer("sliding_window_pattern") or 6}
+    return {"window_size": window}
+
+
+def _window_fields(keys: _HfKeys, key: str, window: int | None, marks: list[bool]) -> dict[str, Any]:
+    """The window fields of per-layer marks (True: windowed), or a ConfigError naming ``key``."""
+    if not any(marks):
+        return {}
+    found = window_skip_freq(marks)
+    if found is False:
+        raise keys.fail(key, "windows layers in a pattern other than every N-th layer attending fully, which is "
+                        "not modelled (the measured layer stands for every layer)")
+    return {"window_size": window, "window_attn_skip_freq": found}
+
+
+def window_skip_freq(marks: Sequence[bool]) -> int | Literal[False] | None:
+    """Megatron-LM's ``window_attn_skip_freq`` of per-layer marks (True: windowed; some are): None where every
+    layer is windowed, N where exactly every N-th layer (1-based) is not, False for any other pattern."""
+    if all(marks):
+        return None
+    n = next(i + 1 for i, windowed in enumerate(marks) if not windowed)  # the first full layer
+    if n >= 2 and all(windowed == ((i + 1) % n != 0) for i, windowed in enumerate(marks)):
+        return n
+    return False
 
 
 def _hf_moe(keys: _HfKeys, layers: int) -> dict[str, Any]:
@@ -938,6 +1052,8 @@ def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[s
             continue
         if flag in MEGATRON_LAYOUT_FLAGS and flag != "--expert-tensor-parallel-size":
             continue  # the run's layout (megatron_layout), not the layer's GEMMs
+        if flag == "--window-attn-skip-freq" and "--window-size" in parsed:
+            continue  # read with --window-size (_megatron_window)
         special = _megatron_special(flag, values, parsed)
         if special == {} and flag in MEGATRON_LAYOUT_FLAGS:
             continue
@@ -972,7 +1088,35 @@ def megatron_args_to_fields(argv: Sequence[str]) -> tuple[dict[str, Any], list[s
                           f"--num-layers says {layers}")
     if dense is not None and moe is not None and layers is None:
         fields["num_layers"] = dense + moe
+    _window_layers(fields)
     return fields, ignored
+
+
+def _window_layers(fields: dict[str, Any]) -> None:
+    """``--window-attn-skip-freq`` (read beside ``--window-size``) as the config's frequency: a whole number
+    as it is (1: every layer full, no window), a list of marks where it is "every N-th layer full"."""
+    freq, marks = fields.pop("_window_skip_freq", None), fields.pop("_window_marks", None)
+    if freq is None and marks is None:
+        return
+    if marks is not None:
+        layers = fields.get("num_layers")
+        if layers is None:
+            raise ConfigError("megatron_args", "--window-attn-skip-freq as a list needs --num-layers")
+        if len(marks) != layers:
+            raise ConfigError("megatron_args", f"--window-attn-skip-freq lists {len(marks)} layers, --num-layers "
+                              f"says {layers}")
+        windowed = [m == "1" for m in marks]
+        found = window_skip_freq(windowed) if any(windowed) else 1
+        if found is False:
+            raise ConfigError("megatron_args", "--window-attn-skip-freq: a pattern other than every N-th layer "
+                              "full is not modelled (the measured layer stands for every layer)")
+        freq = found
+    if freq == 0:
+        raise ConfigError("megatron_args", "--window-attn-skip-freq 0: every how many layers is full attention?")
+    if freq == 1:
+        del fields["window_size"]  # every layer full: no window
+    elif freq is not None:
+        fields["window_attn_skip_freq"] = freq
 
 
 def _parse_megatron_argv(argv: Sequence[str]) -> tuple[dict[str, list[str]], list[str], dict[str, list[str]]]:
@@ -1045,7 +1189,48 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
         return {}  # balanced routing stays under any capacity of at least 1: no token is dropped
     if flag == "--moe-pad-expert-input-to-capacity":
         return None if "--moe-expert-capacity-factor" in parsed else {}
+    if flag == "--window-size":
+        return _megatron_window(value, parsed)
+    if flag == "--window-attn-skip-freq":
+        return {}  # read by --window-size's branch (the caller lists it as ignored only without that flag)
     return None
+
+
+_WINDOW_PATTERN = re.compile(r"^\[([01](?:,[01])*)\](?:\*(\d{1,7}))?$")
+
+
+def _megatron_window(value: str | None, parsed: Mapping[str, list[str]]) -> dict[str, Any]:
+    """``--window-size LEFT,RIGHT`` and ``--window-attn-skip-freq`` as the config's window fields:
+    LEFT tokens back (-1: unbounded, no window); RIGHT must be 0 (causal). Megatron-LM's
+    ``is_layer_window_attention``: skip frequency N windows every layer but each N-th (1-based), a
+    list such as ``[1,1,1,0]*3`` windows the layers marked 1."""
+    parts = (value or "").replace(" ", "").strip("()").split(",")
+    if len(parts) != 2 or not all(p.lstrip("-").isdecimal() and len(p) <= 8 for p in parts):
+        raise ConfigError("megatron_args", f"--window-size {(value or '')[:40]!a}: expected LEFT,RIGHT (two whole "
+                          "numbers, as Megatron-LM's tuple)")
+    left, right = int(parts[0]), int(parts[1])
+    if right != 0:
+        raise ConfigError("megatron_args", f"--window-size {value!a}: a right window of {right} is not causal "
+                          "attention; only 0 is modelled")
+    if left < 0:
+        return {}  # -1: an unbounded window, ordinary causal attention
+    if left == 0:
+        raise ConfigError("megatron_args", "--window-size 0,0: a window of no tokens back is not attention")
+    out: dict[str, Any] = {"window_size": left}
+    skip = parsed.get("--window-attn-skip-freq")
+    if skip is None:
+        return out
+    text = skip[0].replace(" ", "") if len(skip) == 1 else ""
+    if text.isdecimal() and len(text) <= 7:
+        out["_window_skip_freq"] = int(text)
+        return out
+    match = _WINDOW_PATTERN.match(text)
+    if match is None:
+        raise ConfigError("megatron_args", f"--window-attn-skip-freq {text[:40]!a}: expected a whole number N or a "
+                          "list of 0 and 1 such as [1,1,1,0]*3")
+    marks = match.group(1).split(",") * int(match.group(2) or 1)
+    out["_window_marks"] = marks
+    return out
 
 
 # ------------------------------------------------------------------------ the run's layout
@@ -1188,6 +1373,8 @@ _IGNORED_REASONS: dict[str, str] = {
     "--recompute-num-layers": "applies to --recompute-granularity full only",
     "--mtp-num-layers": "the multi-token-prediction block is not a layer of the model's stack: not modelled",
     "--moe-layer-recompute": "recomputation of the MoE layer alone is not modelled",
+    "--window-size": "an unbounded left window (-1): ordinary causal attention",
+    "--window-attn-skip-freq": "Megatron-LM reads it only with --window-size",
 }
 _GENERIC_IGNORED_REASON = "changes no GEMM and no memory the layout models"
 

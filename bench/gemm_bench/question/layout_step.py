@@ -71,6 +71,7 @@ from gemm_bench.question.model_step import (
     PartTimes,
     megatron_flops,
     vocab_parameters,
+    without_windowed_attention,
 )
 from gemm_bench.question.stage_shape import Stage, stage_shape
 
@@ -367,6 +368,13 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
         return max(one(s) for s in shape.stages)
 
     compute, low, high = stage(parts.median), stage(parts.low), stage(parts.high)
+    if config.windowed_share:
+        bound = without_windowed_attention(parts.median, config.windowed_share)
+        words = f"{config.window_words()}, timed as full causal attention"
+        assumptions.append(f"{words}: this result's layer steps were not profiled, so what the window saves is not "
+                           "bounded" if bound is None else
+                           f"{words}: taking those layers' attention out entirely (its kernels in the profiled "
+                           f"layer step) would shorten the stage's compute by at most {1 - stage(bound) / compute:.1%}")
     mb = compose(0.0, microbatch_calls(config, layout, precision, first_layers, network), table,
                  inter_node=network.inter_node, measured_on=measured_on)
     vocab = vocab_parameters(config)

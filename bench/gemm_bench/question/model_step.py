@@ -203,6 +203,22 @@ class PartTimes:
     head: float
     layer_first: float
     layer_cached: float
+    #: The attention kernels' ms inside the two layer steps (their profiled breakdowns), None where a step
+    #: was not profiled: what a sliding window can shorten (:func:`without_windowed_attention`).
+    attention_first: float | None = None
+    attention_cached: float | None = None
+
+
+def without_windowed_attention(parts: PartTimes, share: float) -> PartTimes | None:
+    """``parts`` with the windowed ``share`` of the layers' attention taken out entirely: the fastest any
+    sliding window could make the layer steps, so a bound on the speed it adds. Why: the layer step times
+    full causal attention (:attr:`~gemm_bench.question.config.ModelConfig.windowed_share`); a window only
+    removes attention work, never adds any, so it saves at most those layers' attention kernels. None where
+    the steps' attention was not profiled."""
+    if parts.attention_first is None or parts.attention_cached is None:
+        return None
+    return dataclasses.replace(parts, layer_first=parts.layer_first - share * parts.attention_first,
+                               layer_cached=parts.layer_cached - share * parts.attention_cached)
 
 
 def step_ms(parts: PartTimes, *, layers: int, microbatches: int, optimizer_ms: float) -> float:

@@ -22,6 +22,7 @@ from gemm_bench.question.hardware import peak_tflops
 from gemm_bench.question.layout import PRESET_LAYOUTS, ParallelLayout
 from gemm_bench.question.layout_step import LayoutStep, Network, RecipeParts, layout_steps, speedup
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.question.question import build_question
 from gemm_bench.report.model_step import optimizer_line, part_times
 from gemm_bench.results.tp_comm_schema import collective_table
 from gemm_bench.results.typed import Result
@@ -122,7 +123,10 @@ def preset_layout_steps(result: Result, model_id: str, available: Sequence[Sweep
     """:func:`result_layout_steps` for the preset layout of ``model_id`` (``PRESET_LAYOUTS``)."""
     if model_id not in PRESET_LAYOUTS:
         return f"{model_id!r} has no preset layout"
-    return result_layout_steps(result, PRESET_LAYOUTS[model_id].layout, available, network=network)
+    # the model's question as a page asks it: its unkeyed fields (a sliding window) are not in an older
+    # result's stored config
+    return result_layout_steps(result, PRESET_LAYOUTS[model_id].layout, available, network=network,
+                               config=build_question(model=model_id).config)
 
 
 def layout_clause(steps: ResultLayoutSteps, precision: str) -> str | None:

@@ -28,7 +28,9 @@ from gemm_bench.question.model_step import (
     layers_that_fit,
     memory,
     rank_parameters,
+    step_ms,
     vocab_parameters,
+    without_windowed_attention,
 )
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
 from gemm_bench.results.typed import ModelStepBlock, ModelStepPart, Result, parse_model_step
@@ -69,6 +71,10 @@ class ModelStep:
     search_layers: int
     capacity_bytes: int
     rank_params: int
+    #: Per recipe, the most a sliding window could shorten the step at the question's G (a fraction of it:
+    #: the windowed layers' profiled attention taken out), None where the layer steps were not profiled;
+    #: empty without a window that shortens attention (:func:`window_note`).
+    window_saving: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
 
     @property
     def microbatches(self) -> int:
@@ -143,10 +149,22 @@ def part_times(block: ModelStepBlock | Mapping[str, Any], precision: str
     found = [i for i in items if i is not None]
     if len(found) < len(items):
         return None
-    medians = PartTimes(*(_ms(i) for i in found))
-    low = PartTimes(*(i.quartiles()[0] for i in found))
-    high = PartTimes(*(i.quartiles()[1] for i in found))
+    # the layer steps' attention kernels (their profiles), the same for the quartiles: a window's bound
+    first, cached = _attention_ms(found[2]), _attention_ms(found[3])
+
+    def times(ms: list[float]) -> PartTimes:
+        embedding, head, layer_first, layer_cached = ms
+        return PartTimes(embedding, head, layer_first, layer_cached, attention_first=first, attention_cached=cached)
+
+    medians = times([_ms(i) for i in found])
+    low = times([i.quartiles()[0] for i in found])
+    high = times([i.quartiles()[1] for i in found])
     return medians, low, high
+
+
+def _attention_ms(item: ModelStepPart) -> float | None:
+    """The attention kernels' ms in a layer step's profiled breakdown (None where it was not profiled)."""
+    return None if item.breakdown is None else item.breakdown.parts_ms.get("attention")
 
 
 def _ms(item: ModelStepPart) -> float:
@@ -198,7 +216,48 @@ def model_step_summary(result: Result, config: ModelConfig | None = None) -> Mod
     search = block.largest_microbatch
     found = dict(search.found) if search is not None else {}
     return ModelStep(config, device, block.run_id, rows, mem, fit, found, predicted,
-                     search.layers if search is not None else 0, capacity, params)
+                     search.layers if search is not None else 0, capacity, params,
+                     _window_saving(config, medians, line.at(params)))
+
+
+def _window_saving(config: ModelConfig, medians: Mapping[str, PartTimes], optimizer_ms: float
+                   ) -> dict[str, float | None]:
+    """Per recipe, the share of the step at the question's G that taking the windowed layers' attention out
+    entirely would save (:func:`~gemm_bench.question.model_step.without_windowed_attention`)."""
+    if not config.windowed_share:
+        return {}
+    out: dict[str, float | None] = {}
+    for precision, parts in medians.items():
+        bound = without_windowed_attention(parts, config.windowed_share)
+        layers, g = config.measured_layers, config.num_microbatches
+        out[precision] = None if bound is None else 1 - (
+            step_ms(bound, layers=layers, microbatches=g, optimizer_ms=optimizer_ms)
+            / step_ms(parts, layers=layers, microbatches=g, optimizer_ms=optimizer_ms))
+    return out
+
+
+def window_note(summary: ModelStep) -> str | None:
+    """The note a model with a sliding window needs under its step: the window is timed as full causal
+    attention, and the most it could save per recipe (a bound from the profiled attention kernels)."""
+    if not summary.window_saving:
+        return None
+    words = summary.config.window_words()
+    known = {p: v for p, v in summary.window_saving.items() if v is not None}
+    if not known:
+        return (f"{words[0].upper()}{words[1:]}; the layer step times full causal attention, and this result's "
+                "layer steps were not profiled, so what the window saves is not bounded.")
+    each = ", ".join(f"{v:.1%} ({PRECISIONS[p].display})" for p, v in known.items())
+    text = (f"{words[0].upper()}{words[1:]}; the layer step times full causal attention, which overstates their "
+            "attention. Taking it out of those layers entirely (its kernels in the profiled layer steps) would "
+            f"shorten the step by at most {each}: a bound, not an estimate.")
+    base = known.get(BASELINE)
+    moved = [abs((1 - base) / (1 - v) - 1) for p, v in known.items() if p != BASELINE and base is not None]
+    if moved:
+        # whatever share f of those kernels a window saves, a speedup (T_b - f A_b) / (T_p - f A_p) is monotonic
+        # in f, so it lies between the measured one (f = 0) and the bound's (f = 1)
+        text += (f" Every recipe runs the same BF16 attention, so no speedup over BF16 moves by more than "
+                 f"{max(moved):.1%}.")
+    return text
 
 
 def other_vocabulary(result: Result, config: ModelConfig | None) -> tuple[int, int] | None:

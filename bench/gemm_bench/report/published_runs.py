@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gemm_bench.question.config import ConfigError, parse_model_id
+from gemm_bench.question.config import ConfigError, ModelConfig, parse_model_id
 from gemm_bench.question.devices import device_label
 from gemm_bench.question.layout import ParallelLayout
 from gemm_bench.question.layout_step import LayoutStep, Network
@@ -150,9 +150,10 @@ class Comparison:
 
 
 def compare(run: PublishedRun, result: Result | None, available: Sequence[Sweep], *,
-            network: Network = Network()) -> Comparison:
+            network: Network = Network(), config: ModelConfig | None = None) -> Comparison:
     """The site's prediction of ``run`` from ``result`` (the typed cached result of ``run.model`` on
-    ``run.device``)."""
+    ``run.device``); ``config``: the model's question as the page asks it (default: the stored one), whose
+    unkeyed fields (a sliding window) the stored config of an older result lacks."""
     def none(why: str) -> Comparison:
         return Comparison(run, None, tuple(Prediction(p, v, None, why) for p, v in run.published.items()), why)
 
@@ -162,7 +163,7 @@ def compare(run: PublishedRun, result: Result | None, available: Sequence[Sweep]
     question_seq = result.config.seq_length if result.config is not None else None
     if question_seq != run.seq_length:
         return none(f"the site measures {run.model} at {question_seq} tokens, the run trains at {run.seq_length}")
-    found = result_layout_steps(result, run.layout, available, network=network)
+    found = result_layout_steps(result, run.layout, available, network=network, config=config)
     if isinstance(found, str):
         return none(found)
     preds = []

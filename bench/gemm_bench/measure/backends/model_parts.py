@@ -864,7 +864,9 @@ def measure_model(config: ModelConfig, precisions: Sequence[str], settings: Time
     if not timing.vocab or len(timing.optimizer) < 2 or not measured:
         out["error"] = "a part was not measured"
         return out
-    out["parts_ms"] = {p: dataclasses.asdict(part_times(timing, p, median_ms)) for p in measured}
+    # the four timed parts (the attention fields, a window's bound, are read from stored profiles only)
+    out["parts_ms"] = {p: {k: v for k, v in dataclasses.asdict(part_times(timing, p, median_ms)).items()
+                           if v is not None} for p in measured}
     out["optimizer_ms"] = {str(n): median_ms(s) for n, s in timing.optimizer.items()}
     out["parts_s"] = round(time.monotonic() - started, 1)
     line = optimizer_line(timing)

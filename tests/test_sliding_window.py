@@ -1,0 +1,190 @@
+"""Sliding-window attention (session 20): read from every source a model can come from, kept out of the
+question's hash (the layer step times causal attention whatever the window), and bounded on the page.
+
+Why: gpt-oss-120b windows 18 of its 36 layers to 128 tokens and Gemma 2 27B 23 of its 46 to 4,096; the
+site read neither and its tokens/s for both said nothing of it. On the H200 a 128-token window takes 71% off
+gpt-oss's attention (session 20's probe), so its layer steps overstate those layers by about 0.9 ms each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from gemm_bench.question.config import (
+    PRESETS,
+    ConfigError,
+    ModelConfig,
+    config_from_hf,
+    config_from_mapping,
+    megatron_args_to_fields,
+    split_megatron_args,
+)
+from gemm_bench.question.layout import PRESET_LAYOUTS
+from gemm_bench.question.layout_step import RecipeParts, layout_step
+from gemm_bench.question.model_step import PartTimes, step_ms, without_windowed_attention
+from gemm_bench.question.question import build_question
+from tests.test_layout_step import LINE, NET, TABLE
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+# ------------------------------------------------------------------------------------ reading
+def test_the_presets_windows_are_those_of_their_config_json() -> None:
+    for name, size, layers in (("gpt-oss-120b", 128, 18), ("gemma2-27b", 4096, 23)):
+        read = config_from_hf(HF / f"{name}.json")
+        assert (read.window_size, read.window_attn_skip_freq, read.windowed_layers) == (size, 2, layers)
+        assert (PRESETS[name].window_size, PRESETS[name].window_attn_skip_freq) == (size, 2)
+    for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"):
+        assert config_from_hf(HF / f"{name}.json").window_size is None  # Qwen2.5: use_sliding_window false
+        assert PRESETS[name].windowed_share == 0.0
+
+
+def _hf(tmp_path: Path, base: str, **changes: object) -> Path:
+    raw = json.loads((HF / f"{base}.json").read_text())
+    raw.update(changes)
+    for key in [k for k, v in changes.items() if v is None]:
+        del raw[key]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_each_familys_rule_for_which_layers_are_windowed(tmp_path: Path) -> None:
+    # Mistral-style: a window without layer types windows every layer
+    every = config_from_hf(_hf(tmp_path, "mixtral-8x7b", sliding_window=1024))
+    assert (every.window_size, every.windowed_layers) == (1024, 32)
+    # Qwen: only with use_sliding_window, from max_window_layers on
+    qwen = config_from_hf(_hf(tmp_path, "qwen2.5-7b", use_sliding_window=True, max_window_layers=0,
+                              sliding_window=2048))
+    assert (qwen.window_size, qwen.windowed_layers) == (2048, 28)
+    with pytest.raises(ConfigError, match="max_window_layers"):  # full layers first, then windowed: not modelled
+        config_from_hf(_hf(tmp_path, "qwen2.5-7b", use_sliding_window=True, max_window_layers=20,
+                           sliding_window=2048))
+    # Gemma 3: all but every sliding_window_pattern-th layer
+    gemma3 = config_from_hf(_hf(tmp_path, "gemma2-27b", model_type="gemma3_text", sliding_window_pattern=6))
+    assert (gemma3.window_attn_skip_freq, gemma3.windowed_layers) == (6, 46 - 46 // 6)
+    # layer_types, where given, decides for any family
+    typed = config_from_hf(_hf(tmp_path, "gemma2-27b", layer_types=["full_attention"] * 46))
+    assert typed.window_size is None
+
+
+@pytest.mark.parametrize(("changes", "names"), [
+    ({"layer_types": ["sliding_attention"] * 35}, "layer_types"),
+    ({"layer_types": ["sliding_attention"] * 35 + ["chunked_attention"]}, "layer_types"),
+    ({"sliding_window": None}, "layer_types"),
+    ({"sliding_window": "128"}, "sliding_window"),
+])
+def test_a_window_the_reader_cannot_place_names_its_key(tmp_path: Path, changes: dict[str, object],
+                                                        names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        config_from_hf(_hf(tmp_path, "gpt-oss-120b", **changes))
+
+
+def test_megatron_window_flags_as_megatron_reads_them() -> None:
+    base = "--num-layers 12 --hidden-size 1024 --num-attention-heads 8 "
+    fields, ignored = megatron_args_to_fields(split_megatron_args(base + "--window-size 128,0 "
+                                                                  "--window-attn-skip-freq 4"))
+    assert (fields["window_size"], fields["window_attn_skip_freq"], ignored) == (128, 4, [])  # 4, 8, 12 full
+    fields, _ = megatron_args_to_fields(split_megatron_args(base + "--window-size 128,0 "
+                                                            "--window-attn-skip-freq '[1,1,0]*4'"))
+    assert fields["window_attn_skip_freq"] == 3
+    fields, _ = megatron_args_to_fields(split_megatron_args(base + "--window-size 128,0"))
+    assert fields["window_size"] == 128 and "window_attn_skip_freq" not in fields  # every layer
+    fields, ignored = megatron_args_to_fields(split_megatron_args(base + "--window-size -1,0"))
+    assert "window_size" not in fields and ignored == ["--window-size"]
+    for bad, words in (("--window-size 128,4", "not causal"), ("--window-size 128", "LEFT,RIGHT"),
+                       ("--window-size 128,0 --window-attn-skip-freq '[1,0]*2'", "lists 4 layers"),
+                       ("--window-size 128,0 --window-attn-skip-freq x", "whole number N"),
+                       ("--window-size 128,0 --window-attn-skip-freq '[1,0,0]*4'", "not modelled")):
+        with pytest.raises(ConfigError, match=words):
+            megatron_args_to_fields(split_megatron_args(base + bad))
+
+
+def test_window_rules_name_the_field() -> None:
+    with pytest.raises(ConfigError, match="needs"):
+        config_from_mapping({"window_attn_skip_freq": 4}, base=PRESETS["llama3-8b"])
+    # a rule, not a count: a page that shortens a preset keeps its pattern
+    assert config_from_mapping({"num_layers": 4}, base=PRESETS["gemma2-27b"]).windowed_layers == 2
+    # a window reaching over the whole sequence shortens nothing
+    assert dataclasses.replace(PRESETS["gemma2-27b"], seq_length=4096).windowed_share == 0.0
+    assert PRESETS["gemma2-27b"].windowed_share == pytest.approx(0.5)
+
+
+def test_the_window_keeps_every_committed_results_name() -> None:
+    # measured before the window was read: the same question, so the same file
+    assert build_question(model="gpt-oss-120b/ep8").hash == "2a6f44509a377c37"
+    assert build_question(model="gpt-oss-120b").hash == "19210ed9493a1e7a"
+    assert build_question(model="gemma2-27b").hash == "5e83a84f7dc73ab8"
+    assert build_question(model="gpt-oss-120b").config.window_size == 128  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------------ the bound
+PARTS = PartTimes(embedding=0.5, head=2.0, layer_first=10.0, layer_cached=9.0, attention_first=2.0,
+                  attention_cached=1.5)
+
+
+def test_the_bound_takes_the_windowed_share_of_the_profiled_attention_out() -> None:
+    bound = without_windowed_attention(PARTS, 0.5)
+    assert bound is not None and (bound.layer_first, bound.layer_cached) == (9.0, 8.25)
+    assert without_windowed_attention(dataclasses.replace(PARTS, attention_cached=None), 0.5) is None
+    full = step_ms(PARTS, layers=4, microbatches=2, optimizer_ms=1.0)
+    assert step_ms(bound, layers=4, microbatches=2, optimizer_ms=1.0) == pytest.approx(full - 4 * (1.0 + 0.75))
+
+
+def _gpt_oss_step(parts: PartTimes) -> tuple[str, ...]:
+    config = dataclasses.replace(PRESETS["gpt-oss-120b"], expert_model_parallel_size=8, num_microbatches=80)
+    layout = dataclasses.replace(PRESET_LAYOUTS["gpt-oss-120b/ep8"].layout, overlap_grad_reduce=False,
+                                 overlap_param_gather=False)
+    table = TABLE  # flat costs: the compute's assumptions do not depend on them
+    step = layout_step(config, layout, "bf16", RecipeParts(parts, parts, parts), LINE, 10_000_000, table,
+                       network=NET)
+    return step.compute_assumptions
+
+
+def test_the_layout_step_states_the_window_and_its_bound() -> None:
+    said = [a for a in _gpt_oss_step(PARTS) if "sliding window" in a]
+    # the stage: 9 layers; per micro-batch (G = 80) 9 x (10 + 79 x 9) / 80 + the head; half the layers lose
+    # their attention: 9 x 0.5 x (2 + 79 x 1.5) / 80
+    layers = 9 * (10.0 + 79 * 9.0) / 80
+    stage = layers + 2.0
+    saved = 9 * 0.5 * (2.0 + 79 * 1.5) / 80
+    assert len(said) == 1 and said[0].startswith("18 of the 36 layers attend over a 128-token sliding window")
+    assert f"at most {saved / stage:.1%}" in said[0]
+    unprofiled = [a for a in _gpt_oss_step(dataclasses.replace(PARTS, attention_first=None)) if "window" in a]
+    assert unprofiled and "not bounded" in unprofiled[0]
+    no_window = dataclasses.replace(PRESETS["gpt-oss-120b"], window_size=None, window_attn_skip_freq=None)
+    assert not no_window.windowed_share
+
+
+def test_model_step_note_bounds_the_step_and_the_speedups() -> None:
+    from gemm_bench.report.model_step import ModelStep, window_note
+
+    config = PRESETS["gpt-oss-120b"]
+    summary = ModelStep(config, "NVIDIA H200", "run", {}, {}, {}, {}, {}, 0, 0, 0,
+                        window_saving={"bf16": 0.061, "fp8-delayed": 0.067})
+    text = window_note(summary)
+    assert text is not None and text.startswith("18 of the 36 layers attend over a 128-token sliding window")
+    assert "at most 6.1% (BF16), 6.7% (FP8 Delayed)" in text
+    assert f"more than {(1 - 0.061) / (1 - 0.067) - 1:.1%}" in text
+    assert window_note(dataclasses.replace(summary, window_saving={})) is None
+    assert "not bounded" in (window_note(dataclasses.replace(summary, window_saving={"bf16": None})) or "")
+
+
+def test_the_model_step_of_a_cached_result_reads_its_profiled_attention() -> None:
+    from gemm_bench.report.model_step import model_step_summary
+    from gemm_bench.results.typed import parse
+
+    doc = json.loads((Path(__file__).parents[1] / "docs" / "_gemm_cache" / "2a6f44509a377c37--h200.json").read_text())
+    asked = build_question(model="gpt-oss-120b/ep8").config
+    assert isinstance(asked, ModelConfig)
+    summary = model_step_summary(parse(doc), asked)
+    assert summary is not None
+    saving = summary.window_saving
+    assert set(saving) == {"bf16", "fp8-delayed", "fp8-current", "fp8-block"}
+    assert all(v is not None and 0 < v < 0.15 for v in saving.values())
+    # the stored config of that result has no window (measured before it was read): no bound from it
+    assert not model_step_summary(parse(doc)).window_saving  # type: ignore[union-attr]
