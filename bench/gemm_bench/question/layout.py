@@ -373,7 +373,8 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
         "Megatron-Bridge performance summary's DGX-H100 GPT OSS 120B layout (64 GPUs, TP 1, PP 4, EP 8, GBS "
         "1280, MBS 1, 4096 tokens) with the layer measured at EP 8" + _BRIDGE_OVERLAP_WORDS
         + _BRIDGE_PERF_WORDS + "; Bridge's H100 GPT-OSS config also recomputes the LayerNorms and the MoE "
-        "activation (recompute_modules=[\"layernorm\", \"moe_act\"], at commit 06a9d1d), not modelled here",
+        "activation (recompute_modules=[\"layernorm\", \"moe_act\"] in GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2 "
+        "at commit 383b610, 2026-02-28), not modelled here",
         _BRIDGE_TABLE),
     "gemma2-27b": PresetLayout(
         ParallelLayout(gpus=64, pp=2, sharding="optimizer", global_batch_size=256),
