@@ -362,7 +362,10 @@ PRESET_LAYOUTS: dict[str, PresetLayout] = {
     "deepseek-v3/ep64": PresetLayout(
         ParallelLayout(gpus=2048, pp=16, ep=64, sharding="optimizer", global_batch_size=15360 // 4),
         "DeepSeek-V3 technical report: 2048 H800 GPUs, PP 16, EP 64, ZeRO-1 data parallel, no TP; "
-        "GBS chosen (the report's batch ramps up to 15360 sequences of 4096 tokens)", _DEEPSEEK_V3),
+        "GBS chosen (the report's batch ramps up to 15360 sequences of 4096 tokens); composed as Megatron's 1F1B "
+        "with every all-to-all exposed: the report's DualPipe schedule, which overlaps them with computation and "
+        "shrinks the bubble, is not modelled, nor its multi-token-prediction module (one more MoE layer and the "
+        "output layer again, on the last stage)", _DEEPSEEK_V3),
     "gpt-oss-120b": PresetLayout(
         ParallelLayout(gpus=64, pp=4, sharding="optimizer", global_batch_size=256),
         "chosen, not from a published recipe: no pretraining layout is published; PP 4 over 64 GPUs at the "
