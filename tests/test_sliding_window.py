@@ -188,3 +188,17 @@ def test_the_model_step_of_a_cached_result_reads_its_profiled_attention() -> Non
     assert all(v is not None and 0 < v < 0.15 for v in saving.values())
     # the stored config of that result has no window (measured before it was read): no bound from it
     assert not model_step_summary(parse(doc)).window_saving  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------------ red team (session 20)
+def test_the_share_counts_the_measured_layers_not_the_leading_dense_ones() -> None:
+    # an MoE model with 2 leading dense layers (DeepSeek's first_k_dense_replace) and every other layer windowed:
+    # layers 1, 3, 5 windowed; the measured (MoE) layers are 3, 4, 5, of which 2 are windowed. The model totals
+    # count only the measured layers, so the bound must take 2/3 of their attention out, not 3/5.
+    config = dataclasses.replace(PRESETS["gpt-oss-120b"], num_layers=5, moe_dense_layers=2)
+    assert config.windowed_layers == 3
+    assert config.windowed_share == pytest.approx(2 / 3)
+    bound = without_windowed_attention(PARTS, config.windowed_share)
+    assert bound is not None
+    removed = config.measured_layers * (PARTS.layer_first - bound.layer_first)
+    assert removed == pytest.approx(2 * PARTS.attention_first)  # both windowed measured layers' attention

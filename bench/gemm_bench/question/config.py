@@ -171,20 +171,27 @@ class ModelConfig:
         ``is_layer_window_attention`` places them: every layer but each ``window_attn_skip_freq``-th
         (1-based), every layer without a frequency, none without a window. A rule, not a count, so a
         page that shortens a preset's ``num_layers`` keeps its pattern."""
-        if self.window_size is None:
+        return self.windowed_among(1, self.num_layers)
+
+    def windowed_among(self, first: int, count: int) -> int:
+        """How many of the ``count`` consecutive layers from layer ``first`` (1-based) are windowed
+        (:attr:`windowed_layers`' rule): a stage or the measured layers hold a share of their own."""
+        if self.window_size is None or count < 1:
             return 0
         freq = self.window_attn_skip_freq
-        return self.num_layers if freq is None else self.num_layers - self.num_layers // freq
+        last = first + count - 1
+        return count if freq is None else count - (last // freq - (first - 1) // freq)
 
     @property
     def windowed_share(self) -> float:
-        """The share of the model's layers whose window shortens their attention at this sequence length
-        (0 where the window reaches back over the whole sequence: it masks nothing causal attention
-        does not). Each measured layer stands for this share windowed, the rest full: a layer step
-        timed with causal attention overstates that share's attention."""
+        """The share of the measured layers (the model's, less an MoE's leading dense layers, which the model
+        totals do not count) whose window shortens their attention at this sequence length (0 where the
+        window reaches back over the whole sequence: it masks nothing causal attention does not). Each
+        measured layer stands for this share windowed, the rest full: a layer step timed with causal
+        attention overstates that share's attention."""
         if self.window_size is None or self.window_size >= self.seq_length - 1:
             return 0.0
-        return self.windowed_layers / self.num_layers
+        return self.windowed_among(self.dense_layers + 1, self.measured_layers) / self.measured_layers
 
     def window_words(self) -> str:
         """"18 of the 36 layers attend over a 128-token sliding window" ("" without a window)."""
