@@ -147,11 +147,12 @@ def _gpt_oss_step(parts: PartTimes) -> tuple[str, ...]:
 
 def test_the_layout_step_states_the_window_and_its_bound() -> None:
     said = [a for a in _gpt_oss_step(PARTS) if "sliding window" in a]
-    # the stage: 9 layers; per micro-batch (G = 80) 9 x (10 + 79 x 9) / 80 + the head; half the layers lose
-    # their attention: 9 x 0.5 x (2 + 79 x 1.5) / 80
+    # the slower stage, the last: 9 layers; per micro-batch (G = 80) 9 x (10 + 79 x 9) / 80 + the head; it holds
+    # layers 28-36, of which 4 (29, 31, 33, 35) lose their attention: 4 x (2 + 79 x 1.5) / 80 (the first stage,
+    # 5 windowed of layers 1-9 and the embedding, stays faster)
     layers = 9 * (10.0 + 79 * 9.0) / 80
     stage = layers + 2.0
-    saved = 9 * 0.5 * (2.0 + 79 * 1.5) / 80
+    saved = 4 * (2.0 + 79 * 1.5) / 80
     assert len(said) == 1 and said[0].startswith("18 of the 36 layers attend over a 128-token sliding window")
     assert f"at most {saved / stage:.1%}" in said[0]
     unprofiled = [a for a in _gpt_oss_step(dataclasses.replace(PARTS, attention_first=None)) if "window" in a]
@@ -202,3 +203,39 @@ def test_the_share_counts_the_measured_layers_not_the_leading_dense_ones() -> No
     assert bound is not None
     removed = config.measured_layers * (PARTS.layer_first - bound.layer_first)
     assert removed == pytest.approx(2 * PARTS.attention_first)  # both windowed measured layers' attention
+
+
+def _stage_bound(config: ModelConfig, **layout_changes: object) -> str:
+    layout = dataclasses.replace(PRESET_LAYOUTS["gpt-oss-120b/ep8"].layout, overlap_grad_reduce=False,
+                                 overlap_param_gather=False, **layout_changes)
+    step = layout_step(config, layout, "bf16", RecipeParts(PARTS, PARTS, PARTS), LINE, 10_000_000, TABLE,
+                       network=NET)
+    said = [a for a in step.compute_assumptions if "sliding window" in a]
+    assert len(said) == 1
+    return said[0]
+
+
+def _most_saved(stages: list[tuple[float, int, int]], g: int) -> float:
+    """1 - the slower stage with its windowed layers' attention out / the slower stage: (ends ms, layers,
+    windowed layers) per stage, PARTS' layer and attention times."""
+    def ms(ends: float, layers: float) -> float:
+        return (g * ends + layers * (PARTS.layer_first + (g - 1) * PARTS.layer_cached)) / g
+
+    attention = (PARTS.attention_first + (g - 1) * PARTS.attention_cached) / g  # type: ignore[operator]
+    full = max(ms(e, n) for e, n, _ in stages)
+    return 1 - max(ms(e, n) - w * attention for e, n, w in stages) / full
+
+
+def test_the_stage_bound_counts_the_windowed_layers_each_stage_holds() -> None:
+    # 35 layers, every other one windowed (18), PP 4: the first stage holds layers 1-9, 5 of them windowed
+    # (more than 18/35 of 9), and is the slower stage (9 layers and the embedding against 8 and the output
+    # layer): taking its 5 windowed layers' attention out saves more than the model's share of it
+    config = dataclasses.replace(PRESETS["gpt-oss-120b"], num_layers=35, expert_model_parallel_size=8,
+                                 num_microbatches=80)
+    most = _most_saved([(PARTS.embedding, 9, 5), (PARTS.head, 8, 4)], 80)
+    assert f"at most {most:.1%}" in _stage_bound(config)
+    # with virtual stages the chunks interleave: 36 layers, PP 4, VPP 9, chunks of one layer: the first stage
+    # holds layers 1, 5, 9, ..., 33, every one windowed
+    config = dataclasses.replace(config, num_layers=36)
+    most = _most_saved([(PARTS.embedding, 9, 9), (PARTS.head, 9, 0)], 80)
+    assert f"at most {most:.1%}" in _stage_bound(config, vpp=9)
