@@ -166,13 +166,13 @@ def test_model_step_note_bounds_the_step_and_the_speedups() -> None:
 
     config = PRESETS["gpt-oss-120b"]
     summary = ModelStep(config, "NVIDIA H200", "run", {}, {}, {}, {}, {}, 0, 0, 0,
-                        window_saving={"bf16": 0.061, "fp8-delayed": 0.067})
+                        window_saving={16: {"bf16": 0.061, "fp8-delayed": 0.067}})
     text = window_note(summary)
     assert text is not None and text.startswith("18 of the 36 layers attend over a 128-token sliding window")
     assert "at most 6.1% (BF16), 6.7% (FP8 Delayed)" in text
     assert f"more than {(1 - 0.061) / (1 - 0.067) - 1:.1%}" in text
     assert window_note(dataclasses.replace(summary, window_saving={})) is None
-    assert "not bounded" in (window_note(dataclasses.replace(summary, window_saving={"bf16": None})) or "")
+    assert "not bounded" in (window_note(dataclasses.replace(summary, window_saving={16: {"bf16": None}})) or "")
 
 
 def test_the_model_step_of_a_cached_result_reads_its_profiled_attention() -> None:
@@ -184,9 +184,10 @@ def test_the_model_step_of_a_cached_result_reads_its_profiled_attention() -> Non
     assert isinstance(asked, ModelConfig)
     summary = model_step_summary(parse(doc), asked)
     assert summary is not None
-    saving = summary.window_saving
-    assert set(saving) == {"bf16", "fp8-delayed", "fp8-current", "fp8-block"}
-    assert all(v is not None and 0 < v < 0.15 for v in saving.values())
+    assert set(summary.window_saving) == set(summary.rows) == {1, 80}  # every G the table shows
+    for saving in summary.window_saving.values():
+        assert set(saving) == {"bf16", "fp8-delayed", "fp8-current", "fp8-block"}
+        assert all(v is not None and 0 < v < 0.15 for v in saving.values())
     # the stored config of that result has no window (measured before it was read): no bound from it
     assert not model_step_summary(parse(doc)).window_saving  # type: ignore[union-attr]
 
@@ -239,3 +240,16 @@ def test_the_stage_bound_counts_the_windowed_layers_each_stage_holds() -> None:
     config = dataclasses.replace(config, num_layers=36)
     most = _most_saved([(PARTS.embedding, 9, 9), (PARTS.head, 9, 0)], 80)
     assert f"at most {most:.1%}" in _stage_bound(config, vpp=9)
+
+
+def test_the_model_step_note_holds_for_every_g_the_table_shows() -> None:
+    from gemm_bench.report.model_step import ModelStep, window_note
+
+    # the table shows G = 1 and the question's G; where the G = 1 row's bound is the larger (a layer_first whose
+    # attention is a larger share than layer_cached's, a small optimizer), the note must say the larger, and
+    # the speedup that moves most: FP8 Delayed at G = 1, (1 - 0.05) / (1 - 0.02) - 1 = -3.1%
+    summary = ModelStep(PRESETS["gpt-oss-120b"], "NVIDIA H200", "run", {}, {}, {}, {}, {}, 0, 0, 0,
+                        window_saving={16: {"bf16": 0.04, "fp8-delayed": 0.04}, 1: {"bf16": 0.05, "fp8-delayed": 0.02}})
+    text = window_note(summary)
+    assert text is not None and "at most 5.0% (BF16), 4.0% (FP8 Delayed)" in text
+    assert f"more than {1 - (1 - 0.05) / (1 - 0.02):.1%}" in text
