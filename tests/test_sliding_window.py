@@ -253,3 +253,14 @@ def test_the_model_step_note_holds_for_every_g_the_table_shows() -> None:
     text = window_note(summary)
     assert text is not None and "at most 5.0% (BF16), 4.0% (FP8 Delayed)" in text
     assert f"more than {1 - (1 - 0.05) / (1 - 0.02):.1%}" in text
+
+
+@pytest.mark.parametrize(("flags", "shown"), [
+    ("--window-size 128 0", "--window-size '128 0'"),  # two words: Megatron-LM's parser takes one
+    ("--window-size 128, 0", "--window-size '128, 0'"),
+    ("--window-size 128,0 --window-attn-skip-freq 2 3", "--window-attn-skip-freq '2 3'"),
+])
+def test_a_window_flag_of_several_words_is_refused_showing_them(flags: str, shown: str) -> None:
+    base = "--num-layers 12 --hidden-size 1024 --num-attention-heads 8 "
+    with pytest.raises(ConfigError, match=shown):
+        megatron_args_to_fields(split_megatron_args(base + flags))

@@ -1197,7 +1197,7 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
     if flag == "--moe-pad-expert-input-to-capacity":
         return None if "--moe-expert-capacity-factor" in parsed else {}
     if flag == "--window-size":
-        return _megatron_window(value, parsed)
+        return _megatron_window(values, parsed)
     if flag == "--window-attn-skip-freq":
         return {}  # read by --window-size's branch (the caller lists it as ignored only without that flag)
     return None
@@ -1206,15 +1206,17 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
 _WINDOW_PATTERN = re.compile(r"^\[([01](?:,[01])*)\](?:\*(\d{1,7}))?$")
 
 
-def _megatron_window(value: str | None, parsed: Mapping[str, list[str]]) -> dict[str, Any]:
+def _megatron_window(values: list[str], parsed: Mapping[str, list[str]]) -> dict[str, Any]:
     """``--window-size LEFT,RIGHT`` and ``--window-attn-skip-freq`` as the config's window fields:
     LEFT tokens back (-1: unbounded, no window); RIGHT must be 0 (causal). Megatron-LM's
     ``is_layer_window_attention``: skip frequency N windows every layer but each N-th (1-based), a
-    list such as ``[1,1,1,0]*3`` windows the layers marked 1."""
-    parts = (value or "").replace(" ", "").strip("()").split(",")
+    list such as ``[1,1,1,0]*3`` windows the layers marked 1. Each flag takes one word, as Megatron-LM's
+    parser: ``--window-size 128 0`` is refused, its words shown."""
+    value = values[0].strip() if len(values) == 1 else " ".join(values)
+    parts = ("" if len(values) != 1 else value).replace(" ", "").strip("()").split(",")
     if len(parts) != 2 or not all(p.lstrip("-").isdecimal() and len(p) <= 8 for p in parts):
-        raise ConfigError("megatron_args", f"--window-size {(value or '')[:40]!a}: expected LEFT,RIGHT (two whole "
-                          "numbers, as Megatron-LM's tuple)")
+        raise ConfigError("megatron_args", f"--window-size {value[:40]!a}: expected LEFT,RIGHT (two whole "
+                          "numbers in one word, as Megatron-LM's tuple)")
     left, right = int(parts[0]), int(parts[1])
     if right != 0:
         raise ConfigError("megatron_args", f"--window-size {value!a}: a right window of {right} is not causal "
@@ -1227,7 +1229,7 @@ def _megatron_window(value: str | None, parsed: Mapping[str, list[str]]) -> dict
     skip = parsed.get("--window-attn-skip-freq")
     if skip is None:
         return out
-    text = skip[0].replace(" ", "") if len(skip) == 1 else ""
+    text = skip[0].replace(" ", "") if len(skip) == 1 else " ".join(skip)
     if text.isdecimal() and len(text) <= 7:
         out["_window_skip_freq"] = int(text)
         return out
