@@ -264,3 +264,12 @@ def test_a_window_flag_of_several_words_is_refused_showing_them(flags: str, show
     base = "--num-layers 12 --hidden-size 1024 --num-attention-heads 8 "
     with pytest.raises(ConfigError, match=shown):
         megatron_args_to_fields(split_megatron_args(base + flags))
+
+
+def test_cohere2_windows_all_but_every_fourth_layer(tmp_path: Path) -> None:
+    # transformers' Cohere 2 (Command R7B) reads sliding_window_pattern (default 4) as Gemma 3 does: three
+    # windowed layers, then a full one; read as "every layer", the page said all 32 were windowed
+    for pattern in (4, None):
+        read = config_from_hf(_hf(tmp_path, "llama3-8b", model_type="cohere2", sliding_window=4096,
+                                  sliding_window_pattern=pattern))
+        assert (read.window_attn_skip_freq, read.windowed_layers) == (4, 24)

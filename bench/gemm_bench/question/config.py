@@ -867,9 +867,9 @@ def _hf_mla(keys: _HfKeys) -> dict[str, Any]:
 #: Families whose ``sliding_window`` (without ``layer_types``) windows every other layer, the first
 #: included (transformers' Gemma 2: ``is_sliding = not bool(layer_idx % 2)``).
 _HF_ALTERNATING_WINDOW = frozenset({"gemma2"})
-#: Families whose ``sliding_window`` windows all but every N-th layer (``sliding_window_pattern`` N,
-#: default 6: transformers' Gemma 3, layer i sliding where (i + 1) % N != 0).
-_HF_PATTERN_WINDOW = frozenset({"gemma3", "gemma3_text"})
+#: Families whose ``sliding_window`` windows all but every N-th layer (``sliding_window_pattern`` N, this
+#: default where absent: transformers' Gemma 3 and Cohere 2 (Command R7B), layer i sliding where (i + 1) % N != 0).
+_HF_PATTERN_WINDOW: dict[str, int] = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 #: Families whose ``sliding_window`` counts only with ``use_sliding_window``, from layer
 #: ``max_window_layers`` on (transformers' Qwen2 and Qwen3, dense and MoE).
 _HF_QWEN_WINDOW = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
@@ -880,7 +880,7 @@ def _hf_window(keys: _HfKeys, layers: int, family: str) -> dict[str, Any]:
     terms (every N-th layer full, :attr:`ModelConfig.windowed_layers`).
 
     ``layer_types`` (gpt-oss, newer configs), when present, says it per layer. Without it: Gemma 2
-    alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen windows from ``max_window_layers`` on
+    alternates, Gemma 3 and Cohere 2 follow ``sliding_window_pattern``, Qwen windows from ``max_window_layers`` on
     and only with ``use_sliding_window``; any other family (Mistral) windows every layer. A pattern that
     is not "every N-th layer full" is refused, naming its key."""
     window = keys.integer("sliding_window")
@@ -905,7 +905,8 @@ def _hf_window(keys: _HfKeys, layers: int, family: str) -> dict[str, Any]:
     if family in _HF_ALTERNATING_WINDOW:
         return {"window_size": window, "window_attn_skip_freq": 2}
     if family in _HF_PATTERN_WINDOW:
-        return {"window_size": window, "window_attn_skip_freq": keys.integer("sliding_window_pattern") or 6}
+        pattern = keys.integer("sliding_window_pattern") or _HF_PATTERN_WINDOW[family]
+        return {"window_size": window, "window_attn_skip_freq": pattern}
     return {"window_size": window}
 
 
