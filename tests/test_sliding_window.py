@@ -203,12 +203,12 @@ def test_the_share_counts_the_measured_layers_not_the_leading_dense_ones() -> No
     bound = without_windowed_attention(PARTS, config.windowed_share)
     assert bound is not None
     removed = config.measured_layers * (PARTS.layer_first - bound.layer_first)
-    assert removed == pytest.approx(2 * PARTS.attention_first)  # both windowed measured layers' attention
+    assert removed == pytest.approx(2 * 2.0)  # both windowed measured layers' attention (PARTS: 2 ms each)
 
 
-def _stage_bound(config: ModelConfig, **layout_changes: object) -> str:
+def _stage_bound(config: ModelConfig, vpp: int | None = None) -> str:
     layout = dataclasses.replace(PRESET_LAYOUTS["gpt-oss-120b/ep8"].layout, overlap_grad_reduce=False,
-                                 overlap_param_gather=False, **layout_changes)
+                                 overlap_param_gather=False, vpp=vpp)
     step = layout_step(config, layout, "bf16", RecipeParts(PARTS, PARTS, PARTS), LINE, 10_000_000, TABLE,
                        network=NET)
     said = [a for a in step.compute_assumptions if "sliding window" in a]
@@ -222,7 +222,7 @@ def _most_saved(stages: list[tuple[float, int, int]], g: int) -> float:
     def ms(ends: float, layers: float) -> float:
         return (g * ends + layers * (PARTS.layer_first + (g - 1) * PARTS.layer_cached)) / g
 
-    attention = (PARTS.attention_first + (g - 1) * PARTS.attention_cached) / g  # type: ignore[operator]
+    attention = (2.0 + (g - 1) * 1.5) / g  # PARTS' attention_first and attention_cached
     full = max(ms(e, n) for e, n, _ in stages)
     return 1 - max(ms(e, n) - w * attention for e, n, w in stages) / full
 
