@@ -171,20 +171,27 @@ class ModelConfig:
         ``is_layer_window_attention`` places them: every layer but each ``window_attn_skip_freq``-th
         (1-based), every layer without a frequency, none without a window. A rule, not a count, so a
         page that shortens a preset's ``num_layers`` keeps its pattern."""
-        if self.window_size is None:
+        return self.windowed_among(1, self.num_layers)
+
+    def windowed_among(self, first: int, count: int) -> int:
+        """How many of the ``count`` consecutive layers from layer ``first`` (1-based) are windowed
+        (:attr:`windowed_layers`' rule): a stage or the measured layers hold a share of their own."""
+        if self.window_size is None or count < 1:
             return 0
         freq = self.window_attn_skip_freq
-        return self.num_layers if freq is None else self.num_layers - self.num_layers // freq
+        last = first + count - 1
+        return count if freq is None else count - (last // freq - (first - 1) // freq)
 
     @property
     def windowed_share(self) -> float:
-        """The share of the model's layers whose window shortens their attention at this sequence length
-        (0 where the window reaches back over the whole sequence: it masks nothing causal attention
-        does not). Each measured layer stands for this share windowed, the rest full: a layer step
-        timed with causal attention overstates that share's attention."""
+        """The share of the measured layers (the model's, less an MoE's leading dense layers, which the model
+        totals do not count) whose window shortens their attention at this sequence length (0 where the
+        window reaches back over the whole sequence: it masks nothing causal attention does not). Each
+        measured layer stands for this share windowed, the rest full: a layer step timed with causal
+        attention overstates that share's attention."""
         if self.window_size is None or self.window_size >= self.seq_length - 1:
             return 0.0
-        return self.windowed_layers / self.num_layers
+        return self.windowed_among(self.dense_layers + 1, self.measured_layers) / self.measured_layers
 
     def window_words(self) -> str:
         """"18 of the 36 layers attend over a 128-token sliding window" ("" without a window)."""
@@ -860,9 +867,9 @@ def _hf_mla(keys: _HfKeys) -> dict[str, Any]:
 #: Families whose ``sliding_window`` (without ``layer_types``) windows every other layer, the first
 #: included (transformers' Gemma 2: ``is_sliding = not bool(layer_idx % 2)``).
 _HF_ALTERNATING_WINDOW = frozenset({"gemma2"})
-#: Families whose ``sliding_window`` windows all but every N-th layer (``sliding_window_pattern`` N,
-#: default 6: transformers' Gemma 3, layer i sliding where (i + 1) % N != 0).
-_HF_PATTERN_WINDOW = frozenset({"gemma3", "gemma3_text"})
+#: Families whose ``sliding_window`` windows all but every N-th layer (``sliding_window_pattern`` N, this
+#: default where absent: transformers' Gemma 3 and Cohere 2 (Command R7B), layer i sliding where (i + 1) % N != 0).
+_HF_PATTERN_WINDOW: dict[str, int] = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 #: Families whose ``sliding_window`` counts only with ``use_sliding_window``, from layer
 #: ``max_window_layers`` on (transformers' Qwen2 and Qwen3, dense and MoE).
 _HF_QWEN_WINDOW = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
@@ -873,7 +880,7 @@ def _hf_window(keys: _HfKeys, layers: int, family: str) -> dict[str, Any]:
     terms (every N-th layer full, :attr:`ModelConfig.windowed_layers`).
 
     ``layer_types`` (gpt-oss, newer configs), when present, says it per layer. Without it: Gemma 2
-    alternates, Gemma 3 follows ``sliding_window_pattern``, Qwen windows from ``max_window_layers`` on
+    alternates, Gemma 3 and Cohere 2 follow ``sliding_window_pattern``, Qwen windows from ``max_window_layers`` on
     and only with ``use_sliding_window``; any other family (Mistral) windows every layer. A pattern that
     is not "every N-th layer full" is refused, naming its key."""
     window = keys.integer("sliding_window")
@@ -898,7 +905,8 @@ def _hf_window(keys: _HfKeys, layers: int, family: str) -> dict[str, Any]:
     if family in _HF_ALTERNATING_WINDOW:
         return {"window_size": window, "window_attn_skip_freq": 2}
     if family in _HF_PATTERN_WINDOW:
-        return {"window_size": window, "window_attn_skip_freq": keys.integer("sliding_window_pattern") or 6}
+        pattern = keys.integer("sliding_window_pattern") or _HF_PATTERN_WINDOW[family]
+        return {"window_size": window, "window_attn_skip_freq": pattern}
     return {"window_size": window}
 
 
@@ -1190,7 +1198,7 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
     if flag == "--moe-pad-expert-input-to-capacity":
         return None if "--moe-expert-capacity-factor" in parsed else {}
     if flag == "--window-size":
-        return _megatron_window(value, parsed)
+        return _megatron_window(values, parsed)
     if flag == "--window-attn-skip-freq":
         return {}  # read by --window-size's branch (the caller lists it as ignored only without that flag)
     return None
@@ -1199,15 +1207,17 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
 _WINDOW_PATTERN = re.compile(r"^\[([01](?:,[01])*)\](?:\*(\d{1,7}))?$")
 
 
-def _megatron_window(value: str | None, parsed: Mapping[str, list[str]]) -> dict[str, Any]:
+def _megatron_window(values: list[str], parsed: Mapping[str, list[str]]) -> dict[str, Any]:
     """``--window-size LEFT,RIGHT`` and ``--window-attn-skip-freq`` as the config's window fields:
     LEFT tokens back (-1: unbounded, no window); RIGHT must be 0 (causal). Megatron-LM's
     ``is_layer_window_attention``: skip frequency N windows every layer but each N-th (1-based), a
-    list such as ``[1,1,1,0]*3`` windows the layers marked 1."""
-    parts = (value or "").replace(" ", "").strip("()").split(",")
+    list such as ``[1,1,1,0]*3`` windows the layers marked 1. Each flag takes one word, as Megatron-LM's
+    parser: ``--window-size 128 0`` is refused, its words shown."""
+    value = values[0].strip() if len(values) == 1 else " ".join(values)
+    parts = ("" if len(values) != 1 else value).replace(" ", "").strip("()").split(",")
     if len(parts) != 2 or not all(p.lstrip("-").isdecimal() and len(p) <= 8 for p in parts):
-        raise ConfigError("megatron_args", f"--window-size {(value or '')[:40]!a}: expected LEFT,RIGHT (two whole "
-                          "numbers, as Megatron-LM's tuple)")
+        raise ConfigError("megatron_args", f"--window-size {value[:40]!a}: expected LEFT,RIGHT (two whole "
+                          "numbers in one word, as Megatron-LM's tuple)")
     left, right = int(parts[0]), int(parts[1])
     if right != 0:
         raise ConfigError("megatron_args", f"--window-size {value!a}: a right window of {right} is not causal "
@@ -1220,7 +1230,7 @@ def _megatron_window(value: str | None, parsed: Mapping[str, list[str]]) -> dict
     skip = parsed.get("--window-attn-skip-freq")
     if skip is None:
         return out
-    text = skip[0].replace(" ", "") if len(skip) == 1 else ""
+    text = skip[0].replace(" ", "") if len(skip) == 1 else " ".join(skip)
     if text.isdecimal() and len(text) <= 7:
         out["_window_skip_freq"] = int(text)
         return out

@@ -328,6 +328,28 @@ def dp_hidden(layout: ParallelLayout, dp: Composed, compute_ms: float) -> float:
 
 
 # ---------------------------------------------------------------------------------- the step
+def stage_windowed_layers(config: ModelConfig, layout: ParallelLayout, stage: Stage) -> int:
+    """The most of ``stage``'s layers a sliding window shortens (:meth:`ModelConfig.windowed_among`), so that the
+    bound on what it saves holds for the stage it is taken on: its own layers, not the model's share of them
+    (35 layers, every other one windowed, PP 4: the first stage's 9 hold 5). Without virtual stages the first
+    stage holds the first measured layers and the last the last; with them each stage holds VPP chunks spread
+    over the model, Megatron-LM's interleaving, where they divide evenly (PP 4, VPP 9, chunks of one layer: the
+    first stage holds layers 1, 5, ..., 33, all windowed when every other layer is), and otherwise as many
+    as it has layers, up to every windowed measured layer."""
+    dense, total = config.dense_layers, config.measured_layers
+    if layout.pp == 1:
+        return config.windowed_among(dense + 1, total)
+    rank = 0 if stage.name == "first" else layout.pp - 1
+    vpp = layout.vpp or 1
+    chunk, left = divmod(total, layout.pp * vpp)
+    if left and vpp > 1:
+        return min(stage.layers, config.windowed_among(dense + 1, total))
+    if vpp > 1:
+        return sum(config.windowed_among(dense + (v * layout.pp + rank) * chunk + 1, chunk) for v in range(vpp))
+    start = dense + 1 if rank == 0 else dense + total - stage.layers + 1
+    return config.windowed_among(start, stage.layers)
+
+
 def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, parts: RecipeParts,
                 optimizer: OptimizerLine, layer_params: int, table: CollectiveTable, *,
                 network: Network = Network(), peak_tflops: float | None = None,
@@ -359,22 +381,31 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
         assumptions.append("full recomputation adds one forward (a third of a layer's step) per recomputed layer")
     first_layers = shape.first_layers
 
-    def stage(p: PartTimes) -> float:
-        """The slower stage's compute per micro-batch."""
+    def stage(p: PartTimes, *, windowed: bool = False) -> float:
+        """The slower stage's compute per micro-batch; ``windowed``: with the attention of the layers a
+        sliding window shortens taken out, each stage its own (:func:`stage_windowed_layers`), recomputed
+        ones too (their forward's share of it)."""
         def one(s: Stage) -> float:
             ends = g * ((p.embedding if s.embedding else 0.0) + (p.head if s.head else 0.0))
-            layers = s.layers + FORWARD_SHARE * recomputed_layers(layout, s.layers)
-            return factor * (ends + layers * (p.layer_first + (g - 1) * p.layer_cached)) / g
+            recomputed = recomputed_layers(layout, s.layers)
+            layers = s.layers + FORWARD_SHARE * recomputed
+            q: PartTimes | None = p
+            if windowed and layers:
+                w = stage_windowed_layers(config, layout, s)
+                q = without_windowed_attention(p, (w + FORWARD_SHARE * min(recomputed, w)) / layers)
+            assert q is not None, "the bound is composed only from profiled layer steps"
+            return factor * (ends + layers * (q.layer_first + (g - 1) * q.layer_cached)) / g
         return max(one(s) for s in shape.stages)
 
     compute, low, high = stage(parts.median), stage(parts.low), stage(parts.high)
     if config.windowed_share:
-        bound = without_windowed_attention(parts.median, config.windowed_share)
+        profiled = without_windowed_attention(parts.median, config.windowed_share) is not None
         words = f"{config.window_words()}, timed as full causal attention"
-        assumptions.append(f"{words}: this result's layer steps were not profiled, so what the window saves is not "
-                           "bounded" if bound is None else
-                           f"{words}: taking those layers' attention out entirely (its kernels in the profiled "
-                           f"layer step) would shorten the stage's compute by at most {1 - stage(bound) / compute:.1%}")
+        assumptions.append(f"{words}: taking those layers' attention out entirely (its kernels in the profiled layer "
+                           "step) would shorten the stage's compute by at most "
+                           f"{1 - stage(parts.median, windowed=True) / compute:.1%}" if profiled else
+                           f"{words}: this result's layer steps were not profiled, so what the window saves is not "
+                           "bounded")
     mb = compose(0.0, microbatch_calls(config, layout, precision, first_layers, network), table,
                  inter_node=network.inter_node, measured_on=measured_on)
     vocab = vocab_parameters(config)

@@ -71,10 +71,10 @@ class ModelStep:
     search_layers: int
     capacity_bytes: int
     rank_params: int
-    #: Per recipe, the most a sliding window could shorten the step at the question's G (a fraction of it:
-    #: the windowed layers' profiled attention taken out), None where the layer steps were not profiled;
+    #: Per G of :attr:`rows` and per recipe, the most a sliding window could shorten the step (a fraction of
+    #: it: the windowed layers' profiled attention taken out), None where the layer steps were not profiled;
     #: empty without a window that shortens attention (:func:`window_note`).
-    window_saving: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    window_saving: Mapping[int, Mapping[str, float | None]] = dataclasses.field(default_factory=dict)
 
     @property
     def microbatches(self) -> int:
@@ -217,19 +217,18 @@ def model_step_summary(result: Result, config: ModelConfig | None = None) -> Mod
     found = dict(search.found) if search is not None else {}
     return ModelStep(config, device, block.run_id, rows, mem, fit, found, predicted,
                      search.layers if search is not None else 0, capacity, params,
-                     _window_saving(config, medians, line.at(params)))
+                     {g: _window_saving(config, medians, line.at(params), g) for g in rows}
+                     if config.windowed_share else {})
 
 
-def _window_saving(config: ModelConfig, medians: Mapping[str, PartTimes], optimizer_ms: float
+def _window_saving(config: ModelConfig, medians: Mapping[str, PartTimes], optimizer_ms: float, g: int
                    ) -> dict[str, float | None]:
-    """Per recipe, the share of the step at the question's G that taking the windowed layers' attention out
+    """Per recipe, the share of the step at ``g`` micro-batches that taking the windowed layers' attention out
     entirely would save (:func:`~gemm_bench.question.model_step.without_windowed_attention`)."""
-    if not config.windowed_share:
-        return {}
     out: dict[str, float | None] = {}
     for precision, parts in medians.items():
         bound = without_windowed_attention(parts, config.windowed_share)
-        layers, g = config.measured_layers, config.num_microbatches
+        layers = config.measured_layers
         out[precision] = None if bound is None else 1 - (
             step_ms(bound, layers=layers, microbatches=g, optimizer_ms=optimizer_ms)
             / step_ms(parts, layers=layers, microbatches=g, optimizer_ms=optimizer_ms))
@@ -238,11 +237,18 @@ def _window_saving(config: ModelConfig, medians: Mapping[str, PartTimes], optimi
 
 def window_note(summary: ModelStep) -> str | None:
     """The note a model with a sliding window needs under its step: the window is timed as full causal
-    attention, and the most it could save per recipe (a bound from the profiled attention kernels)."""
+    attention, and the most it could save per recipe (a bound from the profiled attention kernels), the most
+    over every G the table shows: the G = 1 row's speedups can move more than the question's G's."""
     if not summary.window_saving:
         return None
     words = summary.config.window_words()
-    known = {p: v for p, v in summary.window_saving.items() if v is not None}
+    known: dict[str, float] = {}
+    moved: list[float] = []
+    for saving in summary.window_saving.values():
+        found = {p: v for p, v in saving.items() if v is not None}
+        known.update({p: max(v, known.get(p, v)) for p, v in found.items()})
+        base = found.get(BASELINE)
+        moved += [abs((1 - base) / (1 - v) - 1) for p, v in found.items() if p != BASELINE and base is not None]
     if not known:
         return (f"{words[0].upper()}{words[1:]}; the layer step times full causal attention, and this result's "
                 "layer steps were not profiled, so what the window saves is not bounded.")
@@ -250,8 +256,6 @@ def window_note(summary: ModelStep) -> str | None:
     text = (f"{words[0].upper()}{words[1:]}; the layer step times full causal attention, which overstates their "
             "attention. Taking it out of those layers entirely (its kernels in the profiled layer steps) would "
             f"shorten the step by at most {each}: a bound, not an estimate.")
-    base = known.get(BASELINE)
-    moved = [abs((1 - base) / (1 - v) - 1) for p, v in known.items() if p != BASELINE and base is not None]
     if moved:
         # whatever share f of those kernels a window saves, a speedup (T_b - f A_b) / (T_p - f A_p) is monotonic
         # in f, so it lies between the measured one (f = 0) and the bound's (f = 1)
