@@ -273,3 +273,25 @@ def test_cohere2_windows_all_but_every_fourth_layer(tmp_path: Path) -> None:
         read = config_from_hf(_hf(tmp_path, "llama3-8b", model_type="cohere2", sliding_window=4096,
                                   sliding_window_pattern=pattern))
         assert (read.window_attn_skip_freq, read.windowed_layers) == (4, 24)
+
+
+def test_a_result_that_stores_its_window_reads_valid_under_its_old_name_and_reports_it() -> None:
+    # A result measured from now on stores the window in its question's config: the door takes it, the file
+    # keeps its name (the window is not keyed), and `gemm-bench report` prints the bound under the model step.
+    import copy
+
+    from gemm_bench.question.question import Question
+    from gemm_bench.report import training_text
+    from gemm_bench.report.report import Report
+    from gemm_bench.results.schema import validate
+
+    stored = json.loads((Path(__file__).parents[1] / "docs" / "_gemm_cache" / "2a6f44509a377c37--h200.json")
+                        .read_text())
+    assert "window_size" not in stored["question"]["config"]  # measured before the window was read
+    doc = copy.deepcopy(stored)
+    doc["question"]["config"].update(window_size=128, window_attn_skip_freq=2)
+    validate(doc)
+    assert Question.from_dict(doc["question"]).hash == "2a6f44509a377c37"
+    said = [line for line in training_text.model_step_lines(Report(doc)) if "sliding window" in line]
+    assert len(said) == 1 and "at most 6.1% (BF16)" in said[0]
+    assert not [line for line in training_text.model_step_lines(Report(stored)) if "sliding window" in line]

@@ -26,7 +26,14 @@ from gemm_bench.question.precisions import BASELINE, LAYER_MODES, PRECISIONS
 from gemm_bench.question.vocabulary import LAYER_STEP, MODEL_STEP, title
 from gemm_bench.report import breakdown_figure, energy_compare, model_step_breakdown, precision_plan
 from gemm_bench.report.fastest import TIE_ORDER
-from gemm_bench.report.model_step import GIB, ModelStep, largest_microbatch_absence, memory_delta_text, part_absence
+from gemm_bench.report.model_step import (
+    GIB,
+    ModelStep,
+    largest_microbatch_absence,
+    memory_delta_text,
+    part_absence,
+    window_note,
+)
 from gemm_bench.report.report import STEP_WORDS, Report
 from gemm_bench.results import energy
 from gemm_bench.results.breakdown import IDLE_RULE
@@ -218,6 +225,9 @@ def model_step_lines(report: Report) -> list[str]:
             layer = "" if p == BASELINE or row.layer_step_speedup is None else f"{row.layer_step_speedup:.2f}x"
             lines.append(f"  {g:>2}  {name:<12}{row.ms_per_microbatch:>15.2f}{row.tokens_per_s:>14,.0f}"
                          f"{row.tflops:>9.1f}{mfu}  {vs:<22}{layer:>10}".rstrip())
+    window = window_note(summary)  # a sliding window the stored question reads: timed causal, and bounded
+    if window:
+        lines.append(f"  {window}")
     lines += _memory_lines(report, summary, shown)
     lines += [f"  {s}" for p in shown if p != BASELINE and (s := summary.sentence(p))]
     return lines
