@@ -61,6 +61,10 @@ def test_each_familys_rule_for_which_layers_are_windowed(tmp_path: Path) -> None
     qwen = config_from_hf(_hf(tmp_path, "qwen2.5-7b", use_sliding_window=True, max_window_layers=0,
                               sliding_window=2048))
     assert (qwen.window_size, qwen.windowed_layers) == (2048, 28)
+    # without max_window_layers, transformers' default (28): the 28 layers of Qwen2.5 7B attend fully
+    default = config_from_hf(_hf(tmp_path, "qwen2.5-7b", use_sliding_window=True, max_window_layers=None,
+                                 sliding_window=2048))
+    assert default.window_size is None
     with pytest.raises(ConfigError, match="max_window_layers"):  # full layers first, then windowed: not modelled
         config_from_hf(_hf(tmp_path, "qwen2.5-7b", use_sliding_window=True, max_window_layers=20,
                            sliding_window=2048))

@@ -873,6 +873,8 @@ _HF_PATTERN_WINDOW: dict[str, int] = {"gemma3": 6, "gemma3_text": 6, "cohere2": 
 #: Families whose ``sliding_window`` counts only with ``use_sliding_window``, from layer
 #: ``max_window_layers`` on (transformers' Qwen2 and Qwen3, dense and MoE).
 _HF_QWEN_WINDOW = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+#: ``max_window_layers`` where such a config leaves it out: transformers' default for these families.
+_HF_QWEN_MAX_WINDOW_LAYERS = 28
 
 
 def _hf_window(keys: _HfKeys, layers: int, family: str) -> dict[str, Any]:
@@ -900,7 +902,9 @@ def _hf_window(keys: _HfKeys, layers: int, family: str) -> dict[str, Any]:
         use = keys.raw.get("use_sliding_window", False)
         if not isinstance(use, bool):
             raise keys.fail("use_sliding_window", f"must be true or false, got {_show(use)}")
-        first = keys.integer("max_window_layers", minimum=0) or 0
+        first = keys.integer("max_window_layers", minimum=0)
+        if first is None:
+            first = _HF_QWEN_MAX_WINDOW_LAYERS  # transformers' default when the key is absent
         return _window_fields(keys, "max_window_layers", window, [use and i >= first for i in range(layers)])
     if family in _HF_ALTERNATING_WINDOW:
         return {"window_size": window, "window_attn_skip_freq": 2}
