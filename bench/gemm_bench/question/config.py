@@ -503,8 +503,9 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "deepseek-v3": "DeepSeek-V3: MLA, 256 routed experts top-8 + 1 shared, 58 MoE layers after 3 dense "
     "(not included), 1 x 4096 tokens",
     "gpt-oss-120b": "gpt-oss-120b: 128 SwiGLU experts, top-4, GQA (8 KV groups, head dim 64), 36 layers, "
-    "1 x 4096 tokens",
-    "gemma2-27b": "Gemma 2 27B: GeGLU, GQA (16 KV groups, head dim 128), 46 layers, 1 x 8192 tokens",
+    "1 x 4096 tokens, every other layer over a 128-token window, attention sinks not timed",
+    "gemma2-27b": "Gemma 2 27B: GeGLU, GQA (16 KV groups, head dim 128), 46 layers, 1 x 8192 tokens, every "
+    "other layer over a 4096-token window, attention logit soft-capping not timed",
 }
 
 
