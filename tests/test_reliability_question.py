@@ -111,7 +111,7 @@ MLA_FIELDS = ["q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim
 #: Change nothing measured, only what the model total counts.
 NOT_MEASURED = ["num_layers", "moe_dense_layers",
                 # a sliding window: the layer step times causal attention whatever it is (the page bounds it)
-                "window_size", "window_attn_skip_freq"]
+                "window_size", "window_attn_skip_freq", "attention_sinks"]
 #: The model's step (issue 32): the vocabulary, its padding and G change no layer measurement, so no hash.
 MODEL_STEP_FIELDS = ["vocab_size", "make_vocab_size_divisible_by", "num_microbatches"]
 

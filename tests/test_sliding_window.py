@@ -166,17 +166,37 @@ def test_the_layout_step_states_the_window_and_its_bound() -> None:
 
 
 def test_model_step_note_bounds_the_step_and_the_speedups() -> None:
-    from gemm_bench.report.model_step import ModelStep, window_note
+    from gemm_bench.report.model_step import ModelStep, attention_note
 
     config = PRESETS["gpt-oss-120b"]
     summary = ModelStep(config, "NVIDIA H200", "run", {}, {}, {}, {}, {}, 0, 0, 0,
                         window_saving={16: {"bf16": 0.061, "fp8-delayed": 0.067}})
-    text = window_note(summary)
+    text = attention_note(summary)
     assert text is not None and text.startswith("18 of the 36 layers attend over a 128-token sliding window")
     assert "at most 6.1% (BF16), 6.7% (FP8 Delayed)" in text
     assert f"more than {(1 - 0.061) / (1 - 0.067) - 1:.1%}" in text
-    assert window_note(dataclasses.replace(summary, window_saving={})) is None
-    assert "not bounded" in (window_note(dataclasses.replace(summary, window_saving={16: {"bf16": None}})) or "")
+    assert "attention sinks" in text and text.endswith("what a window saves.")  # gpt-oss has sinks
+    no_sinks = dataclasses.replace(summary, config=dataclasses.replace(config, attention_sinks=False))
+    assert "sinks" not in (attention_note(no_sinks) or "")
+    assert attention_note(dataclasses.replace(no_sinks, window_saving={})) is None
+    sinks_only = attention_note(dataclasses.replace(summary, window_saving={}))
+    assert sinks_only is not None and sinks_only.startswith("Its attention sinks")
+    assert "not bounded" in (attention_note(dataclasses.replace(summary, window_saving={16: {"bf16": None}})) or "")
+
+
+def test_attention_sinks_are_read_and_said_not_timed() -> None:
+    assert config_from_hf(HF / "gpt-oss-120b.json").attention_sinks
+    assert PRESETS["gpt-oss-120b"].attention_sinks and not PRESETS["gemma2-27b"].attention_sinks
+    base = "--num-layers 12 --hidden-size 1024 --num-attention-heads 8 "
+    fields, ignored = megatron_args_to_fields(split_megatron_args(base + "--softmax-type learnable"))
+    assert fields["attention_sinks"] is True and ignored == []
+    fields, ignored = megatron_args_to_fields(split_megatron_args(base + "--softmax-type vanilla"))
+    assert "attention_sinks" not in fields and ignored == ["--softmax-type"]
+    with pytest.raises(ConfigError, match="expected vanilla, off-by-one or learnable"):
+        megatron_args_to_fields(split_megatron_args(base + "--softmax-type sink"))
+    said = [a for a in _gpt_oss_step(PARTS) if "sinks" in a]
+    assert said and "not timed" in said[0]
+    assert build_question(model="gpt-oss-120b").hash == "19210ed9493a1e7a"  # unkeyed, as the window
 
 
 def test_the_model_step_of_a_cached_result_reads_its_profiled_attention() -> None:
@@ -247,14 +267,14 @@ def test_the_stage_bound_counts_the_windowed_layers_each_stage_holds() -> None:
 
 
 def test_the_model_step_note_holds_for_every_g_the_table_shows() -> None:
-    from gemm_bench.report.model_step import ModelStep, window_note
+    from gemm_bench.report.model_step import ModelStep, attention_note
 
     # the table shows G = 1 and the question's G; where the G = 1 row's bound is the larger (a layer_first whose
     # attention is a larger share than layer_cached's, a small optimizer), the note must say the larger, and
     # the speedup that moves most: FP8 Delayed at G = 1, (1 - 0.05) / (1 - 0.02) - 1 = -3.1%
     summary = ModelStep(PRESETS["gpt-oss-120b"], "NVIDIA H200", "run", {}, {}, {}, {}, {}, 0, 0, 0,
                         window_saving={16: {"bf16": 0.04, "fp8-delayed": 0.04}, 1: {"bf16": 0.05, "fp8-delayed": 0.02}})
-    text = window_note(summary)
+    text = attention_note(summary)
     assert text is not None and "at most 5.0% (BF16), 4.0% (FP8 Delayed)" in text
     assert f"more than {1 - (1 - 0.05) / (1 - 0.02):.1%}" in text
 

@@ -33,11 +33,11 @@ from gemm_bench.report.layout_step import Sweep
 from gemm_bench.report.model_step import (
     GIB,
     ModelStep,
+    attention_note,
     capacity_text,
     memory_delta_text,
     optimizer_state_note,
     part_absence,
-    window_note,
 )
 from gemm_bench.report.report import Report
 from gemm_bench.report.run_answer import Run, run_of
@@ -536,7 +536,7 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     state = optimizer_state_note(summary)
     if state:
         lines.append(state)
-    window = window_note(summary)
+    window = attention_note(summary)
     if window:
         lines.append(window)
     return table, title, tuple(lines)

@@ -242,6 +242,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--swiglu", action="store_true", default=None, help=FIELD_HELP["swiglu"])
     g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help=FIELD_HELP["sequence_parallel"])
+    g.add_argument("--attention-sinks", action="store_true", default=None, help=FIELD_HELP["attention_sinks"])
     g.add_argument("--megatron-args", metavar="ARGS",
                    help="a Megatron-LM argument list in one quoted string, as a launch script has it (flags "
                         "that change no GEMM are listed as ignored; write --megatron-args='--hidden-size ...' "
@@ -291,6 +292,7 @@ def question_from_args(args: argparse.Namespace) -> Question:
     fields: dict[str, Any] = {f: getattr(args, f) for f in INT_FIELDS}
     fields["swiglu"] = args.swiglu
     fields["sequence_parallel"] = args.sequence_parallel
+    fields["attention_sinks"] = args.attention_sinks
     layout = {o.field: getattr(args, f"layout_{o.field}", None) for o in LAYOUT_OPTIONS}
     sweep = split_list(args.sweep) if args.sweep is not None else None
     try:

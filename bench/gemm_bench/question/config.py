@@ -102,6 +102,9 @@ class ModelConfig:
     # (:meth:`windowed_share`, :func:`gemm_bench.question.model_step.without_windowed_attention`).
     window_size: int | None = None
     window_attn_skip_freq: int | None = None
+    #: Learned attention sinks (Megatron-LM's ``--softmax-type learnable``, gpt-oss): not timed either, the
+    #: layer step's attention is ordinary softmax; out of the hash with the window, and said on the page.
+    attention_sinks: bool = False
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -226,7 +229,7 @@ class ModelConfig:
         """Raise :class:`ConfigError` naming the first field that breaks a rule."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("swiglu", "sequence_parallel"):
+            if f.name in ("swiglu", "sequence_parallel", "attention_sinks"):
                 if not isinstance(value, bool) and not (value is None and f.name == "sequence_parallel"):
                     raise ConfigError(f.name, f"must be true or false, got {value!r}")
                 continue
@@ -368,6 +371,8 @@ FIELD_HELP: dict[str, str] = {
     "window_attn_skip_freq": "sliding-window attention: every N-th layer (1-based) attends over the whole "
     "sequence, the others over the window, as Megatron-LM's flag (default: every layer windowed; gpt-oss and "
     "Gemma 2 alternate: 2)",
+    "attention_sinks": "attention sinks (Megatron-LM's --softmax-type learnable or off-by-one; gpt-oss): not "
+    "timed, the layer step's attention is ordinary softmax, and the page says so (default: false)",
     "num_microbatches": "G, micro-batches per optimizer step (gradient accumulation; Megatron-LM's global batch / "
     "(micro-batch x data-parallel size)): weights are quantized and the optimizer runs once per G micro-batches "
     "(default 8)",
@@ -376,7 +381,7 @@ FIELD_HELP: dict[str, str] = {
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
 _REFERABLE = frozenset(CONFIG_FIELDS) | {"model", "hf_config", "shape", "sweep", "megatron_args"}
-BOOL_FIELDS = frozenset({"swiglu", "sequence_parallel"})
+BOOL_FIELDS = frozenset({"swiglu", "sequence_parallel", "attention_sinks"})
 INT_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in BOOL_FIELDS)
 
 
@@ -464,7 +469,7 @@ PRESETS: dict[str, ModelConfig] = {
         hidden_size=2880, ffn_hidden_size=2880, num_attention_heads=64, num_query_groups=8,
         kv_channels=64, num_layers=36, micro_batch_size=1, seq_length=4096, swiglu=True,
         num_experts=128, moe_router_topk=4,
-        vocab_size=201088, window_size=128, window_attn_skip_freq=2,
+        vocab_size=201088, window_size=128, window_attn_skip_freq=2, attention_sinks=True,
     ),
     # Gemma 2 27B: GeGLU (gated), 32 heads of dim 128 (4096, not the 4608 hidden size), 16 KV heads;
     # every other layer (23 of 46, the first included) attends over a 4096-token window.
@@ -795,6 +800,8 @@ def config_from_hf(path: str | Path, **training: Any) -> ModelConfig:
         values["kv_channels"] = None
     values.update(_hf_moe(keys, layers or 1))
     values.update(_hf_window(keys, layers or 1, family.lower()))
+    if family.lower() in _HF_SINK_FAMILIES:
+        values["attention_sinks"] = True
     given = {k: v for k, v in training.items() if v is not None}
     try:
         return config_from_mapping({**values, **given})
@@ -865,6 +872,8 @@ def _hf_mla(keys: _HfKeys) -> dict[str, Any]:
     return out
 
 
+#: Families whose attention always has learned sinks (transformers' gpt-oss: ``self.sinks`` per head).
+_HF_SINK_FAMILIES = frozenset({"gpt_oss"})
 #: Families whose ``sliding_window`` (without ``layer_types``) windows every other layer, the first
 #: included (transformers' Gemma 2: ``is_sliding = not bool(layer_idx % 2)``).
 _HF_ALTERNATING_WINDOW = frozenset({"gemma2"})
@@ -1204,6 +1213,12 @@ def _megatron_special(flag: str, values: list[str], parsed: Mapping[str, list[st
         return None if "--moe-expert-capacity-factor" in parsed else {}
     if flag == "--window-size":
         return _megatron_window(values, parsed)
+    if flag == "--softmax-type":
+        kind = (value or "").strip()
+        if kind not in ("vanilla", "off-by-one", "learnable"):
+            raise ConfigError("megatron_args",
+                              f"--softmax-type {kind[:40]!a}: expected vanilla, off-by-one or learnable")
+        return {} if kind == "vanilla" else {"attention_sinks": True}
     if flag == "--window-attn-skip-freq":
         return {}  # read by --window-size's branch (the caller lists it as ignored only without that flag)
     return None
@@ -1389,6 +1404,7 @@ _IGNORED_REASONS: dict[str, str] = {
     "--mtp-num-layers": "the multi-token-prediction block is not a layer of the model's stack: not modelled",
     "--moe-layer-recompute": "recomputation of the MoE layer alone is not modelled",
     "--window-size": "an unbounded left window (-1): ordinary causal attention",
+    "--softmax-type": "vanilla: the ordinary softmax the layer step times",
     "--window-attn-skip-freq": "Megatron-LM reads it only with --window-size",
 }
 _GENERIC_IGNORED_REASON = "changes no GEMM and no memory the layout models"

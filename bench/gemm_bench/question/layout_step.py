@@ -406,6 +406,9 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
                            f"{1 - stage(parts.median, windowed=True) / compute:.1%}" if profiled else
                            f"{words}: this result's layer steps were not profiled, so what the window saves is not "
                            "bounded")
+    if config.attention_sinks:
+        assumptions.append("attention sinks (Megatron-LM's --softmax-type learnable or off-by-one) are not timed: the "
+                           "layer step's attention is ordinary softmax, and sinks add attention time to every layer")
     mb = compose(0.0, microbatch_calls(config, layout, precision, first_layers, network), table,
                  inter_node=network.inter_node, measured_on=measured_on)
     vocab = vocab_parameters(config)

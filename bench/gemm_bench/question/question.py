@@ -45,11 +45,11 @@ from gemm_bench.question.shapes import BALANCED_ROUTING_NOTE, GemmShape, layer_g
 #: per optimizer step): they are not part of a question's key, so every result written before the
 #: model's step keeps its name. The model step's output-layer part records the padded vocabulary it
 #: was measured at and is looked up by it (:mod:`gemm_bench.results.model_step_schema`); G changes
-#: only the composition's arithmetic, never what is measured. A sliding window is not measured either:
-#: the layer step times causal attention whatever the window, and the composition bounds what it saves.
+#: only the composition's arithmetic, never what is measured. A sliding window and attention sinks are not
+#: measured either: the layer step times ordinary causal attention whatever they are, and the page says so.
 UNKEYED_CONFIG_FIELDS: tuple[str, ...] = ("num_layers", "moe_dense_layers", "vocab_size",
                                           "make_vocab_size_divisible_by", "num_microbatches", "window_size",
-                                          "window_attn_skip_freq")
+                                          "window_attn_skip_freq", "attention_sinks")
 #: Fields that only a mixture of experts, or only multi-latent attention, reads.
 MOE_CONFIG_FIELDS: tuple[str, ...] = ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                                       "expert_model_parallel_size", "moe_shared_expert_intermediate_size")

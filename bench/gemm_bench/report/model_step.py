@@ -235,12 +235,22 @@ def _window_saving(config: ModelConfig, medians: Mapping[str, PartTimes], optimi
     return out
 
 
-def window_note(summary: ModelStep) -> str | None:
-    """The note a model with a sliding window needs under its step: the window is timed as full causal
-    attention, and the most it could save per recipe (a bound from the profiled attention kernels), the most
-    over every G the table shows: the G = 1 row's speedups can move more than the question's G's."""
+#: What a page says of a model with attention sinks (gpt-oss): measured by session 20's probe on the H200
+#: (measurements/2026-11-29-session20), not by any stored result, so no number is given here.
+SINKS_WORDS = (" Its attention sinks (a softmax offset per head: Megatron-LM's --softmax-type learnable or off-by-one) "
+               "are not timed either: the layer step's attention is ordinary softmax, and sinks add attention "
+               "time to every layer, windowed or not, so they take back some or all of what a window saves.")
+
+
+def attention_note(summary: ModelStep) -> str | None:
+    """The note a model whose attention the layer step does not time as it runs needs under its step: a
+    sliding window is timed as full causal attention, with the most it could save per recipe (a bound from
+    the profiled attention kernels, the most over every G the table shows: the G = 1 row's speedups can move
+    more than the question's G's); attention sinks are not timed at all, and add time back. None for a model
+    with neither."""
+    sinks = SINKS_WORDS if summary.config.attention_sinks else ""
     if not summary.window_saving:
-        return None
+        return sinks[1:] if sinks else None
     words = summary.config.window_words()
     known: dict[str, float] = {}
     moved: list[float] = []
@@ -251,7 +261,7 @@ def window_note(summary: ModelStep) -> str | None:
         moved += [abs((1 - base) / (1 - v) - 1) for p, v in found.items() if p != BASELINE and base is not None]
     if not known:
         return (f"{words[0].upper()}{words[1:]}; the layer step times full causal attention, and this result's "
-                "layer steps were not profiled, so what the window saves is not bounded.")
+                "layer steps were not profiled, so what the window saves is not bounded." + sinks)
     each = ", ".join(f"{v:.1%} ({PRECISIONS[p].display})" for p, v in known.items())
     text = (f"{words[0].upper()}{words[1:]}; the layer step times full causal attention, which overstates their "
             "attention. Taking it out of those layers entirely (its kernels in the profiled layer steps) would "
@@ -261,7 +271,7 @@ def window_note(summary: ModelStep) -> str | None:
         # in f, so it lies between the measured one (f = 0) and the bound's (f = 1)
         text += (f" Every recipe runs the same BF16 attention, so no speedup over BF16 moves by more than "
                  f"{max(moved):.1%}.")
-    return text
+    return text + sinks
 
 
 def other_vocabulary(result: Result, config: ModelConfig | None) -> tuple[int, int] | None:

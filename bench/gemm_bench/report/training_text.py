@@ -29,10 +29,10 @@ from gemm_bench.report.fastest import TIE_ORDER
 from gemm_bench.report.model_step import (
     GIB,
     ModelStep,
+    attention_note,
     largest_microbatch_absence,
     memory_delta_text,
     part_absence,
-    window_note,
 )
 from gemm_bench.report.report import STEP_WORDS, Report
 from gemm_bench.results import energy
@@ -225,7 +225,7 @@ def model_step_lines(report: Report) -> list[str]:
             layer = "" if p == BASELINE or row.layer_step_speedup is None else f"{row.layer_step_speedup:.2f}x"
             lines.append(f"  {g:>2}  {name:<12}{row.ms_per_microbatch:>15.2f}{row.tokens_per_s:>14,.0f}"
                          f"{row.tflops:>9.1f}{mfu}  {vs:<22}{layer:>10}".rstrip())
-    window = window_note(summary)  # a sliding window the stored question reads: timed causal, and bounded
+    window = attention_note(summary)  # a sliding window the stored question reads: timed causal, and bounded
     if window:
         lines.append(f"  {window}")
     lines += _memory_lines(report, summary, shown)
