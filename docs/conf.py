@@ -27,6 +27,9 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["colon_fence"]
+# Quotes and ellipses only: docutils' dashes turned every Megatron-LM flag the pages quote (--overlap-grad-reduce,
+# --softmax-type) into an en dash and one hyphen, a flag no launcher accepts (session 20).
+smartquotes_action = "qe"
 
 html_theme = "furo"
 html_title = "gemm-guide"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,16 @@ def test_authoring_reference_renders_every_option_from_the_code() -> None:
     text = (DOCS / "authoring.rst").read_text()
     for directive in ("gemm-benchmark-options", "gemm-benchmark-roles", "gemm-benchmark-config"):
         assert f".. {directive}::" in text
+
+
+def test_the_flags_pages_quote_keep_their_two_hyphens(docs_site: Any) -> None:
+    """Before: docutils' smart dashes printed Megatron-LM's --overlap-grad-reduce (the layouts' notes, the
+    published runs) as an en dash and one hyphen, a flag no launcher accepts (session 20)."""
+    mangled = re.compile(r"[\u2013\u2014][a-z]+(?:-[a-z0-9]+)+")
+    seen = set()
+    for page in docs_site.pages():
+        text = docs_site.soup(page).get_text(" ")
+        found = mangled.findall(text)
+        assert not found, (page, sorted(set(found))[:5])
+        seen.update(re.findall(r"--overlap-grad-reduce|--softmax-type", text))
+    assert seen == {"--overlap-grad-reduce", "--softmax-type"}
