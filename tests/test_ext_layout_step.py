@@ -325,3 +325,17 @@ def test_the_published_rows_give_the_expert_parallel_and_the_stack_age_reasons_f
     nemo = [why for key, why in rows.items() if key.startswith("llama3-8b")]
     assert nemo[0].startswith("the published run (NeMo 24.07 container, 2024-07) is "), nemo
     assert "months older than the measured stack" in nemo[0] and nemo[1] == "within 10%"
+
+
+def test_the_flags_the_blocks_quote_keep_two_hyphens_under_default_smart_quotes(tmp_path: Path) -> None:
+    """Before: with Sphinx's default smart quotes (this test's conf sets none), the notes' and the published
+    rows' --overlap-grad-reduce printed as an en dash and one hyphen. The extension's own blocks now keep
+    their flags as code; the author's prose is left to smart quotes."""
+    index = INDEX + "\nThe author writes --not-a-block-flag here.\n"
+    _, soup = _build(tmp_path / "src", index=index)
+    text = soup.get_text(" ")
+    assert "\u2013overlap-grad-reduce" not in text and "--overlap-grad-reduce" in text
+    quoted = {code.get_text() for code in
+              soup.select("div.gemm-layout-step code, table.gemm-published-runs-table code")}
+    assert "--overlap-grad-reduce" in quoted
+    assert "\u2013not-a-block-flag" in text  # outside the extension's blocks: the author's conf decides

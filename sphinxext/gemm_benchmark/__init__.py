@@ -31,6 +31,7 @@ from gemm_benchmark.answers_table import setup_answers_table
 from gemm_benchmark.buildlog import setup_buildlog
 from gemm_benchmark.config import CONFIG_VALUES, init_settings, validate_config
 from gemm_benchmark.directive import GemmBenchmarkDirective, check_unique_names
+from gemm_benchmark.flag_literals import setup_flag_literals
 from gemm_benchmark.freshness import GemmBenchmarkFreshnessDirective, ResolveFreshness, log_summary
 from gemm_benchmark.layout_memory import setup_layout_memory
 from gemm_benchmark.layout_step import setup_layout_step
@@ -83,6 +84,7 @@ def _register(app: Sphinx) -> dict[str, Any]:
     setup_layout_step(app)
     setup_tp_comm(app)
     setup_answers_table(app)
+    setup_flag_literals(app)
     app.add_directive("gemm-benchmark", GemmBenchmarkDirective)
     app.add_directive("gemm-benchmark-freshness", GemmBenchmarkFreshnessDirective)
     app.add_directive("gemm-benchmark-summary", GemmBenchmarkSummaryDirective)
