@@ -181,6 +181,9 @@ def test_model_step_note_bounds_the_step_and_the_speedups() -> None:
     assert attention_note(dataclasses.replace(no_sinks, window_saving={})) is None
     sinks_only = attention_note(dataclasses.replace(summary, window_saving={}))
     assert sinks_only is not None and sinks_only.startswith("Its attention sinks")
+    assert "window" not in sinks_only  # no window to take back from
+    said = [a for a in _gpt_oss_step(PARTS) if "sinks" in a]
+    assert said and said[0] in text  # the layout step's assumption and the note say it in one wording
     assert "not bounded" in (attention_note(dataclasses.replace(summary, window_saving={16: {"bf16": None}})) or "")
 
 

@@ -536,9 +536,9 @@ def model_step_table(report: Report, summary: ModelStep, precisions: Sequence[st
     state = optimizer_state_note(summary)
     if state:
         lines.append(state)
-    window = attention_note(summary)
-    if window:
-        lines.append(window)
+    attention = attention_note(summary)
+    if attention:
+        lines.append(attention)
     return table, title, tuple(lines)
 
 

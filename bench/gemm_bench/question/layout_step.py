@@ -67,6 +67,7 @@ from gemm_bench.question.comm import (
 from gemm_bench.question.config import ConfigError, ModelConfig
 from gemm_bench.question.layout import ParallelLayout, recomputed_layers
 from gemm_bench.question.model_step import (
+    SINKS_NOT_TIMED,
     OptimizerLine,
     PartTimes,
     megatron_flops,
@@ -407,8 +408,7 @@ def layout_step(config: ModelConfig, layout: ParallelLayout, precision: str, par
                            f"{words}: this result's layer steps were not profiled, so what the window saves is not "
                            "bounded")
     if config.attention_sinks:
-        assumptions.append("attention sinks (Megatron-LM's --softmax-type learnable or off-by-one) are not timed: the "
-                           "layer step's attention is ordinary softmax, and sinks add attention time to every layer")
+        assumptions.append(SINKS_NOT_TIMED)
     mb = compose(0.0, microbatch_calls(config, layout, precision, first_layers, network), table,
                  inter_node=network.inter_node, measured_on=measured_on)
     vocab = vocab_parameters(config)

@@ -209,6 +209,13 @@ class PartTimes:
     attention_cached: float | None = None
 
 
+#: Attention sinks in words, the layout step's assumption and the model step's note alike: no stored result
+#: measures them (session 20's probe did, on the H200: measurements/2026-11-29-session20).
+SINKS_NOT_TIMED = ("attention sinks (a softmax offset per head: Megatron-LM's --softmax-type learnable or "
+                   "off-by-one) are not timed: the layer step's attention is ordinary softmax, and sinks add "
+                   "attention time to every layer")
+
+
 def without_windowed_attention(parts: PartTimes, share: float) -> PartTimes | None:
     """``parts`` with the windowed ``share`` of the layers' attention taken out entirely: the fastest any
     sliding window could make the layer steps, so a bound on the speed it adds. Why: the layer step times

@@ -19,6 +19,7 @@ from typing import Any
 from gemm_bench.question.config import ModelConfig
 from gemm_bench.question.hardware import peak_tflops
 from gemm_bench.question.model_step import (
+    SINKS_NOT_TIMED,
     MemoryBreakdown,
     ModelStepRow,
     OptimizerLine,
@@ -33,6 +34,7 @@ from gemm_bench.question.model_step import (
     without_windowed_attention,
 )
 from gemm_bench.question.precisions import BASELINE, PRECISIONS
+from gemm_bench.results.kernel_kinds import ATTENTION
 from gemm_bench.results.typed import ModelStepBlock, ModelStepPart, Result, parse_model_step
 
 GIB = 1 << 30
@@ -164,7 +166,7 @@ def part_times(block: ModelStepBlock | Mapping[str, Any], precision: str
 
 def _attention_ms(item: ModelStepPart) -> float | None:
     """The attention kernels' ms in a layer step's profiled breakdown (None where it was not profiled)."""
-    return None if item.breakdown is None else item.breakdown.parts_ms.get("attention")
+    return None if item.breakdown is None else item.breakdown.parts_ms.get(ATTENTION)
 
 
 def _ms(item: ModelStepPart) -> float:
@@ -235,22 +237,16 @@ def _window_saving(config: ModelConfig, medians: Mapping[str, PartTimes], optimi
     return out
 
 
-#: What a page says of a model with attention sinks (gpt-oss): measured by session 20's probe on the H200
-#: (measurements/2026-11-29-session20), not by any stored result, so no number is given here.
-SINKS_WORDS = (" Its attention sinks (a softmax offset per head: Megatron-LM's --softmax-type learnable or off-by-one) "
-               "are not timed either: the layer step's attention is ordinary softmax, and sinks add attention "
-               "time to every layer, windowed or not, so they take back some or all of what a window saves.")
-
-
 def attention_note(summary: ModelStep) -> str | None:
     """The note a model whose attention the layer step does not time as it runs needs under its step: a
     sliding window is timed as full causal attention, with the most it could save per recipe (a bound from
     the profiled attention kernels, the most over every G the table shows: the G = 1 row's speedups can move
     more than the question's G's); attention sinks are not timed at all, and add time back. None for a model
     with neither."""
-    sinks = SINKS_WORDS if summary.config.attention_sinks else ""
     if not summary.window_saving:
-        return sinks[1:] if sinks else None
+        return _sinks_words(summary.config, window=False) or None
+    sinks = _sinks_words(summary.config, window=True)
+    sinks = f" {sinks}" if sinks else ""
     words = summary.config.window_words()
     known: dict[str, float] = {}
     moved: list[float] = []
@@ -272,6 +268,15 @@ def attention_note(summary: ModelStep) -> str | None:
         text += (f" Every recipe runs the same BF16 attention, so no speedup over BF16 moves by more than "
                  f"{max(moved):.1%}.")
     return text + sinks
+
+
+def _sinks_words(config: ModelConfig, *, window: bool) -> str:
+    """"Its attention sinks ... are not timed: ...", where the model has them ("" otherwise); with a window,
+    that they take back what it saves."""
+    if not config.attention_sinks:
+        return ""
+    text = f"Its {SINKS_NOT_TIMED}"
+    return text + (", windowed or not, so they take back some or all of what a window saves." if window else ".")
 
 
 def other_vocabulary(result: Result, config: ModelConfig | None) -> tuple[int, int] | None:

@@ -225,9 +225,9 @@ def model_step_lines(report: Report) -> list[str]:
             layer = "" if p == BASELINE or row.layer_step_speedup is None else f"{row.layer_step_speedup:.2f}x"
             lines.append(f"  {g:>2}  {name:<12}{row.ms_per_microbatch:>15.2f}{row.tokens_per_s:>14,.0f}"
                          f"{row.tflops:>9.1f}{mfu}  {vs:<22}{layer:>10}".rstrip())
-    window = attention_note(summary)  # a sliding window the stored question reads: timed causal, and bounded
-    if window:
-        lines.append(f"  {window}")
+    note = attention_note(summary)  # a window or sinks the stored question reads: not timed as they run
+    if note:
+        lines.append(f"  {note}")
     lines += _memory_lines(report, summary, shown)
     lines += [f"  {s}" for p in shown if p != BASELINE and (s := summary.sentence(p))]
     return lines
