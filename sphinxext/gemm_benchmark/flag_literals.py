@@ -31,18 +31,20 @@ def _in_extension_block(node: nodes.Node) -> bool:
     return False
 
 
-def split_flags(text: str) -> list[nodes.Node]:
-    """``text`` as Text and literal nodes, each flag a literal; one Text node where it holds none."""
+def split_literals(text: str, pattern: re.Pattern[str], group: int = 0) -> list[nodes.Node]:
+    """``text`` as Text and literal nodes: each match of ``pattern`` a literal of its ``group`` (the one
+    splitting of the extension: its flags here, ````code```` spans in cells and notes,
+    :func:`~gemm_benchmark.render_table.inline_literals`); nothing for empty text."""
     out: list[nodes.Node] = []
     at = 0
-    for match in FLAG.finditer(text):
+    for match in pattern.finditer(text):
         if match.start() > at:
             out.append(nodes.Text(text[at:match.start()]))
-        out.append(nodes.literal(match.group(0), match.group(0)))
+        out.append(nodes.literal(match.group(group), match.group(group)))
         at = match.end()
     if at < len(text):
         out.append(nodes.Text(text[at:]))
-    return out or [nodes.Text(text)]
+    return out
 
 
 class FlagLiterals(SphinxTransform):
@@ -56,7 +58,7 @@ class FlagLiterals(SphinxTransform):
             if (parent is None or isinstance(parent, (nodes.literal, nodes.FixedTextElement, nodes.Special))
                     or not FLAG.search(text.astext()) or not _in_extension_block(text)):
                 continue
-            parent.replace(text, split_flags(text.astext()))
+            parent.replace(text, split_literals(text.astext(), FLAG))  # holds a flag: never empty
 
 
 def setup_flag_literals(app: Sphinx) -> None:

@@ -27,6 +27,7 @@ from gemm_bench.question.precisions import BASELINE, MODE_NAMES, PRECISIONS
 from gemm_bench.question.shapes import OP_NAMES, PASS_NAMES, PASSES, GemmShape
 from gemm_bench.report.report import Report
 from gemm_bench.results import cross_check
+from gemm_benchmark.flag_literals import split_literals
 from gemm_benchmark.nodes import WRITERS, gemm_data_table
 from gemm_benchmark.values import SAME, absent_status, format_ms, format_speedup, format_tflops, unavailable_text
 
@@ -188,16 +189,7 @@ _LITERAL = re.compile(r"``(.+?)``(?!`)")
 
 def inline_literals(text: str) -> list[nodes.Node]:
     """Text with ````literal```` spans as literal nodes."""
-    out: list[nodes.Node] = []
-    pos = 0
-    for match in _LITERAL.finditer(text):
-        if match.start() > pos:
-            out.append(nodes.Text(text[pos:match.start()]))
-        out.append(nodes.literal(match.group(1), match.group(1)))
-        pos = match.end()
-    if pos < len(text):
-        out.append(nodes.Text(text[pos:]))
-    return out
+    return split_literals(text, _LITERAL, 1)
 
 
 def _num(text: str, strong: bool = False, *, flag: str | None = None) -> Entry:
